@@ -1,0 +1,46 @@
+//! tether: models in Git to Kubernetes objects, and the cluster back to models.
+//!
+//! The pipeline, one module per stage, data flowing one way:
+//! [`source`] (read files) → [`load`] (YAML with positions) → [`model`] (typed models)
+//! → [`resolve`] (a checked, resolved graph) → [`render`] (Kubernetes objects).
+//! [`analyze`] runs the pure part of it and returns a value plus its diagnostics.
+
+pub mod diagnostic;
+pub mod kube;
+pub mod load;
+pub mod model;
+pub mod render;
+pub mod resolve;
+pub mod source;
+
+use diagnostic::Diagnostics;
+use resolve::Graph;
+use source::SourceFiles;
+
+/// The offline checks of a repo: the resolved graph (when there is no error) and
+/// every diagnostic, from syntax to references.
+#[derive(Debug)]
+pub struct Analysis {
+    pub graph: Option<Graph>,
+    pub diagnostics: Diagnostics,
+    pub documents: usize,
+}
+
+/// Load, read, validate and resolve: everything before render, without I/O.
+pub fn analyze(files: &SourceFiles) -> Analysis {
+    let (documents, mut diagnostics) = load::load(files);
+    let (models, model_diagnostics) = model::read_models(files, &documents);
+    diagnostics.extend(model_diagnostics);
+    let (graph, resolve_diagnostics) = resolve::resolve(models, files);
+    diagnostics.extend(resolve_diagnostics);
+    let graph = if diagnostics.has_errors() {
+        None
+    } else {
+        graph
+    };
+    Analysis {
+        graph,
+        diagnostics,
+        documents: documents.len(),
+    }
+}

@@ -1,0 +1,297 @@
+//! Models: typed, spanned structs read from YAML documents.
+//!
+//! Each document becomes at most one model. Every problem found on the way (unknown
+//! kind or field, missing field, value of the wrong type) is a diagnostic; a document
+//! missing a required field yields no model, but its other fields are still checked.
+//! This layer never does I/O and never looks at other models: references are plain
+//! names here and are resolved by [`crate::resolve`].
+
+mod data;
+mod kind;
+mod read;
+
+pub use kind::{CONFIG_MOUNT_ALIAS, Kind, XOS_FEEDBACK_FIELDS};
+
+use crate::diagnostic::{Diagnostics, Span};
+use crate::load::Document;
+use crate::source::SourceFiles;
+
+/// A value and where it was written.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Spanned<T> {
+    pub value: T,
+    pub span: Span,
+}
+
+impl<T> Spanned<T> {
+    pub fn new(value: T, span: Span) -> Self {
+        Spanned { value, span }
+    }
+}
+
+pub type Text = Spanned<String>;
+
+/// Where a model is written: the span of its document (used for duplicates and for
+/// problems that belong to the model as a whole).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Origin {
+    pub kind: Kind,
+    pub span: Span,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct KubernetesService {
+    pub origin: Origin,
+    pub name: Text,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Site {
+    pub origin: Origin,
+    pub name: Text,
+    pub abbreviated_name: Option<Text>,
+    pub site_url: Option<Text>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Image {
+    pub origin: Origin,
+    pub name: Text,
+    pub tag: Option<Text>,
+    /// XOS's `kind` field of Image; only `container` exists.
+    pub image_kind: Option<Text>,
+}
+
+impl Image {
+    /// Docker's default when no tag is written.
+    pub fn tag_or_default(&self) -> &str {
+        self.tag.as_ref().map_or("latest", |t| t.value.as_str())
+    }
+
+    /// The `image:` string of a container.
+    pub fn reference(&self) -> String {
+        match &self.tag {
+            Some(tag) => format!("{}:{}", self.name.value, tag.value),
+            None => self.name.value.clone(),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrustDomain {
+    pub origin: Origin,
+    pub name: Text,
+    pub owner: Option<Text>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Principal {
+    pub origin: Origin,
+    pub name: Text,
+    pub trust_domain: Text,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ControllerKind {
+    Deployment,
+    StatefulSet,
+    DaemonSet,
+    Job,
+}
+
+impl ControllerKind {
+    pub const ALL: [ControllerKind; 4] = [
+        ControllerKind::Deployment,
+        ControllerKind::StatefulSet,
+        ControllerKind::DaemonSet,
+        ControllerKind::Job,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ControllerKind::Deployment => "Deployment",
+            ControllerKind::StatefulSet => "StatefulSet",
+            ControllerKind::DaemonSet => "DaemonSet",
+            ControllerKind::Job => "Job",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Slice {
+    pub origin: Origin,
+    pub name: Text,
+    pub site: Option<Text>,
+    pub trust_domain: Option<Text>,
+    pub principal: Option<Text>,
+    pub service: Option<Text>,
+    /// `None` also for an explicit `none`/empty value: bare pods, no controller.
+    pub controller_kind: Option<Spanned<ControllerKind>>,
+    pub controller_replica_count: Option<Spanned<i64>>,
+    pub default_image: Option<Text>,
+    pub description: Option<Text>,
+    pub enabled: Option<Spanned<bool>>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct KubernetesServiceInstance {
+    pub origin: Origin,
+    pub name: Text,
+    pub slice: Text,
+    pub image: Text,
+    pub owner: Option<Text>,
+    pub xos_managed: Option<Spanned<bool>>,
+    pub pod_ip: Option<Text>,
+}
+
+impl KubernetesServiceInstance {
+    pub fn is_managed(&self) -> bool {
+        self.xos_managed.as_ref().is_none_or(|m| m.value)
+    }
+}
+
+/// A ConfigMap's or Secret's entries, keys in the order written.
+pub type Data = Vec<(Text, Text)>;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DataKind {
+    Config,
+    Secret,
+}
+
+impl DataKind {
+    pub fn model_kind(self) -> Kind {
+        match self {
+            DataKind::Config => Kind::KubernetesConfigMap,
+            DataKind::Secret => Kind::KubernetesSecret,
+        }
+    }
+}
+
+/// A KubernetesConfigMap or KubernetesSecret.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DataModel {
+    pub origin: Origin,
+    pub data_kind: DataKind,
+    pub name: Text,
+    pub trust_domain: Text,
+    pub data: Data,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum MountTarget {
+    ServiceInstance(Text),
+    Slice(Text),
+}
+
+/// A KubernetesConfigVolumeMount or KubernetesSecretVolumeMount.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VolumeMount {
+    pub origin: Origin,
+    pub data_kind: DataKind,
+    /// The `config` or `secret` field: a name in the target's trust domain.
+    pub source: Text,
+    pub target: MountTarget,
+    pub mount_path: Text,
+    pub sub_path: Option<Text>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Service {
+    pub origin: Origin,
+    pub name: Text,
+    pub description: Option<Text>,
+    pub trust_domain: Option<Text>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Protocol {
+    Tcp,
+    Udp,
+    Sctp,
+}
+
+impl Protocol {
+    pub const ALL: [Protocol; 3] = [Protocol::Tcp, Protocol::Udp, Protocol::Sctp];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Tcp => "TCP",
+            Protocol::Udp => "UDP",
+            Protocol::Sctp => "SCTP",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct ServicePort {
+    pub origin: Origin,
+    pub name: Text,
+    pub service: Text,
+    pub internal_port: Spanned<i64>,
+    pub external_port: Option<Spanned<i64>>,
+    pub protocol: Option<Spanned<Protocol>>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct KubernetesResourceInstance {
+    pub origin: Origin,
+    pub name: Text,
+    /// The objects of `resource_definition`, each with where it starts.
+    pub objects: Vec<Spanned<serde_json::Value>>,
+    pub owner: Option<Text>,
+}
+
+/// Every model of a repo, grouped by kind, each group in source order.
+#[derive(Clone, Debug, Default)]
+pub struct Models {
+    pub kubernetes_services: Vec<KubernetesService>,
+    pub sites: Vec<Site>,
+    pub images: Vec<Image>,
+    pub trust_domains: Vec<TrustDomain>,
+    pub principals: Vec<Principal>,
+    pub slices: Vec<Slice>,
+    pub instances: Vec<KubernetesServiceInstance>,
+    /// KubernetesConfigMaps and KubernetesSecrets.
+    pub data: Vec<DataModel>,
+    pub mounts: Vec<VolumeMount>,
+    pub services: Vec<Service>,
+    pub ports: Vec<ServicePort>,
+    pub resources: Vec<KubernetesResourceInstance>,
+}
+
+impl Models {
+    pub fn len(&self) -> usize {
+        self.kubernetes_services.len()
+            + self.sites.len()
+            + self.images.len()
+            + self.trust_domains.len()
+            + self.principals.len()
+            + self.slices.len()
+            + self.instances.len()
+            + self.data.len()
+            + self.mounts.len()
+            + self.services.len()
+            + self.ports.len()
+            + self.resources.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Reads every document into models, reporting every problem.
+pub fn read_models(files: &SourceFiles, documents: &[Document]) -> (Models, Diagnostics) {
+    let mut models = Models::default();
+    let mut diagnostics = Diagnostics::default();
+    for document in documents {
+        read::read_document(
+            files.get(document.file),
+            document,
+            &mut models,
+            &mut diagnostics,
+        );
+    }
+    (models, diagnostics)
+}

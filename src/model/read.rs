@@ -1,0 +1,653 @@
+//! One YAML document to one model, checking every field on the way.
+
+use super::data::{read_data, read_resource_definition};
+use super::*;
+use crate::diagnostic::{Diagnostic, suggestion};
+use crate::load::{Node, Value};
+use crate::source::SourceFile;
+
+/// YAML 1.1 spellings of booleans that YAML 1.2 (and tether) reads as strings.
+pub(super) const YAML_1_1_BOOLEANS: &[&str] = &["y", "yes", "n", "no", "on", "off"];
+
+pub(super) fn is_yaml_1_1_boolean(s: &str) -> bool {
+    YAML_1_1_BOOLEANS.contains(&s.to_ascii_lowercase().as_str())
+}
+
+pub(super) fn read_document(
+    file: &SourceFile,
+    document: &Document,
+    models: &mut Models,
+    diagnostics: &mut Diagnostics,
+) {
+    let root_span = document.span(&document.root);
+    let Value::Map(entries) = &document.root.value else {
+        diagnostics.push(
+            Diagnostic::error(
+                root_span,
+                format!(
+                    "a model is a YAML mapping, found {}",
+                    document.root.value.describe()
+                ),
+            )
+            .with_hint("write `kind: <Kind>` and the model's fields, one per line"),
+        );
+        return;
+    };
+    let mut fields = Vec::with_capacity(entries.len());
+    for (key, value) in entries {
+        match &key.value {
+            Value::Str(name) => fields.push((name.as_str(), key, value)),
+            other => diagnostics.push(Diagnostic::error(
+                document.span(key),
+                format!("a field name must be a string, found {}", other.describe()),
+            )),
+        }
+    }
+    let Some(kind) = read_kind(document, root_span, &fields, diagnostics) else {
+        return;
+    };
+    let name = fields
+        .iter()
+        .find(|f| f.0 == "name")
+        .and_then(|f| match &f.2.value {
+            Value::Str(s) => Some(s.clone()),
+            _ => None,
+        });
+    let label = match name {
+        Some(name) => format!("{kind} \"{name}\""),
+        None => kind.name().to_string(),
+    };
+    let mut reader = Reader {
+        file,
+        document,
+        fields,
+        origin: Origin {
+            kind,
+            span: root_span,
+        },
+        label,
+        diagnostics,
+    };
+    reader.check_field_names();
+    reader.read_into(models);
+}
+
+fn read_kind(
+    document: &Document,
+    root_span: Span,
+    fields: &[(&str, &Node, &Node)],
+    diagnostics: &mut Diagnostics,
+) -> Option<Kind> {
+    let kind_names = || Kind::ALL.into_iter().map(Kind::name);
+    let api_version = fields.iter().find(|f| f.0 == "apiVersion");
+    let Some((_, _, kind_node)) = fields.iter().find(|f| f.0 == "kind") else {
+        diagnostics.push(
+            Diagnostic::error(root_span, "missing required field \"kind\"").with_hint(format!(
+                "one of: {}",
+                kind_names().collect::<Vec<_>>().join(", ")
+            )),
+        );
+        return None;
+    };
+    let kind_span = document.span(kind_node);
+    let Value::Str(kind_name) = &kind_node.value else {
+        diagnostics.push(Diagnostic::error(
+            kind_span,
+            format!(
+                "\"kind\" must be a string, found {}",
+                kind_node.value.describe()
+            ),
+        ));
+        return None;
+    };
+    if let Some((_, _, version)) = api_version {
+        if version.value != Value::Str("tether/v1".into()) {
+            let shown = match &version.value {
+                Value::Str(s) => format!("\"{s}\""),
+                other => other.describe().to_string(),
+            };
+            diagnostics.push(
+                Diagnostic::error(
+                    document.span(version),
+                    format!("apiVersion {shown} is not a tether model (tether/v1)"),
+                )
+                .with_hint(
+                    "to apply Kubernetes YAML as written, put it in the resource_definition \
+                     of a KubernetesResourceInstance",
+                ),
+            );
+            return None;
+        }
+    }
+    let Some(kind) = Kind::parse(kind_name) else {
+        let hint = match Kind::for_kubernetes_kind(kind_name) {
+            Some(model) => Some(format!(
+                "\"{kind_name}\" is a Kubernetes kind: a {model} model renders it, or use a \
+                 KubernetesResourceInstance to apply Kubernetes YAML as written"
+            )),
+            None if kind_name.eq_ignore_ascii_case("container") => {
+                Some("an Image's XOS `kind` field is written `image_kind: container`".to_string())
+            }
+            None => suggestion(kind_name, kind_names()).or_else(|| {
+                Some(format!(
+                    "one of: {}",
+                    kind_names().collect::<Vec<_>>().join(", ")
+                ))
+            }),
+        };
+        diagnostics.push(
+            Diagnostic::error(kind_span, format!("unknown kind \"{kind_name}\""))
+                .with_optional_hint(hint),
+        );
+        return None;
+    };
+    if kind_name == CONFIG_MOUNT_ALIAS {
+        diagnostics.push(
+            Diagnostic::warning(
+                kind_span,
+                format!("\"{CONFIG_MOUNT_ALIAS}\" is a deprecated alias"),
+            )
+            .with_hint("write kind: KubernetesConfigVolumeMount"),
+        );
+    }
+    Some(kind)
+}
+
+struct Reader<'a> {
+    file: &'a SourceFile,
+    document: &'a Document,
+    fields: Vec<(&'a str, &'a Node, &'a Node)>,
+    origin: Origin,
+    label: String,
+    diagnostics: &'a mut Diagnostics,
+}
+
+impl<'a> Reader<'a> {
+    fn error(&mut self, span: Span, message: impl Into<String>) -> &mut Diagnostic {
+        self.push(Diagnostic::error(span, message))
+    }
+
+    fn push(&mut self, diagnostic: Diagnostic) -> &mut Diagnostic {
+        self.diagnostics
+            .push_mut(diagnostic.in_model(self.label.clone()))
+    }
+
+    fn check_field_names(&mut self) {
+        let kind = self.origin.kind;
+        let unknown: Vec<(String, Span)> = self
+            .fields
+            .iter()
+            .filter(|(name, _, _)| {
+                !matches!(*name, "kind" | "apiVersion") && !kind.fields().contains(name)
+            })
+            .map(|(name, key, _)| (name.to_string(), self.document.span(key)))
+            .collect();
+        for (name, span) in unknown {
+            if XOS_FEEDBACK_FIELDS.contains(&name.as_str()) {
+                self.push(
+                    Diagnostic::warning(span, format!("XOS feedback field \"{name}\" is ignored"))
+                        .with_hint("tether keeps state in the cluster, not in models; remove it"),
+                );
+                continue;
+            }
+            let hint = suggestion(&name, kind.fields().iter().copied())
+                .unwrap_or_else(|| format!("fields of {kind}: {}", kind.fields().join(", ")));
+            self.push(
+                Diagnostic::error(span, format!("unknown field \"{name}\" in {kind}"))
+                    .with_hint(hint),
+            );
+        }
+    }
+
+    fn node(&self, name: &str) -> Option<(&'a Node, &'a Node)> {
+        self.fields
+            .iter()
+            .find(|f| f.0 == name)
+            .map(|(_, key, value)| (*key, *value))
+    }
+
+    /// The field's node, unless it is absent or null.
+    fn present(&self, name: &str) -> Option<(&'a Node, &'a Node)> {
+        self.node(name)
+            .filter(|(_, value)| value.value != Value::Null)
+    }
+
+    fn missing(&mut self, name: &str) {
+        let kind = self.origin.kind;
+        let required: Vec<&str> = required_fields(kind).to_vec();
+        self.error(
+            self.origin.span,
+            format!("missing required field \"{name}\""),
+        )
+        .hint = Some(format!("a {kind} needs {}", required.join(", ")));
+    }
+
+    fn text(&mut self, name: &str) -> Option<Text> {
+        let (_, node) = self.present(name)?;
+        let span = self.document.span(node);
+        match node.scalar_text(&self.file.text) {
+            Some(text) => Some(Spanned::new(text, span)),
+            None => {
+                let found = node.value.describe();
+                self.error(span, format!("\"{name}\" must be a string, found {found}"));
+                None
+            }
+        }
+    }
+
+    fn required_text(&mut self, name: &str) -> Option<Text> {
+        if self.present(name).is_none() {
+            self.missing(name);
+            return None;
+        }
+        self.text(name)
+    }
+
+    fn boolean(&mut self, name: &str) -> Option<Spanned<bool>> {
+        let (_, node) = self.present(name)?;
+        let span = self.document.span(node);
+        match &node.value {
+            Value::Bool(b) => Some(Spanned::new(*b, span)),
+            Value::Str(s) if is_yaml_1_1_boolean(s) => {
+                let meant = matches!(s.to_ascii_lowercase().as_str(), "y" | "yes" | "on");
+                self.error(
+                    span,
+                    format!(
+                        "\"{s}\" is not a boolean: YAML 1.2 reads it as a string (YAML 1.1 read it as {meant})"
+                    ),
+                )
+                .hint = Some(format!("write {meant}"));
+                None
+            }
+            other => {
+                let found = other.describe();
+                self.error(
+                    span,
+                    format!("\"{name}\" must be true or false, found {found}"),
+                );
+                None
+            }
+        }
+    }
+
+    fn integer(&mut self, name: &str) -> Option<Spanned<i64>> {
+        let (_, node) = self.present(name)?;
+        let span = self.document.span(node);
+        let plain = node.is_plain(&self.file.text);
+        match &node.value {
+            Value::Int(i) => Some(Spanned::new(*i, span)),
+            Value::Str(s)
+                if plain
+                    && s.len() > 1
+                    && s.starts_with('0')
+                    && s.bytes().all(|b| b.is_ascii_digit()) =>
+            {
+                let decimal = s.trim_start_matches('0');
+                let octal = i64::from_str_radix(s, 8).ok();
+                let message = match octal {
+                    Some(o) => format!(
+                        "{s} has a leading zero: octal ({o}) in YAML 1.1, decimal ({decimal}) in YAML 1.2"
+                    ),
+                    None => {
+                        format!("{s} has a leading zero, which some YAML readers take as octal")
+                    }
+                };
+                self.error(span, message).hint = Some(format!(
+                    "write {} without the leading zero",
+                    if decimal.is_empty() { "0" } else { decimal }
+                ));
+                None
+            }
+            Value::Str(s) if s.parse::<i64>().is_ok() => {
+                self.error(
+                    span,
+                    format!("\"{name}\" must be an integer, found the string \"{s}\""),
+                )
+                .hint = Some("remove the quotes".into());
+                None
+            }
+            other => {
+                let found = match other {
+                    Value::Float(_) => format!("the number {}", node.raw(&self.file.text)),
+                    other => other.describe().to_string(),
+                };
+                self.error(
+                    span,
+                    format!("\"{name}\" must be an integer, found {found}"),
+                );
+                None
+            }
+        }
+    }
+
+    /// A text field whose value is one of a fixed set of names.
+    fn choice<T: Copy>(
+        &mut self,
+        name: &str,
+        choices: &[T],
+        spell: fn(T) -> &'static str,
+    ) -> Option<Spanned<T>> {
+        let text = self.text(name)?;
+        if let Some(choice) = choices.iter().find(|c| spell(**c) == text.value) {
+            return Some(Spanned::new(*choice, text.span));
+        }
+        let names: Vec<&str> = choices.iter().map(|c| spell(*c)).collect();
+        let hint = suggestion(&text.value, names.iter().copied())
+            .unwrap_or_else(|| format!("one of: {}", names.join(", ")));
+        self.error(
+            text.span,
+            format!("\"{}\" is not a valid {name}", text.value),
+        )
+        .hint = Some(hint);
+        None
+    }
+
+    /// A read-only field that tether fills in; an error when set by hand.
+    fn read_only(&mut self, name: &str, why: &str) {
+        if let Some((key, _)) = self.present(name) {
+            let span = self.document.span(key);
+            self.error(span, format!("\"{name}\" is read-only: {why}"))
+                .hint = Some(format!("remove \"{name}\""));
+        }
+    }
+
+    fn read_into(mut self, models: &mut Models) {
+        let origin = self.origin;
+        match origin.kind {
+            Kind::KubernetesService => {
+                if let Some(name) = self.required_text("name") {
+                    models
+                        .kubernetes_services
+                        .push(KubernetesService { origin, name });
+                }
+            }
+            Kind::Site => {
+                let name = self.required_text("name");
+                let abbreviated_name = self.text("abbreviated_name");
+                let site_url = self.text("site_url");
+                if let Some(name) = name {
+                    models.sites.push(Site {
+                        origin,
+                        name,
+                        abbreviated_name,
+                        site_url,
+                    });
+                }
+            }
+            Kind::Image => {
+                let name = self.required_text("name");
+                let tag = self.text("tag");
+                let image_kind = self.text("image_kind");
+                if let Some(k) = &image_kind {
+                    if k.value != "container" {
+                        self.error(k.span, format!("\"{}\" is not a valid image_kind", k.value))
+                            .hint = Some("the only image kind is \"container\"".into());
+                    }
+                }
+                if let Some(name) = name {
+                    models.images.push(Image {
+                        origin,
+                        name,
+                        tag,
+                        image_kind,
+                    });
+                }
+            }
+            Kind::TrustDomain => {
+                let name = self.required_text("name");
+                let owner = self.text("owner");
+                if let Some(name) = name {
+                    models.trust_domains.push(TrustDomain {
+                        origin,
+                        name,
+                        owner,
+                    });
+                }
+            }
+            Kind::Principal => {
+                let name = self.required_text("name");
+                let trust_domain = self.required_text("trust_domain");
+                if let (Some(name), Some(trust_domain)) = (name, trust_domain) {
+                    models.principals.push(Principal {
+                        origin,
+                        name,
+                        trust_domain,
+                    });
+                }
+            }
+            Kind::Slice => self.read_slice(models),
+            Kind::KubernetesServiceInstance => {
+                let name = self.required_text("name");
+                let slice = self.required_text("slice");
+                let image = self.required_text("image");
+                let owner = self.text("owner");
+                let xos_managed = self.boolean("xos_managed");
+                let pod_ip = self.text("pod_ip");
+                if xos_managed.as_ref().is_none_or(|m| m.value) {
+                    self.read_only(
+                        "pod_ip",
+                        "the cluster assigns it; only discovered models (xos_managed: false) carry it",
+                    );
+                }
+                if let (Some(name), Some(slice), Some(image)) = (name, slice, image) {
+                    models.instances.push(KubernetesServiceInstance {
+                        origin,
+                        name,
+                        slice,
+                        image,
+                        owner,
+                        xos_managed,
+                        pod_ip,
+                    });
+                }
+            }
+            Kind::KubernetesConfigMap | Kind::KubernetesSecret => {
+                let data_kind = if origin.kind == Kind::KubernetesConfigMap {
+                    DataKind::Config
+                } else {
+                    DataKind::Secret
+                };
+                let name = self.required_text("name");
+                let trust_domain = self.required_text("trust_domain");
+                let data = match self.present("data") {
+                    Some((key, node)) => {
+                        let label = self.label.clone();
+                        read_data(
+                            self.file,
+                            self.document,
+                            key,
+                            node,
+                            data_kind,
+                            &label,
+                            self.diagnostics,
+                        )
+                    }
+                    None => Some(Vec::new()),
+                };
+                if let (Some(name), Some(trust_domain), Some(data)) = (name, trust_domain, data) {
+                    models.data.push(DataModel {
+                        origin,
+                        data_kind,
+                        name,
+                        trust_domain,
+                        data,
+                    });
+                }
+            }
+            Kind::KubernetesConfigVolumeMount => self.read_mount(models, DataKind::Config),
+            Kind::KubernetesSecretVolumeMount => self.read_mount(models, DataKind::Secret),
+            Kind::Service => {
+                let name = self.required_text("name");
+                let description = self.text("description");
+                let trust_domain = self.text("trust_domain");
+                if let Some(name) = name {
+                    models.services.push(Service {
+                        origin,
+                        name,
+                        description,
+                        trust_domain,
+                    });
+                }
+            }
+            Kind::ServicePort => {
+                let name = self.required_text("name");
+                let service = self.required_text("service");
+                let internal_port = if self.present("internal_port").is_none() {
+                    self.missing("internal_port");
+                    None
+                } else {
+                    self.integer("internal_port")
+                };
+                let external_port = self.integer("external_port");
+                let protocol = self.choice("protocol", &Protocol::ALL, Protocol::name);
+                if let (Some(name), Some(service), Some(internal_port)) =
+                    (name, service, internal_port)
+                {
+                    models.ports.push(ServicePort {
+                        origin,
+                        name,
+                        service,
+                        internal_port,
+                        external_port,
+                        protocol,
+                    });
+                }
+            }
+            Kind::KubernetesResourceInstance => {
+                let name = self.required_text("name");
+                let owner = self.text("owner");
+                self.read_only(
+                    "kubectl_state",
+                    "tether records what it applied in the cluster",
+                );
+                let objects = match self.present("resource_definition") {
+                    Some((key, node)) => {
+                        let label = self.label.clone();
+                        read_resource_definition(
+                            self.file,
+                            self.document,
+                            key,
+                            node,
+                            &label,
+                            self.diagnostics,
+                        )
+                    }
+                    None => {
+                        self.missing("resource_definition");
+                        None
+                    }
+                };
+                if let (Some(name), Some(objects)) = (name, objects) {
+                    models.resources.push(KubernetesResourceInstance {
+                        origin,
+                        name,
+                        objects,
+                        owner,
+                    });
+                }
+            }
+        }
+    }
+
+    fn read_slice(&mut self, models: &mut Models) {
+        let name = self.required_text("name");
+        let site = self.text("site");
+        let trust_domain = self.text("trust_domain");
+        let principal = self.text("principal");
+        let service = self.text("service");
+        let controller_kind = match self.text("controller_kind") {
+            Some(t) if t.value.is_empty() || t.value.eq_ignore_ascii_case("none") => None,
+            Some(_) => self.choice(
+                "controller_kind",
+                &ControllerKind::ALL,
+                ControllerKind::name,
+            ),
+            None => None,
+        };
+        let controller_replica_count = self.integer("controller_replica_count");
+        if let Some(count) = &controller_replica_count {
+            if count.value < 0 || count.value > i64::from(i32::MAX) {
+                self.error(
+                    count.span,
+                    format!("controller_replica_count {} is out of range", count.value),
+                )
+                .hint = Some("a replica count is 0 or more".into());
+            }
+        }
+        let default_image = self.text("default_image");
+        let description = self.text("description");
+        let enabled = self.boolean("enabled");
+        if let Some(name) = name {
+            models.slices.push(Slice {
+                origin: self.origin,
+                name,
+                site,
+                trust_domain,
+                principal,
+                service,
+                controller_kind,
+                controller_replica_count,
+                default_image,
+                description,
+                enabled,
+            });
+        }
+    }
+
+    fn read_mount(&mut self, models: &mut Models, data_kind: DataKind) {
+        let source_field = match data_kind {
+            DataKind::Config => "config",
+            DataKind::Secret => "secret",
+        };
+        let source = self.required_text(source_field);
+        let instance = self.text("service_instance");
+        let slice = self.text("slice");
+        let mount_path = self.required_text("mount_path");
+        let sub_path = self.text("sub_path");
+        let target = match (instance, slice) {
+            (Some(instance), None) => Some(MountTarget::ServiceInstance(instance)),
+            (None, Some(slice)) => Some(MountTarget::Slice(slice)),
+            (Some(_), Some(slice)) => {
+                self.error(
+                    slice.span,
+                    "set either \"service_instance\" or \"slice\", not both",
+                )
+                .hint = Some("a mount goes into one pod, or into every pod of one slice".into());
+                None
+            }
+            (None, None) => {
+                self.error(
+                    self.origin.span,
+                    "missing \"service_instance\" or \"slice\"",
+                )
+                .hint = Some("name the pod (service_instance) or the slice to mount into".into());
+                None
+            }
+        };
+        if let (Some(source), Some(target), Some(mount_path)) = (source, target, mount_path) {
+            models.mounts.push(VolumeMount {
+                origin: self.origin,
+                data_kind,
+                source,
+                target,
+                mount_path,
+                sub_path,
+            });
+        }
+    }
+}
+
+/// The fields in bold in the model reference (design.md).
+fn required_fields(kind: Kind) -> &'static [&'static str] {
+    match kind {
+        Kind::KubernetesService | Kind::Site | Kind::Image | Kind::TrustDomain => &["name"],
+        Kind::Slice | Kind::Service => &["name"],
+        Kind::Principal => &["name", "trust_domain"],
+        Kind::KubernetesServiceInstance => &["name", "slice", "image"],
+        Kind::KubernetesConfigMap | Kind::KubernetesSecret => &["name", "trust_domain"],
+        Kind::KubernetesConfigVolumeMount => &["config", "service_instance or slice", "mount_path"],
+        Kind::KubernetesSecretVolumeMount => &["secret", "service_instance or slice", "mount_path"],
+        Kind::ServicePort => &["name", "service", "internal_port"],
+        Kind::KubernetesResourceInstance => &["name", "resource_definition"],
+    }
+}

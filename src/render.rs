@@ -1,0 +1,602 @@
+//! Render: a pure function from the resolved [`Graph`] to Kubernetes objects, in
+//! apply order. Objects carry only the fields tether sets (server-side apply makes
+//! tether the owner of exactly those), plus tether's ownership labels and annotations.
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::apps::v1::{
+    DaemonSet, DaemonSetSpec, Deployment, DeploymentSpec, StatefulSet, StatefulSetSpec,
+};
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ConfigMapVolumeSource, Container, Namespace, Pod, PodSpec, PodTemplateSpec, Secret,
+    SecretVolumeSource, Service, ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::kube;
+use crate::model::{ControllerKind, DataKind, Origin, Protocol};
+use crate::resolve::Graph;
+use crate::source::SourceFiles;
+
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+pub const MANAGER: &str = "tether";
+pub const PART_OF_LABEL: &str = "applyset.kubernetes.io/part-of";
+pub const MODEL_ANNOTATION: &str = "tether.dev/model";
+pub const SOURCE_ANNOTATION: &str = "tether.dev/source";
+pub const DESCRIPTION_ANNOTATION: &str = "tether.dev/description";
+/// Label on the pods of a slice; the controller's selector, and XOS's slice name.
+pub const SLICE_LABEL: &str = "xos_slice_name";
+/// Label on the pods of a slice with a service; what the Service selects (as in XOS).
+pub const SERVICE_LABEL: &str = "xos_service";
+
+/// The object that records what tether applied (an ApplySet parent).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Inventory {
+    pub name: String,
+    pub namespace: String,
+}
+
+impl Default for Inventory {
+    fn default() -> Self {
+        Inventory {
+            name: "tether".into(),
+            namespace: kube::DEFAULT_NAMESPACE.into(),
+        }
+    }
+}
+
+impl Inventory {
+    /// The ApplySet id (KEP-3659): base64url(sha256(name.namespace.kind.group)).
+    pub fn applyset_id(&self) -> String {
+        let digest = Sha256::digest(format!("{}.{}.ConfigMap.", self.name, self.namespace));
+        format!(
+            "applyset-{}-v1",
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(digest)
+        )
+    }
+}
+
+/// A rendered Kubernetes object and the model it came from.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RenderedObject {
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: Option<String>,
+    pub name: String,
+    /// `Kind/name` of the model.
+    pub model: String,
+    /// The model's file, relative to the models root.
+    pub source: String,
+    pub body: serde_json::Value,
+}
+
+impl RenderedObject {
+    /// `Kind namespace/name`, as reports show an object.
+    pub fn display_name(&self) -> String {
+        match &self.namespace {
+            Some(ns) => format!("{} {ns}/{}", self.kind, self.name),
+            None => format!("{} {}", self.kind, self.name),
+        }
+    }
+}
+
+/// Renders every object of the graph, in apply order.
+pub fn render(graph: &Graph, files: &SourceFiles, inventory: &Inventory) -> Vec<RenderedObject> {
+    let mut renderer = Renderer {
+        graph,
+        files,
+        applyset: inventory.applyset_id(),
+        objects: Vec::new(),
+    };
+    renderer.render_all();
+    let mut objects = renderer.objects;
+    objects.sort_by(|a, b| {
+        (kube::apply_rank(&a.kind), &a.kind, &a.namespace, &a.name).cmp(&(
+            kube::apply_rank(&b.kind),
+            &b.kind,
+            &b.namespace,
+            &b.name,
+        ))
+    });
+    objects
+}
+
+struct Renderer<'g> {
+    graph: &'g Graph,
+    files: &'g SourceFiles,
+    applyset: String,
+    objects: Vec<RenderedObject>,
+}
+
+fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+impl Renderer<'_> {
+    fn ownership_labels(&self) -> BTreeMap<String, String> {
+        labels(&[(MANAGED_BY_LABEL, MANAGER), (PART_OF_LABEL, &self.applyset)])
+    }
+
+    fn annotations(&self, origin: Origin, name: &str) -> BTreeMap<String, String> {
+        labels(&[
+            (MODEL_ANNOTATION, &format!("{}/{name}", origin.kind)),
+            (SOURCE_ANNOTATION, self.files.path(origin.span.file)),
+        ])
+    }
+
+    fn metadata(
+        &self,
+        origin: Origin,
+        model_name: &str,
+        name: &str,
+        namespace: Option<&str>,
+    ) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: namespace.map(str::to_string),
+            labels: Some(self.ownership_labels()),
+            annotations: Some(self.annotations(origin, model_name)),
+            ..ObjectMeta::default()
+        }
+    }
+
+    fn push<T: Serialize>(&mut self, origin: Origin, model_name: &str, object: &T) {
+        // Serializing k8s-openapi types to JSON cannot fail: no maps with non-string keys.
+        let body = serde_json::to_value(object).unwrap_or_default();
+        self.push_value(origin, model_name, body);
+    }
+
+    fn push_value(&mut self, origin: Origin, model_name: &str, body: serde_json::Value) {
+        let body = conventional_order(body);
+        let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+        self.objects.push(RenderedObject {
+            api_version: text(&body["apiVersion"]),
+            kind: text(&body["kind"]),
+            namespace: body["metadata"]["namespace"].as_str().map(str::to_string),
+            name: text(&body["metadata"]["name"]),
+            model: format!("{}/{model_name}", origin.kind),
+            source: self.files.path(origin.span.file).to_string(),
+            body,
+        });
+    }
+
+    fn td_name(&self, index: usize) -> &str {
+        &self.graph.models.trust_domains[index].name.value
+    }
+
+    fn render_all(&mut self) {
+        let g = self.graph;
+        let m = &g.models;
+        for td in &m.trust_domains {
+            let name = &td.name.value;
+            let object = Namespace {
+                metadata: self.metadata(td.origin, name, name, None),
+                ..Namespace::default()
+            };
+            self.push(td.origin, name, &object);
+        }
+        for (p, links) in m.principals.iter().zip(&g.principals) {
+            let name = &p.name.value;
+            let object = ServiceAccount {
+                metadata: self.metadata(
+                    p.origin,
+                    name,
+                    name,
+                    Some(self.td_name(links.trust_domain)),
+                ),
+                ..ServiceAccount::default()
+            };
+            self.push(p.origin, name, &object);
+        }
+        for (d, links) in m.data.iter().zip(&g.data) {
+            let name = &d.name.value;
+            let metadata =
+                self.metadata(d.origin, name, name, Some(self.td_name(links.trust_domain)));
+            let entries = d
+                .data
+                .iter()
+                .map(|(k, v)| (k.value.clone(), v.value.clone()));
+            match d.data_kind {
+                DataKind::Config => {
+                    let object = ConfigMap {
+                        metadata,
+                        data: Some(entries.collect()),
+                        ..ConfigMap::default()
+                    };
+                    self.push(d.origin, name, &object);
+                }
+                DataKind::Secret => {
+                    let object = Secret {
+                        metadata,
+                        type_: Some("Opaque".into()),
+                        data: Some(
+                            entries
+                                .map(|(k, v)| (k, ByteString(v.into_bytes())))
+                                .collect(),
+                        ),
+                        ..Secret::default()
+                    };
+                    self.push(d.origin, name, &object);
+                }
+            }
+        }
+        for i in 0..m.slices.len() {
+            self.render_slice(i);
+        }
+        for i in 0..m.instances.len() {
+            self.render_bare_pod(i);
+        }
+        for i in 0..m.services.len() {
+            self.render_service(i);
+        }
+        for r in &m.resources {
+            for object in &r.objects {
+                let mut body = object.value.clone();
+                self.label_resource(&mut body, r.origin, &r.name.value);
+                self.push_value(r.origin, &r.name.value, body);
+            }
+        }
+    }
+
+    /// Adds tether's labels and annotations, and the default namespace, to an object
+    /// written by hand; everything else stays as written.
+    fn label_resource(&self, body: &mut serde_json::Value, origin: Origin, model_name: &str) {
+        let namespace = kube::effective_namespace(body);
+        let Some(object) = body.as_object_mut() else {
+            return;
+        };
+        let metadata = object
+            .entry("metadata")
+            .or_insert_with(|| serde_json::json!({}));
+        let Some(metadata) = metadata.as_object_mut() else {
+            return;
+        };
+        if let Some(namespace) = namespace {
+            metadata.insert("namespace".into(), namespace.into());
+        }
+        for (field, values) in [
+            ("labels", self.ownership_labels()),
+            ("annotations", self.annotations(origin, model_name)),
+        ] {
+            let entry = metadata
+                .entry(field)
+                .or_insert_with(|| serde_json::json!({}));
+            if let Some(map) = entry.as_object_mut() {
+                for (k, v) in values {
+                    map.insert(k, v.into());
+                }
+            }
+        }
+    }
+
+    /// Labels of the pods of a slice: the selector of its controller and its Service.
+    fn pod_labels(&self, slice: usize) -> BTreeMap<String, String> {
+        let s = &self.graph.models.slices[slice];
+        let mut pod_labels = labels(&[(SLICE_LABEL, &s.name.value)]);
+        if let Some(service) = self.graph.slices[slice].service {
+            pod_labels.insert(
+                SERVICE_LABEL.into(),
+                self.graph.models.services[service].name.value.clone(),
+            );
+        }
+        pod_labels
+    }
+
+    /// The pod spec of a slice's controller or of one of its bare pods.
+    fn pod_spec(&self, slice: usize, container: &str, image: usize, mounts: &[usize]) -> PodSpec {
+        let g = self.graph;
+        let mut volumes: Vec<Volume> = Vec::new();
+        let mut volume_mounts = Vec::new();
+        for &mount in mounts {
+            let model = &g.models.mounts[mount];
+            let source = &g.models.data[g.mounts[mount].source];
+            let volume_name = volume_name(source.data_kind, &source.name.value);
+            if !volumes.iter().any(|v| v.name == volume_name) {
+                volumes.push(match source.data_kind {
+                    DataKind::Config => Volume {
+                        name: volume_name.clone(),
+                        config_map: Some(ConfigMapVolumeSource {
+                            name: source.name.value.clone(),
+                            ..ConfigMapVolumeSource::default()
+                        }),
+                        ..Volume::default()
+                    },
+                    DataKind::Secret => Volume {
+                        name: volume_name.clone(),
+                        secret: Some(SecretVolumeSource {
+                            secret_name: Some(source.name.value.clone()),
+                            ..SecretVolumeSource::default()
+                        }),
+                        ..Volume::default()
+                    },
+                });
+            }
+            volume_mounts.push(VolumeMount {
+                name: volume_name,
+                mount_path: model.mount_path.value.clone(),
+                sub_path: model.sub_path.as_ref().map(|s| s.value.clone()),
+                read_only: Some(true),
+                ..VolumeMount::default()
+            });
+        }
+        let principal = g.slices[slice]
+            .principal
+            .map(|p| g.models.principals[p].name.value.clone());
+        PodSpec {
+            service_account_name: principal,
+            containers: vec![Container {
+                name: container.to_string(),
+                image: Some(g.models.images[image].reference()),
+                volume_mounts: (!volume_mounts.is_empty()).then_some(volume_mounts),
+                ..Container::default()
+            }],
+            volumes: (!volumes.is_empty()).then_some(volumes),
+            ..PodSpec::default()
+        }
+    }
+
+    fn render_slice(&mut self, index: usize) {
+        let g = self.graph;
+        let slice = &g.models.slices[index];
+        let links = &g.slices[index];
+        let (Some(controller), Some(td), Some(image)) = (
+            &slice.controller_kind,
+            links.trust_domain,
+            links.default_image,
+        ) else {
+            return;
+        };
+        let enabled = slice.enabled.as_ref().is_none_or(|e| e.value);
+        let name = &slice.name.value;
+        let mut metadata = self.metadata(slice.origin, name, name, Some(self.td_name(td)));
+        if let Some(description) = &slice.description {
+            metadata
+                .annotations
+                .get_or_insert_default()
+                .insert(DESCRIPTION_ANNOTATION.into(), description.value.clone());
+        }
+        let pod_labels = self.pod_labels(index);
+        let mut spec = self.pod_spec(index, name, image, &links.mounts);
+        let template = |spec: PodSpec| PodTemplateSpec {
+            metadata: Some(ObjectMeta {
+                labels: Some(pod_labels.clone()),
+                ..ObjectMeta::default()
+            }),
+            spec: Some(spec),
+        };
+        let selector = LabelSelector {
+            match_labels: Some(labels(&[(SLICE_LABEL, name)])),
+            ..LabelSelector::default()
+        };
+        let count = slice
+            .controller_replica_count
+            .as_ref()
+            .map(|c| i32::try_from(c.value).unwrap_or(i32::MAX));
+        // A disabled slice keeps its Deployment or StatefulSet at zero replicas; a
+        // DaemonSet or Job has no such off switch, so it is not rendered.
+        let replicas = Some(if enabled { count.unwrap_or(1) } else { 0 });
+        match controller.value {
+            ControllerKind::Deployment => {
+                let object = Deployment {
+                    metadata,
+                    spec: Some(DeploymentSpec {
+                        replicas,
+                        selector,
+                        template: template(spec),
+                        ..DeploymentSpec::default()
+                    }),
+                    ..Deployment::default()
+                };
+                self.push(slice.origin, name, &object);
+            }
+            ControllerKind::StatefulSet => {
+                let service_name = links
+                    .service
+                    .map_or_else(|| name.clone(), |s| g.models.services[s].name.value.clone());
+                let object = StatefulSet {
+                    metadata,
+                    spec: Some(StatefulSetSpec {
+                        replicas,
+                        selector,
+                        service_name: Some(service_name),
+                        template: template(spec),
+                        ..StatefulSetSpec::default()
+                    }),
+                    ..StatefulSet::default()
+                };
+                self.push(slice.origin, name, &object);
+            }
+            ControllerKind::DaemonSet if enabled => {
+                let object = DaemonSet {
+                    metadata,
+                    spec: Some(DaemonSetSpec {
+                        selector,
+                        template: template(spec),
+                        ..DaemonSetSpec::default()
+                    }),
+                    ..DaemonSet::default()
+                };
+                self.push(slice.origin, name, &object);
+            }
+            ControllerKind::Job if enabled => {
+                spec.restart_policy = Some("Never".into());
+                let object = Job {
+                    metadata,
+                    spec: Some(JobSpec {
+                        parallelism: count,
+                        completions: count,
+                        template: template(spec),
+                        ..JobSpec::default()
+                    }),
+                    ..Job::default()
+                };
+                self.push(slice.origin, name, &object);
+            }
+            ControllerKind::DaemonSet | ControllerKind::Job => {}
+        }
+    }
+
+    /// A KubernetesServiceInstance that tether manages, in a slice without a controller.
+    fn render_bare_pod(&mut self, index: usize) {
+        let g = self.graph;
+        let instance = &g.models.instances[index];
+        let links = &g.instances[index];
+        let slice = &g.models.slices[links.slice];
+        let enabled = slice.enabled.as_ref().is_none_or(|e| e.value);
+        if !instance.is_managed() || slice.controller_kind.is_some() || !enabled {
+            return;
+        }
+        let name = &instance.name.value;
+        let mut metadata = self.metadata(
+            instance.origin,
+            name,
+            name,
+            Some(self.td_name(links.trust_domain)),
+        );
+        metadata
+            .labels
+            .get_or_insert_default()
+            .extend(self.pod_labels(links.slice));
+        let mounts: Vec<usize> = links
+            .mounts
+            .iter()
+            .chain(&g.slices[links.slice].mounts)
+            .copied()
+            .collect();
+        let object = Pod {
+            metadata,
+            spec: Some(self.pod_spec(links.slice, name, links.image, &mounts)),
+            ..Pod::default()
+        };
+        self.push(instance.origin, name, &object);
+    }
+
+    fn render_service(&mut self, index: usize) {
+        let g = self.graph;
+        let service = &g.models.services[index];
+        let links = &g.services[index];
+        let Some(td) = links.trust_domain else { return };
+        if links.ports.is_empty() {
+            return;
+        }
+        let name = &service.name.value;
+        let ports: Vec<ServicePort> = links
+            .ports
+            .iter()
+            .map(|&p| {
+                let port = &g.models.ports[p];
+                let number = i32::try_from(port.internal_port.value).unwrap_or_default();
+                ServicePort {
+                    name: Some(port.name.value.clone()),
+                    port: number,
+                    target_port: Some(IntOrString::Int(number)),
+                    protocol: Some(
+                        port.protocol
+                            .as_ref()
+                            .map_or(Protocol::Tcp, |p| p.value)
+                            .name()
+                            .to_string(),
+                    ),
+                    node_port: port
+                        .external_port
+                        .as_ref()
+                        .and_then(|e| i32::try_from(e.value).ok()),
+                    ..ServicePort::default()
+                }
+            })
+            .collect();
+        let node_port = ports.iter().any(|p| p.node_port.is_some());
+        let mut metadata = self.metadata(service.origin, name, name, Some(self.td_name(td)));
+        if let Some(description) = &service.description {
+            metadata
+                .annotations
+                .get_or_insert_default()
+                .insert(DESCRIPTION_ANNOTATION.into(), description.value.clone());
+        }
+        let object = Service {
+            metadata,
+            spec: Some(ServiceSpec {
+                type_: Some(if node_port { "NodePort" } else { "ClusterIP" }.into()),
+                selector: Some(labels(&[(SERVICE_LABEL, name)])),
+                ports: Some(ports),
+                ..ServiceSpec::default()
+            }),
+            ..Service::default()
+        };
+        self.push(service.origin, name, &object);
+    }
+}
+
+/// `apiVersion`, `kind`, `metadata` (name, namespace, labels, annotations first),
+/// then the rest as it was: the order people write and read objects in.
+fn conventional_order(body: serde_json::Value) -> serde_json::Value {
+    fn leading(value: serde_json::Value, first: &[&str]) -> serde_json::Value {
+        let serde_json::Value::Object(mut map) = value else {
+            return value;
+        };
+        let mut ordered = serde_json::Map::with_capacity(map.len());
+        for key in first {
+            if let Some(v) = map.shift_remove(*key) {
+                ordered.insert((*key).to_string(), v);
+            }
+        }
+        ordered.extend(map);
+        serde_json::Value::Object(ordered)
+    }
+    let mut body = leading(body, &["apiVersion", "kind", "metadata"]);
+    if let Some(metadata) = body.get_mut("metadata") {
+        *metadata = leading(
+            metadata.take(),
+            &["name", "namespace", "labels", "annotations"],
+        );
+    }
+    body
+}
+
+/// A volume name (a DNS label) for a config map or secret; long names are shortened
+/// with a hash so that two sources never share a volume name.
+fn volume_name(kind: DataKind, source: &str) -> String {
+    let prefix = match kind {
+        DataKind::Config => "config",
+        DataKind::Secret => "secret",
+    };
+    let name = format!("{prefix}-{}", source.replace('.', "-"));
+    if name.len() <= 63 {
+        return name;
+    }
+    let digest = Sha256::digest(source.as_bytes());
+    let hash: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
+    format!("{}-{hash}", name[..54].trim_end_matches('-'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn volume_names_are_dns_labels() {
+        assert_eq!(volume_name(DataKind::Config, "app.conf"), "config-app-conf");
+        let long = volume_name(DataKind::Secret, &"x".repeat(80));
+        assert!(kube::is_dns1123_label(&long), "{long}");
+        assert_ne!(long, volume_name(DataKind::Secret, &"x".repeat(81)));
+    }
+
+    #[test]
+    fn applyset_id_follows_the_kep() {
+        // base64url(sha256("tether.default.ConfigMap.")), computed independently with
+        // `printf tether.default.ConfigMap. | sha256sum | xxd -r -p | basenc --base64url`.
+        assert_eq!(
+            Inventory::default().applyset_id(),
+            "applyset-7UGKa0tlMtUmzMyVc1R_rBLUoNtSx-jYek2pOCi56Z8-v1"
+        );
+    }
+}

@@ -1,0 +1,209 @@
+//! The source files of a models repo: finding and reading them (the only I/O before
+//! rendering) and the in-memory table that every later stage refers to by [`FileId`].
+
+use std::path::{Path, PathBuf};
+
+use thiserror::Error;
+
+/// Index of a file in [`SourceFiles`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FileId(pub u32);
+
+#[derive(Clone, Debug)]
+pub struct SourceFile {
+    /// Path relative to the models root, with `/` separators, as shown to users.
+    pub path: String,
+    pub text: String,
+    /// Byte offset of the start of each line.
+    line_starts: Vec<u32>,
+}
+
+impl SourceFile {
+    pub fn new(path: impl Into<String>, text: impl Into<String>) -> Self {
+        let text = text.into();
+        let line_starts = std::iter::once(0)
+            .chain(
+                text.bytes()
+                    .enumerate()
+                    .filter(|(_, b)| *b == b'\n')
+                    .map(|(i, _)| to_u32(i + 1)),
+            )
+            .collect();
+        SourceFile {
+            path: path.into(),
+            text,
+            line_starts,
+        }
+    }
+
+    /// Byte offset of a 1-based line and character column, clamped to the file.
+    pub fn offset_of(&self, line: u32, column: u32) -> u32 {
+        let line_index = (line.max(1) - 1) as usize;
+        let Some(&start) = self.line_starts.get(line_index) else {
+            return to_u32(self.text.len());
+        };
+        let rest = &self.text[start as usize..];
+        let line_text = rest.split('\n').next().unwrap_or("");
+        let within = line_text
+            .char_indices()
+            .nth((column.max(1) - 1) as usize)
+            .map_or(line_text.len(), |(i, _)| i);
+        start + to_u32(within)
+    }
+}
+
+pub(crate) fn to_u32(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+/// All files of one repo, in path order.
+#[derive(Clone, Debug, Default)]
+pub struct SourceFiles {
+    files: Vec<SourceFile>,
+}
+
+impl SourceFiles {
+    /// Files in the order given; [`read_models_dir`] sorts them by path first.
+    pub fn from_files(files: Vec<SourceFile>) -> Self {
+        SourceFiles { files }
+    }
+
+    pub fn get(&self, id: FileId) -> &SourceFile {
+        &self.files[id.0 as usize]
+    }
+
+    pub fn path(&self, id: FileId) -> &str {
+        &self.get(id).path
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (FileId, &SourceFile)> {
+        self.files
+            .iter()
+            .enumerate()
+            .map(|(i, f)| (FileId(to_u32(i)), f))
+    }
+
+    pub fn len(&self) -> usize {
+        self.files.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty()
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum SourceError {
+    #[error("cannot read models at {path}: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot walk {path}: {source}")]
+    Walk {
+        path: PathBuf,
+        #[source]
+        source: walkdir::Error,
+    },
+    #[error("{path} is not UTF-8 text")]
+    NotUtf8 { path: PathBuf },
+}
+
+/// Is this a model file? `*.yaml`/`*.yml`, but not the settings file `.tether.yaml`.
+fn is_model_file(path: &Path) -> bool {
+    let is_yaml = matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("yaml" | "yml")
+    );
+    let is_hidden = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with('.'));
+    is_yaml && !is_hidden
+}
+
+/// Reads every model file below `root` (or `root` itself when it is a file), skipping
+/// `.git/` and every other dot-directory. Blocking: call it off the async runtime.
+pub fn read_models_dir(root: &Path) -> Result<SourceFiles, SourceError> {
+    let metadata = std::fs::metadata(root).map_err(|source| SourceError::Read {
+        path: root.to_path_buf(),
+        source,
+    })?;
+    if metadata.is_file() {
+        let name = root.file_name().map_or_else(
+            || root.display().to_string(),
+            |n| n.to_string_lossy().into(),
+        );
+        return Ok(SourceFiles::from_files(vec![read_one(root, name)?]));
+    }
+    let mut files = Vec::new();
+    let walk = walkdir::WalkDir::new(root)
+        .follow_links(true)
+        .sort_by_file_name()
+        .into_iter()
+        .filter_entry(|e| {
+            e.depth() == 0 || !e.file_name().to_str().is_some_and(|n| n.starts_with('.'))
+        });
+    for entry in walk {
+        let entry = entry.map_err(|source| SourceError::Walk {
+            path: root.to_path_buf(),
+            source,
+        })?;
+        if !entry.file_type().is_file() || !is_model_file(entry.path()) {
+            continue;
+        }
+        let relative = entry.path().strip_prefix(root).unwrap_or(entry.path());
+        let shown = relative
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy())
+            .collect::<Vec<_>>()
+            .join("/");
+        files.push(read_one(entry.path(), shown)?);
+    }
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(SourceFiles::from_files(files))
+}
+
+fn read_one(path: &Path, shown: String) -> Result<SourceFile, SourceError> {
+    let bytes = std::fs::read(path).map_err(|source| SourceError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let text = String::from_utf8(bytes).map_err(|_| SourceError::NotUtf8 {
+        path: path.to_path_buf(),
+    })?;
+    Ok(SourceFile::new(shown, text))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_count_characters_within_a_line() {
+        let file = SourceFile::new("a.yaml", "kind: x\nname: \"é\" z\n");
+        assert_eq!(file.offset_of(1, 1), 0);
+        assert_eq!(file.offset_of(2, 1), 8);
+        // `z` is the 11th character of line 2 but the 12th byte (é is two bytes).
+        assert_eq!(&file.text[file.offset_of(2, 11) as usize..][..1], "z");
+        assert_eq!(file.offset_of(99, 1), file.text.len() as u32);
+    }
+
+    #[test]
+    fn reads_yaml_below_root_but_not_dot_dirs_or_settings() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("b/.hidden")).unwrap();
+        std::fs::create_dir_all(root.join(".git")).unwrap();
+        std::fs::write(root.join("b/one.yml"), "kind: Site\nname: s\n").unwrap();
+        std::fs::write(root.join("a.yaml"), "").unwrap();
+        std::fs::write(root.join("notes.txt"), "").unwrap();
+        std::fs::write(root.join(".tether.yaml"), "").unwrap();
+        std::fs::write(root.join(".git/x.yaml"), "").unwrap();
+        std::fs::write(root.join("b/.hidden/y.yaml"), "").unwrap();
+        let files = read_models_dir(root).unwrap();
+        let paths: Vec<_> = files.iter().map(|(_, f)| f.path.as_str()).collect();
+        assert_eq!(paths, ["a.yaml", "b/one.yml"]);
+    }
+}
