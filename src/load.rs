@@ -122,11 +122,20 @@ pub fn parse_yaml(text: &str, dialect: Dialect) -> Result<Vec<Node>, SyntaxError
 fn syntax_message(error: &serde_saphyr::Error) -> String {
     let full = error.without_snippet().to_string();
     let first_line = full.lines().next().unwrap_or("").trim();
-    let without_prefix = first_line.strip_prefix("error: ").unwrap_or(first_line);
-    match without_prefix.split_once(": ") {
-        Some((location, rest)) if location.starts_with("line ") => rest.to_string(),
-        _ => without_prefix.to_string(),
+    let mut message = first_line.strip_prefix("error: ").unwrap_or(first_line);
+    if let Some((location, rest)) = message.split_once(": ") {
+        if location.starts_with("line ") {
+            message = rest;
+        }
     }
+    // Drop the trailing position (we print our own) and advice meant for programmers.
+    if let Some(at) = message.rfind(" at line ") {
+        message = &message[..at];
+    }
+    if let Some(advice) = message.find(", set DuplicateKeyPolicy") {
+        message = &message[..advice];
+    }
+    message.to_string()
 }
 
 /// One YAML document of a source file.

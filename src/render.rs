@@ -536,6 +536,29 @@ impl Renderer<'_> {
     }
 }
 
+/// The objects as multi-document YAML, for `kubectl apply -f -`. Strings that YAML 1.1
+/// would read as another type (`"on"`, `"0755"`) are quoted.
+pub fn to_yaml(objects: &[RenderedObject]) -> Result<String, serde_saphyr::SerializeError> {
+    let mut text = String::new();
+    for object in objects {
+        text.push_str("---\n");
+        text.push_str(&serde_saphyr::to_string(&object.body)?);
+    }
+    Ok(text)
+}
+
+/// The objects as a pretty-printed JSON `v1` List.
+pub fn to_json_list(objects: &[RenderedObject]) -> String {
+    let list = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": objects.iter().map(|o| &o.body).collect::<Vec<_>>(),
+    });
+    let mut text = serde_json::to_string_pretty(&list).unwrap_or_default();
+    text.push('\n');
+    text
+}
+
 /// `apiVersion`, `kind`, `metadata` (name, namespace, labels, annotations first),
 /// then the rest as it was: the order people write and read objects in.
 fn conventional_order(body: serde_json::Value) -> serde_json::Value {

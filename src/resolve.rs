@@ -411,24 +411,21 @@ impl<'m> Resolver<'m> {
                 )
             }))
             .collect();
+        let mut services: Vec<&str> = self.names.names(Kind::KubernetesService).collect();
+        services.sort_unstable();
         for (model, owner, span) in owners {
             match owner {
                 Some(owner) => {
                     self.lookup(&model, Kind::KubernetesService, owner);
                 }
-                None if m.kubernetes_services.len() == 1 => {}
+                None if services.len() == 1 => {}
                 None => {
-                    let hint = if m.kubernetes_services.is_empty() {
+                    let hint = if services.is_empty() {
                         "add a KubernetesService model (kind: KubernetesService, name: kubernetes), which owners default to".to_string()
                     } else {
-                        let names: Vec<&str> = m
-                            .kubernetes_services
-                            .iter()
-                            .map(|s| s.name.value.as_str())
-                            .collect();
                         format!(
                             "the repo has several KubernetesServices; name one: {}",
-                            names.join(", ")
+                            services.join(", ")
                         )
                     };
                     self.error(&model, span, "missing \"owner\"", Some(hint));
@@ -1271,11 +1268,20 @@ impl<'m> Resolver<'m> {
                 ));
             }
         }
+        // Models of one kind are already checked for duplicates: report only the
+        // collisions that involve an object of a resource instance.
+        let from_models =
+            objects.len() - m.resources.iter().map(|r| r.objects.len()).sum::<usize>();
         let mut seen: HashMap<&(String, String, Option<String>, String), (&str, Span)> =
             HashMap::new();
         let mut collisions = Vec::new();
-        for (key, model, span) in &objects {
-            if let Some((first_model, first_span)) = seen.insert(key, (model, *span)) {
+        for (position, (key, model, span)) in objects.iter().enumerate() {
+            let first = seen.get(key).copied();
+            seen.entry(key).or_insert((model, *span));
+            if position < from_models {
+                continue;
+            }
+            if let Some((first_model, first_span)) = first {
                 let (_, kind, namespace, name) = key;
                 let object = match namespace {
                     Some(ns) => format!("{kind} {ns}/{name}"),

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use miette::{IntoDiagnostic, WrapErr};
-use tether::render::{Inventory, RenderedObject};
+use tether::render::Inventory;
 use tether::source::read_models_dir;
 
 /// Exit code for invalid models or differences found.
@@ -176,32 +176,12 @@ fn render(
     let objects = tether::render::render(graph, &files, inventory);
     tracing::info!(objects = objects.len(), "rendered");
     let text = match output {
-        OutputFormat::Yaml => to_yaml(&objects)?,
-        OutputFormat::Json => to_json(&objects)?,
+        OutputFormat::Yaml => tether::render::to_yaml(&objects).into_diagnostic()?,
+        OutputFormat::Json => tether::render::to_json_list(&objects),
     };
     std::io::stdout()
         .lock()
         .write_all(text.as_bytes())
         .into_diagnostic()?;
     Ok(ExitCode::SUCCESS)
-}
-
-fn to_yaml(objects: &[RenderedObject]) -> miette::Result<String> {
-    let mut text = String::new();
-    for object in objects {
-        text.push_str("---\n");
-        text.push_str(&serde_saphyr::to_string(&object.body).into_diagnostic()?);
-    }
-    Ok(text)
-}
-
-fn to_json(objects: &[RenderedObject]) -> miette::Result<String> {
-    let list = serde_json::json!({
-        "apiVersion": "v1",
-        "kind": "List",
-        "items": objects.iter().map(|o| &o.body).collect::<Vec<_>>(),
-    });
-    let mut text = serde_json::to_string_pretty(&list).into_diagnostic()?;
-    text.push('\n');
-    Ok(text)
 }
