@@ -123,10 +123,10 @@ fn syntax_message(error: &serde_saphyr::Error) -> String {
     let full = error.without_snippet().to_string();
     let first_line = full.lines().next().unwrap_or("").trim();
     let mut message = first_line.strip_prefix("error: ").unwrap_or(first_line);
-    if let Some((location, rest)) = message.split_once(": ") {
-        if location.starts_with("line ") {
-            message = rest;
-        }
+    if let Some((location, rest)) = message.split_once(": ")
+        && location.starts_with("line ")
+    {
+        message = rest;
     }
     // Drop the trailing position (we print our own) and advice meant for programmers.
     if let Some(at) = message.rfind(" at line ") {

@@ -212,6 +212,13 @@ impl<'m> NameIndex<'m> {
     }
 }
 
+/// A rendered object's identity: API group, kind, namespace, name.
+type ObjectKey = (String, String, Option<String>, String);
+
+/// A model name that becomes a Kubernetes name: the model kind, the name, its rule,
+/// and the rule in words.
+type NameRule<'a> = (Kind, &'a Text, fn(&str) -> bool, &'static str);
+
 struct Resolver<'m> {
     models: &'m Models,
     files: &'m SourceFiles,
@@ -437,7 +444,7 @@ impl<'m> Resolver<'m> {
     /// Names that become Kubernetes names follow Kubernetes' rules.
     fn check_names(&mut self) {
         let m = self.models;
-        let mut checks: Vec<(Kind, &Text, fn(&str) -> bool, &str)> = Vec::new();
+        let mut checks: Vec<NameRule> = Vec::new();
         for x in &m.trust_domains {
             checks.push((
                 Kind::TrustDomain,
@@ -781,17 +788,17 @@ impl<'m> Resolver<'m> {
                         );
                         ok = false;
                     }
-                    if controller.value == ControllerKind::DaemonSet {
-                        if let Some(count) = &x.controller_replica_count {
-                            self.diagnostics.push(
-                                Diagnostic::warning(
-                                    count.span,
-                                    "controller_replica_count is ignored for a DaemonSet",
-                                )
-                                .in_model(from.clone())
-                                .with_hint("a DaemonSet runs one pod per node"),
-                            );
-                        }
+                    if controller.value == ControllerKind::DaemonSet
+                        && let Some(count) = &x.controller_replica_count
+                    {
+                        self.diagnostics.push(
+                            Diagnostic::warning(
+                                count.span,
+                                "controller_replica_count is ignored for a DaemonSet",
+                            )
+                            .in_model(from.clone())
+                            .with_hint("a DaemonSet runs one pod per node"),
+                        );
                     }
                 } else if let Some(count) = &x.controller_replica_count {
                     self.diagnostics.push(
@@ -824,13 +831,12 @@ impl<'m> Resolver<'m> {
                 let image = self.image(&from, &x.image);
                 let slice = self.lookup(&from, Kind::Slice, &x.slice)?;
                 let slice_model = &m.slices[slice];
-                if let Some(pod_ip) = &x.pod_ip {
-                    if pod_ip.value.parse::<IpAddr>().is_err() {
+                if let Some(pod_ip) = &x.pod_ip
+                    && pod_ip.value.parse::<IpAddr>().is_err() {
                         self.error(&from, pod_ip.span, format!("\"{}\" is not an IP address", pod_ip.value), None);
                     }
-                }
-                if x.is_managed() {
-                    if let Some(controller) = &slice_model.controller_kind {
+                if x.is_managed()
+                    && let Some(controller) = &slice_model.controller_kind {
                         self.error(
                             &from,
                             x.slice.span,
@@ -838,7 +844,6 @@ impl<'m> Resolver<'m> {
                             Some("set xos_managed: false to record a pod the controller made, or remove controller_kind from the slice".into()),
                         );
                     }
-                }
                 let links = slices[slice].as_ref()?;
                 let Some(trust_domain) = links.trust_domain else {
                     if slice_model.trust_domain.is_none() {
@@ -925,19 +930,19 @@ impl<'m> Resolver<'m> {
                 );
                 ok = false;
             }
-            if let Some(sub_path) = &x.sub_path {
-                if sub_path.value.starts_with('/') || sub_path.value.split('/').any(|c| c == "..") {
-                    self.error(
-                        &from,
-                        sub_path.span,
-                        format!(
-                            "sub_path \"{}\" must be a relative path without \"..\"",
-                            sub_path.value
-                        ),
-                        Some("it names a key of the config map or secret, e.g. app.conf".into()),
-                    );
-                    ok = false;
-                }
+            if let Some(sub_path) = &x.sub_path
+                && (sub_path.value.starts_with('/') || sub_path.value.split('/').any(|c| c == ".."))
+            {
+                self.error(
+                    &from,
+                    sub_path.span,
+                    format!(
+                        "sub_path \"{}\" must be a relative path without \"..\"",
+                        sub_path.value
+                    ),
+                    Some("it names a key of the config map or secret, e.g. app.conf".into()),
+                );
+                ok = false;
             }
             if let Some(first) = paths.insert(
                 (is_slice, target, x.mount_path.value.as_str()),
@@ -1161,7 +1166,7 @@ impl<'m> Resolver<'m> {
     ) {
         let m = self.models;
         let td_name = |i: usize| m.trust_domains[i].name.value.clone();
-        let mut objects: Vec<((String, String, Option<String>, String), String, Span)> = Vec::new();
+        let mut objects: Vec<(ObjectKey, String, Span)> = Vec::new();
         for x in &m.trust_domains {
             objects.push((
                 ("".into(), "Namespace".into(), None, x.name.value.clone()),
@@ -1272,8 +1277,7 @@ impl<'m> Resolver<'m> {
         // collisions that involve an object of a resource instance.
         let from_models =
             objects.len() - m.resources.iter().map(|r| r.objects.len()).sum::<usize>();
-        let mut seen: HashMap<&(String, String, Option<String>, String), (&str, Span)> =
-            HashMap::new();
+        let mut seen: HashMap<&ObjectKey, (&str, Span)> = HashMap::new();
         let mut collisions = Vec::new();
         for (position, (key, model, span)) in objects.iter().enumerate() {
             let first = seen.get(key).copied();

@@ -265,9 +265,9 @@ fn object_problems(value: &serde_json::Value) -> Vec<String> {
     };
     let mut problems = Vec::new();
     for field in ["apiVersion", "kind"] {
-        if !object
+        if object
             .get(field)
-            .is_some_and(|v| v.as_str().is_some_and(|s| !s.is_empty()))
+            .is_none_or(|v| v.as_str().is_none_or(|s| s.is_empty()))
         {
             problems.push(format!("missing \"{field}\""));
         }
@@ -276,7 +276,7 @@ fn object_problems(value: &serde_json::Value) -> Vec<String> {
         .get("metadata")
         .and_then(|m| m.get("name"))
         .and_then(|n| n.as_str());
-    if !name.is_some_and(|n| !n.is_empty()) {
+    if name.is_none_or(|n| n.is_empty()) {
         problems.push("missing \"metadata.name\"".into());
     }
     problems

@@ -100,24 +100,24 @@ fn read_kind(
         ));
         return None;
     };
-    if let Some((_, _, version)) = api_version {
-        if version.value != Value::Str("tether/v1".into()) {
-            let shown = match &version.value {
-                Value::Str(s) => format!("\"{s}\""),
-                other => other.describe().to_string(),
-            };
-            diagnostics.push(
-                Diagnostic::error(
-                    document.span(version),
-                    format!("apiVersion {shown} is not a tether model (tether/v1)"),
-                )
-                .with_hint(
-                    "to apply Kubernetes YAML as written, put it in the resource_definition \
+    if let Some((_, _, version)) = api_version
+        && version.value != Value::Str("tether/v1".into())
+    {
+        let shown = match &version.value {
+            Value::Str(s) => format!("\"{s}\""),
+            other => other.describe().to_string(),
+        };
+        diagnostics.push(
+            Diagnostic::error(
+                document.span(version),
+                format!("apiVersion {shown} is not a tether model (tether/v1)"),
+            )
+            .with_hint(
+                "to apply Kubernetes YAML as written, put it in the resource_definition \
                      of a KubernetesResourceInstance",
-                ),
-            );
-            return None;
-        }
+            ),
+        );
+        return None;
     }
     let Some(kind) = Kind::parse(kind_name) else {
         let hint = match Kind::for_kubernetes_kind(kind_name) {
@@ -378,11 +378,11 @@ impl<'a> Reader<'a> {
                 let name = self.required_text("name");
                 let tag = self.text("tag");
                 let image_kind = self.text("image_kind");
-                if let Some(k) = &image_kind {
-                    if k.value != "container" {
-                        self.error(k.span, format!("\"{}\" is not a valid image_kind", k.value))
-                            .hint = Some("the only image kind is \"container\"".into());
-                    }
+                if let Some(k) = &image_kind
+                    && k.value != "container"
+                {
+                    self.error(k.span, format!("\"{}\" is not a valid image_kind", k.value))
+                        .hint = Some("the only image kind is \"container\"".into());
                 }
                 if let Some(name) = name {
                     models.images.push(Image {
@@ -565,14 +565,14 @@ impl<'a> Reader<'a> {
             None => None,
         };
         let controller_replica_count = self.integer("controller_replica_count");
-        if let Some(count) = &controller_replica_count {
-            if count.value < 0 || count.value > i64::from(i32::MAX) {
-                self.error(
-                    count.span,
-                    format!("controller_replica_count {} is out of range", count.value),
-                )
-                .hint = Some("a replica count is 0 or more".into());
-            }
+        if let Some(count) = &controller_replica_count
+            && (count.value < 0 || count.value > i64::from(i32::MAX))
+        {
+            self.error(
+                count.span,
+                format!("controller_replica_count {} is out of range", count.value),
+            )
+            .hint = Some("a replica count is 0 or more".into());
         }
         let default_image = self.text("default_image");
         let description = self.text("description");

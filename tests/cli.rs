@@ -1,0 +1,204 @@
+//! The `tether` binary as a user runs it: exit codes, output formats, secrets.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn tether(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(args)
+        .current_dir(root())
+        .env_remove("TETHER_LOG_LEVEL")
+        .env_remove("NO_COLOR")
+        .output()
+        .unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8(bytes.to_vec()).unwrap()
+}
+
+#[test]
+fn validate_exits_0_for_valid_models() {
+    let out = tether(&["validate", "examples/models"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "examples/models: 35 models in 8 files: valid\n"
+    );
+}
+
+#[test]
+fn validate_exits_1_with_every_problem_in_plain_text_when_piped() {
+    let out = tether(&["validate", "tests/cases/invalid/dangling-references"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = text(&out.stdout);
+    assert!(stdout.starts_with("models.yaml:13:15: error: Slice \"pods\": no TrustDomain named \"demo-trsut\"\n    hint: did you mean \"demo\"?\n"), "{stdout}");
+    assert!(
+        stdout.ends_with(": 5 models in 1 file: 4 errors\n"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains('\u{1b}'), "no colour codes when piped");
+}
+
+#[test]
+fn graphical_report_shows_the_source_line() {
+    let out = tether(&[
+        "--color",
+        "always",
+        "validate",
+        "tests/cases/invalid/unknown-kind-typo",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("kind: Slcie"), "{stdout}");
+    assert!(stdout.contains("models.yaml:4:7"), "{stdout}");
+    assert!(stdout.contains("did you mean \"Slice\"?"), "{stdout}");
+}
+
+#[test]
+fn unreadable_path_exits_2() {
+    let out = tether(&["validate", "no/such/dir"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("no/such/dir"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = tether(&["render", "-o", "xml", "examples/models"]);
+    assert_eq!(out.status.code(), Some(2), "usage errors exit 2");
+}
+
+#[test]
+fn render_refuses_invalid_models_and_prints_nothing() {
+    let out = tether(&["render", "tests/cases/invalid/port-ranges"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(out.stdout.is_empty());
+    assert!(text(&out.stderr).contains("internal_port 70000 is out of range"));
+}
+
+fn json_items(path: &str) -> Vec<serde_json::Value> {
+    let out = tether(&["render", path, "-o", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(list["apiVersion"], "v1");
+    assert_eq!(list["kind"], "List");
+    list["items"].as_array().unwrap().clone()
+}
+
+#[test]
+fn yaml_and_json_outputs_hold_the_same_objects_in_apply_order() {
+    let items = json_items("examples/models");
+    let kinds: Vec<&str> = items.iter().map(|i| i["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "Namespace",
+            "Namespace",
+            "ResourceQuota",
+            "ServiceAccount",
+            "ConfigMap",
+            "ConfigMap",
+            "Secret",
+            "DaemonSet",
+            "Deployment",
+            "Deployment",
+            "Job",
+            "Pod",
+            "Pod",
+            "StatefulSet",
+            "NetworkPolicy",
+            "Service",
+            "Service",
+            "Service",
+        ]
+    );
+    for item in &items {
+        assert_eq!(
+            item["metadata"]["labels"]["app.kubernetes.io/managed-by"], "tether",
+            "{item}"
+        );
+        assert!(
+            item["metadata"]["annotations"]["tether.dev/model"].is_string(),
+            "{item}"
+        );
+    }
+    // The YAML, read the way kubectl reads it (YAML 1.1: yes/on booleans, 0755 octal),
+    // is the same objects: every string that YAML 1.1 would retype is quoted.
+    let out = tether(&["render", "examples/models"]);
+    let yaml = text(&out.stdout);
+    let yaml_1_1 = serde_saphyr::options! { legacy_octal_numbers: true };
+    let from_yaml: Vec<serde_json::Value> =
+        serde_saphyr::from_str_multiple_with_options(&yaml, yaml_1_1).unwrap();
+    assert_eq!(from_yaml, items);
+}
+
+#[test]
+fn yaml_1_1_lookalike_strings_survive_a_yaml_1_1_reader() {
+    let dir = "tests/cases/valid/yaml-1-1-spellings";
+    let items = json_items(dir);
+    let out = tether(&["render", dir]);
+    let yaml_1_1 = serde_saphyr::options! { legacy_octal_numbers: true };
+    let from_yaml: Vec<serde_json::Value> =
+        serde_saphyr::from_str_multiple_with_options(&text(&out.stdout), yaml_1_1).unwrap();
+    assert_eq!(from_yaml, items);
+    let config = items.iter().find(|i| i["kind"] == "ConfigMap").unwrap();
+    assert_eq!(config["data"]["enabled"], "yes");
+    assert_eq!(config["data"]["mode"], "0755");
+    assert_eq!(config["data"]["on"], "off");
+}
+
+#[test]
+fn secret_values_never_appear_in_plain_text() {
+    let plain = ["s3cr3t-example-only", "pk_example_0000"];
+    for args in [
+        vec!["--log-level", "trace", "validate", "examples/models"],
+        vec!["--log-level", "trace", "render", "examples/models"],
+        vec![
+            "--log-level",
+            "trace",
+            "render",
+            "examples/models",
+            "-o",
+            "json",
+        ],
+        vec![
+            "--log-format",
+            "json",
+            "--log-level",
+            "trace",
+            "render",
+            "examples/models",
+        ],
+    ] {
+        let out = tether(&args);
+        assert_eq!(out.status.code(), Some(0));
+        for output in [text(&out.stdout), text(&out.stderr)] {
+            for secret in plain {
+                assert!(!output.contains(secret), "{args:?} printed {secret}");
+            }
+        }
+    }
+}
+
+#[test]
+fn a_single_file_can_be_validated() {
+    let out = tether(&["validate", "tests/cases/invalid/missing-kind/models.yaml"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out.stdout).starts_with("models.yaml:4:1: error: missing required field \"kind\"")
+    );
+}
+
+#[test]
+fn help_shows_examples_and_completions_are_generated() {
+    let out = tether(&["render", "--help"]);
+    assert!(text(&out.stdout).contains("tether render examples/models | kubectl apply"));
+    let out = tether(&["completions", "bash"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(text(&out.stdout).contains("_tether()"));
+    assert!(Path::new(env!("CARGO_BIN_EXE_tether")).exists());
+}
