@@ -136,26 +136,41 @@ impl Diagnostics {
     /// The plain, one-problem-per-paragraph form used when output is not a terminal:
     /// `path:line:column: error: [Kind name] message`, then an indented hint.
     pub fn render_plain(&self, files: &SourceFiles) -> String {
-        let mut out = String::new();
-        for d in self.sorted(files) {
-            out.push_str(&format!(
-                "{}:{}:{}: {}: ",
-                files.path(d.span.file),
-                d.span.line,
-                d.span.column,
-                d.severity
-            ));
-            if let Some(model) = &d.model {
-                out.push_str(&format!("{model}: "));
-            }
-            out.push_str(&d.message);
-            out.push('\n');
-            if let Some(hint) = &d.hint {
-                out.push_str(&format!("    hint: {hint}\n"));
-            }
+        self.sorted(files)
+            .into_iter()
+            .map(|d| d.render_plain(files))
+            .collect()
+    }
+}
+
+impl Diagnostic {
+    /// `path:line:column: severity: [model: ]message`, then `    hint: ...` if any.
+    pub fn render_plain(&self, files: &SourceFiles) -> String {
+        let mut out = format!(
+            "{}:{}:{}: {}: ",
+            files.path(self.span.file),
+            self.span.line,
+            self.span.column,
+            self.severity
+        );
+        if let Some(model) = &self.model {
+            out.push_str(&format!("{}: ", one_line(model)));
+        }
+        out.push_str(&one_line(&self.message));
+        out.push('\n');
+        if let Some(hint) = &self.hint {
+            out.push_str(&format!("    hint: {}\n", one_line(hint)));
         }
         out
     }
+}
+
+/// Keeps a diagnostic on its line: names and values quoted in messages may hold
+/// line breaks or tabs.
+fn one_line(text: &str) -> String {
+    text.replace('\n', "\\n")
+        .replace('\r', "\\r")
+        .replace('\t', "\\t")
 }
 
 /// The closest of `candidates` to `word`, when it is close enough to be a likely typo.

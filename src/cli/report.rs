@@ -46,17 +46,10 @@ pub fn diagnostics(diagnostics: &Diagnostics, files: &SourceFiles, graphical: bo
         let report = miette::Report::new(diagnostic)
             .with_source_code(NamedSource::new(&file.path, file.text.clone()));
         if handler.render_report(&mut out, report.as_ref()).is_err() {
-            out.push_str(&diagnostics_plain_fallback(d, &file.path));
+            out.push_str(&d.render_plain(files));
         }
     }
     out
-}
-
-fn diagnostics_plain_fallback(d: &tether::diagnostic::Diagnostic, path: &str) -> String {
-    format!(
-        "{path}:{}:{}: {}: {}\n",
-        d.span.line, d.span.column, d.severity, d.message
-    )
 }
 
 /// The closing line: what was checked and the verdict.
