@@ -20,7 +20,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::kube;
-use crate::model::{ControllerKind, DataKind, Origin, Protocol};
+use crate::model::{ControllerKind, DataKind, Origin, Protocol, Text};
 use crate::resolve::Graph;
 use crate::source::SourceFiles;
 
@@ -358,12 +358,7 @@ impl Renderer<'_> {
         let enabled = slice.enabled.as_ref().is_none_or(|e| e.value);
         let name = &slice.name.value;
         let mut metadata = self.metadata(slice.origin, name, name, Some(self.td_name(td)));
-        if let Some(description) = &slice.description {
-            metadata
-                .annotations
-                .get_or_insert_default()
-                .insert(DESCRIPTION_ANNOTATION.into(), description.value.clone());
-        }
+        annotate_description(&mut metadata, slice.description.as_ref());
         let pod_labels = self.pod_labels(index);
         let mut spec = self.pod_spec(index, name, image, &links.mounts);
         let template = |spec: PodSpec| PodTemplateSpec {
@@ -516,12 +511,7 @@ impl Renderer<'_> {
             .collect();
         let node_port = ports.iter().any(|p| p.node_port.is_some());
         let mut metadata = self.metadata(service.origin, name, name, Some(self.td_name(td)));
-        if let Some(description) = &service.description {
-            metadata
-                .annotations
-                .get_or_insert_default()
-                .insert(DESCRIPTION_ANNOTATION.into(), description.value.clone());
-        }
+        annotate_description(&mut metadata, service.description.as_ref());
         let object = Service {
             metadata,
             spec: Some(ServiceSpec {
@@ -533,6 +523,16 @@ impl Renderer<'_> {
             ..Service::default()
         };
         self.push(service.origin, name, &object);
+    }
+}
+
+/// A model's `description`, kept on its object for `kubectl describe`.
+fn annotate_description(metadata: &mut ObjectMeta, description: Option<&Text>) {
+    if let Some(description) = description {
+        metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(DESCRIPTION_ANNOTATION.into(), description.value.clone());
     }
 }
 

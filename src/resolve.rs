@@ -293,77 +293,53 @@ impl<'m> Resolver<'m> {
     fn check_duplicates(&mut self) {
         let m = self.models;
         let mut seen: HashMap<(Kind, String), Span> = HashMap::new();
-        let mut identities: Vec<(Kind, String, String, Span)> = Vec::new();
-        for x in &m.kubernetes_services {
-            identities.push((
-                Kind::KubernetesService,
-                x.name.value.clone(),
-                x.name.value.clone(),
-                x.name.span,
-            ));
-        }
-        for x in &m.sites {
-            identities.push((
-                Kind::Site,
-                x.name.value.clone(),
-                x.name.value.clone(),
-                x.name.span,
-            ));
-        }
-        for x in &m.images {
-            let id = format!("{}:{}", x.name.value, x.tag_or_default());
-            identities.push((Kind::Image, id.clone(), x.name.value.clone(), x.name.span));
-        }
-        for x in &m.trust_domains {
-            identities.push((
-                Kind::TrustDomain,
-                x.name.value.clone(),
-                x.name.value.clone(),
-                x.name.span,
-            ));
-        }
-        for x in &m.principals {
-            let id = format!("{}/{}", x.trust_domain.value, x.name.value);
-            identities.push((Kind::Principal, id, x.name.value.clone(), x.name.span));
-        }
-        for x in &m.slices {
-            identities.push((
-                Kind::Slice,
-                x.name.value.clone(),
-                x.name.value.clone(),
-                x.name.span,
-            ));
-        }
-        for x in &m.data {
-            let id = format!("{}/{}", x.trust_domain.value, x.name.value);
-            identities.push((
-                x.data_kind.model_kind(),
-                id,
-                x.name.value.clone(),
-                x.name.span,
-            ));
-        }
-        for x in &m.services {
-            identities.push((
-                Kind::Service,
-                x.name.value.clone(),
-                x.name.value.clone(),
-                x.name.span,
-            ));
-        }
-        for x in &m.ports {
-            let id = format!("{}/{}", x.service.value, x.name.value);
-            identities.push((Kind::ServicePort, id, x.name.value.clone(), x.name.span));
-        }
-        for x in &m.resources {
-            identities.push((
-                Kind::KubernetesResourceInstance,
-                x.name.value.clone(),
-                x.name.value.clone(),
-                x.name.span,
-            ));
-        }
-        for (kind, id, name, span) in identities {
+        let named = |kind: Kind, name: &'m Text| (kind, name.value.clone(), name);
+        let scoped = |kind: Kind, scope: &str, name: &'m Text| {
+            (kind, format!("{scope}/{}", name.value), name)
+        };
+        let mut identities: Vec<(Kind, String, &Text)> = Vec::new();
+        identities.extend(
+            m.kubernetes_services
+                .iter()
+                .map(|x| named(Kind::KubernetesService, &x.name)),
+        );
+        identities.extend(m.sites.iter().map(|x| named(Kind::Site, &x.name)));
+        identities.extend(m.images.iter().map(|x| {
+            (
+                Kind::Image,
+                format!("{}:{}", x.name.value, x.tag_or_default()),
+                &x.name,
+            )
+        }));
+        identities.extend(
+            m.trust_domains
+                .iter()
+                .map(|x| named(Kind::TrustDomain, &x.name)),
+        );
+        identities.extend(
+            m.principals
+                .iter()
+                .map(|x| scoped(Kind::Principal, &x.trust_domain.value, &x.name)),
+        );
+        identities.extend(m.slices.iter().map(|x| named(Kind::Slice, &x.name)));
+        identities.extend(
+            m.data
+                .iter()
+                .map(|x| scoped(x.data_kind.model_kind(), &x.trust_domain.value, &x.name)),
+        );
+        identities.extend(m.services.iter().map(|x| named(Kind::Service, &x.name)));
+        identities.extend(
+            m.ports
+                .iter()
+                .map(|x| scoped(Kind::ServicePort, &x.service.value, &x.name)),
+        );
+        identities.extend(
+            m.resources
+                .iter()
+                .map(|x| named(Kind::KubernetesResourceInstance, &x.name)),
+        );
+        for (kind, id, name) in identities {
+            let span = name.span;
             match seen.get(&(kind, id.clone())) {
                 Some(first) => {
                     let message = format!("duplicate {kind} \"{id}\"");
@@ -372,7 +348,7 @@ impl<'m> Resolver<'m> {
                         self.at(*first),
                         identity_words(kind)
                     ));
-                    self.error(&label(kind, &name), span, message, hint);
+                    self.error(&label(kind, &name.value), span, message, hint);
                 }
                 None => {
                     seen.insert((kind, id), span);

@@ -75,7 +75,7 @@ enum Command {
         #[arg(default_value = ".", env = "TETHER_PATH")]
         path: PathBuf,
         /// Output format: multi-document YAML, or a JSON `v1` List.
-        #[arg(short, long, value_enum, default_value_t = OutputFormat::Yaml)]
+        #[arg(short, long, env = "TETHER_OUTPUT", value_enum, default_value_t = OutputFormat::Yaml)]
         output: OutputFormat,
         /// Name of the inventory (ApplySet parent) that the objects are labelled with.
         #[arg(long, env = "TETHER_INVENTORY_NAME", default_value = "tether")]

@@ -26,7 +26,6 @@ pub fn diagnostics(diagnostics: &Diagnostics, files: &SourceFiles, graphical: bo
     let mut out = String::new();
     for d in diagnostics.sorted(files) {
         let file = files.get(d.span.file);
-        let location = format!("{}:{}:{}", file.path, d.span.line, d.span.column);
         let message = match &d.model {
             Some(model) => format!("{model}: {}", d.message),
             None => d.message.clone(),
@@ -36,9 +35,8 @@ pub fn diagnostics(diagnostics: &Diagnostics, files: &SourceFiles, graphical: bo
                 Severity::Error => miette::Severity::Error,
                 Severity::Warning => miette::Severity::Warning,
             })
-            .with_label(LabeledSpan::at(
+            .with_label(LabeledSpan::underline(
                 d.span.offset as usize..(d.span.offset + d.span.len.max(1)) as usize,
-                location,
             ));
         if let Some(hint) = &d.hint {
             diagnostic = diagnostic.with_help(hint.clone());
@@ -48,6 +46,7 @@ pub fn diagnostics(diagnostics: &Diagnostics, files: &SourceFiles, graphical: bo
         if handler.render_report(&mut out, report.as_ref()).is_err() {
             out.push_str(&d.render_plain(files));
         }
+        out.push('\n');
     }
     out
 }
