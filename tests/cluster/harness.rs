@@ -1,0 +1,135 @@
+//! One local control plane per test run (scripts/local-cluster), a node simulator
+//! beside it, and a namespace per test. The control plane stops by itself when the
+//! test process exits, however it exits (the script's --owner-pid watchdog).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use kube::api::{Api, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+use super::nodesim;
+
+pub struct Cluster {
+    pub kubeconfig: PathBuf,
+}
+
+static CLUSTER: OnceLock<Cluster> = OnceLock::new();
+
+pub fn repo_root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The run's control plane, started (and, on a fresh machine, installed) on first use.
+pub fn cluster() -> &'static Cluster {
+    CLUSTER.get_or_init(|| {
+        let state_dir =
+            std::env::temp_dir().join(format!("tether-test-cluster-{}", std::process::id()));
+        let output = Command::new(repo_root().join("scripts/local-cluster"))
+            .arg("up")
+            .arg("--state-dir")
+            .arg(&state_dir)
+            .arg("--owner-pid")
+            .arg(std::process::id().to_string())
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .expect("run scripts/local-cluster");
+        assert!(output.status.success(), "scripts/local-cluster up failed");
+        let stdout = String::from_utf8(output.stdout).expect("utf-8");
+        let kubeconfig = PathBuf::from(stdout.lines().last().expect("kubeconfig path").trim());
+        let cluster = Cluster { kubeconfig };
+        let kubeconfig = cluster.kubeconfig.clone();
+        // The simulator outlives every test's runtime: its own thread and runtime.
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Runtime::new().expect("runtime");
+            runtime.block_on(async move {
+                loop {
+                    let result = match client_for(&kubeconfig).await {
+                        Ok(client) => nodesim::run(client).await,
+                        Err(e) => Err(e),
+                    };
+                    eprintln!("node simulator stopped ({result:?}); restarting");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            });
+        });
+        cluster
+    })
+}
+
+async fn client_for(kubeconfig: &Path) -> Result<Client, kube::Error> {
+    let kubeconfig = Kubeconfig::read_from(kubeconfig).map_err(kube::Error::InferKubeconfig)?;
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(kube::Error::InferKubeconfig)?;
+    Client::try_from(config)
+}
+
+impl Cluster {
+    /// A client on the calling test's runtime.
+    pub async fn client(&self) -> Client {
+        client_for(&self.kubeconfig)
+            .await
+            .expect("client for the local cluster")
+    }
+
+    /// A fresh namespace for one test, ready for pods (its default service account exists).
+    pub async fn namespace(&self, client: &Client, test: &str) -> String {
+        let suffix: u32 = rand_suffix();
+        let name = format!("{}-{suffix:08x}", test.replace('_', "-"))
+            .chars()
+            .take(63)
+            .collect::<String>();
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        let mut namespace = Namespace::default();
+        namespace.metadata.name = Some(name.clone());
+        namespaces
+            .create(&PostParams::default(), &namespace)
+            .await
+            .expect("create namespace");
+        let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &name);
+        eventually(Duration::from_secs(30), || async {
+            accounts
+                .get_opt("default")
+                .await
+                .ok()
+                .flatten()
+                .and_then(|sa| sa.secrets)
+                .is_some_and(|s| !s.is_empty())
+        })
+        .await;
+        name
+    }
+}
+
+fn rand_suffix() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    hasher.finish() as u32
+}
+
+/// Polls `check` until it holds; panics after `timeout`.
+pub async fn eventually<F, Fut>(timeout: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "condition not met within {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

@@ -1,0 +1,212 @@
+//! Tests against a real kube-apiserver and kube-controller-manager (1.20, from
+//! scripts/local-cluster), with the node simulator standing in for a kubelet.
+
+mod harness;
+mod nodesim;
+
+use std::time::Duration;
+
+use harness::{cluster, eventually, repo_root};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use kube::core::GroupVersionKind;
+use kube::discovery::{Discovery, Scope};
+use kube::{Client, ResourceExt};
+use tether::render::{Inventory, RenderedObject, render};
+use tether::source::{SourceFile, SourceFiles, read_models_dir};
+
+fn render_files(files: &SourceFiles) -> Vec<RenderedObject> {
+    let analysis = tether::analyze(files);
+    let graph = analysis
+        .graph
+        .unwrap_or_else(|| panic!("{}", analysis.diagnostics.render_plain(files)));
+    render(&graph, files, &Inventory::default())
+}
+
+async fn api_for(
+    client: &Client,
+    discovery: &Discovery,
+    object: &RenderedObject,
+) -> Api<DynamicObject> {
+    let (group, version) = match object.api_version.split_once('/') {
+        Some((group, version)) => (group, version),
+        None => ("", object.api_version.as_str()),
+    };
+    let gvk = GroupVersionKind::gvk(group, version, &object.kind);
+    let (resource, capabilities) = discovery
+        .resolve_gvk(&gvk)
+        .unwrap_or_else(|| panic!("server has no {gvk:?}"));
+    match (&capabilities.scope, &object.namespace) {
+        (Scope::Namespaced, Some(namespace)) => {
+            Api::namespaced_with(client.clone(), namespace, &resource)
+        }
+        _ => Api::all_with(client.clone(), &resource),
+    }
+}
+
+/// Server-side apply with tether's field manager, in the rendered (apply) order.
+/// Pods may be refused for a few seconds until their namespace's service account
+/// token exists, so each object is retried for a while.
+async fn apply_all(client: &Client, objects: &[RenderedObject]) -> Discovery {
+    let discovery = Discovery::new(client.clone())
+        .run()
+        .await
+        .expect("discovery");
+    for object in objects {
+        let api = api_for(client, &discovery, object).await;
+        let params = PatchParams::apply("tether");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            match api
+                .patch(&object.name, &params, &Patch::Apply(&object.body))
+                .await
+            {
+                Ok(_) => break,
+                Err(e) if tokio::time::Instant::now() < deadline => {
+                    eprintln!("retrying {}: {e}", object.display_name());
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                Err(e) => panic!("apply {}: {e}", object.display_name()),
+            }
+        }
+    }
+    discovery
+}
+
+/// Is every field of `expected` in `actual`? Lists match element by element, each
+/// expected element against some actual element (the server adds volumes, labels...).
+fn is_subset(expected: &serde_json::Value, actual: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match (expected, actual) {
+        (Value::Object(e), Value::Object(a)) => e
+            .iter()
+            .all(|(k, v)| a.get(k).is_some_and(|av| is_subset(v, av))),
+        (Value::Array(e), Value::Array(a)) => {
+            e.iter().all(|ev| a.iter().any(|av| is_subset(ev, av)))
+        }
+        (e, a) => e == a,
+    }
+}
+
+#[tokio::test]
+async fn rendered_examples_apply_and_read_back() {
+    let client = cluster().client().await;
+    let files = read_models_dir(&repo_root().join("examples/models")).unwrap();
+    let objects = render_files(&files);
+    let discovery = apply_all(&client, &objects).await;
+    for object in &objects {
+        let api = api_for(&client, &discovery, object).await;
+        let live = api
+            .get(&object.name)
+            .await
+            .unwrap_or_else(|e| panic!("get {}: {e}", object.display_name()));
+        let live = serde_json::to_value(&live).unwrap();
+        assert!(
+            is_subset(&object.body, &live),
+            "{} differs from what was applied:\n{live:#}",
+            object.display_name()
+        );
+        let managers: Vec<&str> = live["metadata"]["managedFields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|m| m["manager"].as_str())
+            .collect();
+        assert!(
+            managers.contains(&"tether"),
+            "{}: managers {managers:?}",
+            object.display_name()
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_deployment_becomes_running_pods_with_ips() {
+    let cluster = cluster();
+    let client = cluster.client().await;
+    let namespace = cluster.namespace(&client, "deployment-running").await;
+    let models = format!(
+        "kind: KubernetesService\nname: kubernetes\n---\nkind: TrustDomain\nname: {namespace}\n---\n\
+         kind: Image\nname: k8s.gcr.io/pause-amd64\ntag: \"3.0\"\n---\n\
+         kind: Slice\nname: web\ntrust_domain: {namespace}\ncontroller_kind: Deployment\n\
+         controller_replica_count: 3\ndefault_image: k8s.gcr.io/pause-amd64:3.0\n"
+    );
+    let files = SourceFiles::from_files(vec![SourceFile::new("models.yaml", models)]);
+    apply_all(&client, &render_files(&files)).await;
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+    let running = || async {
+        let list = pods
+            .list(&ListParams::default().labels("xos_slice_name=web"))
+            .await
+            .unwrap();
+        list.items
+            .into_iter()
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .collect::<Vec<_>>()
+    };
+    eventually(Duration::from_secs(60), || async {
+        running().await.len() == 3
+    })
+    .await;
+    let pods_now = running().await;
+    let mut ips: Vec<String> = pods_now
+        .iter()
+        .map(|p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.pod_ip.clone())
+                .expect("pod IP")
+        })
+        .collect();
+    ips.sort();
+    ips.dedup();
+    assert_eq!(ips.len(), 3, "three distinct pod IPs: {ips:?}");
+    for pod in &pods_now {
+        let owner = &pod.owner_references()[0];
+        assert_eq!(
+            owner.kind,
+            "ReplicaSet",
+            "{} is made by the Deployment's ReplicaSet",
+            pod.name_any()
+        );
+        let status = &pod
+            .status
+            .as_ref()
+            .unwrap()
+            .container_statuses
+            .as_ref()
+            .unwrap()[0];
+        assert!(status.ready && status.restart_count == 0, "{status:?}");
+    }
+
+    // The simulator restarts a container on request: the restart count rises.
+    let first = pods_now[0].name_any();
+    let count = nodesim::restart_container(&client, &namespace, &first, "web")
+        .await
+        .unwrap();
+    assert_eq!(count, 1);
+    let pod = pods.get(&first).await.unwrap();
+    assert_eq!(
+        pod.status.unwrap().container_statuses.unwrap()[0].restart_count,
+        1
+    );
+
+    // Scaling down deletes pods, and the simulator finishes their deletion.
+    let scale = serde_json::json!({"spec": {"replicas": 1}});
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(client.clone(), &namespace);
+    deployments
+        .patch("web", &PatchParams::default(), &Patch::Merge(&scale))
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(60), || async {
+        pods.list(&ListParams::default().labels("xos_slice_name=web"))
+            .await
+            .unwrap()
+            .items
+            .len()
+            == 1
+    })
+    .await;
+}
