@@ -39,15 +39,14 @@ fn started(state_dir: &Path) -> (Vec<u32>, Vec<u16>) {
                 }
             }
         }
-        if let Some(i) = cmdline.split('\0').position(|a| a == "--secure-port") {
-            if let Some(port) = cmdline
+        if let Some(i) = cmdline.split('\0').position(|a| a == "--secure-port")
+            && let Some(port) = cmdline
                 .split('\0')
                 .nth(i + 1)
                 .and_then(|p| p.parse().ok())
                 .filter(|p| *p != 0)
-            {
-                ports.push(port);
-            }
+        {
+            ports.push(port);
         }
     }
     ports.sort();
