@@ -4,12 +4,23 @@
 //! [`source`] (read files) → [`load`] (YAML with positions) → [`model`] (typed models)
 //! → [`resolve`] (a checked, resolved graph) → [`render`] (Kubernetes objects).
 //! [`analyze`] runs the pure part of it and returns a value plus its diagnostics.
+//! Against a cluster: [`plan`] (what would change, pure comparisons) and
+//! [`reconcile`] (list, dry-run, apply, prune) through [`cluster`]; models may come
+//! from [`git`]; [`report`] writes plans for people and programs.
+//! Against a cluster: [`plan`] (what would change, pure comparisons) and
+//! [`reconcile`] (list, dry-run, apply, prune) through [`cluster`]; models may come
+//! from [`git`].
 
+pub mod cluster;
 pub mod diagnostic;
+pub mod git;
 pub mod kube;
 pub mod load;
 pub mod model;
+pub mod plan;
+pub mod reconcile;
 pub mod render;
+pub mod report;
 pub mod resolve;
 pub mod source;
 

@@ -6,10 +6,11 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-fn main() -> ExitCode {
+#[tokio::main]
+async fn main() -> ExitCode {
     let args = cli::Args::parse();
     cli::init_logging(&args.global);
-    match cli::run(args) {
+    match cli::run(args).await {
         Ok(code) => code,
         Err(error) => {
             eprintln!("{error:?}");

@@ -94,13 +94,13 @@ impl SourceFiles {
 
 #[derive(Debug, Error)]
 pub enum SourceError {
-    #[error("cannot read models at {path}: {source}")]
+    #[error("cannot read models at {path}")]
     Read {
         path: PathBuf,
         #[source]
         source: std::io::Error,
     },
-    #[error("cannot walk {path}: {source}")]
+    #[error("cannot walk {path}")]
     Walk {
         path: PathBuf,
         #[source]
@@ -110,8 +110,8 @@ pub enum SourceError {
     NotUtf8 { path: PathBuf },
 }
 
-/// Is this a model file? `*.yaml`/`*.yml`, but not the settings file `.tether.yaml`.
-fn is_model_file(path: &Path) -> bool {
+/// Is this a model file? `*.yaml`/`*.yml`, but not dot-files such as the settings file `.tether.yaml`.
+pub fn is_model_path(path: &Path) -> bool {
     let is_yaml = matches!(
         path.extension().and_then(|e| e.to_str()),
         Some("yaml" | "yml")
@@ -150,7 +150,7 @@ pub fn read_models_dir(root: &Path) -> Result<SourceFiles, SourceError> {
             path: root.to_path_buf(),
             source,
         })?;
-        if !entry.file_type().is_file() || !is_model_file(entry.path()) {
+        if !entry.file_type().is_file() || !is_model_path(entry.path()) {
             continue;
         }
         let relative = entry.path().strip_prefix(root).unwrap_or(entry.path());

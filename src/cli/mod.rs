@@ -1,10 +1,12 @@
 //! Commands: parse flags, run the library, print, and pick the exit code.
 
+mod reconcile;
 mod report;
 
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use miette::{IntoDiagnostic, WrapErr};
@@ -37,6 +39,81 @@ pub struct GlobalArgs {
     /// Colour and graphics in reports: auto (when the output is a terminal), always, never.
     #[arg(long, global = true, env = "TETHER_COLOR", value_enum, default_value_t = Color::Auto)]
     color: Color,
+    /// Kubeconfig file (default: KUBECONFIG, then ~/.kube/config, then in-cluster).
+    #[arg(long, global = true, env = "TETHER_KUBECONFIG")]
+    kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context (default: the current context).
+    #[arg(long, global = true, env = "TETHER_CONTEXT")]
+    context: Option<String>,
+    /// How long one request to the API server may take, e.g. 30s, 2m.
+    #[arg(long, global = true, env = "TETHER_REQUEST_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    request_timeout: Duration,
+}
+
+/// `90s`, `5m`, `1h` or plain seconds.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let (number, unit) = text.split_at(
+        text.find(|c: char| !c.is_ascii_digit() && c != '.')
+            .unwrap_or(text.len()),
+    );
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("\"{text}\" is not a duration (e.g. 30s, 5m)"))?;
+    let seconds = match unit {
+        "" | "s" => value,
+        "ms" => value / 1000.0,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        _ => return Err(format!("\"{text}\" is not a duration (e.g. 30s, 5m)")),
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|e| e.to_string())
+}
+
+/// Where the models come from: a directory, or a Git repository.
+#[derive(Debug, clap::Args)]
+struct SourceArgs {
+    /// Models root: a directory searched for *.yaml and *.yml, or one file; with
+    /// --repo, a directory inside the repository.
+    #[arg(default_value = ".", env = "TETHER_PATH")]
+    path: PathBuf,
+    /// Git repository to read the models from: file://, https:// or ssh:// URL.
+    #[arg(long, env = "TETHER_REPO")]
+    repo: Option<String>,
+    /// Branch, tag or commit of --repo (default: the remote's default branch).
+    #[arg(long = "ref", env = "TETHER_REF", requires = "repo")]
+    reference: Option<String>,
+    /// Token for https remotes.
+    #[arg(long, env = "TETHER_GIT_TOKEN", hide_env_values = true)]
+    git_token: Option<String>,
+    /// User name for https remotes (default: x-access-token with a token).
+    #[arg(long, env = "TETHER_GIT_USERNAME")]
+    git_username: Option<String>,
+    /// Private key for ssh remotes (default: the ssh agent).
+    #[arg(long, env = "TETHER_SSH_KEY")]
+    ssh_key: Option<PathBuf>,
+    /// Where fetched repositories are cached (default: ~/.cache/tether/repos).
+    #[arg(long, env = "TETHER_CACHE_DIR")]
+    cache_dir: Option<PathBuf>,
+}
+
+/// The inventory (ApplySet parent) that records what tether applied.
+#[derive(Debug, clap::Args)]
+struct InventoryArgs {
+    /// Name of the inventory ConfigMap; its id labels every object.
+    #[arg(long, env = "TETHER_INVENTORY_NAME", default_value = "tether")]
+    inventory_name: String,
+    /// Namespace of the inventory ConfigMap.
+    #[arg(long, env = "TETHER_INVENTORY_NAMESPACE", default_value = "default")]
+    inventory_namespace: String,
+}
+
+impl InventoryArgs {
+    fn inventory(&self) -> Inventory {
+        Inventory {
+            name: self.inventory_name.clone(),
+            namespace: self.inventory_namespace.clone(),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -69,7 +146,7 @@ enum Command {
     /// Nothing is printed from invalid models (exit 1). Secret values are printed
     /// base64-encoded, as Kubernetes stores them: treat the output as secret.
     #[command(
-        after_help = "Examples:\n  tether render examples/models/xos-demo\n  tether render examples/models/ -o json | jq '.items[].metadata.name'\n  tether render examples/models | kubectl apply --server-side -f -"
+        after_help = "Examples:\n  tether render examples/models\n  tether render examples/models -o json | jq '.items[].metadata.name'\n  tether render examples/models | kubectl apply --server-side -f -"
     )]
     Render {
         #[arg(default_value = ".", env = "TETHER_PATH")]
@@ -77,12 +154,56 @@ enum Command {
         /// Output format: multi-document YAML, or a JSON `v1` List.
         #[arg(short, long, env = "TETHER_OUTPUT", value_enum, default_value_t = OutputFormat::Yaml)]
         output: OutputFormat,
-        /// Name of the inventory (ApplySet parent) that the objects are labelled with.
-        #[arg(long, env = "TETHER_INVENTORY_NAME", default_value = "tether")]
-        inventory_name: String,
-        /// Namespace of the inventory.
-        #[arg(long, env = "TETHER_INVENTORY_NAMESPACE", default_value = "default")]
-        inventory_namespace: String,
+        #[command(flatten)]
+        inventory: InventoryArgs,
+    },
+    /// Show what `apply` would change in the cluster, object by object.
+    ///
+    /// Creates, updates (a unified diff of the live object against the server's dry
+    /// run of the apply, so defaulted fields make no noise), conflicts with other
+    /// field managers, and the deletions `apply --prune` would make. Secret values
+    /// are masked. Exits 0 when the cluster matches, 1 when it differs, 2 on error.
+    #[command(
+        after_help = "Examples:\n  tether diff examples/models\n  tether diff --repo https://git.example.org/ops/models.git --ref main -o markdown > comment.md\n  tether diff -o json | jq '.summary'"
+    )]
+    Diff {
+        #[command(flatten)]
+        source: SourceArgs,
+        /// Report format.
+        #[arg(short, long, env = "TETHER_OUTPUT", value_enum, default_value_t = ReportFormat::Text)]
+        output: ReportFormat,
+        #[command(flatten)]
+        inventory: InventoryArgs,
+    },
+    /// Make the cluster match the models: server-side apply in dependency order.
+    ///
+    /// Objects already as rendered are not touched. With --prune, objects tether
+    /// applied earlier whose model is gone are deleted (never objects tether did not
+    /// apply, and never when the source has no models). Exits 0 when everything was
+    /// applied, 2 when anything failed (the summary says what), or on error.
+    #[command(
+        after_help = "Examples:\n  tether apply examples/models\n  tether apply --prune --wait --repo ssh://git@git.example.org/ops/models.git --ref v1.4.0"
+    )]
+    Apply {
+        #[command(flatten)]
+        source: SourceArgs,
+        /// Delete objects whose model was removed.
+        #[arg(long, env = "TETHER_PRUNE")]
+        prune: bool,
+        /// Show the plan and change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Take fields that other field managers (Helm, kubectl) own.
+        #[arg(long, env = "TETHER_FORCE_CONFLICTS")]
+        force_conflicts: bool,
+        /// Wait for Deployments, StatefulSets, DaemonSets, Pods and Jobs to be ready.
+        #[arg(long)]
+        wait: bool,
+        /// How long --wait waits, e.g. 5m.
+        #[arg(long, default_value = "5m", value_parser = parse_duration)]
+        timeout: Duration,
+        #[command(flatten)]
+        inventory: InventoryArgs,
     },
     /// Print a shell completion script.
     #[command(after_help = "Example:\n  tether completions bash > /etc/bash_completion.d/tether")]
@@ -92,6 +213,13 @@ enum Command {
 #[derive(Clone, Copy, Debug, ValueEnum)]
 enum OutputFormat {
     Yaml,
+    Json,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum ReportFormat {
+    Text,
+    Markdown,
     Json,
 }
 
@@ -107,21 +235,36 @@ pub fn init_logging(global: &GlobalArgs) {
     }
 }
 
-pub fn run(args: Args) -> miette::Result<ExitCode> {
-    let color = args.global.color;
+pub async fn run(args: Args) -> miette::Result<ExitCode> {
+    let global = args.global;
     match args.command {
-        Command::Validate { path } => validate(&path, color),
+        Command::Validate { path } => validate(&path, global.color).await,
         Command::Render {
             path,
             output,
-            inventory_name,
-            inventory_namespace,
+            inventory,
+        } => render(&path, output, &inventory.inventory(), global.color).await,
+        Command::Diff {
+            source,
+            output,
+            inventory,
+        } => reconcile::diff(&global, &source, output, &inventory.inventory()).await,
+        Command::Apply {
+            source,
+            prune,
+            dry_run,
+            force_conflicts,
+            wait,
+            timeout,
+            inventory,
         } => {
-            let inventory = Inventory {
-                name: inventory_name,
-                namespace: inventory_namespace,
+            let options = reconcile::ApplyCommand {
+                prune,
+                dry_run,
+                force_conflicts,
+                wait: wait.then_some(timeout),
             };
-            render(&path, output, &inventory, color)
+            reconcile::apply(&global, &source, &options, &inventory.inventory()).await
         }
         Command::Completions { shell } => {
             clap_complete::generate(
@@ -135,14 +278,18 @@ pub fn run(args: Args) -> miette::Result<ExitCode> {
     }
 }
 
-fn read(path: &std::path::Path) -> miette::Result<tether::source::SourceFiles> {
-    read_models_dir(path)
+/// Reads a models directory off the async runtime.
+async fn read(path: &std::path::Path) -> miette::Result<tether::source::SourceFiles> {
+    let path = path.to_path_buf();
+    tokio::task::spawn_blocking(move || read_models_dir(&path))
+        .await
+        .into_diagnostic()?
         .into_diagnostic()
         .wrap_err("cannot read the models")
 }
 
-fn validate(path: &std::path::Path, color: Color) -> miette::Result<ExitCode> {
-    let files = read(path)?;
+async fn validate(path: &std::path::Path, color: Color) -> miette::Result<ExitCode> {
+    let files = read(path).await?;
     let analysis = tether::analyze(&files);
     let mut out = std::io::stdout().lock();
     let styled = report::use_graphics(color, std::io::stdout().is_terminal());
@@ -156,13 +303,13 @@ fn validate(path: &std::path::Path, color: Color) -> miette::Result<ExitCode> {
     })
 }
 
-fn render(
+async fn render(
     path: &std::path::Path,
     output: OutputFormat,
     inventory: &Inventory,
     color: Color,
 ) -> miette::Result<ExitCode> {
-    let files = read(path)?;
+    let files = read(path).await?;
     let analysis = tether::analyze(&files);
     let styled = report::use_graphics(color, std::io::stderr().is_terminal());
     eprint!(

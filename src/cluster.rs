@@ -1,0 +1,369 @@
+//! The cluster edge: a client from a kubeconfig, the API resources of the kinds we
+//! render (discovery, so newer servers work the same), and tether's inventory, the
+//! ApplySet parent ConfigMap that records which objects tether applied.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DynamicObject, ObjectMeta, Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::discovery::{Discovery, Scope};
+use kube::{Client, Config};
+use thiserror::Error;
+
+use crate::kube::{ObjectKey, api_group};
+use crate::render::{Inventory, MANAGED_BY_LABEL, MANAGER, PART_OF_LABEL};
+
+#[derive(Debug, Error)]
+pub enum ClusterError {
+    #[error("cannot load the kubeconfig")]
+    Kubeconfig(#[source] kube::config::KubeconfigError),
+    #[error(
+        "no cluster is configured: no KUBECONFIG, no ~/.kube/config, and not running in a cluster; pass --kubeconfig"
+    )]
+    NoCluster,
+    #[error("cannot create a client")]
+    Client(#[source] kube::Error),
+    #[error("the API server at {url} did not answer")]
+    Unreachable {
+        url: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error(
+        "the server does not serve {api_version} {kind} (is its CustomResourceDefinition installed?)"
+    )]
+    UnknownKind { api_version: String, kind: String },
+    #[error("cannot {action}")]
+    Api {
+        action: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("the inventory {namespace}/{name} is unreadable: {reason}")]
+    BadInventory {
+        namespace: String,
+        name: String,
+        reason: String,
+    },
+}
+
+/// Where to find the cluster: the kubeconfig and context to use, and how long a
+/// request may take.
+#[derive(Clone, Debug, Default)]
+pub struct Target {
+    pub kubeconfig: Option<PathBuf>,
+    pub context: Option<String>,
+    pub request_timeout: Option<Duration>,
+}
+
+/// A client for `target`, checked by asking the server for its version.
+pub async fn connect(target: &Target) -> Result<Client, ClusterError> {
+    let options = KubeConfigOptions {
+        context: target.context.clone(),
+        ..KubeConfigOptions::default()
+    };
+    let mut config = match &target.kubeconfig {
+        Some(path) => {
+            let kubeconfig = Kubeconfig::read_from(path).map_err(ClusterError::Kubeconfig)?;
+            Config::from_custom_kubeconfig(kubeconfig, &options)
+                .await
+                .map_err(ClusterError::Kubeconfig)?
+        }
+        None if target.context.is_some() => Config::from_kubeconfig(&options)
+            .await
+            .map_err(ClusterError::Kubeconfig)?,
+        None => Config::infer().await.map_err(|e| {
+            tracing::debug!(error = %e, "no cluster configuration");
+            ClusterError::NoCluster
+        })?,
+    };
+    if let Some(timeout) = target.request_timeout {
+        config.connect_timeout = Some(timeout);
+        config.read_timeout = Some(timeout);
+        config.write_timeout = Some(timeout);
+    }
+    let url = config.cluster_url.to_string();
+    let client = Client::try_from(config).map_err(ClusterError::Client)?;
+    client
+        .apiserver_version()
+        .await
+        .map_err(|source| ClusterError::Unreachable { url, source })?;
+    Ok(client)
+}
+
+/// API resources by apiVersion and kind, found through discovery of only the groups
+/// needed.
+pub struct Resources {
+    client: Client,
+    found: HashMap<(String, String), (ApiResource, bool)>,
+}
+
+impl Resources {
+    pub async fn discover(
+        client: &Client,
+        kinds: &BTreeSet<(String, String)>,
+    ) -> Result<Self, ClusterError> {
+        let groups: BTreeSet<&str> = kinds.iter().map(|(v, _)| api_group(v)).collect();
+        let groups: Vec<&str> = groups.into_iter().collect();
+        let discovery = Discovery::new(client.clone())
+            .filter(&groups)
+            .run()
+            .await
+            .map_err(|source| ClusterError::Api {
+                action: "discover the server's API".into(),
+                source,
+            })?;
+        let mut found = HashMap::new();
+        for (api_version, kind) in kinds {
+            let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+            if let Some((resource, capabilities)) =
+                discovery.resolve_gvk(&GroupVersionKind::gvk(group, version, kind))
+            {
+                found.insert(
+                    (api_version.clone(), kind.clone()),
+                    (resource, capabilities.scope == Scope::Namespaced),
+                );
+            }
+        }
+        Ok(Resources {
+            client: client.clone(),
+            found,
+        })
+    }
+
+    /// Is the kind served, and is it namespaced?
+    pub fn namespaced(&self, api_version: &str, kind: &str) -> Option<bool> {
+        self.found
+            .get(&(api_version.to_string(), kind.to_string()))
+            .map(|(_, n)| *n)
+    }
+
+    /// An API for one object (namespaced or not, as the server says).
+    pub fn api(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+    ) -> Result<Api<DynamicObject>, ClusterError> {
+        let (resource, namespaced) = self
+            .found
+            .get(&(api_version.to_string(), kind.to_string()))
+            .ok_or_else(|| ClusterError::UnknownKind {
+                api_version: api_version.into(),
+                kind: kind.into(),
+            })?;
+        Ok(match (namespaced, namespace) {
+            (true, Some(ns)) => Api::namespaced_with(self.client.clone(), ns, resource),
+            _ => Api::all_with(self.client.clone(), resource),
+        })
+    }
+
+    /// An API over all namespaces, for listing.
+    pub fn api_all(
+        &self,
+        api_version: &str,
+        kind: &str,
+    ) -> Result<Api<DynamicObject>, ClusterError> {
+        self.api(api_version, kind, None)
+    }
+}
+
+/// One object recorded in the inventory.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct InventoryEntry {
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: Option<String>,
+    pub name: String,
+}
+
+impl InventoryEntry {
+    pub fn key(&self) -> ObjectKey {
+        ObjectKey::new(
+            &self.api_version,
+            &self.kind,
+            self.namespace.as_deref(),
+            &self.name,
+        )
+    }
+
+    fn line(&self) -> String {
+        format!(
+            "{} {} {} {}",
+            self.api_version,
+            self.kind,
+            self.namespace.as_deref().unwrap_or("-"),
+            self.name
+        )
+    }
+
+    fn parse(line: &str) -> Option<Self> {
+        let mut parts = line.split(' ');
+        let (api_version, kind, namespace, name) =
+            (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+        Some(InventoryEntry {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            namespace: (namespace != "-").then(|| namespace.to_string()),
+            name: name.into(),
+        })
+    }
+}
+
+/// What the inventory records: the objects tether applied, and the commit it applied.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct InventoryRecord {
+    pub entries: BTreeSet<InventoryEntry>,
+    pub commit: Option<String>,
+}
+
+const OBJECTS_KEY: &str = "objects";
+const COMMIT_KEY: &str = "commit";
+
+/// Reads the inventory; a missing inventory is an empty one.
+pub async fn read_inventory(
+    client: &Client,
+    inventory: &Inventory,
+) -> Result<InventoryRecord, ClusterError> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &inventory.namespace);
+    let Some(config_map) =
+        api.get_opt(&inventory.name)
+            .await
+            .map_err(|source| ClusterError::Api {
+                action: format!(
+                    "read the inventory {}/{}",
+                    inventory.namespace, inventory.name
+                ),
+                source,
+            })?
+    else {
+        return Ok(InventoryRecord::default());
+    };
+    let labels = config_map.metadata.labels.clone().unwrap_or_default();
+    if labels.get("applyset.kubernetes.io/id") != Some(&inventory.applyset_id()) {
+        return Err(ClusterError::BadInventory {
+            namespace: inventory.namespace.clone(),
+            name: inventory.name.clone(),
+            reason: "it exists but is not tether's (no matching applyset.kubernetes.io/id label); choose another --inventory-name".into(),
+        });
+    }
+    let data = config_map.data.unwrap_or_default();
+    let mut entries = BTreeSet::new();
+    for line in data
+        .get(OBJECTS_KEY)
+        .map(String::as_str)
+        .unwrap_or("")
+        .lines()
+        .filter(|l| !l.is_empty())
+    {
+        let entry = InventoryEntry::parse(line).ok_or_else(|| ClusterError::BadInventory {
+            namespace: inventory.namespace.clone(),
+            name: inventory.name.clone(),
+            reason: format!("unreadable line {line:?}"),
+        })?;
+        entries.insert(entry);
+    }
+    Ok(InventoryRecord {
+        entries,
+        commit: data.get(COMMIT_KEY).cloned(),
+    })
+}
+
+/// Writes the inventory with server-side apply (it is tether's own object).
+pub async fn write_inventory(
+    client: &Client,
+    inventory: &Inventory,
+    record: &InventoryRecord,
+) -> Result<(), ClusterError> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &inventory.namespace);
+    let objects: String = record.entries.iter().map(|e| e.line() + "\n").collect();
+    let group_kinds: BTreeSet<String> = record
+        .entries
+        .iter()
+        .map(|e| match api_group(&e.api_version) {
+            "" => e.kind.clone(),
+            group => format!("{}.{group}", e.kind),
+        })
+        .collect();
+    let mut data = BTreeMap::from([(OBJECTS_KEY.to_string(), objects)]);
+    if let Some(commit) = &record.commit {
+        data.insert(COMMIT_KEY.to_string(), commit.clone());
+    }
+    let config_map = ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(inventory.name.clone()),
+            namespace: Some(inventory.namespace.clone()),
+            labels: Some(BTreeMap::from([
+                (
+                    "applyset.kubernetes.io/id".to_string(),
+                    inventory.applyset_id(),
+                ),
+                (MANAGED_BY_LABEL.to_string(), MANAGER.to_string()),
+            ])),
+            annotations: Some(BTreeMap::from([
+                (
+                    "applyset.kubernetes.io/tooling".to_string(),
+                    format!("tether/v{}", env!("CARGO_PKG_VERSION")),
+                ),
+                (
+                    "applyset.kubernetes.io/contains-group-kinds".to_string(),
+                    group_kinds.into_iter().collect::<Vec<_>>().join(","),
+                ),
+            ])),
+            ..ObjectMeta::default()
+        },
+        data: Some(data),
+        ..ConfigMap::default()
+    };
+    api.patch(
+        &inventory.name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(&config_map),
+    )
+    .await
+    .map_err(|source| ClusterError::Api {
+        action: format!(
+            "write the inventory {}/{}",
+            inventory.namespace, inventory.name
+        ),
+        source,
+    })?;
+    Ok(())
+}
+
+/// Does a live object carry tether's labels for this inventory?
+pub fn carries_tether_labels(object: &DynamicObject, inventory: &Inventory) -> bool {
+    let labels = object.metadata.labels.as_ref();
+    let label = |key: &str| labels.and_then(|l| l.get(key)).map(String::as_str);
+    label(MANAGED_BY_LABEL) == Some(MANAGER)
+        && label(PART_OF_LABEL) == Some(inventory.applyset_id().as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inventory_lines_round_trip() {
+        for entry in [
+            InventoryEntry {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
+                namespace: Some("shop".into()),
+                name: "web".into(),
+            },
+            InventoryEntry {
+                api_version: "v1".into(),
+                kind: "Namespace".into(),
+                namespace: None,
+                name: "shop".into(),
+            },
+        ] {
+            assert_eq!(InventoryEntry::parse(&entry.line()), Some(entry));
+        }
+    }
+}

@@ -1,0 +1,263 @@
+//! Models from Git: fetch a repository into a cache and read the model files of one
+//! exact commit straight from its tree (no checkout, so no working-tree state), or
+//! note the commit of a local checkout. Blocking (git2): call off the async runtime.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use git2::{
+    Cred, CredentialType, FetchOptions, ObjectType, Oid, RemoteCallbacks, Repository, TreeWalkMode,
+    TreeWalkResult,
+};
+use sha2::{Digest, Sha256};
+use thiserror::Error;
+
+use crate::source::{SourceFile, SourceFiles, is_model_path};
+
+#[derive(Debug, Error)]
+pub enum GitError {
+    #[error("cannot fetch {url}")]
+    Fetch {
+        url: String,
+        #[source]
+        source: git2::Error,
+    },
+    #[error("{url} has no branch, tag or commit \"{reference}\"")]
+    UnknownReference { url: String, reference: String },
+    #[error("git failed")]
+    Git(#[from] git2::Error),
+    #[error("cannot prepare the cache directory {path}")]
+    Cache {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} in commit {commit} is not UTF-8 text")]
+    NotUtf8 { path: String, commit: String },
+}
+
+/// The commit that models were read from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Revision {
+    pub commit: String,
+    /// Uncommitted changes in the models of a local checkout.
+    pub dirty: bool,
+}
+
+impl std::fmt::Display for Revision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}{}",
+            self.commit,
+            if self.dirty {
+                " (with uncommitted changes)"
+            } else {
+                ""
+            }
+        )
+    }
+}
+
+/// How to authenticate to a remote.
+#[derive(Clone, Debug, Default)]
+pub struct Credentials {
+    /// For https: sent as the password (GitHub, GitLab and Gitea accept tokens so).
+    pub token: Option<String>,
+    pub username: Option<String>,
+    /// For ssh: a private key file; without one, the ssh agent.
+    pub ssh_key: Option<PathBuf>,
+}
+
+impl Credentials {
+    pub fn callbacks(&self) -> RemoteCallbacks<'_> {
+        let mut callbacks = RemoteCallbacks::new();
+        let mut attempts = 0;
+        callbacks.credentials(move |_url, username_from_url, allowed| {
+            // libgit2 asks again after a refusal; give up rather than loop.
+            attempts += 1;
+            if attempts > 3 {
+                return Err(git2::Error::from_str("authentication failed"));
+            }
+            let username = self
+                .username
+                .as_deref()
+                .or(username_from_url)
+                .unwrap_or("git");
+            if allowed.contains(CredentialType::SSH_KEY) {
+                return match &self.ssh_key {
+                    Some(key) => Cred::ssh_key(username, None, key, None),
+                    None => Cred::ssh_key_from_agent(username),
+                };
+            }
+            if allowed.contains(CredentialType::USER_PASS_PLAINTEXT)
+                && let Some(token) = &self.token
+            {
+                return Cred::userpass_plaintext(
+                    self.username.as_deref().unwrap_or("x-access-token"),
+                    token,
+                );
+            }
+            Cred::default()
+        });
+        callbacks
+    }
+}
+
+/// Where a remote's objects are cached: one bare repository per URL.
+fn cache_path(cache_dir: &Path, url: &str) -> PathBuf {
+    let digest = Sha256::digest(url.as_bytes());
+    let name: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    cache_dir.join(format!("{name}.git"))
+}
+
+/// Fetches `url` (retrying network failures) and reads the models below `subdir` of
+/// the commit that `reference` names: a branch, a tag, a commit id, or the remote's
+/// default branch when `None`.
+pub fn fetch_models(
+    url: &str,
+    reference: Option<&str>,
+    subdir: Option<&Path>,
+    cache_dir: &Path,
+    credentials: &Credentials,
+) -> Result<(SourceFiles, Revision), GitError> {
+    let path = cache_path(cache_dir, url);
+    std::fs::create_dir_all(cache_dir).map_err(|source| GitError::Cache {
+        path: cache_dir.to_path_buf(),
+        source,
+    })?;
+    let repo = match Repository::open_bare(&path) {
+        Ok(repo) => repo,
+        Err(_) => Repository::init_bare(&path)?,
+    };
+    let refspecs = [
+        "+refs/heads/*:refs/remotes/origin/*",
+        "+refs/tags/*:refs/tags/*",
+        "+HEAD:refs/remotes/origin/HEAD",
+    ];
+    let mut delay = Duration::from_millis(500);
+    for attempt in 1.. {
+        let mut remote = repo.remote_anonymous(url)?;
+        let mut options = FetchOptions::new();
+        options.remote_callbacks(credentials.callbacks());
+        match remote.fetch(&refspecs, Some(&mut options), None) {
+            Ok(()) => break,
+            Err(e) if attempt < 3 && is_transient(&e) => {
+                tracing::warn!(url, attempt, error = %e, "fetch failed; retrying");
+                std::thread::sleep(delay);
+                delay *= 2;
+            }
+            Err(source) => {
+                return Err(GitError::Fetch {
+                    url: url.to_string(),
+                    source,
+                });
+            }
+        }
+    }
+    let commit = resolve(&repo, url, reference)?;
+    let files = read_tree(&repo, commit, subdir)?;
+    Ok((
+        files,
+        Revision {
+            commit: commit.to_string(),
+            dirty: false,
+        },
+    ))
+}
+
+fn is_transient(error: &git2::Error) -> bool {
+    matches!(
+        error.class(),
+        git2::ErrorClass::Net | git2::ErrorClass::Http | git2::ErrorClass::Os
+    ) && error.code() != git2::ErrorCode::Auth
+}
+
+fn resolve(repo: &Repository, url: &str, reference: Option<&str>) -> Result<Oid, GitError> {
+    let candidates: Vec<String> = match reference {
+        None => vec!["refs/remotes/origin/HEAD".into()],
+        Some(r) => vec![
+            format!("refs/remotes/origin/{r}"),
+            format!("refs/tags/{r}"),
+            r.to_string(),
+        ],
+    };
+    for candidate in &candidates {
+        if let Ok(object) = repo.revparse_single(candidate)
+            && let Ok(commit) = object.peel_to_commit()
+        {
+            return Ok(commit.id());
+        }
+    }
+    Err(GitError::UnknownReference {
+        url: url.to_string(),
+        reference: reference.unwrap_or("HEAD").to_string(),
+    })
+}
+
+/// The model files of a commit's tree, below `subdir`, paths relative to it.
+fn read_tree(
+    repo: &Repository,
+    commit: Oid,
+    subdir: Option<&Path>,
+) -> Result<SourceFiles, GitError> {
+    let tree = repo.find_commit(commit)?.tree()?;
+    let tree = match subdir.filter(|s| !s.as_os_str().is_empty() && *s != Path::new(".")) {
+        Some(dir) => repo.find_tree(tree.get_path(dir)?.id())?,
+        None => tree,
+    };
+    let mut blobs = Vec::new();
+    tree.walk(TreeWalkMode::PreOrder, |parent, entry| {
+        let name = entry.name().unwrap_or_default();
+        match entry.kind() {
+            Some(ObjectType::Tree) if name.starts_with('.') => TreeWalkResult::Skip,
+            Some(ObjectType::Blob) => {
+                let path = format!("{parent}{name}");
+                if is_model_path(Path::new(&path)) {
+                    blobs.push((path, entry.id()));
+                }
+                TreeWalkResult::Ok
+            }
+            _ => TreeWalkResult::Ok,
+        }
+    })?;
+    let mut files = Vec::with_capacity(blobs.len());
+    for (path, id) in blobs {
+        let blob = repo.find_blob(id)?;
+        let text = String::from_utf8(blob.content().to_vec()).map_err(|_| GitError::NotUtf8 {
+            path: path.clone(),
+            commit: commit.to_string(),
+        })?;
+        files.push(SourceFile::new(path, text));
+    }
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(SourceFiles::from_files(files))
+}
+
+/// The commit checked out where `path` lives, if it is in a Git repository, and
+/// whether the models below `path` have uncommitted changes.
+pub fn local_revision(path: &Path) -> Option<Revision> {
+    let repo = Repository::discover(path).ok()?;
+    let commit = repo.head().ok()?.peel_to_commit().ok()?.id().to_string();
+    let workdir = repo.workdir()?.canonicalize().ok()?;
+    let relative = path
+        .canonicalize()
+        .ok()?
+        .strip_prefix(&workdir)
+        .ok()?
+        .to_path_buf();
+    let mut options = git2::StatusOptions::new();
+    options.include_untracked(true).recurse_untracked_dirs(true);
+    if !relative.as_os_str().is_empty() {
+        options.pathspec(relative.to_string_lossy().as_ref());
+    }
+    let dirty = repo
+        .statuses(Some(&mut options))
+        .map(|statuses| {
+            statuses
+                .iter()
+                .any(|s| s.path().is_ok_and(|p| is_model_path(Path::new(p))))
+        })
+        .unwrap_or(false);
+    Some(Revision { commit, dirty })
+}

@@ -1,0 +1,195 @@
+//! Reports of a plan, for people and programs: text (colour on a terminal),
+//! Markdown for a pull request comment, and JSON with a stable schema
+//! (`tether.dev/diff/v1`, documented in README.md). Same plan, same bytes.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde_json::json;
+
+use crate::plan::{Action, Change, Plan};
+
+const ACTIONS: [Action; 4] = [
+    Action::Create,
+    Action::Update,
+    Action::Delete,
+    Action::Conflict,
+];
+
+fn headline(plan: &Plan) -> String {
+    let revision = plan
+        .revision
+        .as_ref()
+        .map(|r| format!(" @ {r}"))
+        .unwrap_or_default();
+    format!("{}{revision}", plan.source)
+}
+
+fn counts(plan: &Plan) -> String {
+    let mut parts: Vec<String> = ACTIONS
+        .iter()
+        .map(|a| format!("{} to {}", plan.count(*a), a.name()))
+        .collect();
+    parts[3] = format!("{} in conflict", plan.count(Action::Conflict));
+    parts.push(format!("{} unchanged", plan.count(Action::Unchanged)));
+    parts.join(", ")
+}
+
+fn origin(change: &Change) -> String {
+    match (&change.model, &change.source) {
+        (Some(model), Some(source)) => format!(" ({model}, {source})"),
+        (Some(model), None) => format!(" ({model})"),
+        _ => String::new(),
+    }
+}
+
+/// Plain or coloured text, one block per changed object.
+pub fn text(plan: &Plan, colour: bool) -> String {
+    let paint = |code: &str, s: &str| {
+        if colour {
+            format!("\x1b[{code}m{s}\x1b[0m")
+        } else {
+            s.to_string()
+        }
+    };
+    let mut out = format!("tether diff: {}\n", headline(plan));
+    for change in plan
+        .changes
+        .iter()
+        .filter(|c| c.action != Action::Unchanged)
+    {
+        let verb = match change.action {
+            Action::Create => paint("32;1", "create"),
+            Action::Update => paint("33;1", "update"),
+            Action::Delete if plan.prune => paint("31;1", "delete"),
+            Action::Delete => paint("31;1", "delete (with --prune)"),
+            Action::Conflict => paint("35;1", "conflict"),
+            Action::Unchanged => String::new(),
+        };
+        let _ = writeln!(out, "\n{verb} {}{}", change.key, origin(change));
+        for conflict in &change.conflicts {
+            let _ = writeln!(
+                out,
+                "  field {} is owned by {}",
+                conflict.field, conflict.manager
+            );
+        }
+        for line in change.diff.lines() {
+            let styled = match line.as_bytes().first() {
+                _ if line.starts_with("---") || line.starts_with("+++") => paint("1", line),
+                Some(b'+') => paint("32", line),
+                Some(b'-') => paint("31", line),
+                Some(b'@') => paint("36", line),
+                _ => line.to_string(),
+            };
+            let _ = writeln!(out, "  {styled}");
+        }
+    }
+    let _ = writeln!(out, "\n{}", counts(plan));
+    out
+}
+
+/// A pull request comment: a summary table per kind, then each change in a
+/// collapsible block.
+pub fn markdown(plan: &Plan) -> String {
+    let mut out = format!("### tether diff\n\n`{}`\n\n", headline(plan));
+    if !plan.has_differences() {
+        let _ = writeln!(
+            out,
+            "No changes: the cluster matches ({} objects unchanged).",
+            plan.count(Action::Unchanged)
+        );
+        return out;
+    }
+    let mut by_kind: BTreeMap<&str, [usize; 4]> = BTreeMap::new();
+    for change in &plan.changes {
+        if let Some(i) = ACTIONS.iter().position(|a| *a == change.action) {
+            by_kind.entry(&change.key.kind).or_default()[i] += 1;
+        }
+    }
+    out.push_str("| Kind | Create | Update | Delete | Conflict |\n|---|---:|---:|---:|---:|\n");
+    for (kind, n) in &by_kind {
+        let _ = writeln!(
+            out,
+            "| {kind} | {} | {} | {} | {} |",
+            n[0], n[1], n[2], n[3]
+        );
+    }
+    let _ = writeln!(out, "\n{}.", counts(plan));
+    if plan.count(Action::Delete) > 0 && !plan.prune {
+        out.push_str("Deletions happen only with `tether apply --prune`.\n");
+    }
+    for change in plan
+        .changes
+        .iter()
+        .filter(|c| c.action != Action::Unchanged)
+    {
+        let _ = write!(
+            out,
+            "\n<details><summary><b>{}</b> {}{}</summary>\n\n",
+            change.action.name(),
+            change.key,
+            origin(change)
+        );
+        for conflict in &change.conflicts {
+            let _ = writeln!(
+                out,
+                "- field `{}` is owned by `{}`",
+                conflict.field, conflict.manager
+            );
+        }
+        if !change.conflicts.is_empty() {
+            out.push('\n');
+        }
+        // A fence longer than any run of backticks in the diff.
+        let fence = "`".repeat(3.max(longest_backtick_run(&change.diff) + 1));
+        let _ = write!(out, "{fence}diff\n{}{fence}\n\n</details>\n", change.diff);
+    }
+    out
+}
+
+fn longest_backtick_run(text: &str) -> usize {
+    text.split(|c| c != '`').map(str::len).max().unwrap_or(0)
+}
+
+/// The JSON report. Schema `tether.dev/diff/v1`: `source`, `revision` (`commit`,
+/// `dirty`) or null, `prune`, `summary` (counts per action), and `changes`: every
+/// object, in apply order then deletions, with `action`, `apiVersion`, `kind`,
+/// `namespace` (or null), `name`, `model`, `source`, `diff` (unified, Secret values
+/// masked; empty when unchanged) and `conflicts` (`field`, `manager`).
+pub fn json(plan: &Plan) -> String {
+    let changes: Vec<serde_json::Value> = plan
+        .changes
+        .iter()
+        .map(|c| {
+            json!({
+                "action": c.action.name(),
+                "apiVersion": c.api_version,
+                "kind": c.key.kind,
+                "namespace": c.key.namespace,
+                "name": c.key.name,
+                "model": c.model,
+                "source": c.source,
+                "diff": c.diff,
+                "conflicts": c.conflicts.iter().map(|x| json!({"field": x.field, "manager": x.manager})).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let report = json!({
+        "schema": "tether.dev/diff/v1",
+        "source": plan.source,
+        "revision": plan.revision.as_ref().map(|r| json!({"commit": r.commit, "dirty": r.dirty})),
+        "prune": plan.prune,
+        "summary": {
+            "create": plan.count(Action::Create),
+            "update": plan.count(Action::Update),
+            "delete": plan.count(Action::Delete),
+            "conflict": plan.count(Action::Conflict),
+            "unchanged": plan.count(Action::Unchanged),
+        },
+        "changes": changes,
+    });
+    let mut text = serde_json::to_string_pretty(&report).unwrap_or_default();
+    text.push('\n');
+    text
+}
