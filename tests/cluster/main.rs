@@ -3,6 +3,7 @@
 
 mod harness;
 mod nodesim;
+mod reconcile;
 
 use std::time::Duration;
 
@@ -13,14 +14,18 @@ use kube::core::GroupVersionKind;
 use kube::discovery::{Discovery, Scope};
 use kube::{Client, ResourceExt};
 use tether::render::{Inventory, RenderedObject, render};
-use tether::source::{SourceFile, SourceFiles, read_models_dir};
+use tether::source::{SourceFiles, read_models_dir};
 
-fn render_files(files: &SourceFiles) -> Vec<RenderedObject> {
+fn render_files(files: &SourceFiles, inventory: &str) -> Vec<RenderedObject> {
     let analysis = tether::analyze(files);
     let graph = analysis
         .graph
         .unwrap_or_else(|| panic!("{}", analysis.diagnostics.render_plain(files)));
-    render(&graph, files, &Inventory::default())
+    let inventory = Inventory {
+        name: inventory.into(),
+        namespace: "default".into(),
+    };
+    render(&graph, files, &inventory)
 }
 
 async fn api_for(
@@ -44,35 +49,6 @@ async fn api_for(
     }
 }
 
-/// Server-side apply with tether's field manager, in the rendered (apply) order.
-/// Pods may be refused for a few seconds until their namespace's service account
-/// token exists, so each object is retried for a while.
-async fn apply_all(client: &Client, objects: &[RenderedObject]) -> Discovery {
-    let discovery = Discovery::new(client.clone())
-        .run()
-        .await
-        .expect("discovery");
-    for object in objects {
-        let api = api_for(client, &discovery, object).await;
-        let params = PatchParams::apply("tether");
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            match api
-                .patch(&object.name, &params, &Patch::Apply(&object.body))
-                .await
-            {
-                Ok(_) => break,
-                Err(e) if tokio::time::Instant::now() < deadline => {
-                    eprintln!("retrying {}: {e}", object.display_name());
-                    tokio::time::sleep(Duration::from_millis(500)).await;
-                }
-                Err(e) => panic!("apply {}: {e}", object.display_name()),
-            }
-        }
-    }
-    discovery
-}
-
 /// Is every field of `expected` in `actual`? Lists match element by element, each
 /// expected element against some actual element (the server adds volumes, labels...).
 fn is_subset(expected: &serde_json::Value, actual: &serde_json::Value) -> bool {
@@ -89,11 +65,27 @@ fn is_subset(expected: &serde_json::Value, actual: &serde_json::Value) -> bool {
 }
 
 #[tokio::test]
-async fn rendered_examples_apply_and_read_back() {
+async fn examples_apply_read_back_and_then_show_no_changes() {
     let client = cluster().client().await;
+    let inventory = "examples";
+    let first = reconcile::tether(inventory, &["apply", "examples/models"]);
+    assert_eq!(
+        first.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    assert_eq!(
+        reconcile::stdout(&first),
+        "18 created, 0 configured, 0 unchanged, 0 pruned, 0 failed\n"
+    );
+
     let files = read_models_dir(&repo_root().join("examples/models")).unwrap();
-    let objects = render_files(&files);
-    let discovery = apply_all(&client, &objects).await;
+    let objects = render_files(&files, inventory);
+    let discovery = Discovery::new(client.clone())
+        .run()
+        .await
+        .expect("discovery");
     for object in &objects {
         let api = api_for(&client, &discovery, object).await;
         let live = api
@@ -118,6 +110,21 @@ async fn rendered_examples_apply_and_read_back() {
             object.display_name()
         );
     }
+
+    let second = reconcile::tether(inventory, &["apply", "examples/models"]);
+    assert_eq!(
+        reconcile::stdout(&second),
+        "0 created, 0 configured, 18 unchanged, 0 pruned, 0 failed\n"
+    );
+    for format in ["text", "markdown", "json"] {
+        let diff = reconcile::tether(inventory, &["diff", "examples/models", "-o", format]);
+        assert_eq!(
+            diff.status.code(),
+            Some(0),
+            "{format}: {}",
+            reconcile::stdout(&diff)
+        );
+    }
 }
 
 #[tokio::test]
@@ -131,8 +138,17 @@ async fn a_deployment_becomes_running_pods_with_ips() {
          kind: Slice\nname: web\ntrust_domain: {namespace}\ncontroller_kind: Deployment\n\
          controller_replica_count: 3\ndefault_image: k8s.gcr.io/pause-amd64:3.0\n"
     );
-    let files = SourceFiles::from_files(vec![SourceFile::new("models.yaml", models)]);
-    apply_all(&client, &render_files(&files)).await;
+    let repo = reconcile::Repo::new(&[("models.yaml", &models)]);
+    let applied = reconcile::tether(
+        &format!("inv-{namespace}"),
+        &["apply", repo.path().to_str().unwrap()],
+    );
+    assert_eq!(
+        applied.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&applied.stderr)
+    );
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace);
     let running = || async {

@@ -1,0 +1,422 @@
+//! `tether diff` and `tether apply` as a user runs them, against the local control
+//! plane: each test has its own namespace (its trust domain) and its own inventory.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+
+use crate::harness::cluster;
+
+/// A models repo in a temporary directory, edited between runs.
+pub struct Repo {
+    dir: tempfile::TempDir,
+}
+
+impl Repo {
+    pub fn new(files: &[(&str, &str)]) -> Self {
+        let repo = Repo {
+            dir: tempfile::tempdir().unwrap(),
+        };
+        for (name, text) in files {
+            repo.write(name, text);
+        }
+        repo
+    }
+
+    pub fn write(&self, name: &str, text: &str) {
+        std::fs::write(self.dir.path().join(name), text).unwrap();
+    }
+
+    pub fn remove(&self, name: &str) {
+        std::fs::remove_file(self.dir.path().join(name)).unwrap();
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+/// Runs tether against the test cluster with the test's inventory.
+pub fn tether(inventory: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(&cluster().kubeconfig)
+        .args(["--inventory-name", inventory])
+        .env("TETHER_COLOR", "never")
+        .output()
+        .unwrap()
+}
+
+pub fn stdout(output: &Output) -> String {
+    String::from_utf8(output.stdout.clone()).unwrap()
+}
+
+fn all_output(output: &Output) -> String {
+    format!(
+        "{}{}",
+        stdout(output),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+fn base(namespace: &str) -> String {
+    format!(
+        "kind: KubernetesService\nname: kubernetes\n---\nkind: TrustDomain\nname: {namespace}\n"
+    )
+}
+
+fn config_map(name: &str, namespace: &str, value: &str) -> String {
+    format!(
+        "kind: KubernetesConfigMap\nname: {name}\ntrust_domain: {namespace}\ndata:\n  key: \"{value}\"\n"
+    )
+}
+
+async fn live_config_map(client: &Client, namespace: &str, name: &str) -> Option<ConfigMap> {
+    Api::<ConfigMap>::namespaced(client.clone(), namespace)
+        .get_opt(name)
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn an_edited_model_shows_exactly_that_change_in_every_format() {
+    let client = cluster().client().await;
+    let ns = cluster().namespace(&client, "edit").await;
+    let inventory = format!("inv-{ns}");
+    let slice = |replicas: u32| {
+        format!(
+            "kind: Image\nname: nginx\ntag: \"1.25\"\n---\nkind: Slice\nname: web\ntrust_domain: {ns}\n\
+             controller_kind: Deployment\ncontroller_replica_count: {replicas}\ndefault_image: nginx\n"
+        )
+    };
+    let repo = Repo::new(&[("base.yaml", &base(&ns)), ("web.yaml", &slice(1))]);
+    let path = repo.path().to_str().unwrap();
+    let first = tether(&inventory, &["apply", path]);
+    assert_eq!(first.status.code(), Some(0), "{}", all_output(&first));
+    // The namespace exists already (the test made it): tether adds its labels.
+    assert_eq!(
+        stdout(&first),
+        "1 created, 1 configured, 0 unchanged, 0 pruned, 0 failed\n"
+    );
+
+    repo.write("web.yaml", &slice(2));
+    let text = tether(&inventory, &["diff", path]);
+    assert_eq!(
+        text.status.code(),
+        Some(1),
+        "differences exit 1: {}",
+        all_output(&text)
+    );
+    let text = stdout(&text);
+    assert!(
+        text.contains(&format!(
+            "\nupdate Deployment {ns}/web (Slice/web, web.yaml)\n"
+        )),
+        "{text}"
+    );
+    let changed: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("  -") || l.starts_with("  +"))
+        .collect();
+    assert_eq!(
+        changed,
+        [
+            "  --- live",
+            "  +++ planned",
+            "  -  replicas: 1",
+            "  +  replicas: 2"
+        ],
+        "{text}"
+    );
+    assert!(
+        text.ends_with("0 to create, 1 to update, 0 to delete, 0 in conflict, 1 unchanged\n"),
+        "{text}"
+    );
+
+    let markdown = stdout(&tether(&inventory, &["diff", path, "-o", "markdown"]));
+    assert!(
+        markdown.contains("| Deployment | 0 | 1 | 0 | 0 |"),
+        "{markdown}"
+    );
+    assert!(
+        markdown.contains(&format!(
+            "<details><summary><b>update</b> Deployment {ns}/web"
+        )),
+        "{markdown}"
+    );
+    assert!(
+        markdown.contains("-  replicas: 1\n+  replicas: 2\n"),
+        "{markdown}"
+    );
+
+    let json: serde_json::Value =
+        serde_json::from_str(&stdout(&tether(&inventory, &["diff", path, "-o", "json"]))).unwrap();
+    assert_eq!(json["schema"], "tether.dev/diff/v1");
+    assert_eq!(
+        json["summary"],
+        serde_json::json!({"create": 0, "update": 1, "delete": 0, "conflict": 0, "unchanged": 1})
+    );
+    let update = json["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["action"] == "update")
+        .unwrap();
+    assert_eq!(
+        (
+            update["kind"].as_str(),
+            update["namespace"].as_str(),
+            update["name"].as_str()
+        ),
+        (Some("Deployment"), Some(ns.as_str()), Some("web"))
+    );
+    assert!(
+        update["diff"]
+            .as_str()
+            .unwrap()
+            .contains("-  replicas: 1\n+  replicas: 2\n")
+    );
+
+    let second = tether(&inventory, &["apply", path]);
+    assert_eq!(
+        stdout(&second),
+        "0 created, 1 configured, 1 unchanged, 0 pruned, 0 failed\n"
+    );
+    let after = tether(&inventory, &["diff", path]);
+    assert_eq!(after.status.code(), Some(0), "{}", all_output(&after));
+}
+
+#[tokio::test]
+async fn prune_deletes_only_what_tether_applied_and_no_longer_renders() {
+    let client = cluster().client().await;
+    let ns = cluster().namespace(&client, "prune").await;
+    let inventory = format!("inv-{ns}");
+    let resource = format!(
+        "kind: KubernetesResourceInstance\nname: extra\nresource_definition: |\n  apiVersion: v1\n  kind: ConfigMap\n  \
+         metadata:\n    name: from-resource\n    namespace: {ns}\n  data:\n    a: \"1\"\n"
+    );
+    let repo = Repo::new(&[
+        ("base.yaml", &base(&ns)),
+        ("keep.yaml", &config_map("keep", &ns, "1")),
+        ("gone.yaml", &config_map("gone", &ns, "1")),
+        ("resource.yaml", &resource),
+    ]);
+    let path = repo.path().to_str().unwrap();
+    assert_eq!(tether(&inventory, &["apply", path]).status.code(), Some(0));
+    assert!(
+        live_config_map(&client, &ns, "from-resource")
+            .await
+            .is_some(),
+        "resource instance objects are applied"
+    );
+
+    // Resource instance objects update like any other.
+    repo.write("resource.yaml", &resource.replace("a: \"1\"", "a: \"2\""));
+    assert_eq!(tether(&inventory, &["apply", path]).status.code(), Some(0));
+    let updated = live_config_map(&client, &ns, "from-resource")
+        .await
+        .unwrap();
+    assert_eq!(updated.data.unwrap()["a"], "2");
+
+    // An object made by hand, with tether's labels copied onto it.
+    let applyset = tether::render::Inventory {
+        name: inventory.clone(),
+        namespace: "default".into(),
+    }
+    .applyset_id();
+    let mut copied = ConfigMap::default();
+    copied.metadata.name = Some("hand-made".into());
+    copied.metadata.labels = Some(
+        [
+            (
+                "app.kubernetes.io/managed-by".to_string(),
+                "tether".to_string(),
+            ),
+            ("applyset.kubernetes.io/part-of".to_string(), applyset),
+        ]
+        .into(),
+    );
+    Api::<ConfigMap>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &copied)
+        .await
+        .unwrap();
+
+    repo.remove("gone.yaml");
+    repo.remove("resource.yaml");
+    let diff = stdout(&tether(&inventory, &["diff", path]));
+    assert!(
+        diff.contains(&format!("delete (with --prune) ConfigMap {ns}/gone")),
+        "{diff}"
+    );
+    assert!(
+        diff.contains(&format!(
+            "delete (with --prune) ConfigMap {ns}/from-resource"
+        )),
+        "{diff}"
+    );
+    assert!(!diff.contains("hand-made"), "{diff}");
+
+    let without_prune = tether(&inventory, &["apply", path]);
+    assert!(
+        stdout(&without_prune).contains("2 objects whose model is gone are left in place"),
+        "{}",
+        all_output(&without_prune)
+    );
+    assert!(live_config_map(&client, &ns, "gone").await.is_some());
+
+    let pruned = tether(&inventory, &["apply", "--prune", path]);
+    assert_eq!(pruned.status.code(), Some(0), "{}", all_output(&pruned));
+    assert_eq!(
+        stdout(&pruned),
+        "0 created, 0 configured, 2 unchanged, 2 pruned, 0 failed\n"
+    );
+    assert!(live_config_map(&client, &ns, "gone").await.is_none());
+    assert!(
+        live_config_map(&client, &ns, "from-resource")
+            .await
+            .is_none()
+    );
+    assert!(live_config_map(&client, &ns, "keep").await.is_some());
+    assert!(
+        live_config_map(&client, &ns, "hand-made").await.is_some(),
+        "never delete what tether did not apply"
+    );
+
+    // A source without models never prunes.
+    let empty = Repo::new(&[]);
+    let nothing = tether(
+        &inventory,
+        &["apply", "--prune", empty.path().to_str().unwrap()],
+    );
+    assert_eq!(nothing.status.code(), Some(0), "{}", all_output(&nothing));
+    assert!(
+        live_config_map(&client, &ns, "keep").await.is_some(),
+        "an empty source deleted objects"
+    );
+}
+
+#[tokio::test]
+async fn fields_owned_by_another_manager_are_conflicts_until_forced() {
+    let client = cluster().client().await;
+    let ns = cluster().namespace(&client, "conflict").await;
+    let inventory = format!("inv-{ns}");
+    let repo = Repo::new(&[
+        ("base.yaml", &base(&ns)),
+        ("cm.yaml", &config_map("shared", &ns, "from-git")),
+    ]);
+    let path = repo.path().to_str().unwrap();
+    assert_eq!(tether(&inventory, &["apply", path]).status.code(), Some(0));
+
+    // Helm takes the field.
+    let helm = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "shared", "namespace": ns}, "data": {"key": "from-helm"}});
+    let api = Api::<ConfigMap>::namespaced(client.clone(), &ns);
+    api.patch(
+        "shared",
+        &PatchParams::apply("helm").force(),
+        &Patch::Apply(&helm),
+    )
+    .await
+    .unwrap();
+
+    let diff = tether(&inventory, &["diff", path]);
+    assert_eq!(diff.status.code(), Some(1));
+    let text = stdout(&diff);
+    assert!(
+        text.contains(&format!("conflict ConfigMap {ns}/shared")),
+        "{text}"
+    );
+    assert!(text.contains("field .data.key is owned by helm"), "{text}");
+    assert!(
+        text.contains("  -  key: from-helm\n  +  key: from-git\n"),
+        "what forcing would change: {text}"
+    );
+
+    let refused = tether(&inventory, &["apply", path]);
+    assert_eq!(refused.status.code(), Some(2), "{}", all_output(&refused));
+    assert!(
+        stdout(&refused).contains("conflict: .data.key (owned by helm); use --force-conflicts"),
+        "{}",
+        all_output(&refused)
+    );
+    assert_eq!(
+        live_config_map(&client, &ns, "shared")
+            .await
+            .unwrap()
+            .data
+            .unwrap()["key"],
+        "from-helm"
+    );
+
+    let forced = tether(&inventory, &["apply", "--force-conflicts", path]);
+    assert_eq!(forced.status.code(), Some(0), "{}", all_output(&forced));
+    assert_eq!(
+        live_config_map(&client, &ns, "shared")
+            .await
+            .unwrap()
+            .data
+            .unwrap()["key"],
+        "from-git"
+    );
+}
+
+#[tokio::test]
+async fn secret_values_never_appear_in_any_output() {
+    let client = cluster().client().await;
+    let ns = cluster().namespace(&client, "secret").await;
+    let inventory = format!("inv-{ns}");
+    let secret = |value: &str| {
+        format!(
+            "kind: KubernetesSecret\nname: token\ntrust_domain: {ns}\ndata:\n  password: {value}\n"
+        )
+    };
+    let repo = Repo::new(&[
+        ("base.yaml", &base(&ns)),
+        ("secret.yaml", &secret("first-Plaintext-1")),
+    ]);
+    let path = repo.path().to_str().unwrap();
+    let mut outputs = vec![tether(&inventory, &["--log-level", "trace", "diff", path])];
+    outputs.push(tether(&inventory, &["--log-level", "trace", "apply", path]));
+    repo.write("secret.yaml", &secret("second-Plaintext-2"));
+    for format in ["text", "markdown", "json"] {
+        outputs.push(tether(
+            &inventory,
+            &["--log-level", "trace", "diff", path, "-o", format],
+        ));
+    }
+    outputs.push(tether(&inventory, &["apply", "--dry-run", path]));
+    outputs.push(tether(&inventory, &["--log-level", "trace", "apply", path]));
+    repo.remove("secret.yaml");
+    outputs.push(tether(&inventory, &["diff", path]));
+    outputs.push(tether(
+        &inventory,
+        &[
+            "--log-format",
+            "json",
+            "--log-level",
+            "trace",
+            "apply",
+            "--prune",
+            path,
+        ],
+    ));
+    use base64::Engine as _;
+    let encode = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    for output in &outputs {
+        let text = all_output(output);
+        for secret in ["first-Plaintext-1", "second-Plaintext-2"] {
+            assert!(
+                !text.contains(secret) && !text.contains(&encode(secret)),
+                "a secret value was printed:\n{text}"
+            );
+        }
+    }
+    let update = stdout(&outputs[2]);
+    assert!(
+        update.contains("-  password: \"*** (before)\"\n  +  password: \"*** (after)\""),
+        "the change shows, masked:\n{update}"
+    );
+}
