@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, DynamicObject, ObjectMeta, Patch, PatchParams};
+use kube::client::ClientBuilder;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::discovery::{Discovery, Scope};
@@ -81,13 +82,15 @@ pub async fn connect(target: &Target) -> Result<Client, ClusterError> {
             ClusterError::NoCluster
         })?,
     };
-    if let Some(timeout) = target.request_timeout {
-        config.connect_timeout = Some(timeout);
-        config.read_timeout = Some(timeout);
-        config.write_timeout = Some(timeout);
-    }
     let url = config.cluster_url.to_string();
-    let client = Client::try_from(config).map_err(ClusterError::Client)?;
+    let timeout = target.request_timeout.unwrap_or(Duration::from_secs(30));
+    config.connect_timeout = Some(timeout);
+    // A whole request, not only a socket read, is bounded: a server that accepts
+    // connections but stops answering (overloaded, paused) must not hang tether.
+    let client = ClientBuilder::try_from(config)
+        .map_err(ClusterError::Client)?
+        .with_layer(&tower::timeout::TimeoutLayer::new(timeout))
+        .build();
     client
         .apiserver_version()
         .await

@@ -98,7 +98,7 @@ pub struct SyntaxError {
 
 /// Parses every document of a YAML stream; empty documents are skipped.
 pub fn parse_yaml(text: &str, dialect: Dialect) -> Result<Vec<Node>, SyntaxError> {
-    let options = match dialect {
+    let mut options = match dialect {
         Dialect::Models => serde_saphyr::options! {
             strict_booleans: true,
             leading_zero_numbers_as_strings: true,
@@ -108,6 +108,7 @@ pub fn parse_yaml(text: &str, dialect: Dialect) -> Result<Vec<Node>, SyntaxError
             legacy_octal_numbers: true,
         },
     };
+    options.budget = Some(budget());
     serde_saphyr::from_str_multiple_with_options::<Node, Vec<Node>>(text, options).map_err(|e| {
         let location = e.location();
         SyntaxError {
@@ -116,6 +117,17 @@ pub fn parse_yaml(text: &str, dialect: Dialect) -> Result<Vec<Node>, SyntaxError
             message: syntax_message(&e),
         }
     })
+}
+
+/// serde-saphyr's limits guard against hostile YAML (alias bombs, deep nesting); a
+/// models file may hold many more documents and nodes than its defaults allow (1,024
+/// documents), so those two are raised and the rest kept.
+fn budget() -> serde_saphyr::Budget {
+    let mut budget = serde_saphyr::Budget::default();
+    budget.max_documents = 1_000_000;
+    budget.max_nodes = 50_000_000;
+    budget.max_events = 100_000_000;
+    budget
 }
 
 /// The error's own words, without the location prefix and snippet that we print ourselves.

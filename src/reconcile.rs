@@ -5,6 +5,7 @@
 //! apply leaves nothing untracked, and the next apply completes it.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
@@ -326,10 +327,11 @@ pub async fn apply(
             .push(p);
     }
     let resources = &resources;
+    let unreachable = &AtomicBool::new(false);
     for (_, batch) in ranks {
         let results: Vec<(&Planned, Result<(), String>)> =
             futures::stream::iter(batch.into_iter().map(|p| async move {
-                let result = apply_one(resources, p, options).await;
+                let result = apply_one(resources, p, options, unreachable).await;
                 (p, result)
             }))
             .buffer_unordered(CONCURRENCY)
@@ -395,11 +397,14 @@ pub async fn apply(
 }
 
 /// Server-side apply of one object, retrying what may pass on a second try (the
-/// server busy or restarting, a namespace's service account token not made yet).
+/// server busy, a namespace's service account token not made yet). When the server
+/// stops answering altogether, `unreachable` is set and the remaining objects fail
+/// at once instead of each waiting out its own retries.
 async fn apply_one(
     resources: &Resources,
     planned: &Planned,
     options: &ApplyOptions,
+    unreachable: &AtomicBool,
 ) -> Result<(), String> {
     let Some(desired) = &planned.desired else {
         return Ok(());
@@ -408,16 +413,7 @@ async fn apply_one(
         return Ok(());
     }
     if planned.change.action == Action::Conflict && !options.force_conflicts {
-        let fields: Vec<String> = planned
-            .change
-            .conflicts
-            .iter()
-            .map(|c| format!("{} (owned by {})", c.field, c.manager))
-            .collect();
-        return Err(format!(
-            "conflict: {}; use --force-conflicts to take these fields",
-            fields.join(", ")
-        ));
+        return Err(conflict_message(&planned.change.conflicts));
     }
     let key = &planned.change.key;
     let api = resources
@@ -433,35 +429,48 @@ async fn apply_one(
     }
     let mut delay = Duration::from_millis(250);
     for attempt in 1.. {
-        match api.patch(&key.name, &params, &Patch::Apply(desired)).await {
-            Ok(_) => return Ok(()),
-            Err(e) if attempt < 6 && is_transient(&e) => {
-                tracing::debug!(object = %key, attempt, error = %e, "apply failed; retrying");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(4));
-            }
-            Err(kube::Error::Api(status)) if status.is_conflict() => {
-                let fields: Vec<String> = conflicts_of(&status)
-                    .iter()
-                    .map(|c| format!("{} (owned by {})", c.field, c.manager))
-                    .collect();
-                return Err(format!(
-                    "conflict: {}; use --force-conflicts to take these fields",
-                    fields.join(", ")
-                ));
-            }
-            Err(e) => return Err(e.to_string()),
+        if unreachable.load(Ordering::Relaxed) {
+            return Err("not applied: the API server stopped answering".into());
         }
+        let error = match api.patch(&key.name, &params, &Patch::Apply(desired)).await {
+            Ok(_) => return Ok(()),
+            Err(e) => e,
+        };
+        let retry = match &error {
+            kube::Error::Api(status) if status.is_conflict() => {
+                return Err(conflict_message(&conflicts_of(status)));
+            }
+            // The server answered: busy, or not ready for this object yet.
+            kube::Error::Api(status) => (status.code >= 500 || status.code == 429) && attempt < 6,
+            // No answer (timeout, connection refused): one more try, then give up on
+            // the server for every object.
+            kube::Error::HyperError(_) | kube::Error::Service(_) => {
+                if attempt >= 2 {
+                    unreachable.store(true, Ordering::Relaxed);
+                }
+                attempt < 2
+            }
+            _ => false,
+        };
+        if !retry {
+            return Err(error.to_string());
+        }
+        tracing::debug!(object = %key, attempt, error = %error, "apply failed; retrying");
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(Duration::from_secs(4));
     }
     Ok(())
 }
 
-fn is_transient(error: &kube::Error) -> bool {
-    match error {
-        kube::Error::Api(status) => status.code >= 500 || status.code == 429,
-        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
-        _ => false,
-    }
+fn conflict_message(conflicts: &[crate::plan::FieldConflict]) -> String {
+    let fields: Vec<String> = conflicts
+        .iter()
+        .map(|c| format!("{} (owned by {})", c.field, c.manager))
+        .collect();
+    format!(
+        "conflict: {}; use --force-conflicts to take these fields",
+        fields.join(", ")
+    )
 }
 
 /// Waits until the workloads among `objects` are ready (Deployments available,

@@ -10,6 +10,43 @@ fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/local-cluster")
 }
 
+/// A control plane in its own state directory, stopped and removed when dropped
+/// (also when the test panics), and by the watchdog if the test process dies.
+struct LocalCluster {
+    dir: tempfile::TempDir,
+}
+
+impl LocalCluster {
+    fn new() -> Self {
+        LocalCluster {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn up(&self) -> PathBuf {
+        let pid = std::process::id().to_string();
+        PathBuf::from(run(&["up", "--owner-pid", &pid], self.dir.path()).trim())
+    }
+
+    fn down(&self) {
+        run(&["down"], self.dir.path());
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        let _ = Command::new(script())
+            .arg("down")
+            .arg("--state-dir")
+            .arg(self.dir.path())
+            .output();
+    }
+}
+
 fn run(args: &[&str], state_dir: &Path) -> String {
     let output = Command::new(script())
         .args(args)
@@ -110,13 +147,11 @@ fn up_and_down_ten_times_leave_no_process_and_no_port() {
 
 #[test]
 fn two_control_planes_in_different_state_dirs_do_not_collide() {
-    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    let first = std::thread::spawn({
-        let a = a.path().to_path_buf();
-        move || run(&["up"], &a)
+    let (a, b) = (LocalCluster::new(), LocalCluster::new());
+    std::thread::scope(|scope| {
+        scope.spawn(|| a.up());
+        b.up();
     });
-    run(&["up"], b.path());
-    first.join().unwrap();
     let (pids_a, ports_a) = started(a.path());
     let (pids_b, ports_b) = started(b.path());
     assert!(
@@ -134,10 +169,122 @@ fn two_control_planes_in_different_state_dirs_do_not_collide() {
         "{}",
         String::from_utf8_lossy(&status.stdout)
     );
-    run(&["down"], a.path());
+    a.down();
     assert_gone(&pids_a, &ports_a);
     // The other one is untouched by the first one's down.
     assert!(pids_b.iter().all(|pid| running(*pid)));
-    run(&["down"], b.path());
+    b.down();
     assert_gone(&pids_b, &ports_b);
+}
+
+/// tether against its own control plane (this test stops the API server).
+fn tether(kubeconfig: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["--request-timeout", "3s"])
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn an_api_server_stopped_mid_apply_gives_exit_2_and_the_next_apply_converges() {
+    let cluster = LocalCluster::new();
+    let kubeconfig = cluster.up();
+    let apiserver: u32 = std::fs::read_to_string(cluster.path().join("pids"))
+        .unwrap()
+        .lines()
+        .find(|l| l.ends_with(" kube-apiserver"))
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap();
+    // Enough objects that the apply takes a while.
+    let models = tempfile::tempdir().unwrap();
+    let mut text = String::from(
+        "kind: KubernetesService\nname: kubernetes\n---\nkind: TrustDomain\nname: big\n",
+    );
+    for i in 0..1500 {
+        text.push_str(&format!(
+            "---\nkind: KubernetesConfigMap\nname: cm-{i}\ntrust_domain: big\ndata:\n  i: \"{i}\"\n"
+        ));
+    }
+    std::fs::write(models.path().join("models.yaml"), text).unwrap();
+    let path = models.path().to_str().unwrap();
+
+    let child = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(["apply", path, "--request-timeout", "3s", "--kubeconfig"])
+        .arg(&kubeconfig)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Stop the API server once the first objects exist.
+    let kubectl = PathBuf::from(
+        String::from_utf8(Command::new(script()).arg("env").output().unwrap().stdout)
+            .unwrap()
+            .trim(),
+    )
+    .join("kubectl");
+    let started = std::time::Instant::now();
+    loop {
+        let count = Command::new(&kubectl)
+            .args([
+                "get",
+                "configmaps",
+                "-n",
+                "big",
+                "-o",
+                "name",
+                "--kubeconfig",
+            ])
+            .arg(&kubeconfig)
+            .output()
+            .unwrap();
+        if String::from_utf8_lossy(&count.stdout).lines().count() > 10 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the apply never started"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Command::new("kill")
+        .args(["-STOP", &apiserver.to_string()])
+        .status()
+        .unwrap();
+    // The server stays stopped while tether gives up (it must, within its timeouts).
+    let waited = std::time::Instant::now();
+    let interrupted = child.wait_with_output().unwrap();
+    Command::new("kill")
+        .args(["-CONT", &apiserver.to_string()])
+        .status()
+        .unwrap();
+    assert!(
+        waited.elapsed() < Duration::from_secs(120),
+        "tether took {:?} to give up",
+        waited.elapsed()
+    );
+    let stdout = String::from_utf8_lossy(&interrupted.stdout);
+    let stderr = String::from_utf8_lossy(&interrupted.stderr);
+    assert_eq!(
+        interrupted.status.code(),
+        Some(2),
+        "stdout: {stdout}\nstderr: {stderr}"
+    );
+
+    let again = tether(&kubeconfig, &["apply", path]);
+    assert_eq!(
+        again.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    let diff = tether(&kubeconfig, &["diff", path]);
+    assert_eq!(
+        diff.status.code(),
+        Some(0),
+        "converged: {}",
+        String::from_utf8_lossy(&diff.stdout)
+    );
 }

@@ -420,3 +420,119 @@ async fn secret_values_never_appear_in_any_output() {
         "the change shows, masked:\n{update}"
     );
 }
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let output = Command::new("git")
+        .args([
+            "-c",
+            "user.name=Test",
+            "-c",
+            "user.email=test@example.org",
+            "-c",
+            "init.defaultBranch=main",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap().trim().to_string()
+}
+
+#[tokio::test]
+async fn a_git_repository_is_reconciled_at_the_commit_its_reference_names() {
+    let client = cluster().client().await;
+    let ns = cluster().namespace(&client, "git").await;
+    let inventory = format!("inv-{ns}");
+    let repo = Repo::new(&[]);
+    let work = repo.path().join("work");
+    std::fs::create_dir_all(work.join("models")).unwrap();
+    git(repo.path(), &["init", "-q", "work"]);
+    std::fs::write(work.join("models/base.yaml"), base(&ns)).unwrap();
+    std::fs::write(
+        work.join("models/cm.yaml"),
+        config_map("settings", &ns, "v1"),
+    )
+    .unwrap();
+    git(&work, &["add", "-A"]);
+    git(&work, &["commit", "-q", "-m", "v1"]);
+    git(&work, &["tag", "release-1"]);
+    let v1 = git(&work, &["rev-parse", "HEAD"]);
+    std::fs::write(
+        work.join("models/cm.yaml"),
+        config_map("settings", &ns, "v2"),
+    )
+    .unwrap();
+    git(&work, &["commit", "-q", "-am", "v2"]);
+    let v2 = git(&work, &["rev-parse", "HEAD"]);
+    git(
+        repo.path(),
+        &["clone", "-q", "--bare", "work", "remote.git"],
+    );
+    let url = format!("file://{}", repo.path().join("remote.git").display());
+    let cache = repo.path().join("cache");
+    let cache = cache.to_str().unwrap();
+
+    let applied = tether(
+        &inventory,
+        &[
+            "apply",
+            "--repo",
+            &url,
+            "--ref",
+            "release-1",
+            "--cache-dir",
+            cache,
+            "models",
+        ],
+    );
+    assert_eq!(applied.status.code(), Some(0), "{}", all_output(&applied));
+    assert_eq!(
+        live_config_map(&client, &ns, "settings")
+            .await
+            .unwrap()
+            .data
+            .unwrap()["key"],
+        "v1"
+    );
+    let record = Api::<ConfigMap>::namespaced(client.clone(), "default")
+        .get(&inventory)
+        .await
+        .unwrap();
+    assert_eq!(
+        record.data.unwrap()["commit"],
+        v1,
+        "the inventory records the commit"
+    );
+
+    let diff = tether(
+        &inventory,
+        &["diff", "--repo", &url, "--cache-dir", cache, "models"],
+    );
+    assert_eq!(diff.status.code(), Some(1));
+    let text = stdout(&diff);
+    assert!(
+        text.starts_with(&format!("tether diff: {url} @ {v2}\n")),
+        "the report names the commit: {text}"
+    );
+    assert!(text.contains("-  key: v1\n  +  key: v2\n"), "{text}");
+    let json: serde_json::Value = serde_json::from_str(&stdout(&tether(
+        &inventory,
+        &[
+            "diff",
+            "--repo",
+            &url,
+            "--cache-dir",
+            cache,
+            "models",
+            "-o",
+            "json",
+        ],
+    )))
+    .unwrap();
+    assert_eq!(json["revision"]["commit"], v2);
+}

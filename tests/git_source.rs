@@ -1,0 +1,137 @@
+//! Models read from Git with git2, from repositories made with the `git` CLI: the
+//! exact commit a branch, tag or commit id names, and a local checkout's commit.
+
+use std::path::Path;
+use std::process::Command;
+
+use tether::git::{Credentials, fetch_models, local_revision};
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let output = Command::new("git")
+        .args([
+            "-c",
+            "user.name=Test",
+            "-c",
+            "user.email=test@example.org",
+            "-c",
+            "init.defaultBranch=main",
+        ])
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap().trim().to_string()
+}
+
+fn paths(files: &tether::source::SourceFiles) -> Vec<String> {
+    files.iter().map(|(_, f)| f.path.clone()).collect()
+}
+
+/// A bare repository with: on main, v1 (tagged) then v2; a branch `next` with v3.
+fn remote() -> (tempfile::TempDir, String, [String; 3]) {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    std::fs::create_dir_all(work.join("models/.hidden")).unwrap();
+    git(dir.path(), &["init", "-q", "work"]);
+    std::fs::write(work.join("README.md"), "not a model").unwrap();
+    std::fs::write(work.join("models/site.yaml"), "kind: Site\nname: v1\n").unwrap();
+    std::fs::write(
+        work.join("models/.hidden/x.yaml"),
+        "kind: Site\nname: hidden\n",
+    )
+    .unwrap();
+    std::fs::write(work.join("models/.tether.yaml"), "settings: {}\n").unwrap();
+    git(&work, &["add", "-A"]);
+    git(&work, &["commit", "-q", "-m", "v1"]);
+    git(&work, &["tag", "v1"]);
+    let v1 = git(&work, &["rev-parse", "HEAD"]);
+    std::fs::write(work.join("models/site.yaml"), "kind: Site\nname: v2\n").unwrap();
+    git(&work, &["commit", "-q", "-am", "v2"]);
+    let v2 = git(&work, &["rev-parse", "HEAD"]);
+    git(&work, &["checkout", "-q", "-b", "next"]);
+    std::fs::write(work.join("models/extra.yml"), "kind: Site\nname: v3\n").unwrap();
+    git(&work, &["add", "-A"]);
+    git(&work, &["commit", "-q", "-m", "v3"]);
+    let v3 = git(&work, &["rev-parse", "HEAD"]);
+    git(&work, &["checkout", "-q", "main"]);
+    git(dir.path(), &["clone", "-q", "--bare", "work", "remote.git"]);
+    let url = format!("file://{}", dir.path().join("remote.git").display());
+    (dir, url, [v1, v2, v3])
+}
+
+#[test]
+fn fetches_the_exact_commit_a_reference_names() {
+    let (dir, url, [v1, v2, v3]) = remote();
+    let cache = dir.path().join("cache");
+    let models = Path::new("models");
+    let none = Credentials::default();
+
+    let (files, revision) = fetch_models(&url, None, Some(models), &cache, &none).unwrap();
+    assert_eq!(revision.commit, v2, "the default branch");
+    assert_eq!(
+        paths(&files),
+        ["site.yaml"],
+        "no dot-dirs, no dot-files, no other files"
+    );
+    assert_eq!(
+        files.iter().next().unwrap().1.text,
+        "kind: Site\nname: v2\n"
+    );
+
+    let (_, revision) = fetch_models(&url, Some("v1"), Some(models), &cache, &none).unwrap();
+    assert_eq!(revision.commit, v1, "a tag");
+    let (files, revision) = fetch_models(&url, Some("next"), Some(models), &cache, &none).unwrap();
+    assert_eq!(revision.commit, v3, "a branch");
+    assert_eq!(paths(&files), ["extra.yml", "site.yaml"]);
+    let (_, revision) = fetch_models(&url, Some(&v1[..12]), Some(models), &cache, &none).unwrap();
+    assert_eq!(revision.commit, v1, "a commit id");
+    let (files, _) = fetch_models(&url, Some("main"), None, &cache, &none).unwrap();
+    assert_eq!(paths(&files), ["models/site.yaml"], "the whole repository");
+
+    let missing =
+        fetch_models(&url, Some("no-such-branch"), Some(models), &cache, &none).unwrap_err();
+    assert!(
+        missing
+            .to_string()
+            .contains("no branch, tag or commit \"no-such-branch\""),
+        "{missing}"
+    );
+    let unreachable =
+        fetch_models("file:///no/such/repo.git", None, None, &cache, &none).unwrap_err();
+    assert!(
+        unreachable
+            .to_string()
+            .contains("cannot fetch file:///no/such/repo.git"),
+        "{unreachable}"
+    );
+
+    // A new commit on the remote is seen by the next fetch (the cache is updated).
+    let work = dir.path().join("work");
+    std::fs::write(work.join("models/site.yaml"), "kind: Site\nname: v4\n").unwrap();
+    git(&work, &["commit", "-q", "-am", "v4"]);
+    git(&work, &["push", "-q", &url, "main"]);
+    let v4 = git(&work, &["rev-parse", "HEAD"]);
+    let (_, revision) = fetch_models(&url, Some("main"), Some(models), &cache, &none).unwrap();
+    assert_eq!(revision.commit, v4);
+}
+
+#[test]
+fn a_local_checkout_reports_its_commit_and_uncommitted_models() {
+    let (dir, _, [_, v2, _]) = remote();
+    let work = dir.path().join("work");
+    let revision = local_revision(&work.join("models")).unwrap();
+    assert_eq!(
+        (revision.commit.as_str(), revision.dirty),
+        (v2.as_str(), false)
+    );
+    std::fs::write(work.join("README.md"), "edited, but not a model").unwrap();
+    assert!(!local_revision(&work.join("models")).unwrap().dirty);
+    std::fs::write(work.join("models/site.yaml"), "kind: Site\nname: edited\n").unwrap();
+    assert!(local_revision(&work.join("models")).unwrap().dirty);
+    assert!(local_revision(Path::new("/")).is_none(), "not a repository");
+}
