@@ -19,30 +19,76 @@ fn main() {
     let state = tempfile::tempdir().expect("state dir");
     let script = root.join("scripts/local-cluster");
     let up = Command::new(&script)
-        .args(["up", "--owner-pid", &std::process::id().to_string(), "--state-dir"])
+        .args([
+            "up",
+            "--owner-pid",
+            &std::process::id().to_string(),
+            "--state-dir",
+        ])
         .arg(state.path())
         .output()
         .expect("local-cluster up");
-    assert!(up.status.success(), "{}", String::from_utf8_lossy(&up.stderr));
+    assert!(
+        up.status.success(),
+        "{}",
+        String::from_utf8_lossy(&up.stderr)
+    );
     let kubeconfig = PathBuf::from(String::from_utf8_lossy(&up.stdout).trim().to_string());
     // The newest kubectl at hand: kubectl 1.20 throttles itself to 5 requests a second,
     // which would make the comparison unfair to kubectl; newer ones do not.
-    let built = PathBuf::from(String::from_utf8_lossy(&Command::new(&script).arg("env").output().expect("env").stdout).trim())
-        .join("kubectl");
-    let kubectl = std::env::var_os("KUBECTL").map(PathBuf::from).unwrap_or_else(|| {
-        let on_path = Command::new("kubectl").args(["version", "--client"]).output().is_ok_and(|o| o.status.success());
-        if on_path { PathBuf::from("kubectl") } else { built }
-    });
-    let version = Command::new(&kubectl).args(["version", "--client"]).output().expect("kubectl version");
-    let version = String::from_utf8_lossy(&version.stdout).lines().next().unwrap_or_default().to_string();
-    let bench = Bench { kubeconfig, kubectl, tether: PathBuf::from(env!("CARGO_BIN_EXE_tether")) };
+    let built = PathBuf::from(
+        String::from_utf8_lossy(
+            &Command::new(&script)
+                .arg("env")
+                .output()
+                .expect("env")
+                .stdout,
+        )
+        .trim(),
+    )
+    .join("kubectl");
+    let kubectl = std::env::var_os("KUBECTL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let on_path = Command::new("kubectl")
+                .args(["version", "--client"])
+                .output()
+                .is_ok_and(|o| o.status.success());
+            if on_path {
+                PathBuf::from("kubectl")
+            } else {
+                built
+            }
+        });
+    let version = Command::new(&kubectl)
+        .args(["version", "--client"])
+        .output()
+        .expect("kubectl version");
+    let version = String::from_utf8_lossy(&version.stdout)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let bench = Bench {
+        kubeconfig,
+        kubectl,
+        tether: PathBuf::from(env!("CARGO_BIN_EXE_tether")),
+    };
 
-    println!("tether vs kubectl ({version}) on a local kube-apiserver 1.20.2 (2 cores); median of 3 for diffs");
-    println!("{:>6}  {:<18} {:>10} {:>10} {:>8}", "objects", "operation", "tether", "kubectl", "ratio");
+    println!(
+        "tether vs kubectl ({version}) on a local kube-apiserver 1.20.2 (2 cores); median of 3 for diffs"
+    );
+    println!(
+        "{:>6}  {:<18} {:>10} {:>10} {:>8}",
+        "objects", "operation", "tether", "kubectl", "ratio"
+    );
     for size in sizes {
         bench.run(size);
     }
-    let _ = Command::new(&script).args(["down", "--state-dir"]).arg(state.path()).output();
+    let _ = Command::new(&script)
+        .args(["down", "--state-dir"])
+        .arg(state.path())
+        .output();
 }
 
 struct Bench {
@@ -53,7 +99,11 @@ struct Bench {
 
 fn check(output: &Output, allowed: &[i32], what: &str) {
     let code = output.status.code().unwrap_or(-1);
-    assert!(allowed.contains(&code), "{what} exited {code}: {}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        allowed.contains(&code),
+        "{what} exited {code}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
 
 fn timed(mut f: impl FnMut()) -> Duration {
@@ -69,9 +119,15 @@ fn median(mut f: impl FnMut() -> Duration) -> Duration {
 }
 
 fn models(namespace: &str, size: usize, changed: Option<usize>) -> String {
-    let mut text = format!("kind: KubernetesService\nname: kubernetes\n---\nkind: TrustDomain\nname: {namespace}\n");
+    let mut text = format!(
+        "kind: KubernetesService\nname: kubernetes\n---\nkind: TrustDomain\nname: {namespace}\n"
+    );
     for i in 0..size - 1 {
-        let value = if Some(i) == changed { "changed" } else { "original" };
+        let value = if Some(i) == changed {
+            "changed"
+        } else {
+            "original"
+        };
         text.push_str(&format!(
             "---\nkind: KubernetesConfigMap\nname: cm-{i}\ntrust_domain: {namespace}\ndata:\n  index: \"{i}\"\n  value: {value}\n"
         ));
@@ -81,18 +137,31 @@ fn models(namespace: &str, size: usize, changed: Option<usize>) -> String {
 
 impl Bench {
     fn tether(&self, args: &[&str]) -> Output {
-        Command::new(&self.tether).args(args).arg("--kubeconfig").arg(&self.kubeconfig).output().expect("tether")
+        Command::new(&self.tether)
+            .args(args)
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .output()
+            .expect("tether")
     }
 
     fn kubectl(&self, args: &[&str]) -> Output {
-        Command::new(&self.kubectl).args(args).arg("--kubeconfig").arg(&self.kubeconfig).output().expect("kubectl")
+        Command::new(&self.kubectl)
+            .args(args)
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .output()
+            .expect("kubectl")
     }
 
     fn run(&self, size: usize) {
         // Same objects for both tools: tether's models, and kubectl's copy of what tether
         // renders from them, each in its own namespace (size objects with the namespace).
         let dir = tempfile::tempdir().expect("dir");
-        let (ours, theirs) = (format!("bench-tether-{size}"), format!("bench-kubectl-{size}"));
+        let (ours, theirs) = (
+            format!("bench-tether-{size}"),
+            format!("bench-kubectl-{size}"),
+        );
         let models_dir = dir.path().join("models");
         let manifests = dir.path().join("manifests");
         std::fs::create_dir_all(&models_dir).expect("mkdir");
@@ -100,8 +169,14 @@ impl Bench {
         let write_manifests = |changed: Option<usize>| {
             let source = dir.path().join("for-kubectl");
             std::fs::create_dir_all(&source).expect("mkdir");
-            std::fs::write(source.join("models.yaml"), models(&theirs, size, changed)).expect("write");
-            let rendered = self.tether(&["render", source.to_str().expect("utf-8"), "--inventory-name", "kubectl"]);
+            std::fs::write(source.join("models.yaml"), models(&theirs, size, changed))
+                .expect("write");
+            let rendered = self.tether(&[
+                "render",
+                source.to_str().expect("utf-8"),
+                "--inventory-name",
+                "kubectl",
+            ]);
             check(&rendered, &[0], "tether render");
             std::fs::write(manifests.join("objects.yaml"), &rendered.stdout).expect("write");
         };
@@ -111,21 +186,100 @@ impl Bench {
         let inventory = format!("bench-{size}");
         let manifests_path = manifests.to_str().expect("utf-8");
 
-        let tether_apply = timed(|| check(&self.tether(&["apply", path, "--inventory-name", &inventory]), &[0], "tether apply"));
-        let kubectl_apply = timed(|| check(&self.kubectl(&["apply", "--server-side", "--field-manager", "kubectl-bench", "-f", manifests_path]), &[0], "kubectl apply"));
+        let tether_apply = timed(|| {
+            check(
+                &self.tether(&["apply", path, "--inventory-name", &inventory]),
+                &[0],
+                "tether apply",
+            )
+        });
+        let kubectl_apply = timed(|| {
+            check(
+                &self.kubectl(&[
+                    "apply",
+                    "--server-side",
+                    "--field-manager",
+                    "kubectl-bench",
+                    "-f",
+                    manifests_path,
+                ]),
+                &[0],
+                "kubectl apply",
+            )
+        });
         row(size, "first apply", tether_apply, kubectl_apply);
 
-        let tether_diff = median(|| timed(|| check(&self.tether(&["diff", path, "--inventory-name", &inventory]), &[0], "tether diff")));
-        let kubectl_diff = median(|| timed(|| check(&self.kubectl(&["diff", "--server-side", "--field-manager", "kubectl-bench", "-f", manifests_path]), &[0], "kubectl diff")));
+        let tether_diff = median(|| {
+            timed(|| {
+                check(
+                    &self.tether(&["diff", path, "--inventory-name", &inventory]),
+                    &[0],
+                    "tether diff",
+                )
+            })
+        });
+        let kubectl_diff = median(|| {
+            timed(|| {
+                check(
+                    &self.kubectl(&[
+                        "diff",
+                        "--server-side",
+                        "--field-manager",
+                        "kubectl-bench",
+                        "-f",
+                        manifests_path,
+                    ]),
+                    &[0],
+                    "kubectl diff",
+                )
+            })
+        });
         row(size, "no-change diff", tether_diff, kubectl_diff);
 
-        std::fs::write(models_dir.join("models.yaml"), models(&ours, size, Some(size / 2))).expect("write");
+        std::fs::write(
+            models_dir.join("models.yaml"),
+            models(&ours, size, Some(size / 2)),
+        )
+        .expect("write");
         write_manifests(Some(size / 2));
-        let tether_one = median(|| timed(|| check(&self.tether(&["diff", path, "--inventory-name", &inventory]), &[1], "tether diff")));
-        let kubectl_one = median(|| timed(|| check(&self.kubectl(&["diff", "--server-side", "--field-manager", "kubectl-bench", "-f", manifests_path]), &[1], "kubectl diff")));
+        let tether_one = median(|| {
+            timed(|| {
+                check(
+                    &self.tether(&["diff", path, "--inventory-name", &inventory]),
+                    &[1],
+                    "tether diff",
+                )
+            })
+        });
+        let kubectl_one = median(|| {
+            timed(|| {
+                check(
+                    &self.kubectl(&[
+                        "diff",
+                        "--server-side",
+                        "--field-manager",
+                        "kubectl-bench",
+                        "-f",
+                        manifests_path,
+                    ]),
+                    &[1],
+                    "kubectl diff",
+                )
+            })
+        });
         row(size, "one-change diff", tether_one, kubectl_one);
-        let version = timed(|| check(&self.kubectl(&["get", "--raw", "/version"]), &[0], "kubectl get --raw"));
-        println!("{size:>6}  {:<18} {:>9.0}ms (one kubectl round trip, process start included)", "round trip", version.as_secs_f64() * 1000.0);
+        let version = timed(|| {
+            check(
+                &self.kubectl(&["get", "--raw", "/version"]),
+                &[0],
+                "kubectl get --raw",
+            )
+        });
+        println!(
+            "{size:>6}  {:<18} {:>9.0}ms (one kubectl round trip, process start included)",
+            "round trip",
+            version.as_secs_f64() * 1000.0
+        );
     }
 }
 

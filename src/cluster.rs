@@ -339,11 +339,10 @@ pub async fn write_inventory(
 }
 
 /// Does a live object carry tether's labels for this inventory?
-pub fn carries_tether_labels(object: &DynamicObject, inventory: &Inventory) -> bool {
-    let labels = object.metadata.labels.as_ref();
-    let label = |key: &str| labels.and_then(|l| l.get(key)).map(String::as_str);
-    label(MANAGED_BY_LABEL) == Some(MANAGER)
-        && label(PART_OF_LABEL) == Some(inventory.applyset_id().as_str())
+pub fn carries_tether_labels(object: &serde_json::Value, inventory: &Inventory) -> bool {
+    let labels = &object["metadata"]["labels"];
+    labels[MANAGED_BY_LABEL].as_str() == Some(MANAGER)
+        && labels[PART_OF_LABEL].as_str() == Some(inventory.applyset_id().as_str())
 }
 
 #[cfg(test)]

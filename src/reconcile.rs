@@ -68,7 +68,9 @@ pub async fn plan(
             .iter()
             .map(|e| (e.api_version.clone(), e.kind.clone())),
     );
+    let start = std::time::Instant::now();
     let resources = Resources::discover(client, &kinds).await?;
+    tracing::debug!(elapsed_ms = start.elapsed().as_millis(), "discovered");
     for object in objects {
         if resources
             .namespaced(&object.api_version, &object.kind)
@@ -83,7 +85,7 @@ pub async fn plan(
     // Everything labelled for this inventory, one list per kind.
     let selector =
         ListParams::default().labels(&format!("{PART_OF_LABEL}={}", inventory.applyset_id()));
-    let mut live: HashMap<ObjectKey, DynamicObject> = HashMap::new();
+    let mut live: HashMap<ObjectKey, Value> = HashMap::new();
     for (api_version, kind) in &kinds {
         if resources.namespaced(api_version, kind).is_none() {
             continue; // a kind only the inventory knows, no longer served: nothing to list
@@ -94,17 +96,16 @@ pub async fn plan(
             .await
             .map_err(api_error(format!("list {kind} objects")))?;
         for item in list.items {
-            live.insert(
-                ObjectKey::new(
-                    api_version,
-                    kind,
-                    item.namespace().as_deref(),
-                    &item.name_any(),
-                ),
-                item,
+            let key = ObjectKey::new(
+                api_version,
+                kind,
+                item.namespace().as_deref(),
+                &item.name_any(),
             );
+            live.insert(key, live_value(item, api_version, kind));
         }
     }
+    tracing::debug!(elapsed_ms = start.elapsed().as_millis(), "listed");
     let planned: Vec<Planned> = futures::stream::iter(
         objects
             .iter()
@@ -129,7 +130,7 @@ pub async fn plan(
                     .map(|l| (e, l))
             })
             .map(|(entry, object)| {
-                let value = live_value(object, &entry.api_version, &entry.kind);
+                let value = object.clone();
                 Planned {
                     change: Change {
                         key: entry.key(),
@@ -164,14 +165,21 @@ pub async fn plan(
     })
 }
 
-/// A live object as JSON, with the apiVersion and kind that list items come without.
-fn live_value(object: &DynamicObject, api_version: &str, kind: &str) -> Value {
-    let mut value = serde_json::to_value(object).unwrap_or_default();
-    if let Some(map) = value.as_object_mut() {
-        map.insert("apiVersion".into(), Value::String(api_version.into()));
-        map.insert("kind".into(), Value::String(kind.into()));
+/// A live object as JSON, with the apiVersion and kind that list items come without,
+/// and without managedFields (never compared, and the bulk of a listed object).
+fn live_value(mut object: DynamicObject, api_version: &str, kind: &str) -> Value {
+    object.metadata.managed_fields = None;
+    let mut map = serde_json::Map::new();
+    map.insert("apiVersion".into(), Value::String(api_version.into()));
+    map.insert("kind".into(), Value::String(kind.into()));
+    map.insert(
+        "metadata".into(),
+        serde_json::to_value(&object.metadata).unwrap_or_default(),
+    );
+    if let Value::Object(data) = object.data {
+        map.extend(data);
     }
-    crate::plan::normalize_key_order(value)
+    Value::Object(map)
 }
 
 fn annotation(object: &Value, key: &str) -> Option<String> {
@@ -183,7 +191,7 @@ fn annotation(object: &Value, key: &str) -> Option<String> {
 async fn plan_object(
     resources: &Resources,
     object: &RenderedObject,
-    labelled: &HashMap<ObjectKey, DynamicObject>,
+    labelled: &HashMap<ObjectKey, Value>,
 ) -> Result<Planned, ClusterError> {
     let key = ObjectKey::new(
         &object.api_version,
@@ -198,13 +206,13 @@ async fn plan_object(
         object.namespace.as_deref(),
     )?;
     let live = match labelled.get(&key) {
-        Some(live) => Some(live_value(live, &object.api_version, &object.kind)),
+        Some(live) => Some(live.clone()),
         // Not labelled for us: new, or someone else's object with the same name.
         None => api
             .get_opt(&object.name)
             .await
             .map_err(api_error(format!("read {key}")))?
-            .map(|o| live_value(&o, &object.api_version, &object.kind)),
+            .map(|o| live_value(o, &object.api_version, &object.kind)),
     };
     let change = |action, diff, conflicts| Change {
         key: key.clone(),
@@ -248,7 +256,7 @@ async fn plan_object(
         }
         Err(e) => return Err(api_error(format!("dry-run apply {key}"))(e)),
     };
-    let result = live_value(&result, &object.api_version, &object.kind);
+    let result = live_value(result, &object.api_version, &object.kind);
     let diff = change_diff(&object.kind, Some(&live), Some(&result));
     let action = match (conflicts.is_empty(), diff.is_empty()) {
         (false, _) => Action::Conflict,

@@ -138,16 +138,21 @@ async fn planned(
         ExitCode,
     >,
 > {
+    let start = std::time::Instant::now();
+    let ms = || start.elapsed().as_millis();
     let loaded = load(source).await?;
+    tracing::debug!(elapsed_ms = ms(), "loaded");
     let Some(objects) = objects(&loaded, inventory, global) else {
         return Ok(Err(ExitCode::from(EXIT_ERROR)));
     };
+    tracing::info!(objects = objects.len(), elapsed_ms = ms(), "rendered");
     let client = connect(&target(global)).await.into_diagnostic()?;
+    tracing::debug!(elapsed_ms = ms(), "connected");
     let record = read_inventory(&client, inventory).await.into_diagnostic()?;
     tracing::info!(
-        objects = objects.len(),
         recorded = record.entries.len(),
-        "planning"
+        elapsed_ms = ms(),
+        "connected, inventory read"
     );
     let reconciliation = plan(
         &client,
@@ -160,6 +165,7 @@ async fn planned(
     )
     .await
     .into_diagnostic()?;
+    tracing::info!(elapsed_ms = ms(), "planned");
     Ok(Ok((client, objects, reconciliation)))
 }
 

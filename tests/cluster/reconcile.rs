@@ -536,3 +536,40 @@ async fn a_git_repository_is_reconciled_at_the_commit_its_reference_names() {
     .unwrap();
     assert_eq!(json["revision"]["commit"], v2);
 }
+
+#[tokio::test]
+async fn apply_wait_reports_the_workloads_that_are_not_ready() {
+    let client = cluster().client().await;
+    let ns = cluster().namespace(&client, "wait").await;
+    let inventory = format!("inv-{ns}");
+    let workloads = format!(
+        "kind: Image\nname: k8s.gcr.io/pause-amd64\ntag: \"3.0\"\n---\n\
+         kind: Slice\nname: web\ntrust_domain: {ns}\ncontroller_kind: Deployment\ncontroller_replica_count: 2\n\
+         default_image: k8s.gcr.io/pause-amd64:3.0\n"
+    );
+    let repo = Repo::new(&[("base.yaml", &base(&ns)), ("web.yaml", &workloads)]);
+    let path = repo.path().to_str().unwrap();
+    // The node simulator runs the pods: the Deployment becomes available.
+    let ready = tether(&inventory, &["apply", "--wait", "--timeout", "60s", path]);
+    assert_eq!(ready.status.code(), Some(0), "{}", all_output(&ready));
+    assert!(
+        stdout(&ready).ends_with("all workloads are ready\n"),
+        "{}",
+        stdout(&ready)
+    );
+
+    // A Job whose pods keep running never completes.
+    let job = format!(
+        "kind: Slice\nname: forever\ntrust_domain: {ns}\ncontroller_kind: Job\ndefault_image: k8s.gcr.io/pause-amd64:3.0\n"
+    );
+    repo.write("job.yaml", &job);
+    let waiting = tether(&inventory, &["apply", "--wait", "--timeout", "3s", path]);
+    assert_eq!(waiting.status.code(), Some(2), "{}", all_output(&waiting));
+    let text = stdout(&waiting);
+    assert!(
+        text.contains(&format!(
+            "not ready after 3s:\n  Job {ns}/forever: 0/1 completions\n"
+        )),
+        "{text}"
+    );
+}
