@@ -209,32 +209,31 @@ impl Bench {
         });
         row(size, "first apply", tether_apply, kubectl_apply);
 
-        let tether_diff = median(|| {
-            timed(|| {
-                check(
-                    &self.tether(&["diff", path, "--inventory-name", &inventory]),
-                    &[0],
-                    "tether diff",
-                )
+        // A diff run three times, the median kept; `expect` is the exit code (1: differences).
+        let tether_diff = |expect: i32| {
+            median(|| {
+                timed(|| {
+                    check(
+                        &self.tether(&["diff", path, "--inventory-name", &inventory]),
+                        &[expect],
+                        "tether diff",
+                    )
+                })
             })
-        });
-        let kubectl_diff = median(|| {
-            timed(|| {
-                check(
-                    &self.kubectl(&[
-                        "diff",
-                        "--server-side",
-                        "--field-manager",
-                        "kubectl-bench",
-                        "-f",
-                        manifests_path,
-                    ]),
-                    &[0],
-                    "kubectl diff",
-                )
-            })
-        });
-        row(size, "no-change diff", tether_diff, kubectl_diff);
+        };
+        let kubectl_diff = |expect: i32| {
+            let args = [
+                "diff",
+                "--server-side",
+                "--field-manager",
+                "kubectl-bench",
+                "-f",
+                manifests_path,
+            ];
+            median(|| timed(|| check(&self.kubectl(&args), &[expect], "kubectl diff")))
+        };
+        let (tether_none, kubectl_none) = (tether_diff(0), kubectl_diff(0));
+        row(size, "no-change diff", tether_none, kubectl_none);
 
         std::fs::write(
             models_dir.join("models.yaml"),
@@ -242,31 +241,7 @@ impl Bench {
         )
         .expect("write");
         write_manifests(Some(size / 2));
-        let tether_one = median(|| {
-            timed(|| {
-                check(
-                    &self.tether(&["diff", path, "--inventory-name", &inventory]),
-                    &[1],
-                    "tether diff",
-                )
-            })
-        });
-        let kubectl_one = median(|| {
-            timed(|| {
-                check(
-                    &self.kubectl(&[
-                        "diff",
-                        "--server-side",
-                        "--field-manager",
-                        "kubectl-bench",
-                        "-f",
-                        manifests_path,
-                    ]),
-                    &[1],
-                    "kubectl diff",
-                )
-            })
-        });
+        let (tether_one, kubectl_one) = (tether_diff(1), kubectl_diff(1));
         row(size, "one-change diff", tether_one, kubectl_one);
         let version = timed(|| {
             check(

@@ -2,31 +2,12 @@
 //! exact commit a branch, tag or commit id names, and a local checkout's commit.
 
 use std::path::Path;
-use std::process::Command;
 
 use tether::git::{Credentials, fetch_models, local_revision};
 
-fn git(dir: &Path, args: &[&str]) -> String {
-    let output = Command::new("git")
-        .args([
-            "-c",
-            "user.name=Test",
-            "-c",
-            "user.email=test@example.org",
-            "-c",
-            "init.defaultBranch=main",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).unwrap().trim().to_string()
-}
+#[path = "common/git.rs"]
+mod git_cli;
+use git_cli::git;
 
 fn paths(files: &tether::source::SourceFiles) -> Vec<String> {
     files.iter().map(|(_, f)| f.path.clone()).collect()

@@ -10,6 +10,10 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 
 use crate::harness::cluster;
 
+#[path = "../common/git.rs"]
+mod git_cli;
+use git_cli::git;
+
 /// A models repo in a temporary directory, edited between runs.
 pub struct Repo {
     dir: tempfile::TempDir,
@@ -63,6 +67,14 @@ fn all_output(output: &Output) -> String {
     )
 }
 
+/// A client, a fresh namespace for the test, and an inventory of its own.
+async fn setup(test: &str) -> (Client, String, String) {
+    let client = cluster().client().await;
+    let namespace = cluster().namespace(&client, test).await;
+    let inventory = format!("inv-{namespace}");
+    (client, namespace, inventory)
+}
+
 fn base(namespace: &str) -> String {
     format!(
         "kind: KubernetesService\nname: kubernetes\n---\nkind: TrustDomain\nname: {namespace}\n"
@@ -84,9 +96,7 @@ async fn live_config_map(client: &Client, namespace: &str, name: &str) -> Option
 
 #[tokio::test]
 async fn an_edited_model_shows_exactly_that_change_in_every_format() {
-    let client = cluster().client().await;
-    let ns = cluster().namespace(&client, "edit").await;
-    let inventory = format!("inv-{ns}");
+    let (_, ns, inventory) = setup("edit").await;
     let slice = |replicas: u32| {
         format!(
             "kind: Image\nname: nginx\ntag: \"1.25\"\n---\nkind: Slice\nname: web\ntrust_domain: {ns}\n\
@@ -192,9 +202,7 @@ async fn an_edited_model_shows_exactly_that_change_in_every_format() {
 
 #[tokio::test]
 async fn prune_deletes_only_what_tether_applied_and_no_longer_renders() {
-    let client = cluster().client().await;
-    let ns = cluster().namespace(&client, "prune").await;
-    let inventory = format!("inv-{ns}");
+    let (client, ns, inventory) = setup("prune").await;
     let resource = format!(
         "kind: KubernetesResourceInstance\nname: extra\nresource_definition: |\n  apiVersion: v1\n  kind: ConfigMap\n  \
          metadata:\n    name: from-resource\n    namespace: {ns}\n  data:\n    a: \"1\"\n"
@@ -301,9 +309,7 @@ async fn prune_deletes_only_what_tether_applied_and_no_longer_renders() {
 
 #[tokio::test]
 async fn fields_owned_by_another_manager_are_conflicts_until_forced() {
-    let client = cluster().client().await;
-    let ns = cluster().namespace(&client, "conflict").await;
-    let inventory = format!("inv-{ns}");
+    let (client, ns, inventory) = setup("conflict").await;
     let repo = Repo::new(&[
         ("base.yaml", &base(&ns)),
         ("cm.yaml", &config_map("shared", &ns, "from-git")),
@@ -365,9 +371,7 @@ async fn fields_owned_by_another_manager_are_conflicts_until_forced() {
 
 #[tokio::test]
 async fn secret_values_never_appear_in_any_output() {
-    let client = cluster().client().await;
-    let ns = cluster().namespace(&client, "secret").await;
-    let inventory = format!("inv-{ns}");
+    let (_, ns, inventory) = setup("secret").await;
     let secret = |value: &str| {
         format!(
             "kind: KubernetesSecret\nname: token\ntrust_domain: {ns}\ndata:\n  password: {value}\n"
@@ -421,33 +425,9 @@ async fn secret_values_never_appear_in_any_output() {
     );
 }
 
-fn git(dir: &Path, args: &[&str]) -> String {
-    let output = Command::new("git")
-        .args([
-            "-c",
-            "user.name=Test",
-            "-c",
-            "user.email=test@example.org",
-            "-c",
-            "init.defaultBranch=main",
-        ])
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).unwrap().trim().to_string()
-}
-
 #[tokio::test]
 async fn a_git_repository_is_reconciled_at_the_commit_its_reference_names() {
-    let client = cluster().client().await;
-    let ns = cluster().namespace(&client, "git").await;
-    let inventory = format!("inv-{ns}");
+    let (client, ns, inventory) = setup("git").await;
     let repo = Repo::new(&[]);
     let work = repo.path().join("work");
     std::fs::create_dir_all(work.join("models")).unwrap();
@@ -539,9 +519,7 @@ async fn a_git_repository_is_reconciled_at_the_commit_its_reference_names() {
 
 #[tokio::test]
 async fn apply_wait_reports_the_workloads_that_are_not_ready() {
-    let client = cluster().client().await;
-    let ns = cluster().namespace(&client, "wait").await;
-    let inventory = format!("inv-{ns}");
+    let (_, ns, inventory) = setup("wait").await;
     let workloads = format!(
         "kind: Image\nname: k8s.gcr.io/pause-amd64\ntag: \"3.0\"\n---\n\
          kind: Slice\nname: web\ntrust_domain: {ns}\ncontroller_kind: Deployment\ncontroller_replica_count: 2\n\
