@@ -18,7 +18,7 @@ use crate::cluster::{
     write_inventory,
 };
 use crate::git::Revision;
-use crate::kube::{ObjectKey, apply_rank};
+use crate::kube::{ObjectKey, api_group, apply_rank};
 use crate::plan::{
     Action, Change, Plan, change_diff, conflicts_of, provably_unchanged, with_applied_hash,
 };
@@ -71,11 +71,28 @@ pub async fn plan(
     let start = std::time::Instant::now();
     let resources = Resources::discover(client, &kinds).await?;
     tracing::debug!(elapsed_ms = start.elapsed().as_millis(), "discovered");
+    // A kind the server does not serve yet is fine when a CustomResourceDefinition in
+    // this same apply defines it: it is created after the definition (apply order).
+    let defined_here: BTreeSet<(String, String)> = objects
+        .iter()
+        .filter(|o| o.kind == "CustomResourceDefinition")
+        .filter_map(|o| {
+            let spec = &o.body["spec"];
+            Some((
+                spec["group"].as_str()?.to_string(),
+                spec["names"]["kind"].as_str()?.to_string(),
+            ))
+        })
+        .collect();
     for object in objects {
-        if resources
+        let served = resources
             .namespaced(&object.api_version, &object.kind)
-            .is_none()
-        {
+            .is_some();
+        let defined = defined_here.contains(&(
+            api_group(&object.api_version).to_string(),
+            object.kind.clone(),
+        ));
+        if !served && !defined {
             return Err(ClusterError::UnknownKind {
                 api_version: object.api_version.clone(),
                 kind: object.kind.clone(),
@@ -200,6 +217,24 @@ async fn plan_object(
         &object.name,
     );
     let desired = with_applied_hash(&object.body);
+    if resources
+        .namespaced(&object.api_version, &object.kind)
+        .is_none()
+    {
+        // Defined by a CustomResourceDefinition of this apply: new by definition.
+        return Ok(Planned {
+            change: Change {
+                key,
+                api_version: object.api_version.clone(),
+                action: Action::Create,
+                model: Some(object.model.clone()),
+                source: Some(object.source.clone()),
+                diff: change_diff(&object.kind, None, Some(&object.body)),
+                conflicts: Vec::new(),
+            },
+            desired: Some(desired),
+        });
+    }
     let api = resources.api(
         &object.api_version,
         &object.kind,
@@ -300,7 +335,7 @@ pub async fn apply(
         plan,
         planned,
         record,
-        resources,
+        mut resources,
     } = reconciliation;
     let commit = plan.revision.as_ref().map(|r| r.commit.clone());
     // Record every object about to be applied before applying any.
@@ -334,9 +369,25 @@ pub async fn apply(
             .or_default()
             .push(p);
     }
-    let resources = &resources;
+    let all_kinds: BTreeSet<(String, String)> = planned
+        .iter()
+        .map(|p| (p.change.api_version.clone(), p.change.key.kind.clone()))
+        .collect();
     let unreachable = &AtomicBool::new(false);
     for (_, batch) in ranks {
+        let pending: Vec<&Planned> = batch
+            .iter()
+            .copied()
+            .filter(|p| {
+                resources
+                    .namespaced(&p.change.api_version, &p.change.key.kind)
+                    .is_none()
+            })
+            .collect();
+        if !pending.is_empty() {
+            resources = await_definitions(client, resources, &all_kinds, &pending).await?;
+        }
+        let resources = &resources;
         let results: Vec<(&Planned, Result<(), String>)> =
             futures::stream::iter(batch.into_iter().map(|p| async move {
                 let result = apply_one(resources, p, options, unreachable).await;
@@ -402,6 +453,30 @@ pub async fn apply(
     )
     .await?;
     Ok(summary)
+}
+
+/// Waits (up to a minute) until the server serves the kinds of `pending`, which
+/// CustomResourceDefinitions applied moments ago define; returns the refreshed
+/// resources. Kinds still not served then fail when their objects are applied.
+async fn await_definitions(
+    client: &Client,
+    mut resources: Resources,
+    all_kinds: &BTreeSet<(String, String)>,
+    pending: &[&Planned],
+) -> Result<Resources, ClusterError> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let served = pending.iter().all(|p| {
+            resources
+                .namespaced(&p.change.api_version, &p.change.key.kind)
+                .is_some()
+        });
+        if served || tokio::time::Instant::now() >= deadline {
+            return Ok(resources);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        resources = Resources::discover(client, all_kinds).await?;
+    }
 }
 
 /// Server-side apply of one object, retrying what may pass on a second try (the

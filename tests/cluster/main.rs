@@ -226,3 +226,52 @@ async fn a_deployment_becomes_running_pods_with_ips() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn kubectl_accepts_the_rendered_yaml() {
+    let cluster = cluster();
+    let render = std::process::Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(["render", "examples/models"])
+        .current_dir(repo_root())
+        .output()
+        .unwrap();
+    assert!(render.status.success());
+    let bin_dir = std::process::Command::new(repo_root().join("scripts/local-cluster"))
+        .arg("env")
+        .output()
+        .unwrap();
+    let kubectl =
+        std::path::PathBuf::from(String::from_utf8(bin_dir.stdout).unwrap().trim()).join("kubectl");
+    let mut child = std::process::Command::new(kubectl)
+        .args([
+            "apply",
+            "--dry-run=client",
+            "-o",
+            "name",
+            "-f",
+            "-",
+            "--kubeconfig",
+        ])
+        .arg(&cluster.kubeconfig)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&render.stdout)
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let names = String::from_utf8(output.stdout).unwrap();
+    assert_eq!(names.lines().count(), 18, "{names}");
+    assert!(names.contains("deployment.apps/web"), "{names}");
+}

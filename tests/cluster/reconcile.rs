@@ -551,3 +551,64 @@ async fn apply_wait_reports_the_workloads_that_are_not_ready() {
         "{text}"
     );
 }
+
+#[tokio::test]
+async fn a_custom_resource_is_applied_after_its_definition_in_the_same_run() {
+    let (client, ns, inventory) = setup("crd").await;
+    let definition = "  apiVersion: apiextensions.k8s.io/v1\n  kind: CustomResourceDefinition\n  metadata:\n    \
+        name: widgets.example.tether.dev\n  spec:\n    group: example.tether.dev\n    scope: Namespaced\n    \
+        names: {plural: widgets, singular: widget, kind: Widget}\n    versions:\n      - name: v1\n        \
+        served: true\n        storage: true\n        schema:\n          openAPIV3Schema:\n            type: object\n            \
+        properties:\n              spec:\n                type: object\n                properties:\n                  \
+        size: {type: integer}\n";
+    let widget = format!(
+        "  ---\n  apiVersion: example.tether.dev/v1\n  kind: Widget\n  metadata:\n    name: small\n    namespace: {ns}\n  spec:\n    size: 1\n"
+    );
+    let model = |body: &str| {
+        format!("kind: KubernetesResourceInstance\nname: widgets\nresource_definition: |\n{body}")
+    };
+    let repo = Repo::new(&[
+        ("base.yaml", &base(&ns)),
+        ("widgets.yaml", &model(&format!("{definition}{widget}"))),
+    ]);
+    let path = repo.path().to_str().unwrap();
+
+    let diff = stdout(&tether(&inventory, &["diff", path]));
+    assert!(
+        diff.contains(&format!("create Widget {ns}/small")),
+        "{diff}"
+    );
+    let first = tether(&inventory, &["apply", path]);
+    assert_eq!(first.status.code(), Some(0), "{}", all_output(&first));
+    assert_eq!(
+        stdout(&first),
+        "2 created, 1 configured, 0 unchanged, 0 pruned, 0 failed\n"
+    );
+    let second = tether(&inventory, &["apply", path]);
+    assert_eq!(
+        stdout(&second),
+        "0 created, 0 configured, 3 unchanged, 0 pruned, 0 failed\n"
+    );
+
+    // Prune removes the custom resource whose model is gone, and keeps the definition.
+    repo.write("widgets.yaml", &model(definition));
+    let pruned = tether(&inventory, &["apply", "--prune", path]);
+    assert_eq!(
+        stdout(&pruned),
+        "0 created, 0 configured, 2 unchanged, 1 pruned, 0 failed\n",
+        "{}",
+        all_output(&pruned)
+    );
+    let widgets = kube::api::ApiResource {
+        group: "example.tether.dev".into(),
+        version: "v1".into(),
+        api_version: "example.tether.dev/v1".into(),
+        kind: "Widget".into(),
+        plural: "widgets".into(),
+    };
+    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(client.clone(), &ns, &widgets);
+    crate::harness::eventually(std::time::Duration::from_secs(30), || async {
+        api.get_opt("small").await.unwrap().is_none()
+    })
+    .await;
+}
