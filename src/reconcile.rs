@@ -4,6 +4,7 @@
 //! gone). The inventory is written before anything is applied, so an interrupted
 //! apply leaves nothing untracked, and the next apply completes it.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -240,14 +241,14 @@ async fn plan_object(
         &object.kind,
         object.namespace.as_deref(),
     )?;
-    let live = match labelled.get(&key) {
-        Some(live) => Some(live.clone()),
+    let live: Option<Cow<'_, Value>> = match labelled.get(&key) {
+        Some(live) => Some(Cow::Borrowed(live)),
         // Not labelled for us: new, or someone else's object with the same name.
         None => api
             .get_opt(&object.name)
             .await
             .map_err(api_error(format!("read {key}")))?
-            .map(|o| live_value(o, &object.api_version, &object.kind)),
+            .map(|o| Cow::Owned(live_value(o, &object.api_version, &object.kind))),
     };
     let change = |action, diff, conflicts| Change {
         key: key.clone(),

@@ -64,11 +64,12 @@ async fn load(source: &SourceArgs) -> miette::Result<Loaded> {
             })
         }
         None => {
-            let files = read(&source.path).await?;
             let path = source.path.clone();
-            let revision = tokio::task::spawn_blocking(move || local_revision(&path))
-                .await
-                .into_diagnostic()?;
+            let (files, revision) = tokio::join!(
+                read(&source.path),
+                tokio::task::spawn_blocking(move || local_revision(&path))
+            );
+            let (files, revision) = (files?, revision.into_diagnostic()?);
             Ok(Loaded {
                 files,
                 label: source.path.display().to_string(),
@@ -140,20 +141,30 @@ async fn planned(
 > {
     let start = std::time::Instant::now();
     let ms = || start.elapsed().as_millis();
-    let loaded = load(source).await?;
-    tracing::debug!(elapsed_ms = ms(), "loaded");
-    let Some(objects) = objects(&loaded, inventory, global) else {
+    // The models and the cluster connection do not depend on each other: both at once.
+    let models = async {
+        let loaded = load(source).await?;
+        let objects = objects(&loaded, inventory, global);
+        tracing::info!(elapsed_ms = ms(), "models loaded and rendered");
+        Ok::<_, miette::Report>((loaded, objects))
+    };
+    let cluster = async {
+        let client = connect(&target(global)).await.into_diagnostic()?;
+        let record = read_inventory(&client, inventory).await.into_diagnostic()?;
+        tracing::info!(
+            recorded = record.entries.len(),
+            elapsed_ms = ms(),
+            "connected, inventory read"
+        );
+        Ok::<_, miette::Report>((client, record))
+    };
+    let (models, cluster) = tokio::join!(models, cluster);
+    // Invalid models are reported first: they make the cluster irrelevant.
+    let (loaded, objects) = models?;
+    let Some(objects) = objects else {
         return Ok(Err(ExitCode::from(EXIT_ERROR)));
     };
-    tracing::info!(objects = objects.len(), elapsed_ms = ms(), "rendered");
-    let client = connect(&target(global)).await.into_diagnostic()?;
-    tracing::debug!(elapsed_ms = ms(), "connected");
-    let record = read_inventory(&client, inventory).await.into_diagnostic()?;
-    tracing::info!(
-        recorded = record.entries.len(),
-        elapsed_ms = ms(),
-        "connected, inventory read"
-    );
+    let (client, record) = cluster?;
     let reconciliation = plan(
         &client,
         inventory,
