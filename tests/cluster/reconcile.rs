@@ -94,6 +94,18 @@ async fn live_config_map(client: &Client, namespace: &str, name: &str) -> Option
         .unwrap()
 }
 
+/// The `key` entry of a live ConfigMap.
+async fn live_value_of_key(client: &Client, namespace: &str, name: &str) -> String {
+    let config_map = live_config_map(client, namespace, name)
+        .await
+        .expect("the ConfigMap exists");
+    config_map
+        .data
+        .unwrap_or_default()
+        .remove("key")
+        .unwrap_or_default()
+}
+
 #[tokio::test]
 async fn an_edited_model_shows_exactly_that_change_in_every_format() {
     let (_, ns, inventory) = setup("edit").await;
@@ -348,25 +360,11 @@ async fn fields_owned_by_another_manager_are_conflicts_until_forced() {
         "{}",
         all_output(&refused)
     );
-    assert_eq!(
-        live_config_map(&client, &ns, "shared")
-            .await
-            .unwrap()
-            .data
-            .unwrap()["key"],
-        "from-helm"
-    );
+    assert_eq!(live_value_of_key(&client, &ns, "shared").await, "from-helm");
 
     let forced = tether(&inventory, &["apply", "--force-conflicts", path]);
     assert_eq!(forced.status.code(), Some(0), "{}", all_output(&forced));
-    assert_eq!(
-        live_config_map(&client, &ns, "shared")
-            .await
-            .unwrap()
-            .data
-            .unwrap()["key"],
-        "from-git"
-    );
+    assert_eq!(live_value_of_key(&client, &ns, "shared").await, "from-git");
 }
 
 #[tokio::test]
@@ -471,14 +469,7 @@ async fn a_git_repository_is_reconciled_at_the_commit_its_reference_names() {
         ],
     );
     assert_eq!(applied.status.code(), Some(0), "{}", all_output(&applied));
-    assert_eq!(
-        live_config_map(&client, &ns, "settings")
-            .await
-            .unwrap()
-            .data
-            .unwrap()["key"],
-        "v1"
-    );
+    assert_eq!(live_value_of_key(&client, &ns, "settings").await, "v1");
     let record = Api::<ConfigMap>::namespaced(client.clone(), "default")
         .get(&inventory)
         .await
