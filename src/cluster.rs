@@ -227,22 +227,24 @@ pub struct InventoryRecord {
 const OBJECTS_KEY: &str = "objects";
 const COMMIT_KEY: &str = "commit";
 
+fn inventory_error(verb: &str, inventory: &Inventory) -> impl FnOnce(kube::Error) -> ClusterError {
+    let action = format!(
+        "{verb} the inventory {}/{}",
+        inventory.namespace, inventory.name
+    );
+    move |source| ClusterError::Api { action, source }
+}
+
 /// Reads the inventory; a missing inventory is an empty one.
 pub async fn read_inventory(
     client: &Client,
     inventory: &Inventory,
 ) -> Result<InventoryRecord, ClusterError> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &inventory.namespace);
-    let Some(config_map) =
-        api.get_opt(&inventory.name)
-            .await
-            .map_err(|source| ClusterError::Api {
-                action: format!(
-                    "read the inventory {}/{}",
-                    inventory.namespace, inventory.name
-                ),
-                source,
-            })?
+    let Some(config_map) = api
+        .get_opt(&inventory.name)
+        .await
+        .map_err(inventory_error("read", inventory))?
     else {
         return Ok(InventoryRecord::default());
     };
@@ -328,13 +330,7 @@ pub async fn write_inventory(
         &Patch::Apply(&config_map),
     )
     .await
-    .map_err(|source| ClusterError::Api {
-        action: format!(
-            "write the inventory {}/{}",
-            inventory.namespace, inventory.name
-        ),
-        source,
-    })?;
+    .map_err(inventory_error("write", inventory))?;
     Ok(())
 }
 

@@ -197,6 +197,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_plain_diagnostic_stays_on_its_line() {
+        let files = SourceFiles::from_files(vec![crate::source::SourceFile::new("m.yaml", "x\n")]);
+        let span = Span {
+            file: crate::source::FileId(0),
+            line: 1,
+            column: 1,
+            offset: 0,
+            len: 1,
+        };
+        let mut diagnostics = Diagnostics::default();
+        diagnostics.push(
+            Diagnostic::error(span, "bad \"a\nb\"")
+                .in_model("Slice \"a\nb\"")
+                .with_hint("tab\there"),
+        );
+        assert_eq!(
+            diagnostics.render_plain(&files),
+            "m.yaml:1:1: error: Slice \"a\\nb\": bad \"a\\nb\"\n    hint: tab\\there\n"
+        );
+    }
+
+    #[test]
     fn suggests_close_names_only() {
         let fields = ["image", "slice", "owner", "xos_managed"];
         assert_eq!(did_you_mean("imge", fields), Some("image"));

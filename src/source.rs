@@ -1,4 +1,4 @@
-//! The source files of a models repo: finding and reading them (the only I/O before
+//! The source files of a models repo: finding and reading them (with `crate::git`, the only I/O before
 //! rendering) and the in-memory table that every later stage refers to by [`FileId`].
 
 use std::path::{Path, PathBuf};

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use miette::{IntoDiagnostic, WrapErr, miette};
+use miette::{IntoDiagnostic, WrapErr};
 use tether::cluster::{Target, connect, read_inventory};
 use tether::git::{Credentials, Revision, fetch_models, local_revision};
 use tether::reconcile::{ApplyOptions, plan, wait_ready};
@@ -274,9 +274,9 @@ pub async fn apply(
             }
         }
     }
-    if ok {
-        Ok(ExitCode::SUCCESS)
+    Ok(if ok {
+        ExitCode::SUCCESS
     } else {
-        Err(miette!("the apply did not complete")).or(Ok(ExitCode::from(EXIT_ERROR)))
-    }
+        ExitCode::from(EXIT_ERROR)
+    })
 }
