@@ -525,7 +525,10 @@ async fn apply_one(
                 return Err(conflict_message(&conflicts_of(status)));
             }
             // The server answered: busy, or not ready for this object yet.
-            kube::Error::Api(status) => (status.code >= 500 || status.code == 429) && attempt < 6,
+            kube::Error::Api(status) => {
+                (status.code >= 500 || status.code == 429 || awaits_service_account(status))
+                    && attempt < 6
+            }
             // No answer (timeout, connection refused): one more try, then give up on
             // the server for every object.
             kube::Error::HyperError(_) | kube::Error::Service(_) => {
@@ -544,6 +547,12 @@ async fn apply_one(
         delay = (delay * 2).min(Duration::from_secs(4));
     }
     Ok(())
+}
+
+/// A pod refused because its service account does not exist yet: a namespace's
+/// `default` account is made by a controller moments after the namespace.
+fn awaits_service_account(status: &kube::core::Status) -> bool {
+    status.code == 403 && status.message.contains("error looking up service account")
 }
 
 fn conflict_message(conflicts: &[crate::plan::FieldConflict]) -> String {

@@ -72,7 +72,8 @@ async fn examples_apply_read_back_and_then_show_no_changes() {
     assert_eq!(
         first.status.code(),
         Some(0),
-        "{}",
+        "{}{}",
+        reconcile::stdout(&first),
         String::from_utf8_lossy(&first.stderr)
     );
     assert_eq!(
