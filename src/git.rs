@@ -121,15 +121,35 @@ pub fn fetch_models(
     cache_dir: &Path,
     credentials: &Credentials,
 ) -> Result<(SourceFiles, Revision), GitError> {
+    let repo = open_cache(cache_dir, url)?;
+    fetch(&repo, url, credentials)?;
+    let commit = resolve(&repo, url, reference)?;
+    let files = read_tree(&repo, commit, subdir)?;
+    Ok((
+        files,
+        Revision {
+            commit: commit.to_string(),
+            dirty: false,
+        },
+    ))
+}
+
+/// The bare repository that caches `url`'s objects, created when missing.
+pub(crate) fn open_cache(cache_dir: &Path, url: &str) -> Result<Repository, GitError> {
     let path = cache_path(cache_dir, url);
     std::fs::create_dir_all(cache_dir).map_err(|source| GitError::Cache {
         path: cache_dir.to_path_buf(),
         source,
     })?;
-    let repo = match Repository::open_bare(&path) {
-        Ok(repo) => repo,
-        Err(_) => Repository::init_bare(&path)?,
-    };
+    match Repository::open_bare(&path) {
+        Ok(repo) => Ok(repo),
+        Err(_) => Ok(Repository::init_bare(&path)?),
+    }
+}
+
+/// Fetches every branch and tag of `url` into `refs/remotes/origin/*` and `refs/tags/*`,
+/// retrying network failures.
+pub(crate) fn fetch(repo: &Repository, url: &str, credentials: &Credentials) -> Result<(), GitError> {
     let refspecs = [
         "+refs/heads/*:refs/remotes/origin/*",
         "+refs/tags/*:refs/tags/*",
@@ -155,18 +175,10 @@ pub fn fetch_models(
             }
         }
     }
-    let commit = resolve(&repo, url, reference)?;
-    let files = read_tree(&repo, commit, subdir)?;
-    Ok((
-        files,
-        Revision {
-            commit: commit.to_string(),
-            dirty: false,
-        },
-    ))
+    Ok(())
 }
 
-fn is_transient(error: &git2::Error) -> bool {
+pub(crate) fn is_transient(error: &git2::Error) -> bool {
     matches!(
         error.class(),
         git2::ErrorClass::Net | git2::ErrorClass::Http | git2::ErrorClass::Os
@@ -196,7 +208,7 @@ fn resolve(repo: &Repository, url: &str, reference: Option<&str>) -> Result<Oid,
 }
 
 /// The model files of a commit's tree, below `subdir`, paths relative to it.
-fn read_tree(
+pub(crate) fn read_tree(
     repo: &Repository,
     commit: Oid,
     subdir: Option<&Path>,

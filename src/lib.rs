@@ -13,6 +13,7 @@
 
 pub mod cluster;
 pub mod diagnostic;
+pub mod discover;
 pub mod git;
 pub mod kube;
 pub mod load;
@@ -23,6 +24,7 @@ pub mod render;
 pub mod report;
 pub mod resolve;
 pub mod source;
+pub mod writeback;
 
 use diagnostic::Diagnostics;
 use resolve::Graph;

@@ -176,7 +176,7 @@ impl Renderer<'_> {
     fn render_all(&mut self) {
         let g = self.graph;
         let m = &g.models;
-        for td in &m.trust_domains {
+        for td in m.trust_domains.iter().filter(|x| x.is_managed()) {
             let name = &td.name.value;
             let object = Namespace {
                 metadata: self.metadata(td.origin, name, name, None),
@@ -185,6 +185,9 @@ impl Renderer<'_> {
             self.push(td.origin, name, &object);
         }
         for (p, links) in m.principals.iter().zip(&g.principals) {
+            if !p.is_managed() {
+                continue;
+            }
             let name = &p.name.value;
             let object = ServiceAccount {
                 metadata: self.metadata(
@@ -348,10 +351,11 @@ impl Renderer<'_> {
         let g = self.graph;
         let slice = &g.models.slices[index];
         let links = &g.slices[index];
-        let (Some(controller), Some(td), Some(image)) = (
+        let (Some(controller), Some(td), Some(image), true) = (
             &slice.controller_kind,
             links.trust_domain,
             links.default_image,
+            slice.is_managed(),
         ) else {
             return;
         };

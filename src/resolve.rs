@@ -372,6 +372,7 @@ impl<'m> Resolver<'m> {
         let owners: Vec<(String, Option<&Text>, Span)> = m
             .trust_domains
             .iter()
+            .filter(|x| x.is_managed())
             .map(|x| {
                 (
                     label(Kind::TrustDomain, &x.name.value),
@@ -446,14 +447,18 @@ impl<'m> Resolver<'m> {
             ));
         }
         for x in &m.instances {
-            checks.push((
-                Kind::KubernetesServiceInstance,
-                &x.name,
-                kube::is_dns1123_label,
-                "a pod and container name: lowercase letters, digits and '-', at most 63",
-            ));
+            // A discovered pod has whatever name the cluster accepted.
+            if x.is_managed() {
+                checks.push((
+                    Kind::KubernetesServiceInstance,
+                    &x.name,
+                    kube::is_dns1123_label,
+                    "a pod and container name: lowercase letters, digits and '-', at most 63",
+                ));
+            }
         }
-        for x in &m.slices {
+        // A discovered slice renders nothing, so its name is free.
+        for x in m.slices.iter().filter(|x| x.is_managed()) {
             if x.controller_kind.is_some() {
                 checks.push((Kind::Slice, &x.name, kube::is_dns1123_label, "the name of its controller and container: lowercase letters, digits and '-', at most 63"));
             } else {
@@ -547,12 +552,7 @@ impl<'m> Resolver<'m> {
     /// An Image reference: `name:tag`, or `name` when the repo has one tag of it.
     fn image(&mut self, from: &str, reference: &Text) -> Option<usize> {
         let images = &self.models.images;
-        let value = reference.value.as_str();
-        let slash = value.rfind('/').map_or(0, |i| i + 1);
-        let (name, tag) = match value[slash..].rfind(':') {
-            Some(colon) => (&value[..slash + colon], Some(&value[slash + colon + 1..])),
-            None => (value, None),
-        };
+        let (name, tag) = crate::model::split_image_reference(&reference.value);
         let candidates: Vec<usize> = self.names.get(Kind::Image, name).to_vec();
         match (tag, candidates.as_slice()) {
             (_, []) => {
@@ -753,7 +753,7 @@ impl<'m> Resolver<'m> {
                         );
                         ok = false;
                     }
-                    if x.default_image.is_none() {
+                    if x.default_image.is_none() && x.is_managed() {
                         self.error(
                             &from,
                             controller.span,
@@ -870,6 +870,18 @@ impl<'m> Resolver<'m> {
                     Some((false, i, td))
                 }),
                 MountTarget::Slice(name) => self.lookup(&from, Kind::Slice, name).and_then(|s| {
+                    if !m.slices[s].is_managed() {
+                        self.error(
+                            &from,
+                            name.span,
+                            format!(
+                                "slice \"{}\" is not managed by tether (xos_managed: false)",
+                                name.value
+                            ),
+                            Some("tether only mounts volumes into controllers it creates".into()),
+                        );
+                        return None;
+                    }
                     let td = slices[s].as_ref()?.trust_domain;
                     if td.is_none() {
                         self.error(
@@ -1143,14 +1155,14 @@ impl<'m> Resolver<'m> {
         let m = self.models;
         let td_name = |i: usize| m.trust_domains[i].name.value.clone();
         let mut objects: Vec<(ObjectKey, String, Span)> = Vec::new();
-        for x in &m.trust_domains {
+        for x in m.trust_domains.iter().filter(|x| x.is_managed()) {
             objects.push((
                 ("".into(), "Namespace".into(), None, x.name.value.clone()),
                 label(Kind::TrustDomain, &x.name.value),
                 x.name.span,
             ));
         }
-        for x in &m.principals {
+        for x in m.principals.iter().filter(|x| x.is_managed()) {
             objects.push((
                 (
                     "".into(),
@@ -1179,9 +1191,11 @@ impl<'m> Resolver<'m> {
             ));
         }
         for (x, l) in m.slices.iter().zip(slices) {
-            if let (Some(controller), Some(td)) =
-                (&x.controller_kind, l.as_ref().and_then(|l| l.trust_domain))
-            {
+            if let (Some(controller), Some(td), true) = (
+                &x.controller_kind,
+                l.as_ref().and_then(|l| l.trust_domain),
+                x.is_managed(),
+            ) {
                 let group = if controller.value == ControllerKind::Job {
                     "batch"
                 } else {

@@ -1,5 +1,6 @@
 //! Commands: parse flags, run the library, print, and pick the exit code.
 
+mod discover;
 mod reconcile;
 mod report;
 
@@ -82,6 +83,13 @@ struct SourceArgs {
     /// Branch, tag or commit of --repo (default: the remote's default branch).
     #[arg(long = "ref", env = "TETHER_REF", requires = "repo")]
     reference: Option<String>,
+    #[command(flatten)]
+    git: GitArgs,
+}
+
+/// How to reach a remote Git repository.
+#[derive(Debug, clap::Args)]
+struct GitArgs {
     /// Token for https remotes.
     #[arg(long, env = "TETHER_GIT_TOKEN", hide_env_values = true)]
     git_token: Option<String>,
@@ -94,6 +102,26 @@ struct SourceArgs {
     /// Where fetched repositories are cached (default: ~/.cache/tether/repos).
     #[arg(long, env = "TETHER_CACHE_DIR")]
     cache_dir: Option<PathBuf>,
+}
+
+impl GitArgs {
+    fn credentials(&self) -> tether::git::Credentials {
+        tether::git::Credentials {
+            token: self.git_token.clone(),
+            username: self.git_username.clone(),
+            ssh_key: self.ssh_key.clone(),
+        }
+    }
+
+    fn cache_dir(&self) -> PathBuf {
+        self.cache_dir.clone().unwrap_or_else(|| {
+            std::env::var_os("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+                .unwrap_or_else(std::env::temp_dir)
+                .join("tether/repos")
+        })
+    }
 }
 
 /// The inventory (ApplySet parent) that records what tether applied.
@@ -205,6 +233,54 @@ enum Command {
         #[command(flatten)]
         inventory: InventoryArgs,
     },
+    /// Write models for the pods running in the cluster and commit them to Git.
+    ///
+    /// Pods that tether did not create (Helm, kubectl, controllers) become
+    /// KubernetesServiceInstance models with `xos_managed: false` and their IP, with the
+    /// TrustDomain, Principal, Slice and Image models they need, one pod per file under
+    /// `discovered/` of the models root. Pods of controllers that tether applied are
+    /// recorded as instances of their Slice. Nothing outside `discovered/` is written,
+    /// and tether never applies, changes or deletes what discovered models describe.
+    /// An unchanged cluster makes no commit.
+    #[command(
+        after_help = "Examples:\n  tether discover examples/models\n  tether discover --repo ssh://git@git.example.org/ops/models.git --branch main --push --watch\n  tether discover -n demo-trust -n default --once"
+    )]
+    Discover {
+        /// Models root: a directory in a Git checkout; with --repo, a directory
+        /// inside the repository.
+        #[arg(default_value = ".", env = "TETHER_PATH")]
+        path: PathBuf,
+        /// Git repository to commit to (and push to, with --push): file://, https://
+        /// or ssh:// URL. tether works in its own clone in the cache directory.
+        #[arg(long, env = "TETHER_REPO")]
+        repo: Option<String>,
+        /// Branch to commit to (default: the checked-out branch; with --repo, main).
+        #[arg(long, env = "TETHER_DISCOVER_BRANCH")]
+        branch: Option<String>,
+        /// Push each discovery commit to --repo; a push refused because the branch
+        /// moved is fetched, planned again on the new tip and retried, never forced.
+        #[arg(long, env = "TETHER_DISCOVER_PUSH", requires = "repo")]
+        push: bool,
+        /// Discover once and exit (the default).
+        #[arg(long, conflicts_with = "watch")]
+        once: bool,
+        /// Keep watching and commit changes, at most one commit per --debounce.
+        #[arg(long)]
+        watch: bool,
+        /// With --watch, how long to gather changes into one commit.
+        #[arg(long, env = "TETHER_DISCOVER_DEBOUNCE", default_value = "2s", value_parser = parse_duration)]
+        debounce: Duration,
+        /// Only these namespaces (repeat the flag; default: all namespaces).
+        #[arg(short, long = "namespace", env = "TETHER_DISCOVER_NAMESPACES", value_delimiter = ',')]
+        namespaces: Vec<String>,
+        /// Commit author, "Name <email>".
+        #[arg(long, env = "TETHER_DISCOVER_AUTHOR", default_value = "tether <tether@localhost>")]
+        author: String,
+        #[command(flatten)]
+        git: GitArgs,
+        #[command(flatten)]
+        inventory: InventoryArgs,
+    },
     /// Print a shell completion script.
     #[command(after_help = "Example:\n  tether completions bash > /etc/bash_completion.d/tether")]
     Completions { shell: clap_complete::Shell },
@@ -265,6 +341,31 @@ pub async fn run(args: Args) -> miette::Result<ExitCode> {
                 wait: wait.then_some(timeout),
             };
             reconcile::apply(&global, &source, &options, &inventory.inventory()).await
+        }
+        Command::Discover {
+            path,
+            repo,
+            branch,
+            push,
+            once: _,
+            watch,
+            debounce,
+            namespaces,
+            author,
+            git,
+            inventory,
+        } => {
+            let command = discover::DiscoverCommand {
+                path,
+                repo,
+                branch,
+                push,
+                watch,
+                debounce,
+                namespaces,
+                author,
+            };
+            discover::run(&global, &command, &git, &inventory.inventory()).await
         }
         Command::Completions { shell } => {
             clap_complete::generate(

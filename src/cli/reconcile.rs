@@ -2,13 +2,12 @@
 //! or apply.
 
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use miette::{IntoDiagnostic, WrapErr};
 use tether::cluster::{Target, connect, read_inventory};
-use tether::git::{Credentials, Revision, fetch_models, local_revision};
+use tether::git::{Revision, fetch_models, local_revision};
 use tether::reconcile::{ApplyOptions, plan, wait_ready};
 use tether::render::{Inventory, RenderedObject, render};
 use tether::source::SourceFiles;
@@ -35,12 +34,8 @@ async fn load(source: &SourceArgs) -> miette::Result<Loaded> {
             let url = url.clone();
             let reference = source.reference.clone();
             let subdir = source.path.clone();
-            let cache = source.cache_dir.clone().unwrap_or_else(default_cache_dir);
-            let credentials = Credentials {
-                token: source.git_token.clone(),
-                username: source.git_username.clone(),
-                ssh_key: source.ssh_key.clone(),
-            };
+            let cache = source.git.cache_dir();
+            let credentials = source.git.credentials();
             let label = match &reference {
                 Some(r) => format!("{url} ({r})"),
                 None => url.clone(),
@@ -79,14 +74,6 @@ async fn load(source: &SourceArgs) -> miette::Result<Loaded> {
     }
 }
 
-fn default_cache_dir() -> PathBuf {
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(std::env::temp_dir);
-    base.join("tether/repos")
-}
-
 /// The rendered objects, or the diagnostics printed and `None` for an invalid repo.
 fn objects(
     loaded: &Loaded,
@@ -116,7 +103,7 @@ fn objects(
     }
 }
 
-fn target(global: &GlobalArgs) -> Target {
+pub(super) fn target(global: &GlobalArgs) -> Target {
     Target {
         kubeconfig: global.kubeconfig.clone(),
         context: global.context.clone(),

@@ -97,8 +97,8 @@ impl Kind {
             Kind::KubernetesService => &["name"],
             Kind::Site => &["name", "abbreviated_name", "site_url"],
             Kind::Image => &["name", "tag", "image_kind"],
-            Kind::TrustDomain => &["name", "owner"],
-            Kind::Principal => &["name", "trust_domain"],
+            Kind::TrustDomain => &["name", "owner", "xos_managed"],
+            Kind::Principal => &["name", "trust_domain", "xos_managed"],
             Kind::Slice => &[
                 "name",
                 "site",
@@ -110,6 +110,7 @@ impl Kind {
                 "default_image",
                 "description",
                 "enabled",
+                "xos_managed",
             ],
             Kind::KubernetesServiceInstance => {
                 &["name", "slice", "image", "owner", "xos_managed", "pod_ip"]

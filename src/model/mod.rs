@@ -77,11 +77,25 @@ impl Image {
     }
 }
 
+/// `name:tag` into its name and tag: the tag is what follows the last `:` after the
+/// last `/`, so `registry.local:5000/app` has none.
+pub fn split_image_reference(reference: &str) -> (&str, Option<&str>) {
+    let slash = reference.rfind('/').map_or(0, |i| i + 1);
+    match reference[slash..].rfind(':') {
+        Some(colon) => (
+            &reference[..slash + colon],
+            Some(&reference[slash + colon + 1..]),
+        ),
+        None => (reference, None),
+    }
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct TrustDomain {
     pub origin: Origin,
     pub name: Text,
     pub owner: Option<Text>,
+    pub xos_managed: Option<Spanned<bool>>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -89,6 +103,7 @@ pub struct Principal {
     pub origin: Origin,
     pub name: Text,
     pub trust_domain: Text,
+    pub xos_managed: Option<Spanned<bool>>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -131,6 +146,7 @@ pub struct Slice {
     pub default_image: Option<Text>,
     pub description: Option<Text>,
     pub enabled: Option<Spanned<bool>>,
+    pub xos_managed: Option<Spanned<bool>>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -144,9 +160,33 @@ pub struct KubernetesServiceInstance {
     pub pod_ip: Option<Text>,
 }
 
+/// `xos_managed`, true unless written `false`: a model with `xos_managed: false`
+/// records what others run (discovery writes such models) and renders nothing.
+fn managed(flag: Option<&Spanned<bool>>) -> bool {
+    flag.is_none_or(|m| m.value)
+}
+
 impl KubernetesServiceInstance {
     pub fn is_managed(&self) -> bool {
-        self.xos_managed.as_ref().is_none_or(|m| m.value)
+        managed(self.xos_managed.as_ref())
+    }
+}
+
+impl TrustDomain {
+    pub fn is_managed(&self) -> bool {
+        managed(self.xos_managed.as_ref())
+    }
+}
+
+impl Principal {
+    pub fn is_managed(&self) -> bool {
+        managed(self.xos_managed.as_ref())
+    }
+}
+
+impl Slice {
+    pub fn is_managed(&self) -> bool {
+        managed(self.xos_managed.as_ref())
     }
 }
 

@@ -396,22 +396,26 @@ impl<'a> Reader<'a> {
             Kind::TrustDomain => {
                 let name = self.required_text("name");
                 let owner = self.text("owner");
+                let xos_managed = self.boolean("xos_managed");
                 if let Some(name) = name {
                     models.trust_domains.push(TrustDomain {
                         origin,
                         name,
                         owner,
+                        xos_managed,
                     });
                 }
             }
             Kind::Principal => {
                 let name = self.required_text("name");
                 let trust_domain = self.required_text("trust_domain");
+                let xos_managed = self.boolean("xos_managed");
                 if let (Some(name), Some(trust_domain)) = (name, trust_domain) {
                     models.principals.push(Principal {
                         origin,
                         name,
                         trust_domain,
+                        xos_managed,
                     });
                 }
             }
@@ -577,6 +581,7 @@ impl<'a> Reader<'a> {
         let default_image = self.text("default_image");
         let description = self.text("description");
         let enabled = self.boolean("enabled");
+        let xos_managed = self.boolean("xos_managed");
         if let Some(name) = name {
             models.slices.push(Slice {
                 origin: self.origin,
@@ -590,6 +595,7 @@ impl<'a> Reader<'a> {
                 default_image,
                 description,
                 enabled,
+                xos_managed,
             });
         }
     }

@@ -1,0 +1,194 @@
+//! `discover`: watch caches of pods → models under `discovered/` → a commit (and a
+//! push), once or on every change.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use miette::{IntoDiagnostic, WrapErr, miette};
+use tether::cluster::connect;
+use tether::discover::watch::ClusterWatch;
+use tether::discover::{PodFacts, Scope, plan};
+use tether::render::Inventory;
+use tether::writeback::{Author, Synced, Workspace};
+
+use super::reconcile::target;
+use super::{GitArgs, GlobalArgs};
+
+pub struct DiscoverCommand {
+    pub path: PathBuf,
+    pub repo: Option<String>,
+    pub branch: Option<String>,
+    pub push: bool,
+    pub watch: bool,
+    pub debounce: Duration,
+    pub namespaces: Vec<String>,
+    pub author: String,
+}
+
+pub async fn run(
+    global: &GlobalArgs,
+    command: &DiscoverCommand,
+    git: &GitArgs,
+    inventory: &Inventory,
+) -> miette::Result<ExitCode> {
+    let author: Author = command.author.parse().into_diagnostic()?;
+    let scope = if command.namespaces.is_empty() {
+        Scope::All
+    } else {
+        Scope::Namespaces(command.namespaces.iter().cloned().collect::<BTreeSet<_>>())
+    };
+    let (workspace, client) = tokio::join!(open_workspace(command, git), async {
+        connect(&target(global)).await
+    });
+    let mut workspace = workspace?;
+    let client = client.into_diagnostic()?;
+    let watch = ClusterWatch::start(&client, &scope);
+    watch
+        .ready(global.request_timeout * 2)
+        .await
+        .into_diagnostic()
+        .wrap_err("cannot list the pods")?;
+    let applyset = inventory.applyset_id();
+    // A failed pass (a remote that is down) is tried again after a backoff even when
+    // the cluster stays quiet.
+    let mut retry = Duration::from_secs(5);
+    loop {
+        let started = Instant::now();
+        let pods = watch.snapshot();
+        let count = pods.len();
+        let (returned, result) = sync(workspace, pods, &scope, &applyset, &author, command.push).await?;
+        workspace = returned;
+        let failed = result.is_err();
+        match result {
+            Ok(synced) => {
+                retry = Duration::from_secs(5);
+                report(&synced, count, workspace.branch(), started.elapsed());
+            }
+            Err(error) if command.watch => {
+                let error = error_chain(&error);
+                tracing::error!(%error, ?retry, "discovery pass failed; retrying");
+            }
+            Err(error) => return Err(error).into_diagnostic(),
+        }
+        if !command.watch {
+            return Ok(ExitCode::SUCCESS);
+        }
+        tokio::select! {
+            _ = watch.changed() => {}
+            _ = tokio::time::sleep(retry), if failed => {
+                retry = (retry * 2).min(Duration::from_secs(300));
+            }
+            _ = shutdown() => return Ok(ExitCode::SUCCESS),
+        }
+        // Gather what else changes in the window into the same commit.
+        tokio::select! {
+            _ = tokio::time::sleep(command.debounce) => {}
+            _ = shutdown() => return Ok(ExitCode::SUCCESS),
+        }
+    }
+}
+
+async fn open_workspace(command: &DiscoverCommand, git: &GitArgs) -> miette::Result<Workspace> {
+    let path = command.path.clone();
+    let branch = command.branch.clone();
+    let repo = command.repo.clone();
+    let cache = git.cache_dir();
+    let credentials = git.credentials();
+    tokio::task::spawn_blocking(move || match repo {
+        Some(url) => Workspace::open_clone(
+            &url,
+            branch.as_deref().unwrap_or("main"),
+            &path,
+            &cache,
+            credentials,
+        ),
+        None => {
+            let workspace = Workspace::open_local(&path, branch.as_deref())?;
+            workspace.update_working_tree()?;
+            Ok(workspace)
+        }
+    })
+    .await
+    .into_diagnostic()?
+    .into_diagnostic()
+    .wrap_err("cannot open the repository to write discovered models to")
+}
+
+type SyncResult = Result<Synced, tether::writeback::WritebackError>;
+
+/// One pass off the async runtime: plan on the branch's models, commit, push.
+async fn sync(
+    mut workspace: Workspace,
+    pods: Vec<PodFacts>,
+    scope: &Scope,
+    applyset: &str,
+    author: &Author,
+    push: bool,
+) -> miette::Result<(Workspace, SyncResult)> {
+    let scope = scope.clone();
+    let applyset = applyset.to_string();
+    let author = author.clone();
+    tokio::task::spawn_blocking(move || {
+        let result = workspace.sync(
+            |existing| plan(&pods, existing, &scope, &applyset),
+            &author,
+            push,
+        );
+        (workspace, result)
+    })
+    .await
+    .map_err(|e| miette!("discovery stopped: {e}"))
+}
+
+fn report(synced: &Synced, pods: usize, branch: &str, took: Duration) {
+    let ms = took.as_millis();
+    match &synced.commit {
+        Some(commit) => {
+            let subject = synced.outcome.commit_message();
+            let subject = subject.lines().next().unwrap_or_default();
+            let pushed = if synced.pushed { ", pushed" } else { "" };
+            println!(
+                "{subject} ({pods} pods seen; commit {} on {branch}{pushed}, {ms} ms)",
+                &commit[..commit.len().min(12)]
+            );
+        }
+        None if synced.pushed => {
+            println!("no changes; pushed earlier commits on {branch} ({pods} pods seen, {ms} ms)")
+        }
+        None => println!("no changes ({pods} pods seen, {ms} ms)"),
+    }
+}
+
+/// Ctrl-C, or SIGTERM (how Kubernetes stops a pod).
+async fn shutdown() {
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => return std::future::pending().await,
+            };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// An error and its causes on one line, for logs.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

@@ -1,0 +1,188 @@
+//! The cluster side of discovery: reflectors (watch caches) of pods and of the
+//! controllers that own them, in every namespace or in the namespaces of the scope.
+//! `--once` waits for the first full list; `--watch` keeps them and is told of
+//! every change.
+
+use std::fmt::Debug;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+use thiserror::Error;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use super::facts::{Controllers, PodFacts};
+use super::files::Scope;
+
+#[derive(Debug, Error)]
+pub enum WatchError {
+    #[error("the cluster did not list pods and controllers within {waited:?}: {last_error}")]
+    NotReady {
+        waited: Duration,
+        last_error: String,
+    },
+}
+
+/// Watch caches of pods and controllers; dropping it stops the watches.
+pub struct ClusterWatch {
+    pods: Vec<Store<Pod>>,
+    replica_sets: Vec<Store<ReplicaSet>>,
+    deployments: Vec<Store<Deployment>>,
+    stateful_sets: Vec<Store<StatefulSet>>,
+    daemon_sets: Vec<Store<DaemonSet>>,
+    jobs: Vec<Store<Job>>,
+    changed: Arc<Notify>,
+    last_error: Arc<Mutex<Option<String>>>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl ClusterWatch {
+    /// Starts watching; call [`ClusterWatch::ready`] before the first snapshot.
+    pub fn start(client: &Client, scope: &Scope) -> Self {
+        let namespaces: Vec<Option<String>> = match scope {
+            Scope::All => vec![None],
+            Scope::Namespaces(names) => names.iter().cloned().map(Some).collect(),
+        };
+        let mut watch = ClusterWatch {
+            pods: Vec::new(),
+            replica_sets: Vec::new(),
+            deployments: Vec::new(),
+            stateful_sets: Vec::new(),
+            daemon_sets: Vec::new(),
+            jobs: Vec::new(),
+            changed: Arc::new(Notify::new()),
+            last_error: Arc::default(),
+            tasks: Vec::new(),
+        };
+        for namespace in &namespaces {
+            let namespace = namespace.as_deref();
+            let store = watch.reflect(client, namespace);
+            watch.pods.push(store);
+            let store = watch.reflect(client, namespace);
+            watch.replica_sets.push(store);
+            let store = watch.reflect(client, namespace);
+            watch.deployments.push(store);
+            let store = watch.reflect(client, namespace);
+            watch.stateful_sets.push(store);
+            let store = watch.reflect(client, namespace);
+            watch.daemon_sets.push(store);
+            let store = watch.reflect(client, namespace);
+            watch.jobs.push(store);
+        }
+        watch
+    }
+
+    fn reflect<K>(&mut self, client: &Client, namespace: Option<&str>) -> Store<K>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    {
+        let api: Api<K> = match namespace {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        };
+        let (reader, writer) = reflector::store();
+        let stream = reflector::reflector(writer, watcher(api, watcher::Config::default())).default_backoff();
+        let changed = self.changed.clone();
+        let last_error = self.last_error.clone();
+        self.tasks.push(tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(_) => changed.notify_one(),
+                    Err(error) => {
+                        tracing::warn!(kind = %K::kind(&()), %error, "watch failed; retrying");
+                        if let Ok(mut last) = last_error.lock() {
+                            *last = Some(error.to_string());
+                        }
+                    }
+                }
+            }
+        }));
+        reader
+    }
+
+    /// Waits until every cache holds a full list, or fails after `timeout` with the
+    /// last error the watches met (a forbidden list, an unreachable server).
+    pub async fn ready(&self, timeout: Duration) -> Result<(), WatchError> {
+        let all = async {
+            for s in &self.pods {
+                let _ = s.wait_until_ready().await;
+            }
+            for s in &self.replica_sets {
+                let _ = s.wait_until_ready().await;
+            }
+            for s in &self.deployments {
+                let _ = s.wait_until_ready().await;
+            }
+            for s in &self.stateful_sets {
+                let _ = s.wait_until_ready().await;
+            }
+            for s in &self.daemon_sets {
+                let _ = s.wait_until_ready().await;
+            }
+            for s in &self.jobs {
+                let _ = s.wait_until_ready().await;
+            }
+        };
+        tokio::time::timeout(timeout, all)
+            .await
+            .map_err(|_| WatchError::NotReady {
+                waited: timeout,
+                last_error: self
+                    .last_error
+                    .lock()
+                    .ok()
+                    .and_then(|e| e.clone())
+                    .unwrap_or_else(|| "no answer".into()),
+            })
+    }
+
+    /// Resolves at the next change to any watched object (at once if one happened
+    /// since the last call).
+    pub async fn changed(&self) {
+        self.changed.notified().await;
+    }
+
+    /// The pods in the caches now, with their top-level controllers.
+    pub fn snapshot(&self) -> Vec<PodFacts> {
+        let mut controllers = Controllers::default();
+        for x in self.replica_sets.iter().flat_map(Store::state) {
+            controllers.insert_replica_set(&x);
+        }
+        for x in self.deployments.iter().flat_map(Store::state) {
+            controllers.insert_deployment(&x);
+        }
+        for x in self.stateful_sets.iter().flat_map(Store::state) {
+            controllers.insert_stateful_set(&x);
+        }
+        for x in self.daemon_sets.iter().flat_map(Store::state) {
+            controllers.insert_daemon_set(&x);
+        }
+        for x in self.jobs.iter().flat_map(Store::state) {
+            controllers.insert_job(&x);
+        }
+        self.pods
+            .iter()
+            .flat_map(Store::state)
+            .filter(|pod| pod.metadata.deletion_timestamp.is_none())
+            .filter_map(|pod| PodFacts::from_pod(&pod, &controllers))
+            .collect()
+    }
+}
+
+impl Drop for ClusterWatch {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}

@@ -1,0 +1,450 @@
+//! Discovery's Git side: turn an [`Outcome`] into a commit on a branch, and push it.
+//!
+//! Commits are built in memory from the branch's tree (never from a working tree or
+//! an index, so nothing the user has staged or edited is taken along) and the branch
+//! moves with a compare-and-swap. A rejected push is fetched and the discovery is
+//! planned again on the new tip (a rebase that cannot conflict: discovery owns
+//! `discovered/` and recomputes it from the cluster), then retried with backoff; it is
+//! never forced. Blocking (git2): call off the async runtime.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use git2::{
+    ErrorCode, Index, IndexEntry, IndexTime, Oid, PushOptions, Repository, Signature,
+    build::CheckoutBuilder,
+};
+use thiserror::Error;
+
+use crate::discover::{DISCOVERED_DIR, Outcome};
+use crate::git::{Credentials, GitError, fetch, open_cache, read_tree};
+use crate::source::SourceFiles;
+
+#[derive(Debug, Error)]
+pub enum WritebackError {
+    #[error(transparent)]
+    Git(#[from] GitError),
+    #[error("git failed")]
+    Git2(#[from] git2::Error),
+    #[error("{path} is not in a Git repository")]
+    NotARepository { path: PathBuf },
+    #[error("cannot tell the branch: HEAD of {path} is detached; pass --branch")]
+    DetachedHead { path: PathBuf },
+    #[error("the push to {url} was still rejected after {attempts} attempts: {reason}")]
+    PushRejected {
+        url: String,
+        attempts: u32,
+        reason: String,
+    },
+    #[error("cannot push to {url}")]
+    Push {
+        url: String,
+        #[source]
+        source: git2::Error,
+    },
+    #[error("\"{author}\" is not an author; write it as \"Name <email>\"")]
+    Author { author: String },
+}
+
+/// Who discovery commits as.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Author {
+    pub name: String,
+    pub email: String,
+}
+
+impl Default for Author {
+    fn default() -> Self {
+        Author {
+            name: "tether".into(),
+            email: "tether@localhost".into(),
+        }
+    }
+}
+
+impl std::str::FromStr for Author {
+    type Err = WritebackError;
+
+    /// `Name <email>`, as Git writes it.
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let error = || WritebackError::Author {
+            author: text.to_string(),
+        };
+        let (name, rest) = text.split_once('<').ok_or_else(error)?;
+        let email = rest.strip_suffix('>').ok_or_else(error)?;
+        let name = name.trim();
+        if name.is_empty() || email.is_empty() || email.contains(['<', '>']) {
+            return Err(error());
+        }
+        Ok(Author {
+            name: name.to_string(),
+            email: email.to_string(),
+        })
+    }
+}
+
+/// Where discovery commits.
+enum Place {
+    /// A local repository; `checked_out` when the branch is its HEAD, so the working
+    /// tree's `discovered/` follows each commit.
+    Local { checked_out: bool },
+    /// tether's own bare clone of a remote, in the cache; pushes go to `url`.
+    Clone { url: String },
+}
+
+/// A branch that discovery writes to.
+pub struct Workspace {
+    repo: Repository,
+    place: Place,
+    branch: String,
+    /// The models root inside the repository ("" for its top).
+    root: PathBuf,
+    credentials: Credentials,
+}
+
+/// The result of one [`Workspace::sync`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Synced {
+    /// The discovery commit made, if anything changed.
+    pub commit: Option<String>,
+    pub outcome: Outcome,
+    /// Pushed to the remote (with `push`), including an earlier unpushed commit.
+    pub pushed: bool,
+}
+
+impl Workspace {
+    /// The repository that holds `models_root`, writing to `branch` (default: the
+    /// checked-out one).
+    pub fn open_local(models_root: &Path, branch: Option<&str>) -> Result<Self, WritebackError> {
+        let not_a_repo = || WritebackError::NotARepository {
+            path: models_root.to_path_buf(),
+        };
+        let repo = Repository::discover(models_root).map_err(|_| not_a_repo())?;
+        let workdir = repo.workdir().map(Path::to_path_buf);
+        let root = match &workdir {
+            Some(workdir) => {
+                let workdir = workdir.canonicalize().map_err(|_| not_a_repo())?;
+                let root = models_root.canonicalize().map_err(|_| not_a_repo())?;
+                root.strip_prefix(&workdir)
+                    .map_err(|_| not_a_repo())?
+                    .to_path_buf()
+            }
+            None => PathBuf::new(),
+        };
+        let head_branch = repo
+            .head()
+            .ok()
+            .filter(|h| h.is_branch())
+            .and_then(|h| h.shorthand().ok().map(str::to_string))
+            .or_else(|| {
+                // An unborn HEAD (a repository without commits) still names its branch.
+                repo.find_reference("HEAD")
+                    .ok()?
+                    .symbolic_target()
+                    .ok()??
+                    .strip_prefix("refs/heads/")
+                    .map(str::to_string)
+            });
+        let branch = match (branch, &head_branch) {
+            (Some(b), _) => b.to_string(),
+            (None, Some(b)) => b.clone(),
+            (None, None) => {
+                return Err(WritebackError::DetachedHead {
+                    path: models_root.to_path_buf(),
+                });
+            }
+        };
+        let checked_out = workdir.is_some() && head_branch.as_deref() == Some(branch.as_str());
+        Ok(Workspace {
+            repo,
+            place: Place::Local { checked_out },
+            branch,
+            root,
+            credentials: Credentials::default(),
+        })
+    }
+
+    /// tether's clone of `url` in `cache_dir`, fetched now, writing to `branch` below
+    /// `subdir`.
+    pub fn open_clone(
+        url: &str,
+        branch: &str,
+        subdir: &Path,
+        cache_dir: &Path,
+        credentials: Credentials,
+    ) -> Result<Self, WritebackError> {
+        let repo = open_cache(cache_dir, url)?;
+        fetch(&repo, url, &credentials)?;
+        Ok(Workspace {
+            repo,
+            place: Place::Clone {
+                url: url.to_string(),
+            },
+            branch: branch.to_string(),
+            root: subdir
+                .components()
+                .filter(|c| !matches!(c, std::path::Component::CurDir))
+                .collect(),
+            credentials,
+        })
+    }
+
+    pub fn branch(&self) -> &str {
+        &self.branch
+    }
+
+    fn local_ref(&self) -> String {
+        format!("refs/heads/{}", self.branch)
+    }
+
+    fn remote_ref(&self) -> String {
+        format!("refs/remotes/origin/{}", self.branch)
+    }
+
+    fn tip(&self, reference: &str) -> Option<Oid> {
+        self.repo.refname_to_id(reference).ok()
+    }
+
+    /// The commit discovery builds on: the branch; for a clone, the remote's branch
+    /// unless the local one is ahead of it (an earlier commit not pushed yet).
+    fn base(&self) -> Option<Oid> {
+        let local = self.tip(&self.local_ref());
+        match self.place {
+            Place::Local { .. } => local,
+            Place::Clone { .. } => {
+                let remote = self.tip(&self.remote_ref());
+                match (local, remote) {
+                    (Some(l), Some(r))
+                        if l == r || self.repo.graph_descendant_of(l, r).unwrap_or(false) =>
+                    {
+                        Some(l)
+                    }
+                    (_, Some(r)) => Some(r),
+                    (l, None) => l,
+                }
+            }
+        }
+    }
+
+    /// The model files of the base commit (none on an unborn branch).
+    pub fn models(&self) -> Result<SourceFiles, WritebackError> {
+        let Some(base) = self.base() else {
+            return Ok(SourceFiles::from_files(Vec::new()));
+        };
+        let tree = self.repo.find_commit(base)?.tree()?;
+        if !self.root.as_os_str().is_empty() && tree.get_path(&self.root).is_err() {
+            return Ok(SourceFiles::from_files(Vec::new()));
+        }
+        Ok(read_tree(&self.repo, base, Some(&self.root))?)
+    }
+
+    /// Plans with `plan` on the base's models, commits what changed, and with `push`
+    /// pushes, planning again on the new tip when the remote moved.
+    pub fn sync(
+        &mut self,
+        plan: impl Fn(&SourceFiles) -> Outcome,
+        author: &Author,
+        push: bool,
+    ) -> Result<Synced, WritebackError> {
+        const ATTEMPTS: u32 = 8;
+        let mut delay = Duration::from_millis(100);
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let base = self.base();
+            let outcome = plan(&self.models()?);
+            let commit = if outcome.is_empty() {
+                None
+            } else {
+                Some(self.commit(base, &outcome, author)?)
+            };
+            let commit_text = commit.map(|c| c.to_string());
+            if !push {
+                return Ok(Synced {
+                    commit: commit_text,
+                    outcome,
+                    pushed: false,
+                });
+            }
+            let Place::Clone { url } = &self.place else {
+                return Ok(Synced {
+                    commit: commit_text,
+                    outcome,
+                    pushed: false,
+                });
+            };
+            let url = url.clone();
+            if !self.ahead_of_remote() {
+                return Ok(Synced {
+                    commit: commit_text,
+                    outcome,
+                    pushed: false,
+                });
+            }
+            match self.push(&url)? {
+                None => {
+                    return Ok(Synced {
+                        commit: commit_text,
+                        outcome,
+                        pushed: true,
+                    });
+                }
+                Some(reason) if attempt < ATTEMPTS => {
+                    tracing::info!(%url, branch = %self.branch, %reason, attempt, "push rejected; fetching and planning again");
+                    std::thread::sleep(delay);
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                    fetch(&self.repo, &url, &self.credentials)?;
+                }
+                Some(reason) => {
+                    return Err(WritebackError::PushRejected {
+                        url,
+                        attempts: attempt,
+                        reason,
+                    });
+                }
+            }
+        }
+    }
+
+    /// A commit on `base` with the outcome's files; moves the branch to it, unless the
+    /// branch moved meanwhile (then git2 refuses and nothing changes).
+    fn commit(
+        &self,
+        base: Option<Oid>,
+        outcome: &Outcome,
+        author: &Author,
+    ) -> Result<Oid, WritebackError> {
+        let repo = &self.repo;
+        let mut index = Index::new()?;
+        let parent = match base {
+            Some(base) => {
+                let commit = repo.find_commit(base)?;
+                index.read_tree(&commit.tree()?)?;
+                Some(commit)
+            }
+            None => None,
+        };
+        for (path, text) in &outcome.writes {
+            let blob = repo.blob(text.as_bytes())?;
+            index.add(&file_entry(&self.root.join(path), blob, text.len()))?;
+        }
+        for path in &outcome.removes {
+            index.remove_path(&self.root.join(path))?;
+        }
+        let tree = repo.find_tree(index.write_tree_to(repo)?)?;
+        let signature = Signature::now(&author.name, &author.email)?;
+        let parents: Vec<&git2::Commit> = parent.iter().collect();
+        let message = outcome.commit_message();
+        let commit = repo.commit(None, &signature, &signature, &message, &tree, &parents)?;
+        let reflog = message.lines().next().unwrap_or("discover");
+        let local_tip = self.tip(&self.local_ref());
+        match local_tip {
+            // The compare-and-swap: fails when someone moved the branch since `base`.
+            Some(current) if Some(current) == base => {
+                repo.reference_matching(&self.local_ref(), commit, true, current, reflog)?;
+            }
+            Some(current) if matches!(self.place, Place::Clone { .. }) => {
+                // A clone's local branch is tether's own: an unpushed commit that the
+                // remote overtook is replaced by this one, planned on the remote's tip.
+                repo.reference_matching(&self.local_ref(), commit, true, current, reflog)?;
+            }
+            Some(_) => {
+                return Err(git2::Error::new(
+                    ErrorCode::Modified,
+                    git2::ErrorClass::Reference,
+                    format!("branch {} moved while discovery committed", self.branch),
+                )
+                .into());
+            }
+            None => {
+                repo.reference(&self.local_ref(), commit, false, reflog)?;
+            }
+        }
+        self.update_working_tree()?;
+        Ok(commit)
+    }
+
+    /// Makes a checked-out `discovered/` match the branch (files and index), leaving
+    /// every other path of the working tree alone. Idempotent, so it also repairs a
+    /// process killed between its commit and this step.
+    pub fn update_working_tree(&self) -> Result<(), WritebackError> {
+        if !matches!(self.place, Place::Local { checked_out: true }) {
+            return Ok(());
+        }
+        let mut checkout = CheckoutBuilder::new();
+        checkout
+            .force()
+            .remove_untracked(false)
+            .path(self.root.join(DISCOVERED_DIR));
+        self.repo.checkout_head(Some(&mut checkout))?;
+        Ok(())
+    }
+
+    /// Pushes the branch without force; `Some(reason)` when the remote refused it
+    /// because it moved.
+    fn push(&self, url: &str) -> Result<Option<String>, WritebackError> {
+        let mut rejection: Option<String> = None;
+        let result = {
+            let mut callbacks = self.credentials.callbacks();
+            callbacks.push_update_reference(|_reference, status| {
+                if let Some(status) = status {
+                    rejection = Some(status.to_string());
+                }
+                Ok(())
+            });
+            let mut options = PushOptions::new();
+            options.remote_callbacks(callbacks);
+            let mut remote = self.repo.remote_anonymous(url)?;
+            let refspec = format!("{0}:{0}", self.local_ref());
+            remote.push(&[refspec.as_str()], Some(&mut options))
+        };
+        match result {
+            Err(e) if e.code() == ErrorCode::NotFastForward => return Ok(Some(e.to_string())),
+            Err(source) => {
+                return Err(WritebackError::Push {
+                    url: url.to_string(),
+                    source,
+                });
+            }
+            Ok(()) => {}
+        }
+        if rejection.is_some() {
+            return Ok(rejection);
+        }
+        // The remote has the commit now: record it as the remote's tip.
+        if let Some(tip) = self.tip(&self.local_ref()) {
+            self.repo
+                .reference(&self.remote_ref(), tip, true, "discover: pushed")?;
+        }
+        Ok(None)
+    }
+
+    /// Whether the local branch has commits the remote's branch lacks.
+    fn ahead_of_remote(&self) -> bool {
+        match (self.tip(&self.local_ref()), self.tip(&self.remote_ref())) {
+            (Some(local), Some(remote)) => {
+                local != remote && self.repo.graph_descendant_of(local, remote).unwrap_or(false)
+            }
+            (Some(_), None) => true,
+            (None, _) => false,
+        }
+    }
+}
+
+/// An index entry for a regular file with `blob`'s content at `path`.
+fn file_entry(path: &Path, blob: Oid, size: usize) -> IndexEntry {
+    IndexEntry {
+        ctime: IndexTime::new(0, 0),
+        mtime: IndexTime::new(0, 0),
+        dev: 0,
+        ino: 0,
+        mode: 0o100644,
+        uid: 0,
+        gid: 0,
+        file_size: u32::try_from(size).unwrap_or(u32::MAX),
+        id: blob,
+        flags: 0,
+        flags_extended: 0,
+        path: path.to_string_lossy().replace('\\', "/").into_bytes(),
+    }
+}
