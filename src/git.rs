@@ -149,7 +149,11 @@ pub(crate) fn open_cache(cache_dir: &Path, url: &str) -> Result<Repository, GitE
 
 /// Fetches every branch and tag of `url` into `refs/remotes/origin/*` and `refs/tags/*`,
 /// retrying network failures.
-pub(crate) fn fetch(repo: &Repository, url: &str, credentials: &Credentials) -> Result<(), GitError> {
+pub(crate) fn fetch(
+    repo: &Repository,
+    url: &str,
+    credentials: &Credentials,
+) -> Result<(), GitError> {
     let refspecs = [
         "+refs/heads/*:refs/remotes/origin/*",
         "+refs/tags/*:refs/tags/*",

@@ -423,7 +423,11 @@ impl Workspace {
     fn ahead_of_remote(&self) -> bool {
         match (self.tip(&self.local_ref()), self.tip(&self.remote_ref())) {
             (Some(local), Some(remote)) => {
-                local != remote && self.repo.graph_descendant_of(local, remote).unwrap_or(false)
+                local != remote
+                    && self
+                        .repo
+                        .graph_descendant_of(local, remote)
+                        .unwrap_or(false)
             }
             (Some(_), None) => true,
             (None, _) => false,

@@ -58,7 +58,8 @@ pub async fn run(
         let started = Instant::now();
         let pods = watch.snapshot();
         let count = pods.len();
-        let (returned, result) = sync(workspace, pods, &scope, &applyset, &author, command.push).await?;
+        let (returned, result) =
+            sync(workspace, pods, &scope, &applyset, &author, command.push).await?;
         workspace = returned;
         let failed = result.is_err();
         match result {

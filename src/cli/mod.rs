@@ -271,10 +271,19 @@ enum Command {
         #[arg(long, env = "TETHER_DISCOVER_DEBOUNCE", default_value = "2s", value_parser = parse_duration)]
         debounce: Duration,
         /// Only these namespaces (repeat the flag; default: all namespaces).
-        #[arg(short, long = "namespace", env = "TETHER_DISCOVER_NAMESPACES", value_delimiter = ',')]
+        #[arg(
+            short,
+            long = "namespace",
+            env = "TETHER_DISCOVER_NAMESPACES",
+            value_delimiter = ','
+        )]
         namespaces: Vec<String>,
         /// Commit author, "Name <email>".
-        #[arg(long, env = "TETHER_DISCOVER_AUTHOR", default_value = "tether <tether@localhost>")]
+        #[arg(
+            long,
+            env = "TETHER_DISCOVER_AUTHOR",
+            default_value = "tether <tether@localhost>"
+        )]
         author: String,
         #[command(flatten)]
         git: GitArgs,

@@ -20,7 +20,8 @@ use super::facts::{ControllerFacts, PodFacts};
 /// The directory, under the models root, that discovery owns.
 pub const DISCOVERED_DIR: &str = "discovered";
 const IMAGES_FILE: &str = "discovered/images.yaml";
-const HEADER: &str = "# Discovered by tether from the cluster (xos_managed: false): tether rewrites this file.\n";
+const HEADER: &str =
+    "# Discovered by tether from the cluster (xos_managed: false): tether rewrites this file.\n";
 
 /// The namespaces a discovery looks at: its files elsewhere are left alone.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -193,15 +194,39 @@ enum PodSlice {
 }
 
 /// The files that describe `pods` (those in `scope`, minus the bare pods tether applied
-/// from this repo's inventory `applyset`), compared with the repo's `existing` files.
+/// from this repo's inventory `applyset` and pods the user's models describe), compared
+/// with the repo's `existing` files.
 pub fn plan(pods: &[PodFacts], existing: &SourceFiles, scope: &Scope, applyset: &str) -> Outcome {
     let repo = Repo::read(existing);
     let user = &repo.user;
     let user_slices: BTreeSet<&str> = user.slices.iter().map(|s| s.name.value.as_str()).collect();
 
+    // Pods the user's models describe already (namespace, name).
+    let user_slice_namespaces: BTreeMap<&str, &str> = user
+        .slices
+        .iter()
+        .filter_map(|s| {
+            Some((
+                s.name.value.as_str(),
+                s.trust_domain.as_ref()?.value.as_str(),
+            ))
+        })
+        .collect();
+    let user_pods: BTreeSet<(&str, &str)> = user
+        .instances
+        .iter()
+        .filter_map(|i| {
+            let namespace = user_slice_namespaces.get(i.slice.value.as_str())?;
+            Some((*namespace, i.name.value.as_str()))
+        })
+        .collect();
     let mut pods: Vec<&PodFacts> = pods
         .iter()
-        .filter(|p| scope.contains(&p.namespace) && !applied_by_tether(&p.labels, applyset))
+        .filter(|p| {
+            scope.contains(&p.namespace)
+                && !applied_by_tether(&p.labels, applyset)
+                && !user_pods.contains(&(p.namespace.as_str(), p.name.as_str()))
+        })
         .collect();
     pods.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
 
@@ -262,11 +287,8 @@ pub fn plan(pods: &[PodFacts], existing: &SourceFiles, scope: &Scope, applyset: 
             .as_ref()
             .map(|c| format!(", made by {} {}", c.kind, c.name))
             .unwrap_or_default();
-        let mut text = format!(
-            "{HEADER}# Pod {}/{}{made_by}.\n",
-            p.namespace, p.name
-        );
-        text.push_str(&document(
+        let mut text = format!("{HEADER}# Pod {}/{}{made_by}.\n", p.namespace, p.name);
+        text.push_str(body(&document(
             Kind::KubernetesServiceInstance,
             &[
                 ("name", Some(Scalar::Text(&p.name))),
@@ -275,7 +297,7 @@ pub fn plan(pods: &[PodFacts], existing: &SourceFiles, scope: &Scope, applyset: 
                 ("xos_managed", Some(Scalar::Bool(false))),
                 ("pod_ip", p.ip.as_deref().map(Scalar::Text)),
             ],
-        ));
+        )));
         desired.insert(pod_path(&p.namespace, &p.name), text);
         needed_images.insert(draft.image.clone());
     }
@@ -354,7 +376,7 @@ pub fn plan(pods: &[PodFacts], existing: &SourceFiles, scope: &Scope, applyset: 
         if !text.is_empty() {
             desired.insert(
                 format!("{DISCOVERED_DIR}/{namespace}/namespace.yaml"),
-                format!("{HEADER}{}", text.trim_start_matches("---\n")),
+                format!("{HEADER}{}", body(&text)),
             );
         }
     }
@@ -412,7 +434,7 @@ pub fn plan(pods: &[PodFacts], existing: &SourceFiles, scope: &Scope, applyset: 
     if !images_text.is_empty() {
         desired.insert(
             IMAGES_FILE.to_string(),
-            format!("{HEADER}{}", images_text.trim_start_matches("---\n")),
+            format!("{HEADER}{}", body(&images_text)),
         );
     }
 
@@ -564,6 +586,11 @@ fn slice_document(name: &str, key: &SliceKey, draft: &SliceDraft) -> String {
     )
 }
 
+/// Documents without the first `---`: a file starts with its header comment.
+fn body(documents: &str) -> &str {
+    documents.strip_prefix("---\n").unwrap_or(documents)
+}
+
 enum Scalar<'a> {
     Text(&'a str),
     Int(i64),
@@ -593,8 +620,9 @@ fn yaml_string(s: &str) -> String {
     ];
     let plain = s.starts_with(|c: char| c.is_ascii_alphabetic())
         && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_./@+".contains(&b) || b == b':')
-        && !s.ends_with(':')
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./@+: ".contains(&b))
+        && !s.ends_with([':', ' '])
+        && !s.contains(": ")
         && !WORDS.contains(&s.to_ascii_lowercase().as_str());
     if plain {
         s.to_string()

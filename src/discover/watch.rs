@@ -83,14 +83,20 @@ impl ClusterWatch {
     fn reflect<K>(&mut self, client: &Client, namespace: Option<&str>) -> Store<K>
     where
         K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+            + Clone
+            + DeserializeOwned
+            + Debug
+            + Send
+            + Sync
+            + 'static,
     {
         let api: Api<K> = match namespace {
             Some(ns) => Api::namespaced(client.clone(), ns),
             None => Api::all(client.clone()),
         };
         let (reader, writer) = reflector::store();
-        let stream = reflector::reflector(writer, watcher(api, watcher::Config::default())).default_backoff();
+        let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
+            .default_backoff();
         let changed = self.changed.clone();
         let last_error = self.last_error.clone();
         self.tasks.push(tokio::spawn(async move {

@@ -1,0 +1,277 @@
+//! Discovery's pure stage: pods in, files under `discovered/` out, next to the
+//! examples' own models. Snapshot: tests/snapshots/discover.txt (bless with
+//! TETHER_BLESS=1).
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+
+use tether::discover::{ControllerFacts, Outcome, PodFacts, Scope, plan};
+use tether::render::{Inventory, render};
+use tether::source::{SourceFile, SourceFiles, read_models_dir};
+
+fn inventory() -> Inventory {
+    Inventory {
+        name: "tether".into(),
+        namespace: "default".into(),
+    }
+}
+
+fn controller(kind: &str, name: &str, replicas: Option<i64>) -> ControllerFacts {
+    ControllerFacts {
+        kind: kind.into(),
+        name: name.into(),
+        labels: BTreeMap::new(),
+        annotations: BTreeMap::new(),
+        replicas,
+    }
+}
+
+fn pod(namespace: &str, name: &str, image: &str, ip: Option<&str>) -> PodFacts {
+    PodFacts {
+        namespace: namespace.into(),
+        name: name.into(),
+        service_account: "default".into(),
+        image: image.into(),
+        ip: ip.map(str::to_string),
+        labels: BTreeMap::new(),
+        controller: None,
+    }
+}
+
+/// Pods as Helm, kubectl and controllers leave them, plus one of each kind that
+/// tether applied itself.
+fn cluster() -> Vec<PodFacts> {
+    let applyset = inventory().applyset_id();
+    let ours = |mut c: ControllerFacts, slice: &str| {
+        c.labels
+            .insert("app.kubernetes.io/managed-by".into(), "tether".into());
+        c.labels
+            .insert("applyset.kubernetes.io/part-of".into(), applyset.clone());
+        c.annotations
+            .insert("tether.dev/model".into(), format!("Slice/{slice}"));
+        c
+    };
+    let mut pods = vec![
+        // A Deployment made with kubectl, in a namespace that has no model.
+        PodFacts {
+            controller: Some(controller("Deployment", "web", Some(2))),
+            ..pod("team-a", "web-5d8f7-abcde", "nginx:1.27", Some("10.1.0.5"))
+        },
+        PodFacts {
+            controller: Some(controller("Deployment", "web", Some(2))),
+            ..pod("team-a", "web-5d8f7-fghij", "nginx:1.27", None)
+        },
+        // Same controller name in another namespace: slice names stay unique.
+        PodFacts {
+            controller: Some(controller("StatefulSet", "web", Some(1))),
+            service_account: "db".into(),
+            ..pod("team-b", "web-0", "postgres:16", Some("10.1.0.6"))
+        },
+        // The xos_slice_name label names the slice, as in XOS.
+        PodFacts {
+            controller: Some(ControllerFacts {
+                labels: BTreeMap::from([("xos_slice_name".into(), "mysite_logs".into())]),
+                ..controller("DaemonSet", "logs", None)
+            }),
+            ..pod(
+                "team-b",
+                "logs-x7k2p",
+                "fluent/fluent-bit:2.2",
+                Some("10.1.0.7"),
+            )
+        },
+        PodFacts {
+            controller: Some(controller("Job", "migrate", Some(1))),
+            ..pod("team-b", "migrate-q8w9e", "registry.local:5000/tools", None)
+        },
+        // Bare pods, one in a namespace the user's models define.
+        pod("team-b", "debug", "busybox", Some("10.1.0.8")),
+        pod("shop", "scratch", "busybox:1.36", Some("10.1.0.9")),
+        // A pod with the name of a user's model: that model describes it already.
+        pod("shop", "toolbox", "busybox:1.36", Some("10.1.0.12")),
+        // A controller tether applied: its pods are instances of the user's Slice.
+        PodFacts {
+            controller: Some(ours(
+                controller("DaemonSet", "log-agent", None),
+                "log-agent",
+            )),
+            ..pod(
+                "shop",
+                "log-agent-abcde",
+                "fluent/fluent-bit:2.2",
+                Some("10.1.0.10"),
+            )
+        },
+        // A bare pod tether applied: not discovered again.
+        PodFacts {
+            labels: BTreeMap::from([
+                ("app.kubernetes.io/managed-by".into(), "tether".into()),
+                ("applyset.kubernetes.io/part-of".into(), applyset.clone()),
+            ]),
+            ..pod(
+                "demo-trust",
+                "demo-pod",
+                "k8s.gcr.io/pause-amd64:3.0",
+                Some("10.1.0.11"),
+            )
+        },
+    ];
+    pods.reverse(); // input order must not matter
+    pods
+}
+
+fn examples() -> SourceFiles {
+    read_models_dir(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/models"))
+        .unwrap()
+}
+
+/// The repo after the outcome is committed.
+fn apply(files: &SourceFiles, outcome: &Outcome) -> SourceFiles {
+    let mut all: BTreeMap<String, String> = files
+        .iter()
+        .map(|(_, f)| (f.path.clone(), f.text.clone()))
+        .collect();
+    for path in &outcome.removes {
+        all.remove(path);
+    }
+    all.extend(outcome.writes.clone());
+    SourceFiles::from_files(
+        all.into_iter()
+            .map(|(p, t)| SourceFile::new(p, t))
+            .collect(),
+    )
+}
+
+fn describe(outcome: &Outcome) -> String {
+    let mut text = format!("commit message:\n{}", outcome.commit_message());
+    for path in &outcome.removes {
+        writeln!(text, "=== removed {path}").unwrap();
+    }
+    for (path, content) in &outcome.writes {
+        write!(text, "=== {path}\n{content}").unwrap();
+    }
+    text
+}
+
+#[test]
+fn discovered_files_match_the_snapshot_and_validate_with_the_users_models() {
+    let files = examples();
+    let applyset = inventory().applyset_id();
+    let outcome = plan(&cluster(), &files, &Scope::All, &applyset);
+    common::assert_snapshot(
+        &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots/discover.txt"),
+        &describe(&outcome),
+    );
+
+    let after = apply(&files, &outcome);
+    let analysis = tether::analyze(&after);
+    let graph = analysis
+        .graph
+        .unwrap_or_else(|| panic!("{}", analysis.diagnostics.render_plain(&after)));
+    // Not even a warning is added to the user's own.
+    assert_eq!(
+        analysis.diagnostics.render_plain(&after),
+        tether::analyze(&files).diagnostics.render_plain(&files)
+    );
+    // Discovered models render nothing: tether never applies what others run.
+    let before = render(
+        &tether::analyze(&files).graph.unwrap(),
+        &files,
+        &inventory(),
+    );
+    assert_eq!(render(&graph, &after, &inventory()), before);
+
+    // Discovering the same cluster again changes nothing, byte for byte.
+    let again = plan(&cluster(), &after, &Scope::All, &applyset);
+    assert!(again.is_empty(), "{}", describe(&again));
+}
+
+#[test]
+fn a_vanished_pod_takes_the_models_only_it_needed_along() {
+    let files = examples();
+    let applyset = inventory().applyset_id();
+    let after = apply(&files, &plan(&cluster(), &files, &Scope::All, &applyset));
+
+    let remaining: Vec<PodFacts> = cluster()
+        .into_iter()
+        .filter(|p| p.namespace != "team-a" && p.name != "migrate-q8w9e")
+        .collect();
+    let outcome = plan(&remaining, &after, &Scope::All, &applyset);
+    assert_eq!(
+        outcome.removes,
+        BTreeSet::from([
+            "discovered/team-a/namespace.yaml".to_string(),
+            "discovered/team-a/pods/web-5d8f7-abcde.yaml".to_string(),
+            "discovered/team-a/pods/web-5d8f7-fghij.yaml".to_string(),
+            "discovered/team-b/pods/migrate-q8w9e.yaml".to_string(),
+        ])
+    );
+    let images = &outcome.writes["discovered/images.yaml"];
+    assert!(!images.contains("nginx") && !images.contains("registry.local:5000/tools"));
+    let team_b = &outcome.writes["discovered/team-b/namespace.yaml"];
+    assert!(!team_b.contains("migrate"), "{team_b}");
+    assert_eq!(
+        outcome.commit_message().lines().next().unwrap(),
+        "discover: -2 pods in team-a, -1 pods in team-b"
+    );
+    let analysis = tether::analyze(&apply(&after, &outcome));
+    assert!(analysis.graph.is_some());
+}
+
+#[test]
+fn a_namespace_scope_leaves_other_namespaces_and_their_images_alone() {
+    let files = examples();
+    let applyset = inventory().applyset_id();
+    let after = apply(&files, &plan(&cluster(), &files, &Scope::All, &applyset));
+
+    // team-a's discovery sees its Deployment gone; team-b's files and the images they
+    // use stay as they are.
+    let scope = Scope::Namespaces(BTreeSet::from(["team-a".to_string()]));
+    let outcome = plan(&[], &after, &scope, &applyset);
+    assert!(
+        outcome
+            .removes
+            .iter()
+            .all(|p| p.starts_with("discovered/team-a/"))
+    );
+    assert_eq!(outcome.removes.len(), 3);
+    let images = &outcome.writes["discovered/images.yaml"];
+    assert!(
+        images.contains("postgres") && !images.contains("nginx"),
+        "{images}"
+    );
+    assert!(tether::analyze(&apply(&after, &outcome)).graph.is_some());
+}
+
+#[test]
+fn a_discovered_trust_domain_stays_while_a_users_model_needs_it() {
+    let files = examples();
+    let applyset = inventory().applyset_id();
+    let after = apply(&files, &plan(&cluster(), &files, &Scope::All, &applyset));
+    // The user adds a ConfigMap to team-a, a namespace only discovery described.
+    let mut with_user_model: Vec<SourceFile> = after.iter().map(|(_, f)| f.clone()).collect();
+    with_user_model.push(SourceFile::new(
+        "team-a.yaml",
+        "kind: KubernetesConfigMap\nname: settings\ntrust_domain: team-a\ndata:\n  mode: fast\n",
+    ));
+    let with_user_model = SourceFiles::from_files(with_user_model);
+    let remaining: Vec<PodFacts> = cluster()
+        .into_iter()
+        .filter(|p| p.namespace != "team-a")
+        .collect();
+    let outcome = plan(&remaining, &with_user_model, &Scope::All, &applyset);
+    assert_eq!(
+        outcome.writes["discovered/team-a/namespace.yaml"],
+        "# Discovered by tether from the cluster (xos_managed: false): tether rewrites this file.\n\
+         kind: TrustDomain\nname: team-a\nxos_managed: false\n"
+    );
+    let final_files = apply(&with_user_model, &outcome);
+    let analysis = tether::analyze(&final_files);
+    assert!(
+        analysis.graph.is_some(),
+        "{}",
+        analysis.diagnostics.render_plain(&final_files)
+    );
+}
