@@ -68,6 +68,15 @@ async fn register_node(client: &Client) -> Result<(), kube::Error> {
     nodes
         .patch_status(NODE_NAME, &PatchParams::default(), &Patch::Merge(&status))
         .await?;
+    // The API server taints a new node not-ready; the node lifecycle controller (not
+    // run here) lifts the taint once the node reports Ready, so DaemonSets place pods.
+    nodes
+        .patch(
+            NODE_NAME,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"taints": null}})),
+        )
+        .await?;
     Ok(())
 }
 

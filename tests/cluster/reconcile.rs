@@ -12,7 +12,7 @@ use crate::harness::cluster;
 
 #[path = "../common/git.rs"]
 mod git_cli;
-use git_cli::git;
+pub use git_cli::git;
 
 /// A models repo in a temporary directory, edited between runs.
 pub struct Repo {
@@ -68,7 +68,7 @@ fn all_output(output: &Output) -> String {
 }
 
 /// A client, a fresh namespace for the test, and an inventory of its own.
-async fn setup(test: &str) -> (Client, String, String) {
+pub async fn setup(test: &str) -> (Client, String, String) {
     let client = cluster().client().await;
     let namespace = cluster().namespace(&client, test).await;
     let inventory = format!("inv-{namespace}");
