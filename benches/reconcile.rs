@@ -3,6 +3,8 @@
 //! 5,000 ConfigMaps: first apply, a diff with no change, a diff with one change.
 //! Run with `cargo bench --bench reconcile` (`-- --sizes 1000` to pick sizes).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
@@ -15,25 +17,8 @@ fn main() {
         .and_then(|i| args.get(i + 1))
         .map(|s| s.split(',').filter_map(|n| n.parse().ok()).collect())
         .unwrap_or_else(|| vec![1000, 5000]);
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let state = tempfile::tempdir().expect("state dir");
-    let script = root.join("scripts/local-cluster");
-    let up = Command::new(&script)
-        .args([
-            "up",
-            "--owner-pid",
-            &std::process::id().to_string(),
-            "--state-dir",
-        ])
-        .arg(state.path())
-        .output()
-        .expect("local-cluster up");
-    assert!(
-        up.status.success(),
-        "{}",
-        String::from_utf8_lossy(&up.stderr)
-    );
-    let kubeconfig = PathBuf::from(String::from_utf8_lossy(&up.stdout).trim().to_string());
+    let (_state, kubeconfig) = common::start_cluster();
+    let script = common::script();
     // The newest kubectl at hand: kubectl 1.20 throttles itself to 5 requests a second,
     // which would make the comparison unfair to kubectl; newer ones do not.
     let built = PathBuf::from(

@@ -523,3 +523,111 @@ async fn a_push_that_loses_a_race_is_rebased_and_both_commits_reach_the_remote()
     );
     assert_eq!(pod_files(&checkout, &ns).len(), 1);
 }
+
+/// The pod files on the remote's `main`, read with the `git` CLI.
+fn remote_pods(remote: &Path, namespace: &str) -> Vec<String> {
+    let listing = git(
+        remote,
+        &[
+            "ls-tree",
+            "--name-only",
+            "main",
+            &format!("models/discovered/{namespace}/pods/"),
+        ],
+    );
+    listing
+        .lines()
+        .filter_map(|l| l.rsplit('/').next()?.strip_suffix(".yaml"))
+        .map(str::to_string)
+        .collect()
+}
+
+async fn remote_pods_become(remote: &Path, namespace: &str, pods: &BTreeMap<String, String>) {
+    let expected: Vec<&String> = pods.keys().collect();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let actual = remote_pods(remote, namespace);
+        if actual.iter().collect::<Vec<_>>() == expected {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "remote has {actual:?}, expected {expected:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test]
+async fn watch_batches_a_rollout_into_few_commits_and_a_killed_watch_converges_on_restart() {
+    let (client, ns, inventory) = setup("discover-watch").await;
+    let repo = Repo::new(&[]);
+    let url = remote_with_models(&repo, BASE);
+    let remote = repo.path().join("remote.git");
+    let cache = repo.path().join("cache");
+    let watch = || {
+        Command::new(env!("CARGO_BIN_EXE_tether"))
+            .args(["discover", "--watch", "--debounce", "1s", "--push"])
+            .args(["--repo", &url, "-n", &ns, "--cache-dir"])
+            .arg(&cache)
+            .args(["--kubeconfig"])
+            .arg(&cluster().kubeconfig)
+            .args(["--inventory-name", &inventory, "models"])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let discover_commits = || {
+        git(&remote, &["log", "--format=%s", "main"])
+            .lines()
+            .filter(|l| l.starts_with("discover:"))
+            .count()
+    };
+
+    let mut running = watch();
+    kubectl(&[
+        "-n",
+        &ns,
+        "create",
+        "deployment",
+        "web",
+        "--image=nginx:1.25",
+        "--replicas=8",
+    ]);
+    let pods = running_pods(&client, &ns, 8).await;
+    remote_pods_become(&remote, &ns, &pods).await;
+    // Eight pods appearing and getting IPs one by one: a handful of commits, not 16.
+    let commits = discover_commits();
+    assert!((1..=5).contains(&commits), "{commits} commits");
+
+    // Killed without warning; the cluster changes while it is down.
+    running.kill().unwrap();
+    running.wait().unwrap();
+    kubectl(&["-n", &ns, "scale", "deployment", "web", "--replicas=2"]);
+    let pods = running_pods(&client, &ns, 2).await;
+    let mut running = watch();
+    remote_pods_become(&remote, &ns, &pods).await;
+    running.kill().unwrap();
+    running.wait().unwrap();
+
+    // The repo is what a single discovery of the cluster writes: nothing left to do.
+    let out = discover(
+        &inventory,
+        &[
+            "--repo",
+            &url,
+            "--push",
+            "-n",
+            &ns,
+            "--cache-dir",
+            cache.to_str().unwrap(),
+            "models",
+        ],
+    );
+    assert!(out.starts_with("no changes"), "{out}");
+    let checkout = fresh_clone(&repo, &url);
+    assert_eq!(
+        pod_files(&checkout, &ns).keys().collect::<Vec<_>>(),
+        pods.keys().collect::<Vec<_>>()
+    );
+}

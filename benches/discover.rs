@@ -1,0 +1,268 @@
+//! Discovery against a local control plane this benchmark starts:
+//! - latency in `--watch` mode: from a pod's status turning Running (with its IP) to
+//!   the commit that records it on the local branch, with `--debounce 0s` (add the
+//!   window you configure);
+//! - a full `--once` discovery of 1,000 pods into a repo (first commit, then a run
+//!   with nothing changed).
+//!
+//! Pods are bound to a node that does not exist and their status is written by the
+//! benchmark, standing in for a kubelet. Run with `cargo bench --bench discover`
+//! (`-- --pods 1000 --samples 20` to change the sizes).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, stream};
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+use serde_json::json;
+
+fn arg(name: &str, default: usize) -> usize {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn main() {
+    let pods = arg("--pods", 1000);
+    let samples = arg("--samples", 20);
+    let (_state, kubeconfig) = common::start_cluster();
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let client = runtime.block_on(client(&kubeconfig));
+    println!("tether discover on a local kube-apiserver 1.20.2 (2 cores)");
+
+    runtime.block_on(namespace(&client, "bench-watch"));
+    let latencies = runtime.block_on(watch_latency(&client, &kubeconfig, "bench-watch", samples));
+    report_latency(
+        &format!("{samples} pods, one at a time, in an empty namespace"),
+        latencies,
+    );
+
+    runtime.block_on(make_pods(&client, "bench-once", pods));
+    let repo = Repo::new();
+    let first = time(|| repo.discover(&kubeconfig, &["--once", "-n", "bench-once"]));
+    let again = time(|| repo.discover(&kubeconfig, &["--once", "-n", "bench-once"]));
+    let files = repo.pod_files("bench-once");
+    assert_eq!(files, pods, "every pod has its file");
+    println!(
+        "once: {pods} pods: first discovery (writes and commits {files} pod files) {} ms; again, nothing changed (no commit) {} ms",
+        first.as_millis(),
+        again.as_millis()
+    );
+
+    let latencies = runtime.block_on(watch_latency(&client, &kubeconfig, "bench-once", samples));
+    report_latency(
+        &format!("{samples} pods, one at a time, beside {pods} others"),
+        latencies,
+    );
+}
+
+fn report_latency(what: &str, mut latencies: Vec<Duration>) {
+    latencies.sort();
+    println!(
+        "watch: pod Running → commit on the local branch (debounce 0s), {what}: median {} ms, p90 {} ms, max {} ms",
+        latencies[latencies.len() / 2].as_millis(),
+        latencies[latencies.len() * 9 / 10].as_millis(),
+        latencies[latencies.len() - 1].as_millis()
+    );
+}
+
+async fn client(kubeconfig: &Path) -> Client {
+    let kubeconfig = Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .expect("config");
+    Client::try_from(config).expect("client")
+}
+
+async fn namespace(client: &Client, name: &str) {
+    let mut namespace = Namespace::default();
+    namespace.metadata.name = Some(name.into());
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &namespace)
+        .await
+        .expect("namespace");
+    // Pods are refused until the namespace's service account has its token.
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), name);
+    while !accounts
+        .get_opt("default")
+        .await
+        .ok()
+        .flatten()
+        .and_then(|sa| sa.secrets)
+        .is_some_and(|s| !s.is_empty())
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A pod on a node nobody runs, then Running with an IP, as a kubelet would report.
+async fn run_pod(api: &Api<Pod>, name: &str, ip: &str) {
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"nodeName": "bench-node", "containers": [{"name": "app", "image": "nginx:1.25"}]},
+    }))
+    .expect("pod");
+    api.create(&PostParams::default(), &pod)
+        .await
+        .expect("create pod");
+    let status = json!({"status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]}});
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .expect("pod status");
+}
+
+async fn make_pods(client: &Client, ns: &str, count: usize) {
+    namespace(client, ns).await;
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    stream::iter(0..count)
+        .for_each_concurrent(16, |i| {
+            let api = api.clone();
+            async move {
+                let ip = format!("10.{}.{}.{}", 1 + i / 65536, (i / 256) % 256, i % 256);
+                run_pod(&api, &format!("pod-{i:05}"), &ip).await;
+            }
+        })
+        .await;
+}
+
+async fn watch_latency(
+    client: &Client,
+    kubeconfig: &Path,
+    ns: &str,
+    samples: usize,
+) -> Vec<Duration> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let repo = Repo::new();
+    let mut watch = repo.spawn_discover(kubeconfig, &["--watch", "--debounce", "0s", "-n", ns]);
+    // Let the watch start and make its first (empty) pass.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut latencies = Vec::with_capacity(samples);
+    for i in 0..samples {
+        let name = format!("watched-{i:03}");
+        let ip = format!("10.9.0.{}", i + 1);
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"nodeName": "bench-node", "containers": [{"name": "app", "image": "nginx:1.25"}]},
+        }))
+        .expect("pod");
+        api.create(&PostParams::default(), &pod)
+            .await
+            .expect("create pod");
+        // Let the Pending pod be committed first: what is timed is the Running update.
+        repo.wait_for(&format!("discovered/{ns}/pods/{name}.yaml"), "xos_managed")
+            .await;
+        let status = json!({"status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]}});
+        let started = Instant::now();
+        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .expect("pod status");
+        repo.wait_for(
+            &format!("discovered/{ns}/pods/{name}.yaml"),
+            &format!("pod_ip: \"{ip}\""),
+        )
+        .await;
+        latencies.push(started.elapsed());
+    }
+    let _ = watch.kill();
+    let _ = watch.wait();
+    latencies
+}
+
+fn time(f: impl FnOnce()) -> Duration {
+    let started = Instant::now();
+    f();
+    started.elapsed()
+}
+
+/// A local models repo that discovery commits to.
+struct Repo {
+    dir: tempfile::TempDir,
+}
+
+impl Repo {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().expect("repo dir");
+        let git = |args: &[&str]| {
+            let status = Command::new("git")
+                .args([
+                    "-c",
+                    "user.name=b",
+                    "-c",
+                    "user.email=b@x",
+                    "-c",
+                    "init.defaultBranch=main",
+                ])
+                .args(args)
+                .current_dir(dir.path())
+                .status()
+                .expect("git");
+            assert!(status.success());
+        };
+        git(&["init", "-q"]);
+        std::fs::write(
+            dir.path().join("base.yaml"),
+            "kind: KubernetesService\nname: kubernetes\n",
+        )
+        .expect("write");
+        git(&["add", "-A"]);
+        git(&["commit", "-q", "-m", "models"]);
+        Repo { dir }
+    }
+
+    fn command(&self, kubeconfig: &Path, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_tether"));
+        command
+            .arg("discover")
+            .args(args)
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .arg(self.dir.path())
+            .stdout(Stdio::null());
+        command
+    }
+
+    fn discover(&self, kubeconfig: &Path, args: &[&str]) {
+        let status = self.command(kubeconfig, args).status().expect("tether");
+        assert!(status.success());
+    }
+
+    fn spawn_discover(&self, kubeconfig: &Path, args: &[&str]) -> Child {
+        self.command(kubeconfig, args).spawn().expect("tether")
+    }
+
+    /// Waits until the branch's committed file at `path` contains `text` (read with
+    /// git2 from the commit, not from the working tree).
+    async fn wait_for(&self, path: &str, text: &str) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if self.committed(path).is_some_and(|t| t.contains(text)) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{path} never had {text}");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    fn committed(&self, path: &str) -> Option<String> {
+        let repo = git2::Repository::open(self.dir.path()).ok()?;
+        let tree = repo.head().ok()?.peel_to_tree().ok()?;
+        let blob = repo
+            .find_blob(tree.get_path(Path::new(path)).ok()?.id())
+            .ok()?;
+        Some(String::from_utf8_lossy(blob.content()).into_owned())
+    }
+
+    fn pod_files(&self, ns: &str) -> usize {
+        let dir: PathBuf = self.dir.path().join(format!("discovered/{ns}/pods"));
+        std::fs::read_dir(dir).map(|d| d.count()).unwrap_or(0)
+    }
+}
