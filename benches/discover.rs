@@ -34,7 +34,8 @@ fn arg(name: &str, default: usize) -> usize {
 fn main() {
     let pods = arg("--pods", 1000);
     let samples = arg("--samples", 20);
-    let (_state, kubeconfig) = common::start_cluster();
+    let cluster = common::start_cluster();
+    let kubeconfig = cluster.kubeconfig.clone();
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let client = runtime.block_on(client(&kubeconfig));
     println!("tether discover on a local kube-apiserver 1.20.2 (2 cores)");
@@ -92,13 +93,13 @@ async fn namespace(client: &Client, name: &str) {
         .expect("namespace");
     // Pods are refused until the namespace's service account has its token.
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), name);
-    while !accounts
+    while accounts
         .get_opt("default")
         .await
         .ok()
         .flatten()
         .and_then(|sa| sa.secrets)
-        .is_some_and(|s| !s.is_empty())
+        .is_none_or(|s| s.is_empty())
     {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

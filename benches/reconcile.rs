@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
@@ -17,7 +17,7 @@ fn main() {
         .and_then(|i| args.get(i + 1))
         .map(|s| s.split(',').filter_map(|n| n.parse().ok()).collect())
         .unwrap_or_else(|| vec![1000, 5000]);
-    let (_state, kubeconfig) = common::start_cluster();
+    let cluster = common::start_cluster();
     let script = common::script();
     // The newest kubectl at hand: kubectl 1.20 throttles itself to 5 requests a second,
     // which would make the comparison unfair to kubectl; newer ones do not.
@@ -55,7 +55,7 @@ fn main() {
         .unwrap_or_default()
         .to_string();
     let bench = Bench {
-        kubeconfig,
+        kubeconfig: cluster.kubeconfig.clone(),
         kubectl,
         tether: PathBuf::from(env!("CARGO_BIN_EXE_tether")),
     };
@@ -70,10 +70,6 @@ fn main() {
     for size in sizes {
         bench.run(size);
     }
-    let _ = Command::new(&script)
-        .args(["down", "--state-dir"])
-        .arg(state.path())
-        .output();
 }
 
 struct Bench {

@@ -7,9 +7,14 @@ pub fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/local-cluster")
 }
 
-/// Starts a control plane that stops when this process exits; returns its state
-/// directory (keep it alive) and kubeconfig.
-pub fn start_cluster() -> (tempfile::TempDir, PathBuf) {
+/// A control plane that stops when dropped (and, by the script's watchdog, when this
+/// process exits however it exits).
+pub struct LocalCluster {
+    state: tempfile::TempDir,
+    pub kubeconfig: PathBuf,
+}
+
+pub fn start_cluster() -> LocalCluster {
     let state = tempfile::tempdir().expect("state dir");
     let up = Command::new(script())
         .args([
@@ -27,5 +32,14 @@ pub fn start_cluster() -> (tempfile::TempDir, PathBuf) {
         String::from_utf8_lossy(&up.stderr)
     );
     let kubeconfig = PathBuf::from(String::from_utf8_lossy(&up.stdout).trim().to_string());
-    (state, kubeconfig)
+    LocalCluster { state, kubeconfig }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        let _ = Command::new(script())
+            .args(["down", "--state-dir"])
+            .arg(self.state.path())
+            .output();
+    }
 }
