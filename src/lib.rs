@@ -7,9 +7,8 @@
 //! Against a cluster: [`plan`] (what would change, pure comparisons) and
 //! [`reconcile`] (list, dry-run, apply, prune) through [`cluster`]; models may come
 //! from [`git`]; [`report`] writes plans for people and programs.
-//! Against a cluster: [`plan`] (what would change, pure comparisons) and
-//! [`reconcile`] (list, dry-run, apply, prune) through [`cluster`]; models may come
-//! from [`git`].
+//! Back from the cluster: [`discover`] (pods to model files) and [`writeback`]
+//! (commit and push them).
 
 pub mod cluster;
 pub mod diagnostic;
