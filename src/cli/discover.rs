@@ -21,6 +21,7 @@ pub struct DiscoverCommand {
     pub repo: Option<String>,
     pub branch: Option<String>,
     pub push: bool,
+    pub dry_run: bool,
     pub watch: bool,
     pub debounce: Duration,
     pub namespaces: Vec<String>,
@@ -51,6 +52,20 @@ pub async fn run(
         .into_diagnostic()
         .wrap_err("cannot list the pods")?;
     let applyset = inventory.applyset_id();
+    if command.dry_run {
+        let pods = watch.snapshot();
+        let scope = scope.clone();
+        let outcome = tokio::task::spawn_blocking(move || {
+            workspace
+                .models()
+                .map(|files| plan(&pods, &files, &scope, &applyset))
+        })
+        .await
+        .into_diagnostic()?
+        .into_diagnostic()?;
+        print_preview(&outcome);
+        return Ok(ExitCode::SUCCESS);
+    }
     // A failed pass (a remote that is down) is tried again after a backoff even when
     // the cluster stays quiet.
     let mut retry = Duration::from_secs(5);
@@ -159,6 +174,21 @@ fn report(synced: &Synced, pods: usize, branch: &str, took: Duration) {
             println!("no changes; pushed earlier commits on {branch} ({pods} pods seen, {ms} ms)")
         }
         None => println!("no changes ({pods} pods seen, {ms} ms)"),
+    }
+}
+
+/// What a commit would hold: its message, then each file written or removed.
+fn print_preview(outcome: &tether::discover::Outcome) {
+    if outcome.is_empty() {
+        println!("no changes");
+        return;
+    }
+    println!("would commit:\n{}", outcome.commit_message().trim_end());
+    for path in outcome.writes.keys() {
+        println!("write  {path}");
+    }
+    for path in &outcome.removes {
+        println!("remove {path}");
     }
 }
 

@@ -264,6 +264,9 @@ enum Command {
         /// Discover once and exit (the default).
         #[arg(long, conflicts_with = "watch")]
         once: bool,
+        /// Print what would be committed (the message and the files) and change nothing.
+        #[arg(long, conflicts_with_all = ["watch", "push"])]
+        dry_run: bool,
         /// Keep watching and commit changes, at most one commit per --debounce.
         #[arg(long)]
         watch: bool,
@@ -357,6 +360,7 @@ pub async fn run(args: Args) -> miette::Result<ExitCode> {
             branch,
             push,
             once: _,
+            dry_run,
             watch,
             debounce,
             namespaces,
@@ -369,6 +373,7 @@ pub async fn run(args: Args) -> miette::Result<ExitCode> {
                 repo,
                 branch,
                 push,
+                dry_run,
                 watch,
                 debounce,
                 namespaces,

@@ -102,9 +102,10 @@ impl Outcome {
                 }
             }
         }
-        for path in self.writes.keys().chain(&self.removes) {
+        let files = self.writes.keys().map(|p| ("wrote", p));
+        for (word, path) in files.chain(self.removes.iter().map(|p| ("removed", p))) {
             if !path.contains("/pods/") {
-                let _ = writeln!(message, "rewrote {path}");
+                let _ = writeln!(message, "{word} {path}");
             }
         }
         message
