@@ -105,8 +105,8 @@ async fn namespace(client: &Client, name: &str) {
     }
 }
 
-/// A pod on a node nobody runs, then Running with an IP, as a kubelet would report.
-async fn run_pod(api: &Api<Pod>, name: &str, ip: &str) {
+/// A Pending pod on a node nobody runs.
+async fn create_pod(api: &Api<Pod>, name: &str) {
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": name},
         "spec": {"nodeName": "bench-node", "containers": [{"name": "app", "image": "nginx:1.25"}]},
@@ -115,6 +115,10 @@ async fn run_pod(api: &Api<Pod>, name: &str, ip: &str) {
     api.create(&PostParams::default(), &pod)
         .await
         .expect("create pod");
+}
+
+/// The pod Running with an IP, as a kubelet would report it.
+async fn report_running(api: &Api<Pod>, name: &str, ip: &str) {
     let status = json!({"status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]}});
     api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
         .await
@@ -129,7 +133,9 @@ async fn make_pods(client: &Client, ns: &str, count: usize) {
             let api = api.clone();
             async move {
                 let ip = format!("10.{}.{}.{}", 1 + i / 65536, (i / 256) % 256, i % 256);
-                run_pod(&api, &format!("pod-{i:05}"), &ip).await;
+                let name = format!("pod-{i:05}");
+                create_pod(&api, &name).await;
+                report_running(&api, &name, &ip).await;
             }
         })
         .await;
@@ -150,22 +156,12 @@ async fn watch_latency(
     for i in 0..samples {
         let name = format!("watched-{i:03}");
         let ip = format!("10.9.0.{}", i + 1);
-        let pod: Pod = serde_json::from_value(json!({
-            "metadata": {"name": name},
-            "spec": {"nodeName": "bench-node", "containers": [{"name": "app", "image": "nginx:1.25"}]},
-        }))
-        .expect("pod");
-        api.create(&PostParams::default(), &pod)
-            .await
-            .expect("create pod");
+        create_pod(&api, &name).await;
         // Let the Pending pod be committed first: what is timed is the Running update.
         repo.wait_for(&format!("discovered/{ns}/pods/{name}.yaml"), "xos_managed")
             .await;
-        let status = json!({"status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]}});
         let started = Instant::now();
-        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
-            .await
-            .expect("pod status");
+        report_running(&api, &name, &ip).await;
         repo.wait_for(
             &format!("discovered/{ns}/pods/{name}.yaml"),
             &format!("pod_ip: \"{ip}\""),

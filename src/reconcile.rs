@@ -526,7 +526,7 @@ async fn apply_one(
             }
             // The server answered: busy, or not ready for this object yet.
             kube::Error::Api(status) => {
-                (status.code >= 500 || status.code == 429 || awaits_namespace_setup(status))
+                (status.code >= 500 || status.code == 429 || awaits_service_account(status))
                     && attempt < 6
             }
             // No answer (timeout, connection refused): one more try, then give up on
@@ -549,14 +549,10 @@ async fn apply_one(
     Ok(())
 }
 
-/// A pod refused because its namespace is not set up yet: its `default` service
-/// account is made by a controller moments after the namespace, and a LimitRange
-/// applied just before is not yet in the admission cache that fills in the requests a
-/// ResourceQuota demands. Both pass within a second; a real lack fails after retries.
-fn awaits_namespace_setup(status: &kube::core::Status) -> bool {
-    status.code == 403
-        && (status.message.contains("error looking up service account")
-            || (status.message.contains("failed quota") && status.message.contains("must specify")))
+/// A pod refused because its service account does not exist yet: a namespace's
+/// `default` account is made by a controller moments after the namespace.
+fn awaits_service_account(status: &kube::core::Status) -> bool {
+    status.code == 403 && status.message.contains("error looking up service account")
 }
 
 fn conflict_message(conflicts: &[crate::plan::FieldConflict]) -> String {

@@ -98,6 +98,7 @@ fn yaml_and_json_outputs_hold_the_same_objects_in_apply_order() {
         [
             "Namespace",
             "Namespace",
+            "LimitRange",
             "ResourceQuota",
             "ServiceAccount",
             "ConfigMap",

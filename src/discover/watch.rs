@@ -120,24 +120,12 @@ impl ClusterWatch {
     /// last error the watches met (a forbidden list, an unreachable server).
     pub async fn ready(&self, timeout: Duration) -> Result<(), WatchError> {
         let all = async {
-            for s in &self.pods {
-                let _ = s.wait_until_ready().await;
-            }
-            for s in &self.replica_sets {
-                let _ = s.wait_until_ready().await;
-            }
-            for s in &self.deployments {
-                let _ = s.wait_until_ready().await;
-            }
-            for s in &self.stateful_sets {
-                let _ = s.wait_until_ready().await;
-            }
-            for s in &self.daemon_sets {
-                let _ = s.wait_until_ready().await;
-            }
-            for s in &self.jobs {
-                let _ = s.wait_until_ready().await;
-            }
+            all_ready(&self.pods).await;
+            all_ready(&self.replica_sets).await;
+            all_ready(&self.deployments).await;
+            all_ready(&self.stateful_sets).await;
+            all_ready(&self.daemon_sets).await;
+            all_ready(&self.jobs).await;
         };
         tokio::time::timeout(timeout, all)
             .await
@@ -182,6 +170,16 @@ impl ClusterWatch {
             .filter(|pod| pod.metadata.deletion_timestamp.is_none())
             .filter_map(|pod| PodFacts::from_pod(&pod, &controllers))
             .collect()
+    }
+}
+
+async fn all_ready<K>(stores: &[Store<K>])
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    for store in stores {
+        // An error means the watch task ended (aborted): nothing more to wait for.
+        let _ = store.wait_until_ready().await;
     }
 }
 

@@ -132,35 +132,40 @@ fn discover(inventory: &str, args: &[&str]) -> String {
 
 const BASE: &str = "kind: KubernetesService\nname: kubernetes\n";
 
+/// `discover` arguments to commit to `url`'s main and push, for one namespace.
+fn push_args(url: &str, namespace: &str, cache: &Path) -> Vec<String> {
+    [
+        "--repo",
+        url,
+        "--branch",
+        "main",
+        "--push",
+        "-n",
+        namespace,
+        "--cache-dir",
+    ]
+    .into_iter()
+    .map(str::to_string)
+    .chain([cache.display().to_string(), "models".to_string()])
+    .collect()
+}
+
+fn discover_pushing(inventory: &str, url: &str, namespace: &str, cache: &Path) -> String {
+    let args = push_args(url, namespace, cache);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    discover(inventory, &args)
+}
+
 #[tokio::test]
 async fn a_kubectl_deployment_is_discovered_committed_and_pushed_as_it_scales() {
     let (client, ns, inventory) = setup("discover-deploy").await;
     let repo = Repo::new(&[]);
     let url = remote_with_models(&repo, BASE);
     let cache = repo.path().join("cache");
-    let args = [
-        "--repo",
-        &url,
-        "--branch",
-        "main",
-        "--push",
-        "-n",
-        &ns,
-        "--cache-dir",
-        cache.to_str().unwrap(),
-        "models",
-    ];
 
-    kubectl(&[
-        "-n",
-        &ns,
-        "create",
-        "deployment",
-        "web",
-        "--image=nginx:1.25",
-    ]);
+    create_web_deployment(&ns, 1);
     let pods = running_pods(&client, &ns, 1).await;
-    let out = discover(&inventory, &args);
+    let out = discover_pushing(&inventory, &url, &ns, &cache);
     assert!(out.contains(&format!("discover: +1 pods in {ns}")), "{out}");
 
     let checkout = fresh_clone(&repo, &url);
@@ -201,40 +206,23 @@ async fn a_kubectl_deployment_is_discovered_committed_and_pushed_as_it_scales() 
 
     // Nothing changed: no commit.
     let before = git(&checkout, &["ls-remote", &url, "refs/heads/main"]);
-    let out = discover(&inventory, &args);
+    let out = discover_pushing(&inventory, &url, &ns, &cache);
     assert!(out.starts_with("no changes"), "{out}");
     assert_eq!(
         git(&checkout, &["ls-remote", &url, "refs/heads/main"]),
         before
     );
 
-    kubectl(&["-n", &ns, "scale", "deployment", "web", "--replicas=3"]);
-    let pods = running_pods(&client, &ns, 3).await;
-    let out = discover(&inventory, &args);
-    assert!(out.contains(&format!("discover: +2 pods in {ns}")), "{out}");
-    let checkout = fresh_clone(&repo, &url);
-    assert_eq!(
-        pod_files(&checkout, &ns).keys().collect::<Vec<_>>(),
-        pods.keys().collect::<Vec<_>>()
-    );
+    let checkout = scale_and_discover(&client, &inventory, &repo, &url, &ns, 3, "+2").await;
     assert!(
         read(&checkout.join(format!("models/discovered/{ns}/namespace.yaml")))
             .contains("controller_replica_count: 3\n")
     );
-
-    kubectl(&["-n", &ns, "scale", "deployment", "web", "--replicas=1"]);
-    let pods = running_pods(&client, &ns, 1).await;
-    let out = discover(&inventory, &args);
-    assert!(out.contains(&format!("discover: -2 pods in {ns}")), "{out}");
-    let checkout = fresh_clone(&repo, &url);
-    assert_eq!(
-        pod_files(&checkout, &ns).keys().collect::<Vec<_>>(),
-        pods.keys().collect::<Vec<_>>()
-    );
+    scale_and_discover(&client, &inventory, &repo, &url, &ns, 1, "-2").await;
 
     kubectl(&["-n", &ns, "delete", "deployment", "web"]);
     running_pods(&client, &ns, 0).await;
-    let out = discover(&inventory, &args);
+    let out = discover_pushing(&inventory, &url, &ns, &cache);
     assert!(out.contains(&format!("discover: -1 pods in {ns}")), "{out}");
     let checkout = fresh_clone(&repo, &url);
     assert!(!checkout.join(format!("models/discovered/{ns}")).exists());
@@ -245,6 +233,54 @@ async fn a_kubectl_deployment_is_discovered_committed_and_pushed_as_it_scales() 
         5,
         "models, +1, +2, -2, -1"
     );
+}
+
+/// `kubectl create deployment web` in the namespace.
+fn create_web_deployment(ns: &str, replicas: usize) {
+    let replicas = format!("--replicas={replicas}");
+    kubectl(&[
+        "-n",
+        ns,
+        "create",
+        "deployment",
+        "web",
+        "--image=nginx:1.25",
+        &replicas,
+    ]);
+}
+
+/// Scales the namespace's Deployment `web`, waits for its pods, discovers and pushes;
+/// checks the commit's subject (`counts` pods) and that a fresh clone holds exactly
+/// the running pods' files. Returns the clone.
+async fn scale_and_discover(
+    client: &Client,
+    inventory: &str,
+    repo: &Repo,
+    url: &str,
+    ns: &str,
+    replicas: usize,
+    counts: &str,
+) -> PathBuf {
+    kubectl(&[
+        "-n",
+        ns,
+        "scale",
+        "deployment",
+        "web",
+        &format!("--replicas={replicas}"),
+    ]);
+    let pods = running_pods(client, ns, replicas).await;
+    let out = discover_pushing(inventory, url, ns, &repo.path().join("cache"));
+    assert!(
+        out.contains(&format!("discover: {counts} pods in {ns}")),
+        "{out}"
+    );
+    let checkout = fresh_clone(repo, url);
+    assert_eq!(
+        pod_files(&checkout, ns).keys().collect::<Vec<_>>(),
+        pods.keys().collect::<Vec<_>>()
+    );
+    checkout
 }
 
 #[tokio::test]
@@ -494,19 +530,7 @@ async fn a_push_that_loses_a_race_is_rebased_and_both_commits_reach_the_remote()
     kubectl(&["-n", &ns, "run", "solo", "--image=busybox:1.36"]);
     running_pods(&client, &ns, 1).await;
     let cache = repo.path().join("cache");
-    let out = discover(
-        &inventory,
-        &[
-            "--repo",
-            &remote.url,
-            "--push",
-            "-n",
-            &ns,
-            "--cache-dir",
-            cache.to_str().unwrap(),
-            "models",
-        ],
-    );
+    let out = discover_pushing(&inventory, &remote.url, &ns, &cache);
     assert!(out.contains("pushed"), "{out}");
     assert!(
         repo.path().join("raced").exists(),
@@ -567,12 +591,11 @@ async fn watch_batches_a_rollout_into_few_commits_and_a_killed_watch_converges_o
     let cache = repo.path().join("cache");
     let watch = || {
         Command::new(env!("CARGO_BIN_EXE_tether"))
-            .args(["discover", "--watch", "--debounce", "1s", "--push"])
-            .args(["--repo", &url, "-n", &ns, "--cache-dir"])
-            .arg(&cache)
-            .args(["--kubeconfig"])
+            .args(["discover", "--watch", "--debounce", "1s"])
+            .args(push_args(&url, &ns, &cache))
+            .arg("--kubeconfig")
             .arg(&cluster().kubeconfig)
-            .args(["--inventory-name", &inventory, "models"])
+            .args(["--inventory-name", &inventory])
             .stdout(std::process::Stdio::null())
             .spawn()
             .unwrap()
@@ -585,15 +608,7 @@ async fn watch_batches_a_rollout_into_few_commits_and_a_killed_watch_converges_o
     };
 
     let mut running = watch();
-    kubectl(&[
-        "-n",
-        &ns,
-        "create",
-        "deployment",
-        "web",
-        "--image=nginx:1.25",
-        "--replicas=8",
-    ]);
+    create_web_deployment(&ns, 8);
     let pods = running_pods(&client, &ns, 8).await;
     remote_pods_become(&remote, &ns, &pods).await;
     // Eight pods appearing and getting IPs one by one: a handful of commits, not 16.
@@ -611,19 +626,7 @@ async fn watch_batches_a_rollout_into_few_commits_and_a_killed_watch_converges_o
     running.wait().unwrap();
 
     // The repo is what a single discovery of the cluster writes: nothing left to do.
-    let out = discover(
-        &inventory,
-        &[
-            "--repo",
-            &url,
-            "--push",
-            "-n",
-            &ns,
-            "--cache-dir",
-            cache.to_str().unwrap(),
-            "models",
-        ],
-    );
+    let out = discover_pushing(&inventory, &url, &ns, &cache);
     assert!(out.starts_with("no changes"), "{out}");
     let checkout = fresh_clone(&repo, &url);
     assert_eq!(

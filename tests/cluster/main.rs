@@ -79,7 +79,7 @@ async fn examples_apply_read_back_and_then_show_no_changes() {
     );
     assert_eq!(
         reconcile::stdout(&first),
-        "18 created, 0 configured, 0 unchanged, 0 pruned, 0 failed\n"
+        "19 created, 0 configured, 0 unchanged, 0 pruned, 0 failed\n"
     );
 
     let files = read_models_dir(&repo_root().join("examples/models")).unwrap();
