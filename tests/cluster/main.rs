@@ -116,7 +116,7 @@ async fn examples_apply_read_back_and_then_show_no_changes() {
     let second = reconcile::tether(inventory, &["apply", "examples/models"]);
     assert_eq!(
         reconcile::stdout(&second),
-        "0 created, 0 configured, 18 unchanged, 0 pruned, 0 failed\n"
+        "0 created, 0 configured, 19 unchanged, 0 pruned, 0 failed\n"
     );
     for format in ["text", "markdown", "json"] {
         let diff = reconcile::tether(inventory, &["diff", "examples/models", "-o", format]);
@@ -274,6 +274,6 @@ async fn kubectl_accepts_the_rendered_yaml() {
         String::from_utf8_lossy(&output.stderr)
     );
     let names = String::from_utf8(output.stdout).unwrap();
-    assert_eq!(names.lines().count(), 18, "{names}");
+    assert_eq!(names.lines().count(), 19, "{names}");
     assert!(names.contains("deployment.apps/web"), "{names}");
 }
