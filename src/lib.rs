@@ -22,6 +22,7 @@ pub mod reconcile;
 pub mod render;
 pub mod report;
 pub mod resolve;
+pub mod settings;
 pub mod source;
 pub mod writeback;
 

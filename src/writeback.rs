@@ -193,6 +193,23 @@ impl Workspace {
         &self.branch
     }
 
+    /// Writes to `branch` instead (a default read from the settings file).
+    pub fn set_branch(&mut self, branch: &str) {
+        self.branch = branch.to_string();
+    }
+
+    /// The text of `name` in the models root of the base commit, or of the remote's
+    /// default branch when the branch does not exist yet.
+    pub fn committed_text(&self, name: &str) -> Option<String> {
+        let commit = self
+            .base()
+            .or_else(|| self.tip("refs/remotes/origin/HEAD"))?;
+        let tree = self.repo.find_commit(commit).ok()?.tree().ok()?;
+        let entry = tree.get_path(&self.root.join(name)).ok()?;
+        let blob = self.repo.find_blob(entry.id()).ok()?;
+        String::from_utf8(blob.content().to_vec()).ok()
+    }
+
     fn local_ref(&self) -> String {
         format!("refs/heads/{}", self.branch)
     }

@@ -11,10 +11,11 @@ use tether::cluster::connect;
 use tether::discover::watch::ClusterWatch;
 use tether::discover::{PodFacts, Scope, plan};
 use tether::render::Inventory;
+use tether::settings::{self, DiscoverSettings, SETTINGS_FILE, Settings};
 use tether::writeback::{Author, Synced, Workspace};
 
 use super::reconcile::target;
-use super::{GitArgs, GlobalArgs};
+use super::{GitArgs, GlobalArgs, parse_duration};
 
 pub struct DiscoverCommand {
     pub path: PathBuf,
@@ -23,9 +24,46 @@ pub struct DiscoverCommand {
     pub push: bool,
     pub dry_run: bool,
     pub watch: bool,
-    pub debounce: Duration,
+    pub debounce: Option<Duration>,
     pub namespaces: Vec<String>,
-    pub author: String,
+    pub author: Option<String>,
+}
+
+/// A flag (or its variable), else the settings file, else the built-in default.
+struct Options {
+    author: Author,
+    scope: Scope,
+    debounce: Duration,
+}
+
+impl Options {
+    fn new(command: &DiscoverCommand, settings: &DiscoverSettings) -> miette::Result<Self> {
+        let author = match command.author.as_ref().or(settings.author.as_ref()) {
+            Some(text) => text.parse().into_diagnostic()?,
+            None => Author::default(),
+        };
+        let namespaces: &[String] = match (&command.namespaces, &settings.namespaces) {
+            (flag, _) if !flag.is_empty() => flag,
+            (_, Some(set)) => set,
+            _ => &[],
+        };
+        let scope = if namespaces.is_empty() {
+            Scope::All
+        } else {
+            Scope::Namespaces(namespaces.iter().cloned().collect::<BTreeSet<_>>())
+        };
+        let debounce = match (command.debounce, &settings.debounce) {
+            (Some(d), _) => d,
+            (None, Some(text)) => parse_duration(text)
+                .map_err(|e| miette!("{SETTINGS_FILE}: discover.debounce: {e}"))?,
+            (None, None) => Duration::from_secs(2),
+        };
+        Ok(Options {
+            author,
+            scope,
+            debounce,
+        })
+    }
 }
 
 pub async fn run(
@@ -34,16 +72,15 @@ pub async fn run(
     git: &GitArgs,
     inventory: &Inventory,
 ) -> miette::Result<ExitCode> {
-    let author: Author = command.author.parse().into_diagnostic()?;
-    let scope = if command.namespaces.is_empty() {
-        Scope::All
-    } else {
-        Scope::Namespaces(command.namespaces.iter().cloned().collect::<BTreeSet<_>>())
-    };
-    let (workspace, client) = tokio::join!(open_workspace(command, git), async {
+    let (opened, client) = tokio::join!(open_workspace(command, git), async {
         connect(&target(global)).await
     });
-    let mut workspace = workspace?;
+    let (mut workspace, settings) = opened?;
+    let Options {
+        author,
+        scope,
+        debounce,
+    } = Options::new(command, &settings.discover)?;
     let client = client.into_diagnostic()?;
     let watch = ClusterWatch::start(&client, &scope);
     watch
@@ -100,36 +137,68 @@ pub async fn run(
         }
         // Gather what else changes in the window into the same commit.
         tokio::select! {
-            _ = tokio::time::sleep(command.debounce) => {}
+            _ = tokio::time::sleep(debounce) => {}
             _ = shutdown() => return Ok(ExitCode::SUCCESS),
         }
     }
 }
 
-async fn open_workspace(command: &DiscoverCommand, git: &GitArgs) -> miette::Result<Workspace> {
+/// The workspace discovery commits to, and the settings file of its models root.
+async fn open_workspace(
+    command: &DiscoverCommand,
+    git: &GitArgs,
+) -> miette::Result<(Workspace, Settings)> {
     let path = command.path.clone();
     let branch = command.branch.clone();
     let repo = command.repo.clone();
     let cache = git.cache_dir();
     let credentials = git.credentials();
-    tokio::task::spawn_blocking(move || match repo {
-        Some(url) => Workspace::open_clone(
-            &url,
-            branch.as_deref().unwrap_or("main"),
-            &path,
-            &cache,
-            credentials,
-        ),
-        None => {
-            let workspace = Workspace::open_local(&path, branch.as_deref())?;
-            workspace.update_working_tree()?;
-            Ok(workspace)
+    tokio::task::spawn_blocking(move || -> miette::Result<(Workspace, Settings)> {
+        let open = "cannot open the repository to write discovered models to";
+        match repo {
+            Some(url) => {
+                let mut workspace = Workspace::open_clone(
+                    &url,
+                    branch.as_deref().unwrap_or("main"),
+                    &path,
+                    &cache,
+                    credentials,
+                )
+                .into_diagnostic()
+                .wrap_err(open)?;
+                let settings = match workspace.committed_text(SETTINGS_FILE) {
+                    Some(text) => settings::parse(SETTINGS_FILE, &text).into_diagnostic()?,
+                    None => Settings::default(),
+                };
+                if let (None, Some(b)) = (&branch, &settings.discover.branch) {
+                    workspace.set_branch(b);
+                }
+                Ok((workspace, settings))
+            }
+            None => {
+                let file = path.join(SETTINGS_FILE);
+                let settings = match std::fs::read_to_string(&file) {
+                    Ok(text) => {
+                        settings::parse(&file.display().to_string(), &text).into_diagnostic()?
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Settings::default(),
+                    Err(e) => {
+                        return Err(e)
+                            .into_diagnostic()
+                            .wrap_err(format!("cannot read {}", file.display()));
+                    }
+                };
+                let branch = branch.or_else(|| settings.discover.branch.clone());
+                let workspace = Workspace::open_local(&path, branch.as_deref())
+                    .into_diagnostic()
+                    .wrap_err(open)?;
+                workspace.update_working_tree().into_diagnostic()?;
+                Ok((workspace, settings))
+            }
         }
     })
     .await
     .into_diagnostic()?
-    .into_diagnostic()
-    .wrap_err("cannot open the repository to write discovered models to")
 }
 
 type SyncResult = Result<Synced, tether::writeback::WritebackError>;

@@ -241,7 +241,9 @@ enum Command {
     /// `discovered/` of the models root. Pods of controllers that tether applied are
     /// recorded as instances of their Slice. Nothing outside `discovered/` is written,
     /// and tether never applies, changes or deletes what discovered models describe.
-    /// An unchanged cluster makes no commit.
+    /// An unchanged cluster makes no commit. Defaults for the branch, author,
+    /// namespaces and debounce may be set in `.tether.yaml` at the models root
+    /// (`discover:` section); flags and TETHER_* variables win.
     #[command(
         after_help = "Examples:\n  tether discover examples/models\n  tether discover --repo ssh://git@git.example.org/ops/models.git --branch main --push --watch\n  tether discover -n demo-trust -n default --once"
     )]
@@ -254,7 +256,8 @@ enum Command {
         /// or ssh:// URL. tether works in its own clone in the cache directory.
         #[arg(long, env = "TETHER_REPO")]
         repo: Option<String>,
-        /// Branch to commit to (default: the checked-out branch; with --repo, main).
+        /// Branch to commit to (default: .tether.yaml's `discover.branch`, else the
+        /// checked-out branch; with --repo, main).
         #[arg(long, env = "TETHER_DISCOVER_BRANCH")]
         branch: Option<String>,
         /// Push each discovery commit to --repo; a push refused because the branch
@@ -270,9 +273,9 @@ enum Command {
         /// Keep watching and commit changes, at most one commit per --debounce.
         #[arg(long)]
         watch: bool,
-        /// With --watch, how long to gather changes into one commit.
-        #[arg(long, env = "TETHER_DISCOVER_DEBOUNCE", default_value = "2s", value_parser = parse_duration)]
-        debounce: Duration,
+        /// With --watch, how long to gather changes into one commit (default 2s).
+        #[arg(long, env = "TETHER_DISCOVER_DEBOUNCE", value_parser = parse_duration)]
+        debounce: Option<Duration>,
         /// Only these namespaces (repeat the flag; default: all namespaces).
         #[arg(
             short,
@@ -281,13 +284,9 @@ enum Command {
             value_delimiter = ','
         )]
         namespaces: Vec<String>,
-        /// Commit author, "Name <email>".
-        #[arg(
-            long,
-            env = "TETHER_DISCOVER_AUTHOR",
-            default_value = "tether <tether@localhost>"
-        )]
-        author: String,
+        /// Commit author, "Name <email>" (default: tether <tether@localhost>).
+        #[arg(long, env = "TETHER_DISCOVER_AUTHOR")]
+        author: Option<String>,
         #[command(flatten)]
         git: GitArgs,
         #[command(flatten)]

@@ -291,6 +291,12 @@ async fn each_kind_of_workload_is_discovered_with_its_slice_into_a_local_checkou
     std::fs::create_dir_all(work.join("models")).unwrap();
     git(repo.path(), &["init", "-q", "work"]);
     std::fs::write(work.join("models/base.yaml"), BASE).unwrap();
+    // Repo-wide discovery defaults: the namespace and the author.
+    std::fs::write(
+        work.join("models/.tether.yaml"),
+        format!("discover:\n  namespaces: [{ns}]\n  author: \"Inventory Bot <bot@example.org>\"\n"),
+    )
+    .unwrap();
     git(&work, &["add", "-A"]);
     git(&work, &["commit", "-q", "-m", "models"]);
     // A change of the user's own, not committed: discovery leaves it alone.
@@ -344,7 +350,7 @@ spec:
     );
     let pods = running_pods(&client, &ns, 4).await;
     let models = work.join("models");
-    let out = discover(&inventory, &["-n", &ns, models.to_str().unwrap()]);
+    let out = discover(&inventory, &[models.to_str().unwrap()]);
     assert!(out.contains(&format!("discover: +4 pods in {ns}")), "{out}");
 
     let files = pod_files(&work, &ns);
@@ -390,8 +396,8 @@ spec:
     // Committed on the checked-out branch; the working tree shows the files and only
     // the user's own change is left uncommitted.
     assert_eq!(
-        git(&work, &["log", "-1", "--format=%s"]),
-        format!("discover: +4 pods in {ns}")
+        git(&work, &["log", "-1", "--format=%an <%ae>|%s"]),
+        format!("Inventory Bot <bot@example.org>|discover: +4 pods in {ns}")
     );
     assert_eq!(
         git(&work, &["status", "--porcelain"]),

@@ -1,0 +1,88 @@
+//! `.tether.yaml`: repo-wide defaults, at the models root beside the models (a settings
+//! file, never read as models). Flags and `TETHER_*` variables win over it.
+//!
+//! ```yaml
+//! discover:
+//!   branch: main
+//!   author: "Inventory Bot <bot@example.org>"
+//!   namespaces: [shop, demo-trust]
+//!   debounce: 5s
+//! ```
+
+use serde::Deserialize;
+use thiserror::Error;
+
+pub const SETTINGS_FILE: &str = ".tether.yaml";
+
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Settings {
+    #[serde(default)]
+    pub discover: DiscoverSettings,
+}
+
+/// Defaults for `tether discover`.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct DiscoverSettings {
+    pub branch: Option<String>,
+    /// `Name <email>`.
+    pub author: Option<String>,
+    pub namespaces: Option<Vec<String>>,
+    /// A duration such as `2s`.
+    pub debounce: Option<String>,
+}
+
+#[derive(Debug, Error)]
+#[error("{path} is not valid: {message}")]
+pub struct SettingsError {
+    pub path: String,
+    pub message: String,
+}
+
+/// Reads the settings file's text; one without any setting (empty, or comments only)
+/// gives the defaults.
+pub fn parse(path: &str, text: &str) -> Result<Settings, SettingsError> {
+    let has_content = text
+        .lines()
+        .any(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'));
+    if !has_content {
+        return Ok(Settings::default());
+    }
+    serde_saphyr::from_str(text).map_err(|e| SettingsError {
+        path: path.to_string(),
+        message: e.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_discovery_defaults() {
+        let settings = parse(
+            ".tether.yaml",
+            "# defaults\ndiscover:\n  branch: inventory\n  namespaces: [shop]\n  debounce: 5s\n",
+        )
+        .unwrap();
+        assert_eq!(settings.discover.branch.as_deref(), Some("inventory"));
+        assert_eq!(settings.discover.namespaces, Some(vec!["shop".to_string()]));
+        assert_eq!(settings.discover.debounce.as_deref(), Some("5s"));
+        assert_eq!(
+            parse(".tether.yaml", "# nothing yet\n").unwrap(),
+            Settings::default()
+        );
+    }
+
+    #[test]
+    fn a_misspelled_setting_is_an_error_with_its_line() {
+        let error = parse(".tether.yaml", "discover:\n  branch: main\n  autor: me\n").unwrap_err();
+        assert!(
+            error.to_string().starts_with(".tether.yaml is not valid: "),
+            "{error}"
+        );
+        assert!(error.message.contains("autor"), "{error}");
+        assert!(error.message.contains('3'), "no line in: {error}");
+    }
+}
