@@ -12,6 +12,7 @@
 
 pub mod cluster;
 pub mod diagnostic;
+pub mod events;
 pub mod discover;
 pub mod git;
 pub mod kube;
@@ -56,4 +57,16 @@ pub fn analyze(files: &SourceFiles) -> Analysis {
         diagnostics,
         documents: documents.len(),
     }
+}
+
+/// An error and its causes on one line, for logs.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }

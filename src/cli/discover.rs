@@ -15,7 +15,7 @@ use tether::settings::{self, DiscoverSettings, SETTINGS_FILE, Settings};
 use tether::writeback::{Author, Synced, Workspace};
 
 use super::reconcile::target;
-use super::{GitArgs, GlobalArgs, parse_duration};
+use super::{EventArgs, GitArgs, GlobalArgs, parse_duration};
 
 pub struct DiscoverCommand {
     pub path: PathBuf,
@@ -71,7 +71,14 @@ pub async fn run(
     command: &DiscoverCommand,
     git: &GitArgs,
     inventory: &Inventory,
+    events: &EventArgs,
 ) -> miette::Result<ExitCode> {
+    if events.any_sink() && !command.watch {
+        return Err(miette!(
+            help = "add --watch, or run `tether events --watch`",
+            "event sinks need --watch: events are changes over time"
+        ));
+    }
     let (opened, client) = tokio::join!(open_workspace(command, git), async {
         connect(&target(global)).await
     });
@@ -82,6 +89,10 @@ pub async fn run(
         debounce,
     } = Options::new(command, &settings.discover)?;
     let client = client.into_diagnostic()?;
+    let _events = match events.any_sink() {
+        true => Some(events.start(&client, &scope).await?),
+        false => None,
+    };
     let watch = ClusterWatch::start(&client, &scope);
     watch
         .ready(global.request_timeout * 2)
@@ -120,7 +131,7 @@ pub async fn run(
                 report(&synced, count, workspace.branch(), started.elapsed());
             }
             Err(error) if command.watch => {
-                let error = error_chain(&error);
+                let error = tether::error_chain(&error);
                 tracing::error!(%error, ?retry, "discovery pass failed; retrying");
             }
             Err(error) => return Err(error).into_diagnostic(),
@@ -133,12 +144,12 @@ pub async fn run(
             _ = tokio::time::sleep(retry), if failed => {
                 retry = (retry * 2).min(Duration::from_secs(300));
             }
-            _ = shutdown() => return Ok(ExitCode::SUCCESS),
+            _ = super::shutdown() => return Ok(ExitCode::SUCCESS),
         }
         // Gather what else changes in the window into the same commit.
         tokio::select! {
             _ = tokio::time::sleep(debounce) => {}
-            _ = shutdown() => return Ok(ExitCode::SUCCESS),
+            _ = super::shutdown() => return Ok(ExitCode::SUCCESS),
         }
     }
 }
@@ -259,36 +270,4 @@ fn print_preview(outcome: &tether::discover::Outcome) {
     for path in &outcome.removes {
         println!("remove {path}");
     }
-}
-
-/// Ctrl-C, or SIGTERM (how Kubernetes stops a pod).
-async fn shutdown() {
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(term) => term,
-                Err(_) => return std::future::pending().await,
-            };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
-    }
-}
-
-/// An error and its causes on one line, for logs.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

@@ -1,6 +1,7 @@
 //! Commands: parse flags, run the library, print, and pick the exit code.
 
 mod discover;
+mod events;
 mod reconcile;
 mod report;
 
@@ -11,6 +12,7 @@ use std::time::Duration;
 
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use miette::{IntoDiagnostic, WrapErr};
+use tether::discover::Scope;
 use tether::render::Inventory;
 use tether::source::read_models_dir;
 
@@ -122,6 +124,27 @@ impl GitArgs {
                 .join("tether/repos")
         })
     }
+}
+
+/// Where pod events go.
+#[derive(Debug, clap::Args)]
+struct EventArgs {
+    /// Kafka brokers (host:port, comma-separated) to publish pod events to.
+    #[arg(long, env = "TETHER_KAFKA_BROKERS", value_delimiter = ',')]
+    kafka_brokers: Vec<String>,
+    /// Kafka topic (made with one partition if the broker lacks it).
+    #[arg(long, env = "TETHER_KAFKA_TOPIC", default_value = tether::events::sink::DEFAULT_TOPIC)]
+    kafka_topic: String,
+    /// Append events as JSON lines to this file ("-": standard output).
+    #[arg(long, env = "TETHER_EVENTS_JSONL")]
+    events_jsonl: Option<PathBuf>,
+    /// Record events as Kubernetes Events on the pods (`kubectl describe pod`).
+    #[arg(long, env = "TETHER_KUBE_EVENTS")]
+    kube_events: bool,
+    /// Directory of the outbox that keeps undelivered events (default:
+    /// ~/.cache/tether/outbox; in a cluster, a persistent volume).
+    #[arg(long, env = "TETHER_OUTBOX")]
+    outbox: Option<PathBuf>,
 }
 
 /// The inventory (ApplySet parent) that records what tether applied.
@@ -291,6 +314,29 @@ enum Command {
         git: GitArgs,
         #[command(flatten)]
         inventory: InventoryArgs,
+        #[command(flatten)]
+        events: EventArgs,
+    },
+    /// Publish pod lifecycle events (created, updated, restarted, deleted) to sinks.
+    ///
+    /// Watches the pods (discovered and tether-managed alike) and publishes an event
+    /// when a pod appears, its IP changes, a container's restart count rises, or it
+    /// disappears: to Kafka (the XOS topic and value), as JSON lines, and as
+    /// Kubernetes Events on the pod. Events wait in an outbox on disk until every sink
+    /// has them, so a broker outage or a restart loses none (at least once, in order
+    /// per pod). Writes nothing to Git; `discover --watch` takes the same sink flags.
+    #[command(
+        after_help = "Examples:\n  tether events --watch --kafka-brokers kafka:9092\n  tether events --watch -n demo-trust --events-jsonl - --kube-events"
+    )]
+    Events {
+        /// Keep watching (the only mode: events are changes over time).
+        #[arg(long, required = true)]
+        watch: bool,
+        /// Only these namespaces (repeat the flag; default: all namespaces).
+        #[arg(short, long = "namespace", env = "TETHER_EVENTS_NAMESPACES", value_delimiter = ',')]
+        namespaces: Vec<String>,
+        #[command(flatten)]
+        events: EventArgs,
     },
     /// Print a shell completion script.
     #[command(after_help = "Example:\n  tether completions bash > /etc/bash_completion.d/tether")]
@@ -366,6 +412,7 @@ pub async fn run(args: Args) -> miette::Result<ExitCode> {
             author,
             git,
             inventory,
+            events,
         } => {
             let command = discover::DiscoverCommand {
                 path,
@@ -378,7 +425,19 @@ pub async fn run(args: Args) -> miette::Result<ExitCode> {
                 namespaces,
                 author,
             };
-            discover::run(&global, &command, &git, &inventory.inventory()).await
+            discover::run(&global, &command, &git, &inventory.inventory(), &events).await
+        }
+        Command::Events {
+            watch: _,
+            namespaces,
+            events,
+        } => {
+            let scope = if namespaces.is_empty() {
+                Scope::All
+            } else {
+                Scope::Namespaces(namespaces.into_iter().collect())
+            };
+            events::run(&global, &scope, &events).await
         }
         Command::Completions { shell } => {
             clap_complete::generate(
@@ -446,3 +505,24 @@ async fn render(
         .into_diagnostic()?;
     Ok(ExitCode::SUCCESS)
 }
+
+/// Ctrl-C, or SIGTERM (how Kubernetes stops a pod).
+pub(crate) async fn shutdown() {
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => return std::future::pending().await,
+            };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+

@@ -1,0 +1,89 @@
+//! `events`, and the event sinks of `discover --watch`: flags → sinks and outbox →
+//! the pipeline.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use kube::Client;
+use miette::{IntoDiagnostic, WrapErr, miette};
+use tether::cluster::connect;
+use tether::discover::Scope;
+use tether::events::outbox::Outbox;
+use tether::events::sink::{JsonLinesSink, KafkaSink, KubernetesEventsSink, Sink};
+use tether::events::watch::EventPipeline;
+
+use super::reconcile::target;
+use super::{EventArgs, GlobalArgs};
+
+impl EventArgs {
+    pub(super) fn any_sink(&self) -> bool {
+        !self.kafka_brokers.is_empty() || self.events_jsonl.is_some() || self.kube_events
+    }
+
+    fn sinks(&self, client: &Client) -> Vec<Sink> {
+        let mut sinks = Vec::new();
+        if !self.kafka_brokers.is_empty() {
+            sinks.push(Sink::Kafka(KafkaSink::new(
+                self.kafka_brokers.clone(),
+                self.kafka_topic.clone(),
+            )));
+        }
+        if let Some(path) = &self.events_jsonl {
+            let path = (path.as_os_str() != "-").then(|| path.clone());
+            sinks.push(Sink::JsonLines(JsonLinesSink::new(path)));
+        }
+        if self.kube_events {
+            sinks.push(Sink::KubernetesEvents(KubernetesEventsSink::new(
+                client.clone(),
+            )));
+        }
+        sinks
+    }
+
+    fn outbox_dir(&self) -> PathBuf {
+        self.outbox.clone().unwrap_or_else(|| {
+            std::env::var_os("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+                .unwrap_or_else(std::env::temp_dir)
+                .join("tether/outbox")
+        })
+    }
+
+    /// Opens the outbox and starts the pipeline for the configured sinks.
+    pub(super) async fn start(
+        &self,
+        client: &Client,
+        scope: &Scope,
+    ) -> miette::Result<EventPipeline> {
+        let sinks = self.sinks(client);
+        let names: Vec<String> = sinks.iter().map(|s| s.name().to_string()).collect();
+        let dir = self.outbox_dir();
+        let outbox = tokio::task::spawn_blocking(move || Outbox::open(&dir, &names))
+            .await
+            .into_diagnostic()?
+            .into_diagnostic()
+            .wrap_err("cannot open the event outbox")?;
+        if outbox.backlog() > 0 {
+            tracing::info!(
+                backlog = outbox.backlog(),
+                "delivering events left from before"
+            );
+        }
+        Ok(EventPipeline::start(client, scope, Arc::new(outbox), sinks))
+    }
+}
+
+pub async fn run(global: &GlobalArgs, scope: &Scope, args: &EventArgs) -> miette::Result<ExitCode> {
+    if !args.any_sink() {
+        return Err(miette!(
+            help = "add --kafka-brokers, --events-jsonl or --kube-events",
+            "no event sink given"
+        ));
+    }
+    let client = connect(&target(global)).await.into_diagnostic()?;
+    let _pipeline = args.start(&client, scope).await?;
+    super::shutdown().await;
+    Ok(ExitCode::SUCCESS)
+}
