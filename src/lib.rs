@@ -12,8 +12,8 @@
 
 pub mod cluster;
 pub mod diagnostic;
-pub mod events;
 pub mod discover;
+pub mod events;
 pub mod git;
 pub mod kube;
 pub mod load;

@@ -333,7 +333,12 @@ enum Command {
         #[arg(long, required = true)]
         watch: bool,
         /// Only these namespaces (repeat the flag; default: all namespaces).
-        #[arg(short, long = "namespace", env = "TETHER_EVENTS_NAMESPACES", value_delimiter = ',')]
+        #[arg(
+            short,
+            long = "namespace",
+            env = "TETHER_EVENTS_NAMESPACES",
+            value_delimiter = ','
+        )]
         namespaces: Vec<String>,
         #[command(flatten)]
         events: EventArgs,
@@ -525,4 +530,3 @@ pub(crate) async fn shutdown() {
         let _ = tokio::signal::ctrl_c().await;
     }
 }
-

@@ -145,10 +145,9 @@ pub fn pod_events(before: Option<&PodState>, after: Option<&PodState>) -> Vec<Po
             if was.ip != now.ip {
                 events.push(event(Status::Updated, now));
             }
-            let restarted = now
-                .restart_counts
-                .iter()
-                .any(|(container, count)| was.restart_counts.get(container).is_some_and(|c| count > c));
+            let restarted = now.restart_counts.iter().any(|(container, count)| {
+                was.restart_counts.get(container).is_some_and(|c| count > c)
+            });
             if restarted {
                 events.push(event(Status::Restarted, now));
             }
@@ -189,14 +188,22 @@ mod tests {
         all.extend(pod_events(Some(&restarted), None));
         assert_eq!(
             statuses(&all),
-            [Status::Created, Status::Updated, Status::Restarted, Status::Deleted]
+            [
+                Status::Created,
+                Status::Updated,
+                Status::Restarted,
+                Status::Deleted
+            ]
         );
         assert_eq!(all[3].pod, restarted, "deleted carries the last state");
     }
 
     #[test]
     fn a_new_uid_under_the_same_name_is_a_new_pod() {
-        let events = pod_events(Some(&pod("u1", Some("10.0.0.5"), 3)), Some(&pod("u2", None, 0)));
+        let events = pod_events(
+            Some(&pod("u1", Some("10.0.0.5"), 3)),
+            Some(&pod("u2", None, 0)),
+        );
         assert_eq!(statuses(&events), [Status::Deleted, Status::Created]);
         assert_eq!(events[1].pod.uid, "u2");
     }

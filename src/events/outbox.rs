@@ -171,7 +171,10 @@ impl Outbox {
             .filter(|(key, pod)| in_scope(&pod.namespace) && !listed.contains_key(*key))
             .map(|(key, _)| (key.clone(), None))
             .collect();
-        self.observe(gone.into_iter().chain(listed.into_iter().map(|(k, p)| (k, Some(p)))))
+        self.observe(
+            gone.into_iter()
+                .chain(listed.into_iter().map(|(k, p)| (k, Some(p)))),
+        )
     }
 
     fn append(&self, inner: &mut Inner, events: Vec<PodEvent>) -> Result<usize, OutboxError> {
@@ -304,7 +307,10 @@ mod tests {
         assert_eq!(outbox.backlog(), 2);
         outbox.acknowledge("kafka", 1).unwrap();
         assert_eq!(outbox.backlog(), 0);
-        assert_eq!(std::fs::read_to_string(dir.path().join("log.jsonl")).unwrap(), "");
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("log.jsonl")).unwrap(),
+            ""
+        );
         // Sequence numbers go on after the log was emptied.
         observe(&outbox, pod("b", None));
         assert_eq!(outbox.pending("kafka", 10)[0].sequence, 2);

@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
-use kube::api::{Api, PostParams};
 use kube::Client;
+use kube::api::{Api, PostParams};
+use rskafka::BackoffConfig;
 use rskafka::client::ClientBuilder;
 use rskafka::client::partition::{Compression, UnknownTopicHandling};
-use rskafka::BackoffConfig;
 use thiserror::Error;
 use tokio::io::AsyncWriteExt;
 
@@ -141,7 +141,8 @@ impl KafkaSink {
         let millis = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-        let timestamp = rskafka::chrono::DateTime::from_timestamp_millis(millis).unwrap_or_default();
+        let timestamp =
+            rskafka::chrono::DateTime::from_timestamp_millis(millis).unwrap_or_default();
         for record in records {
             let key = record.event.pod.name.as_bytes();
             let partition = partition_of(key, partitions);
@@ -226,10 +227,10 @@ impl JsonLinesSink {
             text.push_str(&record.event.to_json(record.sequence));
             text.push('\n');
         }
-        let label = self
-            .path
-            .as_ref()
-            .map_or_else(|| "standard output".to_string(), |p| p.display().to_string());
+        let label = self.path.as_ref().map_or_else(
+            || "standard output".to_string(),
+            |p| p.display().to_string(),
+        );
         let error = |source| SinkError::File {
             path: label.clone(),
             source,

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
 use tokio::sync::watch as signal;
 use tokio::task::JoinHandle;
@@ -66,14 +66,12 @@ impl EventPipeline {
 async fn blocking<T: Send + 'static>(
     work: impl FnOnce() -> Result<T, OutboxError> + Send + 'static,
 ) -> Result<T, OutboxError> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .unwrap_or_else(|e| {
-            Err(OutboxError::Io {
-                path: "outbox".into(),
-                source: std::io::Error::other(e.to_string()),
-            })
+    tokio::task::spawn_blocking(work).await.unwrap_or_else(|e| {
+        Err(OutboxError::Io {
+            path: "outbox".into(),
+            source: std::io::Error::other(e.to_string()),
         })
+    })
 }
 
 /// Feeds one namespace's (or every namespace's) pod watch into the outbox.
@@ -132,7 +130,9 @@ async fn observe(
                 appended.send_modify(|n| *n += 1);
             }
             // The disk is the one thing the outbox cannot do without: say so loudly.
-            Err(error) => tracing::error!(error = %crate::error_chain(&error), "cannot record pod events"),
+            Err(error) => {
+                tracing::error!(error = %crate::error_chain(&error), "cannot record pod events")
+            }
         }
     }
 }

@@ -11,10 +11,10 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{Api, ListParams};
 
-use crate::harness::{cluster, repo_root};
+use crate::harness::{Running, cluster, repo_root};
 use crate::reconcile::{Repo, git, setup, stdout, tether};
 
-fn kubectl(args: &[&str]) -> Output {
+pub fn kubectl(args: &[&str]) -> Output {
     let bin = Command::new(repo_root().join("scripts/local-cluster"))
         .arg("env")
         .output()
@@ -604,6 +604,7 @@ async fn watch_batches_a_rollout_into_few_commits_and_a_killed_watch_converges_o
             .args(["--inventory-name", &inventory])
             .stdout(std::process::Stdio::null())
             .spawn()
+            .map(Running)
             .unwrap()
     };
     let discover_commits = || {
@@ -613,7 +614,7 @@ async fn watch_batches_a_rollout_into_few_commits_and_a_killed_watch_converges_o
             .count()
     };
 
-    let mut running = watch();
+    let running = watch();
     create_web_deployment(&ns, 8);
     let pods = running_pods(&client, &ns, 8).await;
     remote_pods_become(&remote, &ns, &pods).await;
@@ -622,14 +623,12 @@ async fn watch_batches_a_rollout_into_few_commits_and_a_killed_watch_converges_o
     assert!((1..=5).contains(&commits), "{commits} commits");
 
     // Killed without warning; the cluster changes while it is down.
-    running.kill().unwrap();
-    running.wait().unwrap();
+    drop(running);
     kubectl(&["-n", &ns, "scale", "deployment", "web", "--replicas=2"]);
     let pods = running_pods(&client, &ns, 2).await;
-    let mut running = watch();
+    let running = watch();
     remote_pods_become(&remote, &ns, &pods).await;
-    running.kill().unwrap();
-    running.wait().unwrap();
+    drop(running);
 
     // The repo is what a single discovery of the cluster writes: nothing left to do.
     let out = discover_pushing(&inventory, &url, &ns, &cache);

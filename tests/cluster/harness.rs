@@ -133,3 +133,14 @@ where
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// A process a test started (tether --watch), killed when dropped, also when the test
+/// fails.
+pub struct Running(pub std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

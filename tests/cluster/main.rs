@@ -2,6 +2,7 @@
 //! scripts/local-cluster), with the node simulator standing in for a kubelet.
 
 mod discover;
+mod events;
 mod harness;
 mod nodesim;
 mod reconcile;

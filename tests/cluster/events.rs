@@ -1,0 +1,228 @@
+//! `tether events --watch` against the control plane: pods made with kubectl, run by
+//! the node simulator, and their events read back from the sinks.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Event, Pod};
+use kube::api::{Api, ListParams};
+use serde_json::Value;
+
+use crate::discover::kubectl;
+use crate::harness::{Running, cluster};
+use crate::nodesim::restart_container;
+use crate::reconcile::setup;
+
+/// `tether events --watch` for one namespace, with the JSON-lines sink at `jsonl`,
+/// Kubernetes Events, and the outbox in `outbox`.
+fn events(ns: &str, jsonl: &Path, outbox: &Path) -> Running {
+    Running(
+        Command::new(env!("CARGO_BIN_EXE_tether"))
+            .args(["events", "--watch", "--kube-events", "-n", ns])
+            .arg("--events-jsonl")
+            .arg(jsonl)
+            .arg("--outbox")
+            .arg(outbox)
+            .arg("--kubeconfig")
+            .arg(&cluster().kubeconfig)
+            .spawn()
+            .unwrap(),
+    )
+}
+
+fn stop(running: Running) {
+    drop(running);
+}
+
+fn lines(jsonl: &Path) -> Vec<Value> {
+    std::fs::read_to_string(jsonl)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Waits until the JSON-lines file holds `count` events of `pod`; returns them.
+async fn events_of(jsonl: &Path, pod: &str, count: usize) -> Vec<Value> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let found: Vec<Value> = lines(jsonl)
+            .into_iter()
+            .filter(|e| e["name"] == pod)
+            .collect();
+        if found.len() >= count {
+            return found;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{pod}: {} events of {count}: {found:?}",
+            found.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn statuses(events: &[Value]) -> Vec<&str> {
+    events
+        .iter()
+        .map(|e| e["status"].as_str().unwrap())
+        .collect()
+}
+
+async fn running_pod(api: &Api<Pod>, name: &str) -> Pod {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(pod) = api.get_opt(name).await.unwrap()
+            && pod
+                .status
+                .as_ref()
+                .and_then(|s| s.pod_ip.as_ref())
+                .is_some()
+        {
+            return pod;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{name} never ran");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn gone(api: &Api<Pod>, name: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while api.get_opt(name).await.unwrap().is_some() {
+        assert!(tokio::time::Instant::now() < deadline, "{name} never went");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Starts the watch and waits until it sees pods: a first pod's `created` arrives.
+async fn started(ns: &str, jsonl: &Path, outbox: &Path) -> Running {
+    let child = events(ns, jsonl, outbox);
+    kubectl(&["-n", ns, "run", "sentinel", "--image=busybox:1.36"]);
+    events_of(jsonl, "sentinel", 1).await;
+    child
+}
+
+fn temp_paths() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let jsonl = dir.path().join("events.jsonl");
+    let outbox = dir.path().join("outbox");
+    (dir, jsonl, outbox)
+}
+
+#[tokio::test]
+async fn a_pods_life_is_four_events_in_order_in_every_sink() {
+    let (client, ns, _) = setup("events-life").await;
+    let (_dir, jsonl, outbox) = temp_paths();
+    let watch = started(&ns, &jsonl, &outbox).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+
+    kubectl(&[
+        "-n",
+        &ns,
+        "run",
+        "web",
+        "--image=nginx:1.25",
+        "--labels=app=web",
+    ]);
+    let pod = running_pod(&pods, "web").await;
+    let restarts = restart_container(&client, &ns, "web", "web").await.unwrap();
+    events_of(&jsonl, "web", 3).await;
+    kubectl(&["-n", &ns, "delete", "pod", "web", "--wait=false"]);
+    gone(&pods, "web").await;
+    let events = events_of(&jsonl, "web", 4).await;
+    stop(watch);
+
+    assert_eq!(
+        statuses(&events),
+        ["created", "updated", "restarted", "deleted"]
+    );
+    let uid = pod.metadata.uid.clone().unwrap();
+    let ip = pod.status.unwrap().pod_ip.unwrap();
+    for event in &events {
+        assert_eq!(event["producer"], "k8s-sync");
+        assert_eq!(event["namespace"], ns.as_str());
+        assert_eq!(event["uid"], uid.as_str());
+        assert_eq!(event["labels"]["app"], "web");
+        assert_eq!(event["netinterfaces"][0]["name"], "primary");
+    }
+    assert_eq!(
+        events[0]["netinterfaces"][0]["addresses"],
+        serde_json::json!([])
+    );
+    assert_eq!(
+        events[1]["netinterfaces"][0]["addresses"],
+        serde_json::json!([ip])
+    );
+    assert_eq!(events[1]["restart_counts"]["web"], 0);
+    assert_eq!(events[2]["restart_counts"]["web"], restarts);
+    let sequences: Vec<u64> = events
+        .iter()
+        .map(|e| e["sequence"].as_u64().unwrap())
+        .collect();
+    assert!(sequences.windows(2).all(|w| w[0] < w[1]), "{sequences:?}");
+
+    // The same four on the pod, for `kubectl describe pod`.
+    let recorded: Api<Event> = Api::namespaced(client.clone(), &ns);
+    let mut reasons: Vec<(String, String)> = recorded
+        .list(&ListParams::default().fields("involvedObject.name=web"))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|e| (e.metadata.name.unwrap(), e.reason.unwrap()))
+        .collect();
+    reasons.sort_by_key(|(name, _)| name.rsplit('-').next().unwrap().parse::<u64>().unwrap());
+    let reasons: Vec<&str> = reasons.iter().map(|(_, r)| r.as_str()).collect();
+    assert_eq!(
+        reasons,
+        [
+            "PodCreated",
+            "PodIPChanged",
+            "ContainerRestarted",
+            "PodDeleted"
+        ]
+    );
+}
+
+#[tokio::test]
+async fn events_a_sink_could_not_take_are_delivered_after_tether_is_killed_and_restarted() {
+    let (client, ns, _) = setup("events-restart").await;
+    let (_dir, jsonl, outbox) = temp_paths();
+    let watch = started(&ns, &jsonl, &outbox).await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+
+    // The sink breaks: its file's place is taken by a directory.
+    let before = std::fs::read_to_string(&jsonl).unwrap();
+    std::fs::remove_file(&jsonl).unwrap();
+    std::fs::create_dir(&jsonl).unwrap();
+    kubectl(&["-n", &ns, "run", "web", "--image=nginx:1.25"]);
+    running_pod(&pods, "web").await;
+    // Recorded in the outbox, not delivered.
+    let log = outbox.join("log.jsonl");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let recorded_update = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l.contains("\"status\":\"updated\"") && l.contains("\"name\":\"web\""))
+    };
+    while !recorded_update() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "events not recorded"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop(watch);
+
+    // While tether is down, the pod goes away; then the sink is mended.
+    kubectl(&["-n", &ns, "delete", "pod", "web", "--wait=false"]);
+    gone(&pods, "web").await;
+    std::fs::remove_dir(&jsonl).unwrap();
+    std::fs::write(&jsonl, before).unwrap();
+    let watch = events(&ns, &jsonl, &outbox);
+    let events = events_of(&jsonl, "web", 3).await;
+    stop(watch);
+    assert_eq!(statuses(&events), ["created", "updated", "deleted"]);
+}
