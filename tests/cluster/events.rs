@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, ListParams};
 use serde_json::Value;
 
+use crate::broker::Broker;
 use crate::discover::kubectl;
 use crate::harness::{Running, cluster};
 use crate::nodesim::restart_container;
@@ -225,4 +226,95 @@ async fn events_a_sink_could_not_take_are_delivered_after_tether_is_killed_and_r
     let events = events_of(&jsonl, "web", 3).await;
     stop(watch);
     assert_eq!(statuses(&events), ["created", "updated", "deleted"]);
+}
+
+/// `tether events --watch` publishing to Kafka only.
+fn kafka_events(ns: &str, broker: &Broker, topic: &str, outbox: &Path) -> Running {
+    Running(
+        Command::new(env!("CARGO_BIN_EXE_tether"))
+            .args(["events", "--watch", "-n", ns])
+            .args(["--kafka-brokers", &broker.address(), "--kafka-topic", topic])
+            .arg("--outbox")
+            .arg(outbox)
+            .arg("--kubeconfig")
+            .arg(&cluster().kubeconfig)
+            .spawn()
+            .unwrap(),
+    )
+}
+
+/// The messages of one pod, read from the start of the topic with kafka-python.
+fn messages_of(broker: &Broker, topic: &str, pod: &str, count: usize) -> Vec<Value> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let all = broker.consume(topic, usize::MAX >> 1, Duration::from_secs(3));
+        let found: Vec<Value> = all.into_iter().filter(|m| m["key"] == pod).collect();
+        if found.len() >= count || std::time::Instant::now() > deadline {
+            return found;
+        }
+    }
+}
+
+fn message_statuses(messages: &[Value]) -> Vec<&str> {
+    messages
+        .iter()
+        .map(|m| m["value"]["status"].as_str().unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn kafka_gets_the_four_events_keyed_by_pod_and_those_of_an_outage_after_it() {
+    let (client, ns, _) = setup("events-kafka").await;
+    let (_dir, _, outbox) = temp_paths();
+    let mut broker = Broker::start();
+    let topic = format!("pods-{ns}");
+    let watch = kafka_events(&ns, &broker, &topic, &outbox);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+
+    kubectl(&["-n", &ns, "run", "web", "--image=nginx:1.25"]);
+    let pod = running_pod(&pods, "web").await;
+    let restarts = restart_container(&client, &ns, "web", "web").await.unwrap();
+    kubectl(&["-n", &ns, "delete", "pod", "web", "--wait=false"]);
+    gone(&pods, "web").await;
+    let messages = messages_of(&broker, &topic, "web", 4);
+    assert_eq!(
+        message_statuses(&messages),
+        ["created", "updated", "restarted", "deleted"]
+    );
+    let ip = pod.status.unwrap().pod_ip.unwrap();
+    let uid = pod.metadata.uid.unwrap();
+    for message in &messages {
+        let value = &message["value"];
+        assert_eq!(value["name"], "web");
+        assert_eq!(value["producer"], "k8s-sync");
+        assert_eq!(value["namespace"], ns.as_str());
+        assert_eq!(value["uid"], uid.as_str());
+        assert_eq!(value["labels"]["run"], "web");
+    }
+    assert_eq!(
+        messages[1]["value"]["netinterfaces"],
+        serde_json::json!([{"name": "primary", "addresses": [ip]}])
+    );
+    assert_eq!(messages[2]["value"]["restart_counts"]["web"], restarts);
+
+    // The broker goes away while a pod comes and goes; tether keeps watching, and
+    // delivers what happened once the broker is back.
+    broker.stop();
+    kubectl(&["-n", &ns, "run", "during", "--image=nginx:1.25"]);
+    running_pod(&pods, "during").await;
+    kubectl(&["-n", &ns, "delete", "pod", "during", "--wait=false"]);
+    gone(&pods, "during").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    broker.resume();
+    let during = messages_of(&broker, &topic, "during", 3);
+    drop(watch);
+    // At least once: a batch cut by the outage may come twice; each event counts
+    // once (by its sequence number), in order.
+    let mut seen = std::collections::BTreeSet::new();
+    let statuses: Vec<&str> = during
+        .iter()
+        .filter(|m| seen.insert(m["value"]["sequence"].as_u64().unwrap()))
+        .map(|m| m["value"]["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses, ["created", "updated", "deleted"]);
 }

@@ -1,6 +1,7 @@
 //! Tests against a real kube-apiserver and kube-controller-manager (1.20, from
 //! scripts/local-cluster), with the node simulator standing in for a kubelet.
 
+mod broker;
 mod discover;
 mod events;
 mod harness;
