@@ -10,16 +10,17 @@
 //! (`-- --pods 1000 --samples 20` to change the sizes).
 
 mod common;
+#[path = "common/kube.rs"]
+mod kube_helpers;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures::{StreamExt, stream};
-use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
 use serde_json::json;
 
 fn arg(name: &str, default: usize) -> usize {
@@ -37,10 +38,10 @@ fn main() {
     let cluster = common::start_cluster();
     let kubeconfig = cluster.kubeconfig.clone();
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let client = runtime.block_on(client(&kubeconfig));
+    let client = runtime.block_on(kube_helpers::client(&kubeconfig));
     println!("tether discover on a local kube-apiserver 1.20.2 (2 cores)");
 
-    runtime.block_on(namespace(&client, "bench-watch"));
+    runtime.block_on(kube_helpers::namespace(&client, "bench-watch"));
     let latencies = runtime.block_on(watch_latency(&client, &kubeconfig, "bench-watch", samples));
     report_latency(
         &format!("{samples} pods, one at a time, in an empty namespace"),
@@ -76,35 +77,6 @@ fn report_latency(what: &str, mut latencies: Vec<Duration>) {
     );
 }
 
-async fn client(kubeconfig: &Path) -> Client {
-    let kubeconfig = Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .expect("config");
-    Client::try_from(config).expect("client")
-}
-
-async fn namespace(client: &Client, name: &str) {
-    let mut namespace = Namespace::default();
-    namespace.metadata.name = Some(name.into());
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &namespace)
-        .await
-        .expect("namespace");
-    // Pods are refused until the namespace's service account has its token.
-    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), name);
-    while accounts
-        .get_opt("default")
-        .await
-        .ok()
-        .flatten()
-        .and_then(|sa| sa.secrets)
-        .is_none_or(|s| s.is_empty())
-    {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
 /// A Pending pod on a node nobody runs.
 async fn create_pod(api: &Api<Pod>, name: &str) {
     let pod: Pod = serde_json::from_value(json!({
@@ -126,7 +98,7 @@ async fn report_running(api: &Api<Pod>, name: &str, ip: &str) {
 }
 
 async fn make_pods(client: &Client, ns: &str, count: usize) {
-    namespace(client, ns).await;
+    kube_helpers::namespace(client, ns).await;
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
     stream::iter(0..count)
         .for_each_concurrent(16, |i| {

@@ -1,5 +1,6 @@
 //! A real Kafka-protocol broker (tansu, from scripts/kafka-broker) on a loopback port,
-//! and kafka-python as the independent client that reads the events back.
+//! and kafka-python as the independent client that reads the events back. Shared by
+//! the tests and `benches/events.rs`.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -7,7 +8,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::harness::repo_root;
+fn repo_root() -> &'static std::path::Path {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+}
 
 pub struct Broker {
     tansu: PathBuf,
@@ -80,16 +83,21 @@ impl Broker {
         }
     }
 
-    /// Reads `topic` from the start with kafka-python until `count` messages came or
-    /// `timeout` passed: each `{"key", "partition", "offset", "value"}`.
-    pub fn consume(&self, topic: &str, count: usize, timeout: Duration) -> Vec<Value> {
-        let output = Command::new(&self.python)
+    /// The consumer script's command: `consume.py BROKER TOPIC COUNT TIMEOUT`.
+    pub fn consumer(&self, topic: &str, count: usize, timeout: Duration) -> Command {
+        let mut command = Command::new(&self.python);
+        command
             .arg(repo_root().join("tests/kafka/consume.py"))
             .args([&self.address(), topic])
             .arg(count.to_string())
-            .arg(timeout.as_secs_f64().to_string())
-            .output()
-            .unwrap();
+            .arg(timeout.as_secs_f64().to_string());
+        command
+    }
+
+    /// Reads `topic` from the start with kafka-python until `count` messages came or
+    /// `timeout` passed: each `{"key", "partition", "offset", "value"}`.
+    pub fn consume(&self, topic: &str, count: usize, timeout: Duration) -> Vec<Value> {
+        let output = self.consumer(topic, count, timeout).output().unwrap();
         assert!(
             output.status.success(),
             "consume.py: {}",
