@@ -362,7 +362,14 @@ enum ReportFormat {
 }
 
 pub fn init_logging(global: &GlobalArgs) {
-    let filter = tracing_subscriber::EnvFilter::try_new(&global.log_level)
+    // rskafka warns on every reconnection attempt while a broker is down; tether's
+    // own warning says so once per retry, so its chatter is off unless asked for.
+    let level = if global.log_level.contains("rskafka") {
+        global.log_level.clone()
+    } else {
+        format!("{},rskafka=error", global.log_level)
+    };
+    let filter = tracing_subscriber::EnvFilter::try_new(&level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
