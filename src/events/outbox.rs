@@ -2,16 +2,22 @@
 //! tether that is restarted loses none (delivery is at least once, in order).
 //!
 //! A directory holds `log.jsonl` (one event per line, with its sequence number,
-//! appended and synced before anything else happens), `state.json` (the pods as last
-//! seen, and the next sequence number, replaced atomically) and `delivered/<sink>`
-//! (the last sequence number each sink has). When every sink has every event, the
-//! log is emptied. Blocking (file I/O): call off the async runtime.
+//! appended and synced before any sink sees it), `state.json` (the pods as last seen,
+//! and the next sequence number, replaced atomically at most once a second and when
+//! the outbox closes) and `delivered/<sink>` (the last sequence number each sink has).
+//! When every sink has every event, the log is emptied.
+//!
+//! The log, not the state, is the record of what was said: opening replays the events
+//! the saved state does not include yet, and the log is only emptied after the state
+//! is saved, so the state is always exact. Blocking (file I/O): call off the async
+//! runtime.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -49,6 +55,9 @@ struct State {
 
 struct Inner {
     state: State,
+    /// When `state.json` was last written, and whether `state` changed since.
+    state_saved: Option<Instant>,
+    state_dirty: bool,
     /// Events some sink has not delivered yet, in order.
     records: Vec<Record>,
     delivered: BTreeMap<String, u64>,
@@ -111,6 +120,19 @@ impl Outbox {
                 delivered.insert(sink.clone(), sequence);
             }
         }
+        // Events the saved state is older than: replay them onto it.
+        let mut state = state;
+        let mut replayed = false;
+        let saved_up_to = state.next_sequence;
+        for record in records.iter().filter(|r| r.sequence >= saved_up_to) {
+            let pod = &record.event.pod;
+            match record.event.status {
+                super::Status::Deleted => state.pods.remove(&pod.key()),
+                _ => state.pods.insert(pod.key(), pod.clone()),
+            };
+            state.next_sequence = record.sequence + 1;
+            replayed = true;
+        }
         let log = OpenOptions::new()
             .create(true)
             .append(true)
@@ -121,6 +143,8 @@ impl Outbox {
             sinks: sinks.to_vec(),
             inner: Mutex::new(Inner {
                 state,
+                state_saved: None,
+                state_dirty: replayed,
                 records,
                 delivered,
                 log,
@@ -152,7 +176,18 @@ impl Outbox {
                 None => inner.state.pods.remove(&key),
             };
         }
-        self.append(&mut inner, events)
+        let count = self.append(&mut inner, events)?;
+        if count > 0 {
+            inner.state_dirty = true;
+        }
+        if inner.state_dirty
+            && inner
+                .state_saved
+                .is_none_or(|at| at.elapsed() >= Duration::from_secs(1))
+        {
+            self.save_state(&mut inner)?;
+        }
+        Ok(count)
     }
 
     /// Records a full listing of the pods of `in_scope` namespaces: pods known before
@@ -200,9 +235,15 @@ impl Outbox {
             .write_all(text.as_bytes())
             .and_then(|()| inner.log.sync_data())
             .map_err(io(&log_path))?;
+        Ok(count)
+    }
+
+    fn save_state(&self, inner: &mut Inner) -> Result<(), OutboxError> {
         let state = serde_json::to_vec(&inner.state).unwrap_or_default();
         replace(&self.dir.join("state.json"), &state)?;
-        Ok(count)
+        inner.state_saved = Some(Instant::now());
+        inner.state_dirty = false;
+        Ok(())
     }
 
     /// Up to `limit` events that `sink` has not delivered, oldest first.
@@ -243,6 +284,10 @@ impl Outbox {
             inner.records.retain(|r| r.sequence > done);
         }
         if rewrite || (before > 0 && inner.records.is_empty()) {
+            // The state must hold what the dropped events told before they go.
+            if inner.state_dirty {
+                self.save_state(inner)?;
+            }
             let mut text = String::new();
             for record in &inner.records {
                 text.push_str(&serde_json::to_string(record).unwrap_or_default());
@@ -261,6 +306,17 @@ impl Outbox {
     /// Events not yet delivered by every sink.
     pub fn backlog(&self) -> usize {
         self.lock().records.len()
+    }
+}
+
+impl Drop for Outbox {
+    fn drop(&mut self) {
+        let mut inner = self.lock();
+        if inner.state_dirty
+            && let Err(error) = self.save_state(&mut inner)
+        {
+            tracing::warn!(error = %crate::error_chain(&error), "cannot save the pods' state; some events may be told again");
+        }
     }
 }
 
@@ -341,6 +397,35 @@ mod tests {
                 ("a".into(), Status::Deleted),
                 ("b".into(), Status::Updated),
                 ("c".into(), Status::Created)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_state_older_than_the_log_is_caught_up_so_no_deletion_is_missed() {
+        let dir = tempfile::tempdir().unwrap();
+        let sinks = vec!["jsonl".to_string()];
+        let outbox = Outbox::open(dir.path(), &sinks).unwrap();
+        observe(&outbox, pod("a", None));
+        // Within a second of the first: the state file is not written again.
+        observe(&outbox, pod("b", None));
+        // Killed: no chance to save the state on the way out.
+        std::mem::forget(outbox);
+
+        let outbox = Outbox::open(dir.path(), &sinks).unwrap();
+        outbox.observe_all(vec![], |_| true).unwrap();
+        let events: Vec<(String, Status)> = outbox
+            .pending("jsonl", 10)
+            .into_iter()
+            .map(|r| (r.event.pod.name, r.event.status))
+            .collect();
+        assert_eq!(
+            events,
+            [
+                ("a".into(), Status::Created),
+                ("b".into(), Status::Created),
+                ("a".into(), Status::Deleted),
+                ("b".into(), Status::Deleted)
             ]
         );
     }

@@ -22,6 +22,8 @@ def main():
         group_id=f"tether-test-{uuid.uuid4()}",
         auto_offset_reset="earliest",
         enable_auto_commit=False,
+        # Answer as soon as a message is there (the default waits up to 500 ms).
+        fetch_max_wait_ms=10,
     )
     deadline = time.monotonic() + timeout
     seen = 0
