@@ -595,10 +595,17 @@ async fn watch_batches_a_rollout_into_few_commits_and_a_killed_watch_converges_o
     let url = remote_with_models(&repo, BASE);
     let remote = repo.path().join("remote.git");
     let cache = repo.path().join("cache");
+    // Pod events from the same process, as JSON lines.
+    let events = repo.path().join("events.jsonl");
+    let outbox = repo.path().join("outbox");
     let watch = || {
         Command::new(env!("CARGO_BIN_EXE_tether"))
             .args(["discover", "--watch", "--debounce", "1s"])
             .args(push_args(&url, &ns, &cache))
+            .arg("--events-jsonl")
+            .arg(&events)
+            .arg("--outbox")
+            .arg(&outbox)
             .arg("--kubeconfig")
             .arg(&cluster().kubeconfig)
             .args(["--inventory-name", &inventory])
@@ -638,4 +645,20 @@ async fn watch_batches_a_rollout_into_few_commits_and_a_killed_watch_converges_o
         pod_files(&checkout, &ns).keys().collect::<Vec<_>>(),
         pods.keys().collect::<Vec<_>>()
     );
+
+    // Every pod's creation was published, and the six scaled away while the watch
+    // was down were told as deleted when it came back.
+    let published = read(&events);
+    // Distinct pods per status: delivery is at least once, a kill may repeat one.
+    let count = |status: &str| {
+        published
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|e| e["status"] == status)
+            .map(|e| e["name"].as_str().unwrap().to_string())
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+    };
+    assert_eq!(count("created"), 8, "{published}");
+    assert_eq!(count("deleted"), 6, "{published}");
 }
