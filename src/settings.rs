@@ -7,6 +7,12 @@
 //!   author: "Inventory Bot <bot@example.org>"
 //!   namespaces: [shop, demo-trust]
 //!   debounce: 5s
+//! events:
+//!   kafka_brokers: [kafka-0.kafka:9092]
+//!   kafka_topic: xos.kubernetes.pod-details
+//!   jsonl: /var/log/tether/events.jsonl
+//!   kube_events: true
+//!   outbox: /var/lib/tether/outbox
 //! ```
 
 use serde::Deserialize;
@@ -19,6 +25,20 @@ pub const SETTINGS_FILE: &str = ".tether.yaml";
 pub struct Settings {
     #[serde(default)]
     pub discover: DiscoverSettings,
+    #[serde(default)]
+    pub events: EventSettings,
+}
+
+/// Event sinks, for `discover --watch` and `events --watch`.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct EventSettings {
+    pub kafka_brokers: Option<Vec<String>>,
+    pub kafka_topic: Option<String>,
+    /// A file, or `-` for standard output.
+    pub jsonl: Option<String>,
+    pub kube_events: Option<bool>,
+    pub outbox: Option<String>,
 }
 
 /// Defaults for `tether discover`.
@@ -73,6 +93,14 @@ mod tests {
             parse(".tether.yaml", "# nothing yet\n").unwrap(),
             Settings::default()
         );
+        let events = parse(
+            ".tether.yaml",
+            "events:\n  kafka_brokers: [k:9092]\n  kube_events: true\n",
+        )
+        .unwrap()
+        .events;
+        assert_eq!(events.kafka_brokers, Some(vec!["k:9092".to_string()]));
+        assert_eq!(events.kube_events, Some(true));
     }
 
     #[test]

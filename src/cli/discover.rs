@@ -73,23 +73,25 @@ pub async fn run(
     inventory: &Inventory,
     events: &EventArgs,
 ) -> miette::Result<ExitCode> {
+    let (opened, client) = tokio::join!(open_workspace(command, git), async {
+        connect(&target(global)).await
+    });
+    let (mut workspace, settings) = opened?;
+    // Sinks given as flags need --watch; those of the settings file serve --watch only.
     if events.any_sink() && !command.watch {
         return Err(miette!(
             help = "add --watch, or run `tether events --watch`",
             "event sinks need --watch: events are changes over time"
         ));
     }
-    let (opened, client) = tokio::join!(open_workspace(command, git), async {
-        connect(&target(global)).await
-    });
-    let (mut workspace, settings) = opened?;
+    let events = events.with_settings(&settings.events);
     let Options {
         author,
         scope,
         debounce,
     } = Options::new(command, &settings.discover)?;
     let client = client.into_diagnostic()?;
-    let _events = match events.any_sink() {
+    let _events = match command.watch && events.any_sink() {
         true => Some(events.start(&client, &scope).await?),
         false => None,
     };

@@ -1,7 +1,7 @@
 //! `events`, and the event sinks of `discover --watch`: flags → sinks and outbox →
 //! the pipeline.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
@@ -10,13 +10,31 @@ use miette::{IntoDiagnostic, WrapErr, miette};
 use tether::cluster::connect;
 use tether::discover::Scope;
 use tether::events::outbox::Outbox;
-use tether::events::sink::{JsonLinesSink, KafkaSink, KubernetesEventsSink, Sink};
+use tether::events::sink::{DEFAULT_TOPIC, JsonLinesSink, KafkaSink, KubernetesEventsSink, Sink};
 use tether::events::watch::EventPipeline;
+use tether::settings::{self, EventSettings};
 
 use super::reconcile::target;
 use super::{EventArgs, GlobalArgs};
 
 impl EventArgs {
+    /// The flags, with what they leave out taken from a settings file's `events:`.
+    pub(super) fn with_settings(&self, settings: &EventSettings) -> EventArgs {
+        let mut merged = self.clone();
+        if merged.kafka_brokers.is_empty() {
+            merged.kafka_brokers = settings.kafka_brokers.clone().unwrap_or_default();
+        }
+        merged.kafka_topic = merged.kafka_topic.or_else(|| settings.kafka_topic.clone());
+        merged.events_jsonl = merged
+            .events_jsonl
+            .or_else(|| settings.jsonl.as_ref().map(PathBuf::from));
+        merged.kube_events |= settings.kube_events.unwrap_or(false);
+        merged.outbox = merged
+            .outbox
+            .or_else(|| settings.outbox.as_ref().map(PathBuf::from));
+        merged
+    }
+
     pub(super) fn any_sink(&self) -> bool {
         !self.kafka_brokers.is_empty() || self.events_jsonl.is_some() || self.kube_events
     }
@@ -26,7 +44,9 @@ impl EventArgs {
         if !self.kafka_brokers.is_empty() {
             sinks.push(Sink::Kafka(KafkaSink::new(
                 self.kafka_brokers.clone(),
-                self.kafka_topic.clone(),
+                self.kafka_topic
+                    .clone()
+                    .unwrap_or_else(|| DEFAULT_TOPIC.to_string()),
             )));
         }
         if let Some(path) = &self.events_jsonl {
@@ -75,7 +95,23 @@ impl EventArgs {
     }
 }
 
-pub async fn run(global: &GlobalArgs, scope: &Scope, args: &EventArgs) -> miette::Result<ExitCode> {
+pub async fn run(
+    global: &GlobalArgs,
+    scope: &Scope,
+    config: Option<&Path>,
+    args: &EventArgs,
+) -> miette::Result<ExitCode> {
+    let args = match config {
+        Some(path) => {
+            let text = tokio::fs::read_to_string(path)
+                .await
+                .into_diagnostic()
+                .wrap_err(format!("cannot read {}", path.display()))?;
+            let settings = settings::parse(&path.display().to_string(), &text).into_diagnostic()?;
+            args.with_settings(&settings.events)
+        }
+        None => args.clone(),
+    };
     if !args.any_sink() {
         return Err(miette!(
             help = "add --kafka-brokers, --events-jsonl or --kube-events",

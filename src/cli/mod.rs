@@ -126,15 +126,17 @@ impl GitArgs {
     }
 }
 
-/// Where pod events go.
-#[derive(Debug, clap::Args)]
+/// Where pod events go. Each flag may also come from the `events:` section of the
+/// settings file (.tether.yaml, or `events --config`); flags win.
+#[derive(Clone, Debug, clap::Args)]
 struct EventArgs {
     /// Kafka brokers (host:port, comma-separated) to publish pod events to.
     #[arg(long, env = "TETHER_KAFKA_BROKERS", value_delimiter = ',')]
     kafka_brokers: Vec<String>,
-    /// Kafka topic (made with one partition if the broker lacks it).
-    #[arg(long, env = "TETHER_KAFKA_TOPIC", default_value = tether::events::sink::DEFAULT_TOPIC)]
-    kafka_topic: String,
+    /// Kafka topic, made with one partition if the broker lacks it (default:
+    /// xos.kubernetes.pod-details).
+    #[arg(long, env = "TETHER_KAFKA_TOPIC")]
+    kafka_topic: Option<String>,
     /// Append events as JSON lines to this file ("-": standard output).
     #[arg(long, env = "TETHER_EVENTS_JSONL")]
     events_jsonl: Option<PathBuf>,
@@ -340,6 +342,9 @@ enum Command {
             value_delimiter = ','
         )]
         namespaces: Vec<String>,
+        /// Settings file with an `events:` section (the format of .tether.yaml).
+        #[arg(long, env = "TETHER_EVENTS_CONFIG")]
+        config: Option<PathBuf>,
         #[command(flatten)]
         events: EventArgs,
     },
@@ -442,6 +447,7 @@ pub async fn run(args: Args) -> miette::Result<ExitCode> {
         Command::Events {
             watch: _,
             namespaces,
+            config,
             events,
         } => {
             let scope = if namespaces.is_empty() {
@@ -449,7 +455,7 @@ pub async fn run(args: Args) -> miette::Result<ExitCode> {
             } else {
                 Scope::Namespaces(namespaces.into_iter().collect())
             };
-            events::run(&global, &scope, &events).await
+            events::run(&global, &scope, config.as_deref(), &events).await
         }
         Command::Completions { shell } => {
             clap_complete::generate(

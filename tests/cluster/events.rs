@@ -15,16 +15,23 @@ use crate::harness::{Running, cluster};
 use crate::nodesim::restart_container;
 use crate::reconcile::setup;
 
-/// `tether events --watch` for one namespace, with the JSON-lines sink at `jsonl`,
-/// Kubernetes Events, and the outbox in `outbox`.
+/// `tether events --watch` for one namespace, its sinks (JSON lines at `jsonl`,
+/// Kubernetes Events) and outbox chosen in a settings file.
 fn events(ns: &str, jsonl: &Path, outbox: &Path) -> Running {
+    let config = outbox.with_extension("yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "events:\n  jsonl: {}\n  kube_events: true\n  outbox: {}\n",
+            jsonl.display(),
+            outbox.display()
+        ),
+    )
+    .unwrap();
     Running(
         Command::new(env!("CARGO_BIN_EXE_tether"))
-            .args(["events", "--watch", "--kube-events", "-n", ns])
-            .arg("--events-jsonl")
-            .arg(jsonl)
-            .arg("--outbox")
-            .arg(outbox)
+            .args(["events", "--watch", "-n", ns, "--config"])
+            .arg(&config)
             .arg("--kubeconfig")
             .arg(&cluster().kubeconfig)
             .spawn()
