@@ -23,18 +23,9 @@ use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 fn main() {
-    let pods = arg("--pods", 1000);
-    let samples = arg("--samples", 20);
+    let pods = kube_helpers::arg("--pods", 1000);
+    let samples = kube_helpers::arg("--samples", 20);
     let cluster = common::start_cluster();
     let kubeconfig = cluster.kubeconfig.clone();
     let runtime = tokio::runtime::Runtime::new().expect("runtime");

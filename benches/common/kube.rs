@@ -1,4 +1,5 @@
-//! A client for a benchmark's control plane, and namespaces ready for pods.
+//! For the benchmarks that make pods: a client for their control plane, namespaces
+//! ready for pods, and their `-- --name N` arguments.
 
 use std::path::Path;
 use std::time::Duration;
@@ -35,4 +36,14 @@ pub async fn namespace(client: &Client, name: &str) {
     {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// The number after `name` on the command line (`cargo bench -- --pods 500`).
+pub fn arg(name: &str, default: usize) -> usize {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }

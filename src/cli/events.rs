@@ -62,13 +62,9 @@ impl EventArgs {
     }
 
     fn outbox_dir(&self) -> PathBuf {
-        self.outbox.clone().unwrap_or_else(|| {
-            std::env::var_os("XDG_CACHE_HOME")
-                .map(PathBuf::from)
-                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-                .unwrap_or_else(std::env::temp_dir)
-                .join("tether/outbox")
-        })
+        self.outbox
+            .clone()
+            .unwrap_or_else(|| super::cache_home().join("outbox"))
     }
 
     /// Opens the outbox and starts the pipeline for the configured sinks.

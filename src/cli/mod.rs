@@ -116,14 +116,19 @@ impl GitArgs {
     }
 
     fn cache_dir(&self) -> PathBuf {
-        self.cache_dir.clone().unwrap_or_else(|| {
-            std::env::var_os("XDG_CACHE_HOME")
-                .map(PathBuf::from)
-                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-                .unwrap_or_else(std::env::temp_dir)
-                .join("tether/repos")
-        })
+        self.cache_dir
+            .clone()
+            .unwrap_or_else(|| cache_home().join("repos"))
     }
+}
+
+/// `$XDG_CACHE_HOME/tether`, else `~/.cache/tether`.
+fn cache_home() -> PathBuf {
+    std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir)
+        .join("tether")
 }
 
 /// Where pod events go. Each flag may also come from the `events:` section of the

@@ -336,6 +336,14 @@ mod tests {
         }
     }
 
+    fn pending_events(outbox: &Outbox) -> Vec<(String, Status)> {
+        outbox
+            .pending("jsonl", 10)
+            .into_iter()
+            .map(|r| (r.event.pod.name, r.event.status))
+            .collect()
+    }
+
     fn observe(outbox: &Outbox, pod: PodState) {
         outbox.observe([(pod.key(), Some(pod))]).unwrap();
     }
@@ -386,11 +394,7 @@ mod tests {
         outbox
             .observe_all(vec![pod("b", Some("10.0.0.9")), pod("c", None)], |_| true)
             .unwrap();
-        let events: Vec<(String, Status)> = outbox
-            .pending("jsonl", 10)
-            .into_iter()
-            .map(|r| (r.event.pod.name, r.event.status))
-            .collect();
+        let events = pending_events(&outbox);
         assert_eq!(
             events,
             [
@@ -414,11 +418,7 @@ mod tests {
 
         let outbox = Outbox::open(dir.path(), &sinks).unwrap();
         outbox.observe_all(vec![], |_| true).unwrap();
-        let events: Vec<(String, Status)> = outbox
-            .pending("jsonl", 10)
-            .into_iter()
-            .map(|r| (r.event.pod.name, r.event.status))
-            .collect();
+        let events = pending_events(&outbox);
         assert_eq!(
             events,
             [
