@@ -91,11 +91,15 @@ pub async fn run(
         debounce,
     } = Options::new(command, &settings.discover)?;
     let client = client.into_diagnostic()?;
-    let _events = match command.watch && events.any_sink() {
-        true => Some(events.start(&client, &scope).await?),
-        false => None,
+    // Events come from discovery's own pod watch.
+    let (_events, pod_events) = match command.watch && events.any_sink() {
+        true => {
+            let (pipeline, feed) = events.start_fed(&client).await?;
+            (Some(pipeline), Some(feed))
+        }
+        false => (None, None),
     };
-    let watch = ClusterWatch::start(&client, &scope);
+    let watch = ClusterWatch::start(&client, &scope, pod_events);
     watch
         .ready(global.request_timeout * 2)
         .await

@@ -11,8 +11,9 @@ use tether::cluster::connect;
 use tether::discover::Scope;
 use tether::events::outbox::Outbox;
 use tether::events::sink::{DEFAULT_TOPIC, JsonLinesSink, KafkaSink, KubernetesEventsSink, Sink};
-use tether::events::watch::EventPipeline;
+use tether::events::watch::{EventPipeline, PodWatchEvent};
 use tether::settings::{self, EventSettings};
+use tokio::sync::mpsc::UnboundedSender;
 
 use super::reconcile::target;
 use super::{EventArgs, GlobalArgs};
@@ -67,13 +68,7 @@ impl EventArgs {
             .unwrap_or_else(|| super::cache_home().join("outbox"))
     }
 
-    /// Opens the outbox and starts the pipeline for the configured sinks.
-    pub(super) async fn start(
-        &self,
-        client: &Client,
-        scope: &Scope,
-    ) -> miette::Result<EventPipeline> {
-        let sinks = self.sinks(client);
+    async fn open_outbox(&self, sinks: &[Sink]) -> miette::Result<Arc<Outbox>> {
         let names: Vec<String> = sinks.iter().map(|s| s.name().to_string()).collect();
         let dir = self.outbox_dir();
         let outbox = tokio::task::spawn_blocking(move || Outbox::open(&dir, &names))
@@ -87,7 +82,24 @@ impl EventArgs {
                 "delivering events left from before"
             );
         }
-        Ok(EventPipeline::start(client, scope, Arc::new(outbox), sinks))
+        Ok(Arc::new(outbox))
+    }
+
+    /// The pipeline for the configured sinks, with a pod watch of its own.
+    async fn start(&self, client: &Client, scope: &Scope) -> miette::Result<EventPipeline> {
+        let sinks = self.sinks(client);
+        let outbox = self.open_outbox(&sinks).await?;
+        Ok(EventPipeline::start(client, scope, outbox, sinks))
+    }
+
+    /// The pipeline for the configured sinks, fed by a watch that runs elsewhere.
+    pub(super) async fn start_fed(
+        &self,
+        client: &Client,
+    ) -> miette::Result<(EventPipeline, UnboundedSender<PodWatchEvent>)> {
+        let sinks = self.sinks(client);
+        let outbox = self.open_outbox(&sinks).await?;
+        Ok(EventPipeline::fed(outbox, sinks))
     }
 }
 

@@ -17,10 +17,16 @@ use kube::{Api, Client, Resource};
 use serde::de::DeserializeOwned;
 use thiserror::Error;
 use tokio::sync::Notify;
+use tokio::sync::mpsc::UnboundedSender;
 use tokio::task::JoinHandle;
+
+use crate::events::watch::PodWatchEvent;
 
 use super::facts::{Controllers, PodFacts};
 use super::files::Scope;
+
+/// Where a reflector also sends each watch event.
+type Forward<K> = Option<Box<dyn Fn(&watcher::Event<K>) + Send>>;
 
 #[derive(Debug, Error)]
 pub enum WatchError {
@@ -45,8 +51,14 @@ pub struct ClusterWatch {
 }
 
 impl ClusterWatch {
-    /// Starts watching; call [`ClusterWatch::ready`] before the first snapshot.
-    pub fn start(client: &Client, scope: &Scope) -> Self {
+    /// Starts watching; call [`ClusterWatch::ready`] before the first snapshot. Every
+    /// pod watch event is also sent to `pod_events` (the event pipeline), so events
+    /// and discovery come from the same watch.
+    pub fn start(
+        client: &Client,
+        scope: &Scope,
+        pod_events: Option<UnboundedSender<PodWatchEvent>>,
+    ) -> Self {
         let namespaces: Vec<Option<String>> = match scope {
             Scope::All => vec![None],
             Scope::Namespaces(names) => names.iter().cloned().map(Some).collect(),
@@ -64,7 +76,14 @@ impl ClusterWatch {
         };
         for namespace in &namespaces {
             let namespace = namespace.as_deref();
-            let store = watch.reflect(client, namespace);
+            let forward: Forward<Pod> = pod_events.clone().map(|feed| {
+                let namespace = namespace.map(str::to_string);
+                Box::new(move |event: &watcher::Event<Pod>| {
+                    // A closed pipeline (shutting down) needs nothing more.
+                    let _ = feed.send((namespace.clone(), event.clone()));
+                }) as Box<dyn Fn(&watcher::Event<Pod>) + Send>
+            });
+            let store = watch.reflect_forwarding(client, namespace, forward);
             watch.pods.push(store);
             let store = watch.reflect(client, namespace);
             watch.replica_sets.push(store);
@@ -90,6 +109,24 @@ impl ClusterWatch {
             + Sync
             + 'static,
     {
+        self.reflect_forwarding(client, namespace, None)
+    }
+
+    fn reflect_forwarding<K>(
+        &mut self,
+        client: &Client,
+        namespace: Option<&str>,
+        forward: Forward<K>,
+    ) -> Store<K>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + Debug
+            + Send
+            + Sync
+            + 'static,
+    {
         let api: Api<K> = match namespace {
             Some(ns) => Api::namespaced(client.clone(), ns),
             None => Api::all(client.clone()),
@@ -103,7 +140,12 @@ impl ClusterWatch {
             let mut stream = std::pin::pin!(stream);
             while let Some(event) = stream.next().await {
                 match event {
-                    Ok(_) => changed.notify_one(),
+                    Ok(event) => {
+                        if let Some(forward) = &forward {
+                            forward(&event);
+                        }
+                        changed.notify_one();
+                    }
                     Err(error) => {
                         tracing::warn!(kind = %K::kind(&()), %error, "watch failed; retrying");
                         if let Ok(mut last) = last_error.lock() {

@@ -2,6 +2,7 @@
 //! A sink that fails (a broker that is down) is retried with backoff on its own
 //! task: the watch, discovery and reconciliation never wait for it.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,6 +11,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Client};
+use tokio::sync::mpsc;
 use tokio::sync::watch as signal;
 use tokio::task::JoinHandle;
 
@@ -34,9 +36,47 @@ impl Drop for EventPipeline {
     }
 }
 
+/// A pod watch event, with the namespace its watch covers (`None`: all).
+pub type PodWatchEvent = (Option<String>, Event<Pod>);
+
 impl EventPipeline {
     /// Starts watching the pods of `scope` into `outbox`, and delivering to `sinks`.
     pub fn start(client: &Client, scope: &Scope, outbox: Arc<Outbox>, sinks: Vec<Sink>) -> Self {
+        let (mut pipeline, feed) = EventPipeline::fed(outbox, sinks);
+        let namespaces: Vec<Option<String>> = match scope {
+            Scope::All => vec![None],
+            Scope::Namespaces(names) => names.iter().cloned().map(Some).collect(),
+        };
+        for namespace in namespaces {
+            let api: Api<Pod> = match &namespace {
+                Some(ns) => Api::namespaced(client.clone(), ns),
+                None => Api::all(client.clone()),
+            };
+            let feed = feed.clone();
+            pipeline.tasks.push(tokio::spawn(async move {
+                let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
+                let mut stream = std::pin::pin!(stream);
+                while let Some(event) = stream.next().await {
+                    match event {
+                        Ok(event) => {
+                            if feed.send((namespace.clone(), event)).is_err() {
+                                break;
+                            }
+                        }
+                        Err(error) => tracing::warn!(%error, "pod watch failed; retrying"),
+                    }
+                }
+            }));
+        }
+        pipeline
+    }
+
+    /// Starts delivering to `sinks` what is fed to the returned sender: the pod watch
+    /// events of a watch that runs elsewhere (discovery's).
+    pub fn fed(
+        outbox: Arc<Outbox>,
+        sinks: Vec<Sink>,
+    ) -> (Self, mpsc::UnboundedSender<PodWatchEvent>) {
         let (appended, _) = signal::channel(0u64);
         let mut tasks = Vec::new();
         for sink in sinks {
@@ -46,20 +86,9 @@ impl EventPipeline {
                 appended.subscribe(),
             )));
         }
-        let namespaces: Vec<Option<String>> = match scope {
-            Scope::All => vec![None],
-            Scope::Namespaces(names) => names.iter().cloned().map(Some).collect(),
-        };
-        let appended = Arc::new(appended);
-        for namespace in namespaces {
-            tasks.push(tokio::spawn(observe(
-                client.clone(),
-                namespace,
-                outbox.clone(),
-                appended.clone(),
-            )));
-        }
-        EventPipeline { tasks }
+        let (feed, events) = mpsc::unbounded_channel();
+        tasks.push(tokio::spawn(observe(events, outbox, appended)));
+        (EventPipeline { tasks }, feed)
     }
 }
 
@@ -74,41 +103,30 @@ async fn blocking<T: Send + 'static>(
     })
 }
 
-/// Feeds one namespace's (or every namespace's) pod watch into the outbox.
+/// Records pod watch events in the outbox, in the order they come.
 async fn observe(
-    client: Client,
-    namespace: Option<String>,
+    mut events: mpsc::UnboundedReceiver<PodWatchEvent>,
     outbox: Arc<Outbox>,
-    appended: Arc<signal::Sender<u64>>,
+    appended: signal::Sender<u64>,
 ) {
-    let api: Api<Pod> = match &namespace {
-        Some(ns) => Api::namespaced(client, ns),
-        None => Api::all(client),
-    };
-    let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
-    let mut stream = std::pin::pin!(stream);
-    let mut listing: Vec<PodState> = Vec::new();
-    while let Some(event) = stream.next().await {
-        let event = match event {
-            Ok(event) => event,
-            Err(error) => {
-                tracing::warn!(%error, "pod watch failed; retrying");
-                continue;
-            }
-        };
+    // A (re)listing in progress, per watched namespace.
+    let mut listings: HashMap<Option<String>, Vec<PodState>> = HashMap::new();
+    while let Some((namespace, event)) = events.recv().await {
         let outbox = outbox.clone();
         let result = match event {
             Event::Init => {
-                listing.clear();
+                listings.insert(namespace, Vec::new());
                 Ok(0)
             }
             Event::InitApply(pod) => {
-                listing.extend(PodState::from_pod(&pod));
+                listings
+                    .entry(namespace)
+                    .or_default()
+                    .extend(PodState::from_pod(&pod));
                 Ok(0)
             }
             Event::InitDone => {
-                let pods = std::mem::take(&mut listing);
-                let namespace = namespace.clone();
+                let pods = listings.remove(&namespace).unwrap_or_default();
                 blocking(move || {
                     outbox.observe_all(pods, |ns| namespace.as_deref().is_none_or(|n| n == ns))
                 })
