@@ -288,3 +288,38 @@ fn an_api_server_stopped_mid_apply_gives_exit_2_and_the_next_apply_converges() {
         String::from_utf8_lossy(&diff.stdout)
     );
 }
+
+#[test]
+fn the_watchdog_stops_the_control_plane_when_its_owner_dies_even_without_its_state_dir() {
+    for delete_state in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        let mut owner = Command::new("sleep").arg("600").spawn().unwrap();
+        let up = Command::new(script())
+            .args(["up", "--owner-pid", &owner.id().to_string(), "--state-dir"])
+            .arg(&state)
+            .output()
+            .unwrap();
+        assert!(
+            up.status.success(),
+            "{}",
+            String::from_utf8_lossy(&up.stderr)
+        );
+        let (pids, ports) = started(&state);
+        assert_eq!(pids.len(), 3);
+        if delete_state {
+            std::fs::remove_dir_all(&state).unwrap();
+        }
+        owner.kill().unwrap();
+        owner.wait().unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while pids.iter().any(|p| running(*p)) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "still running: {pids:?}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        assert_gone(&pids, &ports);
+    }
+}
