@@ -83,36 +83,23 @@ impl ClusterWatch {
                     let _ = feed.send((namespace.clone(), event.clone()));
                 }) as Box<dyn Fn(&watcher::Event<Pod>) + Send>
             });
-            let store = watch.reflect_forwarding(client, namespace, forward);
+            let store = watch.reflect(client, namespace, forward);
             watch.pods.push(store);
-            let store = watch.reflect(client, namespace);
+            let store = watch.reflect(client, namespace, None);
             watch.replica_sets.push(store);
-            let store = watch.reflect(client, namespace);
+            let store = watch.reflect(client, namespace, None);
             watch.deployments.push(store);
-            let store = watch.reflect(client, namespace);
+            let store = watch.reflect(client, namespace, None);
             watch.stateful_sets.push(store);
-            let store = watch.reflect(client, namespace);
+            let store = watch.reflect(client, namespace, None);
             watch.daemon_sets.push(store);
-            let store = watch.reflect(client, namespace);
+            let store = watch.reflect(client, namespace, None);
             watch.jobs.push(store);
         }
         watch
     }
 
-    fn reflect<K>(&mut self, client: &Client, namespace: Option<&str>) -> Store<K>
-    where
-        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + DeserializeOwned
-            + Debug
-            + Send
-            + Sync
-            + 'static,
-    {
-        self.reflect_forwarding(client, namespace, None)
-    }
-
-    fn reflect_forwarding<K>(
+    fn reflect<K>(
         &mut self,
         client: &Client,
         namespace: Option<&str>,
