@@ -245,7 +245,11 @@ impl Workspace {
 
     /// The model files of the base commit (none on an unborn branch).
     pub fn models(&self) -> Result<SourceFiles, WritebackError> {
-        let Some(base) = self.base() else {
+        self.models_at(self.base())
+    }
+
+    fn models_at(&self, base: Option<Oid>) -> Result<SourceFiles, WritebackError> {
+        let Some(base) = base else {
             return Ok(SourceFiles::from_files(Vec::new()));
         };
         let tree = self.repo.find_commit(base)?.tree()?;
@@ -269,35 +273,24 @@ impl Workspace {
         loop {
             attempt += 1;
             let base = self.base();
-            let outcome = plan(&self.models()?);
+            let outcome = plan(&self.models_at(base)?);
             let commit = if outcome.is_empty() {
                 None
             } else {
                 Some(self.commit(base, &outcome, author)?)
             };
             let commit_text = commit.map(|c| c.to_string());
-            if !push {
-                return Ok(Synced {
-                    commit: commit_text,
-                    outcome,
-                    pushed: false,
-                });
-            }
-            let Place::Clone { url } = &self.place else {
-                return Ok(Synced {
-                    commit: commit_text,
-                    outcome,
-                    pushed: false,
-                });
+            // Only a clone pushes, and only what the remote lacks.
+            let url = match &self.place {
+                Place::Clone { url } if push && self.ahead_of_remote() => url.clone(),
+                _ => {
+                    return Ok(Synced {
+                        commit: commit_text,
+                        outcome,
+                        pushed: false,
+                    });
+                }
             };
-            let url = url.clone();
-            if !self.ahead_of_remote() {
-                return Ok(Synced {
-                    commit: commit_text,
-                    outcome,
-                    pushed: false,
-                });
-            }
             match self.push(&url)? {
                 None => {
                     return Ok(Synced {
@@ -357,12 +350,9 @@ impl Workspace {
         let local_tip = self.tip(&self.local_ref());
         match local_tip {
             // The compare-and-swap: fails when someone moved the branch since `base`.
-            Some(current) if Some(current) == base => {
-                repo.reference_matching(&self.local_ref(), commit, true, current, reflog)?;
-            }
-            Some(current) if matches!(self.place, Place::Clone { .. }) => {
-                // A clone's local branch is tether's own: an unpushed commit that the
-                // remote overtook is replaced by this one, planned on the remote's tip.
+            // A clone's local branch is tether's own: an unpushed commit that the
+            // remote overtook is replaced by this one, planned on the remote's tip.
+            Some(current) if Some(current) == base || matches!(self.place, Place::Clone { .. }) => {
                 repo.reference_matching(&self.local_ref(), commit, true, current, reflog)?;
             }
             Some(_) => {
