@@ -7,7 +7,8 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use tether::render::{Inventory, render, to_yaml};
+use tether::ownership::Inventory;
+use tether::render::{render, to_yaml};
 use tether::source::read_models_dir;
 
 /// Models per trust domain in [`write_trust_domain`].

@@ -15,15 +15,16 @@ use kube::discovery::{Discovery, Scope};
 use kube::{Client, Config};
 use thiserror::Error;
 
-use crate::kube::{ObjectKey, api_group};
-use crate::render::{Inventory, MANAGED_BY_LABEL, MANAGER, PART_OF_LABEL};
+use crate::inventory::InventoryRecord;
+use crate::k8s::api_group;
+use crate::ownership::{APPLYSET_ID_LABEL, Inventory, MANAGED_BY_LABEL, MANAGER};
 
 #[derive(Debug, Error)]
 pub enum ClusterError {
     #[error("cannot load the kubeconfig")]
     Kubeconfig(#[source] kube::config::KubeconfigError),
     #[error(
-        "no cluster is configured: no KUBECONFIG, no ~/.kube/config, and not running in a cluster; pass --kubeconfig"
+        "no cluster is configured: no KUBECONFIG, no ~/.kube/config, and not running in a cluster"
     )]
     NoCluster,
     #[error("cannot create a client")]
@@ -44,6 +45,10 @@ pub enum ClusterError {
         #[source]
         source: kube::Error,
     },
+    #[error(
+        "the inventory {namespace}/{name} exists but is not tether's (no matching applyset.kubernetes.io/id label)"
+    )]
+    ForeignInventory { namespace: String, name: String },
     #[error("the inventory {namespace}/{name} is unreadable: {reason}")]
     BadInventory {
         namespace: String,
@@ -175,58 +180,6 @@ impl Resources {
     }
 }
 
-/// One object recorded in the inventory.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct InventoryEntry {
-    pub api_version: String,
-    pub kind: String,
-    pub namespace: Option<String>,
-    pub name: String,
-}
-
-impl InventoryEntry {
-    pub fn key(&self) -> ObjectKey {
-        ObjectKey::new(
-            &self.api_version,
-            &self.kind,
-            self.namespace.as_deref(),
-            &self.name,
-        )
-    }
-
-    fn line(&self) -> String {
-        format!(
-            "{} {} {} {}",
-            self.api_version,
-            self.kind,
-            self.namespace.as_deref().unwrap_or("-"),
-            self.name
-        )
-    }
-
-    fn parse(line: &str) -> Option<Self> {
-        let mut parts = line.split(' ');
-        let (api_version, kind, namespace, name) =
-            (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
-        Some(InventoryEntry {
-            api_version: api_version.into(),
-            kind: kind.into(),
-            namespace: (namespace != "-").then(|| namespace.to_string()),
-            name: name.into(),
-        })
-    }
-}
-
-/// What the inventory records: the objects tether applied, and the commit it applied.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct InventoryRecord {
-    pub entries: BTreeSet<InventoryEntry>,
-    pub commit: Option<String>,
-}
-
-const OBJECTS_KEY: &str = "objects";
-const COMMIT_KEY: &str = "commit";
-
 fn inventory_error(verb: &str, inventory: &Inventory) -> impl FnOnce(kube::Error) -> ClusterError {
     let action = format!(
         "{verb} the inventory {}/{}",
@@ -249,32 +202,18 @@ pub async fn read_inventory(
         return Ok(InventoryRecord::default());
     };
     let labels = config_map.metadata.labels.clone().unwrap_or_default();
-    if labels.get("applyset.kubernetes.io/id") != Some(&inventory.applyset_id()) {
-        return Err(ClusterError::BadInventory {
+    if labels.get(APPLYSET_ID_LABEL) != Some(&inventory.applyset_id()) {
+        return Err(ClusterError::ForeignInventory {
             namespace: inventory.namespace.clone(),
             name: inventory.name.clone(),
-            reason: "it exists but is not tether's (no matching applyset.kubernetes.io/id label); choose another --inventory-name".into(),
         });
     }
-    let data = config_map.data.unwrap_or_default();
-    let mut entries = BTreeSet::new();
-    for line in data
-        .get(OBJECTS_KEY)
-        .map(String::as_str)
-        .unwrap_or("")
-        .lines()
-        .filter(|l| !l.is_empty())
-    {
-        let entry = InventoryEntry::parse(line).ok_or_else(|| ClusterError::BadInventory {
+    InventoryRecord::from_data(&config_map.data.unwrap_or_default()).map_err(|line| {
+        ClusterError::BadInventory {
             namespace: inventory.namespace.clone(),
             name: inventory.name.clone(),
             reason: format!("unreadable line {line:?}"),
-        })?;
-        entries.insert(entry);
-    }
-    Ok(InventoryRecord {
-        entries,
-        commit: data.get(COMMIT_KEY).cloned(),
+        }
     })
 }
 
@@ -285,28 +224,12 @@ pub async fn write_inventory(
     record: &InventoryRecord,
 ) -> Result<(), ClusterError> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &inventory.namespace);
-    let objects: String = record.entries.iter().map(|e| e.line() + "\n").collect();
-    let group_kinds: BTreeSet<String> = record
-        .entries
-        .iter()
-        .map(|e| match api_group(&e.api_version) {
-            "" => e.kind.clone(),
-            group => format!("{}.{group}", e.kind),
-        })
-        .collect();
-    let mut data = BTreeMap::from([(OBJECTS_KEY.to_string(), objects)]);
-    if let Some(commit) = &record.commit {
-        data.insert(COMMIT_KEY.to_string(), commit.clone());
-    }
     let config_map = ConfigMap {
         metadata: ObjectMeta {
             name: Some(inventory.name.clone()),
             namespace: Some(inventory.namespace.clone()),
             labels: Some(BTreeMap::from([
-                (
-                    "applyset.kubernetes.io/id".to_string(),
-                    inventory.applyset_id(),
-                ),
+                (APPLYSET_ID_LABEL.to_string(), inventory.applyset_id()),
                 (MANAGED_BY_LABEL.to_string(), MANAGER.to_string()),
             ])),
             annotations: Some(BTreeMap::from([
@@ -316,12 +239,12 @@ pub async fn write_inventory(
                 ),
                 (
                     "applyset.kubernetes.io/contains-group-kinds".to_string(),
-                    group_kinds.into_iter().collect::<Vec<_>>().join(","),
+                    record.group_kinds(),
                 ),
             ])),
             ..ObjectMeta::default()
         },
-        data: Some(data),
+        data: Some(record.to_data()),
         ..ConfigMap::default()
     };
     api.patch(
@@ -332,36 +255,4 @@ pub async fn write_inventory(
     .await
     .map_err(inventory_error("write", inventory))?;
     Ok(())
-}
-
-/// Does a live object carry tether's labels for this inventory?
-pub fn carries_tether_labels(object: &serde_json::Value, inventory: &Inventory) -> bool {
-    let labels = &object["metadata"]["labels"];
-    labels[MANAGED_BY_LABEL].as_str() == Some(MANAGER)
-        && labels[PART_OF_LABEL].as_str() == Some(inventory.applyset_id().as_str())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn inventory_lines_round_trip() {
-        for entry in [
-            InventoryEntry {
-                api_version: "apps/v1".into(),
-                kind: "Deployment".into(),
-                namespace: Some("shop".into()),
-                name: "web".into(),
-            },
-            InventoryEntry {
-                api_version: "v1".into(),
-                kind: "Namespace".into(),
-                namespace: None,
-                name: "shop".into(),
-            },
-        ] {
-            assert_eq!(InventoryEntry::parse(&entry.line()), Some(entry));
-        }
-    }
 }

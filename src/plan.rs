@@ -12,7 +12,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::git::Revision;
-use crate::kube::ObjectKey;
+use crate::k8s::ObjectKey;
 
 /// The hash of the rendered body an object was last applied from.
 pub const APPLIED_HASH_ANNOTATION: &str = "tether.dev/applied-hash";

@@ -14,16 +14,16 @@ use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, Pro
 use kube::{Client, ResourceExt};
 use serde_json::Value;
 
-use crate::cluster::{
-    ClusterError, InventoryEntry, InventoryRecord, Resources, carries_tether_labels,
-    write_inventory,
-};
+use crate::cluster::{ClusterError, Resources, write_inventory};
 use crate::git::Revision;
-use crate::kube::{ObjectKey, api_group, apply_rank};
+use crate::inventory::{InventoryEntry, InventoryRecord};
+use crate::k8s::{ObjectKey, api_group, apply_rank};
+use crate::ownership::carries_tether_labels;
+use crate::ownership::{Inventory, MANAGER, PART_OF_LABEL};
 use crate::plan::{
     Action, Change, Plan, change_diff, conflicts_of, provably_unchanged, with_applied_hash,
 };
-use crate::render::{Inventory, MANAGER, PART_OF_LABEL, RenderedObject};
+use crate::render::RenderedObject;
 
 /// How many requests are in flight at once.
 const CONCURRENCY: usize = 16;
@@ -144,7 +144,7 @@ pub async fn plan(
             .filter(|e| !rendered.contains(&e.key()))
             .filter_map(|e| {
                 live.get(&e.key())
-                    .filter(|l| carries_tether_labels(l, inventory))
+                    .filter(|l| carries_tether_labels(l, &inventory.applyset_id()))
                     .map(|l| (e, l))
             })
             .map(|(entry, object)| {
@@ -154,8 +154,8 @@ pub async fn plan(
                         key: entry.key(),
                         api_version: entry.api_version.clone(),
                         action: Action::Delete,
-                        model: annotation(&value, crate::render::MODEL_ANNOTATION),
-                        source: annotation(&value, crate::render::SOURCE_ANNOTATION),
+                        model: annotation(&value, crate::ownership::MODEL_ANNOTATION),
+                        source: annotation(&value, crate::ownership::SOURCE_ANNOTATION),
                         diff: change_diff(&entry.kind, Some(&value), None),
                         conflicts: Vec::new(),
                     },

@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 
-use base64::Engine as _;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{
     DaemonSet, DaemonSetSpec, Deployment, DeploymentSpec, StatefulSet, StatefulSetSpec,
@@ -19,48 +18,17 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use crate::kube;
+use crate::k8s;
 use crate::model::{ControllerKind, DataKind, Origin, Protocol, Text};
+use crate::ownership::{Inventory, MODEL_ANNOTATION, SOURCE_ANNOTATION, ownership_labels};
 use crate::resolve::Graph;
 use crate::source::SourceFiles;
 
-pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
-pub const MANAGER: &str = "tether";
-pub const PART_OF_LABEL: &str = "applyset.kubernetes.io/part-of";
-pub const MODEL_ANNOTATION: &str = "tether.dev/model";
-pub const SOURCE_ANNOTATION: &str = "tether.dev/source";
 pub const DESCRIPTION_ANNOTATION: &str = "tether.dev/description";
 /// Label on the pods of a slice; the controller's selector, and XOS's slice name.
 pub const SLICE_LABEL: &str = "xos_slice_name";
 /// Label on the pods of a slice with a service; what the Service selects (as in XOS).
 pub const SERVICE_LABEL: &str = "xos_service";
-
-/// The object that records what tether applied (an ApplySet parent).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Inventory {
-    pub name: String,
-    pub namespace: String,
-}
-
-impl Default for Inventory {
-    fn default() -> Self {
-        Inventory {
-            name: "tether".into(),
-            namespace: kube::DEFAULT_NAMESPACE.into(),
-        }
-    }
-}
-
-impl Inventory {
-    /// The ApplySet id (KEP-3659): base64url(sha256(name.namespace.kind.group)).
-    pub fn applyset_id(&self) -> String {
-        let digest = Sha256::digest(format!("{}.{}.ConfigMap.", self.name, self.namespace));
-        format!(
-            "applyset-{}-v1",
-            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(digest)
-        )
-    }
-}
 
 /// A rendered Kubernetes object and the model it came from.
 #[derive(Clone, Debug, PartialEq)]
@@ -77,6 +45,16 @@ pub struct RenderedObject {
 }
 
 impl RenderedObject {
+    /// The object's identity, as plan and the inventory key it.
+    pub fn key(&self) -> k8s::ObjectKey {
+        k8s::ObjectKey::new(
+            &self.api_version,
+            &self.kind,
+            self.namespace.as_deref(),
+            &self.name,
+        )
+    }
+
     /// `Kind namespace/name`, as reports show an object.
     pub fn display_name(&self) -> String {
         match &self.namespace {
@@ -97,8 +75,8 @@ pub fn render(graph: &Graph, files: &SourceFiles, inventory: &Inventory) -> Vec<
     renderer.render_all();
     let mut objects = renderer.objects;
     objects.sort_by(|a, b| {
-        (kube::apply_rank(&a.kind), &a.kind, &a.namespace, &a.name).cmp(&(
-            kube::apply_rank(&b.kind),
+        (k8s::apply_rank(&a.kind), &a.kind, &a.namespace, &a.name).cmp(&(
+            k8s::apply_rank(&b.kind),
             &b.kind,
             &b.namespace,
             &b.name,
@@ -123,7 +101,7 @@ fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
 
 impl Renderer<'_> {
     fn ownership_labels(&self) -> BTreeMap<String, String> {
-        labels(&[(MANAGED_BY_LABEL, MANAGER), (PART_OF_LABEL, &self.applyset)])
+        ownership_labels(&self.applyset)
     }
 
     fn annotations(&self, origin: Origin, name: &str) -> BTreeMap<String, String> {
@@ -253,7 +231,7 @@ impl Renderer<'_> {
     /// Adds tether's labels and annotations, and the default namespace, to an object
     /// written by hand; everything else stays as written.
     fn label_resource(&self, body: &mut serde_json::Value, origin: Origin, model_name: &str) {
-        let namespace = kube::effective_namespace(body);
+        let namespace = k8s::effective_namespace(body);
         let Some(object) = body.as_object_mut() else {
             return;
         };
@@ -613,17 +591,7 @@ mod tests {
     fn volume_names_are_dns_labels() {
         assert_eq!(volume_name(DataKind::Config, "app.conf"), "config-app-conf");
         let long = volume_name(DataKind::Secret, &"x".repeat(80));
-        assert!(kube::is_dns1123_label(&long), "{long}");
+        assert!(k8s::is_dns1123_label(&long), "{long}");
         assert_ne!(long, volume_name(DataKind::Secret, &"x".repeat(81)));
-    }
-
-    #[test]
-    fn applyset_id_follows_the_kep() {
-        // base64url(sha256("tether.default.ConfigMap.")), computed independently with
-        // `printf tether.default.ConfigMap. | sha256sum | xxd -r -p | basenc --base64url`.
-        assert_eq!(
-            Inventory::default().applyset_id(),
-            "applyset-7UGKa0tlMtUmzMyVc1R_rBLUoNtSx-jYek2pOCi56Z8-v1"
-        );
     }
 }

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 
 use crate::diagnostic::{Diagnostic, Diagnostics, Span, suggestion};
-use crate::kube;
+use crate::k8s;
 use crate::model::{ControllerKind, DataKind, Kind, Models, MountTarget, Protocol, Spanned, Text};
 use crate::source::SourceFiles;
 
@@ -426,7 +426,7 @@ impl<'m> Resolver<'m> {
             checks.push((
                 Kind::TrustDomain,
                 &x.name,
-                kube::is_dns1123_label,
+                k8s::is_dns1123_label,
                 "a namespace name: lowercase letters, digits and '-', at most 63",
             ));
         }
@@ -434,7 +434,7 @@ impl<'m> Resolver<'m> {
             checks.push((
                 Kind::Principal,
                 &x.name,
-                kube::is_dns1123_subdomain,
+                k8s::is_dns1123_subdomain,
                 "a ServiceAccount name: lowercase letters, digits, '-' and '.'",
             ));
         }
@@ -442,7 +442,7 @@ impl<'m> Resolver<'m> {
             checks.push((
                 x.data_kind.model_kind(),
                 &x.name,
-                kube::is_dns1123_subdomain,
+                k8s::is_dns1123_subdomain,
                 "an object name: lowercase letters, digits, '-' and '.'",
             ));
         }
@@ -452,7 +452,7 @@ impl<'m> Resolver<'m> {
                 checks.push((
                     Kind::KubernetesServiceInstance,
                     &x.name,
-                    kube::is_dns1123_label,
+                    k8s::is_dns1123_label,
                     "a pod and container name: lowercase letters, digits and '-', at most 63",
                 ));
             }
@@ -460,30 +460,30 @@ impl<'m> Resolver<'m> {
         // A discovered slice renders nothing, so its name is free.
         for x in m.slices.iter().filter(|x| x.is_managed()) {
             if x.controller_kind.is_some() {
-                checks.push((Kind::Slice, &x.name, kube::is_dns1123_label, "the name of its controller and container: lowercase letters, digits and '-', at most 63"));
+                checks.push((Kind::Slice, &x.name, k8s::is_dns1123_label, "the name of its controller and container: lowercase letters, digits and '-', at most 63"));
             } else {
                 checks.push((
                     Kind::Slice,
                     &x.name,
-                    kube::is_label_value,
+                    k8s::is_label_value,
                     "a label value on its pods: letters, digits, '-', '_' and '.', at most 63",
                 ));
             }
         }
         for x in &m.services {
-            checks.push((Kind::Service, &x.name, kube::is_dns1035_label, "a Service name: lowercase letters, digits and '-', starting with a letter, at most 63"));
+            checks.push((Kind::Service, &x.name, k8s::is_dns1035_label, "a Service name: lowercase letters, digits and '-', starting with a letter, at most 63"));
         }
         for x in &m.ports {
             checks.push((
                 Kind::ServicePort,
                 &x.name,
-                kube::is_dns1123_label,
+                k8s::is_dns1123_label,
                 "a port name: lowercase letters, digits and '-', at most 63",
             ));
         }
         for (kind, name, valid, rule) in checks {
             if !valid(&name.value) {
-                let fixed = kube::suggest_dns1123_label(&name.value);
+                let fixed = k8s::suggest_dns1123_label(&name.value);
                 let hint = if !fixed.is_empty() && valid(&fixed) {
                     format!("it becomes {rule}; for example \"{fixed}\"")
                 } else {
@@ -1248,9 +1248,9 @@ impl<'m> Resolver<'m> {
                 let v = &object.value;
                 let api_version = v["apiVersion"].as_str().unwrap_or_default();
                 let key = (
-                    kube::api_group(api_version).to_string(),
+                    k8s::api_group(api_version).to_string(),
                     v["kind"].as_str().unwrap_or_default().to_string(),
-                    kube::effective_namespace(v),
+                    k8s::effective_namespace(v),
                     v["metadata"]["name"]
                         .as_str()
                         .unwrap_or_default()

@@ -6,7 +6,8 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use tether::render::{Inventory, render, to_yaml};
+use tether::ownership::Inventory;
+use tether::render::{render, to_yaml};
 use tether::source::read_models_dir;
 
 /// Diagnostics, then the rendered YAML when the repo is valid.

@@ -8,7 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use tether::discover::{ControllerFacts, Outcome, PodFacts, Scope, plan};
-use tether::render::{Inventory, render};
+use tether::ownership::Inventory;
+use tether::render::render;
 use tether::source::{SourceFile, SourceFiles, read_models_dir};
 
 fn inventory() -> Inventory {

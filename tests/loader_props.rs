@@ -3,7 +3,8 @@
 //! raised with PROPTEST_CASES.
 
 use proptest::prelude::*;
-use tether::render::{Inventory, render};
+use tether::ownership::Inventory;
+use tether::render::render;
 use tether::source::{SourceFile, SourceFiles};
 
 fn run(texts: &[String]) {

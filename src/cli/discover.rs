@@ -10,7 +10,7 @@ use miette::{IntoDiagnostic, WrapErr, miette};
 use tether::cluster::connect;
 use tether::discover::watch::ClusterWatch;
 use tether::discover::{PodFacts, Scope, plan};
-use tether::render::Inventory;
+use tether::ownership::Inventory;
 use tether::settings::{self, DiscoverSettings, SETTINGS_FILE, Settings};
 use tether::writeback::{Author, Synced, Workspace};
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
 use miette::{IntoDiagnostic, WrapErr};
 use tether::discover::Scope;
-use tether::render::Inventory;
+use tether::ownership::Inventory;
 use tether::source::read_models_dir;
 
 /// Exit code for invalid models or differences found.

@@ -8,8 +8,9 @@ use std::time::Duration;
 use miette::{IntoDiagnostic, WrapErr};
 use tether::cluster::{Target, connect, read_inventory};
 use tether::git::{Revision, fetch_models, local_revision};
+use tether::ownership::Inventory;
 use tether::reconcile::{ApplyOptions, plan, wait_ready};
-use tether::render::{Inventory, RenderedObject, render};
+use tether::render::{RenderedObject, render};
 use tether::source::SourceFiles;
 
 use super::{EXIT_ERROR, EXIT_INVALID, GlobalArgs, ReportFormat, SourceArgs, read, report};

@@ -12,7 +12,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use crate::model::{self, ControllerKind, Kind, Models, split_image_reference};
-use crate::render::{MANAGED_BY_LABEL, MANAGER, MODEL_ANNOTATION, PART_OF_LABEL, SLICE_LABEL};
+use crate::ownership::{MANAGED_BY_LABEL, MANAGER, MODEL_ANNOTATION, PART_OF_LABEL};
+use crate::render::SLICE_LABEL;
 use crate::source::SourceFiles;
 
 use super::facts::{ControllerFacts, PodFacts};

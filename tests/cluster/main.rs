@@ -16,7 +16,8 @@ use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::{Discovery, Scope};
 use kube::{Client, ResourceExt};
-use tether::render::{Inventory, RenderedObject, render};
+use tether::ownership::Inventory;
+use tether::render::{RenderedObject, render};
 use tether::source::{SourceFiles, read_models_dir};
 
 fn render_files(files: &SourceFiles, inventory: &str) -> Vec<RenderedObject> {

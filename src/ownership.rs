@@ -1,0 +1,96 @@
+//! What marks an object as tether's: the labels and annotations every rendered object
+//! carries, and the inventory (an ApplySet parent) whose id those labels name. Pure:
+//! render writes these marks, and plan and prune read them back.
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use sha2::{Digest, Sha256};
+
+use crate::k8s;
+
+/// Field manager of every apply, and the value of [`MANAGED_BY_LABEL`].
+pub const MANAGER: &str = "tether";
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+/// The ApplySet membership label: the id of the inventory that applied the object.
+pub const PART_OF_LABEL: &str = "applyset.kubernetes.io/part-of";
+/// The ApplySet parent's own id label.
+pub const APPLYSET_ID_LABEL: &str = "applyset.kubernetes.io/id";
+/// `Kind/name` of the model an object was rendered from.
+pub const MODEL_ANNOTATION: &str = "tether.dev/model";
+/// The model's file, relative to the models root.
+pub const SOURCE_ANNOTATION: &str = "tether.dev/source";
+
+/// The object that records what tether applied (an ApplySet parent ConfigMap).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Inventory {
+    pub name: String,
+    pub namespace: String,
+}
+
+impl Default for Inventory {
+    fn default() -> Self {
+        Inventory {
+            name: "tether".into(),
+            namespace: k8s::DEFAULT_NAMESPACE.into(),
+        }
+    }
+}
+
+impl Inventory {
+    /// The ApplySet id (KEP-3659): base64url(sha256(name.namespace.kind.group)).
+    pub fn applyset_id(&self) -> String {
+        let digest = Sha256::digest(format!("{}.{}.ConfigMap.", self.name, self.namespace));
+        format!(
+            "applyset-{}-v1",
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(digest)
+        )
+    }
+}
+
+/// The labels that make an object tether's, for the inventory `applyset`.
+pub fn ownership_labels(applyset: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (MANAGED_BY_LABEL.to_string(), MANAGER.to_string()),
+        (PART_OF_LABEL.to_string(), applyset.to_string()),
+    ])
+}
+
+/// Does a live object carry tether's labels for the inventory `applyset`?
+pub fn carries_tether_labels(object: &serde_json::Value, applyset: &str) -> bool {
+    let labels = &object["metadata"]["labels"];
+    labels[MANAGED_BY_LABEL].as_str() == Some(MANAGER)
+        && labels[PART_OF_LABEL].as_str() == Some(applyset)
+}
+
+/// An annotation of a live object, if it has it.
+pub fn annotation(object: &serde_json::Value, key: &str) -> Option<String> {
+    object["metadata"]["annotations"][key]
+        .as_str()
+        .map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn applyset_id_follows_the_kep() {
+        // base64url(sha256("tether.default.ConfigMap.")), computed independently with
+        // `printf tether.default.ConfigMap. | sha256sum | xxd -r -p | basenc --base64url`.
+        assert_eq!(
+            Inventory::default().applyset_id(),
+            "applyset-7UGKa0tlMtUmzMyVc1R_rBLUoNtSx-jYek2pOCi56Z8-v1"
+        );
+    }
+
+    #[test]
+    fn copied_labels_of_another_inventory_are_not_ours() {
+        let ours = Inventory::default().applyset_id();
+        let object =
+            serde_json::json!({"metadata": {"labels": ownership_labels("applyset-other-v1")}});
+        assert!(!carries_tether_labels(&object, &ours));
+        let object = serde_json::json!({"metadata": {"labels": ownership_labels(&ours)}});
+        assert!(carries_tether_labels(&object, &ours));
+    }
+}
