@@ -105,6 +105,7 @@ pub async fn connect(target: &Target) -> Result<Client, ClusterError> {
 
 /// API resources by apiVersion and kind, found through discovery of only the groups
 /// needed.
+#[derive(Clone)]
 pub struct Resources {
     client: Client,
     found: HashMap<(String, String), (ApiResource, bool)>,

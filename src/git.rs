@@ -3,7 +3,6 @@
 //! note the commit of a local checkout. Blocking (git2): call off the async runtime.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use git2::{
     Cred, CredentialType, FetchOptions, ObjectType, Oid, RemoteCallbacks, Repository, TreeWalkMode,
@@ -11,6 +10,8 @@ use git2::{
 };
 use sha2::{Digest, Sha256};
 use thiserror::Error;
+
+use crate::driver::Backoff;
 
 use crate::source::{SourceFile, SourceFiles, is_model_path};
 
@@ -59,14 +60,24 @@ impl std::fmt::Display for Revision {
     }
 }
 
-/// How to authenticate to a remote.
-#[derive(Clone, Debug, Default)]
+/// How to authenticate to a remote. Its `Debug` never shows the token.
+#[derive(Clone, Default)]
 pub struct Credentials {
     /// For https: sent as the password (GitHub, GitLab and Gitea accept tokens so).
     pub token: Option<String>,
     pub username: Option<String>,
     /// For ssh: a private key file; without one, the ssh agent.
     pub ssh_key: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("token", &self.token.as_ref().map(|_| "***"))
+            .field("username", &self.username)
+            .field("ssh_key", &self.ssh_key)
+            .finish()
+    }
 }
 
 impl Credentials {
@@ -159,7 +170,7 @@ pub(crate) fn fetch(
         "+refs/tags/*:refs/tags/*",
         "+HEAD:refs/remotes/origin/HEAD",
     ];
-    let mut delay = Duration::from_millis(500);
+    let mut backoff = Backoff::request();
     for attempt in 1.. {
         let mut remote = repo.remote_anonymous(url)?;
         let mut options = FetchOptions::new();
@@ -168,8 +179,7 @@ pub(crate) fn fetch(
             Ok(()) => break,
             Err(e) if attempt < 3 && is_transient(&e) => {
                 tracing::warn!(url, attempt, error = %e, "fetch failed; retrying");
-                std::thread::sleep(delay);
-                delay *= 2;
+                std::thread::sleep(backoff.next_delay());
             }
             Err(source) => {
                 return Err(GitError::Fetch {

@@ -11,8 +11,11 @@
 //! (commit and push them).
 
 pub mod cluster;
+pub mod config;
 pub mod diagnostic;
 pub mod discover;
+pub mod discoverer;
+pub mod driver;
 pub mod events;
 pub mod git;
 pub mod inventory;
@@ -23,10 +26,11 @@ pub mod ownership;
 pub mod plan;
 pub mod reconcile;
 pub mod render;
+pub mod repo;
 pub mod report;
 pub mod resolve;
-pub mod settings;
 pub mod source;
+pub mod watch;
 pub mod writeback;
 
 use diagnostic::Diagnostics;

@@ -8,7 +8,6 @@
 //! never forced. Blocking (git2): call off the async runtime.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use git2::{
     ErrorCode, Index, IndexEntry, IndexTime, Oid, PushOptions, Repository, Signature,
@@ -17,6 +16,7 @@ use git2::{
 use thiserror::Error;
 
 use crate::discover::{DISCOVERED_DIR, Outcome};
+use crate::driver::Backoff;
 use crate::git::{Credentials, GitError, fetch, open_cache, read_tree};
 use crate::source::SourceFiles;
 
@@ -28,7 +28,7 @@ pub enum WritebackError {
     Git2(#[from] git2::Error),
     #[error("{path} is not in a Git repository")]
     NotARepository { path: PathBuf },
-    #[error("cannot tell the branch: HEAD of {path} is detached; pass --branch")]
+    #[error("cannot tell the branch: HEAD of {path} is detached")]
     DetachedHead { path: PathBuf },
     #[error("the push to {url} was still rejected after {attempts} attempts: {reason}")]
     PushRejected {
@@ -268,7 +268,7 @@ impl Workspace {
         push: bool,
     ) -> Result<Synced, WritebackError> {
         const ATTEMPTS: u32 = 8;
-        let mut delay = Duration::from_millis(100);
+        let mut backoff = Backoff::request();
         let mut attempt = 0;
         loop {
             attempt += 1;
@@ -301,8 +301,7 @@ impl Workspace {
                 }
                 Some(reason) if attempt < ATTEMPTS => {
                     tracing::info!(%url, branch = %self.branch, %reason, attempt, "push rejected; fetching and planning again");
-                    std::thread::sleep(delay);
-                    delay = (delay * 2).min(Duration::from_secs(5));
+                    std::thread::sleep(backoff.next_delay());
                     fetch(&self.repo, &url, &self.credentials)?;
                 }
                 Some(reason) => {

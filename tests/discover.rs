@@ -7,10 +7,11 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
-use tether::discover::{ControllerFacts, Outcome, PodFacts, Scope, plan};
+use tether::discover::{ControllerFacts, Outcome, PodFacts, plan};
 use tether::ownership::Inventory;
 use tether::render::render;
 use tether::source::{SourceFile, SourceFiles, read_models_dir};
+use tether::watch::Scope;
 
 fn inventory() -> Inventory {
     Inventory {

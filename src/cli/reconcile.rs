@@ -1,185 +1,61 @@
-//! `diff` and `apply`: source → models → objects → plan against the cluster → report
-//! or apply.
+//! `diff` and `apply`: flags to a `Reconciler`, its plan or report printed.
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
-use std::time::Duration;
 
 use miette::{IntoDiagnostic, WrapErr};
-use tether::cluster::{Target, connect, read_inventory};
-use tether::git::{Revision, fetch_models, local_revision};
-use tether::ownership::Inventory;
-use tether::reconcile::{ApplyOptions, plan, wait_ready};
-use tether::render::{RenderedObject, render};
-use tether::source::SourceFiles;
+use tether::reconcile::{ApplyOptions, ObjectFailure, Planned, ReconcileError, Reconciler};
 
-use super::{EXIT_ERROR, EXIT_INVALID, GlobalArgs, ReportFormat, SourceArgs, read, report};
+use super::{ApplyArgs, DiffArgs, EXIT_ERROR, EXIT_INVALID, GlobalArgs, ReportFormat, report};
+use tether::config::flags::{InventoryFlags, SourceFlags};
 
-pub struct ApplyCommand {
-    pub prune: bool,
-    pub dry_run: bool,
-    pub force_conflicts: bool,
-    pub wait: Option<Duration>,
-}
-
-/// The models of the source, with where they came from.
-struct Loaded {
-    files: SourceFiles,
-    label: String,
-    revision: Option<Revision>,
-}
-
-async fn load(source: &SourceArgs) -> miette::Result<Loaded> {
-    match &source.repo {
-        Some(url) => {
-            let url = url.clone();
-            let reference = source.reference.clone();
-            let subdir = source.path.clone();
-            let cache = source.git.cache_dir();
-            let credentials = source.git.credentials();
-            let label = match &reference {
-                Some(r) => format!("{url} ({r})"),
-                None => url.clone(),
-            };
-            let (files, revision) = tokio::task::spawn_blocking(move || {
-                fetch_models(
-                    &url,
-                    reference.as_deref(),
-                    Some(&subdir),
-                    &cache,
-                    &credentials,
-                )
-            })
-            .await
-            .into_diagnostic()?
-            .into_diagnostic()?;
-            Ok(Loaded {
-                files,
-                label,
-                revision: Some(revision),
-            })
-        }
-        None => {
-            let path = source.path.clone();
-            let (files, revision) = tokio::join!(
-                read(&source.path),
-                tokio::task::spawn_blocking(move || local_revision(&path))
-            );
-            let (files, revision) = (files?, revision.into_diagnostic()?);
-            Ok(Loaded {
-                files,
-                label: source.path.display().to_string(),
-                revision,
-            })
-        }
-    }
-}
-
-/// The rendered objects, or the diagnostics printed and `None` for an invalid repo.
-fn objects(
-    loaded: &Loaded,
-    inventory: &Inventory,
+/// The plan, or the exit code after the models' problems were printed.
+async fn plan(
     global: &GlobalArgs,
-) -> Option<Vec<RenderedObject>> {
-    let analysis = tether::analyze(&loaded.files);
-    let graphical = report::use_graphics(global.color, std::io::stderr().is_terminal());
-    eprint!(
-        "{}",
-        report::diagnostics(&analysis.diagnostics, &loaded.files, graphical)
+    source: &SourceFlags,
+    inventory: &InventoryFlags,
+    prune: bool,
+) -> miette::Result<Result<(Reconciler, Planned), ExitCode>> {
+    let reconciler = Reconciler::new(
+        source.repo(),
+        global.cluster.target(),
+        inventory.inventory(),
     );
-    match &analysis.graph {
-        Some(graph) => Some(render(graph, &loaded.files, inventory)),
-        None => {
+    let graphical = report::use_graphics(global.color, std::io::stderr().is_terminal());
+    match reconciler.plan(prune).await {
+        Ok(planned) => {
+            let files = &planned.models.loaded.files;
             eprint!(
                 "{}",
-                report::summary(
-                    &analysis,
-                    &loaded.files,
-                    std::path::Path::new(&loaded.label)
-                )
+                report::diagnostics(&planned.models.diagnostics, files, graphical)
+            );
+            Ok(Ok((reconciler, planned)))
+        }
+        Err(ReconcileError::Invalid(models)) => {
+            let files = &models.loaded.files;
+            let root = std::path::Path::new(&models.loaded.label);
+            eprint!(
+                "{}",
+                report::diagnostics(&models.diagnostics, files, graphical)
+            );
+            eprint!(
+                "{}",
+                report::summary(&models.diagnostics, models.documents, files, root)
             );
             eprintln!("nothing was compared or applied: fix the models first");
-            None
+            Ok(Err(ExitCode::from(EXIT_ERROR)))
         }
+        Err(error) => Err(report::error(error)),
     }
 }
 
-pub(super) fn target(global: &GlobalArgs) -> Target {
-    Target {
-        kubeconfig: global.kubeconfig.clone(),
-        context: global.context.clone(),
-        request_timeout: Some(global.request_timeout),
-    }
-}
-
-async fn planned(
-    global: &GlobalArgs,
-    source: &SourceArgs,
-    inventory: &Inventory,
-    prune: bool,
-) -> miette::Result<
-    Result<
-        (
-            kube::Client,
-            Vec<RenderedObject>,
-            tether::reconcile::Reconciliation,
-        ),
-        ExitCode,
-    >,
-> {
-    let start = std::time::Instant::now();
-    let ms = || start.elapsed().as_millis();
-    // The models and the cluster connection do not depend on each other: both at once.
-    let models = async {
-        let loaded = load(source).await?;
-        let objects = objects(&loaded, inventory, global);
-        tracing::info!(elapsed_ms = ms(), "models loaded and rendered");
-        Ok::<_, miette::Report>((loaded, objects))
-    };
-    let cluster = async {
-        let client = connect(&target(global)).await.into_diagnostic()?;
-        let record = read_inventory(&client, inventory).await.into_diagnostic()?;
-        tracing::info!(
-            recorded = record.entries.len(),
-            elapsed_ms = ms(),
-            "connected, inventory read"
-        );
-        Ok::<_, miette::Report>((client, record))
-    };
-    let (models, cluster) = tokio::join!(models, cluster);
-    // Invalid models are reported first: they make the cluster irrelevant.
-    let (loaded, objects) = models?;
-    let Some(objects) = objects else {
-        return Ok(Err(ExitCode::from(EXIT_ERROR)));
-    };
-    let (client, record) = cluster?;
-    let reconciliation = plan(
-        &client,
-        inventory,
-        &objects,
-        record,
-        loaded.label,
-        loaded.revision,
-        prune,
-    )
-    .await
-    .into_diagnostic()?;
-    tracing::info!(elapsed_ms = ms(), "planned");
-    Ok(Ok((client, objects, reconciliation)))
-}
-
-pub async fn diff(
-    global: &GlobalArgs,
-    source: &SourceArgs,
-    output: ReportFormat,
-    inventory: &Inventory,
-) -> miette::Result<ExitCode> {
-    let (_, _, reconciliation) = match planned(global, source, inventory, false).await? {
+pub async fn diff(global: &GlobalArgs, args: &DiffArgs) -> miette::Result<ExitCode> {
+    let (_, planned) = match plan(global, &args.source, &args.inventory, false).await? {
         Ok(planned) => planned,
         Err(code) => return Ok(code),
     };
-    let plan = &reconciliation.plan;
-    let text = match output {
+    let plan = &planned.plan;
+    let text = match args.output {
         ReportFormat::Text => tether::report::text(
             plan,
             report::use_graphics(global.color, std::io::stdout().is_terminal()),
@@ -191,27 +67,21 @@ pub async fn diff(
         .lock()
         .write_all(text.as_bytes())
         .into_diagnostic()?;
-    Ok(if plan.has_differences() {
-        ExitCode::from(EXIT_INVALID)
-    } else {
-        ExitCode::SUCCESS
+    Ok(match plan.has_differences() {
+        true => ExitCode::from(EXIT_INVALID),
+        false => ExitCode::SUCCESS,
     })
 }
 
-pub async fn apply(
-    global: &GlobalArgs,
-    source: &SourceArgs,
-    command: &ApplyCommand,
-    inventory: &Inventory,
-) -> miette::Result<ExitCode> {
-    let (client, objects, reconciliation) =
-        match planned(global, source, inventory, command.prune).await? {
+pub async fn apply(global: &GlobalArgs, args: &ApplyArgs) -> miette::Result<ExitCode> {
+    let (reconciler, planned) =
+        match plan(global, &args.source, &args.inventory, args.prune).await? {
             Ok(planned) => planned,
             Err(code) => return Ok(code),
         };
-    if command.dry_run {
+    if args.dry_run {
         let colour = report::use_graphics(global.color, std::io::stdout().is_terminal());
-        print!("{}", tether::report::text(&reconciliation.plan, colour));
+        print!("{}", tether::report::text(&planned.plan, colour));
         return Ok(ExitCode::SUCCESS);
     }
     let interactive = std::io::stderr().is_terminal();
@@ -224,47 +94,54 @@ pub async fn apply(
         }
     };
     let options = ApplyOptions {
-        prune: command.prune,
-        force_conflicts: command.force_conflicts,
+        prune: args.prune,
+        force_conflicts: args.force_conflicts,
     };
-    let summary = tether::reconcile::apply(&client, inventory, reconciliation, &options, &progress)
+    let applied = reconciler
+        .apply(&planned, &options, &progress)
         .await
-        .into_diagnostic()
+        .map_err(report::error)
         .wrap_err("apply stopped; run it again to complete it")?;
     let mut out = format!(
         "{} created, {} configured, {} unchanged, {} pruned, {} failed\n",
-        summary.created,
-        summary.configured,
-        summary.unchanged,
-        summary.pruned,
-        summary.failed.len()
+        applied.created(),
+        applied.configured(),
+        applied.unchanged(),
+        applied.pruned(),
+        applied.failures().count()
     );
-    for (object, why) in &summary.failed {
-        out.push_str(&format!("  failed: {object}: {why}\n"));
+    for (object, failure) in applied.failures() {
+        out.push_str(&format!("  failed: {object}: {failure}"));
+        if let ObjectFailure::Conflict(_) = failure {
+            out.push_str("; use --force-conflicts to take these fields");
+        }
+        out.push('\n');
     }
-    if summary.prunable > 0 {
+    if applied.prunable() > 0 {
         out.push_str(&format!(
             "{} objects whose model is gone are left in place: apply with --prune to delete them\n",
-            summary.prunable
+            applied.prunable()
         ));
     }
     print!("{out}");
-    let mut ok = summary.failed.is_empty();
-    if let Some(timeout) = command.wait {
-        let not_ready = wait_ready(&client, &objects, timeout).await;
+    let mut ok = applied.succeeded();
+    if args.wait {
+        let not_ready = reconciler
+            .wait_ready(&planned, args.timeout)
+            .await
+            .map_err(report::error)?;
         if not_ready.is_empty() {
             println!("all workloads are ready");
         } else {
             ok = false;
-            println!("not ready after {}s:", timeout.as_secs());
+            println!("not ready after {}s:", args.timeout.as_secs());
             for (object, state) in not_ready {
                 println!("  {object}: {state}");
             }
         }
     }
-    Ok(if ok {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(EXIT_ERROR)
+    Ok(match ok {
+        true => ExitCode::SUCCESS,
+        false => ExitCode::from(EXIT_ERROR),
     })
 }

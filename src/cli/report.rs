@@ -4,7 +4,6 @@
 use std::path::Path;
 
 use miette::{GraphicalReportHandler, GraphicalTheme, LabeledSpan, MietteDiagnostic, NamedSource};
-use tether::Analysis;
 use tether::diagnostic::{Diagnostics, Severity};
 use tether::source::SourceFiles;
 
@@ -52,14 +51,19 @@ pub fn diagnostics(diagnostics: &Diagnostics, files: &SourceFiles, graphical: bo
 }
 
 /// The closing line: what was checked and the verdict.
-pub fn summary(analysis: &Analysis, files: &SourceFiles, root: &Path) -> String {
-    let errors = analysis.diagnostics.count(Severity::Error);
-    let warnings = analysis.diagnostics.count(Severity::Warning);
+pub fn summary(
+    diagnostics: &Diagnostics,
+    documents: usize,
+    files: &SourceFiles,
+    root: &Path,
+) -> String {
+    let errors = diagnostics.count(Severity::Error);
+    let warnings = diagnostics.count(Severity::Warning);
     let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
     let scope = format!(
         "{}: {} in {}",
         root.display(),
-        plural(analysis.documents, "model"),
+        plural(documents, "model"),
         plural(files.len(), "file")
     );
     match (errors, warnings) {
@@ -72,4 +76,78 @@ pub fn summary(analysis: &Analysis, files: &SourceFiles, root: &Path) -> String 
             plural(w, "warning")
         ),
     }
+}
+
+/// A library error for people: its message and causes, plus which flag helps where
+/// one does (the library does not know its flags).
+pub fn error<E: std::error::Error + 'static>(error: E) -> miette::Report {
+    let help = flag_hint(&error);
+    let mut causes = Vec::new();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        causes.push(cause.to_string());
+        source = cause.source();
+    }
+    let cause = causes.into_iter().rev().fold(None, |next, message| {
+        Some(Box::new(Cause { message, next }))
+    });
+    miette::Report::new(Failure {
+        message: error.to_string(),
+        cause,
+        help,
+    })
+}
+
+/// The flag that solves a library error, if one does.
+fn flag_hint(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+    use tether::cluster::ClusterError;
+    use tether::discoverer::DiscoverError;
+    use tether::reconcile::ReconcileError;
+    use tether::writeback::WritebackError;
+    let cluster = |e: &ClusterError| match e {
+        ClusterError::NoCluster => Some("pass --kubeconfig"),
+        ClusterError::ForeignInventory { .. } => Some("choose another --inventory-name"),
+        _ => None,
+    };
+    let writeback = |e: &WritebackError| match e {
+        WritebackError::DetachedHead { .. } => Some("pass --branch"),
+        _ => None,
+    };
+    let mut current = Some(error);
+    while let Some(e) = current {
+        let hint = if let Some(e) = e.downcast_ref::<ClusterError>() {
+            cluster(e)
+        } else if let Some(ReconcileError::Cluster(e)) = e.downcast_ref::<ReconcileError>() {
+            cluster(e)
+        } else if let Some(e) = e.downcast_ref::<WritebackError>() {
+            writeback(e)
+        } else if let Some(DiscoverError::Writeback(e)) = e.downcast_ref::<DiscoverError>() {
+            writeback(e)
+        } else {
+            None
+        };
+        if let Some(hint) = hint {
+            return Some(hint.to_string());
+        }
+        current = e.source();
+    }
+    None
+}
+
+#[derive(Debug, thiserror::Error, miette::Diagnostic)]
+#[error("{message}")]
+struct Failure {
+    message: String,
+    #[source]
+    cause: Option<Box<Cause>>,
+    #[help]
+    help: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+struct Cause {
+    message: String,
+    #[source]
+    next: Option<Box<Cause>>,
 }

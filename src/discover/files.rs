@@ -15,6 +15,7 @@ use crate::model::{self, ControllerKind, Kind, Models, split_image_reference};
 use crate::ownership::{MANAGED_BY_LABEL, MANAGER, MODEL_ANNOTATION, PART_OF_LABEL};
 use crate::render::SLICE_LABEL;
 use crate::source::SourceFiles;
+use crate::watch::Scope;
 
 use super::facts::{ControllerFacts, PodFacts};
 
@@ -24,29 +25,14 @@ const IMAGES_FILE: &str = "discovered/images.yaml";
 const HEADER: &str =
     "# Discovered by tether from the cluster (xos_managed: false): tether rewrites this file.\n";
 
-/// The namespaces a discovery looks at: its files elsewhere are left alone.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Scope {
-    All,
-    Namespaces(BTreeSet<String>),
-}
-
-impl Scope {
-    pub fn contains(&self, namespace: &str) -> bool {
-        match self {
-            Scope::All => true,
-            Scope::Namespaces(names) => names.contains(namespace),
-        }
-    }
-
-    /// Whether discovery owns `path` (relative to the models root) in this scope.
-    fn owns(&self, path: &str) -> bool {
-        path == IMAGES_FILE
-            || path
-                .strip_prefix("discovered/")
-                .and_then(|rest| rest.split_once('/'))
-                .is_some_and(|(namespace, _)| self.contains(namespace))
-    }
+/// Whether discovery owns `path` (relative to the models root) in `scope`: its files
+/// in other namespaces are left alone.
+fn owned_in(scope: &Scope, path: &str) -> bool {
+    path == IMAGES_FILE
+        || path
+            .strip_prefix("discovered/")
+            .and_then(|rest| rest.split_once('/'))
+            .is_some_and(|(namespace, _)| scope.contains(namespace))
 }
 
 /// Pods added, changed (a new IP, slice or image) and removed in one namespace.
@@ -385,7 +371,7 @@ pub fn plan(pods: &[PodFacts], existing: &SourceFiles, scope: &Scope, applyset: 
 
     // Images are shared by every namespace: keep those that discovered models outside
     // the scope, or the user's models, still refer to.
-    let out_of_scope = |origin: &model::Origin| !scope.owns(repo.path(origin));
+    let out_of_scope = |origin: &model::Origin| !owned_in(scope, repo.path(origin));
     needed_images.extend(
         repo.discovered
             .instances
@@ -448,7 +434,7 @@ fn compare(desired: BTreeMap<String, String>, existing: &SourceFiles, scope: &Sc
     let current: BTreeMap<&str, &str> = existing
         .iter()
         .map(|(_, f)| f)
-        .filter(|f| scope.owns(&f.path))
+        .filter(|f| owned_in(scope, &f.path))
         .map(|f| (f.path.as_str(), f.text.as_str()))
         .collect();
     let mut outcome = Outcome::default();
@@ -523,7 +509,7 @@ fn name_slices(
             repo.discovered
                 .slices
                 .iter()
-                .filter(|s| !scope.owns(repo.path(&s.origin)))
+                .filter(|s| !owned_in(scope, repo.path(&s.origin)))
                 .map(|s| s.name.value.clone()),
         )
         .collect();

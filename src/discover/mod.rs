@@ -9,4 +9,4 @@ pub mod files;
 pub mod watch;
 
 pub use facts::{ControllerFacts, Controllers, PodFacts};
-pub use files::{DISCOVERED_DIR, Outcome, PodChanges, Scope, plan};
+pub use files::{DISCOVERED_DIR, Outcome, PodChanges, plan};

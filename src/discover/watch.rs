@@ -3,30 +3,22 @@
 //! `--once` waits for the first full list; `--watch` keeps them and is told of
 //! every change.
 
-use std::fmt::Debug;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Api, Client, Resource};
-use serde::de::DeserializeOwned;
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
+use kube::{Client, Resource};
 use thiserror::Error;
-use tokio::sync::Notify;
 use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::watch as signal;
 use tokio::task::JoinHandle;
 
-use crate::events::watch::PodWatchEvent;
-
 use super::facts::{Controllers, PodFacts};
-use super::files::Scope;
-
-/// Where a reflector also sends each watch event.
-type Forward<K> = Option<Box<dyn Fn(&watcher::Event<K>) + Send>>;
+use crate::watch::{Forward, PodWatchEvent, Scope, WatchStatus, Watchable, reflect};
 
 #[derive(Debug, Error)]
 pub enum WatchError {
@@ -45,8 +37,9 @@ pub struct ClusterWatch {
     stateful_sets: Vec<Store<StatefulSet>>,
     daemon_sets: Vec<Store<DaemonSet>>,
     jobs: Vec<Store<Job>>,
-    changed: Arc<Notify>,
-    last_error: Arc<Mutex<Option<String>>>,
+    status: Arc<WatchStatus>,
+    /// Changes since the last snapshot.
+    changes: signal::Receiver<u64>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -59,10 +52,7 @@ impl ClusterWatch {
         scope: &Scope,
         pod_events: Option<UnboundedSender<PodWatchEvent>>,
     ) -> Self {
-        let namespaces: Vec<Option<String>> = match scope {
-            Scope::All => vec![None],
-            Scope::Namespaces(names) => names.iter().cloned().map(Some).collect(),
-        };
+        let status = Arc::new(WatchStatus::default());
         let mut watch = ClusterWatch {
             pods: Vec::new(),
             replica_sets: Vec::new(),
@@ -70,19 +60,19 @@ impl ClusterWatch {
             stateful_sets: Vec::new(),
             daemon_sets: Vec::new(),
             jobs: Vec::new(),
-            changed: Arc::new(Notify::new()),
-            last_error: Arc::default(),
+            changes: status.subscribe(),
+            status,
             tasks: Vec::new(),
         };
-        for namespace in &namespaces {
-            let namespace = namespace.as_deref();
-            let forward: Forward<Pod> = pod_events.clone().map(|feed| {
-                let namespace = namespace.map(str::to_string);
+        for namespace in scope.watches() {
+            let forward: Option<Forward<Pod>> = pod_events.clone().map(|feed| {
+                let namespace = namespace.clone();
                 Box::new(move |event: &watcher::Event<Pod>| {
                     // A closed pipeline (shutting down) needs nothing more.
                     let _ = feed.send((namespace.clone(), event.clone()));
-                }) as Box<dyn Fn(&watcher::Event<Pod>) + Send>
+                }) as Forward<Pod>
             });
+            let namespace = namespace.as_deref();
             let store = watch.reflect(client, namespace, forward);
             watch.pods.push(store);
             let store = watch.reflect(client, namespace, None);
@@ -99,50 +89,15 @@ impl ClusterWatch {
         watch
     }
 
-    fn reflect<K>(
+    fn reflect<K: Watchable>(
         &mut self,
         client: &Client,
         namespace: Option<&str>,
-        forward: Forward<K>,
-    ) -> Store<K>
-    where
-        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + DeserializeOwned
-            + Debug
-            + Send
-            + Sync
-            + 'static,
-    {
-        let api: Api<K> = match namespace {
-            Some(ns) => Api::namespaced(client.clone(), ns),
-            None => Api::all(client.clone()),
-        };
-        let (reader, writer) = reflector::store();
-        let stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
-            .default_backoff();
-        let changed = self.changed.clone();
-        let last_error = self.last_error.clone();
-        self.tasks.push(tokio::spawn(async move {
-            let mut stream = std::pin::pin!(stream);
-            while let Some(event) = stream.next().await {
-                match event {
-                    Ok(event) => {
-                        if let Some(forward) = &forward {
-                            forward(&event);
-                        }
-                        changed.notify_one();
-                    }
-                    Err(error) => {
-                        tracing::warn!(kind = %K::kind(&()), %error, "watch failed; retrying");
-                        if let Ok(mut last) = last_error.lock() {
-                            *last = Some(error.to_string());
-                        }
-                    }
-                }
-            }
-        }));
-        reader
+        forward: Option<Forward<K>>,
+    ) -> Store<K> {
+        let (store, task) = reflect(client, namespace, self.status.clone(), forward);
+        self.tasks.push(task);
+        store
     }
 
     /// Waits until every cache holds a full list, or fails after `timeout` with the
@@ -161,22 +116,25 @@ impl ClusterWatch {
             .map_err(|_| WatchError::NotReady {
                 waited: timeout,
                 last_error: self
-                    .last_error
-                    .lock()
-                    .ok()
-                    .and_then(|e| e.clone())
+                    .status
+                    .last_error()
                     .unwrap_or_else(|| "no answer".into()),
             })
     }
 
     /// Resolves at the next change to any watched object (at once if one happened
-    /// since the last call).
-    pub async fn changed(&self) {
-        self.changed.notified().await;
+    /// since the last snapshot).
+    pub async fn changed(&mut self) {
+        if self.changes.changed().await.is_err() {
+            // Unreachable while the watch holds its status; never a busy loop.
+            std::future::pending::<()>().await;
+        }
     }
 
-    /// The pods in the caches now, with their top-level controllers.
-    pub fn snapshot(&self) -> Vec<PodFacts> {
+    /// The pods in the caches now, with their top-level controllers. Changes made
+    /// before it are seen by it: [`ClusterWatch::changed`] waits for later ones.
+    pub fn snapshot(&mut self) -> Vec<PodFacts> {
+        self.changes.borrow_and_update();
         let mut controllers = Controllers::default();
         for x in self.replica_sets.iter().flat_map(Store::state) {
             controllers.insert_replica_set(&x);

@@ -20,9 +20,6 @@ use tokio::io::AsyncWriteExt;
 use super::outbox::Record;
 use super::{PodEvent, Status};
 
-/// The XOS topic.
-pub const DEFAULT_TOPIC: &str = "xos.kubernetes.pod-details";
-
 #[derive(Debug, Error)]
 pub enum SinkError {
     #[error("Kafka at {brokers}: {message}")]

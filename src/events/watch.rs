@@ -8,17 +8,19 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher::{self, Event};
-use kube::{Api, Client};
+use kube::Client;
+use kube::runtime::watcher::Event;
 use tokio::sync::mpsc;
 use tokio::sync::watch as signal;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 use super::PodState;
 use super::outbox::{Outbox, OutboxError};
-use super::sink::Sink;
-use crate::discover::Scope;
+use super::sink::{JsonLinesSink, KafkaSink, KubernetesEventsSink, Sink, SinkError};
+use crate::config::{EventsConfig, SinkConfig};
+use crate::driver::{Backoff, Loop, Schedule, drive};
+use crate::watch::{PodWatchEvent, Scope};
 
 /// How many events a sink takes in one delivery.
 const BATCH: usize = 500;
@@ -26,37 +28,50 @@ const BATCH: usize = 500;
 /// Runs the watch and the sinks until dropped.
 pub struct EventPipeline {
     tasks: Vec<JoinHandle<()>>,
+    stop: CancellationToken,
 }
 
 impl Drop for EventPipeline {
     fn drop(&mut self) {
+        self.stop.cancel();
         for task in &self.tasks {
             task.abort();
         }
     }
 }
 
-/// A pod watch event, with the namespace its watch covers (`None`: all).
-pub type PodWatchEvent = (Option<String>, Event<Pod>);
-
 impl EventPipeline {
+    /// The pipeline of `config`'s sinks and outbox, with a pod watch of its own.
+    pub async fn open(
+        config: &EventsConfig,
+        client: &Client,
+        scope: &Scope,
+    ) -> Result<Self, OutboxError> {
+        let sinks = open_sinks(config, client);
+        let outbox = open_outbox(config, &sinks).await?;
+        Ok(EventPipeline::start(client, scope, outbox, sinks))
+    }
+
+    /// The pipeline of `config`'s sinks and outbox, fed by a watch that runs
+    /// elsewhere (discovery's) through the returned sender.
+    pub async fn open_fed(
+        config: &EventsConfig,
+        client: &Client,
+    ) -> Result<(Self, mpsc::UnboundedSender<PodWatchEvent>), OutboxError> {
+        let sinks = open_sinks(config, client);
+        let outbox = open_outbox(config, &sinks).await?;
+        Ok(EventPipeline::fed(outbox, sinks))
+    }
+
     /// Starts watching the pods of `scope` into `outbox`, and delivering to `sinks`.
     pub fn start(client: &Client, scope: &Scope, outbox: Arc<Outbox>, sinks: Vec<Sink>) -> Self {
         let (mut pipeline, feed) = EventPipeline::fed(outbox, sinks);
-        let namespaces: Vec<Option<String>> = match scope {
-            Scope::All => vec![None],
-            Scope::Namespaces(names) => names.iter().cloned().map(Some).collect(),
-        };
-        for namespace in namespaces {
-            let api: Api<Pod> = match &namespace {
-                Some(ns) => Api::namespaced(client.clone(), ns),
-                None => Api::all(client.clone()),
-            };
+        for namespace in scope.watches() {
+            let events = crate::watch::stream::<Pod>(client, namespace.as_deref());
             let feed = feed.clone();
             pipeline.tasks.push(tokio::spawn(async move {
-                let stream = watcher::watcher(api, watcher::Config::default()).default_backoff();
-                let mut stream = std::pin::pin!(stream);
-                while let Some(event) = stream.next().await {
+                let mut events = std::pin::pin!(events);
+                while let Some(event) = events.next().await {
                     match event {
                         Ok(event) => {
                             if feed.send((namespace.clone(), event)).is_err() {
@@ -78,18 +93,58 @@ impl EventPipeline {
         sinks: Vec<Sink>,
     ) -> (Self, mpsc::UnboundedSender<PodWatchEvent>) {
         let (appended, _) = signal::channel(0u64);
+        let stop = CancellationToken::new();
         let mut tasks = Vec::new();
         for sink in sinks {
-            tasks.push(tokio::spawn(deliver(
-                outbox.clone(),
+            let mut delivery = Delivery {
+                outbox: outbox.clone(),
                 sink,
-                appended.subscribe(),
-            )));
+                appended: appended.subscribe(),
+            };
+            let stop = stop.clone();
+            tasks.push(tokio::spawn(async move {
+                let schedule = Schedule {
+                    name: "event delivery",
+                    debounce: Duration::ZERO,
+                    backoff: Backoff::pass(),
+                };
+                drive(&mut delivery, &schedule, &stop, |_| {}).await;
+            }));
         }
         let (feed, events) = mpsc::unbounded_channel();
         tasks.push(tokio::spawn(observe(events, outbox, appended)));
-        (EventPipeline { tasks }, feed)
+        (EventPipeline { tasks, stop }, feed)
     }
+}
+
+/// The sinks, ready to deliver (the Kubernetes Events sink through `client`).
+fn open_sinks(config: &EventsConfig, client: &Client) -> Vec<Sink> {
+    config
+        .sinks
+        .iter()
+        .map(|sink| match sink {
+            SinkConfig::Kafka { brokers, topic } => {
+                Sink::Kafka(KafkaSink::new(brokers.clone(), topic.clone()))
+            }
+            SinkConfig::JsonLines(path) => Sink::JsonLines(JsonLinesSink::new(path.clone())),
+            SinkConfig::KubernetesEvents => {
+                Sink::KubernetesEvents(KubernetesEventsSink::new(client.clone()))
+            }
+        })
+        .collect()
+}
+
+async fn open_outbox(config: &EventsConfig, sinks: &[Sink]) -> Result<Arc<Outbox>, OutboxError> {
+    let names: Vec<String> = sinks.iter().map(|s| s.name().to_string()).collect();
+    let dir = config.outbox.clone();
+    let outbox = blocking(move || Outbox::open(&dir, &names)).await?;
+    if outbox.backlog() > 0 {
+        tracing::info!(
+            backlog = outbox.backlog(),
+            "delivering events left from before"
+        );
+    }
+    Ok(Arc::new(outbox))
 }
 
 async fn blocking<T: Send + 'static>(
@@ -155,31 +210,62 @@ async fn observe(
     }
 }
 
-/// Delivers the outbox to one sink, in order, retrying failures with backoff.
-async fn deliver(outbox: Arc<Outbox>, mut sink: Sink, mut appended: signal::Receiver<u64>) {
-    let name = sink.name();
-    let mut delay = Duration::from_millis(200);
-    loop {
-        let pending = outbox.pending(name, BATCH);
-        let Some(last) = pending.last().map(|r| r.sequence) else {
-            // Nothing to send: wait for the next event (or look again in a while).
-            let _ = tokio::time::timeout(Duration::from_secs(5), appended.changed()).await;
-            continue;
-        };
-        match sink.deliver(&pending).await {
-            Ok(()) => {
-                delay = Duration::from_millis(200);
-                let outbox = outbox.clone();
-                if let Err(error) = blocking(move || outbox.acknowledge(name, last)).await {
-                    tracing::error!(sink = name, error = %crate::error_chain(&error), "cannot record a delivery");
-                    tokio::time::sleep(delay).await;
-                }
-            }
-            Err(error) => {
-                tracing::warn!(sink = name, error = %crate::error_chain(&error), retry = ?delay, backlog = outbox.backlog(), "events not delivered; retrying");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(30));
-            }
+/// The outbox delivered to one sink, in order; the driver retries a failure with
+/// backoff, on this sink's task only.
+struct Delivery {
+    outbox: Arc<Outbox>,
+    sink: Sink,
+    appended: signal::Receiver<u64>,
+}
+
+/// Why a delivery pass stopped.
+#[derive(Debug, thiserror::Error)]
+enum DeliveryError {
+    #[error("events not delivered to {sink} ({backlog} waiting)")]
+    Sink {
+        sink: &'static str,
+        backlog: usize,
+        #[source]
+        source: SinkError,
+    },
+    #[error("cannot record a delivery to {sink}")]
+    Record {
+        sink: &'static str,
+        #[source]
+        source: OutboxError,
+    },
+}
+
+impl Loop for Delivery {
+    type Output = ();
+    type Error = DeliveryError;
+
+    /// Delivers everything pending, a batch at a time.
+    async fn pass(&mut self) -> Result<(), DeliveryError> {
+        let name = self.sink.name();
+        loop {
+            self.appended.borrow_and_update();
+            let pending = self.outbox.pending(name, BATCH);
+            let Some(last) = pending.last().map(|r| r.sequence) else {
+                return Ok(());
+            };
+            self.sink
+                .deliver(&pending)
+                .await
+                .map_err(|source| DeliveryError::Sink {
+                    sink: name,
+                    backlog: self.outbox.backlog(),
+                    source,
+                })?;
+            let outbox = self.outbox.clone();
+            blocking(move || outbox.acknowledge(name, last))
+                .await
+                .map_err(|source| DeliveryError::Record { sink: name, source })?;
         }
+    }
+
+    /// The next event recorded, or a look again in a while.
+    async fn changed(&mut self) {
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.appended.changed()).await;
     }
 }

@@ -1,4 +1,5 @@
-//! `.tether.yaml`: repo-wide defaults, at the models root beside the models (a settings
+//! `.tether.yaml`: repo-wide defaults (the raw layer of configuration, with the
+//! position of each value that is checked later), at the models root beside the models (a settings
 //! file, never read as models). Flags and `TETHER_*` variables win over it.
 //!
 //! ```yaml
@@ -16,6 +17,7 @@
 //! ```
 
 use serde::Deserialize;
+use serde_saphyr::Spanned;
 use thiserror::Error;
 
 pub const SETTINGS_FILE: &str = ".tether.yaml";
@@ -47,10 +49,10 @@ pub struct EventSettings {
 pub struct DiscoverSettings {
     pub branch: Option<String>,
     /// `Name <email>`.
-    pub author: Option<String>,
+    pub author: Option<Spanned<String>>,
     pub namespaces: Option<Vec<String>>,
     /// A duration such as `2s`.
-    pub debounce: Option<String>,
+    pub debounce: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Error)]
@@ -88,7 +90,12 @@ mod tests {
         .unwrap();
         assert_eq!(settings.discover.branch.as_deref(), Some("inventory"));
         assert_eq!(settings.discover.namespaces, Some(vec!["shop".to_string()]));
-        assert_eq!(settings.discover.debounce.as_deref(), Some("5s"));
+        let debounce = settings.discover.debounce.unwrap();
+        assert_eq!(debounce.value, "5s");
+        assert_eq!(
+            (debounce.referenced.line(), debounce.referenced.column()),
+            (5, 13)
+        );
         assert_eq!(
             parse(".tether.yaml", "# nothing yet\n").unwrap(),
             Settings::default()

@@ -1,0 +1,120 @@
+//! The raw layer from the command line: flag groups as clap parses them (each flag
+//! also read from its `TETHER_*` variable). Nothing here is checked beyond its type;
+//! [`super`] resolves them, with the settings file, into typed configurations.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::parse_duration;
+
+/// How to reach the cluster.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ClusterFlags {
+    /// Kubeconfig file (default: KUBECONFIG, then ~/.kube/config, then in-cluster).
+    #[arg(long, global = true, env = "TETHER_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context (default: the current context).
+    #[arg(long, global = true, env = "TETHER_CONTEXT")]
+    pub context: Option<String>,
+    /// How long one request to the API server may take, e.g. 30s, 2m.
+    #[arg(long, global = true, env = "TETHER_REQUEST_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub request_timeout: Duration,
+}
+
+/// Where the models come from: a directory, or a Git repository.
+#[derive(Clone, Debug, clap::Args)]
+pub struct SourceFlags {
+    /// Models root: a directory searched for *.yaml and *.yml, or one file; with
+    /// --repo, a directory inside the repository.
+    #[arg(default_value = ".", env = "TETHER_PATH")]
+    pub path: PathBuf,
+    /// Git repository to read the models from: file://, https:// or ssh:// URL.
+    #[arg(long, env = "TETHER_REPO")]
+    pub repo: Option<String>,
+    /// Branch, tag or commit of --repo (default: the remote's default branch).
+    #[arg(long = "ref", env = "TETHER_REF", requires = "repo")]
+    pub reference: Option<String>,
+    #[command(flatten)]
+    pub git: GitFlags,
+}
+
+/// How to reach a remote Git repository.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct GitFlags {
+    /// Token for https remotes.
+    #[arg(long, env = "TETHER_GIT_TOKEN", hide_env_values = true)]
+    pub git_token: Option<String>,
+    /// User name for https remotes (default: x-access-token with a token).
+    #[arg(long, env = "TETHER_GIT_USERNAME")]
+    pub git_username: Option<String>,
+    /// Private key for ssh remotes (default: the ssh agent).
+    #[arg(long, env = "TETHER_SSH_KEY")]
+    pub ssh_key: Option<PathBuf>,
+    /// Where fetched repositories are cached (default: ~/.cache/tether/repos).
+    #[arg(long, env = "TETHER_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+}
+
+/// The inventory (ApplySet parent) that records what tether applied.
+#[derive(Clone, Debug, clap::Args)]
+pub struct InventoryFlags {
+    /// Name of the inventory ConfigMap; its id labels every object.
+    #[arg(long, env = "TETHER_INVENTORY_NAME", default_value = "tether")]
+    pub inventory_name: String,
+    /// Namespace of the inventory ConfigMap.
+    #[arg(long, env = "TETHER_INVENTORY_NAMESPACE", default_value = "default")]
+    pub inventory_namespace: String,
+}
+
+/// Where pod events go. Each flag may also come from the `events:` section of the
+/// settings file (.tether.yaml, or `events --config`); flags win.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct EventFlags {
+    /// Kafka brokers (host:port, comma-separated) to publish pod events to.
+    #[arg(long, env = "TETHER_KAFKA_BROKERS", value_delimiter = ',')]
+    pub kafka_brokers: Vec<String>,
+    /// Kafka topic, made with one partition if the broker lacks it (default:
+    /// xos.kubernetes.pod-details).
+    #[arg(long, env = "TETHER_KAFKA_TOPIC")]
+    pub kafka_topic: Option<String>,
+    /// Append events as JSON lines to this file ("-": standard output).
+    #[arg(long, env = "TETHER_EVENTS_JSONL")]
+    pub events_jsonl: Option<PathBuf>,
+    /// Record events as Kubernetes Events on the pods (`kubectl describe pod`).
+    #[arg(long, env = "TETHER_KUBE_EVENTS")]
+    pub kube_events: bool,
+    /// Directory of the outbox that keeps undelivered events (default:
+    /// ~/.cache/tether/outbox; in a cluster, a persistent volume).
+    #[arg(long, env = "TETHER_OUTBOX")]
+    pub outbox: Option<PathBuf>,
+}
+
+impl EventFlags {
+    /// Does any flag name a sink?
+    pub fn any_sink(&self) -> bool {
+        !self.kafka_brokers.is_empty() || self.events_jsonl.is_some() || self.kube_events
+    }
+}
+
+/// Discovery's settings that `.tether.yaml` may also give (`discover:`); flags win.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct DiscoverFlags {
+    /// Branch to commit to (default: .tether.yaml's `discover.branch`, else the
+    /// checked-out branch; with --repo, main).
+    #[arg(long, env = "TETHER_DISCOVER_BRANCH")]
+    pub branch: Option<String>,
+    /// With --watch, how long to gather changes into one commit (default 2s).
+    #[arg(long, env = "TETHER_DISCOVER_DEBOUNCE", value_parser = parse_duration)]
+    pub debounce: Option<Duration>,
+    /// Only these namespaces (repeat the flag; default: all namespaces).
+    #[arg(
+        short,
+        long = "namespace",
+        env = "TETHER_DISCOVER_NAMESPACES",
+        value_delimiter = ','
+    )]
+    pub namespaces: Vec<String>,
+    /// Commit author, "Name <email>" (default: tether <tether@localhost>).
+    #[arg(long, env = "TETHER_DISCOVER_AUTHOR")]
+    pub author: Option<String>,
+}

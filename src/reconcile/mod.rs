@@ -1,0 +1,188 @@
+//! The reconcile pass, as a library type the CLI and the daemon drive alike: a
+//! [`Reconciler`] reads its source, checks and renders the models, plans against the
+//! cluster ([`live`]: list, compare, dry-run), and applies the plan ([`apply`]:
+//! server-side apply in dependency order, then prune), reporting each object's
+//! [`outcome`]. What to record and what to prune is decided by the pure
+//! [`crate::inventory`]; this module carries it out.
+
+mod apply;
+mod live;
+pub mod outcome;
+mod wait;
+
+use std::time::Duration;
+
+use kube::Client;
+use thiserror::Error;
+use tokio::sync::OnceCell;
+use tracing::instrument;
+
+use crate::cluster::{ClusterError, Resources, Target, connect, read_inventory};
+use crate::diagnostic::Diagnostics;
+use crate::inventory::InventoryRecord;
+use crate::k8s::ObjectKey;
+use crate::ownership::Inventory;
+use crate::plan::{Change, Plan};
+use crate::render::{RenderedObject, render};
+use crate::repo::{LoadedModels, Repo, RepoError};
+pub use outcome::{ApplyReport, ObjectFailure, ObjectReport, Outcome};
+
+/// Reconciles one source with one cluster, recording in one inventory. Holds its
+/// client once connected, so a long-running caller connects once.
+pub struct Reconciler {
+    repo: Repo,
+    target: Target,
+    inventory: Inventory,
+    client: OnceCell<Client>,
+}
+
+/// How an apply treats what the plan found.
+#[derive(Clone, Debug, Default)]
+pub struct ApplyOptions {
+    /// Delete the objects whose model is gone.
+    pub prune: bool,
+    /// Take fields that other field managers own.
+    pub force_conflicts: bool,
+}
+
+#[derive(Debug, Error)]
+pub enum ReconcileError {
+    #[error(transparent)]
+    Source(#[from] RepoError),
+    /// The models have errors: nothing is compared or applied.
+    #[error("the models are invalid")]
+    Invalid(Box<CheckedModels>),
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+}
+
+/// Models read and checked: the files, every diagnostic, and where they came from.
+#[derive(Debug)]
+pub struct CheckedModels {
+    pub loaded: LoadedModels,
+    pub diagnostics: Diagnostics,
+    /// How many models (documents) were read.
+    pub documents: usize,
+}
+
+/// A plan, and what carrying it out needs.
+pub struct Planned {
+    pub models: CheckedModels,
+    pub plan: Plan,
+    /// The rendered objects, in apply order.
+    pub objects: Vec<RenderedObject>,
+    steps: Vec<Step>,
+    record: InventoryRecord,
+    resources: Resources,
+}
+
+/// One change and the body to apply (none for deletions).
+struct Step {
+    change: Change,
+    desired: Option<serde_json::Value>,
+}
+
+impl Reconciler {
+    pub fn new(repo: Repo, target: Target, inventory: Inventory) -> Self {
+        Reconciler {
+            repo,
+            target,
+            inventory,
+            client: OnceCell::new(),
+        }
+    }
+
+    pub fn inventory(&self) -> &Inventory {
+        &self.inventory
+    }
+
+    /// The client, connecting on first use.
+    pub async fn client(&self) -> Result<&Client, ClusterError> {
+        self.client.get_or_try_init(|| connect(&self.target)).await
+    }
+
+    /// Reads and checks the models, and compares what they render with the cluster.
+    /// `prune` only tells the plan's reports whether deletions will be carried out.
+    /// Invalid models are reported before any cluster error: they make the cluster
+    /// irrelevant.
+    #[instrument(skip_all, fields(source = %self.repo.label()))]
+    pub async fn plan(&self, prune: bool) -> Result<Planned, ReconcileError> {
+        // The models and the cluster do not depend on each other: both at once.
+        let models = async {
+            let loaded = self.repo.load().await?;
+            Ok::<_, ReconcileError>(self.check(loaded))
+        };
+        let cluster = async {
+            let client = self.client().await?;
+            let record = read_inventory(client, &self.inventory).await?;
+            tracing::debug!(recorded = record.entries.len(), "inventory read");
+            Ok::<_, ReconcileError>((client, record))
+        };
+        let (models, cluster) = tokio::join!(models, cluster);
+        let (models, objects) = models?;
+        let Some(objects) = objects else {
+            return Err(ReconcileError::Invalid(Box::new(models)));
+        };
+        let (client, record) = cluster?;
+        let revision = models.loaded.revision.clone();
+        let planning = live::plan(client, &self.inventory, &objects, record).await?;
+        let plan = Plan {
+            source: models.loaded.label.clone(),
+            revision,
+            changes: planning.steps.iter().map(|s| s.change.clone()).collect(),
+            prune,
+        };
+        Ok(Planned {
+            models,
+            plan,
+            objects,
+            steps: planning.steps,
+            record: planning.record,
+            resources: planning.resources,
+        })
+    }
+
+    /// The checks, and the rendered objects when the models have no error.
+    #[instrument(skip_all)]
+    fn check(&self, loaded: LoadedModels) -> (CheckedModels, Option<Vec<RenderedObject>>) {
+        let analysis = crate::analyze(&loaded.files);
+        let objects = analysis
+            .graph
+            .as_ref()
+            .map(|graph| render(graph, &loaded.files, &self.inventory));
+        let checked = CheckedModels {
+            loaded,
+            diagnostics: analysis.diagnostics,
+            documents: analysis.documents,
+        };
+        (checked, objects)
+    }
+
+    /// Carries out a plan: records every object about to be applied in the inventory,
+    /// applies rank by rank, prunes (with `options.prune`), and records the outcome.
+    /// `progress` is called after each object with (done, total). An error means the
+    /// apply stopped (the inventory could not be written); failures of single objects
+    /// are in the report.
+    #[instrument(skip_all, fields(changes = planned.steps.len()))]
+    pub async fn apply(
+        &self,
+        planned: &Planned,
+        options: &ApplyOptions,
+        progress: &(dyn Fn(usize, usize) + Sync),
+    ) -> Result<ApplyReport, ReconcileError> {
+        let client = self.client().await?;
+        Ok(apply::apply(client, &self.inventory, planned, options, progress).await?)
+    }
+
+    /// Waits until the workloads of the plan are ready (Deployments available,
+    /// StatefulSets and DaemonSets ready, Pods running, Jobs complete); returns those
+    /// that were not when `timeout` ran out, with their state.
+    pub async fn wait_ready(
+        &self,
+        planned: &Planned,
+        timeout: Duration,
+    ) -> Result<Vec<(ObjectKey, String)>, ReconcileError> {
+        let client = self.client().await?;
+        Ok(wait::wait_ready(client, &planned.objects, timeout).await)
+    }
+}

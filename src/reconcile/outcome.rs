@@ -1,0 +1,181 @@
+//! What an apply did, object by object: the typed report that the CLI prints and the
+//! daemon will put in a Source's status. Pure.
+
+use thiserror::Error;
+
+use crate::k8s::ObjectKey;
+use crate::plan::FieldConflict;
+
+/// What happened to one object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Created,
+    Configured,
+    Unchanged,
+    Pruned,
+    /// Its model is gone, but the apply did not prune.
+    Prunable,
+    Failed(ObjectFailure),
+}
+
+/// Why an object was not applied or pruned.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum ObjectFailure {
+    /// Another field manager owns fields the apply would set; forcing takes them.
+    #[error("conflict: {}", fields(.0))]
+    Conflict(Vec<FieldConflict>),
+    /// The server refused the object (invalid, forbidden): the same apply fails again.
+    #[error("{message}")]
+    Refused { code: u16, message: String },
+    /// The server was busy or not ready for it after every retry.
+    #[error("{message}")]
+    Unavailable { message: String },
+    /// The server stopped answering; the object was not sent.
+    #[error("not applied: the API server stopped answering")]
+    Unreachable,
+    /// The request failed on tether's side (a kind the server does not serve, a
+    /// body it could not send).
+    #[error("{message}")]
+    Request { message: String },
+    /// The deletion of a pruned object failed.
+    #[error("prune: {message}")]
+    Prune { message: String, retryable: bool },
+}
+
+fn fields(conflicts: &[FieldConflict]) -> String {
+    conflicts
+        .iter()
+        .map(|c| format!("{} (owned by {})", c.field, c.manager))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl ObjectFailure {
+    /// Can the same apply, tried again later, succeed without anyone changing anything?
+    pub fn retryable(&self) -> bool {
+        match self {
+            ObjectFailure::Unavailable { .. } | ObjectFailure::Unreachable => true,
+            ObjectFailure::Prune { retryable, .. } => *retryable,
+            ObjectFailure::Conflict(_)
+            | ObjectFailure::Refused { .. }
+            | ObjectFailure::Request { .. } => false,
+        }
+    }
+
+    /// The failure of a request the server answered or did not.
+    pub(super) fn of_kube_error(error: &kube::Error) -> Self {
+        match error {
+            kube::Error::Api(status) if status.code >= 500 || status.code == 429 => {
+                ObjectFailure::Unavailable {
+                    message: error.to_string(),
+                }
+            }
+            kube::Error::Api(status) => ObjectFailure::Refused {
+                code: status.code,
+                message: error.to_string(),
+            },
+            kube::Error::HyperError(_) | kube::Error::Service(_) => ObjectFailure::Unavailable {
+                message: error.to_string(),
+            },
+            _ => ObjectFailure::Request {
+                message: error.to_string(),
+            },
+        }
+    }
+}
+
+/// One object of an apply.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectReport {
+    pub key: ObjectKey,
+    pub outcome: Outcome,
+}
+
+/// What an apply did, in the order objects were done (apply order, deletions last).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ApplyReport {
+    pub objects: Vec<ObjectReport>,
+}
+
+impl ApplyReport {
+    pub fn count(&self, outcome: fn(&Outcome) -> bool) -> usize {
+        self.objects.iter().filter(|o| outcome(&o.outcome)).count()
+    }
+
+    pub fn created(&self) -> usize {
+        self.count(|o| *o == Outcome::Created)
+    }
+
+    pub fn configured(&self) -> usize {
+        self.count(|o| *o == Outcome::Configured)
+    }
+
+    pub fn unchanged(&self) -> usize {
+        self.count(|o| *o == Outcome::Unchanged)
+    }
+
+    pub fn pruned(&self) -> usize {
+        self.count(|o| *o == Outcome::Pruned)
+    }
+
+    pub fn prunable(&self) -> usize {
+        self.count(|o| *o == Outcome::Prunable)
+    }
+
+    /// The objects that failed, with why.
+    pub fn failures(&self) -> impl Iterator<Item = (&ObjectKey, &ObjectFailure)> {
+        self.objects.iter().filter_map(|o| match &o.outcome {
+            Outcome::Failed(failure) => Some((&o.key, failure)),
+            _ => None,
+        })
+    }
+
+    pub fn succeeded(&self) -> bool {
+        self.failures().next().is_none()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_say_whether_a_retry_can_help() {
+        let conflict = ObjectFailure::Conflict(vec![FieldConflict {
+            manager: "helm".into(),
+            field: ".data.key".into(),
+        }]);
+        assert_eq!(conflict.to_string(), "conflict: .data.key (owned by helm)");
+        assert!(!conflict.retryable());
+        assert!(ObjectFailure::Unreachable.retryable());
+        assert!(
+            !ObjectFailure::Refused {
+                code: 422,
+                message: "invalid".into()
+            }
+            .retryable()
+        );
+    }
+
+    #[test]
+    fn counts_by_outcome() {
+        let key = ObjectKey::new("v1", "ConfigMap", Some("a"), "b");
+        let report = ApplyReport {
+            objects: [
+                Outcome::Created,
+                Outcome::Created,
+                Outcome::Pruned,
+                Outcome::Failed(ObjectFailure::Unreachable),
+            ]
+            .into_iter()
+            .map(|outcome| ObjectReport {
+                key: key.clone(),
+                outcome,
+            })
+            .collect(),
+        };
+        assert_eq!((report.created(), report.pruned()), (2, 1));
+        assert!(!report.succeeded());
+        assert_eq!(report.failures().count(), 1);
+    }
+}

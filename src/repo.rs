@@ -1,0 +1,119 @@
+//! Where the models come from, and reading them: a directory (with the commit of the
+//! Git checkout around it, if any), or a Git repository at a branch, tag or commit,
+//! read from that commit's tree. Reading is blocking (file walks, git2) and runs off
+//! the async runtime.
+
+use std::path::PathBuf;
+
+use thiserror::Error;
+use tracing::instrument;
+
+use crate::git::{Credentials, GitError, Revision, fetch_models, local_revision};
+use crate::source::{SourceError, SourceFiles, read_models_dir};
+
+/// A models source.
+#[derive(Clone, Debug)]
+pub enum Repo {
+    /// A models directory (or one file).
+    Directory(PathBuf),
+    /// A remote repository, fetched into `cache`.
+    Git {
+        url: String,
+        /// Branch, tag or commit; the remote's default branch when absent.
+        reference: Option<String>,
+        /// The models directory inside the repository.
+        path: PathBuf,
+        cache: PathBuf,
+        credentials: Credentials,
+    },
+}
+
+#[derive(Debug, Error)]
+pub enum RepoError {
+    #[error("cannot read the models")]
+    Read(#[from] SourceError),
+    #[error(transparent)]
+    Git(#[from] GitError),
+    #[error("reading the models stopped: {0}")]
+    Interrupted(String),
+}
+
+/// The models of a source, with where they came from.
+#[derive(Debug)]
+pub struct LoadedModels {
+    pub files: SourceFiles,
+    /// The path or URL (and ref), as reports name the source.
+    pub label: String,
+    /// The commit the models were read at, if they come from Git.
+    pub revision: Option<Revision>,
+}
+
+impl Repo {
+    /// The path or URL (and ref), as reports name the source.
+    pub fn label(&self) -> String {
+        match self {
+            Repo::Directory(path) => path.display().to_string(),
+            Repo::Git {
+                url,
+                reference: Some(r),
+                ..
+            } => format!("{url} ({r})"),
+            Repo::Git { url, .. } => url.clone(),
+        }
+    }
+
+    /// Reads the models; a directory's files and its checkout's commit at once.
+    #[instrument(skip_all, fields(source = %self.label()))]
+    pub async fn load(&self) -> Result<LoadedModels, RepoError> {
+        let label = self.label();
+        match self.clone() {
+            Repo::Git {
+                url,
+                reference,
+                path,
+                cache,
+                credentials,
+            } => {
+                let (files, revision) = blocking(move || {
+                    fetch_models(
+                        &url,
+                        reference.as_deref(),
+                        Some(&path),
+                        &cache,
+                        &credentials,
+                    )
+                })
+                .await??;
+                Ok(LoadedModels {
+                    files,
+                    label,
+                    revision: Some(revision),
+                })
+            }
+            Repo::Directory(path) => {
+                let (files, revision) = tokio::join!(
+                    read_directory(path.clone()),
+                    blocking(move || local_revision(&path))
+                );
+                Ok(LoadedModels {
+                    files: files?,
+                    label,
+                    revision: revision?,
+                })
+            }
+        }
+    }
+}
+
+/// Reads a models directory off the async runtime.
+pub async fn read_directory(path: PathBuf) -> Result<SourceFiles, RepoError> {
+    Ok(blocking(move || read_models_dir(&path)).await??)
+}
+
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, RepoError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| RepoError::Interrupted(e.to_string()))
+}
