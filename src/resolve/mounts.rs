@@ -1,0 +1,133 @@
+//! Links of volume mounts: the pod or slice they go into, and the config map or secret
+//! they mount from the same trust domain.
+
+use std::collections::HashMap;
+
+use super::{InstanceLinks, MountLinks, Resolver, SliceLinks};
+use crate::diagnostic::Span;
+use crate::model::{Kind, MountTarget};
+
+impl Resolver<'_> {
+    pub(super) fn resolve_mounts(
+        &mut self,
+        slices: &mut [Option<SliceLinks>],
+        instances: &mut [Option<InstanceLinks>],
+    ) -> Option<Vec<MountLinks>> {
+        let m = self.models;
+        let mut paths: HashMap<(bool, usize, &str), Span> = HashMap::new();
+        let mut links = Vec::new();
+        let mut ok = true;
+        for (index, x) in m.mounts.iter().enumerate() {
+            let kind = x.origin.kind;
+            let from = format!(
+                "{kind} \"{}\" at \"{}\"",
+                x.source.value, x.mount_path.value
+            );
+            // The target: its trust domain, and where this mount is recorded.
+            let target = match &x.target {
+                MountTarget::ServiceInstance(name) => self.instance(&from, name).and_then(|i| {
+                    if !m.instances[i].is_managed() {
+                        self.error(
+                            &from,
+                            name.span,
+                            format!(
+                                "pod \"{}\" is not managed by tether (xos_managed: false)",
+                                name.value
+                            ),
+                            Some("tether only mounts volumes into pods it creates".into()),
+                        );
+                        return None;
+                    }
+                    let td = instances[i].as_ref()?.trust_domain;
+                    Some((false, i, td))
+                }),
+                MountTarget::Slice(name) => self.lookup(&from, Kind::Slice, name).and_then(|s| {
+                    if !m.slices[s].is_managed() {
+                        self.error(
+                            &from,
+                            name.span,
+                            format!(
+                                "slice \"{}\" is not managed by tether (xos_managed: false)",
+                                name.value
+                            ),
+                            Some("tether only mounts volumes into controllers it creates".into()),
+                        );
+                        return None;
+                    }
+                    let td = slices[s].as_ref()?.trust_domain;
+                    if td.is_none() {
+                        self.error(
+                            &from,
+                            name.span,
+                            format!("slice \"{}\" has no trust_domain", name.value),
+                            Some("set trust_domain on the slice".into()),
+                        );
+                    }
+                    Some((true, s, td?))
+                }),
+            };
+            let Some((is_slice, target, trust_domain)) = target else {
+                ok = false;
+                continue;
+            };
+            let why = "a mount's config map or secret must live in the trust domain of the pod it mounts into";
+            let Some(source) = self.namespaced(
+                &from,
+                x.data_kind.model_kind(),
+                &x.source,
+                trust_domain,
+                why,
+            ) else {
+                ok = false;
+                continue;
+            };
+            if !x.mount_path.value.starts_with('/') {
+                self.error(
+                    &from,
+                    x.mount_path.span,
+                    format!("mount_path \"{}\" is not absolute", x.mount_path.value),
+                    Some("start it with /".into()),
+                );
+                ok = false;
+            }
+            if let Some(sub_path) = &x.sub_path
+                && (sub_path.value.starts_with('/') || sub_path.value.split('/').any(|c| c == ".."))
+            {
+                self.error(
+                    &from,
+                    sub_path.span,
+                    format!(
+                        "sub_path \"{}\" must be a relative path without \"..\"",
+                        sub_path.value
+                    ),
+                    Some("it names a key of the config map or secret, e.g. app.conf".into()),
+                );
+                ok = false;
+            }
+            if let Some(first) = paths.insert(
+                (is_slice, target, x.mount_path.value.as_str()),
+                x.mount_path.span,
+            ) {
+                self.error(
+                    &from,
+                    x.mount_path.span,
+                    format!(
+                        "mount_path \"{}\" is already used in this pod",
+                        x.mount_path.value
+                    ),
+                    Some(format!("also mounted at {}", self.at(first))),
+                );
+                ok = false;
+            }
+            if is_slice {
+                if let Some(l) = slices[target].as_mut() {
+                    l.mounts.push(index);
+                }
+            } else if let Some(l) = instances[target].as_mut() {
+                l.mounts.push(index);
+            }
+            links.push(MountLinks { source });
+        }
+        ok.then_some(links)
+    }
+}

@@ -1,0 +1,146 @@
+//! Links of Services: their ports (and the port rules), and the one trust domain they
+//! share with their slices.
+
+use std::collections::HashMap;
+
+use super::{Resolver, ServiceLinks, SliceLinks, label};
+use crate::diagnostic::Span;
+use crate::model::{Kind, Protocol};
+
+impl Resolver<'_> {
+    pub(super) fn resolve_services(
+        &mut self,
+        slices: &[Option<SliceLinks>],
+    ) -> Option<Vec<ServiceLinks>> {
+        let m = self.models;
+        let mut ports: Vec<Vec<usize>> = vec![Vec::new(); m.services.len()];
+        let mut node_ports: HashMap<i64, Span> = HashMap::new();
+        let mut ok = true;
+        for (i, p) in m.ports.iter().enumerate() {
+            let from = label(Kind::ServicePort, &p.name.value);
+            let internal = &p.internal_port;
+            if !(1..=65535).contains(&internal.value) {
+                self.error(
+                    &from,
+                    internal.span,
+                    format!("internal_port {} is out of range", internal.value),
+                    Some("ports are 1 to 65535".into()),
+                );
+                ok = false;
+            }
+            if let Some(external) = &p.external_port {
+                if !(30000..=32767).contains(&external.value) {
+                    self.error(
+                        &from,
+                        external.span,
+                        format!(
+                            "external_port {} is outside the NodePort range",
+                            external.value
+                        ),
+                        Some("node ports are 30000 to 32767".into()),
+                    );
+                    ok = false;
+                } else if let Some(first) = node_ports.insert(external.value, external.span) {
+                    self.error(
+                        &from,
+                        external.span,
+                        format!("external_port {} is already used", external.value),
+                        Some(format!(
+                            "node ports are unique in a cluster; also used at {}",
+                            self.at(first)
+                        )),
+                    );
+                    ok = false;
+                }
+            }
+            match self.lookup(&from, Kind::Service, &p.service) {
+                Some(s) => ports[s].push(i),
+                None => ok = false,
+            }
+        }
+        let mut links = Vec::new();
+        for (s, service) in m.services.iter().enumerate() {
+            let from = label(Kind::Service, &service.name.value);
+            // Unique (port, protocol) pairs within the Service.
+            let mut pairs: HashMap<(i64, Protocol), Span> = HashMap::new();
+            for &p in &ports[s] {
+                let port = &m.ports[p];
+                let protocol = port.protocol.as_ref().map_or(Protocol::Tcp, |p| p.value);
+                if let Some(first) = pairs.insert(
+                    (port.internal_port.value, protocol),
+                    port.internal_port.span,
+                ) {
+                    self.error(
+                        &label(Kind::ServicePort, &port.name.value),
+                        port.internal_port.span,
+                        format!(
+                            "port {}/{} is already in Service \"{}\"",
+                            port.internal_port.value,
+                            protocol.name(),
+                            service.name.value
+                        ),
+                        Some(format!("also at {}", self.at(first))),
+                    );
+                    ok = false;
+                }
+            }
+            let own = match &service.trust_domain {
+                Some(td) => match self.trust_domain(&from, td) {
+                    Some(found) => Some(found),
+                    None => {
+                        ok = false;
+                        None
+                    }
+                },
+                None => None,
+            };
+            let member_tds: Vec<(usize, usize)> = m
+                .slices
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| slices[*i].as_ref().is_some_and(|l| l.service == Some(s)))
+                .filter_map(|(i, _)| {
+                    slices[i]
+                        .as_ref()
+                        .and_then(|l| l.trust_domain)
+                        .map(|td| (i, td))
+                })
+                .collect();
+            let mut trust_domain = own;
+            for (slice, td) in member_tds {
+                match trust_domain {
+                    None => trust_domain = Some(td),
+                    Some(expected) if expected != td => {
+                        let slice_model = &m.slices[slice];
+                        let span = slice_model
+                            .service
+                            .as_ref()
+                            .map_or(slice_model.name.span, |t| t.span);
+                        self.error(
+                            &label(Kind::Slice, &slice_model.name.value),
+                            span,
+                            format!(
+                                "Service \"{}\" is in trust domain \"{}\", this slice in \"{}\"",
+                                service.name.value,
+                                m.trust_domains[expected].name.value,
+                                m.trust_domains[td].name.value
+                            ),
+                            Some("a Service and its slices share one trust domain".into()),
+                        );
+                        ok = false;
+                    }
+                    Some(_) => {}
+                }
+            }
+            if trust_domain.is_none() && !ports[s].is_empty() {
+                self.error(&from, service.name.span, "the Service has ports but no trust domain", Some("set trust_domain, or attach a slice with a trust_domain (slice field service)".into()));
+                ok = false;
+            }
+            links.push(ServiceLinks {
+                trust_domain,
+                ports: std::mem::take(&mut ports[s]),
+            });
+        }
+        ok.then_some(links)
+    }
+}
