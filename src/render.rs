@@ -19,7 +19,10 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::k8s;
-use crate::model::{ControllerKind, DataKind, Origin, Protocol, Text};
+use crate::model::{
+    self, ControllerKind, DataKind, Idx, Image, KubernetesServiceInstance, Origin, Protocol, Slice,
+    Text, TrustDomain, indexed,
+};
 use crate::ownership::{Inventory, MODEL_ANNOTATION, SOURCE_ANNOTATION, ownership_labels};
 use crate::resolve::Graph;
 use crate::source::SourceFiles;
@@ -147,7 +150,7 @@ impl Renderer<'_> {
         });
     }
 
-    fn td_name(&self, index: usize) -> &str {
+    fn td_name(&self, index: Idx<TrustDomain>) -> &str {
         &self.graph.models.trust_domains[index].name.value
     }
 
@@ -210,13 +213,13 @@ impl Renderer<'_> {
                 }
             }
         }
-        for i in 0..m.slices.len() {
+        for (i, _) in indexed(&m.slices) {
             self.render_slice(i);
         }
-        for i in 0..m.instances.len() {
+        for (i, _) in indexed(&m.instances) {
             self.render_bare_pod(i);
         }
-        for i in 0..m.services.len() {
+        for (i, _) in indexed(&m.services) {
             self.render_service(i);
         }
         for r in &m.resources {
@@ -260,7 +263,7 @@ impl Renderer<'_> {
     }
 
     /// Labels of the pods of a slice: the selector of its controller and its Service.
-    fn pod_labels(&self, slice: usize) -> BTreeMap<String, String> {
+    fn pod_labels(&self, slice: Idx<Slice>) -> BTreeMap<String, String> {
         let s = &self.graph.models.slices[slice];
         let mut pod_labels = labels(&[(SLICE_LABEL, &s.name.value)]);
         if let Some(service) = self.graph.slices[slice].service {
@@ -273,7 +276,13 @@ impl Renderer<'_> {
     }
 
     /// The pod spec of a slice's controller or of one of its bare pods.
-    fn pod_spec(&self, slice: usize, container: &str, image: usize, mounts: &[usize]) -> PodSpec {
+    fn pod_spec(
+        &self,
+        slice: Idx<Slice>,
+        container: &str,
+        image: Idx<Image>,
+        mounts: &[Idx<model::VolumeMount>],
+    ) -> PodSpec {
         let g = self.graph;
         let mut volumes: Vec<Volume> = Vec::new();
         let mut volume_mounts = Vec::new();
@@ -325,7 +334,7 @@ impl Renderer<'_> {
         }
     }
 
-    fn render_slice(&mut self, index: usize) {
+    fn render_slice(&mut self, index: Idx<Slice>) {
         let g = self.graph;
         let slice = &g.models.slices[index];
         let links = &g.slices[index];
@@ -423,7 +432,7 @@ impl Renderer<'_> {
     }
 
     /// A KubernetesServiceInstance that tether manages, in a slice without a controller.
-    fn render_bare_pod(&mut self, index: usize) {
+    fn render_bare_pod(&mut self, index: Idx<KubernetesServiceInstance>) {
         let g = self.graph;
         let instance = &g.models.instances[index];
         let links = &g.instances[index];
@@ -443,7 +452,7 @@ impl Renderer<'_> {
             .labels
             .get_or_insert_default()
             .extend(self.pod_labels(links.slice));
-        let mounts: Vec<usize> = links
+        let mounts: Vec<Idx<model::VolumeMount>> = links
             .mounts
             .iter()
             .chain(&g.slices[links.slice].mounts)
@@ -457,7 +466,7 @@ impl Renderer<'_> {
         self.push(instance.origin, name, &object);
     }
 
-    fn render_service(&mut self, index: usize) {
+    fn render_service(&mut self, index: Idx<model::Service>) {
         let g = self.graph;
         let service = &g.models.services[index];
         let links = &g.services[index];

@@ -7,9 +7,11 @@
 //! names here and are resolved by [`crate::resolve`].
 
 mod data;
+mod index;
 mod kind;
 mod read;
 
+pub use index::{Idx, PerModel, indexed};
 pub use kind::{CONFIG_MOUNT_ALIAS, Kind, XOS_FEEDBACK_FIELDS};
 
 use crate::diagnostic::{Diagnostics, Span};

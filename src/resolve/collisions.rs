@@ -5,7 +5,10 @@ use std::collections::HashMap;
 use super::{InstanceLinks, Resolver, ServiceLinks, SliceLinks, label};
 use crate::diagnostic::Span;
 use crate::k8s;
-use crate::model::{ControllerKind, DataKind, Kind};
+use crate::model::{
+    ControllerKind, DataKind, Idx, Kind, KubernetesServiceInstance, PerModel, Service, Slice,
+    TrustDomain,
+};
 
 /// A rendered object's identity: API group, kind, namespace, name.
 type ObjectKey = (String, String, Option<String>, String);
@@ -15,12 +18,12 @@ impl Resolver<'_> {
     /// usual way to collide (an object also made by a model, or by another instance).
     pub(super) fn check_object_collisions(
         &mut self,
-        slices: &[Option<SliceLinks>],
-        instances: &[Option<InstanceLinks>],
-        services: &Option<Vec<ServiceLinks>>,
+        slices: &PerModel<Slice, Option<SliceLinks>>,
+        instances: &PerModel<KubernetesServiceInstance, Option<InstanceLinks>>,
+        services: &Option<PerModel<Service, ServiceLinks>>,
     ) {
         let m = self.models;
-        let td_name = |i: usize| m.trust_domains[i].name.value.clone();
+        let td_name = |i: Idx<TrustDomain>| m.trust_domains[i].name.value.clone();
         let mut objects: Vec<(ObjectKey, String, Span)> = Vec::new();
         for x in m.trust_domains.iter().filter(|x| x.is_managed()) {
             objects.push((

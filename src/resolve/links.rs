@@ -5,10 +5,13 @@ use std::net::IpAddr;
 
 use super::{DataLinks, InstanceLinks, PrincipalLinks, Resolver, SliceLinks, label};
 use crate::diagnostic::{Diagnostic, Span};
-use crate::model::{ControllerKind, Kind};
+use crate::model::{
+    ControllerKind, DataModel, Idx, Kind, KubernetesServiceInstance, PerModel, Principal, Service,
+    Site, Slice, TrustDomain,
+};
 
 impl Resolver<'_> {
-    pub(super) fn resolve_principals(&mut self) -> Option<Vec<PrincipalLinks>> {
+    pub(super) fn resolve_principals(&mut self) -> Option<PerModel<Principal, PrincipalLinks>> {
         let m = self.models;
         let links: Vec<Option<PrincipalLinks>> = m
             .principals
@@ -22,7 +25,7 @@ impl Resolver<'_> {
         links.into_iter().collect()
     }
 
-    pub(super) fn resolve_data(&mut self) -> Option<Vec<DataLinks>> {
+    pub(super) fn resolve_data(&mut self) -> Option<PerModel<DataModel, DataLinks>> {
         let m = self.models;
         let links: Vec<Option<DataLinks>> = m
             .data
@@ -36,7 +39,7 @@ impl Resolver<'_> {
         links.into_iter().collect()
     }
 
-    pub(super) fn resolve_slices(&mut self) -> Vec<Option<SliceLinks>> {
+    pub(super) fn resolve_slices(&mut self) -> PerModel<Slice, Option<SliceLinks>> {
         let m = self.models;
         m.slices
             .iter()
@@ -44,7 +47,7 @@ impl Resolver<'_> {
                 let from = label(Kind::Slice, &x.name.value);
                 let mut ok = true;
                 if let Some(site) = &x.site {
-                    ok &= self.lookup(&from, Kind::Site, site).is_some();
+                    ok &= self.lookup::<Site>(&from, site).is_some();
                 }
                 let trust_domain = match &x.trust_domain {
                     Some(td) => {
@@ -83,7 +86,7 @@ impl Resolver<'_> {
                 };
                 let service = match &x.service {
                     Some(s) => {
-                        let found = self.lookup(&from, Kind::Service, s);
+                        let found = self.lookup::<Service>(&from, s);
                         ok &= found.is_some();
                         found
                     }
@@ -156,16 +159,16 @@ impl Resolver<'_> {
 
     pub(super) fn resolve_instances(
         &mut self,
-        slices: &[Option<SliceLinks>],
-    ) -> Vec<Option<InstanceLinks>> {
+        slices: &PerModel<Slice, Option<SliceLinks>>,
+    ) -> PerModel<KubernetesServiceInstance, Option<InstanceLinks>> {
         let m = self.models;
-        let mut seen: HashMap<(usize, &str), Span> = HashMap::new();
+        let mut seen: HashMap<(Idx<TrustDomain>, &str), Span> = HashMap::new();
         m.instances
             .iter()
             .map(|x| {
                 let from = label(Kind::KubernetesServiceInstance, &x.name.value);
                 let image = self.image(&from, &x.image);
-                let slice = self.lookup(&from, Kind::Slice, &x.slice)?;
+                let slice = self.lookup::<Slice>(&from, &x.slice)?;
                 let slice_model = &m.slices[slice];
                 if let Some(pod_ip) = &x.pod_ip
                     && pod_ip.value.parse::<IpAddr>().is_err() {

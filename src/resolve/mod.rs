@@ -10,65 +10,68 @@ mod rules;
 mod services;
 
 use crate::diagnostic::{Diagnostic, Diagnostics, Span};
-use crate::model::{Kind, Models};
+use crate::model::{
+    DataModel, Idx, Image, Kind, KubernetesServiceInstance, Models, PerModel, Principal, Service,
+    ServicePort, Slice, TrustDomain, VolumeMount,
+};
 use crate::source::SourceFiles;
 
 use names::NameIndex;
 
-/// Indices into the vectors of [`Models`]; each `*Links` vector runs parallel to the
-/// model vector of the same name.
+/// The models and their links: each `*Links` vector runs parallel to the model
+/// vector of the same name and is indexed by that model's [`Idx`].
 #[derive(Clone, Debug)]
 pub struct Graph {
     pub models: Models,
-    pub principals: Vec<PrincipalLinks>,
-    pub data: Vec<DataLinks>,
-    pub slices: Vec<SliceLinks>,
-    pub instances: Vec<InstanceLinks>,
-    pub mounts: Vec<MountLinks>,
-    pub services: Vec<ServiceLinks>,
+    pub principals: PerModel<Principal, PrincipalLinks>,
+    pub data: PerModel<DataModel, DataLinks>,
+    pub slices: PerModel<Slice, SliceLinks>,
+    pub instances: PerModel<KubernetesServiceInstance, InstanceLinks>,
+    pub mounts: PerModel<VolumeMount, MountLinks>,
+    pub services: PerModel<Service, ServiceLinks>,
 }
 
 #[derive(Clone, Debug)]
 pub struct PrincipalLinks {
-    pub trust_domain: usize,
+    pub trust_domain: Idx<TrustDomain>,
 }
 
 #[derive(Clone, Debug)]
 pub struct DataLinks {
-    pub trust_domain: usize,
+    pub trust_domain: Idx<TrustDomain>,
 }
 
 #[derive(Clone, Debug)]
 pub struct SliceLinks {
-    pub trust_domain: Option<usize>,
-    pub principal: Option<usize>,
-    pub service: Option<usize>,
-    pub default_image: Option<usize>,
-    /// Indices into `models.mounts` of the mounts that name this slice.
-    pub mounts: Vec<usize>,
+    pub trust_domain: Option<Idx<TrustDomain>>,
+    pub principal: Option<Idx<Principal>>,
+    pub service: Option<Idx<Service>>,
+    pub default_image: Option<Idx<Image>>,
+    /// The mounts that name this slice.
+    pub mounts: Vec<Idx<VolumeMount>>,
 }
 
 #[derive(Clone, Debug)]
 pub struct InstanceLinks {
-    pub slice: usize,
-    pub trust_domain: usize,
-    pub image: usize,
-    /// Indices into `models.mounts` of the mounts that name this instance.
-    pub mounts: Vec<usize>,
+    pub slice: Idx<Slice>,
+    pub trust_domain: Idx<TrustDomain>,
+    pub image: Idx<Image>,
+    /// The mounts that name this instance.
+    pub mounts: Vec<Idx<VolumeMount>>,
 }
 
 #[derive(Clone, Debug)]
 pub struct MountLinks {
-    /// Index into `models.data`.
-    pub source: usize,
+    /// The ConfigMap or Secret mounted.
+    pub source: Idx<DataModel>,
 }
 
 #[derive(Clone, Debug)]
 pub struct ServiceLinks {
     /// Where the Service is rendered; `None` when it has no ports and no slices.
-    pub trust_domain: Option<usize>,
-    /// Indices into `models.ports`, in source order.
-    pub ports: Vec<usize>,
+    pub trust_domain: Option<Idx<TrustDomain>>,
+    /// The Service's ports, in source order.
+    pub ports: Vec<Idx<ServicePort>>,
 }
 
 /// Resolves and checks `models`; the graph is `None` when any error was found.
@@ -97,12 +100,12 @@ pub fn resolve(models: Models, files: &SourceFiles) -> (Option<Graph>, Diagnosti
 }
 
 struct Links {
-    principals: Vec<PrincipalLinks>,
-    data: Vec<DataLinks>,
-    slices: Vec<SliceLinks>,
-    instances: Vec<InstanceLinks>,
-    mounts: Vec<MountLinks>,
-    services: Vec<ServiceLinks>,
+    principals: PerModel<Principal, PrincipalLinks>,
+    data: PerModel<DataModel, DataLinks>,
+    slices: PerModel<Slice, SliceLinks>,
+    instances: PerModel<KubernetesServiceInstance, InstanceLinks>,
+    mounts: PerModel<VolumeMount, MountLinks>,
+    services: PerModel<Service, ServiceLinks>,
 }
 
 struct Resolver<'m> {
@@ -140,8 +143,8 @@ impl Resolver<'_> {
         Some(Links {
             principals: principals?,
             data: data?,
-            slices: slices.into_iter().collect::<Option<Vec<_>>>()?,
-            instances: instances.into_iter().collect::<Option<Vec<_>>>()?,
+            slices: slices.into_iter().collect::<Option<_>>()?,
+            instances: instances.into_iter().collect::<Option<_>>()?,
             mounts: mounts?,
             services: services?,
         })

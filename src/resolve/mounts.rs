@@ -5,19 +5,28 @@ use std::collections::HashMap;
 
 use super::{InstanceLinks, MountLinks, Resolver, SliceLinks};
 use crate::diagnostic::Span;
-use crate::model::{Kind, MountTarget};
+use crate::model::{
+    Idx, KubernetesServiceInstance, MountTarget, PerModel, Slice, VolumeMount, indexed,
+};
+
+/// What a mount goes into: one pod, or every pod of a slice.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum Target {
+    Instance(Idx<KubernetesServiceInstance>),
+    Slice(Idx<Slice>),
+}
 
 impl Resolver<'_> {
     pub(super) fn resolve_mounts(
         &mut self,
-        slices: &mut [Option<SliceLinks>],
-        instances: &mut [Option<InstanceLinks>],
-    ) -> Option<Vec<MountLinks>> {
+        slices: &mut PerModel<Slice, Option<SliceLinks>>,
+        instances: &mut PerModel<KubernetesServiceInstance, Option<InstanceLinks>>,
+    ) -> Option<PerModel<VolumeMount, MountLinks>> {
         let m = self.models;
-        let mut paths: HashMap<(bool, usize, &str), Span> = HashMap::new();
+        let mut paths: HashMap<(Target, &str), Span> = HashMap::new();
         let mut links = Vec::new();
         let mut ok = true;
-        for (index, x) in m.mounts.iter().enumerate() {
+        for (index, x) in indexed(&m.mounts) {
             let kind = x.origin.kind;
             let from = format!(
                 "{kind} \"{}\" at \"{}\"",
@@ -39,9 +48,9 @@ impl Resolver<'_> {
                         return None;
                     }
                     let td = instances[i].as_ref()?.trust_domain;
-                    Some((false, i, td))
+                    Some((Target::Instance(i), td))
                 }),
-                MountTarget::Slice(name) => self.lookup(&from, Kind::Slice, name).and_then(|s| {
+                MountTarget::Slice(name) => self.lookup::<Slice>(&from, name).and_then(|s| {
                     if !m.slices[s].is_managed() {
                         self.error(
                             &from,
@@ -63,10 +72,10 @@ impl Resolver<'_> {
                             Some("set trust_domain on the slice".into()),
                         );
                     }
-                    Some((true, s, td?))
+                    Some((Target::Slice(s), td?))
                 }),
             };
-            let Some((is_slice, target, trust_domain)) = target else {
+            let Some((target, trust_domain)) = target else {
                 ok = false;
                 continue;
             };
@@ -104,10 +113,9 @@ impl Resolver<'_> {
                 );
                 ok = false;
             }
-            if let Some(first) = paths.insert(
-                (is_slice, target, x.mount_path.value.as_str()),
-                x.mount_path.span,
-            ) {
+            if let Some(first) =
+                paths.insert((target, x.mount_path.value.as_str()), x.mount_path.span)
+            {
                 self.error(
                     &from,
                     x.mount_path.span,
@@ -119,15 +127,15 @@ impl Resolver<'_> {
                 );
                 ok = false;
             }
-            if is_slice {
-                if let Some(l) = slices[target].as_mut() {
-                    l.mounts.push(index);
-                }
-            } else if let Some(l) = instances[target].as_mut() {
-                l.mounts.push(index);
+            let target_mounts = match target {
+                Target::Slice(s) => slices[s].as_mut().map(|l| &mut l.mounts),
+                Target::Instance(i) => instances[i].as_mut().map(|l| &mut l.mounts),
+            };
+            if let Some(mounts) = target_mounts {
+                mounts.push(index);
             }
             links.push(MountLinks { source });
         }
-        ok.then_some(links)
+        ok.then(|| links.into_iter().collect())
     }
 }

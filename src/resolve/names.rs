@@ -5,7 +5,62 @@ use std::collections::HashMap;
 
 use super::Resolver;
 use crate::diagnostic::suggestion;
-use crate::model::{DataKind, Kind, Models, Spanned, Text};
+use crate::model::{
+    DataKind, DataModel, Idx, Image, Kind, KubernetesService, KubernetesServiceInstance, Models,
+    Principal, Service, Site, Slice, Spanned, Text, TrustDomain,
+};
+
+/// A model that references name by its plain name, and the kind it is indexed under;
+/// a lookup thus returns an index of the right model vector.
+pub(super) trait Named {
+    const KIND: Kind;
+}
+
+impl Named for KubernetesService {
+    const KIND: Kind = Kind::KubernetesService;
+}
+
+impl Named for Site {
+    const KIND: Kind = Kind::Site;
+}
+
+impl Named for TrustDomain {
+    const KIND: Kind = Kind::TrustDomain;
+}
+
+impl Named for Slice {
+    const KIND: Kind = Kind::Slice;
+}
+
+impl Named for Service {
+    const KIND: Kind = Kind::Service;
+}
+
+/// A model named within a trust domain (`name`, or `trust_domain/name`).
+pub(super) trait Namespaced: Sized {
+    fn all(models: &Models) -> &Vec<Self>;
+    fn trust_domain(&self) -> &str;
+}
+
+impl Namespaced for Principal {
+    fn all(models: &Models) -> &Vec<Self> {
+        &models.principals
+    }
+
+    fn trust_domain(&self) -> &str {
+        &self.trust_domain.value
+    }
+}
+
+impl Namespaced for DataModel {
+    fn all(models: &Models) -> &Vec<Self> {
+        &models.data
+    }
+
+    fn trust_domain(&self) -> &str {
+        &self.trust_domain.value
+    }
+}
 
 /// Names of the models that references can point at, by kind.
 pub(super) struct NameIndex<'m> {
@@ -104,11 +159,20 @@ impl<'m> NameIndex<'m> {
         NameIndex { by_kind }
     }
 
-    pub(super) fn get(&self, kind: Kind, name: &str) -> &[usize] {
+    fn get(&self, kind: Kind, name: &str) -> &[usize] {
         self.by_kind
             .get(&kind)
             .and_then(|index| index.get(name))
             .map_or(&[], Vec::as_slice)
+    }
+
+    /// The models named `name` of `kind`, whose models are `T`s, in source order.
+    pub(super) fn find<T>(&self, kind: Kind, name: &str) -> Vec<Idx<T>> {
+        self.get(kind, name).iter().map(|&i| Idx::new(i)).collect()
+    }
+
+    pub(super) fn contains(&self, kind: Kind, name: &str) -> bool {
+        !self.get(kind, name).is_empty()
     }
 
     pub(super) fn names(&self, kind: Kind) -> impl Iterator<Item = &'m str> + '_ {
@@ -120,13 +184,13 @@ impl<'m> NameIndex<'m> {
 }
 
 impl<'m> Resolver<'m> {
-    /// A reference by plain name to a model of `kind`.
-    pub(super) fn lookup(&mut self, from: &str, kind: Kind, reference: &Text) -> Option<usize> {
-        let found = self.names.get(kind, &reference.value);
+    /// A reference by plain name to a `T`.
+    pub(super) fn lookup<T: Named>(&mut self, from: &str, reference: &Text) -> Option<Idx<T>> {
+        let found = self.names.find(T::KIND, &reference.value);
         if let Some(&first) = found.first() {
             return Some(first);
         }
-        self.dangling(from, kind, reference);
+        self.dangling(from, T::KIND, reference);
         None
     }
 
@@ -134,7 +198,7 @@ impl<'m> Resolver<'m> {
     pub(super) fn dangling(&mut self, from: &str, kind: Kind, reference: &Text) {
         let other_kind = Kind::ALL
             .into_iter()
-            .find(|k| *k != kind && !self.names.get(*k, &reference.value).is_empty());
+            .find(|k| *k != kind && self.names.contains(*k, &reference.value));
         let (message, hint) = match other_kind {
             Some(other) => (
                 format!("\"{}\" is a {other}, not a {kind}", reference.value),
@@ -150,15 +214,19 @@ impl<'m> Resolver<'m> {
     }
 
     /// A trust domain by name.
-    pub(super) fn trust_domain(&mut self, from: &str, reference: &Text) -> Option<usize> {
-        self.lookup(from, Kind::TrustDomain, reference)
+    pub(super) fn trust_domain(
+        &mut self,
+        from: &str,
+        reference: &Text,
+    ) -> Option<Idx<TrustDomain>> {
+        self.lookup(from, reference)
     }
 
     /// An Image reference: `name:tag`, or `name` when the repo has one tag of it.
-    pub(super) fn image(&mut self, from: &str, reference: &Text) -> Option<usize> {
+    pub(super) fn image(&mut self, from: &str, reference: &Text) -> Option<Idx<Image>> {
         let images = &self.models.images;
         let (name, tag) = crate::model::split_image_reference(&reference.value);
-        let candidates: Vec<usize> = self.names.get(Kind::Image, name).to_vec();
+        let candidates: Vec<Idx<Image>> = self.names.find(Kind::Image, name);
         match (tag, candidates.as_slice()) {
             (_, []) => {
                 let hint = suggestion(name, self.names.names(Kind::Image))
@@ -206,29 +274,21 @@ impl<'m> Resolver<'m> {
     }
 
     /// A namespaced model (`name` in `context`, or `trust_domain/name`).
-    pub(super) fn namespaced(
+    pub(super) fn namespaced<T: Namespaced>(
         &mut self,
         from: &str,
         kind: Kind,
         reference: &Text,
-        context: usize,
+        context: Idx<TrustDomain>,
         why: &str,
-    ) -> Option<usize> {
+    ) -> Option<Idx<T>> {
         let context_name = self.models.trust_domains[context].name.value.clone();
         let (td_name, name) = match reference.value.split_once('/') {
             Some((td, name)) => (td.to_string(), name.to_string()),
             None => (context_name.clone(), reference.value.clone()),
         };
-        let candidates: Vec<usize> = self.names.get(kind, &name).to_vec();
-        let trust_domain_of = |i: usize| -> &str {
-            match kind {
-                Kind::Principal => &self.models.principals[i].trust_domain.value,
-                Kind::KubernetesConfigMap | Kind::KubernetesSecret => {
-                    &self.models.data[i].trust_domain.value
-                }
-                _ => "",
-            }
-        };
+        let candidates: Vec<Idx<T>> = self.names.find(kind, &name);
+        let trust_domain_of = |i: Idx<T>| T::all(self.models)[i].trust_domain();
         if let Some(found) = candidates
             .iter()
             .copied()
@@ -257,16 +317,19 @@ impl<'m> Resolver<'m> {
     }
 
     /// A KubernetesServiceInstance by `name` (unique across trust domains) or `trust_domain/name`.
-    pub(super) fn instance(&mut self, from: &str, reference: &Text) -> Option<usize> {
+    pub(super) fn instance(
+        &mut self,
+        from: &str,
+        reference: &Text,
+    ) -> Option<Idx<KubernetesServiceInstance>> {
         let (td, name) = match reference.value.split_once('/') {
             Some((td, name)) => (Some(td), name),
             None => (None, reference.value.as_str()),
         };
-        let found: Vec<usize> = self
+        let found: Vec<Idx<KubernetesServiceInstance>> = self
             .names
-            .get(Kind::KubernetesServiceInstance, name)
-            .iter()
-            .copied()
+            .find(Kind::KubernetesServiceInstance, name)
+            .into_iter()
             .filter(|i| td.is_none_or(|td| self.slice_trust_domain(*i) == Some(td)))
             .collect();
         match found.as_slice() {
@@ -296,13 +359,14 @@ impl<'m> Resolver<'m> {
         }
     }
 
-    pub(super) fn slice_trust_domain(&self, instance: usize) -> Option<&'m str> {
+    /// The trust domain of an instance's slice, before the slice is resolved.
+    fn slice_trust_domain(&self, instance: Idx<KubernetesServiceInstance>) -> Option<&'m str> {
         let m = self.models;
-        let slice = self
+        let slice: Idx<Slice> = *self
             .names
-            .get(Kind::Slice, &m.instances[instance].slice.value)
+            .find(Kind::Slice, &m.instances[instance].slice.value)
             .first()?;
-        m.slices[*slice]
+        m.slices[slice]
             .trust_domain
             .as_ref()
             .map(|t| t.value.as_str())

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use super::{Resolver, label};
 use crate::diagnostic::Span;
 use crate::k8s;
-use crate::model::{Kind, Text};
+use crate::model::{Kind, KubernetesService, Text};
 
 /// A model name that becomes a Kubernetes name: the model kind, the name, its rule,
 /// and the rule in words.
@@ -112,7 +112,7 @@ impl<'m> Resolver<'m> {
         for (model, owner, span) in owners {
             match owner {
                 Some(owner) => {
-                    self.lookup(&model, Kind::KubernetesService, owner);
+                    self.lookup::<KubernetesService>(&model, owner);
                 }
                 None if services.len() == 1 => {}
                 None => {

@@ -5,18 +5,21 @@ use std::collections::HashMap;
 
 use super::{Resolver, ServiceLinks, SliceLinks, label};
 use crate::diagnostic::Span;
-use crate::model::{Kind, Protocol};
+use crate::model::{
+    Idx, Kind, PerModel, Protocol, Service, ServicePort, Slice, TrustDomain, indexed,
+};
 
 impl Resolver<'_> {
     pub(super) fn resolve_services(
         &mut self,
-        slices: &[Option<SliceLinks>],
-    ) -> Option<Vec<ServiceLinks>> {
+        slices: &PerModel<Slice, Option<SliceLinks>>,
+    ) -> Option<PerModel<Service, ServiceLinks>> {
         let m = self.models;
-        let mut ports: Vec<Vec<usize>> = vec![Vec::new(); m.services.len()];
+        let mut ports: PerModel<Service, Vec<Idx<ServicePort>>> =
+            m.services.iter().map(|_| Vec::new()).collect();
         let mut node_ports: HashMap<i64, Span> = HashMap::new();
         let mut ok = true;
-        for (i, p) in m.ports.iter().enumerate() {
+        for (i, p) in indexed(&m.ports) {
             let from = label(Kind::ServicePort, &p.name.value);
             let internal = &p.internal_port;
             if !(1..=65535).contains(&internal.value) {
@@ -53,13 +56,13 @@ impl Resolver<'_> {
                     ok = false;
                 }
             }
-            match self.lookup(&from, Kind::Service, &p.service) {
+            match self.lookup::<Service>(&from, &p.service) {
                 Some(s) => ports[s].push(i),
                 None => ok = false,
             }
         }
         let mut links = Vec::new();
-        for (s, service) in m.services.iter().enumerate() {
+        for (s, service) in indexed(&m.services) {
             let from = label(Kind::Service, &service.name.value);
             // Unique (port, protocol) pairs within the Service.
             let mut pairs: HashMap<(i64, Protocol), Span> = HashMap::new();
@@ -94,10 +97,7 @@ impl Resolver<'_> {
                 },
                 None => None,
             };
-            let member_tds: Vec<(usize, usize)> = m
-                .slices
-                .iter()
-                .enumerate()
+            let member_tds: Vec<(Idx<Slice>, Idx<TrustDomain>)> = indexed(&m.slices)
                 .filter(|(i, _)| slices[*i].as_ref().is_some_and(|l| l.service == Some(s)))
                 .filter_map(|(i, _)| {
                     slices[i]
@@ -141,6 +141,6 @@ impl Resolver<'_> {
                 ports: std::mem::take(&mut ports[s]),
             });
         }
-        ok.then_some(links)
+        ok.then(|| links.into_iter().collect())
     }
 }
