@@ -157,10 +157,7 @@ pub(super) fn read_data(
             ok = false;
         }
     }
-    let what = match data_kind {
-        DataKind::Config => "ConfigMap",
-        DataKind::Secret => "Secret",
-    };
+    let what = data_kind.kubernetes_kind();
     for (name, _) in &entries {
         if !is_valid_data_key(&name.value) {
             diagnostics.push(
