@@ -41,120 +41,113 @@ impl Resolver<'_> {
 
     pub(super) fn resolve_slices(&mut self) -> PerModel<Slice, Option<SliceLinks>> {
         let m = self.models;
-        m.slices
-            .iter()
-            .map(|x| {
-                let from = label(Kind::Slice, &x.name.value);
-                let mut ok = true;
-                if let Some(site) = &x.site {
-                    ok &= self.lookup::<Site>(&from, site).is_some();
-                }
-                let trust_domain = match &x.trust_domain {
-                    Some(td) => {
-                        let found = self.trust_domain(&from, td);
-                        ok &= found.is_some();
-                        found
-                    }
-                    None => None,
-                };
-                let principal = match (&x.principal, trust_domain, &x.trust_domain) {
-                    (Some(p), Some(td), _) => {
-                        let found = self.namespaced(
-                            &from,
-                            Kind::Principal,
-                            p,
-                            td,
-                            "a slice's principal must live in the slice's trust domain",
-                        );
-                        ok &= found.is_some();
-                        found
-                    }
-                    (Some(p), None, None) => {
-                        self.error(
-                            &from,
-                            p.span,
-                            "a slice with a principal needs a trust_domain",
-                            Some(
-                                "set trust_domain: the ServiceAccount lives in that namespace"
-                                    .into(),
-                            ),
-                        );
-                        ok = false;
-                        None
-                    }
-                    _ => None,
-                };
-                let service = match &x.service {
-                    Some(s) => {
-                        let found = self.lookup::<Service>(&from, s);
-                        ok &= found.is_some();
-                        found
-                    }
-                    None => None,
-                };
-                let default_image = match &x.default_image {
-                    Some(i) => {
-                        let found = self.image(&from, i);
-                        ok &= found.is_some();
-                        found
-                    }
-                    None => None,
-                };
-                if let Some(controller) = &x.controller_kind {
-                    let kind = controller.value.name();
-                    if x.trust_domain.is_none() {
-                        self.error(
-                            &from,
-                            controller.span,
-                            format!("a {kind} slice needs a trust_domain"),
-                            Some(format!(
-                                "set trust_domain: the {kind} is created in that namespace"
-                            )),
-                        );
-                        ok = false;
-                    }
-                    if x.default_image.is_none() && x.is_managed() {
-                        self.error(
-                            &from,
-                            controller.span,
-                            format!("a {kind} slice needs a default_image"),
-                            Some(
-                                "set default_image to an Image (name:tag): its pods run it".into(),
-                            ),
-                        );
-                        ok = false;
-                    }
-                    if controller.value == ControllerKind::DaemonSet
-                        && let Some(count) = &x.controller_replica_count
-                    {
-                        self.diagnostics.push(
-                            Diagnostic::warning(
-                                count.span,
-                                "controller_replica_count is ignored for a DaemonSet",
-                            )
-                            .in_model(from.clone())
-                            .with_hint("a DaemonSet runs one pod per node"),
-                        );
-                    }
-                } else if let Some(count) = &x.controller_replica_count {
-                    self.diagnostics.push(
-                        Diagnostic::warning(
-                            count.span,
-                            "controller_replica_count is ignored without controller_kind",
-                        )
-                        .in_model(from.clone())
-                        .with_hint("set controller_kind: Deployment to run replicas"),
-                    );
-                }
-                ok.then_some(SliceLinks {
-                    trust_domain,
-                    principal,
-                    service,
-                    default_image,
-                    mounts: Vec::new(),
-                })
-            })
-            .collect()
+        m.slices.iter().map(|x| self.resolve_slice(x)).collect()
+    }
+
+    fn resolve_slice(&mut self, x: &Slice) -> Option<SliceLinks> {
+        let from = label(Kind::Slice, &x.name.value);
+        let mut ok = true;
+        let site = x.site.as_ref().map(|s| self.lookup::<Site>(&from, s));
+        optional(&mut ok, site);
+        let trust_domain = x.trust_domain.as_ref().map(|t| self.trust_domain(&from, t));
+        let trust_domain = optional(&mut ok, trust_domain);
+        let principal = self.slice_principal(&from, x, trust_domain);
+        let principal = optional(&mut ok, principal);
+        let service = x.service.as_ref().map(|s| self.lookup::<Service>(&from, s));
+        let service = optional(&mut ok, service);
+        let default_image = x.default_image.as_ref().map(|i| self.image(&from, i));
+        let default_image = optional(&mut ok, default_image);
+        ok &= self.check_controller(&from, x);
+        ok.then_some(SliceLinks {
+            trust_domain,
+            principal,
+            service,
+            default_image,
+            mounts: Vec::new(),
+        })
+    }
+
+    /// The slice's principal, when one is written (`Some(None)` when it does not
+    /// resolve): a ServiceAccount in the slice's trust domain.
+    fn slice_principal(
+        &mut self,
+        from: &str,
+        x: &Slice,
+        trust_domain: Option<Idx<TrustDomain>>,
+    ) -> Option<Option<Idx<Principal>>> {
+        match (&x.principal, trust_domain, &x.trust_domain) {
+            (Some(p), Some(td), _) => Some(self.namespaced(
+                from,
+                Kind::Principal,
+                p,
+                td,
+                "a slice's principal must live in the slice's trust domain",
+            )),
+            (Some(p), None, None) => {
+                self.error(
+                    from,
+                    p.span,
+                    "a slice with a principal needs a trust_domain",
+                    Some("set trust_domain: the ServiceAccount lives in that namespace".into()),
+                );
+                Some(None)
+            }
+            // A trust domain that does not resolve is reported already.
+            _ => None,
+        }
+    }
+
+    /// A controller needs a namespace and an image; a replica count needs a controller
+    /// that has replicas (warnings). False on an error.
+    fn check_controller(&mut self, from: &str, x: &Slice) -> bool {
+        let mut ok = true;
+        let Some(controller) = &x.controller_kind else {
+            if let Some(count) = &x.controller_replica_count {
+                self.diagnostics.push(
+                    Diagnostic::warning(
+                        count.span,
+                        "controller_replica_count is ignored without controller_kind",
+                    )
+                    .in_model(from)
+                    .with_hint("set controller_kind: Deployment to run replicas"),
+                );
+            }
+            return ok;
+        };
+        let kind = controller.value.name();
+        if x.trust_domain.is_none() {
+            self.error(
+                from,
+                controller.span,
+                format!("a {kind} slice needs a trust_domain"),
+                Some(format!(
+                    "set trust_domain: the {kind} is created in that namespace"
+                )),
+            );
+            ok = false;
+        }
+        if x.default_image.is_none() && x.is_managed() {
+            self.error(
+                from,
+                controller.span,
+                format!("a {kind} slice needs a default_image"),
+                Some("set default_image to an Image (name:tag): its pods run it".into()),
+            );
+            ok = false;
+        }
+        if controller.value == ControllerKind::DaemonSet
+            && let Some(count) = &x.controller_replica_count
+        {
+            self.diagnostics.push(
+                Diagnostic::warning(
+                    count.span,
+                    "controller_replica_count is ignored for a DaemonSet",
+                )
+                .in_model(from)
+                .with_hint("a DaemonSet runs one pod per node"),
+            );
+        }
+        ok
     }
 
     pub(super) fn resolve_instances(
@@ -198,4 +191,11 @@ impl Resolver<'_> {
             })
             .collect()
     }
+}
+
+/// The link of an optional field: `None` when the field is not written; `ok` turns
+/// false when it is written but does not resolve.
+fn optional<T>(ok: &mut bool, resolved: Option<Option<T>>) -> Option<T> {
+    *ok &= resolved.as_ref().is_none_or(Option::is_some);
+    resolved.flatten()
 }

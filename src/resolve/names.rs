@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use super::Resolver;
 use crate::diagnostic::suggestion;
 use crate::model::{
-    DataKind, DataModel, Idx, Image, Kind, KubernetesService, KubernetesServiceInstance, Models,
-    Principal, Service, Site, Slice, Spanned, Text, TrustDomain,
+    DataModel, Idx, Image, Kind, KubernetesService, KubernetesServiceInstance, Models, Principal,
+    Service, Site, Slice, Spanned, Text, TrustDomain,
 };
 
 /// A model that references name by its plain name, and the kind it is indexed under;
@@ -69,94 +69,36 @@ pub(super) struct NameIndex<'m> {
 
 impl<'m> NameIndex<'m> {
     pub(super) fn build(models: &'m Models) -> Self {
-        let mut by_kind: HashMap<Kind, HashMap<&'m str, Vec<usize>>> = HashMap::new();
-        let mut add = |kind: Kind, names: Vec<&'m str>| {
-            let index = by_kind.entry(kind).or_default();
-            for (i, name) in names.into_iter().enumerate() {
-                index.entry(name).or_default().push(i);
-            }
+        let mut index = NameIndex {
+            by_kind: HashMap::new(),
         };
-        add(
-            Kind::KubernetesService,
-            models
-                .kubernetes_services
-                .iter()
-                .map(|m| m.name.value.as_str())
-                .collect(),
-        );
-        add(
-            Kind::Site,
-            models.sites.iter().map(|m| m.name.value.as_str()).collect(),
-        );
-        add(
-            Kind::Image,
-            models
-                .images
-                .iter()
-                .map(|m| m.name.value.as_str())
-                .collect(),
-        );
-        add(
-            Kind::TrustDomain,
-            models
-                .trust_domains
-                .iter()
-                .map(|m| m.name.value.as_str())
-                .collect(),
-        );
-        add(
-            Kind::Principal,
-            models
-                .principals
-                .iter()
-                .map(|m| m.name.value.as_str())
-                .collect(),
-        );
-        add(
-            Kind::Slice,
-            models
-                .slices
-                .iter()
-                .map(|m| m.name.value.as_str())
-                .collect(),
-        );
-        add(
-            Kind::KubernetesServiceInstance,
-            models
-                .instances
-                .iter()
-                .map(|m| m.name.value.as_str())
-                .collect(),
-        );
-        add(
-            Kind::Service,
-            models
-                .services
-                .iter()
-                .map(|m| m.name.value.as_str())
-                .collect(),
-        );
-        add(
-            Kind::KubernetesResourceInstance,
-            models
-                .resources
-                .iter()
-                .map(|m| m.name.value.as_str())
-                .collect(),
-        );
-        // ConfigMaps and Secrets share `models.data`; index each kind separately.
-        for kind in [DataKind::Config, DataKind::Secret] {
-            let index = by_kind.entry(kind.model_kind()).or_default();
-            for (i, m) in models
-                .data
-                .iter()
-                .enumerate()
-                .filter(|(_, m)| m.data_kind == kind)
-            {
-                index.entry(m.name.value.as_str()).or_default().push(i);
-            }
+        index.add(&models.kubernetes_services, |m| {
+            (Kind::KubernetesService, &m.name)
+        });
+        index.add(&models.sites, |m| (Kind::Site, &m.name));
+        index.add(&models.images, |m| (Kind::Image, &m.name));
+        index.add(&models.trust_domains, |m| (Kind::TrustDomain, &m.name));
+        index.add(&models.principals, |m| (Kind::Principal, &m.name));
+        index.add(&models.slices, |m| (Kind::Slice, &m.name));
+        index.add(&models.instances, |m| {
+            (Kind::KubernetesServiceInstance, &m.name)
+        });
+        index.add(&models.services, |m| (Kind::Service, &m.name));
+        index.add(&models.resources, |m| {
+            (Kind::KubernetesResourceInstance, &m.name)
+        });
+        // ConfigMaps and Secrets share `models.data`; each is indexed under its kind.
+        index.add(&models.data, |m| (m.data_kind.model_kind(), &m.name));
+        index
+    }
+
+    /// Indexes `models` (one model vector) under the kind and name `key` gives.
+    fn add<T>(&mut self, models: &'m [T], key: impl Fn(&'m T) -> (Kind, &'m Text)) {
+        for (i, model) in models.iter().enumerate() {
+            let (kind, name) = key(model);
+            let index = self.by_kind.entry(kind).or_default();
+            index.entry(name.value.as_str()).or_default().push(i);
         }
-        NameIndex { by_kind }
     }
 
     fn get(&self, kind: Kind, name: &str) -> &[usize] {
