@@ -19,7 +19,10 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::k8s;
-use crate::model::{ControllerKind, DataKind, Origin, Protocol, Text};
+use crate::model::{
+    self, ControllerKind, DataKind, DataModel, Idx, Image, KubernetesServiceInstance, ModelObject,
+    Origin, Principal, Protocol, Slice, Text, TrustDomain, indexed, object_key,
+};
 use crate::ownership::{Inventory, MODEL_ANNOTATION, SOURCE_ANNOTATION, ownership_labels};
 use crate::resolve::Graph;
 use crate::source::SourceFiles;
@@ -111,26 +114,33 @@ impl Renderer<'_> {
         ])
     }
 
-    fn metadata(
-        &self,
-        origin: Origin,
-        model_name: &str,
-        name: &str,
-        namespace: Option<&str>,
-    ) -> ObjectMeta {
+    /// The metadata of the object `key` names, which comes from [`object_key`]: the
+    /// identity resolve checked for collisions.
+    fn metadata(&self, origin: Origin, model_name: &str, key: &k8s::ObjectKey) -> ObjectMeta {
         ObjectMeta {
-            name: Some(name.to_string()),
-            namespace: namespace.map(str::to_string),
+            name: Some(key.name.clone()),
+            namespace: key.namespace.clone(),
             labels: Some(self.ownership_labels()),
             annotations: Some(self.annotations(origin, model_name)),
             ..ObjectMeta::default()
         }
     }
 
-    fn push<T: Serialize>(&mut self, origin: Origin, model_name: &str, object: &T) {
+    fn push<T: Serialize>(
+        &mut self,
+        origin: Origin,
+        model_name: &str,
+        key: &k8s::ObjectKey,
+        object: &T,
+    ) {
         // Serializing k8s-openapi types to JSON cannot fail: no maps with non-string keys.
         let body = serde_json::to_value(object).unwrap_or_default();
         self.push_value(origin, model_name, body);
+        debug_assert_eq!(
+            self.objects.last().map(RenderedObject::key).as_ref(),
+            Some(key),
+            "render and resolve disagree on the object of {model_name}"
+        );
     }
 
     fn push_value(&mut self, origin: Origin, model_name: &str, body: serde_json::Value) {
@@ -147,91 +157,110 @@ impl Renderer<'_> {
         });
     }
 
-    fn td_name(&self, index: usize) -> &str {
+    fn td_name(&self, index: Idx<TrustDomain>) -> &str {
         &self.graph.models.trust_domains[index].name.value
     }
 
     fn render_all(&mut self) {
-        let g = self.graph;
-        let m = &g.models;
+        let m = &self.graph.models;
         for td in m.trust_domains.iter().filter(|x| x.is_managed()) {
-            let name = &td.name.value;
-            let object = Namespace {
-                metadata: self.metadata(td.origin, name, name, None),
-                ..Namespace::default()
-            };
-            self.push(td.origin, name, &object);
+            self.render_namespace(td);
         }
-        for (p, links) in m.principals.iter().zip(&g.principals) {
-            if !p.is_managed() {
-                continue;
-            }
-            let name = &p.name.value;
-            let object = ServiceAccount {
-                metadata: self.metadata(
-                    p.origin,
-                    name,
-                    name,
-                    Some(self.td_name(links.trust_domain)),
-                ),
-                ..ServiceAccount::default()
-            };
-            self.push(p.origin, name, &object);
+        for p in m.principals.iter().filter(|x| x.is_managed()) {
+            self.render_service_account(p);
         }
-        for (d, links) in m.data.iter().zip(&g.data) {
-            let name = &d.name.value;
-            let metadata =
-                self.metadata(d.origin, name, name, Some(self.td_name(links.trust_domain)));
-            let entries = d
-                .data
-                .iter()
-                .map(|(k, v)| (k.value.clone(), v.value.clone()));
-            match d.data_kind {
-                DataKind::Config => {
-                    let object = ConfigMap {
-                        metadata,
-                        data: Some(entries.collect()),
-                        ..ConfigMap::default()
-                    };
-                    self.push(d.origin, name, &object);
-                }
-                DataKind::Secret => {
-                    let object = Secret {
-                        metadata,
-                        type_: Some("Opaque".into()),
-                        data: Some(
-                            entries
-                                .map(|(k, v)| (k, ByteString(v.into_bytes())))
-                                .collect(),
-                        ),
-                        ..Secret::default()
-                    };
-                    self.push(d.origin, name, &object);
-                }
-            }
+        for d in &m.data {
+            self.render_data(d);
         }
-        for i in 0..m.slices.len() {
+        for (i, _) in indexed(&m.slices) {
             self.render_slice(i);
         }
-        for i in 0..m.instances.len() {
+        for (i, _) in indexed(&m.instances) {
             self.render_bare_pod(i);
         }
-        for i in 0..m.services.len() {
+        for (i, _) in indexed(&m.services) {
             self.render_service(i);
         }
         for r in &m.resources {
             for object in &r.objects {
+                let Some(key) = object_key(ModelObject::Resource(&object.value)) else {
+                    continue;
+                };
                 let mut body = object.value.clone();
-                self.label_resource(&mut body, r.origin, &r.name.value);
+                self.label_resource(&mut body, r.origin, &r.name.value, key.namespace);
                 self.push_value(r.origin, &r.name.value, body);
+            }
+        }
+    }
+
+    fn render_namespace(&mut self, td: &TrustDomain) {
+        let Some(key) = object_key(ModelObject::TrustDomain(td)) else {
+            return;
+        };
+        let name = &td.name.value;
+        let object = Namespace {
+            metadata: self.metadata(td.origin, name, &key),
+            ..Namespace::default()
+        };
+        self.push(td.origin, name, &key, &object);
+    }
+
+    fn render_service_account(&mut self, p: &Principal) {
+        let Some(key) = object_key(ModelObject::Principal(p)) else {
+            return;
+        };
+        let name = &p.name.value;
+        let object = ServiceAccount {
+            metadata: self.metadata(p.origin, name, &key),
+            ..ServiceAccount::default()
+        };
+        self.push(p.origin, name, &key, &object);
+    }
+
+    fn render_data(&mut self, d: &DataModel) {
+        let Some(key) = object_key(ModelObject::Data(d)) else {
+            return;
+        };
+        let name = &d.name.value;
+        let metadata = self.metadata(d.origin, name, &key);
+        let entries = d
+            .data
+            .iter()
+            .map(|(k, v)| (k.value.clone(), v.value.clone()));
+        match d.data_kind {
+            DataKind::Config => {
+                let object = ConfigMap {
+                    metadata,
+                    data: Some(entries.collect()),
+                    ..ConfigMap::default()
+                };
+                self.push(d.origin, name, &key, &object);
+            }
+            DataKind::Secret => {
+                let object = Secret {
+                    metadata,
+                    type_: Some("Opaque".into()),
+                    data: Some(
+                        entries
+                            .map(|(k, v)| (k, ByteString(v.into_bytes())))
+                            .collect(),
+                    ),
+                    ..Secret::default()
+                };
+                self.push(d.origin, name, &key, &object);
             }
         }
     }
 
     /// Adds tether's labels and annotations, and the default namespace, to an object
     /// written by hand; everything else stays as written.
-    fn label_resource(&self, body: &mut serde_json::Value, origin: Origin, model_name: &str) {
-        let namespace = k8s::effective_namespace(body);
+    fn label_resource(
+        &self,
+        body: &mut serde_json::Value,
+        origin: Origin,
+        model_name: &str,
+        namespace: Option<String>,
+    ) {
         let Some(object) = body.as_object_mut() else {
             return;
         };
@@ -260,7 +289,7 @@ impl Renderer<'_> {
     }
 
     /// Labels of the pods of a slice: the selector of its controller and its Service.
-    fn pod_labels(&self, slice: usize) -> BTreeMap<String, String> {
+    fn pod_labels(&self, slice: Idx<Slice>) -> BTreeMap<String, String> {
         let s = &self.graph.models.slices[slice];
         let mut pod_labels = labels(&[(SLICE_LABEL, &s.name.value)]);
         if let Some(service) = self.graph.slices[slice].service {
@@ -273,7 +302,13 @@ impl Renderer<'_> {
     }
 
     /// The pod spec of a slice's controller or of one of its bare pods.
-    fn pod_spec(&self, slice: usize, container: &str, image: usize, mounts: &[usize]) -> PodSpec {
+    fn pod_spec(
+        &self,
+        slice: Idx<Slice>,
+        container: &str,
+        image: Idx<Image>,
+        mounts: &[Idx<model::VolumeMount>],
+    ) -> PodSpec {
         let g = self.graph;
         let mut volumes: Vec<Volume> = Vec::new();
         let mut volume_mounts = Vec::new();
@@ -325,7 +360,7 @@ impl Renderer<'_> {
         }
     }
 
-    fn render_slice(&mut self, index: usize) {
+    fn render_slice(&mut self, index: Idx<Slice>) {
         let g = self.graph;
         let slice = &g.models.slices[index];
         let links = &g.slices[index];
@@ -337,9 +372,12 @@ impl Renderer<'_> {
         ) else {
             return;
         };
+        let Some(key) = object_key(ModelObject::Slice(slice, self.td_name(td))) else {
+            return;
+        };
         let enabled = slice.enabled.as_ref().is_none_or(|e| e.value);
         let name = &slice.name.value;
-        let mut metadata = self.metadata(slice.origin, name, name, Some(self.td_name(td)));
+        let mut metadata = self.metadata(slice.origin, name, &key);
         annotate_description(&mut metadata, slice.description.as_ref());
         let pod_labels = self.pod_labels(index);
         let mut spec = self.pod_spec(index, name, image, &links.mounts);
@@ -373,7 +411,7 @@ impl Renderer<'_> {
                     }),
                     ..Deployment::default()
                 };
-                self.push(slice.origin, name, &object);
+                self.push(slice.origin, name, &key, &object);
             }
             ControllerKind::StatefulSet => {
                 let service_name = links
@@ -390,7 +428,7 @@ impl Renderer<'_> {
                     }),
                     ..StatefulSet::default()
                 };
-                self.push(slice.origin, name, &object);
+                self.push(slice.origin, name, &key, &object);
             }
             ControllerKind::DaemonSet if enabled => {
                 let object = DaemonSet {
@@ -402,7 +440,7 @@ impl Renderer<'_> {
                     }),
                     ..DaemonSet::default()
                 };
-                self.push(slice.origin, name, &object);
+                self.push(slice.origin, name, &key, &object);
             }
             ControllerKind::Job if enabled => {
                 spec.restart_policy = Some("Never".into());
@@ -416,14 +454,14 @@ impl Renderer<'_> {
                     }),
                     ..Job::default()
                 };
-                self.push(slice.origin, name, &object);
+                self.push(slice.origin, name, &key, &object);
             }
             ControllerKind::DaemonSet | ControllerKind::Job => {}
         }
     }
 
     /// A KubernetesServiceInstance that tether manages, in a slice without a controller.
-    fn render_bare_pod(&mut self, index: usize) {
+    fn render_bare_pod(&mut self, index: Idx<KubernetesServiceInstance>) {
         let g = self.graph;
         let instance = &g.models.instances[index];
         let links = &g.instances[index];
@@ -432,18 +470,17 @@ impl Renderer<'_> {
         if !instance.is_managed() || slice.controller_kind.is_some() || !enabled {
             return;
         }
+        let object = ModelObject::Instance(instance, self.td_name(links.trust_domain));
+        let Some(key) = object_key(object) else {
+            return;
+        };
         let name = &instance.name.value;
-        let mut metadata = self.metadata(
-            instance.origin,
-            name,
-            name,
-            Some(self.td_name(links.trust_domain)),
-        );
+        let mut metadata = self.metadata(instance.origin, name, &key);
         metadata
             .labels
             .get_or_insert_default()
             .extend(self.pod_labels(links.slice));
-        let mounts: Vec<usize> = links
+        let mounts: Vec<Idx<model::VolumeMount>> = links
             .mounts
             .iter()
             .chain(&g.slices[links.slice].mounts)
@@ -454,10 +491,10 @@ impl Renderer<'_> {
             spec: Some(self.pod_spec(links.slice, name, links.image, &mounts)),
             ..Pod::default()
         };
-        self.push(instance.origin, name, &object);
+        self.push(instance.origin, name, &key, &object);
     }
 
-    fn render_service(&mut self, index: usize) {
+    fn render_service(&mut self, index: Idx<model::Service>) {
         let g = self.graph;
         let service = &g.models.services[index];
         let links = &g.services[index];
@@ -492,7 +529,10 @@ impl Renderer<'_> {
             })
             .collect();
         let node_port = ports.iter().any(|p| p.node_port.is_some());
-        let mut metadata = self.metadata(service.origin, name, name, Some(self.td_name(td)));
+        let Some(key) = object_key(ModelObject::Service(service, self.td_name(td))) else {
+            return;
+        };
+        let mut metadata = self.metadata(service.origin, name, &key);
         annotate_description(&mut metadata, service.description.as_ref());
         let object = Service {
             metadata,
@@ -504,7 +544,7 @@ impl Renderer<'_> {
             }),
             ..Service::default()
         };
-        self.push(service.origin, name, &object);
+        self.push(service.origin, name, &key, &object);
     }
 }
 

@@ -186,10 +186,47 @@ enum PodSlice {
 /// with the repo's `existing` files.
 pub fn plan(pods: &[PodFacts], existing: &SourceFiles, scope: &Scope, applyset: &str) -> Outcome {
     let repo = Repo::read(existing);
-    let user = &repo.user;
-    let user_slices: BTreeSet<&str> = user.slices.iter().map(|s| s.name.value.as_str()).collect();
+    let pods = pods_to_describe(pods, &repo.user, scope, applyset);
+    let (drafts, pod_drafts) = draft_pods(pods, &repo.user, applyset);
+    let slice_names = name_slices(&drafts, &repo, scope);
 
-    // Pods the user's models describe already (namespace, name).
+    // The files of the namespaces in scope, as they should be.
+    let mut desired: BTreeMap<String, String> = BTreeMap::new();
+    let mut needed_images: BTreeSet<String> = BTreeSet::new();
+    for draft in &pod_drafts {
+        let slice = match &draft.slice {
+            PodSlice::User(name) => name.clone(),
+            PodSlice::Discovered(key) => slice_names[key].clone(),
+        };
+        let p = draft.pod;
+        desired.insert(pod_path(&p.namespace, &p.name), pod_file(draft, &slice));
+        needed_images.insert(draft.image.clone());
+    }
+    for namespace in namespaces_to_write(&pod_drafts, &repo, scope) {
+        let slices: Vec<(&String, &SliceKey, &SliceDraft)> = drafts
+            .iter()
+            .filter(|(k, _)| k.namespace == namespace)
+            .map(|(k, d)| (&slice_names[k], k, d))
+            .collect();
+        needed_images.extend(slices.iter().map(|(_, _, d)| d.image.clone()));
+        if let Some(text) = namespace_file(namespace, &repo.user, slices) {
+            desired.insert(format!("{DISCOVERED_DIR}/{namespace}/namespace.yaml"), text);
+        }
+    }
+    if let Some(text) = images_file(&repo, scope, needed_images) {
+        desired.insert(IMAGES_FILE.to_string(), text);
+    }
+    compare(desired, existing, scope)
+}
+
+/// The pods in scope that discovery describes, by namespace and name: not those tether
+/// applied as bare pods, nor those the user's models describe already.
+fn pods_to_describe<'p>(
+    pods: &'p [PodFacts],
+    user: &Models,
+    scope: &Scope,
+    applyset: &str,
+) -> Vec<&'p PodFacts> {
     let user_slice_namespaces: BTreeMap<&str, &str> = user
         .slices
         .iter()
@@ -217,7 +254,17 @@ pub fn plan(pods: &[PodFacts], existing: &SourceFiles, scope: &Scope, applyset: 
         })
         .collect();
     pods.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    pods
+}
 
+/// Each pod's slice (a user's Slice whose controller tether applied, else a
+/// discovered one per top-level controller) and image; the discovered slices' drafts.
+fn draft_pods<'p>(
+    pods: Vec<&'p PodFacts>,
+    user: &Models,
+    applyset: &str,
+) -> (BTreeMap<SliceKey, SliceDraft>, Vec<PodDraft<'p>>) {
+    let user_slices: BTreeSet<&str> = user.slices.iter().map(|s| s.name.value.as_str()).collect();
     let mut drafts: BTreeMap<SliceKey, SliceDraft> = BTreeMap::new();
     let mut pod_drafts = Vec::with_capacity(pods.len());
     for pod in pods {
@@ -258,50 +305,40 @@ pub fn plan(pods: &[PodFacts], existing: &SourceFiles, scope: &Scope, applyset: 
         };
         pod_drafts.push(PodDraft { pod, slice, image });
     }
+    (drafts, pod_drafts)
+}
 
-    let slice_names = name_slices(&drafts, &repo, scope);
+/// A pod's file: its KubernetesServiceInstance in `slice`.
+fn pod_file(draft: &PodDraft, slice: &str) -> String {
+    let p = draft.pod;
+    let made_by = p
+        .controller
+        .as_ref()
+        .map(|c| format!(", made by {} {}", c.kind, c.name))
+        .unwrap_or_default();
+    let mut text = format!("{HEADER}# Pod {}/{}{made_by}.\n", p.namespace, p.name);
+    text.push_str(body(&document(
+        Kind::KubernetesServiceInstance,
+        &[
+            ("name", Some(Scalar::Text(&p.name))),
+            ("slice", Some(Scalar::Text(slice))),
+            ("image", Some(Scalar::Text(&draft.image))),
+            ("xos_managed", Some(Scalar::Bool(false))),
+            ("pod_ip", p.ip.as_deref().map(Scalar::Text)),
+        ],
+    )));
+    text
+}
 
-    // The files of the namespaces in scope, as they should be.
-    let mut desired: BTreeMap<String, String> = BTreeMap::new();
-    let mut needed_images: BTreeSet<String> = BTreeSet::new();
-    for draft in &pod_drafts {
-        let slice = match &draft.slice {
-            PodSlice::User(name) => name.clone(),
-            PodSlice::Discovered(key) => slice_names[key].clone(),
-        };
-        let p = draft.pod;
-        let made_by = p
-            .controller
-            .as_ref()
-            .map(|c| format!(", made by {} {}", c.kind, c.name))
-            .unwrap_or_default();
-        let mut text = format!("{HEADER}# Pod {}/{}{made_by}.\n", p.namespace, p.name);
-        text.push_str(body(&document(
-            Kind::KubernetesServiceInstance,
-            &[
-                ("name", Some(Scalar::Text(&p.name))),
-                ("slice", Some(Scalar::Text(&slice))),
-                ("image", Some(Scalar::Text(&draft.image))),
-                ("xos_managed", Some(Scalar::Bool(false))),
-                ("pod_ip", p.ip.as_deref().map(Scalar::Text)),
-            ],
-        )));
-        desired.insert(pod_path(&p.namespace, &p.name), text);
-        needed_images.insert(draft.image.clone());
-    }
-
-    let user_trust_domains: BTreeSet<&str> = user
-        .trust_domains
-        .iter()
-        .map(|t| t.name.value.as_str())
-        .collect();
-    let user_principals: BTreeSet<(&str, &str)> = user
-        .principals
-        .iter()
-        .map(|p| (p.trust_domain.value.as_str(), p.name.value.as_str()))
-        .collect();
-    // Trust domains that the user's models refer to but do not define: a discovered
-    // one stays while it is referred to, even with no pods left.
+/// The namespaces with a `namespace.yaml`: those of the pods, and those of discovered
+/// trust domains in scope that the user's models still refer to (even with no pods
+/// left) without defining them.
+fn namespaces_to_write<'a>(
+    pod_drafts: &'a [PodDraft],
+    repo: &'a Repo,
+    scope: &Scope,
+) -> BTreeSet<&'a str> {
+    let user = &repo.user;
     let user_trust_domain_refs: BTreeSet<&str> = user
         .principals
         .iter()
@@ -322,53 +359,58 @@ pub fn plan(pods: &[PodFacts], existing: &SourceFiles, scope: &Scope, applyset: 
             .map(|t| t.name.value.as_str())
             .filter(|t| scope.contains(t) && user_trust_domain_refs.contains(t)),
     );
-    for namespace in namespaces {
-        let mut text = String::new();
-        if !user_trust_domains.contains(namespace) {
+    namespaces
+}
+
+/// A namespace's file: the TrustDomain, the Principals of its controller slices and
+/// its discovered `slices`, minus what the user's models define; `None` when empty.
+fn namespace_file(
+    namespace: &str,
+    user: &Models,
+    mut slices: Vec<(&String, &SliceKey, &SliceDraft)>,
+) -> Option<String> {
+    let mut text = String::new();
+    if !user.trust_domains.iter().any(|t| t.name.value == namespace) {
+        text.push_str(&document(
+            Kind::TrustDomain,
+            &[
+                ("name", Some(Scalar::Text(namespace))),
+                ("xos_managed", Some(Scalar::Bool(false))),
+            ],
+        ));
+    }
+    let principals: BTreeSet<&str> = slices
+        .iter()
+        .filter(|(_, k, _)| !k.controller_kind.is_empty())
+        .map(|(_, _, d)| d.service_account.as_str())
+        .collect();
+    for principal in principals {
+        let defined = user
+            .principals
+            .iter()
+            .any(|p| p.trust_domain.value == namespace && p.name.value == principal);
+        if !defined {
             text.push_str(&document(
-                Kind::TrustDomain,
+                Kind::Principal,
                 &[
-                    ("name", Some(Scalar::Text(namespace))),
+                    ("name", Some(Scalar::Text(principal))),
+                    ("trust_domain", Some(Scalar::Text(namespace))),
                     ("xos_managed", Some(Scalar::Bool(false))),
                 ],
             ));
         }
-        let slices: Vec<(&String, &SliceKey, &SliceDraft)> = drafts
-            .iter()
-            .filter(|(k, _)| k.namespace == namespace)
-            .map(|(k, d)| (&slice_names[k], k, d))
-            .collect();
-        let principals: BTreeSet<&str> = slices
-            .iter()
-            .filter(|(_, k, _)| !k.controller_kind.is_empty())
-            .map(|(_, _, d)| d.service_account.as_str())
-            .collect();
-        for principal in principals {
-            if !user_principals.contains(&(namespace, principal)) {
-                text.push_str(&document(
-                    Kind::Principal,
-                    &[
-                        ("name", Some(Scalar::Text(principal))),
-                        ("trust_domain", Some(Scalar::Text(namespace))),
-                        ("xos_managed", Some(Scalar::Bool(false))),
-                    ],
-                ));
-            }
-        }
-        let mut slices = slices;
-        slices.sort_by_key(|(name, _, _)| *name);
-        for (name, key, draft) in slices {
-            text.push_str(&slice_document(name, key, draft));
-            needed_images.insert(draft.image.clone());
-        }
-        if !text.is_empty() {
-            desired.insert(
-                format!("{DISCOVERED_DIR}/{namespace}/namespace.yaml"),
-                format!("{HEADER}{}", body(&text)),
-            );
-        }
     }
+    slices.sort_by_key(|(name, _, _)| *name);
+    for (name, key, draft) in slices {
+        text.push_str(&slice_document(name, key, draft));
+    }
+    (!text.is_empty()).then(|| format!("{HEADER}{}", body(&text)))
+}
 
+/// The shared `images.yaml`: the Images that discovered models need and the user's
+/// models do not define; `None` when there are none.
+fn images_file(repo: &Repo, scope: &Scope, mut needed_images: BTreeSet<String>) -> Option<String> {
+    let user = &repo.user;
     // Images are shared by every namespace: keep those that discovered models outside
     // the scope, or the user's models, still refer to.
     let out_of_scope = |origin: &model::Origin| !owned_in(scope, repo.path(origin));
@@ -419,14 +461,7 @@ pub fn plan(pods: &[PodFacts], existing: &SourceFiles, scope: &Scope, applyset: 
             ));
         }
     }
-    if !images_text.is_empty() {
-        desired.insert(
-            IMAGES_FILE.to_string(),
-            format!("{HEADER}{}", body(&images_text)),
-        );
-    }
-
-    compare(desired, existing, scope)
+    (!images_text.is_empty()).then(|| format!("{HEADER}{}", body(&images_text)))
 }
 
 /// Writes and removals that turn the owned files of `existing` into `desired`.

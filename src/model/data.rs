@@ -56,118 +56,151 @@ pub(super) fn read_data(
     diagnostics: &mut Diagnostics,
 ) -> Option<Data> {
     let span = document.span(node);
-    let error = |span: Span, message: String| Diagnostic::error(span, message).in_model(label);
-    let mut entries: Data = Vec::new();
-    let mut ok = true;
-    match &node.value {
-        Value::Map(map) => {
-            for (k, v) in map {
-                let Some(name) = k.scalar_text(&file.text) else {
-                    diagnostics.push(error(
-                        document.span(k),
-                        format!("a data key must be a string, found {}", k.value.describe()),
-                    ));
-                    ok = false;
-                    continue;
-                };
-                let key_span = document.span(k);
-                match v.scalar_text(&file.text) {
-                    Some(value) => entries.push((
-                        Spanned::new(name, key_span),
-                        Spanned::new(value, document.span(v)),
-                    )),
-                    None => {
-                        let hint = match v.value {
-                            Value::Null => "write \"\" for an empty value",
-                            _ => {
-                                "data values are strings: write structured content as a block scalar (|)"
-                            }
-                        };
-                        diagnostics.push(
-                            error(
-                                document.span(v),
-                                format!(
-                                    "data \"{name}\" must be a string, found {}",
-                                    v.value.describe()
-                                ),
-                            )
-                            .with_hint(hint),
-                        );
-                        ok = false;
-                    }
-                }
+    let (entries, mut ok) = match &node.value {
+        Value::Map(map) => entries_of_mapping(file, document, map, label, diagnostics),
+        Value::Str(json) => match entries_of_json(json, span, label, diagnostics) {
+            Ok(read) => read,
+            Err(e) => {
+                let at = inner_span(
+                    file,
+                    document,
+                    key,
+                    node,
+                    e.line() as u32,
+                    e.column().max(1) as u32,
+                );
+                let message = e.to_string();
+                let message = message.split(" at line ").next().unwrap_or(&message);
+                diagnostics.push(
+                    Diagnostic::error(at, format!("data is not a valid JSON object: {message}"))
+                        .in_model(label)
+                        .with_hint("write data as a YAML mapping, or as a JSON object of strings"),
+                );
+                (Vec::new(), false)
             }
-        }
-        Value::Str(json) => {
-            match serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(json) {
-                Ok(object) => {
-                    for (name, value) in object {
-                        let value = match value {
-                            serde_json::Value::String(s) => s,
-                            serde_json::Value::Number(n) => n.to_string(),
-                            serde_json::Value::Bool(b) => b.to_string(),
-                            other => {
-                                let found = match other {
-                                    serde_json::Value::Null => "null",
-                                    serde_json::Value::Array(_) => "an array",
-                                    _ => "an object",
-                                };
-                                diagnostics.push(error(
-                                    span,
-                                    format!("data \"{name}\" must be a string, found {found}"),
-                                ));
-                                ok = false;
-                                continue;
-                            }
-                        };
-                        entries.push((Spanned::new(name, span), Spanned::new(value, span)));
-                    }
-                }
-                Err(e) => {
-                    let at = inner_span(
-                        file,
-                        document,
-                        key,
-                        node,
-                        e.line() as u32,
-                        e.column().max(1) as u32,
-                    );
-                    let message = e.to_string();
-                    let message = message.split(" at line ").next().unwrap_or(&message);
-                    diagnostics.push(
-                        error(at, format!("data is not a valid JSON object: {message}")).with_hint(
-                            "write data as a YAML mapping, or as a JSON object of strings",
-                        ),
-                    );
-                    ok = false;
-                }
-            }
-        }
+        },
         other => {
             diagnostics.push(
-                error(
+                Diagnostic::error(
                     span,
                     format!(
                         "data must be a mapping or a JSON string, found {}",
                         other.describe()
                     ),
                 )
+                .in_model(label)
                 .with_hint("key: value pairs, one per line, under data:"),
             );
+            (Vec::new(), false)
+        }
+    };
+    ok &= check_data_keys(&entries, data_kind, label, diagnostics);
+    ok.then_some(entries)
+}
+
+/// `data` written as a YAML mapping of strings; false when an entry is not one.
+fn entries_of_mapping(
+    file: &SourceFile,
+    document: &Document,
+    map: &[(Node, Node)],
+    label: &str,
+    diagnostics: &mut Diagnostics,
+) -> (Data, bool) {
+    let error = |span: Span, message: String| Diagnostic::error(span, message).in_model(label);
+    let mut entries: Data = Vec::new();
+    let mut ok = true;
+    for (k, v) in map {
+        let Some(name) = k.scalar_text(&file.text) else {
+            diagnostics.push(error(
+                document.span(k),
+                format!("a data key must be a string, found {}", k.value.describe()),
+            ));
             ok = false;
+            continue;
+        };
+        let key_span = document.span(k);
+        match v.scalar_text(&file.text) {
+            Some(value) => entries.push((
+                Spanned::new(name, key_span),
+                Spanned::new(value, document.span(v)),
+            )),
+            None => {
+                let hint = match v.value {
+                    Value::Null => "write \"\" for an empty value",
+                    _ => "data values are strings: write structured content as a block scalar (|)",
+                };
+                diagnostics.push(
+                    error(
+                        document.span(v),
+                        format!(
+                            "data \"{name}\" must be a string, found {}",
+                            v.value.describe()
+                        ),
+                    )
+                    .with_hint(hint),
+                );
+                ok = false;
+            }
         }
     }
-    let what = match data_kind {
-        DataKind::Config => "ConfigMap",
-        DataKind::Secret => "Secret",
-    };
-    for (name, _) in &entries {
+    (entries, ok)
+}
+
+/// `data` written as a JSON object, as XOS stored it: numbers and booleans become
+/// their text; every entry is reported at the field's `span`.
+fn entries_of_json(
+    json: &str,
+    span: Span,
+    label: &str,
+    diagnostics: &mut Diagnostics,
+) -> Result<(Data, bool), serde_json::Error> {
+    let object = serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(json)?;
+    let mut entries: Data = Vec::new();
+    let mut ok = true;
+    for (name, value) in object {
+        let value = match value {
+            serde_json::Value::String(s) => s,
+            serde_json::Value::Number(n) => n.to_string(),
+            serde_json::Value::Bool(b) => b.to_string(),
+            other => {
+                let found = match other {
+                    serde_json::Value::Null => "null",
+                    serde_json::Value::Array(_) => "an array",
+                    _ => "an object",
+                };
+                diagnostics.push(
+                    Diagnostic::error(
+                        span,
+                        format!("data \"{name}\" must be a string, found {found}"),
+                    )
+                    .in_model(label),
+                );
+                ok = false;
+                continue;
+            }
+        };
+        entries.push((Spanned::new(name, span), Spanned::new(value, span)));
+    }
+    Ok((entries, ok))
+}
+
+/// Keys valid in a ConfigMap or Secret, each set once; false on an error.
+fn check_data_keys(
+    entries: &Data,
+    data_kind: DataKind,
+    label: &str,
+    diagnostics: &mut Diagnostics,
+) -> bool {
+    let what = data_kind.kubernetes_kind();
+    let mut ok = true;
+    for (name, _) in entries {
         if !is_valid_data_key(&name.value) {
             diagnostics.push(
-                error(
+                Diagnostic::error(
                     name.span,
                     format!("\"{}\" is not a valid {what} key", name.value),
                 )
+                .in_model(label)
                 .with_hint("keys use letters, digits, '-', '_' and '.' (at most 253)"),
             );
             ok = false;
@@ -175,14 +208,17 @@ pub(super) fn read_data(
     }
     for (i, (name, _)) in entries.iter().enumerate() {
         if entries[..i].iter().any(|(n, _)| n.value == name.value) {
-            diagnostics.push(error(
-                name.span,
-                format!("data key \"{}\" is set twice", name.value),
-            ));
+            diagnostics.push(
+                Diagnostic::error(
+                    name.span,
+                    format!("data key \"{}\" is set twice", name.value),
+                )
+                .in_model(label),
+            );
             ok = false;
         }
     }
-    ok.then_some(entries)
+    ok
 }
 
 pub(super) fn read_resource_definition(

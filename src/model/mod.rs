@@ -7,10 +7,14 @@
 //! names here and are resolved by [`crate::resolve`].
 
 mod data;
+mod index;
 mod kind;
+mod object;
 mod read;
 
+pub use index::{Idx, PerModel, indexed};
 pub use kind::{CONFIG_MOUNT_ALIAS, Kind, XOS_FEEDBACK_FIELDS};
+pub use object::{ModelObject, object_key};
 
 use crate::diagnostic::{Diagnostics, Span};
 use crate::load::Document;
@@ -130,6 +134,14 @@ impl ControllerKind {
             ControllerKind::Job => "Job",
         }
     }
+
+    /// The apiVersion of the controller's object.
+    pub fn api_version(self) -> &'static str {
+        match self {
+            ControllerKind::Job => "batch/v1",
+            _ => "apps/v1",
+        }
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -204,6 +216,14 @@ impl DataKind {
         match self {
             DataKind::Config => Kind::KubernetesConfigMap,
             DataKind::Secret => Kind::KubernetesSecret,
+        }
+    }
+
+    /// The kind of the Kubernetes object it renders to.
+    pub fn kubernetes_kind(self) -> &'static str {
+        match self {
+            DataKind::Config => "ConfigMap",
+            DataKind::Secret => "Secret",
         }
     }
 }

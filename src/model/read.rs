@@ -374,25 +374,7 @@ impl<'a> Reader<'a> {
                     });
                 }
             }
-            Kind::Image => {
-                let name = self.required_text("name");
-                let tag = self.text("tag");
-                let image_kind = self.text("image_kind");
-                if let Some(k) = &image_kind
-                    && k.value != "container"
-                {
-                    self.error(k.span, format!("\"{}\" is not a valid image_kind", k.value))
-                        .hint = Some("the only image kind is \"container\"".into());
-                }
-                if let Some(name) = name {
-                    models.images.push(Image {
-                        origin,
-                        name,
-                        tag,
-                        image_kind,
-                    });
-                }
-            }
+            Kind::Image => self.read_image(models),
             Kind::TrustDomain => {
                 let name = self.required_text("name");
                 let owner = self.text("owner");
@@ -420,64 +402,9 @@ impl<'a> Reader<'a> {
                 }
             }
             Kind::Slice => self.read_slice(models),
-            Kind::KubernetesServiceInstance => {
-                let name = self.required_text("name");
-                let slice = self.required_text("slice");
-                let image = self.required_text("image");
-                let owner = self.text("owner");
-                let xos_managed = self.boolean("xos_managed");
-                let pod_ip = self.text("pod_ip");
-                if xos_managed.as_ref().is_none_or(|m| m.value) {
-                    self.read_only(
-                        "pod_ip",
-                        "the cluster assigns it; only discovered models (xos_managed: false) carry it",
-                    );
-                }
-                if let (Some(name), Some(slice), Some(image)) = (name, slice, image) {
-                    models.instances.push(KubernetesServiceInstance {
-                        origin,
-                        name,
-                        slice,
-                        image,
-                        owner,
-                        xos_managed,
-                        pod_ip,
-                    });
-                }
-            }
-            Kind::KubernetesConfigMap | Kind::KubernetesSecret => {
-                let data_kind = if origin.kind == Kind::KubernetesConfigMap {
-                    DataKind::Config
-                } else {
-                    DataKind::Secret
-                };
-                let name = self.required_text("name");
-                let trust_domain = self.required_text("trust_domain");
-                let data = match self.present("data") {
-                    Some((key, node)) => {
-                        let label = self.label.clone();
-                        read_data(
-                            self.file,
-                            self.document,
-                            key,
-                            node,
-                            data_kind,
-                            &label,
-                            self.diagnostics,
-                        )
-                    }
-                    None => Some(Vec::new()),
-                };
-                if let (Some(name), Some(trust_domain), Some(data)) = (name, trust_domain, data) {
-                    models.data.push(DataModel {
-                        origin,
-                        data_kind,
-                        name,
-                        trust_domain,
-                        data,
-                    });
-                }
-            }
+            Kind::KubernetesServiceInstance => self.read_instance(models),
+            Kind::KubernetesConfigMap => self.read_data_model(models, DataKind::Config),
+            Kind::KubernetesSecret => self.read_data_model(models, DataKind::Secret),
             Kind::KubernetesConfigVolumeMount => self.read_mount(models, DataKind::Config),
             Kind::KubernetesSecretVolumeMount => self.read_mount(models, DataKind::Secret),
             Kind::Service => {
@@ -493,63 +420,141 @@ impl<'a> Reader<'a> {
                     });
                 }
             }
-            Kind::ServicePort => {
-                let name = self.required_text("name");
-                let service = self.required_text("service");
-                let internal_port = if self.present("internal_port").is_none() {
-                    self.missing("internal_port");
-                    None
-                } else {
-                    self.integer("internal_port")
-                };
-                let external_port = self.integer("external_port");
-                let protocol = self.choice("protocol", &Protocol::ALL, Protocol::name);
-                if let (Some(name), Some(service), Some(internal_port)) =
-                    (name, service, internal_port)
-                {
-                    models.ports.push(ServicePort {
-                        origin,
-                        name,
-                        service,
-                        internal_port,
-                        external_port,
-                        protocol,
-                    });
-                }
+            Kind::ServicePort => self.read_port(models),
+            Kind::KubernetesResourceInstance => self.read_resource(models),
+        }
+    }
+
+    fn read_image(&mut self, models: &mut Models) {
+        let name = self.required_text("name");
+        let tag = self.text("tag");
+        let image_kind = self.text("image_kind");
+        if let Some(k) = &image_kind
+            && k.value != "container"
+        {
+            self.error(k.span, format!("\"{}\" is not a valid image_kind", k.value))
+                .hint = Some("the only image kind is \"container\"".into());
+        }
+        if let Some(name) = name {
+            models.images.push(Image {
+                origin: self.origin,
+                name,
+                tag,
+                image_kind,
+            });
+        }
+    }
+
+    fn read_instance(&mut self, models: &mut Models) {
+        let name = self.required_text("name");
+        let slice = self.required_text("slice");
+        let image = self.required_text("image");
+        let owner = self.text("owner");
+        let xos_managed = self.boolean("xos_managed");
+        let pod_ip = self.text("pod_ip");
+        if xos_managed.as_ref().is_none_or(|m| m.value) {
+            self.read_only(
+                "pod_ip",
+                "the cluster assigns it; only discovered models (xos_managed: false) carry it",
+            );
+        }
+        if let (Some(name), Some(slice), Some(image)) = (name, slice, image) {
+            models.instances.push(KubernetesServiceInstance {
+                origin: self.origin,
+                name,
+                slice,
+                image,
+                owner,
+                xos_managed,
+                pod_ip,
+            });
+        }
+    }
+
+    /// A KubernetesConfigMap or KubernetesSecret.
+    fn read_data_model(&mut self, models: &mut Models, data_kind: DataKind) {
+        let name = self.required_text("name");
+        let trust_domain = self.required_text("trust_domain");
+        let data = match self.present("data") {
+            Some((key, node)) => {
+                let label = self.label.clone();
+                read_data(
+                    self.file,
+                    self.document,
+                    key,
+                    node,
+                    data_kind,
+                    &label,
+                    self.diagnostics,
+                )
             }
-            Kind::KubernetesResourceInstance => {
-                let name = self.required_text("name");
-                let owner = self.text("owner");
-                self.read_only(
-                    "kubectl_state",
-                    "tether records what it applied in the cluster",
-                );
-                let objects = match self.present("resource_definition") {
-                    Some((key, node)) => {
-                        let label = self.label.clone();
-                        read_resource_definition(
-                            self.file,
-                            self.document,
-                            key,
-                            node,
-                            &label,
-                            self.diagnostics,
-                        )
-                    }
-                    None => {
-                        self.missing("resource_definition");
-                        None
-                    }
-                };
-                if let (Some(name), Some(objects)) = (name, objects) {
-                    models.resources.push(KubernetesResourceInstance {
-                        origin,
-                        name,
-                        objects,
-                        owner,
-                    });
-                }
+            None => Some(Vec::new()),
+        };
+        if let (Some(name), Some(trust_domain), Some(data)) = (name, trust_domain, data) {
+            models.data.push(DataModel {
+                origin: self.origin,
+                data_kind,
+                name,
+                trust_domain,
+                data,
+            });
+        }
+    }
+
+    fn read_port(&mut self, models: &mut Models) {
+        let name = self.required_text("name");
+        let service = self.required_text("service");
+        let internal_port = if self.present("internal_port").is_none() {
+            self.missing("internal_port");
+            None
+        } else {
+            self.integer("internal_port")
+        };
+        let external_port = self.integer("external_port");
+        let protocol = self.choice("protocol", &Protocol::ALL, Protocol::name);
+        if let (Some(name), Some(service), Some(internal_port)) = (name, service, internal_port) {
+            models.ports.push(ServicePort {
+                origin: self.origin,
+                name,
+                service,
+                internal_port,
+                external_port,
+                protocol,
+            });
+        }
+    }
+
+    fn read_resource(&mut self, models: &mut Models) {
+        let name = self.required_text("name");
+        let owner = self.text("owner");
+        self.read_only(
+            "kubectl_state",
+            "tether records what it applied in the cluster",
+        );
+        let objects = match self.present("resource_definition") {
+            Some((key, node)) => {
+                let label = self.label.clone();
+                read_resource_definition(
+                    self.file,
+                    self.document,
+                    key,
+                    node,
+                    &label,
+                    self.diagnostics,
+                )
             }
+            None => {
+                self.missing("resource_definition");
+                None
+            }
+        };
+        if let (Some(name), Some(objects)) = (name, objects) {
+            models.resources.push(KubernetesResourceInstance {
+                origin: self.origin,
+                name,
+                objects,
+                owner,
+            });
         }
     }
 
