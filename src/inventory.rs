@@ -174,7 +174,7 @@ pub fn prune_candidates<'r>(
                 .is_some_and(|object| carries_tether_labels(object, applyset))
         })
         .collect();
-    candidates.sort_by(|a, b| (apply_rank(&b.kind), b.key()).cmp(&(apply_rank(&a.kind), a.key())));
+    candidates.sort_by_key(|e| std::cmp::Reverse((apply_rank(&e.kind), e.key())));
     candidates
 }
 

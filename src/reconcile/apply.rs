@@ -201,9 +201,8 @@ async fn apply_one(
         if unreachable.load(Ordering::Relaxed) {
             return Err(ObjectFailure::Unreachable);
         }
-        let error = match api.patch(&key.name, &params, &Patch::Apply(desired)).await {
-            Ok(_) => return Ok(()),
-            Err(e) => e,
+        let Err(error) = api.patch(&key.name, &params, &Patch::Apply(desired)).await else {
+            return Ok(());
         };
         let retry = match &error {
             kube::Error::Api(status) if status.is_conflict() => {
