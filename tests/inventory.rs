@@ -26,7 +26,10 @@ fn parse(text: &str) -> Case {
         live: Vec::new(),
     };
     let mut section = "";
-    for line in text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+    {
         if let Some(commit) = line.strip_prefix("commit: ") {
             case.record.commit = (commit != "-").then(|| commit.to_string());
         } else if let Some(name) = line.strip_suffix(':') {
@@ -59,7 +62,11 @@ fn live_object(labels: &str, ours: &str) -> serde_json::Value {
 }
 
 fn lines(record: &InventoryRecord) -> String {
-    let mut out: String = record.entries.iter().map(|e| format!("  {}\n", e.line())).collect();
+    let mut out: String = record
+        .entries
+        .iter()
+        .map(|e| format!("  {}\n", e.line()))
+        .collect();
     let _ = writeln!(out, "  commit: {}", record.commit.as_deref().unwrap_or("-"));
     out
 }
@@ -81,10 +88,28 @@ fn run(case: &Case) -> String {
     let _ = write!(out, "recorded before applying:\n{}", lines(&before));
     let pruned: BTreeSet<ObjectKey> = candidates.iter().map(|e| e.key()).collect();
     let new_commit = Some("9999999".to_string());
-    let done = before.after_apply(&pruned, new_commit.clone(), case.record.commit.clone(), true);
-    let _ = write!(out, "recorded after applying and pruning:\n{}", lines(&done));
-    let failed = before.after_apply(&BTreeSet::new(), new_commit, case.record.commit.clone(), false);
-    let _ = write!(out, "recorded after an apply with a failure, nothing pruned:\n{}", lines(&failed));
+    let done = before.after_apply(
+        &pruned,
+        new_commit.clone(),
+        case.record.commit.clone(),
+        true,
+    );
+    let _ = write!(
+        out,
+        "recorded after applying and pruning:\n{}",
+        lines(&done)
+    );
+    let failed = before.after_apply(
+        &BTreeSet::new(),
+        new_commit,
+        case.record.commit.clone(),
+        false,
+    );
+    let _ = write!(
+        out,
+        "recorded after an apply with a failure, nothing pruned:\n{}",
+        lines(&failed)
+    );
     out.push_str("batches by rank:\n");
     for (rank, batch) in by_rank(case.rendered.iter(), |e| &e.kind) {
         let names: Vec<String> = batch.iter().map(|e| e.key().to_string()).collect();
