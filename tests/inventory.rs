@@ -9,13 +9,13 @@ use std::path::Path;
 
 use tether::inventory::{InventoryEntry, InventoryRecord, by_rank, prune_candidates};
 use tether::k8s::ObjectKey;
-use tether::ownership::{Inventory, MANAGED_BY_LABEL, MANAGER, ownership_labels};
+use tether::ownership::{Inventory, MANAGED_BY_LABEL, MANAGER, PART_OF_LABEL, ownership_labels};
 
 struct Case {
     record: InventoryRecord,
     rendered: Vec<InventoryEntry>,
     /// Live objects and their labels: ours, other (another inventory's), manager-only
-    /// (tether's managed-by label copied, no part-of), none.
+    /// (tether's managed-by label copied, no part-of), helm-with-our-part-of, none.
     live: Vec<(InventoryEntry, String)>,
 }
 
@@ -55,6 +55,12 @@ fn live_object(labels: &str, ours: &str) -> serde_json::Value {
         "ours" => serde_json::json!(ownership_labels(ours)),
         "other" => serde_json::json!(ownership_labels("applyset-other-v1")),
         "manager-only" => serde_json::json!({ MANAGED_BY_LABEL: MANAGER }),
+        // A Helm release whose chart copied this inventory's part-of label.
+        "helm-with-our-part-of" => serde_json::json!({
+            MANAGED_BY_LABEL: "Helm",
+            PART_OF_LABEL: ours,
+            "helm.sh/chart": "web-0.1.0",
+        }),
         "none" => serde_json::json!({}),
         other => panic!("unknown labels {other}"),
     };

@@ -92,10 +92,6 @@ impl Reconciler {
         }
     }
 
-    pub fn inventory(&self) -> &Inventory {
-        &self.inventory
-    }
-
     /// The client, connecting on first use.
     pub async fn client(&self) -> Result<&Client, ClusterError> {
         self.client.get_or_try_init(|| connect(&self.target)).await
