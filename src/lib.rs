@@ -22,6 +22,7 @@ pub mod inventory;
 pub mod k8s;
 pub mod load;
 pub mod model;
+pub mod normalize;
 pub mod ownership;
 pub mod plan;
 pub mod reconcile;

@@ -13,6 +13,7 @@ use sha2::{Digest, Sha256};
 
 use crate::git::Revision;
 use crate::k8s::ObjectKey;
+use crate::normalize::same_quantity;
 
 /// The hash of the rendered body an object was last applied from.
 pub const APPLIED_HASH_ANNOTATION: &str = "tether.dev/applied-hash";
@@ -27,6 +28,9 @@ pub enum Action {
     /// The apply would take fields another manager owns; not done without force.
     Conflict,
     Unchanged,
+    /// The object could not be planned (the server refused its dry run); the other
+    /// objects are planned and applied all the same.
+    Error,
 }
 
 impl Action {
@@ -37,6 +41,7 @@ impl Action {
             Action::Delete => "delete",
             Action::Conflict => "conflict",
             Action::Unchanged => "unchanged",
+            Action::Error => "error",
         }
     }
 }
@@ -60,6 +65,8 @@ pub struct Change {
     /// A unified diff of the object's YAML, Secret values masked; empty when unchanged.
     pub diff: String,
     pub conflicts: Vec<FieldConflict>,
+    /// Why the object could not be planned (with [`Action::Error`]).
+    pub error: Option<String>,
 }
 
 /// The changes in apply order, deletions last (in reverse apply order).
@@ -79,7 +86,13 @@ impl Plan {
     }
 
     pub fn has_differences(&self) -> bool {
-        self.changes.iter().any(|c| c.action != Action::Unchanged)
+        self.changes
+            .iter()
+            .any(|c| !matches!(c.action, Action::Unchanged | Action::Error))
+    }
+
+    pub fn has_errors(&self) -> bool {
+        self.count(Action::Error) > 0
     }
 }
 
@@ -118,12 +131,14 @@ pub fn provably_unchanged(desired: &Value, live: &Value) -> bool {
 
 /// Does `live` hold every field of `desired`? Lists of named items (containers,
 /// volumes, ports, env) match by name, since the server may add items of its own;
-/// other lists must be equal item by item.
+/// other lists must be equal item by item. An empty list, or an empty map where
+/// Kubernetes has a map type, is what the server stores as nothing.
 fn holds(desired: &Value, live: &Value) -> bool {
     match (desired, live) {
-        (Value::Object(d), Value::Object(l)) => d
-            .iter()
-            .all(|(k, v)| l.get(k).is_some_and(|lv| holds(v, lv))),
+        (Value::Object(d), Value::Object(l)) => d.iter().all(|(k, v)| match l.get(k) {
+            Some(lv) => holds(v, lv),
+            None => stored_as_nothing(k, v),
+        }),
         (Value::Array(d), Value::Array(l)) => {
             let named = |items: &Vec<Value>| {
                 items
@@ -142,6 +157,153 @@ fn holds(desired: &Value, live: &Value) -> bool {
         }
         (d, l) => d == l,
     }
+}
+
+/// Fields whose Kubernetes type is a map (Go maps drop out of JSON when empty), as
+/// opposed to structs such as `emptyDir: {}`, which the server keeps.
+const MAP_FIELDS: &[&str] = &[
+    "labels",
+    "annotations",
+    "data",
+    "binaryData",
+    "stringData",
+    "nodeSelector",
+    "matchLabels",
+    "limits",
+    "requests",
+    "hard",
+    "capacity",
+    "overhead",
+];
+
+fn stored_as_nothing(field: &str, value: &Value) -> bool {
+    match value {
+        Value::Array(items) => items.is_empty(),
+        Value::Object(map) => map.is_empty() && MAP_FIELDS.contains(&field),
+        _ => false,
+    }
+}
+
+/// The fields of the resource lists (limits, requests, a quota's `hard`, …) and
+/// `sizeLimit`, whose values are quantities.
+const QUANTITY_MAPS: &[&str] = &[
+    "limits",
+    "requests",
+    "hard",
+    "capacity",
+    "overhead",
+    "max",
+    "min",
+    "default",
+    "defaultRequest",
+    "maxLimitRequestRatio",
+];
+
+/// Do two objects hold the same value at a field path of a conflict (as the API
+/// server spells it: `.spec.containers[name="app"].resources.limits.cpu`)? Quantities
+/// compare by value (`1e+09` and `1G`). An unreadable path is not the same value.
+pub fn same_value_at(live: &Value, applied: &Value, path: &str) -> bool {
+    let (Some(a), Some(b)) = (value_at(live, path), value_at(applied, path)) else {
+        return false;
+    };
+    if a == b {
+        return true;
+    }
+    let segments: Vec<&str> = path.rsplit('.').take(2).collect();
+    let quantity = match segments.as_slice() {
+        [field, ..] if *field == "sizeLimit" => true,
+        [_, parent, ..] => QUANTITY_MAPS.contains(&parent.split('[').next().unwrap_or("")),
+        _ => false,
+    };
+    let text = |v: &Value| match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    };
+    match (text(a), text(b)) {
+        (Some(a), Some(b)) => quantity && same_quantity(&a, &b),
+        _ => false,
+    }
+}
+
+/// The value at a field path as the API server prints it in conflicts: `.name` for a
+/// field (names may hold dots: the longest key that fits wins), `[k="v",n=1]` for the
+/// item of a keyed list, `[=v]` for an item of a set, `[3]` for an index.
+pub fn value_at<'v>(value: &'v Value, path: &str) -> Option<&'v Value> {
+    if path.is_empty() {
+        return Some(value);
+    }
+    if let Some(rest) = path.strip_prefix('.') {
+        let map = value.as_object()?;
+        let mut keys: Vec<&String> = map
+            .keys()
+            .filter(|k| {
+                rest.strip_prefix(k.as_str())
+                    .is_some_and(|after| after.is_empty() || after.starts_with(['.', '[']))
+            })
+            .collect();
+        keys.sort_by_key(|k| std::cmp::Reverse(k.len()));
+        return keys
+            .into_iter()
+            .find_map(|k| value_at(&map[k], &rest[k.len()..]));
+    }
+    let rest = path.strip_prefix('[')?;
+    let end = closing_bracket(rest)?;
+    let (selector, after) = (&rest[..end], &rest[end + 1..]);
+    let items = value.as_array()?;
+    let item = if let Some(set_value) = selector.strip_prefix('=') {
+        let wanted: Value = serde_json::from_str(set_value).ok()?;
+        items.iter().find(|i| **i == wanted)?
+    } else if let Ok(index) = selector.parse::<usize>() {
+        items.get(index)?
+    } else {
+        let keys: Vec<(&str, Value)> = split_outside_quotes(selector)
+            .into_iter()
+            .map(|pair| {
+                let (k, v) = pair.split_once('=')?;
+                Some((k, serde_json::from_str(v).ok()?))
+            })
+            .collect::<Option<_>>()?;
+        items
+            .iter()
+            .find(|i| keys.iter().all(|(k, v)| i.get(*k) == Some(v)))?
+    };
+    value_at(item, after)
+}
+
+/// The index of the `]` that closes a selector, skipping brackets inside JSON strings.
+fn closing_bracket(text: &str) -> Option<usize> {
+    let mut in_string = false;
+    let mut escaped = false;
+    for (i, c) in text.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if in_string => escaped = true,
+            '"' => in_string = !in_string,
+            ']' if !in_string => return Some(i),
+            _ => {}
+        }
+    }
+    None
+}
+
+fn split_outside_quotes(text: &str) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let (mut start, mut in_string, mut escaped) = (0, false, false);
+    for (i, c) in text.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if in_string => escaped = true,
+            '"' => in_string = !in_string,
+            ',' if !in_string => {
+                parts.push(&text[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&text[start..]);
+    parts
 }
 
 /// What a reviewer compares: no status, no server bookkeeping, no tether bookkeeping.
@@ -331,6 +493,64 @@ mod tests {
         assert_eq!(before["data"]["changed"], "*** (before)");
         assert_eq!(after["data"]["changed"], "*** (after)");
         assert_eq!(after["data"]["added"], "*** (after)");
+    }
+
+    #[test]
+    fn conflict_paths_find_their_values() {
+        let object = json!({"metadata": {"labels": {"app.kubernetes.io/name": "web"}},
+            "spec": {"ports": [{"port": 80, "protocol": "TCP", "targetPort": 8080}],
+                "containers": [{"name": "a", "resources": {"limits": {"cpu": "1e+09"}}}],
+                "finalizers": ["x/y"], "args": ["one", "two"]}});
+        let at = |path| value_at(&object, path).cloned();
+        assert_eq!(
+            at(".metadata.labels.app.kubernetes.io/name"),
+            Some(json!("web"))
+        );
+        assert_eq!(
+            at(".spec.ports[port=80,protocol=\"TCP\"].targetPort"),
+            Some(json!(8080))
+        );
+        assert_eq!(at(".spec.ports[port=81,protocol=\"TCP\"]"), None);
+        assert_eq!(at(".spec.finalizers[=\"x/y\"]"), Some(json!("x/y")));
+        assert_eq!(at(".spec.args[1]"), Some(json!("two")));
+        assert_eq!(at("spec"), None, "not a path");
+        let path = ".spec.containers[name=\"a\"].resources.limits.cpu";
+        let mut applied = object.clone();
+        applied["spec"]["containers"][0]["resources"]["limits"]["cpu"] = json!("1G");
+        assert!(
+            same_value_at(&object, &applied, path),
+            "one quantity, two spellings"
+        );
+        applied["spec"]["containers"][0]["resources"]["limits"]["cpu"] = json!("2G");
+        assert!(!same_value_at(&object, &applied, path));
+        let mut relabelled = object.clone();
+        relabelled["metadata"]["labels"]["app.kubernetes.io/name"] = json!("1e3");
+        let mut other = object.clone();
+        other["metadata"]["labels"]["app.kubernetes.io/name"] = json!("1000");
+        assert!(
+            !same_value_at(
+                &relabelled,
+                &other,
+                ".metadata.labels.app.kubernetes.io/name"
+            ),
+            "a label is not a quantity"
+        );
+    }
+
+    #[test]
+    fn empty_maps_and_lists_are_held_by_nothing_where_the_server_drops_them() {
+        let desired = with_applied_hash(&json!({"metadata": {"name": "a", "labels": {}},
+            "data": {}, "spec": {"tolerations": [], "volumes": [{"name": "v", "emptyDir": {}}]}}));
+        let mut live = desired.clone();
+        live["metadata"].as_object_mut().unwrap().remove("labels");
+        live.as_object_mut().unwrap().remove("data");
+        live["spec"].as_object_mut().unwrap().remove("tolerations");
+        assert!(provably_unchanged(&desired, &live));
+        live["spec"]["volumes"][0] = json!({"name": "v", "hostPath": {"path": "/x"}});
+        assert!(
+            !provably_unchanged(&desired, &live),
+            "emptyDir is a struct the server keeps"
+        );
     }
 
     #[test]

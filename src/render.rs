@@ -23,6 +23,7 @@ use crate::model::{
     self, ControllerKind, DataKind, DataModel, Idx, Image, KubernetesServiceInstance, ModelObject,
     Origin, Principal, Protocol, Slice, Text, TrustDomain, indexed, object_key,
 };
+use crate::normalize::normalize;
 use crate::ownership::{Inventory, MODEL_ANNOTATION, SOURCE_ANNOTATION, ownership_labels};
 use crate::resolve::Graph;
 use crate::source::SourceFiles;
@@ -187,6 +188,7 @@ impl Renderer<'_> {
                     continue;
                 };
                 let mut body = object.value.clone();
+                normalize(&mut body);
                 self.label_resource(&mut body, r.origin, &r.name.value, key.namespace);
                 self.push_value(r.origin, &r.name.value, body);
             }
@@ -253,7 +255,7 @@ impl Renderer<'_> {
     }
 
     /// Adds tether's labels and annotations, and the default namespace, to an object
-    /// written by hand; everything else stays as written.
+    /// written by hand (already normalized); everything else stays as written.
     fn label_resource(
         &self,
         body: &mut serde_json::Value,
@@ -277,6 +279,7 @@ impl Renderer<'_> {
             ("labels", self.ownership_labels()),
             ("annotations", self.annotations(origin, model_name)),
         ] {
+            // Normalization dropped `labels:` with no value: tether's go on a new map.
             let entry = metadata
                 .entry(field)
                 .or_insert_with(|| serde_json::json!({}));

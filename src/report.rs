@@ -9,11 +9,12 @@ use serde_json::json;
 
 use crate::plan::{Action, Change, Plan};
 
-const ACTIONS: [Action; 4] = [
+const ACTIONS: [Action; 5] = [
     Action::Create,
     Action::Update,
     Action::Delete,
     Action::Conflict,
+    Action::Error,
 ];
 
 fn headline(plan: &Plan) -> String {
@@ -26,12 +27,18 @@ fn headline(plan: &Plan) -> String {
 }
 
 fn counts(plan: &Plan) -> String {
-    let mut parts: Vec<String> = ACTIONS
+    let mut parts: Vec<String> = ACTIONS[..3]
         .iter()
         .map(|a| format!("{} to {}", plan.count(*a), a.name()))
         .collect();
-    parts[3] = format!("{} in conflict", plan.count(Action::Conflict));
+    parts.push(format!("{} in conflict", plan.count(Action::Conflict)));
     parts.push(format!("{} unchanged", plan.count(Action::Unchanged)));
+    if plan.has_errors() {
+        parts.push(format!(
+            "{} could not be planned",
+            plan.count(Action::Error)
+        ));
+    }
     parts.join(", ")
 }
 
@@ -64,9 +71,13 @@ pub fn text(plan: &Plan, colour: bool) -> String {
             Action::Delete if plan.prune => paint("31;1", "delete"),
             Action::Delete => paint("31;1", "delete (with --prune)"),
             Action::Conflict => paint("35;1", "conflict"),
+            Action::Error => paint("31;1", "error"),
             Action::Unchanged => String::new(),
         };
         let _ = writeln!(out, "\n{verb} {}{}", change.key, origin(change));
+        if let Some(error) = &change.error {
+            let _ = writeln!(out, "  {}", one_line(error));
+        }
         for conflict in &change.conflicts {
             let _ = writeln!(
                 out,
@@ -101,19 +112,33 @@ pub fn markdown(plan: &Plan) -> String {
         );
         return out;
     }
-    let mut by_kind: BTreeMap<&str, [usize; 4]> = BTreeMap::new();
+    let mut by_kind: BTreeMap<&str, [usize; 5]> = BTreeMap::new();
     for change in &plan.changes {
         if let Some(i) = ACTIONS.iter().position(|a| *a == change.action) {
             by_kind.entry(&change.key.kind).or_default()[i] += 1;
         }
     }
-    out.push_str("| Kind | Create | Update | Delete | Conflict |\n|---|---:|---:|---:|---:|\n");
+    out.push_str(
+        "| Kind | Create | Update | Delete | Conflict | Error |\n|---|---:|---:|---:|---:|---:|\n",
+    );
     for (kind, n) in &by_kind {
         let _ = writeln!(
             out,
-            "| {kind} | {} | {} | {} | {} |",
-            n[0], n[1], n[2], n[3]
+            "| {kind} | {} | {} | {} | {} | {} |",
+            n[0], n[1], n[2], n[3], n[4]
         );
+    }
+    if plan.has_errors() {
+        out.push_str("\n| Could not be planned | Error |\n|---|---|\n");
+        for change in plan.changes.iter().filter(|c| c.action == Action::Error) {
+            let error = change.error.as_deref().unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "| {} | {} |",
+                table_cell(&change.key.to_string()),
+                table_cell(&one_line(error))
+            );
+        }
     }
     let _ = writeln!(out, "\n{}.", counts(plan));
     if plan.count(Action::Delete) > 0 && !plan.prune {
@@ -148,6 +173,21 @@ pub fn markdown(plan: &Plan) -> String {
     out
 }
 
+/// An error on one line, cut to a length a report line can hold.
+fn one_line(text: &str) -> String {
+    const LIMIT: usize = 400;
+    let joined = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    match joined.char_indices().nth(LIMIT) {
+        Some((cut, _)) => format!("{}… ({} characters)", &joined[..cut], joined.len()),
+        None => joined,
+    }
+}
+
+/// Text safe inside a Markdown table cell.
+fn table_cell(text: &str) -> String {
+    text.replace('|', "\\|").replace('`', "'")
+}
+
 fn longest_backtick_run(text: &str) -> usize {
     text.split(|c| c != '`').map(str::len).max().unwrap_or(0)
 }
@@ -156,7 +196,8 @@ fn longest_backtick_run(text: &str) -> usize {
 /// `dirty`) or null, `prune`, `summary` (counts per action), and `changes`: every
 /// object, in apply order then deletions, with `action`, `apiVersion`, `kind`,
 /// `namespace` (or null), `name`, `model`, `source`, `diff` (unified, Secret values
-/// masked; empty when unchanged) and `conflicts` (`field`, `manager`).
+/// masked; empty when unchanged), `conflicts` (`field`, `manager`) and `error` (why
+/// an object with action `error` could not be planned, else null).
 pub fn json(plan: &Plan) -> String {
     let changes: Vec<serde_json::Value> = plan
         .changes
@@ -172,6 +213,7 @@ pub fn json(plan: &Plan) -> String {
                 "source": c.source,
                 "diff": c.diff,
                 "conflicts": c.conflicts.iter().map(|x| json!({"field": x.field, "manager": x.manager})).collect::<Vec<_>>(),
+                "error": c.error,
             })
         })
         .collect();
@@ -186,6 +228,7 @@ pub fn json(plan: &Plan) -> String {
             "delete": plan.count(Action::Delete),
             "conflict": plan.count(Action::Conflict),
             "unchanged": plan.count(Action::Unchanged),
+            "error": plan.count(Action::Error),
         },
         "changes": changes,
     });

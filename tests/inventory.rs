@@ -5,7 +5,9 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write;
-use std::path::Path;
+
+#[path = "common/snapshots.rs"]
+mod snapshots;
 
 use tether::inventory::{InventoryEntry, InventoryRecord, by_rank, prune_candidates};
 use tether::k8s::ObjectKey;
@@ -126,27 +128,5 @@ fn run(case: &Case) -> String {
 
 #[test]
 fn inventory_decisions_match_their_expectations() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/inventory");
-    let bless = std::env::var_os("TETHER_BLESS").is_some();
-    let mut cases: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "txt"))
-        .collect();
-    cases.sort();
-    assert!(cases.len() >= 4, "cases missing in {}", dir.display());
-    let mut failures = Vec::new();
-    for path in cases {
-        let actual = run(&parse(&std::fs::read_to_string(&path).unwrap()));
-        let expected_path = path.with_extension("expected");
-        if bless {
-            std::fs::write(&expected_path, &actual).unwrap();
-            continue;
-        }
-        let expected = std::fs::read_to_string(&expected_path).unwrap_or_default();
-        if actual != expected {
-            failures.push(format!("{}:\n{actual}", path.display()));
-        }
-    }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    snapshots::check("tests/inventory", "txt", 4, |text| run(&parse(text)));
 }

@@ -67,9 +67,10 @@ pub async fn diff(global: &GlobalArgs, args: &DiffArgs) -> miette::Result<ExitCo
         .lock()
         .write_all(text.as_bytes())
         .into_diagnostic()?;
-    Ok(match plan.has_differences() {
-        true => ExitCode::from(EXIT_INVALID),
-        false => ExitCode::SUCCESS,
+    Ok(match (plan.has_errors(), plan.has_differences()) {
+        (true, _) => ExitCode::from(EXIT_ERROR),
+        (false, true) => ExitCode::from(EXIT_INVALID),
+        (false, false) => ExitCode::SUCCESS,
     })
 }
 

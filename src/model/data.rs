@@ -279,6 +279,22 @@ pub(super) fn read_resource_definition(
                     .with_hint("quote it to keep the string, or write true or false"),
             );
         }
+        for (field, found) in metadata_map_problems(object) {
+            diagnostics.push(
+                error(
+                    at(found),
+                    format!(
+                        "resource_definition object: metadata.{field} must be a mapping of \
+                         strings, found {}",
+                        found.value.describe()
+                    ),
+                )
+                .with_hint(format!(
+                    "write {field} as `key: \"value\"` pairs; quote numbers and booleans"
+                )),
+            );
+            ok = false;
+        }
         let problems = object_problems(&value);
         if problems.is_empty() {
             objects.push(Spanned::new(value, at(object)));
@@ -293,6 +309,43 @@ pub(super) fn read_resource_definition(
         }
     }
     ok.then_some(objects)
+}
+
+/// `metadata.labels` and `metadata.annotations` that are neither absent, nothing
+/// (`labels:`), nor a mapping of strings, with the node at fault.
+fn metadata_map_problems(object: &Node) -> Vec<(&'static str, &Node)> {
+    let Some(metadata) = map_entry(object, "metadata") else {
+        return Vec::new();
+    };
+    let mut problems = Vec::new();
+    for field in ["labels", "annotations"] {
+        let Some(map) = map_entry(metadata, field) else {
+            continue;
+        };
+        match &map.value {
+            Value::Null => {}
+            Value::Map(entries) => {
+                if let Some((_, bad)) = entries
+                    .iter()
+                    .find(|(_, v)| !matches!(v.value, Value::Str(_)))
+                {
+                    problems.push((field, bad));
+                }
+            }
+            _ => problems.push((field, map)),
+        }
+    }
+    problems
+}
+
+fn map_entry<'n>(node: &'n Node, name: &str) -> Option<&'n Node> {
+    let Value::Map(entries) = &node.value else {
+        return None;
+    };
+    entries
+        .iter()
+        .find(|(k, _)| matches!(&k.value, Value::Str(s) if s == name))
+        .map(|(_, v)| v)
 }
 
 fn object_problems(value: &serde_json::Value) -> Vec<String> {

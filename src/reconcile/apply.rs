@@ -73,6 +73,19 @@ pub(super) async fn apply(
             progress(report.objects.len(), total);
         }
     }
+    for step in planned
+        .steps
+        .iter()
+        .filter(|s| s.change.action == Action::Error)
+    {
+        report.objects.push(ObjectReport {
+            key: step.change.key.clone(),
+            outcome: Outcome::Failed(ObjectFailure::Unplanned {
+                message: step.change.error.clone().unwrap_or_default(),
+            }),
+        });
+        progress(report.objects.len(), total);
+    }
     let deletions = planned
         .steps
         .iter()
@@ -176,7 +189,7 @@ async fn apply_one(
         return Ok(());
     };
     match step.change.action {
-        Action::Unchanged => return Ok(()),
+        Action::Unchanged if !step.force => return Ok(()),
         Action::Conflict if !options.force_conflicts => {
             return Err(ObjectFailure::Conflict(step.change.conflicts.clone()));
         }
@@ -193,7 +206,7 @@ async fn apply_one(
             message: e.to_string(),
         })?;
     let mut params = PatchParams::apply(MANAGER);
-    if options.force_conflicts {
+    if options.force_conflicts || step.force {
         params = params.force();
     }
     let mut backoff = Backoff::request();
@@ -209,10 +222,7 @@ async fn apply_one(
                 return Err(ObjectFailure::Conflict(conflicts_of(status)));
             }
             // The server answered: busy, or not ready for this object yet.
-            kube::Error::Api(status) => {
-                (status.code >= 500 || status.code == 429 || awaits_service_account(status))
-                    && attempt < ATTEMPTS
-            }
+            kube::Error::Api(status) => ObjectFailure::may_pass_later(status) && attempt < ATTEMPTS,
             // No answer (timeout, connection refused): one more try, then give up on
             // the server for every object.
             kube::Error::HyperError(_) | kube::Error::Service(_) => {
@@ -230,10 +240,4 @@ async fn apply_one(
         tokio::time::sleep(backoff.next_delay()).await;
     }
     Ok(())
-}
-
-/// A pod refused because its service account does not exist yet: a namespace's
-/// `default` account is made by a controller moments after the namespace.
-fn awaits_service_account(status: &kube::core::Status) -> bool {
-    status.code == 403 && status.message.contains("error looking up service account")
 }

@@ -4,6 +4,7 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures::{StreamExt, TryStreamExt};
 use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
@@ -12,14 +13,17 @@ use serde_json::Value;
 use tracing::instrument;
 
 use super::Step;
+use super::outcome::status_text;
 use crate::cluster::{ClusterError, Resources};
 use crate::inventory::{InventoryRecord, prune_candidates};
 use crate::k8s::{ObjectKey, api_group};
+use crate::normalize::place;
 use crate::ownership::{
     Inventory, MANAGER, MODEL_ANNOTATION, PART_OF_LABEL, SOURCE_ANNOTATION, annotation,
 };
 use crate::plan::{
-    Action, Change, change_diff, conflicts_of, provably_unchanged, with_applied_hash,
+    Action, Change, FieldConflict, change_diff, conflicts_of, provably_unchanged, same_value_at,
+    with_applied_hash,
 };
 use crate::render::RenderedObject;
 
@@ -38,12 +42,14 @@ pub(super) fn api_error(action: String) -> impl FnOnce(kube::Error) -> ClusterEr
 }
 
 /// Compares the rendered objects with the cluster; deletions (last, in reverse apply
-/// order) are the inventory's prune candidates.
+/// order) are the inventory's prune candidates. Objects are first placed as the server
+/// scopes their kind (see [`place_all`]). One object the server refuses is an
+/// [`Action::Error`] step; only a server that does not answer fails the plan.
 #[instrument(skip_all, fields(objects = objects.len(), recorded = record.entries.len()))]
 pub(super) async fn plan(
     client: &Client,
     inventory: &Inventory,
-    objects: &[RenderedObject],
+    objects: &mut [RenderedObject],
     record: InventoryRecord,
 ) -> Result<Planning, ClusterError> {
     let mut kinds: BTreeSet<(String, String)> = objects
@@ -52,16 +58,27 @@ pub(super) async fn plan(
         .collect();
     kinds.extend(record.kinds());
     let resources = Resources::discover(client, &kinds).await?;
-    check_served(&resources, objects)?;
+    let defined_here = place_all(&resources, objects);
     let live = list_labelled(&resources, &kinds, &inventory.applyset_id()).await?;
-    let mut steps: Vec<Step> = futures::stream::iter(
-        objects
-            .iter()
-            .map(|object| plan_object(&resources, object, &live)),
-    )
-    .buffered(CONCURRENCY)
-    .try_collect()
-    .await?;
+    let counts = RequestCounts::default();
+    let context = ObjectContext {
+        resources: &resources,
+        labelled: &live,
+        defined_here: &defined_here,
+        counts: &counts,
+    };
+    let mut steps: Vec<Step> =
+        futures::stream::iter(objects.iter().map(|object| plan_object(&context, object)))
+            .buffered(CONCURRENCY)
+            .try_collect()
+            .await?;
+    tracing::info!(
+        objects = objects.len(),
+        listed_kinds = kinds.len(),
+        reads = counts.reads.load(Ordering::Relaxed),
+        dry_runs = counts.dry_runs.load(Ordering::Relaxed),
+        "planned"
+    );
     let rendered: BTreeSet<ObjectKey> = objects.iter().map(RenderedObject::key).collect();
     let applyset = inventory.applyset_id();
     steps.extend(
@@ -79,8 +96,10 @@ pub(super) async fn plan(
                         api_version: entry.api_version.clone(),
                         action: Action::Delete,
                         conflicts: Vec::new(),
+                        error: None,
                     },
                     desired: None,
+                    force: false,
                 })
             }),
     );
@@ -91,36 +110,57 @@ pub(super) async fn plan(
     })
 }
 
-/// Every kind rendered is served, or defined by a CustomResourceDefinition of this
-/// same apply (then it is created after the definition, by apply order).
-fn check_served(resources: &Resources, objects: &[RenderedObject]) -> Result<(), ClusterError> {
-    let defined_here: BTreeSet<(String, String)> = objects
+/// Requests a plan made beyond the lists: single reads and server-side dry runs. A
+/// steady-state plan makes none.
+#[derive(Default)]
+struct RequestCounts {
+    reads: AtomicUsize,
+    dry_runs: AtomicUsize,
+}
+
+/// What planning one object reads.
+struct ObjectContext<'p> {
+    resources: &'p Resources,
+    labelled: &'p HashMap<ObjectKey, Value>,
+    /// Kinds that CustomResourceDefinitions of this apply define: namespaced or not.
+    defined_here: &'p HashMap<(String, String), bool>,
+    counts: &'p RequestCounts,
+}
+
+/// Places every object as the server scopes its kind (or as a CustomResourceDefinition
+/// of this apply scopes it): a namespaced object without a namespace goes to
+/// `default`, as kubectl puts it; a cluster-scoped one loses a written namespace.
+/// Returns the kinds defined here, by (group, kind).
+fn place_all(
+    resources: &Resources,
+    objects: &mut [RenderedObject],
+) -> HashMap<(String, String), bool> {
+    let defined_here: HashMap<(String, String), bool> = objects
         .iter()
         .filter(|o| o.kind == "CustomResourceDefinition")
         .filter_map(|o| {
             let spec = &o.body["spec"];
             Some((
-                spec["group"].as_str()?.to_string(),
-                spec["names"]["kind"].as_str()?.to_string(),
+                (
+                    spec["group"].as_str()?.to_string(),
+                    spec["names"]["kind"].as_str()?.to_string(),
+                ),
+                spec["scope"].as_str() != Some("Cluster"),
             ))
         })
         .collect();
-    for object in objects {
-        let served = resources
+    for object in objects.iter_mut() {
+        let namespaced = resources
             .namespaced(&object.api_version, &object.kind)
-            .is_some();
-        let defined = defined_here.contains(&(
-            api_group(&object.api_version).to_string(),
-            object.kind.clone(),
-        ));
-        if !served && !defined {
-            return Err(ClusterError::UnknownKind {
-                api_version: object.api_version.clone(),
-                kind: object.kind.clone(),
+            .or_else(|| {
+                let group = api_group(&object.api_version).to_string();
+                defined_here.get(&(group, object.kind.clone())).copied()
             });
+        if let Some(namespaced) = namespaced {
+            object.namespace = place(&mut object.body, namespaced);
         }
     }
-    Ok(())
+    defined_here
 }
 
 /// Everything labelled for this inventory, one list per kind.
@@ -172,13 +212,12 @@ fn live_value(mut object: DynamicObject, api_version: &str, kind: &str) -> Value
 }
 
 async fn plan_object(
-    resources: &Resources,
+    context: &ObjectContext<'_>,
     object: &RenderedObject,
-    labelled: &HashMap<ObjectKey, Value>,
 ) -> Result<Step, ClusterError> {
     let key = object.key();
     let desired = with_applied_hash(&object.body);
-    let step = |action, diff, conflicts| Step {
+    let step = |action, diff, conflicts, force| Step {
         change: Change {
             key: key.clone(),
             api_version: object.api_version.clone(),
@@ -187,63 +226,101 @@ async fn plan_object(
             source: Some(object.source.clone()),
             diff,
             conflicts,
+            error: None,
         },
         desired: Some(desired.clone()),
+        force,
+    };
+    let failed = |message: String| {
+        let mut failed = step(Action::Error, String::new(), Vec::new(), false);
+        failed.change.error = Some(message);
+        failed.desired = None;
+        failed
     };
     let created = || change_diff(&object.kind, None, Some(&object.body));
-    if resources
+    let group = api_group(&object.api_version).to_string();
+    match context
+        .resources
         .namespaced(&object.api_version, &object.kind)
-        .is_none()
     {
+        Some(_) => {}
         // Defined by a CustomResourceDefinition of this apply: new by definition.
-        return Ok(step(Action::Create, created(), Vec::new()));
+        None if context
+            .defined_here
+            .contains_key(&(group, object.kind.clone())) =>
+        {
+            return Ok(step(Action::Create, created(), Vec::new(), false));
+        }
+        None => {
+            return Ok(failed(format!(
+                "the server does not serve {} {} (is its CustomResourceDefinition installed?)",
+                object.api_version, object.kind
+            )));
+        }
     }
-    let api = resources.api(
+    let api = context.resources.api(
         &object.api_version,
         &object.kind,
         object.namespace.as_deref(),
     )?;
-    let live: Option<Cow<'_, Value>> = match labelled.get(&key) {
+    let live: Option<Cow<'_, Value>> = match context.labelled.get(&key) {
         Some(live) => Some(Cow::Borrowed(live)),
         // Not labelled for us: new, or someone else's object with the same name.
-        None => api
-            .get_opt(&object.name)
-            .await
-            .map_err(api_error(format!("read {key}")))?
-            .map(|o| Cow::Owned(live_value(o, &object.api_version, &object.kind))),
+        None => {
+            context.counts.reads.fetch_add(1, Ordering::Relaxed);
+            match api.get_opt(&object.name).await {
+                Ok(found) => {
+                    found.map(|o| Cow::Owned(live_value(o, &object.api_version, &object.kind)))
+                }
+                Err(kube::Error::Api(status)) => {
+                    return Ok(failed(format!("cannot read it: {}", status_text(&status))));
+                }
+                Err(e) => return Err(api_error(format!("read {key}"))(e)),
+            }
+        }
     };
     let Some(live) = live else {
-        return Ok(step(Action::Create, created(), Vec::new()));
+        return Ok(step(Action::Create, created(), Vec::new(), false));
     };
     if provably_unchanged(&desired, &live) {
-        return Ok(step(Action::Unchanged, String::new(), Vec::new()));
+        return Ok(step(Action::Unchanged, String::new(), Vec::new(), false));
     }
     let dry_run = PatchParams::apply(MANAGER).dry_run();
-    let (result, conflicts) = match api
-        .patch(&object.name, &dry_run, &Patch::Apply(&desired))
-        .await
-    {
+    let dry_run_apply = |params: PatchParams| {
+        context.counts.dry_runs.fetch_add(1, Ordering::Relaxed);
+        let api = api.clone();
+        let desired = &desired;
+        let name = &object.name;
+        async move { api.patch(name, &params, &Patch::Apply(desired)).await }
+    };
+    let (result, conflicts) = match dry_run_apply(dry_run.clone()).await {
         Ok(result) => (result, Vec::new()),
         Err(kube::Error::Api(status)) if status.is_conflict() => {
             // Show what taking the fields would change, too.
-            let forced = api
-                .patch(
-                    &object.name,
-                    &dry_run.clone().force(),
-                    &Patch::Apply(&desired),
-                )
-                .await
-                .map_err(api_error(format!("dry-run apply {key}")))?;
-            (forced, conflicts_of(&status))
+            match dry_run_apply(dry_run.force()).await {
+                Ok(forced) => (forced, conflicts_of(&status)),
+                Err(kube::Error::Api(status)) => {
+                    return Ok(failed(status_text(&status)));
+                }
+                Err(e) => return Err(api_error(format!("dry-run apply {key}"))(e)),
+            }
         }
+        Err(kube::Error::Api(status)) => return Ok(failed(status_text(&status))),
         Err(e) => return Err(api_error(format!("dry-run apply {key}"))(e)),
     };
     let result = live_value(result, &object.api_version, &object.kind);
+    // A field another manager owns, set to the value it already has (spelled
+    // differently, or defaulted by the server), is taken quietly: no conflict.
+    let (taken_quietly, conflicts): (Vec<FieldConflict>, Vec<FieldConflict>) = conflicts
+        .into_iter()
+        .partition(|c| same_value_at(&live, &result, &c.field));
     let diff = change_diff(&object.kind, Some(&live), Some(&result));
     let action = match (conflicts.is_empty(), diff.is_empty()) {
         (false, _) => Action::Conflict,
         (true, true) => Action::Unchanged,
         (true, false) => Action::Update,
     };
-    Ok(step(action, diff, conflicts))
+    // Taking the fields changes no value, so a plan with nothing else is unchanged;
+    // the apply still makes that write.
+    Ok(step(action, diff, conflicts, !taken_quietly.is_empty()))
 }

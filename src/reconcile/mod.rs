@@ -76,10 +76,12 @@ pub struct Planned {
     resources: Resources,
 }
 
-/// One change and the body to apply (none for deletions).
+/// One change and the body to apply (none for deletions and errors).
 struct Step {
     change: Change,
     desired: Option<serde_json::Value>,
+    /// Apply with force: fields other managers own are set to the values they have.
+    force: bool,
 }
 
 impl Reconciler {
@@ -116,12 +118,12 @@ impl Reconciler {
         };
         let (models, cluster) = tokio::join!(models, cluster);
         let (models, objects) = models?;
-        let Some(objects) = objects else {
+        let Some(mut objects) = objects else {
             return Err(ReconcileError::Invalid(Box::new(models)));
         };
         let (client, record) = cluster?;
         let revision = models.loaded.revision.clone();
-        let planning = live::plan(client, &self.inventory, &objects, record).await?;
+        let planning = live::plan(client, &self.inventory, &mut objects, record).await?;
         let plan = Plan {
             source: models.loaded.label.clone(),
             revision,

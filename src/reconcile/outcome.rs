@@ -40,6 +40,9 @@ pub enum ObjectFailure {
     /// The deletion of a pruned object failed.
     #[error("prune: {message}")]
     Prune { message: String, retryable: bool },
+    /// The object could not be planned (its dry run was refused): it was not sent.
+    #[error("not applied: {message}")]
+    Unplanned { message: String },
 }
 
 fn fields(conflicts: &[FieldConflict]) -> String {
@@ -58,21 +61,36 @@ impl ObjectFailure {
             ObjectFailure::Prune { retryable, .. } => *retryable,
             ObjectFailure::Conflict(_)
             | ObjectFailure::Refused { .. }
-            | ObjectFailure::Request { .. } => false,
+            | ObjectFailure::Request { .. }
+            | ObjectFailure::Unplanned { .. } => false,
         }
+    }
+
+    /// Can a request the server refused pass when tried again? When the server was
+    /// busy (429, most 5xx), or not ready for the object yet (a namespace's `default`
+    /// service account, made by a controller moments after the namespace). Not a
+    /// body the server cannot read ("failed to create typed patch object", a 500):
+    /// it refuses the same body every time.
+    pub(super) fn may_pass_later(status: &kube::core::Status) -> bool {
+        let unreadable_body = status
+            .message
+            .contains("failed to create typed patch object");
+        let awaits_service_account =
+            status.code == 403 && status.message.contains("error looking up service account");
+        ((status.code >= 500 || status.code == 429) && !unreadable_body) || awaits_service_account
     }
 
     /// The failure of a request the server answered or did not.
     pub(super) fn of_kube_error(error: &kube::Error) -> Self {
         match error {
-            kube::Error::Api(status) if status.code >= 500 || status.code == 429 => {
+            kube::Error::Api(status) if Self::may_pass_later(status) => {
                 ObjectFailure::Unavailable {
-                    message: error.to_string(),
+                    message: status_text(status),
                 }
             }
             kube::Error::Api(status) => ObjectFailure::Refused {
                 code: status.code,
-                message: error.to_string(),
+                message: status_text(status),
             },
             kube::Error::HyperError(_) | kube::Error::Service(_) => ObjectFailure::Unavailable {
                 message: error.to_string(),
@@ -81,6 +99,14 @@ impl ObjectFailure {
                 message: error.to_string(),
             },
         }
+    }
+}
+
+/// The server's refusal in words: its message, without the raw status.
+pub(super) fn status_text(status: &kube::core::Status) -> String {
+    match status.message.is_empty() {
+        true => format!("the server refused it ({} {})", status.code, status.reason),
+        false => status.message.clone(),
     }
 }
 

@@ -14,18 +14,21 @@ use kube::api::{Api, ListParams};
 use crate::harness::{Running, cluster, repo_root};
 use crate::reconcile::{Repo, git, setup, stdout, tether};
 
-pub fn kubectl(args: &[&str]) -> Output {
+/// kubectl (the control plane's own build) for the test cluster.
+pub fn kubectl_command() -> Command {
     let bin = Command::new(repo_root().join("scripts/local-cluster"))
         .arg("env")
         .output()
         .unwrap();
     let bin = PathBuf::from(String::from_utf8(bin.stdout).unwrap().trim());
-    let output = Command::new(bin.join("kubectl"))
-        .arg("--kubeconfig")
-        .arg(&cluster().kubeconfig)
-        .args(args)
-        .output()
-        .unwrap();
+    let mut command = Command::new(bin.join("kubectl"));
+    command.arg("--kubeconfig").arg(&cluster().kubeconfig);
+    command
+}
+
+/// Runs kubectl against the test cluster; it must succeed.
+pub fn kubectl(args: &[&str]) -> Output {
+    let output = kubectl_command().args(args).output().unwrap();
     assert!(
         output.status.success(),
         "kubectl {args:?}: {}",

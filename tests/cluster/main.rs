@@ -4,6 +4,7 @@
 mod broker;
 mod discover;
 mod events;
+mod fidelity;
 mod harness;
 mod nodesim;
 mod reconcile;
