@@ -96,8 +96,24 @@ pub struct SyntaxError {
     pub message: String,
 }
 
-/// Parses every document of a YAML stream; empty documents are skipped.
-pub fn parse_yaml(text: &str, dialect: Dialect) -> Result<Vec<Node>, SyntaxError> {
+/// Limits on every YAML text tether reads (models files, `resource_definition`
+/// texts, settings), so that a small hostile file cannot keep it busy or fill memory.
+/// Each is far beyond what a real repository needs.
+pub mod limits {
+    /// The size of one file, in MiB.
+    pub const FILE_MIB: usize = 16;
+    /// Nesting of mappings and lists.
+    pub const DEPTH: usize = 64;
+    /// Documents in one file.
+    pub const DOCUMENTS: usize = 5_000;
+    /// Values (scalars, mappings, lists) in one file.
+    pub const NODES: usize = 2_000_000;
+    /// Values produced by aliases (`*name`), across one file.
+    pub const ALIAS_VALUES: usize = 100_000;
+}
+
+/// The options of every parse: the dialect's typing rules and the input limits.
+pub fn yaml_options(dialect: Dialect) -> serde_saphyr::Options {
     let mut options = match dialect {
         Dialect::Models => serde_saphyr::options! {
             strict_booleans: true,
@@ -108,26 +124,81 @@ pub fn parse_yaml(text: &str, dialect: Dialect) -> Result<Vec<Node>, SyntaxError
             legacy_octal_numbers: true,
         },
     };
-    options.budget = Some(budget());
-    serde_saphyr::from_str_multiple_with_options::<Node, Vec<Node>>(text, options).map_err(|e| {
-        let location = e.location();
-        SyntaxError {
-            line: location.map_or(1, |l| to_u32(l.line() as usize)).max(1),
-            column: location.map_or(1, |l| to_u32(l.column() as usize)).max(1),
-            message: syntax_message(&e),
-        }
-    })
+    let mut budget = serde_saphyr::Budget::default();
+    budget.max_depth = limits::DEPTH;
+    budget.max_documents = limits::DOCUMENTS;
+    budget.max_nodes = limits::NODES;
+    budget.max_events = 4 * limits::NODES;
+    budget.max_aliases = limits::ALIAS_VALUES;
+    budget.max_recorded_anchor_events = limits::ALIAS_VALUES;
+    options.budget = Some(budget);
+    options.alias_limits.max_total_replayed_events = limits::ALIAS_VALUES;
+    options
 }
 
-/// serde-saphyr's limits guard against hostile YAML (alias bombs, deep nesting); a
-/// models file may hold many more documents and nodes than its defaults allow (1,024
-/// documents), so those two are raised and the rest kept.
-fn budget() -> serde_saphyr::Budget {
-    let mut budget = serde_saphyr::Budget::default();
-    budget.max_documents = 1_000_000;
-    budget.max_nodes = 50_000_000;
-    budget.max_events = 100_000_000;
-    budget
+/// Parses every document of a YAML stream; empty documents are skipped.
+pub fn parse_yaml(text: &str, dialect: Dialect) -> Result<Vec<Node>, SyntaxError> {
+    if text.len() > limits::FILE_MIB * 1024 * 1024 {
+        return Err(SyntaxError {
+            line: 1,
+            column: 1,
+            message: format!(
+                "the text is {} MiB, past the limit of {} MiB",
+                text.len() / (1024 * 1024),
+                limits::FILE_MIB
+            ),
+        });
+    }
+    serde_saphyr::from_str_multiple_with_options::<Node, Vec<Node>>(text, yaml_options(dialect))
+        .map_err(|e| {
+            let location = e.location();
+            SyntaxError {
+                line: location.map_or(1, |l| to_u32(l.line() as usize)).max(1),
+                column: location.map_or(1, |l| to_u32(l.column() as usize)).max(1),
+                message: limit_message(&e).unwrap_or_else(|| syntax_message(&e)),
+            }
+        })
+}
+
+/// A breach of [`limits`] in words that name the limit.
+pub fn limit_message(error: &serde_saphyr::Error) -> Option<String> {
+    use serde_saphyr::budget::BudgetBreach as B;
+    let aliases = || {
+        format!(
+            "aliases expand to more than {} values, the limit (an alias bomb?)",
+            limits::ALIAS_VALUES
+        )
+    };
+    let depth = || format!("nesting depth past the limit of {} levels", limits::DEPTH);
+    // The breach itself, under the wrappers that add alias locations and snippets.
+    let mut error = error;
+    while let serde_saphyr::Error::AliasError { error: inner, .. }
+    | serde_saphyr::Error::WithSnippet { error: inner, .. } = error
+    {
+        error = inner;
+    }
+    Some(match error {
+        serde_saphyr::Error::Budget { breach, .. } => match breach {
+            B::Depth { .. } => depth(),
+            B::Documents { .. } => {
+                format!(
+                    "more than {} documents in one file, the limit",
+                    limits::DOCUMENTS
+                )
+            }
+            B::Aliases { .. }
+            | B::Anchors { .. }
+            | B::RecordedAnchorEvents { .. }
+            | B::RecordedAnchorBytes { .. } => aliases(),
+            _ => format!("more than {} values in one file, the limit", limits::NODES),
+        },
+        serde_saphyr::Error::AliasReplayLimitExceeded { .. }
+        | serde_saphyr::Error::AliasExpansionLimitExceeded { .. }
+        | serde_saphyr::Error::AliasReplayStackDepthExceeded { .. }
+        | serde_saphyr::Error::AliasReplayCounterOverflow { .. } => aliases(),
+        _ if error.to_string().contains("recursion limit") => depth(),
+        _ => return None,
+    })
 }
 
 /// The error's own words, without the location prefix and snippet that we print ourselves.

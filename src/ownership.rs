@@ -63,6 +63,17 @@ pub fn carries_tether_labels(object: &serde_json::Value, applyset: &str) -> bool
         && labels[PART_OF_LABEL].as_str() == Some(applyset)
 }
 
+/// Is a field path (as the API server prints it in conflicts) one of the labels and
+/// annotations that tether sets on every object? Those are tether's to set whoever
+/// set them before (a chart's `app.kubernetes.io/managed-by: Helm`); a diff shows the
+/// change.
+pub fn is_ownership_mark(field: &str) -> bool {
+    let Some(label) = field.strip_prefix(".metadata.labels.") else {
+        return field.starts_with(".metadata.annotations.tether.dev/");
+    };
+    label == MANAGED_BY_LABEL || label == PART_OF_LABEL
+}
+
 /// An annotation of a live object, if it has it.
 pub fn annotation(object: &serde_json::Value, key: &str) -> Option<String> {
     object["metadata"]["annotations"][key]
@@ -82,6 +93,19 @@ mod tests {
             Inventory::default().applyset_id(),
             "applyset-7UGKa0tlMtUmzMyVc1R_rBLUoNtSx-jYek2pOCi56Z8-v1"
         );
+    }
+
+    #[test]
+    fn ownership_marks_are_tethers_labels_and_annotations() {
+        assert!(is_ownership_mark(
+            ".metadata.labels.app.kubernetes.io/managed-by"
+        ));
+        assert!(is_ownership_mark(
+            ".metadata.labels.applyset.kubernetes.io/part-of"
+        ));
+        assert!(is_ownership_mark(".metadata.annotations.tether.dev/model"));
+        assert!(!is_ownership_mark(".metadata.labels.app"));
+        assert!(!is_ownership_mark(".data.tether.dev/model"));
     }
 
     #[test]

@@ -18,6 +18,8 @@
 
 use serde::Deserialize;
 use serde_saphyr::Spanned;
+
+use crate::load::{Dialect, limit_message, yaml_options};
 use thiserror::Error;
 
 pub const SETTINGS_FILE: &str = ".tether.yaml";
@@ -71,15 +73,30 @@ pub fn parse(path: &str, text: &str) -> Result<Settings, SettingsError> {
     if !has_content {
         return Ok(Settings::default());
     }
-    serde_saphyr::from_str(text).map_err(|e| SettingsError {
+    let options = yaml_options(Dialect::Models);
+    serde_saphyr::from_str_with_options(text, options).map_err(|e| SettingsError {
         path: path.to_string(),
-        message: e.to_string(),
+        message: limit_message(&e).unwrap_or_else(|| e.to_string()),
     })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_alias_bomb_is_refused_before_it_expands() {
+        // Anchors defined inside the first item of each level, under a known setting.
+        let mut bomb = String::from("&a0 [x, x, x, x, x, x, x, x, x, x]");
+        for level in 1..9 {
+            let rest = vec![format!("*a{}", level - 1); 9].join(", ");
+            bomb = format!("&a{level} [{bomb}, {rest}]");
+        }
+        let text = format!("discover:\n  namespaces: {bomb}\n");
+        let started = std::time::Instant::now();
+        assert!(parse(".tether.yaml", &text).is_err());
+        assert!(started.elapsed() < std::time::Duration::from_secs(1));
+    }
 
     #[test]
     fn reads_discovery_defaults() {

@@ -20,6 +20,7 @@ use crate::k8s::{ObjectKey, api_group};
 use crate::normalize::place;
 use crate::ownership::{
     Inventory, MANAGER, MODEL_ANNOTATION, PART_OF_LABEL, SOURCE_ANNOTATION, annotation,
+    is_ownership_mark,
 };
 use crate::plan::{
     Action, Change, FieldConflict, change_diff, conflicts_of, provably_unchanged, same_value_at,
@@ -310,10 +311,11 @@ async fn plan_object(
     };
     let result = live_value(result, &object.api_version, &object.kind);
     // A field another manager owns, set to the value it already has (spelled
-    // differently, or defaulted by the server), is taken quietly: no conflict.
+    // differently, or defaulted by the server), is taken quietly: no conflict. So are
+    // tether's own labels and annotations, whose change the diff shows.
     let (taken_quietly, conflicts): (Vec<FieldConflict>, Vec<FieldConflict>) = conflicts
         .into_iter()
-        .partition(|c| same_value_at(&live, &result, &c.field));
+        .partition(|c| is_ownership_mark(&c.field) || same_value_at(&live, &result, &c.field));
     let diff = change_diff(&object.kind, Some(&live), Some(&result));
     let action = match (conflicts.is_empty(), diff.is_empty()) {
         (false, _) => Action::Conflict,
