@@ -203,8 +203,21 @@ const QUANTITY_MAPS: &[&str] = &[
 /// server spells it: `.spec.containers[name="app"].resources.limits.cpu`)? Quantities
 /// compare by value (`1e+09` and `1G`). An unreadable path is not the same value.
 pub fn same_value_at(live: &Value, applied: &Value, path: &str) -> bool {
-    let (Some(a), Some(b)) = (value_at(live, path), value_at(applied, path)) else {
-        return false;
+    let nothing = |v: &Value| match v {
+        Value::Array(items) => items.is_empty(),
+        Value::Object(map) => map.is_empty(),
+        _ => false,
+    };
+    let (a, b) = match (value_at(live, path), value_at(applied, path)) {
+        (Some(a), Some(b)) => (a, b),
+        // An empty list or map is stored as nothing: absent on both sides, or
+        // absent on one and empty on the other, is the same (when the path is
+        // readable down to the field's parent).
+        (a, b) => {
+            let readable = parent_path(path)
+                .is_some_and(|p| value_at(live, p).is_some() && value_at(applied, p).is_some());
+            return readable && a.is_none_or(nothing) && b.is_none_or(nothing);
+        }
     };
     if a == b {
         return true;
@@ -224,6 +237,13 @@ pub fn same_value_at(live: &Value, applied: &Value, path: &str) -> bool {
         (Some(a), Some(b)) => quantity && same_quantity(&a, &b),
         _ => false,
     }
+}
+
+/// The path of a field's parent: `.a.b[k=1].c` → `.a.b[k=1]` (a field name with
+/// dots cuts wrongly, and then does not resolve).
+fn parent_path(path: &str) -> Option<&str> {
+    let cut = path.rfind(['.', '['])?;
+    (cut > 0).then(|| &path[..cut])
 }
 
 /// The value at a field path as the API server prints it in conflicts: `.name` for a

@@ -280,12 +280,6 @@ async fn plan_object(
             }
         }
     };
-    let Some(live) = live else {
-        return Ok(step(Action::Create, created(), Vec::new(), false));
-    };
-    if provably_unchanged(&desired, &live) {
-        return Ok(step(Action::Unchanged, String::new(), Vec::new(), false));
-    }
     let dry_run = PatchParams::apply(MANAGER).dry_run();
     let dry_run_apply = |params: PatchParams| {
         context.counts.dry_runs.fetch_add(1, Ordering::Relaxed);
@@ -294,6 +288,21 @@ async fn plan_object(
         let name = &object.name;
         async move { api.patch(name, &params, &Patch::Apply(desired)).await }
     };
+    let Some(live) = live else {
+        // A new object: the dry run checks the server would take it, so a reviewer
+        // sees a refusal before the merge. Its namespace may be one this apply makes.
+        return Ok(match dry_run_apply(dry_run).await {
+            Ok(_) => step(Action::Create, created(), Vec::new(), false),
+            Err(kube::Error::Api(status)) if awaits_its_namespace(&status) => {
+                step(Action::Create, created(), Vec::new(), false)
+            }
+            Err(kube::Error::Api(status)) => failed(status_text(&status)),
+            Err(e) => return Err(api_error(format!("dry-run apply {key}"))(e)),
+        });
+    };
+    if provably_unchanged(&desired, &live) {
+        return Ok(step(Action::Unchanged, String::new(), Vec::new(), false));
+    }
     let (result, conflicts) = match dry_run_apply(dry_run.clone()).await {
         Ok(result) => (result, Vec::new()),
         Err(kube::Error::Api(status)) if status.is_conflict() => {
@@ -325,4 +334,9 @@ async fn plan_object(
     // Taking the fields changes no value, so a plan with nothing else is unchanged;
     // the apply still makes that write.
     Ok(step(action, diff, conflicts, !taken_quietly.is_empty()))
+}
+
+/// The refusal of an object whose namespace does not exist yet.
+fn awaits_its_namespace(status: &kube::core::Status) -> bool {
+    status.is_not_found() && status.message.starts_with("namespaces ")
 }

@@ -263,3 +263,161 @@ async fn real_world_manifests_made_by_kubectl_client_side_are_adopted_cleanly() 
 async fn real_world_manifests_made_by_kubectl_server_side_are_adopted_cleanly() {
     adopting_what_kubectl_made(true).await;
 }
+
+/// A resource instance model of `yaml` (one or more objects).
+fn resource_model(name: &str, yaml: &str) -> String {
+    let indented: String = yaml.lines().map(|l| format!("  {l}\n")).collect();
+    format!("kind: KubernetesResourceInstance\nname: {name}\nresource_definition: |\n{indented}")
+}
+
+#[tokio::test]
+async fn one_refused_object_leaves_the_others_planned_and_applied() {
+    let (client, ns, inventory) = setup("fidelity-bad").await;
+    let models = corpus_models(&ns);
+    let bad = format!(
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: bogus\n  namespace: {ns}\nspec:\n  type: Bogus\n  ports:\n  - port: 80\n---\napiVersion: example.com/v1\nkind: Gadget\nmetadata:\n  name: unserved\n  namespace: {ns}\n"
+    );
+    models.write("bad.yaml", &resource_model("bad", &bad));
+
+    let (code, report, log) = diff_json(&inventory, models.path());
+    assert_eq!(code, Some(2), "an error happened: {log}");
+    let changes = report["changes"].as_array().unwrap();
+    let action_of = |name: &str| {
+        changes
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("{name} in the report"))
+    };
+    let bogus = action_of("bogus");
+    assert_eq!(bogus["action"], "error");
+    assert!(
+        bogus["error"]
+            .as_str()
+            .unwrap()
+            .contains("Unsupported value: \"Bogus\""),
+        "{bogus}"
+    );
+    let unserved = action_of("unserved");
+    assert_eq!(unserved["action"], "error");
+    assert!(
+        unserved["error"]
+            .as_str()
+            .unwrap()
+            .contains("does not serve example.com/v1 Gadget"),
+        "{unserved}"
+    );
+    let created = changes.iter().filter(|c| c["action"] == "create").count();
+    assert!(created >= 25, "the other objects are planned: {created}");
+    assert_eq!(report["summary"]["error"], 2);
+
+    let markdown = stdout(&tether(
+        &inventory,
+        &["diff", "-o", "markdown", models.path().to_str().unwrap()],
+    ));
+    assert!(
+        markdown.contains(&format!("| Service {ns}/bogus | ")),
+        "a row for the refused object: {markdown}"
+    );
+    let text = stdout(&tether(
+        &inventory,
+        &["diff", models.path().to_str().unwrap()],
+    ));
+    assert!(
+        text.contains(&format!(
+            "error Service {ns}/bogus (KubernetesResourceInstance/bad, bad.yaml)"
+        )),
+        "{text}"
+    );
+    assert!(text.contains("2 could not be planned"), "{text}");
+
+    let started = std::time::Instant::now();
+    let applied = tether(&inventory, &["apply", models.path().to_str().unwrap()]);
+    let elapsed = started.elapsed();
+    assert_eq!(applied.status.code(), Some(2), "{}", all_output(&applied));
+    let out = stdout(&applied);
+    assert!(out.contains("2 failed"), "{out}");
+    assert!(
+        out.contains(&format!("failed: Service {ns}/bogus: not applied: ")),
+        "{out}"
+    );
+    // The others are in the cluster.
+    let widgets: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(client.clone(), &ns);
+    assert!(widgets.get_opt("settings").await.unwrap().is_some());
+    assert!(
+        elapsed < std::time::Duration::from_secs(30),
+        "a refusal is not retried: {elapsed:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_namespaced_custom_resource_without_a_namespace_goes_to_default() {
+    let (_client, ns, inventory) = setup("fidelity-default-ns").await;
+    let group = format!("{ns}.tether.dev");
+    let definition = format!(
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: gizmos.{group}\nspec:\n  group: {group}\n  names:\n    kind: Gizmo\n    plural: gizmos\n  scope: Namespaced\n  versions:\n  - name: v1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema:\n        type: object\n        x-kubernetes-preserve-unknown-fields: true\n---\napiVersion: {group}/v1\nkind: Gizmo\nmetadata:\n  name: {ns}\nspec:\n  size: 3\n"
+    );
+    let models = Repo::new(&[
+        (
+            "service.yaml",
+            "kind: KubernetesService\nname: kubernetes\n",
+        ),
+        ("gizmo.yaml", &resource_model("gizmo", &definition)),
+    ]);
+    let path = models.path().to_str().unwrap();
+    let applied = tether(&inventory, &["apply", path]);
+    assert_eq!(applied.status.code(), Some(0), "{}", all_output(&applied));
+    let got = crate::discover::kubectl(&[
+        "get",
+        &format!("gizmos.{group}"),
+        "-n",
+        "default",
+        &ns,
+        "-o",
+        "name",
+    ]);
+    assert_eq!(stdout(&got).trim(), format!("gizmo.{group}/{ns}"));
+    // Now that the kind is served, a second run plans it from discovery.
+    apply_then_diff_is_clean(&inventory, models.path(), "custom resource in default");
+}
+
+#[tokio::test]
+async fn an_object_written_with_empty_labels_carries_tethers_and_is_pruned_with_its_model() {
+    let (client, ns, inventory) = setup("fidelity-labels").await;
+    let config_map = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: unlabelled\n  namespace: {ns}\n  labels:\n  annotations:\ndata:\n  key: value\n"
+    );
+    // A second object stays: a source that renders nothing is never pruned from.
+    let keeper =
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: keeper\n  namespace: {ns}\n");
+    let models = Repo::new(&[
+        (
+            "service.yaml",
+            "kind: KubernetesService\nname: kubernetes\n",
+        ),
+        ("keeper.yaml", &resource_model("keeper", &keeper)),
+        ("cm.yaml", &resource_model("unlabelled", &config_map)),
+    ]);
+    let path = models.path().to_str().unwrap();
+    let applied = tether(&inventory, &["apply", path]);
+    assert_eq!(applied.status.code(), Some(0), "{}", all_output(&applied));
+    let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(client.clone(), &ns);
+    let live = api.get("unlabelled").await.unwrap();
+    let labels = live.metadata.labels.unwrap_or_default();
+    assert_eq!(
+        labels
+            .get("app.kubernetes.io/managed-by")
+            .map(String::as_str),
+        Some("tether")
+    );
+    models.remove("cm.yaml");
+    let pruned = tether(&inventory, &["apply", "--prune", path]);
+    assert_eq!(pruned.status.code(), Some(0), "{}", all_output(&pruned));
+    assert!(
+        stdout(&pruned).contains("1 pruned"),
+        "{}",
+        all_output(&pruned)
+    );
+    assert!(api.get_opt("unlabelled").await.unwrap().is_none());
+}
