@@ -21,6 +21,7 @@ pub mod git;
 pub mod inventory;
 pub mod k8s;
 pub mod load;
+pub mod managed_fields;
 pub mod model;
 pub mod normalize;
 pub mod ownership;

@@ -209,6 +209,16 @@ async fn apply_one(
     if options.force_conflicts || step.force {
         params = params.force();
     }
+    if let Some(hand_over) = &step.hand_over {
+        // Without it the apply still succeeds; kubectl's manager then keeps co-owning
+        // the fields, and a later change of them is a conflict.
+        if let Err(error) = api
+            .patch(&key.name, &PatchParams::default(), &Patch::Merge(hand_over))
+            .await
+        {
+            tracing::warn!(%error, "could not take over the fields kubectl applied client-side");
+        }
+    }
     let mut backoff = Backoff::request();
     for attempt in 1.. {
         if unreachable.load(Ordering::Relaxed) {

@@ -17,6 +17,7 @@ use super::outcome::status_text;
 use crate::cluster::{ClusterError, Resources};
 use crate::inventory::{InventoryRecord, prune_candidates};
 use crate::k8s::{ObjectKey, api_group};
+use crate::managed_fields;
 use crate::normalize::place;
 use crate::ownership::{
     Inventory, MANAGER, MODEL_ANNOTATION, PART_OF_LABEL, SOURCE_ANNOTATION, annotation,
@@ -101,6 +102,7 @@ pub(super) async fn plan(
                     },
                     desired: None,
                     force: false,
+                    hand_over: None,
                 })
             }),
     );
@@ -231,6 +233,7 @@ async fn plan_object(
         },
         desired: Some(desired.clone()),
         force,
+        hand_over: None,
     };
     let failed = |message: String| {
         let mut failed = step(Action::Error, String::new(), Vec::new(), false);
@@ -264,15 +267,18 @@ async fn plan_object(
         &object.kind,
         object.namespace.as_deref(),
     )?;
+    let mut hand_over = None;
     let live: Option<Cow<'_, Value>> = match context.labelled.get(&key) {
         Some(live) => Some(Cow::Borrowed(live)),
-        // Not labelled for us: new, or someone else's object with the same name.
+        // Not labelled for us: new, or someone else's object with the same name, whose
+        // client-side-applied fields tether takes over as it adopts it.
         None => {
             context.counts.reads.fetch_add(1, Ordering::Relaxed);
             match api.get_opt(&object.name).await {
-                Ok(found) => {
-                    found.map(|o| Cow::Owned(live_value(o, &object.api_version, &object.kind)))
-                }
+                Ok(found) => found.map(|o| {
+                    hand_over = hand_over_patch(&o, &desired, &object.api_version);
+                    Cow::Owned(live_value(o, &object.api_version, &object.kind))
+                }),
                 Err(kube::Error::Api(status)) => {
                     return Ok(failed(format!("cannot read it: {}", status_text(&status))));
                 }
@@ -333,10 +339,24 @@ async fn plan_object(
     };
     // Taking the fields changes no value, so a plan with nothing else is unchanged;
     // the apply still makes that write.
-    Ok(step(action, diff, conflicts, !taken_quietly.is_empty()))
+    let mut planned = step(action, diff, conflicts, !taken_quietly.is_empty());
+    planned.hand_over = hand_over;
+    Ok(planned)
 }
 
 /// The refusal of an object whose namespace does not exist yet.
 fn awaits_its_namespace(status: &kube::core::Status) -> bool {
     status.is_not_found() && status.message.starts_with("namespaces ")
+}
+
+/// A merge patch of an object's managed fields that hands its client-side-applied
+/// fields that tether sets over to tether (conditional on the object's
+/// resourceVersion); `None` when there are none.
+fn hand_over_patch(live: &DynamicObject, desired: &Value, api_version: &str) -> Option<Value> {
+    let entries = live.metadata.managed_fields.as_deref()?;
+    let handed = managed_fields::hand_over(entries, desired, MANAGER, api_version)?;
+    Some(serde_json::json!({"metadata": {
+        "resourceVersion": live.metadata.resource_version,
+        "managedFields": handed,
+    }}))
 }

@@ -82,6 +82,10 @@ struct Step {
     desired: Option<serde_json::Value>,
     /// Apply with force: fields other managers own are set to the values they have.
     force: bool,
+    /// A merge patch of the object's managed fields to send before applying: the
+    /// hand-over of fields `kubectl apply` set client-side (see
+    /// [`crate::managed_fields`]).
+    hand_over: Option<serde_json::Value>,
 }
 
 impl Reconciler {

@@ -421,3 +421,64 @@ async fn an_object_written_with_empty_labels_carries_tethers_and_is_pruned_with_
     );
     assert!(api.get_opt("unlabelled").await.unwrap().is_none());
 }
+
+#[tokio::test]
+async fn after_adopting_what_kubectl_applied_a_change_in_git_is_an_update_not_a_conflict() {
+    let (client, ns, inventory) = setup("fidelity-handover").await;
+    let manifest = |value: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: handed\n  namespace: {ns}\ndata:\n  key: {value}\n  other: kept\n"
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("cm.yaml");
+    std::fs::write(&file, manifest("a")).unwrap();
+    crate::discover::kubectl(&["apply", "-f", file.to_str().unwrap()]);
+
+    let models = Repo::new(&[
+        (
+            "service.yaml",
+            "kind: KubernetesService\nname: kubernetes\n",
+        ),
+        ("cm.yaml", &resource_model("handed", &manifest("a"))),
+    ]);
+    let path = models.path().to_str().unwrap();
+    let adopted = tether(&inventory, &["apply", path]);
+    assert_eq!(adopted.status.code(), Some(0), "{}", all_output(&adopted));
+    let api: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+        kube::Api::namespaced(client.clone(), &ns);
+    let owners = |cm: &k8s_openapi::api::core::v1::ConfigMap, manager: &str| {
+        cm.metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .filter(|e| e.manager.as_deref() == Some(manager))
+            .map(|e| serde_json::to_string(&e.fields_v1).unwrap())
+            .collect::<String>()
+    };
+    let live = api.get("handed").await.unwrap();
+    assert!(
+        !owners(&live, "kubectl-client-side-apply").contains("f:key"),
+        "kubectl's client-side manager handed the field over: {:?}",
+        live.metadata.managed_fields
+    );
+    assert!(owners(&live, "tether").contains("f:key"));
+
+    models.write("cm.yaml", &resource_model("handed", &manifest("b")));
+    let (code, report, log) = diff_json(&inventory, models.path());
+    assert_eq!(code, Some(1), "{log}");
+    let change = report["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "handed")
+        .unwrap();
+    assert_eq!(change["action"], "update", "{change}");
+    let applied = tether(&inventory, &["apply", path]);
+    assert_eq!(applied.status.code(), Some(0), "{}", all_output(&applied));
+    let live = api.get("handed").await.unwrap();
+    assert_eq!(
+        live.data.unwrap_or_default().get("key").map(String::as_str),
+        Some("b")
+    );
+}
