@@ -392,7 +392,7 @@ impl ParsedQuantity {
                 let value: Option<i64> = self.whole.parse().ok();
                 self.fraction.is_empty()
                     && precision >= 0
-                    && self.binary_power % 10 == 0
+                    && self.binary_power.is_multiple_of(10)
                     && value.is_some_and(|v| v & 0x07 != 0)
             }
             Format::DecimalSi | Format::DecimalExponent => {

@@ -14,7 +14,7 @@ fn laughs(levels: usize, indent: &str) -> String {
     );
     for level in 1..levels {
         let previous = format!("*a{}", level - 1);
-        let items = vec![previous.as_str(); 10].join(", ");
+        let items = [previous.as_str(); 10].join(", ");
         text.push_str(&format!("{indent}a{level}: &a{level} [{items}]\n"));
     }
     text
