@@ -1,8 +1,8 @@
 //! The inventory's content and the decisions made with it, all pure: what the
-//! ApplySet parent records (one line per object, and the commit applied), what to
-//! prune, what to record before and after an apply, and how objects are batched by
-//! apply rank. `cluster` reads and writes the ConfigMap; `reconcile` carries out the
-//! decisions.
+//! ApplySet parent records (one line per object: which object, whether tether created
+//! or adopted it, and its uid; and the commit applied), what to prune, what to record
+//! before and after an apply, and how objects are batched by apply rank. `cluster`
+//! reads and writes the ConfigMap; `reconcile` carries out the decisions.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -15,6 +15,21 @@ use crate::ownership::carries_tether_labels;
 const OBJECTS_KEY: &str = "objects";
 /// The ConfigMap key of the commit last applied without a failure.
 const COMMIT_KEY: &str = "commit";
+
+/// A line of the inventory: the entry, then `created` or `adopted` and the uid when
+/// known (lines of older inventories have neither).
+fn parse_line(line: &str) -> Option<(InventoryEntry, Provenance)> {
+    let words: Vec<&str> = line.split(' ').collect();
+    let entry = InventoryEntry::parse(&words.get(..4)?.join(" "))?;
+    let origin = match words.get(4).copied() {
+        None => return Some((entry, Provenance::UNKNOWN)),
+        Some("created") => Origin::Created,
+        Some("adopted") => Origin::Adopted,
+        Some(_) => return None,
+    };
+    let uid = words.get(5).map(|u| u.to_string());
+    (words.len() <= 6).then_some((entry, Provenance { origin, uid }))
+}
 
 /// One object recorded in the inventory.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -59,17 +74,83 @@ impl InventoryEntry {
     }
 }
 
-/// What the inventory records: the objects tether applied, and the commit it applied.
+/// How an object came into the inventory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// tether created it: prune deletes it.
+    Created,
+    /// It existed when tether first applied it: prune releases it (tether's labels
+    /// and field ownership removed, the object kept).
+    Adopted,
+    /// Recorded by a tether that did not record origins: treated as created.
+    Unknown,
+}
+
+/// What the inventory knows of one object besides its identity.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Provenance {
+    pub origin: Origin,
+    /// The uid of the object tether created or adopted, once known: an object of the
+    /// same name with another uid is not that object.
+    pub uid: Option<String>,
+}
+
+impl Provenance {
+    pub fn created() -> Self {
+        Provenance {
+            origin: Origin::Created,
+            uid: None,
+        }
+    }
+
+    pub fn adopted(uid: Option<String>) -> Self {
+        Provenance {
+            origin: Origin::Adopted,
+            uid,
+        }
+    }
+
+    const UNKNOWN: Provenance = Provenance {
+        origin: Origin::Unknown,
+        uid: None,
+    };
+
+    fn words(&self) -> String {
+        let origin = match self.origin {
+            Origin::Created => "created",
+            Origin::Adopted => "adopted",
+            Origin::Unknown => return String::new(),
+        };
+        match &self.uid {
+            Some(uid) => format!(" {origin} {uid}"),
+            None => format!(" {origin}"),
+        }
+    }
+}
+
+/// What the inventory records: the objects tether applied with their provenance, and
+/// the commit it applied.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct InventoryRecord {
-    pub entries: BTreeSet<InventoryEntry>,
+    pub entries: BTreeMap<InventoryEntry, Provenance>,
     pub commit: Option<String>,
+}
+
+/// What prune does with a recorded object that no model renders any more.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PruneDecision {
+    /// tether created it, and the live object is that one: delete it.
+    Delete,
+    /// tether adopted it: remove tether's labels and field ownership, keep it.
+    Release,
+    /// Not tether's to touch any more; the entry is dropped. The reason says why.
+    Forget(&'static str),
 }
 
 impl InventoryRecord {
     /// Reads the ConfigMap's data; the error is the first line that is not an entry.
     pub fn from_data(data: &BTreeMap<String, String>) -> Result<Self, String> {
-        let mut entries = BTreeSet::new();
+        let mut entries = BTreeMap::new();
         for line in data
             .get(OBJECTS_KEY)
             .map(String::as_str)
@@ -77,7 +158,8 @@ impl InventoryRecord {
             .lines()
             .filter(|l| !l.is_empty())
         {
-            entries.insert(InventoryEntry::parse(line).ok_or_else(|| line.to_string())?);
+            let (entry, provenance) = parse_line(line).ok_or_else(|| line.to_string())?;
+            entries.insert(entry, provenance);
         }
         Ok(InventoryRecord {
             entries,
@@ -87,7 +169,11 @@ impl InventoryRecord {
 
     /// The ConfigMap's data.
     pub fn to_data(&self) -> BTreeMap<String, String> {
-        let objects: String = self.entries.iter().map(|e| e.line() + "\n").collect();
+        let objects: String = self
+            .entries
+            .iter()
+            .map(|(e, p)| format!("{}{}\n", e.line(), p.words()))
+            .collect();
         let mut data = BTreeMap::from([(OBJECTS_KEY.to_string(), objects)]);
         if let Some(commit) = &self.commit {
             data.insert(COMMIT_KEY.to_string(), commit.clone());
@@ -99,7 +185,7 @@ impl InventoryRecord {
     pub fn group_kinds(&self) -> String {
         let group_kinds: BTreeSet<String> = self
             .entries
-            .iter()
+            .keys()
             .map(|e| match api_group(&e.api_version) {
                 "" => e.kind.clone(),
                 group => format!("{}.{group}", e.kind),
@@ -111,27 +197,36 @@ impl InventoryRecord {
     /// The kinds (apiVersion, kind) the inventory records.
     pub fn kinds(&self) -> impl Iterator<Item = (String, String)> + '_ {
         self.entries
-            .iter()
+            .keys()
             .map(|e| (e.api_version.clone(), e.kind.clone()))
     }
 
     /// The record written before anything is applied: what was recorded, plus every
-    /// object about to be applied, so that an interrupted apply loses track of nothing.
-    /// The commit stays the one last applied in full.
-    pub fn before_apply(&self, applying: impl IntoIterator<Item = InventoryEntry>) -> Self {
+    /// object about to be applied (with how it comes in: created or adopted), so that an
+    /// interrupted apply loses track of nothing. An object already recorded keeps its
+    /// provenance. The commit stays the one last applied in full.
+    pub fn before_apply(
+        &self,
+        applying: impl IntoIterator<Item = (InventoryEntry, Provenance)>,
+    ) -> Self {
         let mut entries = self.entries.clone();
-        entries.extend(applying);
+        for (entry, provenance) in applying {
+            entries.entry(entry).or_insert(provenance);
+        }
         InventoryRecord {
             entries,
             commit: self.commit.clone(),
         }
     }
 
-    /// The record written after an apply: without what was pruned (or found gone), and
-    /// with `commit` only when nothing failed (otherwise the next apply completes it).
+    /// The record written after an apply: without what was pruned, released or
+    /// forgotten (`removed`), with the uids the server gave the objects tether created
+    /// (`created_uids`), and with `commit` only when nothing failed (otherwise the
+    /// next apply completes it).
     pub fn after_apply(
         &self,
-        pruned: &BTreeSet<ObjectKey>,
+        removed: &BTreeSet<ObjectKey>,
+        created_uids: &BTreeMap<ObjectKey, String>,
         commit: Option<String>,
         previous_commit: Option<String>,
         all_succeeded: bool,
@@ -140,8 +235,14 @@ impl InventoryRecord {
             entries: self
                 .entries
                 .iter()
-                .filter(|e| !pruned.contains(&e.key()))
-                .cloned()
+                .filter(|(e, _)| !removed.contains(&e.key()))
+                .map(|(e, p)| {
+                    let mut p = p.clone();
+                    if p.uid.is_none() && p.origin != Origin::Adopted {
+                        p.uid = created_uids.get(&e.key()).cloned();
+                    }
+                    (e.clone(), p)
+                })
                 .collect(),
             commit: if all_succeeded {
                 commit
@@ -152,30 +253,47 @@ impl InventoryRecord {
     }
 }
 
-/// The recorded objects to delete: in the inventory, rendered by no model, and live
-/// with tether's labels for this inventory (an object someone else made, or one
-/// labelled for another inventory, is never a candidate). Nothing when nothing is
-/// rendered: a source without models never prunes. In reverse apply order.
-pub fn prune_candidates<'r>(
+/// What prune does with each recorded object that no model renders, in reverse apply
+/// order. An object is deleted only when tether created it, it is live with this
+/// inventory's labels, and its uid is the one recorded; adopted objects are released;
+/// an entry whose object is gone, no longer labelled for this inventory, or replaced by
+/// another object of the same name is forgotten, so that a later object of that name
+/// is never taken for it. Nothing when nothing is rendered: a source without models
+/// never prunes.
+pub fn prune_decisions<'r>(
     record: &'r InventoryRecord,
     rendered: &BTreeSet<ObjectKey>,
     live: &HashMap<ObjectKey, Value>,
     applyset: &str,
-) -> Vec<&'r InventoryEntry> {
+) -> Vec<(&'r InventoryEntry, PruneDecision)> {
     if rendered.is_empty() {
         return Vec::new();
     }
-    let mut candidates: Vec<&InventoryEntry> = record
+    let mut decisions: Vec<(&InventoryEntry, PruneDecision)> = record
         .entries
         .iter()
-        .filter(|e| !rendered.contains(&e.key()))
-        .filter(|e| {
-            live.get(&e.key())
-                .is_some_and(|object| carries_tether_labels(object, applyset))
+        .filter(|(e, _)| !rendered.contains(&e.key()))
+        .map(|(entry, provenance)| {
+            let decision = match live.get(&entry.key()) {
+                None => PruneDecision::Forget("gone"),
+                Some(object) if !carries_tether_labels(object, applyset) => {
+                    PruneDecision::Forget("no longer labelled for this inventory")
+                }
+                Some(object)
+                    if provenance.uid.as_deref().is_some_and(|uid| {
+                        object["metadata"]["uid"].as_str().is_some_and(|l| l != uid)
+                    }) =>
+                {
+                    PruneDecision::Forget("another object of that name")
+                }
+                Some(_) if provenance.origin == Origin::Adopted => PruneDecision::Release,
+                Some(_) => PruneDecision::Delete,
+            };
+            (entry, decision)
         })
         .collect();
-    candidates.sort_by_key(|e| std::cmp::Reverse((apply_rank(&e.kind), e.key())));
-    candidates
+    decisions.sort_by_key(|(e, _)| std::cmp::Reverse((apply_rank(&e.kind), e.key())));
+    decisions
 }
 
 /// Items grouped by the apply rank of their kind, lowest rank first; each group keeps
@@ -218,10 +336,23 @@ mod tests {
 
     #[test]
     fn data_round_trips_and_names_a_bad_line() {
+        let entry = |line| InventoryEntry::parse(line).unwrap();
         let record = InventoryRecord {
-            entries: [InventoryEntry::parse("v1 ConfigMap shop a").unwrap()].into(),
+            entries: [
+                (entry("v1 ConfigMap shop a"), Provenance::created()),
+                (
+                    entry("v1 ConfigMap shop b"),
+                    Provenance::adopted(Some("1b4e-77".into())),
+                ),
+                (entry("v1 ConfigMap shop c"), Provenance::UNKNOWN),
+            ]
+            .into(),
             commit: Some("abc".into()),
         };
+        assert_eq!(
+            record.to_data()[OBJECTS_KEY],
+            "v1 ConfigMap shop a created\nv1 ConfigMap shop b adopted 1b4e-77\nv1 ConfigMap shop c\n"
+        );
         assert_eq!(InventoryRecord::from_data(&record.to_data()), Ok(record));
         let bad = BTreeMap::from([(OBJECTS_KEY.to_string(), "v1 ConfigMap\n".to_string())]);
         assert_eq!(

@@ -1,9 +1,14 @@
-//! Field ownership hand-over when tether adopts an object that `kubectl apply` made
-//! client-side: the fields that kubectl's client-side manager owns and that tether
-//! sets move to tether's server-side apply entry, as `kubectl apply --server-side`
-//! does for its own objects (k8s.io/client-go's `csaupgrade`). Without it, kubectl's
-//! manager keeps co-owning those fields, and every later change of them in Git is a
-//! conflict. Fields tether does not set stay kubectl's. Pure.
+//! Field ownership hand-over to an inventory's field manager:
+//! - when tether adopts an object that `kubectl apply` made client-side, the fields
+//!   that kubectl's client-side manager owns and that tether sets move to tether, as
+//!   `kubectl apply --server-side` does for its own objects (k8s.io/client-go's
+//!   `csaupgrade`). Without it, kubectl's manager keeps co-owning those fields, and
+//!   every later change of them in Git is a conflict. Fields tether does not set stay
+//!   kubectl's.
+//! - the fields of the manager every inventory shared before each had its own
+//!   ([`crate::ownership::MANAGER`]) move whole to the inventory's manager.
+//!
+//! Pure.
 //!
 //! Field sets are the server's `FieldsV1` tries: `f:<name>` a field, `k:<json>` the
 //! item of a keyed list, `v:<json>` an item of a set, `i:<n>` an index, and `.` the
@@ -12,12 +17,42 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, Time};
 use serde_json::{Map, Value};
 
+use crate::ownership::MANAGER;
+
 /// The managers of client-side apply: kubectl's, and the one the server names for an
 /// object's creation before any apply.
 const CLIENT_SIDE_MANAGERS: &[&str] = &["kubectl-client-side-apply", "before-first-apply"];
 
-/// The managed fields after the hand-over to `manager` of what client-side managers
-/// own and `desired` sets; `None` when there is nothing to hand over.
+/// What is handed over from an entry.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Giving {
+    Nothing,
+    /// The fields tether sets (a client-side apply).
+    WhatTetherSets,
+    /// Every field (tether's former shared manager).
+    Everything,
+}
+
+fn giving(entry: &ManagedFieldsEntry, manager: &str) -> Giving {
+    let (name, operation) = (entry.manager.as_deref(), entry.operation.as_deref());
+    match (name, operation) {
+        (Some(name), Some("Update")) if CLIENT_SIDE_MANAGERS.contains(&name) => {
+            Giving::WhatTetherSets
+        }
+        (Some(MANAGER), Some("Apply")) if manager != MANAGER => Giving::Everything,
+        _ => Giving::Nothing,
+    }
+}
+
+/// Does an object's field ownership hold anything to hand over to `manager`?
+pub fn has_anything_to_hand_over(entries: &[ManagedFieldsEntry], manager: &str) -> bool {
+    entries
+        .iter()
+        .any(|e| giving(e, manager) != Giving::Nothing)
+}
+
+/// The managed fields after the hand-over to `manager` (see the module); `None`
+/// when there is nothing to hand over.
 pub fn hand_over(
     entries: &[ManagedFieldsEntry],
     desired: &Value,
@@ -27,17 +62,16 @@ pub fn hand_over(
     let mut taken = Map::new();
     let mut result = Vec::with_capacity(entries.len() + 1);
     for entry in entries {
-        let client_side = entry.operation.as_deref() == Some("Update")
-            && entry
-                .manager
-                .as_deref()
-                .is_some_and(|m| CLIENT_SIDE_MANAGERS.contains(&m));
+        let giving = giving(entry, manager);
         let fields = entry.fields_v1.as_ref().and_then(|f| f.0.as_object());
-        let (true, Some(fields)) = (client_side, fields) else {
+        let Some(fields) = fields.filter(|_| giving != Giving::Nothing) else {
             result.push(entry.clone());
             continue;
         };
-        let shared = intersect(fields, desired);
+        let shared = match giving {
+            Giving::Everything => fields.clone(),
+            _ => intersect(fields, desired),
+        };
         if shared.is_empty() {
             result.push(entry.clone());
             continue;
@@ -169,6 +203,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    const OURS: &str = "tether:default/tether";
+
     fn entry(manager: &str, operation: &str, fields: Value) -> ManagedFieldsEntry {
         ManagedFieldsEntry {
             api_version: Some("v1".into()),
@@ -202,9 +238,9 @@ mod tests {
             json!({"f:data": {"f:x": {}}}),
         );
         let desired = json!({"data": {"key": "b"}, "metadata": {"name": "cm"}});
-        let after = hand_over(&[kubectl, controller], &desired, "tether", "v1").unwrap();
+        let after = hand_over(&[kubectl, controller], &desired, OURS, "v1").unwrap();
         assert_eq!(
-            fields(&after, "tether"),
+            fields(&after, OURS),
             Some(json!({"f:data": {".": {}, "f:key": {}}}))
         );
         assert_eq!(
@@ -235,9 +271,9 @@ mod tests {
         );
         let desired =
             json!({"spec": {"ports": [{"port": 80, "protocol": "TCP", "targetPort": 8080}]}});
-        let after = hand_over(&[kubectl, ours], &desired, "tether", "v1").unwrap();
+        let after = hand_over(&[kubectl, ours], &desired, OURS, "v1").unwrap();
         assert_eq!(
-            fields(&after, "tether"),
+            fields(&after, OURS),
             Some(json!({"f:metadata": {"f:labels": {"f:a": {}}},
                 "f:spec": {"f:ports": {".": {},
                     "k:{\"port\":80,\"protocol\":\"TCP\"}": {".": {}, "f:port": {}, "f:targetPort": {}}}}}))

@@ -9,8 +9,12 @@ use sha2::{Digest, Sha256};
 
 use crate::k8s;
 
-/// Field manager of every apply, and the value of [`MANAGED_BY_LABEL`].
+/// The value of [`MANAGED_BY_LABEL`] on everything tether applies, and the field
+/// manager tether applied with before each inventory had its own
+/// ([`Inventory::field_manager`]); fields it still owns are handed over.
 pub const MANAGER: &str = "tether";
+/// The longest field manager the API server takes.
+const FIELD_MANAGER_LIMIT: usize = 128;
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 /// The ApplySet membership label: the id of the inventory that applied the object.
 pub const PART_OF_LABEL: &str = "applyset.kubernetes.io/part-of";
@@ -38,6 +42,23 @@ impl Default for Inventory {
 }
 
 impl Inventory {
+    /// The field manager this inventory applies with: `tether:<namespace>/<name>`
+    /// (`tether:<ApplySet id>` when that is too long for a field manager). Derived from
+    /// the inventory's identity alone, so it is stable, and two inventories never share
+    /// the ownership of a field.
+    pub fn field_manager(&self) -> String {
+        let named = format!("{MANAGER}:{}/{}", self.namespace, self.name);
+        match named.len() <= FIELD_MANAGER_LIMIT {
+            true => named,
+            false => format!("{MANAGER}:{}", self.applyset_id()),
+        }
+    }
+
+    /// `namespace/name`, as reports name an inventory.
+    pub fn display(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
     /// The ApplySet id (KEP-3659): base64url(sha256(name.namespace.kind.group)).
     pub fn applyset_id(&self) -> String {
         let digest = Sha256::digest(format!("{}.{}.ConfigMap.", self.name, self.namespace));
@@ -74,6 +95,19 @@ pub fn is_ownership_mark(field: &str) -> bool {
     label == MANAGED_BY_LABEL || label == PART_OF_LABEL
 }
 
+/// The ApplySet id of the tether inventory a live object belongs to, when that is not
+/// `applyset` (tether's managed-by label and another inventory's part-of label).
+pub fn other_inventory<'v>(object: &'v serde_json::Value, applyset: &str) -> Option<&'v str> {
+    let labels = &object["metadata"]["labels"];
+    let part_of = labels[PART_OF_LABEL].as_str()?;
+    (labels[MANAGED_BY_LABEL].as_str() == Some(MANAGER) && part_of != applyset).then_some(part_of)
+}
+
+/// Is a live object the record of some tether inventory (an ApplySet parent)?
+pub fn is_inventory_record(object: &serde_json::Value) -> bool {
+    object["metadata"]["labels"][APPLYSET_ID_LABEL].is_string()
+}
+
 /// An annotation of a live object, if it has it.
 pub fn annotation(object: &serde_json::Value, key: &str) -> Option<String> {
     object["metadata"]["annotations"][key]
@@ -93,6 +127,34 @@ mod tests {
             Inventory::default().applyset_id(),
             "applyset-7UGKa0tlMtUmzMyVc1R_rBLUoNtSx-jYek2pOCi56Z8-v1"
         );
+    }
+
+    #[test]
+    fn each_inventory_has_its_own_stable_field_manager() {
+        assert_eq!(
+            Inventory::default().field_manager(),
+            "tether:default/tether"
+        );
+        let long = Inventory {
+            name: "x".repeat(200),
+            namespace: "team".into(),
+        };
+        assert_eq!(
+            long.field_manager(),
+            format!("tether:{}", long.applyset_id())
+        );
+        assert!(long.field_manager().len() <= 128);
+    }
+
+    #[test]
+    fn an_object_of_another_inventory_names_its_applyset() {
+        let ours = Inventory::default().applyset_id();
+        let theirs = serde_json::json!({"metadata": {"labels": ownership_labels("applyset-b-v1")}});
+        assert_eq!(other_inventory(&theirs, &ours), Some("applyset-b-v1"));
+        let mine = serde_json::json!({"metadata": {"labels": ownership_labels(&ours)}});
+        assert_eq!(other_inventory(&mine, &ours), None);
+        let helm = serde_json::json!({"metadata": {"labels": {PART_OF_LABEL: "applyset-b-v1"}}});
+        assert_eq!(other_inventory(&helm, &ours), None, "not tether's");
     }
 
     #[test]

@@ -31,6 +31,9 @@ pub enum Action {
     /// The object could not be planned (the server refused its dry run); the other
     /// objects are planned and applied all the same.
     Error,
+    /// Its model is gone, but tether adopted it: prune removes tether's labels and
+    /// field ownership and keeps the object.
+    Release,
 }
 
 impl Action {
@@ -42,6 +45,7 @@ impl Action {
             Action::Conflict => "conflict",
             Action::Unchanged => "unchanged",
             Action::Error => "error",
+            Action::Release => "release",
         }
     }
 }
@@ -67,6 +71,10 @@ pub struct Change {
     pub conflicts: Vec<FieldConflict>,
     /// Why the object could not be planned (with [`Action::Error`]).
     pub error: Option<String>,
+    /// The other tether inventory the live object belongs to (`namespace/name`, or its
+    /// ApplySet id when no such inventory is found); the change is then a conflict
+    /// that only `take_ownership` overrides.
+    pub owned_by: Option<String>,
 }
 
 /// The changes in apply order, deletions last (in reverse apply order).

@@ -9,13 +9,18 @@ use serde_json::json;
 
 use crate::plan::{Action, Change, Plan};
 
-const ACTIONS: [Action; 5] = [
+const ACTIONS: [Action; 6] = [
     Action::Create,
     Action::Update,
     Action::Delete,
     Action::Conflict,
     Action::Error,
+    Action::Release,
 ];
+
+/// What a release does, for the reviewer.
+const RELEASE_NOTE: &str =
+    "tether adopted this object: it removes its labels and field ownership and keeps the object";
 
 fn headline(plan: &Plan) -> String {
     let revision = plan
@@ -38,6 +43,9 @@ fn counts(plan: &Plan) -> String {
             "{} could not be planned",
             plan.count(Action::Error)
         ));
+    }
+    if plan.count(Action::Release) > 0 {
+        parts.push(format!("{} to release", plan.count(Action::Release)));
     }
     parts.join(", ")
 }
@@ -72,11 +80,16 @@ pub fn text(plan: &Plan, colour: bool) -> String {
             Action::Delete => paint("31;1", "delete (with --prune)"),
             Action::Conflict => paint("35;1", "conflict"),
             Action::Error => paint("31;1", "error"),
+            Action::Release if plan.prune => paint("33;1", "release"),
+            Action::Release => paint("33;1", "release (with --prune)"),
             Action::Unchanged => String::new(),
         };
         let _ = writeln!(out, "\n{verb} {}{}", change.key, origin(change));
         if let Some(error) = &change.error {
             let _ = writeln!(out, "  {}", one_line(error));
+        }
+        if change.action == Action::Release {
+            let _ = writeln!(out, "  {RELEASE_NOTE}");
         }
         for conflict in &change.conflicts {
             let _ = writeln!(
@@ -112,20 +125,20 @@ pub fn markdown(plan: &Plan) -> String {
         );
         return out;
     }
-    let mut by_kind: BTreeMap<&str, [usize; 5]> = BTreeMap::new();
+    let mut by_kind: BTreeMap<&str, [usize; 6]> = BTreeMap::new();
     for change in &plan.changes {
         if let Some(i) = ACTIONS.iter().position(|a| *a == change.action) {
             by_kind.entry(&change.key.kind).or_default()[i] += 1;
         }
     }
     out.push_str(
-        "| Kind | Create | Update | Delete | Conflict | Error |\n|---|---:|---:|---:|---:|---:|\n",
+        "| Kind | Create | Update | Delete | Conflict | Error | Release |\n|---|---:|---:|---:|---:|---:|---:|\n",
     );
     for (kind, n) in &by_kind {
         let _ = writeln!(
             out,
-            "| {kind} | {} | {} | {} | {} | {} |",
-            n[0], n[1], n[2], n[3], n[4]
+            "| {kind} | {} | {} | {} | {} | {} | {} |",
+            n[0], n[1], n[2], n[3], n[4], n[5]
         );
     }
     if plan.has_errors() {
@@ -163,6 +176,9 @@ pub fn markdown(plan: &Plan) -> String {
                 conflict.field, conflict.manager
             );
         }
+        if change.action == Action::Release {
+            let _ = writeln!(out, "{RELEASE_NOTE}\n");
+        }
         if !change.conflicts.is_empty() {
             out.push('\n');
         }
@@ -196,8 +212,9 @@ fn longest_backtick_run(text: &str) -> usize {
 /// `dirty`) or null, `prune`, `summary` (counts per action), and `changes`: every
 /// object, in apply order then deletions, with `action`, `apiVersion`, `kind`,
 /// `namespace` (or null), `name`, `model`, `source`, `diff` (unified, Secret values
-/// masked; empty when unchanged), `conflicts` (`field`, `manager`) and `error` (why
-/// an object with action `error` could not be planned, else null).
+/// masked; empty when unchanged), `conflicts` (`field`, `manager`), `error` (why
+/// an object with action `error` could not be planned, else null) and `ownedBy` (the
+/// other tether inventory the object belongs to, else null).
 pub fn json(plan: &Plan) -> String {
     let changes: Vec<serde_json::Value> = plan
         .changes
@@ -214,6 +231,7 @@ pub fn json(plan: &Plan) -> String {
                 "diff": c.diff,
                 "conflicts": c.conflicts.iter().map(|x| json!({"field": x.field, "manager": x.manager})).collect::<Vec<_>>(),
                 "error": c.error,
+                "ownedBy": c.owned_by,
             })
         })
         .collect();
@@ -229,6 +247,7 @@ pub fn json(plan: &Plan) -> String {
             "conflict": plan.count(Action::Conflict),
             "unchanged": plan.count(Action::Unchanged),
             "error": plan.count(Action::Error),
+            "release": plan.count(Action::Release),
         },
         "changes": changes,
     });

@@ -1,58 +1,75 @@
 //! Data-driven tests of the pure inventory decisions: each `tests/inventory/*.txt`
-//! gives what is recorded, rendered and live; `*.expected` beside it holds the prune
-//! candidates, the records written before and after the apply (all applied, and one
-//! failure), and the batches by rank. `TETHER_BLESS=1` rewrites the expectations.
+//! gives what is recorded (with `created` or `adopted` and a uid, as the inventory
+//! writes its lines), rendered and live (labels, and a uid); `*.expected` beside it
+//! holds the prune decisions, the records written before and after the apply (all
+//! applied, and one failure), and the batches by rank. `TETHER_BLESS=1` rewrites the
+//! expectations.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write;
 
 #[path = "common/snapshots.rs"]
 mod snapshots;
 
-use tether::inventory::{InventoryEntry, InventoryRecord, by_rank, prune_candidates};
+use tether::inventory::{
+    InventoryEntry, InventoryRecord, Provenance, PruneDecision, by_rank, prune_decisions,
+};
 use tether::k8s::ObjectKey;
 use tether::ownership::{Inventory, MANAGED_BY_LABEL, MANAGER, PART_OF_LABEL, ownership_labels};
 
 struct Case {
     record: InventoryRecord,
     rendered: Vec<InventoryEntry>,
-    /// Live objects and their labels: ours, other (another inventory's), manager-only
-    /// (tether's managed-by label copied, no part-of), helm-with-our-part-of, none.
-    live: Vec<(InventoryEntry, String)>,
+    /// Live objects, their labels (ours, other (another inventory's), manager-only
+    /// (tether's managed-by label copied, no part-of), helm-with-our-part-of, none) and
+    /// their uid.
+    live: Vec<(InventoryEntry, String, Option<String>)>,
 }
 
 fn parse(text: &str) -> Case {
-    let mut case = Case {
-        record: InventoryRecord::default(),
-        rendered: Vec::new(),
-        live: Vec::new(),
-    };
+    let mut recorded = String::new();
+    let mut commit = None;
+    let mut rendered = Vec::new();
+    let mut live = Vec::new();
     let mut section = "";
     for line in text
         .lines()
         .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
     {
-        if let Some(commit) = line.strip_prefix("commit: ") {
-            case.record.commit = (commit != "-").then(|| commit.to_string());
+        if let Some(value) = line.strip_prefix("commit: ") {
+            commit = (value != "-").then(|| value.to_string());
         } else if let Some(name) = line.strip_suffix(':') {
             section = name;
         } else {
             let words: Vec<&str> = line.split_whitespace().collect();
-            let entry = InventoryEntry::parse(&words[..4].join(" ")).expect("an entry");
+            let entry = || InventoryEntry::parse(&words[..4].join(" ")).expect("an entry");
             match section {
                 "recorded" => {
-                    case.record.entries.insert(entry);
+                    recorded.push_str(&words.join(" "));
+                    recorded.push('\n');
                 }
-                "rendered" => case.rendered.push(entry),
-                "live" => case.live.push((entry, words[4].to_string())),
+                "rendered" => rendered.push(entry()),
+                "live" => live.push((
+                    entry(),
+                    words[4].to_string(),
+                    words.get(5).map(|u| u.to_string()),
+                )),
                 other => panic!("unknown section {other}"),
             }
         }
     }
-    case
+    let mut data = BTreeMap::from([("objects".to_string(), recorded)]);
+    if let Some(commit) = commit {
+        data.insert("commit".to_string(), commit);
+    }
+    Case {
+        record: InventoryRecord::from_data(&data).expect("recorded lines"),
+        rendered,
+        live,
+    }
 }
 
-fn live_object(labels: &str, ours: &str) -> serde_json::Value {
+fn live_object(labels: &str, ours: &str, uid: Option<&str>) -> serde_json::Value {
     let labels = match labels {
         "ours" => serde_json::json!(ownership_labels(ours)),
         "other" => serde_json::json!(ownership_labels("applyset-other-v1")),
@@ -66,15 +83,12 @@ fn live_object(labels: &str, ours: &str) -> serde_json::Value {
         "none" => serde_json::json!({}),
         other => panic!("unknown labels {other}"),
     };
-    serde_json::json!({"metadata": {"labels": labels}})
+    serde_json::json!({"metadata": {"labels": labels, "uid": uid}})
 }
 
 fn lines(record: &InventoryRecord) -> String {
-    let mut out: String = record
-        .entries
-        .iter()
-        .map(|e| format!("  {}\n", e.line()))
-        .collect();
+    let objects = record.to_data().remove("objects").unwrap_or_default();
+    let mut out: String = objects.lines().map(|l| format!("  {l}\n")).collect();
     let _ = writeln!(out, "  commit: {}", record.commit.as_deref().unwrap_or("-"));
     out
 }
@@ -85,19 +99,44 @@ fn run(case: &Case) -> String {
     let live: HashMap<ObjectKey, serde_json::Value> = case
         .live
         .iter()
-        .map(|(e, labels)| (e.key(), live_object(labels, &applyset)))
+        .map(|(e, labels, uid)| (e.key(), live_object(labels, &applyset, uid.as_deref())))
         .collect();
-    let candidates = prune_candidates(&case.record, &rendered, &live, &applyset);
+    let decisions = prune_decisions(&case.record, &rendered, &live, &applyset);
     let mut out = String::from("prune, in order:\n");
-    for entry in &candidates {
-        let _ = writeln!(out, "  {}", entry.line());
+    for (entry, decision) in &decisions {
+        let verdict = match decision {
+            PruneDecision::Delete => "delete".to_string(),
+            PruneDecision::Release => "release".to_string(),
+            PruneDecision::Forget(why) => format!("forget ({why})"),
+        };
+        let _ = writeln!(out, "  {}: {verdict}", entry.line());
     }
-    let before = case.record.before_apply(case.rendered.iter().cloned());
+    // What is rendered and live is adopted, what is not live is created.
+    let applying = case.rendered.iter().map(|e| {
+        let uid = case
+            .live
+            .iter()
+            .find(|(l, _, _)| l == e)
+            .map(|(_, _, uid)| uid.clone());
+        let provenance = match uid {
+            Some(uid) => Provenance::adopted(uid),
+            None => Provenance::created(),
+        };
+        (e.clone(), provenance)
+    });
+    let before = case.record.before_apply(applying);
     let _ = write!(out, "recorded before applying:\n{}", lines(&before));
-    let pruned: BTreeSet<ObjectKey> = candidates.iter().map(|e| e.key()).collect();
+    let removed: BTreeSet<ObjectKey> = decisions.iter().map(|(e, _)| e.key()).collect();
+    // The server gives each created object a uid.
+    let uids: BTreeMap<ObjectKey, String> = case
+        .rendered
+        .iter()
+        .map(|e| (e.key(), format!("uid-of-{}", e.name)))
+        .collect();
     let new_commit = Some("9999999".to_string());
     let done = before.after_apply(
-        &pruned,
+        &removed,
+        &uids,
         new_commit.clone(),
         case.record.commit.clone(),
         true,
@@ -109,6 +148,7 @@ fn run(case: &Case) -> String {
     );
     let failed = before.after_apply(
         &BTreeSet::new(),
+        &BTreeMap::new(),
         new_commit,
         case.record.commit.clone(),
         false,

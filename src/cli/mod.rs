@@ -171,6 +171,10 @@ pub struct ApplyArgs {
     /// Take fields that other field managers (Helm, kubectl) own.
     #[arg(long, env = "TETHER_FORCE_CONFLICTS")]
     pub force_conflicts: bool,
+    /// Take objects that another tether inventory applied: that inventory loses them
+    /// (it will neither update nor prune them any more).
+    #[arg(long)]
+    pub dangerous_override_ownership: bool,
     /// Wait for Deployments, StatefulSets, DaemonSets, Pods and Jobs to be ready.
     #[arg(long)]
     pub wait: bool,

@@ -97,6 +97,7 @@ pub async fn apply(global: &GlobalArgs, args: &ApplyArgs) -> miette::Result<Exit
     let options = ApplyOptions {
         prune: args.prune,
         force_conflicts: args.force_conflicts,
+        take_ownership: args.dangerous_override_ownership,
     };
     let applied = reconciler
         .apply(&planned, &options, &progress)
@@ -113,8 +114,14 @@ pub async fn apply(global: &GlobalArgs, args: &ApplyArgs) -> miette::Result<Exit
     );
     for (object, failure) in applied.failures() {
         out.push_str(&format!("  failed: {object}: {failure}"));
-        if let ObjectFailure::Conflict(_) = failure {
-            out.push_str("; use --force-conflicts to take these fields");
+        match failure {
+            ObjectFailure::Conflict(_) => {
+                out.push_str("; use --force-conflicts to take these fields");
+            }
+            ObjectFailure::OwnedByInventory { .. } => out.push_str(
+                "; only --dangerous-override-ownership takes it, and that inventory loses it",
+            ),
+            _ => {}
         }
         out.push('\n');
     }

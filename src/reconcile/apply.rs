@@ -17,7 +17,10 @@ use crate::cluster::{ClusterError, Resources, write_inventory};
 use crate::driver::Backoff;
 use crate::inventory::{InventoryEntry, by_rank};
 use crate::k8s::ObjectKey;
-use crate::ownership::{Inventory, MANAGER};
+use crate::ownership::{
+    Inventory, MANAGED_BY_LABEL, MANAGER, MODEL_ANNOTATION, PART_OF_LABEL, SOURCE_ANNOTATION,
+};
+use crate::plan::APPLIED_HASH_ANNOTATION;
 use crate::plan::{Action, conflicts_of};
 
 /// How often one object's apply is tried when the server is busy or not ready for it.
@@ -35,40 +38,55 @@ pub(super) async fn apply(
     let applying = planned.steps.iter().filter(|s| s.desired.is_some());
     let before = planned
         .record
-        .before_apply(applying.clone().map(|s| InventoryEntry {
-            api_version: s.change.api_version.clone(),
-            kind: s.change.key.kind.clone(),
-            namespace: s.change.key.namespace.clone(),
-            name: s.change.key.name.clone(),
+        .before_apply(applying.clone().filter_map(|s| {
+            let entry = InventoryEntry {
+                api_version: s.change.api_version.clone(),
+                kind: s.change.key.kind.clone(),
+                namespace: s.change.key.namespace.clone(),
+                name: s.change.key.name.clone(),
+            };
+            Some((entry, s.provenance.clone()?))
         }));
     write_inventory(client, inventory, &before).await?;
 
+    let manager = inventory.field_manager();
+    let manager = manager.as_str();
     let total = planned.steps.len();
     let mut report = ApplyReport::default();
     let mut resources = planned.resources.clone();
     let unreachable = &AtomicBool::new(false);
+    // The uids of the objects: as planned, then as the applies returned them.
+    let mut uids = planned.uids.clone();
     for (_, batch) in by_rank(applying, |s| &s.change.key.kind) {
         resources = await_definitions(client, resources, planned, &batch).await?;
         let resources = &resources;
-        let results: Vec<ObjectReport> =
+        let results: Vec<(ObjectReport, Option<String>)> =
             futures::stream::iter(batch.into_iter().map(|step| async move {
-                let outcome = match apply_one(resources, step, options, unreachable).await {
-                    Ok(()) => match step.change.action {
-                        Action::Create => Outcome::Created,
-                        Action::Update | Action::Conflict => Outcome::Configured,
-                        _ => Outcome::Unchanged,
-                    },
-                    Err(failure) => Outcome::Failed(failure),
-                };
-                ObjectReport {
+                let (outcome, uid) =
+                    match apply_one(resources, step, manager, options, unreachable).await {
+                        Ok(uid) => {
+                            let outcome = match step.change.action {
+                                Action::Create => Outcome::Created,
+                                Action::Update | Action::Conflict => Outcome::Configured,
+                                _ => Outcome::Unchanged,
+                            };
+                            (outcome, uid)
+                        }
+                        Err(failure) => (Outcome::Failed(failure), None),
+                    };
+                let report = ObjectReport {
                     key: step.change.key.clone(),
                     outcome,
-                }
+                };
+                (report, uid)
             }))
             .buffer_unordered(CONCURRENCY)
             .collect()
             .await;
-        for result in results {
+        for (result, uid) in results {
+            if let Some(uid) = uid {
+                uids.insert(result.key.clone(), uid);
+            }
             report.objects.push(result);
             progress(report.objects.len(), total);
         }
@@ -89,18 +107,22 @@ pub(super) async fn apply(
     let deletions = planned
         .steps
         .iter()
-        .filter(|s| s.change.action == Action::Delete);
-    let mut pruned = BTreeSet::new();
+        .filter(|s| matches!(s.change.action, Action::Delete | Action::Release));
+    let mut removed = planned.forgotten.clone();
     let mut done = report.objects.len();
     for step in deletions {
         done += 1;
         progress(done, total);
-        let outcome = match options.prune {
-            false => Some(Outcome::Prunable),
-            true => prune_one(&resources, step).await?,
+        let outcome = match (options.prune, step.change.action) {
+            (false, _) => Some(Outcome::Prunable),
+            (true, Action::Release) => release_one(&resources, step, manager).await?,
+            (true, _) => prune_one(&resources, step).await?,
         };
-        if matches!(outcome, None | Some(Outcome::Pruned)) {
-            pruned.insert(step.change.key.clone());
+        if matches!(
+            outcome,
+            None | Some(Outcome::Pruned) | Some(Outcome::Released)
+        ) {
+            removed.insert(step.change.key.clone());
         }
         // An object found gone was deleted by someone else: not counted as pruned.
         if let Some(outcome) = outcome {
@@ -111,13 +133,74 @@ pub(super) async fn apply(
         }
     }
     let after = before.after_apply(
-        &pruned,
+        &removed,
+        &uids,
         commit,
         planned.record.commit.clone(),
         report.succeeded(),
     );
     write_inventory(client, inventory, &after).await?;
     Ok(report)
+}
+
+/// Releases an adopted object whose model is gone: tether's labels and annotations
+/// removed, its field manager's entry dropped (so no field is removed with it), the
+/// object kept. `None` when it was gone already.
+async fn release_one(
+    resources: &Resources,
+    step: &Step,
+    manager: &str,
+) -> Result<Option<Outcome>, ClusterError> {
+    let key = &step.change.key;
+    let api = resources.api(
+        &step.change.api_version,
+        &key.kind,
+        key.namespace.as_deref(),
+    )?;
+    let failed = |e: kube::Error| {
+        Some(Outcome::Failed(ObjectFailure::Prune {
+            retryable: ObjectFailure::of_kube_error(&e).retryable(),
+            message: format!("release: {}", ObjectFailure::of_kube_error(&e)),
+        }))
+    };
+    let live = match api.get_opt(&key.name).await {
+        Ok(Some(live)) => live,
+        Ok(None) => return Ok(None),
+        Err(e) => return Ok(failed(e)),
+    };
+    let mut kept: Vec<_> = live
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| !matches!(e.manager.as_deref(), Some(m) if m == manager || m == MANAGER))
+        .collect();
+    if kept.is_empty() {
+        // An empty list would leave the server's tracking as it is: one empty entry
+        // clears it.
+        kept.push(Default::default());
+    }
+    let nothing = serde_json::Value::Null;
+    let patch = serde_json::json!({"metadata": {
+        "resourceVersion": live.metadata.resource_version,
+        "labels": {MANAGED_BY_LABEL: nothing, PART_OF_LABEL: nothing},
+        "annotations": {
+            MODEL_ANNOTATION: nothing,
+            SOURCE_ANNOTATION: nothing,
+            APPLIED_HASH_ANNOTATION: nothing,
+        },
+        "managedFields": kept,
+    }});
+    Ok(
+        match api
+            .patch(&key.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => Some(Outcome::Released),
+            Err(kube::Error::Api(status)) if status.is_not_found() => None,
+            Err(e) => failed(e),
+        },
+    )
 }
 
 /// Deletes one object whose model is gone; `None` when it was gone already.
@@ -182,15 +265,21 @@ async fn await_definitions(
 async fn apply_one(
     resources: &Resources,
     step: &Step,
+    manager: &str,
     options: &ApplyOptions,
     unreachable: &AtomicBool,
-) -> Result<(), ObjectFailure> {
+) -> Result<Option<String>, ObjectFailure> {
     let Some(desired) = &step.desired else {
-        return Ok(());
+        return Ok(None);
     };
-    match step.change.action {
-        Action::Unchanged if !step.force => return Ok(()),
-        Action::Conflict if !options.force_conflicts => {
+    match (&step.change.owned_by, step.change.action) {
+        (Some(inventory), _) if !options.take_ownership => {
+            return Err(ObjectFailure::OwnedByInventory {
+                inventory: inventory.clone(),
+            });
+        }
+        (None, Action::Unchanged) if !step.force => return Ok(None),
+        (None, Action::Conflict) if !options.force_conflicts => {
             return Err(ObjectFailure::Conflict(step.change.conflicts.clone()));
         }
         _ => {}
@@ -205,8 +294,9 @@ async fn apply_one(
         .map_err(|e| ObjectFailure::Request {
             message: e.to_string(),
         })?;
-    let mut params = PatchParams::apply(MANAGER);
-    if options.force_conflicts || step.force {
+    let mut params = PatchParams::apply(manager);
+    let taking = step.change.owned_by.is_some() && options.take_ownership;
+    if options.force_conflicts || step.force || taking {
         params = params.force();
     }
     if let Some(hand_over) = &step.hand_over {
@@ -224,8 +314,9 @@ async fn apply_one(
         if unreachable.load(Ordering::Relaxed) {
             return Err(ObjectFailure::Unreachable);
         }
-        let Err(error) = api.patch(&key.name, &params, &Patch::Apply(desired)).await else {
-            return Ok(());
+        let error = match api.patch(&key.name, &params, &Patch::Apply(desired)).await {
+            Ok(applied) => return Ok(applied.metadata.uid),
+            Err(error) => error,
         };
         let retry = match &error {
             kube::Error::Api(status) if status.is_conflict() => {
@@ -249,5 +340,5 @@ async fn apply_one(
         tracing::debug!(attempt, error = %error, "apply failed; retrying");
         tokio::time::sleep(backoff.next_delay()).await;
     }
-    Ok(())
+    Ok(None)
 }

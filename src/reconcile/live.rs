@@ -3,10 +3,12 @@
 //! unchanged. The comparisons themselves are in the pure `crate::plan`.
 
 use std::borrow::Cow;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::Value;
@@ -15,13 +17,13 @@ use tracing::instrument;
 use super::Step;
 use super::outcome::status_text;
 use crate::cluster::{ClusterError, Resources};
-use crate::inventory::{InventoryRecord, prune_candidates};
+use crate::inventory::{InventoryRecord, Provenance, PruneDecision, prune_decisions};
 use crate::k8s::{ObjectKey, api_group};
 use crate::managed_fields;
 use crate::normalize::place;
 use crate::ownership::{
-    Inventory, MANAGER, MODEL_ANNOTATION, PART_OF_LABEL, SOURCE_ANNOTATION, annotation,
-    is_ownership_mark,
+    APPLYSET_ID_LABEL, Inventory, MANAGER, MODEL_ANNOTATION, PART_OF_LABEL, SOURCE_ANNOTATION,
+    annotation, is_inventory_record, is_ownership_mark, other_inventory,
 };
 use crate::plan::{
     Action, Change, FieldConflict, change_diff, conflicts_of, provably_unchanged, same_value_at,
@@ -36,6 +38,10 @@ pub(super) const CONCURRENCY: usize = 16;
 pub(super) struct Planning {
     pub steps: Vec<Step>,
     pub record: InventoryRecord,
+    /// Recorded objects that are not tether's to touch any more.
+    pub forgotten: BTreeSet<ObjectKey>,
+    /// The uids of the live objects labelled for the inventory.
+    pub uids: BTreeMap<ObjectKey, String>,
     pub resources: Resources,
 }
 
@@ -61,9 +67,13 @@ pub(super) async fn plan(
     kinds.extend(record.kinds());
     let resources = Resources::discover(client, &kinds).await?;
     let defined_here = place_all(&resources, objects);
-    let live = list_labelled(&resources, &kinds, &inventory.applyset_id()).await?;
+    let manager = inventory.field_manager();
+    let live = list_labelled(&resources, &kinds, &inventory.applyset_id(), &manager).await?;
     let counts = RequestCounts::default();
     let context = ObjectContext {
+        client,
+        inventory,
+        manager: &manager,
         resources: &resources,
         labelled: &live,
         defined_here: &defined_here,
@@ -83,32 +93,55 @@ pub(super) async fn plan(
     );
     let rendered: BTreeSet<ObjectKey> = objects.iter().map(RenderedObject::key).collect();
     let applyset = inventory.applyset_id();
-    steps.extend(
-        prune_candidates(&record, &rendered, &live, &applyset)
-            .into_iter()
-            .filter_map(|entry| {
-                let key = entry.key();
-                let object = live.get(&key)?;
-                Some(Step {
-                    change: Change {
-                        diff: change_diff(&entry.kind, Some(object), None),
-                        model: annotation(object, MODEL_ANNOTATION),
-                        source: annotation(object, SOURCE_ANNOTATION),
-                        key,
-                        api_version: entry.api_version.clone(),
-                        action: Action::Delete,
-                        conflicts: Vec::new(),
-                        error: None,
-                    },
-                    desired: None,
-                    force: false,
-                    hand_over: None,
-                })
-            }),
-    );
+    let mut forgotten = BTreeSet::new();
+    for (entry, decision) in prune_decisions(&record, &rendered, &live, &applyset) {
+        let key = entry.key();
+        let action = match decision {
+            PruneDecision::Delete => Action::Delete,
+            PruneDecision::Release => Action::Release,
+            PruneDecision::Forget(why) => {
+                tracing::info!(object = %key, why, "dropped from the inventory");
+                forgotten.insert(key);
+                continue;
+            }
+        };
+        let Some(object) = live.get(&key) else {
+            continue;
+        };
+        // A release changes no value: the diff is only for deletions.
+        let diff = match action {
+            Action::Delete => change_diff(&entry.kind, Some(object), None),
+            _ => String::new(),
+        };
+        steps.push(Step {
+            change: Change {
+                diff,
+                model: annotation(object, MODEL_ANNOTATION),
+                source: annotation(object, SOURCE_ANNOTATION),
+                key,
+                api_version: entry.api_version.clone(),
+                action,
+                conflicts: Vec::new(),
+                error: None,
+                owned_by: None,
+            },
+            desired: None,
+            force: false,
+            hand_over: None,
+            provenance: None,
+        });
+    }
+    let uids = live
+        .iter()
+        .filter_map(|(key, object)| {
+            Some((key.clone(), object["metadata"]["uid"].as_str()?.to_string()))
+        })
+        .collect();
     Ok(Planning {
         steps,
         record,
+        forgotten,
+        uids,
         resources,
     })
 }
@@ -123,6 +156,10 @@ struct RequestCounts {
 
 /// What planning one object reads.
 struct ObjectContext<'p> {
+    client: &'p Client,
+    inventory: &'p Inventory,
+    /// The inventory's field manager.
+    manager: &'p str,
     resources: &'p Resources,
     labelled: &'p HashMap<ObjectKey, Value>,
     /// Kinds that CustomResourceDefinitions of this apply define: namespaced or not.
@@ -172,6 +209,7 @@ async fn list_labelled(
     resources: &Resources,
     kinds: &BTreeSet<(String, String)>,
     applyset: &str,
+    manager: &str,
 ) -> Result<HashMap<ObjectKey, Value>, ClusterError> {
     let selector = ListParams::default().labels(&format!("{PART_OF_LABEL}={applyset}"));
     let mut live = HashMap::new();
@@ -191,16 +229,24 @@ async fn list_labelled(
                 item.namespace().as_deref(),
                 &item.name_any(),
             );
-            live.insert(key, live_value(item, api_version, kind));
+            live.insert(key, live_value(item, api_version, kind, manager));
         }
     }
     Ok(live)
 }
 
 /// A live object as JSON, with the apiVersion and kind that list items come without,
-/// and without managedFields (never compared, and the bulk of a listed object).
-fn live_value(mut object: DynamicObject, api_version: &str, kind: &str) -> Value {
-    object.metadata.managed_fields = None;
+/// and without managedFields (never compared, and the bulk of a listed object) unless
+/// they hold fields to hand over to `manager`.
+fn live_value(mut object: DynamicObject, api_version: &str, kind: &str, manager: &str) -> Value {
+    let keep = object
+        .metadata
+        .managed_fields
+        .as_deref()
+        .is_some_and(|entries| managed_fields::has_anything_to_hand_over(entries, manager));
+    if !keep {
+        object.metadata.managed_fields = None;
+    }
     let mut map = serde_json::Map::new();
     map.insert("apiVersion".into(), Value::String(api_version.into()));
     map.insert("kind".into(), Value::String(kind.into()));
@@ -230,10 +276,12 @@ async fn plan_object(
             diff,
             conflicts,
             error: None,
+            owned_by: None,
         },
         desired: Some(desired.clone()),
         force,
         hand_over: None,
+        provenance: None,
     };
     let failed = |message: String| {
         let mut failed = step(Action::Error, String::new(), Vec::new(), false);
@@ -253,7 +301,9 @@ async fn plan_object(
             .defined_here
             .contains_key(&(group, object.kind.clone())) =>
         {
-            return Ok(step(Action::Create, created(), Vec::new(), false));
+            let mut create = step(Action::Create, created(), Vec::new(), false);
+            create.provenance = Some(Provenance::created());
+            return Ok(create);
         }
         None => {
             return Ok(failed(format!(
@@ -267,18 +317,29 @@ async fn plan_object(
         &object.kind,
         object.namespace.as_deref(),
     )?;
-    let mut hand_over = None;
+    let manager = context.manager;
+    let inventory = context.inventory;
+    if key
+        == ObjectKey::new(
+            "v1",
+            "ConfigMap",
+            Some(&inventory.namespace),
+            &inventory.name,
+        )
+    {
+        return Ok(failed(format!(
+            "this is the record of the inventory {}: tether never applies over an inventory",
+            inventory.display()
+        )));
+    }
     let live: Option<Cow<'_, Value>> = match context.labelled.get(&key) {
         Some(live) => Some(Cow::Borrowed(live)),
-        // Not labelled for us: new, or someone else's object with the same name, whose
-        // client-side-applied fields tether takes over as it adopts it.
+        // Not labelled for us: new, or someone else's object with the same name.
         None => {
             context.counts.reads.fetch_add(1, Ordering::Relaxed);
             match api.get_opt(&object.name).await {
-                Ok(found) => found.map(|o| {
-                    hand_over = hand_over_patch(&o, &desired, &object.api_version);
-                    Cow::Owned(live_value(o, &object.api_version, &object.kind))
-                }),
+                Ok(found) => found
+                    .map(|o| Cow::Owned(live_value(o, &object.api_version, &object.kind, manager))),
                 Err(kube::Error::Api(status)) => {
                     return Ok(failed(format!("cannot read it: {}", status_text(&status))));
                 }
@@ -286,7 +347,7 @@ async fn plan_object(
             }
         }
     };
-    let dry_run = PatchParams::apply(MANAGER).dry_run();
+    let dry_run = PatchParams::apply(manager).dry_run();
     let dry_run_apply = |params: PatchParams| {
         context.counts.dry_runs.fetch_add(1, Ordering::Relaxed);
         let api = api.clone();
@@ -297,18 +358,38 @@ async fn plan_object(
     let Some(live) = live else {
         // A new object: the dry run checks the server would take it, so a reviewer
         // sees a refusal before the merge. Its namespace may be one this apply makes.
+        let create = || {
+            let mut create = step(Action::Create, created(), Vec::new(), false);
+            create.provenance = Some(Provenance::created());
+            create
+        };
         return Ok(match dry_run_apply(dry_run).await {
-            Ok(_) => step(Action::Create, created(), Vec::new(), false),
-            Err(kube::Error::Api(status)) if awaits_its_namespace(&status) => {
-                step(Action::Create, created(), Vec::new(), false)
-            }
+            Ok(_) => create(),
+            Err(kube::Error::Api(status)) if awaits_its_namespace(&status) => create(),
             Err(kube::Error::Api(status)) => failed(status_text(&status)),
             Err(e) => return Err(api_error(format!("dry-run apply {key}"))(e)),
         });
     };
-    if provably_unchanged(&desired, &live) {
-        return Ok(step(Action::Unchanged, String::new(), Vec::new(), false));
+    if is_inventory_record(&live) {
+        return Ok(failed(
+            "this is the record of a tether inventory: tether never applies over an inventory"
+                .into(),
+        ));
     }
+    let owned_by = match other_inventory(&live, &inventory.applyset_id()) {
+        Some(applyset) => Some(inventory_named(context.client, applyset).await?),
+        None => None,
+    };
+    // If it is not recorded yet, tether adopts this object.
+    let adopted = Some(Provenance::adopted(
+        live["metadata"]["uid"].as_str().map(str::to_string),
+    ));
+    if provably_unchanged(&desired, &live) && owned_by.is_none() {
+        let mut unchanged = step(Action::Unchanged, String::new(), Vec::new(), false);
+        unchanged.provenance = adopted;
+        return Ok(unchanged);
+    }
+    let hand_over = hand_over_patch(&live, &desired, manager, &object.api_version);
     let (result, conflicts) = match dry_run_apply(dry_run.clone()).await {
         Ok(result) => (result, Vec::new()),
         Err(kube::Error::Api(status)) if status.is_conflict() => {
@@ -324,13 +405,24 @@ async fn plan_object(
         Err(kube::Error::Api(status)) => return Ok(failed(status_text(&status))),
         Err(e) => return Err(api_error(format!("dry-run apply {key}"))(e)),
     };
-    let result = live_value(result, &object.api_version, &object.kind);
+    let result = live_value(result, &object.api_version, &object.kind, manager);
     // A field another manager owns, set to the value it already has (spelled
     // differently, or defaulted by the server), is taken quietly: no conflict. So are
     // tether's own labels and annotations, whose change the diff shows.
-    let (taken_quietly, conflicts): (Vec<FieldConflict>, Vec<FieldConflict>) = conflicts
-        .into_iter()
-        .partition(|c| is_ownership_mark(&c.field) || same_value_at(&live, &result, &c.field));
+    let handed_over = |c: &FieldConflict| hand_over.is_some() && c.manager == MANAGER;
+    let (taken_quietly, mut conflicts): (Vec<FieldConflict>, Vec<FieldConflict>) =
+        conflicts.into_iter().partition(|c| {
+            is_ownership_mark(&c.field) || handed_over(c) || same_value_at(&live, &result, &c.field)
+        });
+    if let Some(owner) = &owned_by {
+        conflicts.insert(
+            0,
+            FieldConflict {
+                manager: format!("the tether inventory {owner}"),
+                field: format!(".metadata.labels.{PART_OF_LABEL}"),
+            },
+        );
+    }
     let diff = change_diff(&object.kind, Some(&live), Some(&result));
     let action = match (conflicts.is_empty(), diff.is_empty()) {
         (false, _) => Action::Conflict,
@@ -341,6 +433,8 @@ async fn plan_object(
     // the apply still makes that write.
     let mut planned = step(action, diff, conflicts, !taken_quietly.is_empty());
     planned.hand_over = hand_over;
+    planned.change.owned_by = owned_by;
+    planned.provenance = adopted;
     Ok(planned)
 }
 
@@ -352,11 +446,37 @@ fn awaits_its_namespace(status: &kube::core::Status) -> bool {
 /// A merge patch of an object's managed fields that hands its client-side-applied
 /// fields that tether sets over to tether (conditional on the object's
 /// resourceVersion); `None` when there are none.
-fn hand_over_patch(live: &DynamicObject, desired: &Value, api_version: &str) -> Option<Value> {
-    let entries = live.metadata.managed_fields.as_deref()?;
-    let handed = managed_fields::hand_over(entries, desired, MANAGER, api_version)?;
+fn hand_over_patch(
+    live: &Value,
+    desired: &Value,
+    manager: &str,
+    api_version: &str,
+) -> Option<Value> {
+    let entries: Vec<ManagedFieldsEntry> =
+        serde_json::from_value(live["metadata"]["managedFields"].clone()).ok()?;
+    let handed = managed_fields::hand_over(&entries, desired, manager, api_version)?;
     Some(serde_json::json!({"metadata": {
-        "resourceVersion": live.metadata.resource_version,
+        "resourceVersion": live["metadata"]["resourceVersion"],
         "managedFields": handed,
     }}))
+}
+
+/// The inventory whose ApplySet id is `applyset`, as `namespace/name` (its parent
+/// ConfigMap found by its id label), or the id when no such inventory exists.
+async fn inventory_named(client: &Client, applyset: &str) -> Result<String, ClusterError> {
+    let parents: kube::Api<ConfigMap> = kube::Api::all(client.clone());
+    let selector = ListParams::default().labels(&format!("{APPLYSET_ID_LABEL}={applyset}"));
+    let found = match parents.list_metadata(&selector).await {
+        Ok(list) => list.items.into_iter().next(),
+        Err(kube::Error::Api(_)) => None,
+        Err(e) => return Err(api_error("find the inventory of an object".into())(e)),
+    };
+    Ok(match found {
+        Some(parent) => format!(
+            "{}/{}",
+            parent.namespace().unwrap_or_default(),
+            parent.name_any()
+        ),
+        None => applyset.to_string(),
+    })
 }

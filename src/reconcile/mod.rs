@@ -10,6 +10,7 @@ mod live;
 pub mod outcome;
 mod wait;
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use kube::Client;
@@ -19,7 +20,7 @@ use tracing::instrument;
 
 use crate::cluster::{ClusterError, Resources, Target, connect, read_inventory};
 use crate::diagnostic::Diagnostics;
-use crate::inventory::InventoryRecord;
+use crate::inventory::{InventoryRecord, Provenance};
 use crate::k8s::ObjectKey;
 use crate::ownership::Inventory;
 use crate::plan::{Change, Plan};
@@ -43,6 +44,9 @@ pub struct ApplyOptions {
     pub prune: bool,
     /// Take fields that other field managers own.
     pub force_conflicts: bool,
+    /// Take objects that belong to another tether inventory (dangerous: that
+    /// inventory loses them).
+    pub take_ownership: bool,
 }
 
 #[derive(Debug, Error)]
@@ -73,6 +77,8 @@ pub struct Planned {
     pub objects: Vec<RenderedObject>,
     steps: Vec<Step>,
     record: InventoryRecord,
+    forgotten: BTreeSet<ObjectKey>,
+    uids: BTreeMap<ObjectKey, String>,
     resources: Resources,
 }
 
@@ -86,6 +92,8 @@ struct Step {
     /// hand-over of fields `kubectl apply` set client-side (see
     /// [`crate::managed_fields`]).
     hand_over: Option<serde_json::Value>,
+    /// How the object comes into the inventory if it is not recorded yet.
+    provenance: Option<Provenance>,
 }
 
 impl Reconciler {
@@ -140,6 +148,8 @@ impl Reconciler {
             objects,
             steps: planning.steps,
             record: planning.record,
+            forgotten: planning.forgotten,
+            uids: planning.uids,
             resources: planning.resources,
         })
     }

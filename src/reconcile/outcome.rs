@@ -13,6 +13,9 @@ pub enum Outcome {
     Configured,
     Unchanged,
     Pruned,
+    /// Its model is gone and tether had adopted it: tether's labels and field
+    /// ownership were removed, the object kept.
+    Released,
     /// Its model is gone, but the apply did not prune.
     Prunable,
     Failed(ObjectFailure),
@@ -40,6 +43,9 @@ pub enum ObjectFailure {
     /// The deletion of a pruned object failed.
     #[error("prune: {message}")]
     Prune { message: String, retryable: bool },
+    /// The object belongs to another tether inventory: it was not sent.
+    #[error("owned by the tether inventory {inventory}")]
+    OwnedByInventory { inventory: String },
     /// The object could not be planned (its dry run was refused): it was not sent.
     #[error("not applied: {message}")]
     Unplanned { message: String },
@@ -60,6 +66,7 @@ impl ObjectFailure {
             ObjectFailure::Unavailable { .. } | ObjectFailure::Unreachable => true,
             ObjectFailure::Prune { retryable, .. } => *retryable,
             ObjectFailure::Conflict(_)
+            | ObjectFailure::OwnedByInventory { .. }
             | ObjectFailure::Refused { .. }
             | ObjectFailure::Request { .. }
             | ObjectFailure::Unplanned { .. } => false,
@@ -142,6 +149,10 @@ impl ApplyReport {
 
     pub fn pruned(&self) -> usize {
         self.count(|o| *o == Outcome::Pruned)
+    }
+
+    pub fn released(&self) -> usize {
+        self.count(|o| *o == Outcome::Released)
     }
 
     pub fn prunable(&self) -> usize {

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use crate::discover::kubectl_command;
 use crate::harness::repo_root;
-use crate::reconcile::{Repo, setup, stdout, tether};
+use crate::reconcile::{Repo, all_output, setup, stdout, tether};
 
 /// One corpus file: its name and its YAML documents, each placed in `namespace`
 /// (unless cluster-scoped) the way `kubectl -n` would, by inserting the field as text so
@@ -87,14 +87,6 @@ fn corpus_manifests(namespace: &str) -> tempfile::TempDir {
         std::fs::write(dir.path().join(format!("{stem}.yaml")), yaml).unwrap();
     }
     dir
-}
-
-fn all_output(output: &Output) -> String {
-    format!(
-        "{}{}",
-        stdout(output),
-        String::from_utf8_lossy(&output.stderr)
-    )
 }
 
 /// `tether diff -o json`, parsed, with its exit code and log.
@@ -462,7 +454,8 @@ async fn after_adopting_what_kubectl_applied_a_change_in_git_is_an_update_not_a_
         "kubectl's client-side manager handed the field over: {:?}",
         live.metadata.managed_fields
     );
-    assert!(owners(&live, "tether").contains("f:key"));
+    let manager = format!("tether:default/{inventory}");
+    assert!(owners(&live, &manager).contains("f:key"));
 
     models.write("cm.yaml", &resource_model("handed", &manifest("b")));
     let (code, report, log) = diff_json(&inventory, models.path());

@@ -7,6 +7,7 @@ mod events;
 mod fidelity;
 mod harness;
 mod nodesim;
+mod ownership;
 mod reconcile;
 
 use std::time::Duration;
@@ -110,8 +111,13 @@ async fn examples_apply_read_back_and_then_show_no_changes() {
             .iter()
             .filter_map(|m| m["manager"].as_str())
             .collect();
+        let manager = Inventory {
+            name: "examples".into(),
+            namespace: "default".into(),
+        }
+        .field_manager();
         assert!(
-            managers.contains(&"tether"),
+            managers.contains(&manager.as_str()),
             "{}: managers {managers:?}",
             object.display_name()
         );

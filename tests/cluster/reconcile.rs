@@ -59,7 +59,7 @@ pub fn stdout(output: &Output) -> String {
     String::from_utf8(output.stdout.clone()).unwrap()
 }
 
-fn all_output(output: &Output) -> String {
+pub fn all_output(output: &Output) -> String {
     format!(
         "{}{}",
         stdout(output),
@@ -75,19 +75,19 @@ pub async fn setup(test: &str) -> (Client, String, String) {
     (client, namespace, inventory)
 }
 
-fn base(namespace: &str) -> String {
+pub fn base(namespace: &str) -> String {
     format!(
         "kind: KubernetesService\nname: kubernetes\n---\nkind: TrustDomain\nname: {namespace}\n"
     )
 }
 
-fn config_map(name: &str, namespace: &str, value: &str) -> String {
+pub fn config_map(name: &str, namespace: &str, value: &str) -> String {
     format!(
         "kind: KubernetesConfigMap\nname: {name}\ntrust_domain: {namespace}\ndata:\n  key: \"{value}\"\n"
     )
 }
 
-async fn live_config_map(client: &Client, namespace: &str, name: &str) -> Option<ConfigMap> {
+pub async fn live_config_map(client: &Client, namespace: &str, name: &str) -> Option<ConfigMap> {
     Api::<ConfigMap>::namespaced(client.clone(), namespace)
         .get_opt(name)
         .await
@@ -180,7 +180,7 @@ async fn an_edited_model_shows_exactly_that_change_in_every_format() {
     assert_eq!(json["schema"], "tether.dev/diff/v1");
     assert_eq!(
         json["summary"],
-        serde_json::json!({"create": 0, "update": 1, "delete": 0, "conflict": 0, "unchanged": 1, "error": 0})
+        serde_json::json!({"create": 0, "update": 1, "delete": 0, "conflict": 0, "unchanged": 1, "error": 0, "release": 0})
     );
     let update = json["changes"]
         .as_array()

@@ -1,0 +1,237 @@
+//! Prune deletes only what its inventory made: two inventories declaring the same
+//! objects, an adopted namespace holding other people's workloads, a resource instance
+//! naming an inventory's record, and an object made again by someone else under a
+//! name tether once used.
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::Client;
+use kube::api::{Api, PostParams};
+use tether::ownership::{Inventory, PART_OF_LABEL, ownership_labels};
+
+use crate::reconcile::{
+    Repo, all_output, base, config_map, live_config_map, setup, stdout, tether,
+};
+
+fn applyset_of(inventory: &str) -> String {
+    Inventory {
+        name: inventory.into(),
+        namespace: "default".into(),
+    }
+    .applyset_id()
+}
+
+async fn part_of(client: &Client, namespace: &str, name: &str) -> Option<String> {
+    let config_map = live_config_map(client, namespace, name).await?;
+    config_map.metadata.labels?.remove(PART_OF_LABEL)
+}
+
+#[tokio::test]
+async fn two_inventories_never_take_or_prune_each_others_objects() {
+    let (client, ns, inventory) = setup("two-inventories").await;
+    let (a, b) = (format!("{inventory}-a"), format!("{inventory}-b"));
+    let models = |extra: &str| {
+        Repo::new(&[
+            ("base.yaml", &base(&ns)),
+            ("shared.yaml", &config_map("shared", &ns, "same")),
+            ("own.yaml", &config_map(extra, &ns, "own")),
+        ])
+    };
+    let repo_b = models("only-b");
+    let repo_a = models("only-a");
+    let (path_a, path_b) = (
+        repo_a.path().to_str().unwrap(),
+        repo_b.path().to_str().unwrap(),
+    );
+    let applied = tether(&b, &["apply", path_b]);
+    assert_eq!(applied.status.code(), Some(0), "{}", all_output(&applied));
+
+    // A declares what B applied: a conflict naming B, in every format.
+    let diff = tether(&a, &["diff", "-o", "json", path_a]);
+    let report: serde_json::Value = serde_json::from_str(&stdout(&diff)).unwrap();
+    let shared = report["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "shared")
+        .unwrap();
+    assert_eq!(shared["action"], "conflict", "{shared}");
+    assert_eq!(shared["ownedBy"], format!("default/{b}"));
+    let text = stdout(&tether(&a, &["diff", path_a]));
+    assert!(
+        text.contains(&format!("is owned by the tether inventory default/{b}")),
+        "{text}"
+    );
+
+    // Refused, even with --force-conflicts: B keeps its objects.
+    for args in [vec!["apply"], vec!["apply", "--force-conflicts"]] {
+        let refused = tether(&a, &[args.as_slice(), &[path_a]].concat());
+        assert_eq!(refused.status.code(), Some(2), "{}", all_output(&refused));
+        assert!(
+            stdout(&refused).contains("--dangerous-override-ownership"),
+            "{}",
+            all_output(&refused)
+        );
+        assert_eq!(part_of(&client, &ns, "shared").await, Some(applyset_of(&b)));
+    }
+
+    // Taken only with the dangerous flag.
+    let taken = tether(&a, &["apply", "--dangerous-override-ownership", path_a]);
+    assert_eq!(taken.status.code(), Some(0), "{}", all_output(&taken));
+    assert_eq!(part_of(&client, &ns, "shared").await, Some(applyset_of(&a)));
+
+    // A drops the shared models and prunes: it adopted them, so it releases them; B's
+    // objects and the namespace stay.
+    repo_a.remove("shared.yaml");
+    let pruned = tether(&a, &["apply", "--prune", path_a]);
+    assert_eq!(pruned.status.code(), Some(0), "{}", all_output(&pruned));
+    let shared = live_config_map(&client, &ns, "shared").await;
+    let shared = shared.expect("B's object is not deleted");
+    let labels = shared.metadata.labels.unwrap_or_default();
+    assert!(!labels.contains_key(PART_OF_LABEL), "released: {labels:?}");
+    assert!(live_config_map(&client, &ns, "only-b").await.is_some());
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    assert!(namespaces.get_opt(&ns).await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn an_adopted_namespace_with_someone_elses_workloads_is_released_not_deleted() {
+    let client = crate::harness::cluster().client().await;
+    let (_, ns, inventory) = setup("adopted-namespace").await;
+    // Someone else's namespace and Deployment.
+    let team = format!("team-{ns}").chars().take(63).collect::<String>();
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let mut namespace = Namespace::default();
+    namespace.metadata.name = Some(team.clone());
+    namespaces
+        .create(&PostParams::default(), &namespace)
+        .await
+        .unwrap();
+    let deployment: Deployment = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "theirs", "namespace": team},
+        "spec": {"selector": {"matchLabels": {"app": "theirs"}},
+            "template": {"metadata": {"labels": {"app": "theirs"}},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}
+    }))
+    .unwrap();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &team);
+    deployments
+        .create(&PostParams::default(), &deployment)
+        .await
+        .unwrap();
+
+    let repo = Repo::new(&[
+        ("base.yaml", &base(&ns)),
+        ("team.yaml", &format!("kind: TrustDomain\nname: {team}\n")),
+    ]);
+    let path = repo.path().to_str().unwrap();
+    let adopted = tether(&inventory, &["apply", path]);
+    assert_eq!(adopted.status.code(), Some(0), "{}", all_output(&adopted));
+    assert!(
+        stdout(&adopted).contains("configured"),
+        "{}",
+        all_output(&adopted)
+    );
+
+    repo.remove("team.yaml");
+    let diff = stdout(&tether(&inventory, &["diff", path]));
+    assert!(
+        diff.contains(&format!("release (with --prune) Namespace {team}")),
+        "{diff}"
+    );
+    let pruned = tether(&inventory, &["apply", "--prune", path]);
+    assert_eq!(pruned.status.code(), Some(0), "{}", all_output(&pruned));
+    let kept = namespaces.get_opt(&team).await.unwrap().expect("kept");
+    assert!(
+        kept.metadata.deletion_timestamp.is_none(),
+        "not being deleted"
+    );
+    assert!(deployments.get_opt("theirs").await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn a_resource_instance_naming_an_inventory_record_is_refused() {
+    let (client, ns, inventory) = setup("inventory-record").await;
+    let victim = format!("{inventory}-victim");
+    let repo_b = Repo::new(&[
+        ("base.yaml", &base(&ns)),
+        ("cm.yaml", &config_map("b-data", &ns, "b")),
+    ]);
+    let path_b = repo_b.path().to_str().unwrap();
+    assert_eq!(tether(&victim, &["apply", path_b]).status.code(), Some(0));
+
+    let overwrite = format!(
+        "kind: KubernetesResourceInstance\nname: overwrite\nresource_definition: |\n  apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: {victim}\n    namespace: default\n  data:\n    objects: \"\"\n"
+    );
+    let repo_a = Repo::new(&[
+        ("base.yaml", "kind: KubernetesService\nname: kubernetes\n"),
+        ("overwrite.yaml", &overwrite),
+    ]);
+    let path_a = repo_a.path().to_str().unwrap();
+    let refused = tether(&inventory, &["apply", path_a]);
+    assert_eq!(refused.status.code(), Some(2), "{}", all_output(&refused));
+    assert!(
+        stdout(&refused).contains("tether never applies over an inventory"),
+        "{}",
+        all_output(&refused)
+    );
+    // B's inventory is intact: its diff still works and shows no change.
+    let diff = tether(&victim, &["diff", path_b]);
+    assert_eq!(diff.status.code(), Some(0), "{}", all_output(&diff));
+    let record: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let data = record.get(&victim).await.unwrap().data.unwrap_or_default();
+    assert!(data["objects"].contains("b-data"), "{data:?}");
+}
+
+#[tokio::test]
+async fn a_same_name_object_made_after_a_killed_prune_survives_the_next_prune() {
+    let (client, ns, inventory) = setup("replaced-object").await;
+    let repo = Repo::new(&[
+        ("base.yaml", &base(&ns)),
+        ("keep.yaml", &config_map("keep", &ns, "k")),
+        ("reused.yaml", &config_map("reused", &ns, "tether's")),
+    ]);
+    let path = repo.path().to_str().unwrap();
+    assert_eq!(tether(&inventory, &["apply", path]).status.code(), Some(0));
+
+    // A prune deleted it and was killed before writing the inventory; then someone
+    // else made an object of that name and copied tether's labels onto it.
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    api.delete("reused", &Default::default()).await.unwrap();
+    crate::harness::eventually(std::time::Duration::from_secs(10), || async {
+        api.get_opt("reused").await.unwrap().is_none()
+    })
+    .await;
+    let mut theirs = ConfigMap::default();
+    theirs.metadata.name = Some("reused".into());
+    theirs.metadata.labels = Some(ownership_labels(&applyset_of(&inventory)));
+    theirs.data = Some([("key".to_string(), "someone else's".to_string())].into());
+    api.create(&PostParams::default(), &theirs).await.unwrap();
+
+    repo.remove("reused.yaml");
+    let pruned = tether(&inventory, &["apply", "--prune", path]);
+    assert_eq!(pruned.status.code(), Some(0), "{}", all_output(&pruned));
+    assert!(
+        stdout(&pruned).contains("0 pruned"),
+        "{}",
+        all_output(&pruned)
+    );
+    let survivor = api.get("reused").await.unwrap();
+    assert_eq!(
+        survivor.data.unwrap_or_default()["key"],
+        "someone else's",
+        "not deleted"
+    );
+    let record: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let data = record
+        .get(&inventory)
+        .await
+        .unwrap()
+        .data
+        .unwrap_or_default();
+    assert!(
+        !data["objects"].contains(" reused "),
+        "the stale entry is dropped: {}",
+        data["objects"]
+    );
+}
