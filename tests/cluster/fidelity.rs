@@ -5,7 +5,6 @@
 //! server-side) made first, the next diff is clean: no false update, no false conflict.
 
 use std::path::{Path, PathBuf};
-use std::process::Output;
 
 use serde_json::Value;
 
