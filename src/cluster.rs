@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, DynamicObject, ObjectMeta, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, ObjectMeta, PostParams};
 use kube::client::ClientBuilder;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -15,6 +15,7 @@ use kube::discovery::{Discovery, Scope};
 use kube::{Client, Config};
 use thiserror::Error;
 
+use crate::driver::Backoff;
 use crate::inventory::InventoryRecord;
 use crate::k8s::api_group;
 use crate::ownership::{APPLYSET_ID_LABEL, Inventory, MANAGED_BY_LABEL, MANAGER};
@@ -194,13 +195,21 @@ pub async fn read_inventory(
     client: &Client,
     inventory: &Inventory,
 ) -> Result<InventoryRecord, ClusterError> {
+    Ok(read_inventory_version(client, inventory).await?.0)
+}
+
+/// The inventory and the resourceVersion it was read at (none when it does not exist).
+async fn read_inventory_version(
+    client: &Client,
+    inventory: &Inventory,
+) -> Result<(InventoryRecord, Option<String>), ClusterError> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &inventory.namespace);
     let Some(config_map) = api
         .get_opt(&inventory.name)
         .await
         .map_err(inventory_error("read", inventory))?
     else {
-        return Ok(InventoryRecord::default());
+        return Ok((InventoryRecord::default(), None));
     };
     let labels = config_map.metadata.labels.clone().unwrap_or_default();
     if labels.get(APPLYSET_ID_LABEL) != Some(&inventory.applyset_id()) {
@@ -209,23 +218,65 @@ pub async fn read_inventory(
             name: inventory.name.clone(),
         });
     }
-    InventoryRecord::from_data(&config_map.data.unwrap_or_default()).map_err(|line| {
-        ClusterError::BadInventory {
-            namespace: inventory.namespace.clone(),
-            name: inventory.name.clone(),
-            reason: format!("unreadable line {line:?}"),
-        }
-    })
+    let record =
+        InventoryRecord::from_data(&config_map.data.unwrap_or_default()).map_err(|line| {
+            ClusterError::BadInventory {
+                namespace: inventory.namespace.clone(),
+                name: inventory.name.clone(),
+                reason: format!("unreadable line {line:?}"),
+            }
+        })?;
+    Ok((record, config_map.metadata.resource_version))
 }
 
-/// Writes the inventory with server-side apply (it is tether's own object).
-pub async fn write_inventory(
+/// How often an inventory update is tried when another apply wrote it meanwhile.
+const INVENTORY_UPDATE_ATTEMPTS: u32 = 20;
+
+/// Updates the inventory: reads it, applies `update` to what it holds, and writes the
+/// result only if nobody wrote it in between (its resourceVersion), reading again
+/// otherwise. Two applies of one inventory at once therefore never drop each other's
+/// entries: each update is made to the record as the other left it.
+pub async fn update_inventory(
     client: &Client,
     inventory: &Inventory,
-    record: &InventoryRecord,
-) -> Result<(), ClusterError> {
+    update: impl Fn(&InventoryRecord) -> InventoryRecord,
+) -> Result<InventoryRecord, ClusterError> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), &inventory.namespace);
-    let config_map = ConfigMap {
+    let params = PostParams {
+        field_manager: Some(inventory.field_manager()),
+        ..PostParams::default()
+    };
+    let mut backoff = Backoff::request();
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let (current, version) = read_inventory_version(client, inventory).await?;
+        let record = update(&current);
+        let mut config_map = inventory_config_map(inventory, &record);
+        let written = match version {
+            Some(version) => {
+                config_map.metadata.resource_version = Some(version);
+                api.replace(&inventory.name, &params, &config_map).await
+            }
+            None => api.create(&params, &config_map).await,
+        };
+        match written {
+            Ok(_) => return Ok(record),
+            Err(kube::Error::Api(status))
+                if (status.is_conflict() || status.reason == "AlreadyExists")
+                    && attempt < INVENTORY_UPDATE_ATTEMPTS =>
+            {
+                tracing::debug!(attempt, "the inventory changed meanwhile; merging again");
+                tokio::time::sleep(backoff.next_delay()).await;
+            }
+            Err(e) => return Err(inventory_error("write", inventory)(e)),
+        }
+    }
+}
+
+/// The inventory's ConfigMap holding `record`.
+fn inventory_config_map(inventory: &Inventory, record: &InventoryRecord) -> ConfigMap {
+    ConfigMap {
         metadata: ObjectMeta {
             name: Some(inventory.name.clone()),
             namespace: Some(inventory.namespace.clone()),
@@ -247,13 +298,5 @@ pub async fn write_inventory(
         },
         data: Some(record.to_data()),
         ..ConfigMap::default()
-    };
-    api.patch(
-        &inventory.name,
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(&config_map),
-    )
-    .await
-    .map_err(inventory_error("write", inventory))?;
-    Ok(())
+    }
 }

@@ -258,8 +258,9 @@ impl InventoryRecord {
 /// inventory's labels, and its uid is the one recorded; adopted objects are released;
 /// an entry whose object is gone, no longer labelled for this inventory, or replaced by
 /// another object of the same name is forgotten, so that a later object of that name
-/// is never taken for it. Nothing when nothing is rendered: a source without models
-/// never prunes.
+/// is never taken for it (but not an object recorded to be created and not made yet:
+/// another apply may be making it). Nothing when nothing is rendered: a source without
+/// models never prunes.
 pub fn prune_decisions<'r>(
     record: &'r InventoryRecord,
     rendered: &BTreeSet<ObjectKey>,
@@ -273,8 +274,12 @@ pub fn prune_decisions<'r>(
         .entries
         .iter()
         .filter(|(e, _)| !rendered.contains(&e.key()))
-        .map(|(entry, provenance)| {
+        .filter_map(|(entry, provenance)| {
             let decision = match live.get(&entry.key()) {
+                // Recorded to be created and not created yet: an apply may be under way.
+                None if provenance.origin == Origin::Created && provenance.uid.is_none() => {
+                    return None;
+                }
                 None => PruneDecision::Forget("gone"),
                 Some(object) if !carries_tether_labels(object, applyset) => {
                     PruneDecision::Forget("no longer labelled for this inventory")
@@ -289,7 +294,7 @@ pub fn prune_decisions<'r>(
                 Some(_) if provenance.origin == Origin::Adopted => PruneDecision::Release,
                 Some(_) => PruneDecision::Delete,
             };
-            (entry, decision)
+            Some((entry, decision))
         })
         .collect();
     decisions.sort_by_key(|(e, _)| std::cmp::Reverse((apply_rank(&e.kind), e.key())));

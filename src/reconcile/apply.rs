@@ -13,9 +13,9 @@ use tracing::instrument;
 use super::live::CONCURRENCY;
 use super::outcome::{ApplyReport, ObjectFailure, ObjectReport, Outcome};
 use super::{ApplyOptions, Planned, Step};
-use crate::cluster::{ClusterError, Resources, write_inventory};
+use crate::cluster::{ClusterError, Resources, update_inventory};
 use crate::driver::Backoff;
-use crate::inventory::{InventoryEntry, by_rank};
+use crate::inventory::{InventoryEntry, Provenance, by_rank};
 use crate::k8s::ObjectKey;
 use crate::ownership::{
     Inventory, MANAGED_BY_LABEL, MANAGER, MODEL_ANNOTATION, PART_OF_LABEL, SOURCE_ANNOTATION,
@@ -36,9 +36,9 @@ pub(super) async fn apply(
     let commit = planned.plan.revision.as_ref().map(|r| r.commit.clone());
     // Record every object about to be applied before applying any.
     let applying = planned.steps.iter().filter(|s| s.desired.is_some());
-    let before = planned
-        .record
-        .before_apply(applying.clone().filter_map(|s| {
+    let recording: Vec<(InventoryEntry, Provenance)> = applying
+        .clone()
+        .filter_map(|s| {
             let entry = InventoryEntry {
                 api_version: s.change.api_version.clone(),
                 kind: s.change.key.kind.clone(),
@@ -46,8 +46,12 @@ pub(super) async fn apply(
                 name: s.change.key.name.clone(),
             };
             Some((entry, s.provenance.clone()?))
-        }));
-    write_inventory(client, inventory, &before).await?;
+        })
+        .collect();
+    update_inventory(client, inventory, |current| {
+        current.before_apply(recording.iter().cloned())
+    })
+    .await?;
 
     let manager = inventory.field_manager();
     let manager = manager.as_str();
@@ -132,14 +136,17 @@ pub(super) async fn apply(
             });
         }
     }
-    let after = before.after_apply(
-        &removed,
-        &uids,
-        commit,
-        planned.record.commit.clone(),
-        report.succeeded(),
-    );
-    write_inventory(client, inventory, &after).await?;
+    let succeeded = report.succeeded();
+    update_inventory(client, inventory, |current| {
+        current.after_apply(
+            &removed,
+            &uids,
+            commit.clone(),
+            current.commit.clone(),
+            succeeded,
+        )
+    })
+    .await?;
     Ok(report)
 }
 

@@ -37,7 +37,6 @@ pub(super) const CONCURRENCY: usize = 16;
 /// The steps of a plan, with what they were planned from.
 pub(super) struct Planning {
     pub steps: Vec<Step>,
-    pub record: InventoryRecord,
     /// Recorded objects that are not tether's to touch any more.
     pub forgotten: BTreeSet<ObjectKey>,
     /// The uids of the live objects labelled for the inventory.
@@ -139,7 +138,6 @@ pub(super) async fn plan(
         .collect();
     Ok(Planning {
         steps,
-        record,
         forgotten,
         uids,
         resources,

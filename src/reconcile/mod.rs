@@ -20,7 +20,7 @@ use tracing::instrument;
 
 use crate::cluster::{ClusterError, Resources, Target, connect, read_inventory};
 use crate::diagnostic::Diagnostics;
-use crate::inventory::{InventoryRecord, Provenance};
+use crate::inventory::Provenance;
 use crate::k8s::ObjectKey;
 use crate::ownership::Inventory;
 use crate::plan::{Change, Plan};
@@ -76,7 +76,6 @@ pub struct Planned {
     /// The rendered objects, in apply order.
     pub objects: Vec<RenderedObject>,
     steps: Vec<Step>,
-    record: InventoryRecord,
     forgotten: BTreeSet<ObjectKey>,
     uids: BTreeMap<ObjectKey, String>,
     resources: Resources,
@@ -147,7 +146,6 @@ impl Reconciler {
             plan,
             objects,
             steps: planning.steps,
-            record: planning.record,
             forgotten: planning.forgotten,
             uids: planning.uids,
             resources: planning.resources,

@@ -235,3 +235,83 @@ async fn a_same_name_object_made_after_a_killed_prune_survives_the_next_prune() 
         data["objects"]
     );
 }
+
+#[tokio::test]
+async fn concurrent_applies_of_one_inventory_never_lose_an_entry() {
+    let (client, ns, inventory) = setup("concurrent-applies").await;
+    // The rounds share the test's namespace, which none of their inventories manages.
+    let base = format!(
+        "kind: KubernetesService\nname: kubernetes\n---\nkind: TrustDomain\nname: {ns}\nxos_managed: false\n"
+    );
+    // An older and a newer commit of one repository: some objects in both, some in one.
+    let commit = |round: usize, only: &str| {
+        let repo = Repo::new(&[("base.yaml", &base)]);
+        for i in 0..5 {
+            let name = format!("r{round}-shared-{i}");
+            repo.write(&format!("{name}.yaml"), &config_map(&name, &ns, "same"));
+        }
+        for i in 0..10 {
+            let name = format!("r{round}-{only}-{i}");
+            repo.write(&format!("{name}.yaml"), &config_map(&name, &ns, only));
+        }
+        repo
+    };
+    let labelled: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let records: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let seed = Repo::new(&[
+        ("base.yaml", &base),
+        ("seed.yaml", &config_map("seed", &ns, "seed")),
+    ]);
+    for round in 0..20 {
+        // Each round its own inventory, which exists before the two applies start.
+        let inventory = format!("{inventory}-r{round}");
+        let seed_name = format!("r{round}-seed");
+        seed.write("seed.yaml", &config_map(&seed_name, &ns, "seed"));
+        let first = tether(&inventory, &["apply", seed.path().to_str().unwrap()]);
+        assert_eq!(first.status.code(), Some(0), "{}", all_output(&first));
+        let (older, newer) = (commit(round, "older"), commit(round, "newer"));
+        let runs: Vec<_> = [&older, &newer]
+            .into_iter()
+            .map(|repo| {
+                let path = repo.path().to_str().unwrap().to_string();
+                let inventory = inventory.clone();
+                std::thread::spawn(move || tether(&inventory, &["apply", &path]))
+            })
+            .collect();
+        for run in runs {
+            let output = run.join().unwrap();
+            assert_eq!(
+                output.status.code(),
+                Some(0),
+                "round {round}: {}",
+                all_output(&output)
+            );
+        }
+        let applyset = applyset_of(&inventory);
+        let selector =
+            kube::api::ListParams::default().labels(&format!("{PART_OF_LABEL}={applyset}"));
+        let names: Vec<String> = labelled
+            .list_metadata(&selector)
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter_map(|m| m.metadata.name)
+            .collect();
+        assert_eq!(names.len(), 26, "round {round}: {names:?}");
+        let recorded = records
+            .get(&inventory)
+            .await
+            .unwrap()
+            .data
+            .unwrap_or_default();
+        let missing: Vec<&String> = names
+            .iter()
+            .filter(|name| !recorded["objects"].contains(&format!(" {ns} {name} ")))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "round {round}: labelled but not in the inventory: {missing:?}"
+        );
+    }
+}
