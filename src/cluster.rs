@@ -199,7 +199,7 @@ pub async fn read_inventory(
 }
 
 /// The inventory and the resourceVersion it was read at (none when it does not exist).
-async fn read_inventory_version(
+pub async fn read_inventory_version(
     client: &Client,
     inventory: &Inventory,
 ) -> Result<(InventoryRecord, Option<String>), ClusterError> {

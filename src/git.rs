@@ -25,6 +25,10 @@ pub enum GitError {
     },
     #[error("{url} has no branch, tag or commit \"{reference}\"")]
     UnknownReference { url: String, reference: String },
+    #[error(
+        "\"{reference}\" is not a branch, a tag or a full commit id (revision expressions such as HEAD~1 are not taken)"
+    )]
+    BadReference { reference: String },
     #[error("git failed")]
     Git(#[from] git2::Error),
     #[error("cannot prepare the cache directory {path}")]
@@ -175,6 +179,9 @@ pub(crate) fn fetch(
         let mut remote = repo.remote_anonymous(url)?;
         let mut options = FetchOptions::new();
         options.remote_callbacks(credentials.callbacks());
+        // A branch or tag deleted at the remote is deleted from the cache too, so that
+        // it is an unknown reference, never the commit it last pointed to.
+        options.prune(git2::FetchPrune::On);
         match remote.fetch(&refspecs, Some(&mut options), None) {
             Ok(()) => break,
             Err(e) if attempt < 3 && is_transient(&e) => {
@@ -199,18 +206,33 @@ pub(crate) fn is_transient(error: &git2::Error) -> bool {
     ) && error.code() != git2::ErrorCode::Auth
 }
 
+/// The commit a reference names: a branch or a tag of the remote (as last fetched),
+/// or a full commit id; anything else, such as a revision expression, is refused.
 fn resolve(repo: &Repository, url: &str, reference: Option<&str>) -> Result<Oid, GitError> {
+    let reference_name = |r: &str| {
+        git2::Reference::is_valid_name(&format!("refs/heads/{r}"))
+            .then(|| vec![format!("refs/remotes/origin/{r}"), format!("refs/tags/{r}")])
+    };
     let candidates: Vec<String> = match reference {
         None => vec!["refs/remotes/origin/HEAD".into()],
-        Some(r) => vec![
-            format!("refs/remotes/origin/{r}"),
-            format!("refs/tags/{r}"),
-            r.to_string(),
-        ],
+        Some(r) if is_full_commit_id(r) => {
+            let commit = Oid::from_str(r)
+                .ok()
+                .and_then(|oid| repo.find_commit(oid).ok());
+            return commit
+                .map(|c| c.id())
+                .ok_or_else(|| GitError::UnknownReference {
+                    url: url.to_string(),
+                    reference: r.to_string(),
+                });
+        }
+        Some(r) => reference_name(r).ok_or_else(|| GitError::BadReference {
+            reference: r.to_string(),
+        })?,
     };
     for candidate in &candidates {
-        if let Ok(object) = repo.revparse_single(candidate)
-            && let Ok(commit) = object.peel_to_commit()
+        if let Ok(reference) = repo.find_reference(candidate)
+            && let Ok(commit) = reference.peel_to_commit()
         {
             return Ok(commit.id());
         }
@@ -219,6 +241,11 @@ fn resolve(repo: &Repository, url: &str, reference: Option<&str>) -> Result<Oid,
         url: url.to_string(),
         reference: reference.unwrap_or("HEAD").to_string(),
     })
+}
+
+/// 40 hexadecimal digits (SHA-1) or 64 (SHA-256).
+fn is_full_commit_id(text: &str) -> bool {
+    matches!(text.len(), 40 | 64) && text.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// The model files of a commit's tree, below `subdir`, paths relative to it.

@@ -259,15 +259,16 @@ impl InventoryRecord {
 /// an entry whose object is gone, no longer labelled for this inventory, or replaced by
 /// another object of the same name is forgotten, so that a later object of that name
 /// is never taken for it (but not an object recorded to be created and not made yet:
-/// another apply may be making it). Nothing when nothing is rendered: a source without
-/// models never prunes.
+/// another apply may be making it). Nothing when nothing is rendered, unless
+/// `allow_empty`: a source without models never prunes by accident.
 pub fn prune_decisions<'r>(
     record: &'r InventoryRecord,
     rendered: &BTreeSet<ObjectKey>,
     live: &HashMap<ObjectKey, Value>,
     applyset: &str,
+    allow_empty: bool,
 ) -> Vec<(&'r InventoryEntry, PruneDecision)> {
-    if rendered.is_empty() {
+    if rendered.is_empty() && !allow_empty {
         return Vec::new();
     }
     let mut decisions: Vec<(&InventoryEntry, PruneDecision)> = record

@@ -86,6 +86,8 @@ pub struct Plan {
     pub changes: Vec<Change>,
     /// Deletions are only carried out with `--prune`; reports say so.
     pub prune: bool,
+    /// What a reviewer should know besides the changes (a missing inventory).
+    pub warnings: Vec<String>,
 }
 
 impl Plan {

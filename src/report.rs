@@ -68,6 +68,9 @@ pub fn text(plan: &Plan, colour: bool) -> String {
         }
     };
     let mut out = format!("tether diff: {}\n", headline(plan));
+    for warning in &plan.warnings {
+        let _ = writeln!(out, "{} {warning}", paint("33;1", "warning:"));
+    }
     for change in plan
         .changes
         .iter()
@@ -117,6 +120,9 @@ pub fn text(plan: &Plan, colour: bool) -> String {
 /// collapsible block.
 pub fn markdown(plan: &Plan) -> String {
     let mut out = format!("### tether diff\n\n`{}`\n\n", headline(plan));
+    for warning in &plan.warnings {
+        let _ = writeln!(out, "> **Warning:** {warning}\n");
+    }
     if !plan.has_differences() {
         let _ = writeln!(
             out,
@@ -240,6 +246,7 @@ pub fn json(plan: &Plan) -> String {
         "source": plan.source,
         "revision": plan.revision.as_ref().map(|r| json!({"commit": r.commit, "dirty": r.dirty})),
         "prune": plan.prune,
+        "warnings": plan.warnings,
         "summary": {
             "create": plan.count(Action::Create),
             "update": plan.count(Action::Update),

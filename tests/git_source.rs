@@ -69,8 +69,13 @@ fn fetches_the_exact_commit_a_reference_names() {
     let (files, revision) = fetch_models(&url, Some("next"), Some(models), &cache, &none).unwrap();
     assert_eq!(revision.commit, v3, "a branch");
     assert_eq!(paths(&files), ["extra.yml", "site.yaml"]);
-    let (_, revision) = fetch_models(&url, Some(&v1[..12]), Some(models), &cache, &none).unwrap();
-    assert_eq!(revision.commit, v1, "a commit id");
+    let (_, revision) = fetch_models(&url, Some(&v1), Some(models), &cache, &none).unwrap();
+    assert_eq!(revision.commit, v1, "a full commit id");
+    // An abbreviation or a revision expression could name another commit tomorrow.
+    for vague in [&v1[..12], "main~1", "next^", "HEAD@{1}"] {
+        let refused = fetch_models(&url, Some(vague), Some(models), &cache, &none);
+        assert!(refused.is_err(), "{vague} is refused");
+    }
     let (files, _) = fetch_models(&url, Some("main"), None, &cache, &none).unwrap();
     assert_eq!(paths(&files), ["models/site.yaml"], "the whole repository");
 

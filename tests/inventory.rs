@@ -101,7 +101,7 @@ fn run(case: &Case) -> String {
         .iter()
         .map(|(e, labels, uid)| (e.key(), live_object(labels, &applyset, uid.as_deref())))
         .collect();
-    let decisions = prune_decisions(&case.record, &rendered, &live, &applyset);
+    let decisions = prune_decisions(&case.record, &rendered, &live, &applyset, false);
     let mut out = String::from("prune, in order:\n");
     for (entry, decision) in &decisions {
         let verdict = match decision {

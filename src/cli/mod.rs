@@ -175,6 +175,10 @@ pub struct ApplyArgs {
     /// (it will neither update nor prune them any more).
     #[arg(long)]
     pub dangerous_override_ownership: bool,
+    /// With --prune, let a source that renders no object prune everything the
+    /// inventory recorded (without it, such a prune is refused).
+    #[arg(long, requires = "prune")]
+    pub allow_empty: bool,
     /// Wait for Deployments, StatefulSets, DaemonSets, Pods and Jobs to be ready.
     #[arg(long)]
     pub wait: bool,

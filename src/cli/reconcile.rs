@@ -4,7 +4,9 @@ use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
 use miette::{IntoDiagnostic, WrapErr};
-use tether::reconcile::{ApplyOptions, ObjectFailure, Planned, ReconcileError, Reconciler};
+use tether::reconcile::{
+    ApplyOptions, ObjectFailure, PlanOptions, Planned, ReconcileError, Reconciler,
+};
 
 use super::{ApplyArgs, DiffArgs, EXIT_ERROR, EXIT_INVALID, GlobalArgs, ReportFormat, report};
 use tether::config::flags::{InventoryFlags, SourceFlags};
@@ -14,7 +16,7 @@ async fn plan(
     global: &GlobalArgs,
     source: &SourceFlags,
     inventory: &InventoryFlags,
-    prune: bool,
+    options: PlanOptions,
 ) -> miette::Result<Result<(Reconciler, Planned), ExitCode>> {
     let reconciler = Reconciler::new(
         source.repo(),
@@ -22,13 +24,18 @@ async fn plan(
         inventory.inventory(),
     );
     let graphical = report::use_graphics(global.color, std::io::stderr().is_terminal());
-    match reconciler.plan(prune).await {
+    match reconciler.plan(options).await {
         Ok(planned) => {
             let files = &planned.models.loaded.files;
             eprint!(
                 "{}",
                 report::diagnostics(&planned.models.diagnostics, files, graphical)
             );
+            if planned.objects.is_empty() {
+                eprintln!(
+                    "warning: the source renders no object (is the path right?); nothing is pruned without --allow-empty"
+                );
+            }
             Ok(Ok((reconciler, planned)))
         }
         Err(ReconcileError::Invalid(models)) => {
@@ -50,7 +57,14 @@ async fn plan(
 }
 
 pub async fn diff(global: &GlobalArgs, args: &DiffArgs) -> miette::Result<ExitCode> {
-    let (_, planned) = match plan(global, &args.source, &args.inventory, false).await? {
+    let (_, planned) = match plan(
+        global,
+        &args.source,
+        &args.inventory,
+        PlanOptions::default(),
+    )
+    .await?
+    {
         Ok(planned) => planned,
         Err(code) => return Ok(code),
     };
@@ -75,11 +89,20 @@ pub async fn diff(global: &GlobalArgs, args: &DiffArgs) -> miette::Result<ExitCo
 }
 
 pub async fn apply(global: &GlobalArgs, args: &ApplyArgs) -> miette::Result<ExitCode> {
-    let (reconciler, planned) =
-        match plan(global, &args.source, &args.inventory, args.prune).await? {
-            Ok(planned) => planned,
-            Err(code) => return Ok(code),
-        };
+    let (reconciler, planned) = match plan(
+        global,
+        &args.source,
+        &args.inventory,
+        PlanOptions {
+            prune: args.prune,
+            allow_empty: args.allow_empty,
+        },
+    )
+    .await?
+    {
+        Ok(planned) => planned,
+        Err(code) => return Ok(code),
+    };
     if args.dry_run {
         let colour = report::use_graphics(global.color, std::io::stdout().is_terminal());
         print!("{}", tether::report::text(&planned.plan, colour));
@@ -99,11 +122,14 @@ pub async fn apply(global: &GlobalArgs, args: &ApplyArgs) -> miette::Result<Exit
         force_conflicts: args.force_conflicts,
         take_ownership: args.dangerous_override_ownership,
     };
-    let applied = reconciler
-        .apply(&planned, &options, &progress)
-        .await
-        .map_err(report::error)
-        .wrap_err("apply stopped; run it again to complete it")?;
+    let applied = match reconciler.apply(&planned, &options, &progress).await {
+        Ok(applied) => applied,
+        Err(error) if report::is_permanent(&error) => return Err(report::error(error)),
+        Err(error) => {
+            return Err(report::error(error))
+                .wrap_err("apply stopped; run it again to complete it");
+        }
+    };
     let mut out = format!(
         "{} created, {} configured, {} unchanged, {} pruned, {} failed\n",
         applied.created(),

@@ -85,28 +85,86 @@ pub fn error<E: std::error::Error + 'static>(error: E) -> miette::Report {
     let mut causes = Vec::new();
     let mut source = error.source();
     while let Some(cause) = source {
-        causes.push(cause.to_string());
+        // The server's own words, not the structure they came in.
+        let message = match cause.downcast_ref::<kube::Error>() {
+            Some(kube::Error::Api(status)) if !status.message.is_empty() => status.message.clone(),
+            _ => cause.to_string(),
+        };
+        // A cause that repeats the one before it (with a suffix) says nothing new.
+        if !causes
+            .last()
+            .is_some_and(|previous: &String| message.starts_with(previous.trim_end_matches('…')))
+        {
+            causes.push(cut(&message));
+        }
         source = cause.source();
     }
     let cause = causes.into_iter().rev().fold(None, |next, message| {
         Some(Box::new(Cause { message, next }))
     });
     miette::Report::new(Failure {
-        message: error.to_string(),
+        message: cut(&error.to_string()),
         cause,
         help,
     })
+}
+
+/// A message cut to what an error line can hold (a value in it may be a megabyte).
+fn cut(message: &str) -> String {
+    const LIMIT: usize = 500;
+    match message.char_indices().nth(LIMIT) {
+        Some((end, _)) => format!("{}… ({} characters)", &message[..end], message.len()),
+        None => message.to_string(),
+    }
+}
+
+/// Will the same apply fail the same way if run again? Then saying "run it again" is
+/// wrong: what to fix is in the message.
+pub fn is_permanent(error: &tether::reconcile::ReconcileError) -> bool {
+    use tether::cluster::ClusterError;
+    use tether::reconcile::ReconcileError;
+    match error {
+        ReconcileError::NothingRendered | ReconcileError::Invalid(_) => true,
+        ReconcileError::Cluster(
+            ClusterError::ForeignInventory { .. } | ClusterError::BadInventory { .. },
+        ) => true,
+        ReconcileError::Cluster(ClusterError::Api {
+            source: kube::Error::Api(status),
+            ..
+        }) => (400..500).contains(&status.code) && status.code != 409 && status.code != 429,
+        _ => false,
+    }
 }
 
 /// The flag that solves a library error, if one does.
 fn flag_hint(error: &(dyn std::error::Error + 'static)) -> Option<String> {
     use tether::cluster::ClusterError;
     use tether::discoverer::DiscoverError;
+    use tether::git::GitError;
     use tether::reconcile::ReconcileError;
+    use tether::repo::RepoError;
     use tether::writeback::WritebackError;
     let cluster = |e: &ClusterError| match e {
         ClusterError::NoCluster => Some("pass --kubeconfig"),
         ClusterError::ForeignInventory { .. } => Some("choose another --inventory-name"),
+        ClusterError::Api {
+            action,
+            source: kube::Error::Api(status),
+        } if action.contains("the inventory") => match status.code {
+            404 => Some(
+                "the inventory's namespace must exist: create it, or pass --inventory-namespace",
+            ),
+            422 => Some(
+                "--inventory-name must be a valid ConfigMap name (lower case, digits, '-' and '.')",
+            ),
+            _ => None,
+        },
+        _ => None,
+    };
+    let git = |e: &GitError| match e {
+        GitError::BadReference { .. } | GitError::UnknownReference { .. } => {
+            Some("--ref takes a branch, a tag or a full commit id of the repository")
+        }
         _ => None,
     };
     let writeback = |e: &WritebackError| match e {
@@ -121,6 +179,14 @@ fn flag_hint(error: &(dyn std::error::Error + 'static)) -> Option<String> {
             cluster(e)
         } else if let Some(e) = e.downcast_ref::<WritebackError>() {
             writeback(e)
+        } else if let Some(e) = e.downcast_ref::<GitError>() {
+            git(e)
+        } else if let Some(ReconcileError::Source(RepoError::Git(e))) =
+            e.downcast_ref::<ReconcileError>()
+        {
+            git(e)
+        } else if let Some(ReconcileError::NothingRendered) = e.downcast_ref::<ReconcileError>() {
+            Some("pass --allow-empty to prune every object of the inventory")
         } else if let Some(DiscoverError::Writeback(e)) = e.downcast_ref::<DiscoverError>() {
             writeback(e)
         } else {

@@ -41,6 +41,8 @@ pub(super) struct Planning {
     pub forgotten: BTreeSet<ObjectKey>,
     /// The uids of the live objects labelled for the inventory.
     pub uids: BTreeMap<ObjectKey, String>,
+    /// How many live objects carry the inventory's labels.
+    pub labelled: usize,
     pub resources: Resources,
 }
 
@@ -58,6 +60,7 @@ pub(super) async fn plan(
     inventory: &Inventory,
     objects: &mut [RenderedObject],
     record: InventoryRecord,
+    allow_empty: bool,
 ) -> Result<Planning, ClusterError> {
     let mut kinds: BTreeSet<(String, String)> = objects
         .iter()
@@ -93,7 +96,7 @@ pub(super) async fn plan(
     let rendered: BTreeSet<ObjectKey> = objects.iter().map(RenderedObject::key).collect();
     let applyset = inventory.applyset_id();
     let mut forgotten = BTreeSet::new();
-    for (entry, decision) in prune_decisions(&record, &rendered, &live, &applyset) {
+    for (entry, decision) in prune_decisions(&record, &rendered, &live, &applyset, allow_empty) {
         let key = entry.key();
         let action = match decision {
             PruneDecision::Delete => Action::Delete,
@@ -137,6 +140,7 @@ pub(super) async fn plan(
         })
         .collect();
     Ok(Planning {
+        labelled: live.len(),
         steps,
         forgotten,
         uids,

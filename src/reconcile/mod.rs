@@ -18,7 +18,7 @@ use thiserror::Error;
 use tokio::sync::OnceCell;
 use tracing::instrument;
 
-use crate::cluster::{ClusterError, Resources, Target, connect, read_inventory};
+use crate::cluster::{ClusterError, Resources, Target, connect, read_inventory_version};
 use crate::diagnostic::Diagnostics;
 use crate::inventory::Provenance;
 use crate::k8s::ObjectKey;
@@ -49,6 +49,15 @@ pub struct ApplyOptions {
     pub take_ownership: bool,
 }
 
+/// How a plan treats what the inventory recorded and the source no longer renders.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PlanOptions {
+    /// Deletions will be carried out (the reports say so).
+    pub prune: bool,
+    /// A source that renders nothing may prune everything the inventory recorded.
+    pub allow_empty: bool,
+}
+
 #[derive(Debug, Error)]
 pub enum ReconcileError {
     #[error(transparent)]
@@ -58,6 +67,10 @@ pub enum ReconcileError {
     Invalid(Box<CheckedModels>),
     #[error(transparent)]
     Cluster(#[from] ClusterError),
+    /// A prune was asked of a source that renders no object: a wrong path more often
+    /// than a wish to delete everything.
+    #[error("the source renders no object, so nothing was applied or pruned")]
+    NothingRendered,
 }
 
 /// Models read and checked: the files, every diagnostic, and where they came from.
@@ -79,6 +92,7 @@ pub struct Planned {
     forgotten: BTreeSet<ObjectKey>,
     uids: BTreeMap<ObjectKey, String>,
     resources: Resources,
+    allow_empty: bool,
 }
 
 /// One change and the body to apply (none for deletions and errors).
@@ -115,7 +129,7 @@ impl Reconciler {
     /// Invalid models are reported before any cluster error: they make the cluster
     /// irrelevant.
     #[instrument(skip_all, fields(source = %self.repo.label()))]
-    pub async fn plan(&self, prune: bool) -> Result<Planned, ReconcileError> {
+    pub async fn plan(&self, options: PlanOptions) -> Result<Planned, ReconcileError> {
         // The models and the cluster do not depend on each other: both at once.
         let models = async {
             let loaded = self.repo.load().await?;
@@ -123,23 +137,39 @@ impl Reconciler {
         };
         let cluster = async {
             let client = self.client().await?;
-            let record = read_inventory(client, &self.inventory).await?;
+            let (record, version) = read_inventory_version(client, &self.inventory).await?;
             tracing::debug!(recorded = record.entries.len(), "inventory read");
-            Ok::<_, ReconcileError>((client, record))
+            Ok::<_, ReconcileError>((client, record, version.is_some()))
         };
         let (models, cluster) = tokio::join!(models, cluster);
         let (models, objects) = models?;
         let Some(mut objects) = objects else {
             return Err(ReconcileError::Invalid(Box::new(models)));
         };
-        let (client, record) = cluster?;
+        let (client, record, recorded) = cluster?;
         let revision = models.loaded.revision.clone();
-        let planning = live::plan(client, &self.inventory, &mut objects, record).await?;
+        let planning = live::plan(
+            client,
+            &self.inventory,
+            &mut objects,
+            record,
+            options.allow_empty,
+        )
+        .await?;
+        let mut warnings = Vec::new();
+        if !recorded && planning.labelled > 0 {
+            warnings.push(format!(
+                "the inventory {} does not exist, but {} objects carry its labels: was it deleted? What it recorded and no model renders is not pruned",
+                self.inventory.display(),
+                planning.labelled
+            ));
+        }
         let plan = Plan {
+            warnings,
             source: models.loaded.label.clone(),
             revision,
             changes: planning.steps.iter().map(|s| s.change.clone()).collect(),
-            prune,
+            prune: options.prune,
         };
         Ok(Planned {
             models,
@@ -149,6 +179,7 @@ impl Reconciler {
             forgotten: planning.forgotten,
             uids: planning.uids,
             resources: planning.resources,
+            allow_empty: options.allow_empty,
         })
     }
 
@@ -180,6 +211,9 @@ impl Reconciler {
         options: &ApplyOptions,
         progress: &(dyn Fn(usize, usize) + Sync),
     ) -> Result<ApplyReport, ReconcileError> {
+        if options.prune && planned.objects.is_empty() && !planned.allow_empty {
+            return Err(ReconcileError::NothingRendered);
+        }
         let client = self.client().await?;
         Ok(apply::apply(client, &self.inventory, planned, options, progress).await?)
     }

@@ -315,3 +315,156 @@ async fn concurrent_applies_of_one_inventory_never_lose_an_entry() {
         );
     }
 }
+
+#[tokio::test]
+async fn sources_that_should_stop_a_run_stop_it_and_change_nothing() {
+    let (client, ns, inventory) = setup("loud-sources").await;
+    let repo = Repo::new(&[]);
+    let work = repo.path().join("work");
+    std::fs::create_dir_all(work.join("models")).unwrap();
+    crate::reconcile::git(repo.path(), &["init", "-q", "-b", "main", "work"]);
+    std::fs::write(work.join("models/base.yaml"), base(&ns)).unwrap();
+    std::fs::write(
+        work.join("models/cm.yaml"),
+        config_map("settings", &ns, "v1"),
+    )
+    .unwrap();
+    crate::reconcile::git(&work, &["add", "-A"]);
+    crate::reconcile::git(&work, &["commit", "-q", "-m", "v1"]);
+    std::fs::write(
+        work.join("models/cm.yaml"),
+        config_map("settings", &ns, "v2"),
+    )
+    .unwrap();
+    crate::reconcile::git(&work, &["commit", "-q", "-am", "v2"]);
+    crate::reconcile::git(&work, &["branch", "feature"]);
+    crate::reconcile::git(
+        repo.path(),
+        &["clone", "-q", "--bare", "work", "remote.git"],
+    );
+    let url = format!("file://{}", repo.path().join("remote.git").display());
+    let cache = repo.path().join("cache");
+    let from_git = |reference: &str| {
+        tether(
+            &inventory,
+            &[
+                "apply",
+                "--repo",
+                &url,
+                "--ref",
+                reference,
+                "--cache-dir",
+                cache.to_str().unwrap(),
+                "models",
+            ],
+        )
+    };
+    let applied = from_git("feature");
+    assert_eq!(applied.status.code(), Some(0), "{}", all_output(&applied));
+
+    // Someone changes the value by hand; no refused run may put it back.
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let hand = serde_json::json!({"data": {"key": "by hand"}});
+    api.patch(
+        "settings",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&hand),
+    )
+    .await
+    .unwrap();
+    let by_hand = || async {
+        live_config_map(&client, &ns, "settings")
+            .await
+            .and_then(|c| c.data)
+            .unwrap_or_default()["key"]
+            .clone()
+    };
+
+    // A branch deleted at the remote is an error, not the commit the cache holds.
+    crate::reconcile::git(
+        &repo.path().join("remote.git"),
+        &["branch", "-D", "feature"],
+    );
+    let deleted = from_git("feature");
+    assert_eq!(deleted.status.code(), Some(2), "{}", all_output(&deleted));
+    assert!(
+        all_output(&deleted).contains("has no branch, tag or commit \"feature\""),
+        "{}",
+        all_output(&deleted)
+    );
+    assert_eq!(by_hand().await, "by hand");
+
+    // A revision expression is not a reference.
+    let expression = from_git("main~1");
+    assert_eq!(
+        expression.status.code(),
+        Some(2),
+        "{}",
+        all_output(&expression)
+    );
+    assert!(
+        all_output(&expression).contains("is not a branch, a tag or a full commit id"),
+        "{}",
+        all_output(&expression)
+    );
+    assert_eq!(by_hand().await, "by hand");
+
+    // A prune of a source that renders nothing (a wrong path) is refused.
+    let empty = Repo::new(&[("base.yaml", "kind: KubernetesService\nname: kubernetes\n")]);
+    let refused = tether(
+        &inventory,
+        &["apply", "--prune", empty.path().to_str().unwrap()],
+    );
+    assert_eq!(refused.status.code(), Some(2), "{}", all_output(&refused));
+    assert!(
+        all_output(&refused).contains("--allow-empty"),
+        "{}",
+        all_output(&refused)
+    );
+    assert!(live_config_map(&client, &ns, "settings").await.is_some());
+
+    // A deleted inventory is reported when objects still carry its labels.
+    let records: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    records
+        .delete(&inventory, &Default::default())
+        .await
+        .unwrap();
+    let models = Repo::new(&[
+        ("base.yaml", &base(&ns)),
+        ("cm.yaml", &config_map("settings", &ns, "v2")),
+    ]);
+    let diff = tether(&inventory, &["diff", models.path().to_str().unwrap()]);
+    assert!(
+        stdout(&diff).contains(&format!(
+            "warning: the inventory default/{inventory} does not exist, but"
+        )),
+        "{}",
+        all_output(&diff)
+    );
+}
+
+#[tokio::test]
+async fn permanent_errors_say_what_to_fix_in_words() {
+    let (_, ns, inventory) = setup("permanent-errors").await;
+    let repo = Repo::new(&[
+        ("base.yaml", &base(&ns)),
+        ("cm.yaml", &config_map("settings", &ns, "v1")),
+    ]);
+    let path = repo.path().to_str().unwrap();
+    let missing_namespace = crate::reconcile::tether(
+        &inventory,
+        &["apply", "--inventory-namespace", "no-such-namespace", path],
+    );
+    let text = all_output(&missing_namespace);
+    assert_eq!(missing_namespace.status.code(), Some(2), "{text}");
+    assert!(text.contains("create it, or pass"), "{text}");
+    assert_eq!(text.matches("not found").count(), 1, "said once: {text}");
+    assert!(!text.contains("run it again"), "{text}");
+    assert!(!text.contains("Status {"), "no raw structures: {text}");
+
+    let bad_name = crate::reconcile::tether("Not_A_Name", &["apply", path]);
+    let text = all_output(&bad_name);
+    assert_eq!(bad_name.status.code(), Some(2), "{text}");
+    assert!(!text.contains("run it again"), "{text}");
+    assert!(!text.contains("Status {"), "no raw structures: {text}");
+}

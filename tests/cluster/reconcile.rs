@@ -306,13 +306,18 @@ async fn prune_deletes_only_what_tether_applied_and_no_longer_renders() {
         "never delete what tether did not apply"
     );
 
-    // A source without models never prunes.
+    // A source without models never prunes: a prune of it is refused, loudly.
     let empty = Repo::new(&[]);
     let nothing = tether(
         &inventory,
         &["apply", "--prune", empty.path().to_str().unwrap()],
     );
-    assert_eq!(nothing.status.code(), Some(0), "{}", all_output(&nothing));
+    assert_eq!(nothing.status.code(), Some(2), "{}", all_output(&nothing));
+    assert!(
+        all_output(&nothing).contains("the source renders no object"),
+        "{}",
+        all_output(&nothing)
+    );
     assert!(
         live_config_map(&client, &ns, "keep").await.is_some(),
         "an empty source deleted objects"
