@@ -12,6 +12,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::git::Revision;
+use crate::inventory::NamespaceContents;
 use crate::k8s::ObjectKey;
 use crate::normalize::same_quantity;
 
@@ -75,6 +76,9 @@ pub struct Change {
     /// ApplySet id when no such inventory is found); the change is then a conflict
     /// that only `take_ownership` overrides.
     pub owned_by: Option<String>,
+    /// For a Namespace to delete: what it holds. It is kept when it holds objects
+    /// this inventory did not create, unless the apply is told otherwise.
+    pub contents: Option<NamespaceContents>,
 }
 
 /// The changes in apply order, deletions last (in reverse apply order).

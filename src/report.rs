@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 
 use serde_json::json;
 
+use crate::inventory::NamespaceContents;
 use crate::plan::{Action, Change, Plan};
 
 const ACTIONS: [Action; 6] = [
@@ -93,6 +94,9 @@ pub fn text(plan: &Plan, colour: bool) -> String {
         }
         if change.action == Action::Release {
             let _ = writeln!(out, "  {RELEASE_NOTE}");
+        }
+        if let Some(contents) = &change.contents {
+            let _ = writeln!(out, "  {}", contents_text(contents));
         }
         for conflict in &change.conflicts {
             let _ = writeln!(
@@ -185,6 +189,9 @@ pub fn markdown(plan: &Plan) -> String {
         if change.action == Action::Release {
             let _ = writeln!(out, "{RELEASE_NOTE}\n");
         }
+        if let Some(contents) = &change.contents {
+            let _ = writeln!(out, "{}\n", contents_text(contents));
+        }
         if !change.conflicts.is_empty() {
             out.push('\n');
         }
@@ -193,6 +200,37 @@ pub fn markdown(plan: &Plan) -> String {
         let _ = write!(out, "{fence}diff\n{}{fence}\n\n</details>\n", change.diff);
     }
     out
+}
+
+/// What a namespace to delete holds, and whether that keeps it.
+fn contents_text(contents: &NamespaceContents) -> String {
+    let counts: Vec<String> = contents
+        .by_kind
+        .iter()
+        .map(|(kind, n)| format!("{n} {kind}"))
+        .collect();
+    let holds = match counts.is_empty() {
+        true => "it holds nothing else".to_string(),
+        false => format!("it holds {}", counts.join(", ")),
+    };
+    if contents.not_created_here.is_empty() {
+        return format!("{holds}, all created by this inventory");
+    }
+    let foreign: Vec<String> = contents
+        .not_created_here
+        .iter()
+        .take(20)
+        .map(ToString::to_string)
+        .collect();
+    let more = contents.not_created_here.len().saturating_sub(20);
+    let more = match more {
+        0 => String::new(),
+        n => format!(" and {n} more"),
+    };
+    format!(
+        "{holds}; not created by this inventory: {}{more}. It is kept unless apply is given --dangerous-delete-namespaces-with-foreign-objects",
+        foreign.join(", ")
+    )
 }
 
 /// An error on one line, cut to a length a report line can hold.
@@ -238,6 +276,10 @@ pub fn json(plan: &Plan) -> String {
                 "conflicts": c.conflicts.iter().map(|x| json!({"field": x.field, "manager": x.manager})).collect::<Vec<_>>(),
                 "error": c.error,
                 "ownedBy": c.owned_by,
+                "namespaceContents": c.contents.as_ref().map(|n| json!({
+                    "byKind": n.by_kind,
+                    "notCreatedHere": n.not_created_here.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                })),
             })
         })
         .collect();

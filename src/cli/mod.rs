@@ -175,6 +175,10 @@ pub struct ApplyArgs {
     /// (it will neither update nor prune them any more).
     #[arg(long)]
     pub dangerous_override_ownership: bool,
+    /// With --prune, delete a Namespace even when it holds objects this inventory did
+    /// not create: they are deleted with it.
+    #[arg(long, requires = "prune")]
+    pub dangerous_delete_namespaces_with_foreign_objects: bool,
     /// With --prune, let a source that renders no object prune everything the
     /// inventory recorded (without it, such a prune is refused).
     #[arg(long, requires = "prune")]

@@ -121,6 +121,7 @@ pub async fn apply(global: &GlobalArgs, args: &ApplyArgs) -> miette::Result<Exit
         prune: args.prune,
         force_conflicts: args.force_conflicts,
         take_ownership: args.dangerous_override_ownership,
+        delete_foreign_objects: args.dangerous_delete_namespaces_with_foreign_objects,
     };
     let applied = match reconciler.apply(&planned, &options, &progress).await {
         Ok(applied) => applied,
@@ -146,6 +147,9 @@ pub async fn apply(global: &GlobalArgs, args: &ApplyArgs) -> miette::Result<Exit
             }
             ObjectFailure::OwnedByInventory { .. } => out.push_str(
                 "; only --dangerous-override-ownership takes it, and that inventory loses it",
+            ),
+            ObjectFailure::Prune { message, .. } if message.starts_with("kept:") => out.push_str(
+                "; --dangerous-delete-namespaces-with-foreign-objects deletes it with them",
             ),
             _ => {}
         }

@@ -120,6 +120,18 @@ pub(super) async fn apply(
         let outcome = match (options.prune, step.change.action) {
             (false, _) => Some(Outcome::Prunable),
             (true, Action::Release) => release_one(&resources, step, manager).await?,
+            (true, _) if holds_foreign_objects(step) && !options.delete_foreign_objects => {
+                Some(Outcome::Failed(ObjectFailure::Prune {
+                    message: format!(
+                        "kept: it holds {} objects this inventory did not create",
+                        step.change
+                            .contents
+                            .as_ref()
+                            .map_or(0, |c| c.not_created_here.len())
+                    ),
+                    retryable: false,
+                }))
+            }
             (true, _) => prune_one(&resources, step).await?,
         };
         if matches!(
@@ -148,6 +160,14 @@ pub(super) async fn apply(
     })
     .await?;
     Ok(report)
+}
+
+/// Is this a Namespace that holds objects this inventory did not create?
+fn holds_foreign_objects(step: &Step) -> bool {
+    step.change
+        .contents
+        .as_ref()
+        .is_some_and(|c| !c.not_created_here.is_empty())
 }
 
 /// Releases an adopted object whose model is gone: tether's labels and annotations

@@ -15,9 +15,12 @@ use serde_json::Value;
 use tracing::instrument;
 
 use super::Step;
+use super::contents::list_namespace;
 use super::outcome::status_text;
 use crate::cluster::{ClusterError, Resources};
-use crate::inventory::{InventoryRecord, Provenance, PruneDecision, prune_decisions};
+use crate::inventory::{
+    InventoryRecord, Provenance, PruneDecision, namespace_contents, prune_decisions,
+};
 use crate::k8s::{ObjectKey, api_group};
 use crate::managed_fields;
 use crate::normalize::place;
@@ -126,12 +129,20 @@ pub(super) async fn plan(
                 conflicts: Vec::new(),
                 error: None,
                 owned_by: None,
+                contents: None,
             },
             desired: None,
             force: false,
             hand_over: None,
             provenance: None,
         });
+    }
+    for step in steps
+        .iter_mut()
+        .filter(|s| s.change.action == Action::Delete && s.change.key.kind == "Namespace")
+    {
+        let objects = list_namespace(client, &step.change.key.name).await?;
+        step.change.contents = Some(namespace_contents(&objects, &record));
     }
     let uids = live
         .iter()
@@ -279,6 +290,7 @@ async fn plan_object(
             conflicts,
             error: None,
             owned_by: None,
+            contents: None,
         },
         desired: Some(desired.clone()),
         force,

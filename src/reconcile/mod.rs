@@ -6,6 +6,7 @@
 //! [`crate::inventory`]; this module carries it out.
 
 mod apply;
+mod contents;
 mod live;
 pub mod outcome;
 mod wait;
@@ -47,6 +48,9 @@ pub struct ApplyOptions {
     /// Take objects that belong to another tether inventory (dangerous: that
     /// inventory loses them).
     pub take_ownership: bool,
+    /// Delete a Namespace even when it holds objects this inventory did not create
+    /// (dangerous: they go with it).
+    pub delete_foreign_objects: bool,
 }
 
 /// How a plan treats what the inventory recorded and the source no longer renders.

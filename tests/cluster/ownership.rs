@@ -468,3 +468,81 @@ async fn permanent_errors_say_what_to_fix_in_words() {
     assert!(!text.contains("run it again"), "{text}");
     assert!(!text.contains("Status {"), "no raw structures: {text}");
 }
+
+#[tokio::test]
+async fn a_namespace_tether_made_is_kept_while_it_holds_someone_elses_objects() {
+    let client = crate::harness::cluster().client().await;
+    let (_, ns, inventory) = setup("namespace-contents").await;
+    let team = format!("made-{ns}").chars().take(63).collect::<String>();
+    let repo = Repo::new(&[
+        ("base.yaml", &base(&ns)),
+        ("team.yaml", &format!("kind: TrustDomain\nname: {team}\n")),
+        ("cm.yaml", &config_map("settings", &team, "ours")),
+    ]);
+    let path = repo.path().to_str().unwrap();
+    let created = tether(&inventory, &["apply", path]);
+    assert_eq!(created.status.code(), Some(0), "{}", all_output(&created));
+    // Someone else puts a Deployment in it.
+    let deployment: Deployment = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "theirs", "namespace": team},
+        "spec": {"selector": {"matchLabels": {"app": "theirs"}},
+            "template": {"metadata": {"labels": {"app": "theirs"}},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}
+    }))
+    .unwrap();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &team);
+    deployments
+        .create(&PostParams::default(), &deployment)
+        .await
+        .unwrap();
+
+    repo.remove("team.yaml");
+    repo.remove("cm.yaml");
+    let diff = stdout(&tether(&inventory, &["diff", path]));
+    assert!(
+        diff.contains(&format!("delete (with --prune) Namespace {team}")),
+        "{diff}"
+    );
+    let foreign = diff
+        .split("not created by this inventory: ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{diff}"));
+    assert!(
+        foreign.contains(&format!("Deployment {team}/theirs")),
+        "{diff}"
+    );
+    assert!(
+        !foreign.contains("ConfigMap"),
+        "the ConfigMap is tether's: {diff}"
+    );
+    let markdown = stdout(&tether(&inventory, &["diff", "-o", "markdown", path]));
+    assert!(markdown.contains("1 Deployment"), "{markdown}");
+
+    let kept = tether(&inventory, &["apply", "--prune", path]);
+    assert_eq!(kept.status.code(), Some(2), "{}", all_output(&kept));
+    assert!(
+        stdout(&kept).contains("--dangerous-delete-namespaces-with-foreign-objects"),
+        "{}",
+        all_output(&kept)
+    );
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let live = namespaces.get(&team).await.unwrap();
+    assert!(live.metadata.deletion_timestamp.is_none(), "not deleted");
+    assert!(deployments.get_opt("theirs").await.unwrap().is_some());
+
+    let forced = tether(
+        &inventory,
+        &[
+            "apply",
+            "--prune",
+            "--dangerous-delete-namespaces-with-foreign-objects",
+            path,
+        ],
+    );
+    assert_eq!(forced.status.code(), Some(0), "{}", all_output(&forced));
+    let gone = namespaces.get_opt(&team).await.unwrap();
+    assert!(
+        gone.is_none_or(|n| n.metadata.deletion_timestamp.is_some()),
+        "deleted when told"
+    );
+}
