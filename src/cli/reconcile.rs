@@ -61,7 +61,10 @@ pub async fn diff(global: &GlobalArgs, args: &DiffArgs) -> miette::Result<ExitCo
         global,
         &args.source,
         &args.inventory,
-        PlanOptions::default(),
+        PlanOptions {
+            dry_run_new: true,
+            ..PlanOptions::default()
+        },
     )
     .await?
     {
@@ -96,6 +99,8 @@ pub async fn apply(global: &GlobalArgs, args: &ApplyArgs) -> miette::Result<Exit
         PlanOptions {
             prune: args.prune,
             allow_empty: args.allow_empty,
+            // `--dry-run` is a review: it checks new objects with the server.
+            dry_run_new: args.dry_run,
         },
     )
     .await?

@@ -14,9 +14,9 @@ use kube::{Client, ResourceExt};
 use serde_json::Value;
 use tracing::instrument;
 
-use super::Step;
 use super::contents::list_namespace;
 use super::outcome::status_text;
+use super::{PlanOptions, Step};
 use crate::cluster::{ClusterError, Resources};
 use crate::inventory::{
     InventoryRecord, Provenance, PruneDecision, namespace_contents, prune_decisions,
@@ -63,7 +63,7 @@ pub(super) async fn plan(
     inventory: &Inventory,
     objects: &mut [RenderedObject],
     record: InventoryRecord,
-    allow_empty: bool,
+    options: PlanOptions,
 ) -> Result<Planning, ClusterError> {
     let mut kinds: BTreeSet<(String, String)> = objects
         .iter()
@@ -83,6 +83,7 @@ pub(super) async fn plan(
         labelled: &live,
         defined_here: &defined_here,
         counts: &counts,
+        dry_run_new: options.dry_run_new,
     };
     let mut steps: Vec<Step> =
         futures::stream::iter(objects.iter().map(|object| plan_object(&context, object)))
@@ -99,7 +100,9 @@ pub(super) async fn plan(
     let rendered: BTreeSet<ObjectKey> = objects.iter().map(RenderedObject::key).collect();
     let applyset = inventory.applyset_id();
     let mut forgotten = BTreeSet::new();
-    for (entry, decision) in prune_decisions(&record, &rendered, &live, &applyset, allow_empty) {
+    for (entry, decision) in
+        prune_decisions(&record, &rendered, &live, &applyset, options.allow_empty)
+    {
         let key = entry.key();
         let action = match decision {
             PruneDecision::Delete => Action::Delete,
@@ -178,6 +181,8 @@ struct ObjectContext<'p> {
     /// Kinds that CustomResourceDefinitions of this apply define: namespaced or not.
     defined_here: &'p HashMap<(String, String), bool>,
     counts: &'p RequestCounts,
+    /// Dry-run new objects too.
+    dry_run_new: bool,
 }
 
 /// Places every object as the server scopes its kind (or as a CustomResourceDefinition
@@ -370,13 +375,17 @@ async fn plan_object(
         async move { api.patch(name, &params, &Patch::Apply(desired)).await }
     };
     let Some(live) = live else {
-        // A new object: the dry run checks the server would take it, so a reviewer
-        // sees a refusal before the merge. Its namespace may be one this apply makes.
+        // A new object: for a review, the dry run checks the server would take it, so
+        // a refusal shows before the merge (an apply learns it from the apply itself).
+        // Its namespace may be one this apply makes.
         let create = || {
             let mut create = step(Action::Create, created(), Vec::new(), false);
             create.provenance = Some(Provenance::created());
             create
         };
+        if !context.dry_run_new {
+            return Ok(create());
+        }
         return Ok(match dry_run_apply(dry_run).await {
             Ok(_) => create(),
             Err(kube::Error::Api(status)) if awaits_its_namespace(&status) => create(),

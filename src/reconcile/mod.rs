@@ -60,6 +60,9 @@ pub struct PlanOptions {
     pub prune: bool,
     /// A source that renders nothing may prune everything the inventory recorded.
     pub allow_empty: bool,
+    /// Ask the server's dry run about new objects too, so that a refusal shows in the
+    /// plan (for a review); an apply learns it from the apply and saves the round trips.
+    pub dry_run_new: bool,
 }
 
 #[derive(Debug, Error)]
@@ -152,14 +155,7 @@ impl Reconciler {
         };
         let (client, record, recorded) = cluster?;
         let revision = models.loaded.revision.clone();
-        let planning = live::plan(
-            client,
-            &self.inventory,
-            &mut objects,
-            record,
-            options.allow_empty,
-        )
-        .await?;
+        let planning = live::plan(client, &self.inventory, &mut objects, record, options).await?;
         let mut warnings = Vec::new();
         if !recorded && planning.labelled > 0 {
             warnings.push(format!(

@@ -327,10 +327,12 @@ async fn one_refused_object_leaves_the_others_planned_and_applied() {
     assert_eq!(applied.status.code(), Some(2), "{}", all_output(&applied));
     let out = stdout(&applied);
     assert!(out.contains("2 failed"), "{out}");
+    // The apply learns the refusal from the apply itself, in the server's words.
     assert!(
-        out.contains(&format!("failed: Service {ns}/bogus: not applied: ")),
+        out.contains(&format!("failed: Service {ns}/bogus: ")) && out.contains("Unsupported value"),
         "{out}"
     );
+    assert!(!out.contains("Status {"), "no raw structures: {out}");
     // The others are in the cluster.
     let widgets: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
         kube::Api::namespaced(client.clone(), &ns);
