@@ -65,6 +65,9 @@ pub struct Target {
     pub kubeconfig: Option<PathBuf>,
     pub context: Option<String>,
     pub request_timeout: Option<Duration>,
+    /// The user to act as (impersonation), so that RBAC confines what a run changes.
+    pub impersonate: Option<String>,
+    pub impersonate_groups: Vec<String>,
 }
 
 /// A client for `target`, checked by asking the server for its version.
@@ -88,6 +91,12 @@ pub async fn connect(target: &Target) -> Result<Client, ClusterError> {
             ClusterError::NoCluster
         })?,
     };
+    if let Some(user) = &target.impersonate {
+        config.auth_info.impersonate = Some(user.clone());
+        if !target.impersonate_groups.is_empty() {
+            config.auth_info.impersonate_groups = Some(target.impersonate_groups.clone());
+        }
+    }
     let url = config.cluster_url.to_string();
     let timeout = target.request_timeout.unwrap_or(Duration::from_secs(30));
     config.connect_timeout = Some(timeout);

@@ -19,6 +19,19 @@ pub struct ClusterFlags {
     /// How long one request to the API server may take, e.g. 30s, 2m.
     #[arg(long, global = true, env = "TETHER_REQUEST_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub request_timeout: Duration,
+    /// Act as this user or service account
+    /// (`system:serviceaccount:<namespace>:<name>`), as kubectl's --as does, so that
+    /// the API server's RBAC decides what this run may change.
+    #[arg(long = "as", global = true, env = "TETHER_AS", value_name = "USER")]
+    pub impersonate: Option<String>,
+    /// With --as, act as a member of this group too (repeatable).
+    #[arg(
+        long = "as-group",
+        global = true,
+        requires = "impersonate",
+        value_name = "GROUP"
+    )]
+    pub impersonate_groups: Vec<String>,
 }
 
 /// Where the models come from: a directory, or a Git repository.

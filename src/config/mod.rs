@@ -152,6 +152,8 @@ impl flags::ClusterFlags {
             kubeconfig: self.kubeconfig.clone(),
             context: self.context.clone(),
             request_timeout: Some(self.request_timeout),
+            impersonate: self.impersonate.clone(),
+            impersonate_groups: self.impersonate_groups.clone(),
         }
     }
 }

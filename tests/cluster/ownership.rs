@@ -546,3 +546,23 @@ async fn a_namespace_tether_made_is_kept_while_it_holds_someone_elses_objects() 
         "deleted when told"
     );
 }
+
+#[tokio::test]
+async fn acting_as_a_service_account_without_rights_is_refused_by_the_api_server() {
+    let (client, ns, inventory) = setup("impersonation").await;
+    let repo = Repo::new(&[
+        ("base.yaml", &base(&ns)),
+        ("cm.yaml", &config_map("settings", &ns, "v1")),
+    ]);
+    let path = repo.path().to_str().unwrap();
+    let nobody = format!("system:serviceaccount:{ns}:nobody");
+    let refused = tether(&inventory, &["apply", "--as", &nobody, path]);
+    let text = all_output(&refused);
+    assert_eq!(refused.status.code(), Some(2), "{text}");
+    assert!(
+        text.contains("forbidden"),
+        "the API server's refusal: {text}"
+    );
+    assert!(text.contains(&nobody), "{text}");
+    assert!(live_config_map(&client, &ns, "settings").await.is_none());
+}
