@@ -243,6 +243,28 @@ fn resolve(repo: &Repository, url: &str, reference: Option<&str>) -> Result<Oid,
     })
 }
 
+/// The text of the file at `path` in a cached commit's tree, if there is one.
+pub fn read_file_at(
+    cache_dir: &Path,
+    url: &str,
+    commit: &str,
+    path: &Path,
+) -> Result<Option<String>, GitError> {
+    let repo = open_cache(cache_dir, url)?;
+    let tree = repo.find_commit(Oid::from_str(commit)?)?.tree()?;
+    let Ok(entry) = tree.get_path(path) else {
+        return Ok(None);
+    };
+    let blob = repo.find_blob(entry.id())?;
+    match std::str::from_utf8(blob.content()) {
+        Ok(text) => Ok(Some(text.to_string())),
+        Err(_) => Err(GitError::NotUtf8 {
+            path: path.display().to_string(),
+            commit: commit.to_string(),
+        }),
+    }
+}
+
 /// 40 hexadecimal digits (SHA-1) or 64 (SHA-256).
 fn is_full_commit_id(text: &str) -> bool {
     matches!(text.len(), 40 | 64) && text.bytes().all(|b| b.is_ascii_hexdigit())

@@ -12,6 +12,7 @@
 
 pub mod cluster;
 pub mod config;
+pub mod confine;
 pub mod diagnostic;
 pub mod discover;
 pub mod discoverer;

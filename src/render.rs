@@ -18,6 +18,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use crate::diagnostic::Span;
 use crate::k8s;
 use crate::model::{
     self, ControllerKind, DataKind, DataModel, Idx, Image, KubernetesServiceInstance, ModelObject,
@@ -45,6 +46,8 @@ pub struct RenderedObject {
     pub model: String,
     /// The model's file, relative to the models root.
     pub source: String,
+    /// Where the model is written, for diagnostics about the object.
+    pub span: Span,
     pub body: serde_json::Value,
 }
 
@@ -154,6 +157,7 @@ impl Renderer<'_> {
             name: text(&body["metadata"]["name"]),
             model: format!("{}/{model_name}", origin.kind),
             source: self.files.path(origin.span.file).to_string(),
+            span: origin.span,
             body,
         });
     }

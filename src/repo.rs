@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use thiserror::Error;
 use tracing::instrument;
 
-use crate::git::{Credentials, GitError, Revision, fetch_models, local_revision};
+use crate::git::{Credentials, GitError, Revision, fetch_models, local_revision, read_file_at};
 use crate::source::{SourceError, SourceFiles, read_models_dir};
 
 /// A models source.
@@ -46,7 +46,12 @@ pub struct LoadedModels {
     pub label: String,
     /// The commit the models were read at, if they come from Git.
     pub revision: Option<Revision>,
+    /// The text of the settings file (`.tether.yaml`) at the models root, if any.
+    pub settings: Option<String>,
 }
+
+/// The settings file at the root of a models directory.
+pub const SETTINGS_FILE: &str = ".tether.yaml";
 
 impl Repo {
     /// The path or URL (and ref), as reports name the source.
@@ -74,34 +79,60 @@ impl Repo {
                 cache,
                 credentials,
             } => {
-                let (files, revision) = blocking(move || {
-                    fetch_models(
+                let (files, revision, settings) = blocking(move || {
+                    let (files, revision) = fetch_models(
                         &url,
                         reference.as_deref(),
                         Some(&path),
                         &cache,
                         &credentials,
-                    )
+                    )?;
+                    let settings =
+                        read_file_at(&cache, &url, &revision.commit, &path.join(SETTINGS_FILE))?;
+                    Ok::<_, GitError>((files, revision, settings))
                 })
                 .await??;
                 Ok(LoadedModels {
                     files,
                     label,
                     revision: Some(revision),
+                    settings,
                 })
             }
             Repo::Directory(path) => {
-                let (files, revision) = tokio::join!(
+                let settings_path = path.join(SETTINGS_FILE);
+                let (files, revision, settings) = tokio::join!(
                     read_directory(path.clone()),
-                    blocking(move || local_revision(&path))
+                    blocking(move || local_revision(&path)),
+                    blocking(move || read_settings_file(&settings_path))
                 );
                 Ok(LoadedModels {
                     files: files?,
                     label,
                     revision: revision?,
+                    settings: settings??,
                 })
             }
         }
+    }
+}
+
+/// The settings file's text; none when the models root has none (or is one file).
+fn read_settings_file(path: &std::path::Path) -> Result<Option<String>, RepoError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(Some(text)),
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+            ) =>
+        {
+            Ok(None)
+        }
+        Err(source) => Err(RepoError::Read(SourceError::Read {
+            path: path.to_path_buf(),
+            source,
+        })),
     }
 }
 

@@ -203,3 +203,38 @@ fn help_shows_examples_and_completions_are_generated() {
     assert!(text(&out.stdout).contains("_tether()"));
     assert!(Path::new(env!("CARGO_BIN_EXE_tether")).exists());
 }
+
+#[test]
+fn a_confined_repository_refuses_what_falls_outside_at_the_models_line() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join(".tether.yaml"),
+        "confine:\n  namespaces: [shop]\n  kinds: [ConfigMap, Namespace]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("models.yaml"),
+        "kind: KubernetesService\nname: kubernetes\n---\nkind: TrustDomain\nname: shop\n---\nkind: TrustDomain\nname: kube-system\n---\n\
+         kind: KubernetesConfigMap\nname: fine\ntrust_domain: shop\ndata:\n  a: b\n---\n\
+         kind: KubernetesConfigMap\nname: outside\ntrust_domain: kube-system\ndata:\n  a: b\n---\n\
+         kind: KubernetesResourceInstance\nname: admin\nresource_definition: |\n  apiVersion: rbac.authorization.k8s.io/v1\n  kind: ClusterRoleBinding\n  metadata:\n    name: everyone-admin\n  roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}\n  subjects: [{kind: Group, name: system:authenticated, apiGroup: rbac.authorization.k8s.io}]\n",
+    )
+    .unwrap();
+    let out = tether(&["validate", dir.path().to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.contains("models.yaml:16:1: error: KubernetesConfigMap \"outside\": ConfigMap kube-system/outside is outside the namespaces this repository may use (shop)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("models.yaml:22:1: error: KubernetesResourceInstance \"admin\": ClusterRoleBinding everyone-admin is cluster-scoped"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("models.yaml:7:1: error: TrustDomain \"kube-system\": Namespace kube-system is outside the namespaces"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("\"fine\""), "{stdout}");
+    assert!(!stdout.contains("TrustDomain \"shop\""), "{stdout}");
+}

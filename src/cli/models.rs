@@ -4,26 +4,27 @@ use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
 use miette::IntoDiagnostic;
+use tether::ownership::Inventory;
+use tether::reconcile::check;
 use tether::render::{render as render_objects, to_json_list, to_yaml};
-use tether::repo::read_directory;
+use tether::repo::{Repo, read_directory};
 
 use super::{EXIT_INVALID, GlobalArgs, OutputFormat, RenderArgs, ValidateArgs, report};
 
 pub async fn validate(global: &GlobalArgs, args: &ValidateArgs) -> miette::Result<ExitCode> {
-    let files = read_directory(args.path.clone())
+    let loaded = Repo::Directory(args.path.clone())
+        .load()
         .await
         .map_err(report::error)?;
-    let analysis = tether::analyze(&files);
+    // The repository's confinement is checked too: validate renders (without an
+    // inventory, whose labels do not change what is checked).
+    let (models, objects) = check(loaded, &Inventory::default()).map_err(report::error)?;
+    let files = &models.loaded.files;
     let styled = report::use_graphics(global.color, std::io::stdout().is_terminal());
-    let text = report::diagnostics(&analysis.diagnostics, &files, styled);
-    let summary = report::summary(
-        &analysis.diagnostics,
-        analysis.documents,
-        &files,
-        &args.path,
-    );
+    let text = report::diagnostics(&models.diagnostics, files, styled);
+    let summary = report::summary(&models.diagnostics, models.documents, files, &args.path);
     write!(std::io::stdout().lock(), "{text}{summary}").into_diagnostic()?;
-    Ok(match analysis.graph {
+    Ok(match objects {
         Some(_) => ExitCode::SUCCESS,
         None => ExitCode::from(EXIT_INVALID),
     })

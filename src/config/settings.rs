@@ -31,6 +31,19 @@ pub struct Settings {
     pub discover: DiscoverSettings,
     #[serde(default)]
     pub events: EventSettings,
+    /// What this repository's models may make (see [`crate::confine`]).
+    #[serde(default)]
+    pub confine: Option<ConfineSettings>,
+}
+
+/// Limits on what a repository's models may make: the namespaces its objects may be
+/// in, and the kinds it may make (`Kind` or `Kind.group`); cluster-scoped kinds only
+/// when listed.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ConfineSettings {
+    pub namespaces: Option<Vec<String>>,
+    pub kinds: Option<Vec<String>>,
 }
 
 /// Event sinks, for `discover --watch` and `events --watch`.

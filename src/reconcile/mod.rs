@@ -20,13 +20,15 @@ use tokio::sync::OnceCell;
 use tracing::instrument;
 
 use crate::cluster::{ClusterError, Resources, Target, connect, read_inventory_version};
+use crate::config::settings::{self, Settings, SettingsError};
+use crate::confine::{self, Confinement};
 use crate::diagnostic::Diagnostics;
 use crate::inventory::Provenance;
 use crate::k8s::ObjectKey;
 use crate::ownership::Inventory;
 use crate::plan::{Change, Plan};
 use crate::render::{RenderedObject, render};
-use crate::repo::{LoadedModels, Repo, RepoError};
+use crate::repo::{LoadedModels, Repo, RepoError, SETTINGS_FILE};
 pub use outcome::{ApplyReport, ObjectFailure, ObjectReport, Outcome};
 
 /// Reconciles one source with one cluster, recording in one inventory. Holds its
@@ -69,6 +71,8 @@ pub struct PlanOptions {
 pub enum ReconcileError {
     #[error(transparent)]
     Source(#[from] RepoError),
+    #[error("{}: {}", .0.path, .0.message)]
+    Settings(#[from] SettingsError),
     /// The models have errors: nothing is compared or applied.
     #[error("the models are invalid")]
     Invalid(Box<CheckedModels>),
@@ -140,7 +144,7 @@ impl Reconciler {
         // The models and the cluster do not depend on each other: both at once.
         let models = async {
             let loaded = self.repo.load().await?;
-            Ok::<_, ReconcileError>(self.check(loaded))
+            check(loaded, &self.inventory)
         };
         let cluster = async {
             let client = self.client().await?;
@@ -183,22 +187,6 @@ impl Reconciler {
         })
     }
 
-    /// The checks, and the rendered objects when the models have no error.
-    #[instrument(skip_all)]
-    fn check(&self, loaded: LoadedModels) -> (CheckedModels, Option<Vec<RenderedObject>>) {
-        let analysis = crate::analyze(&loaded.files);
-        let objects = analysis
-            .graph
-            .as_ref()
-            .map(|graph| render(graph, &loaded.files, &self.inventory));
-        let checked = CheckedModels {
-            loaded,
-            diagnostics: analysis.diagnostics,
-            documents: analysis.documents,
-        };
-        (checked, objects)
-    }
-
     /// Carries out a plan: records every object about to be applied in the inventory,
     /// applies rank by rank, prunes (with `options.prune`), and records the outcome.
     /// `progress` is called after each object with (done, total). An error means the
@@ -229,4 +217,35 @@ impl Reconciler {
         let client = self.client().await?;
         Ok(wait::wait_ready(client, &planned.objects, timeout).await)
     }
+}
+
+/// The offline checks of loaded models (syntax to references, and the repository's
+/// confinement), and the rendered objects when there is no error.
+#[instrument(skip_all)]
+pub fn check(
+    loaded: LoadedModels,
+    inventory: &Inventory,
+) -> Result<(CheckedModels, Option<Vec<RenderedObject>>), ReconcileError> {
+    let settings = match &loaded.settings {
+        Some(text) => settings::parse(SETTINGS_FILE, text)?,
+        None => Settings::default(),
+    };
+    let analysis = crate::analyze(&loaded.files);
+    let mut diagnostics = analysis.diagnostics;
+    let mut objects = analysis
+        .graph
+        .as_ref()
+        .map(|graph| render(graph, &loaded.files, inventory));
+    if let (Some(confine), Some(rendered)) = (&settings.confine, &objects) {
+        diagnostics.extend(confine::check(rendered, &Confinement::from(confine)));
+        if diagnostics.has_errors() {
+            objects = None;
+        }
+    }
+    let checked = CheckedModels {
+        loaded,
+        diagnostics,
+        documents: analysis.documents,
+    };
+    Ok((checked, objects))
 }
