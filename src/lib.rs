@@ -23,6 +23,7 @@ pub mod inventory;
 pub mod k8s;
 pub mod load;
 pub mod managed_fields;
+pub mod mask;
 pub mod model;
 pub mod normalize;
 pub mod ownership;

@@ -238,3 +238,31 @@ fn a_confined_repository_refuses_what_falls_outside_at_the_models_line() {
     assert!(!stdout.contains("\"fine\""), "{stdout}");
     assert!(!stdout.contains("TrustDomain \"shop\""), "{stdout}");
 }
+
+#[test]
+fn graphical_diagnostics_never_show_a_secrets_value() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("models.yaml"),
+        "kind: KubernetesService\nname: kubernetes\n---\nkind: TrustDomain\nname: shop\n---\n\
+         kind: KubernetesSecret\nname: db\ndata:\n  password: hunter2-in-plain\ntrust_domain: shpo\n",
+    )
+    .unwrap();
+    let out = tether(&[
+        "validate",
+        "--color",
+        "always",
+        dir.path().to_str().unwrap(),
+    ]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("no TrustDomain named"),
+        "a graphical report: {stdout}"
+    );
+    assert!(
+        stdout.contains("password"),
+        "the snippet is shown: {stdout}"
+    );
+    assert!(!stdout.contains("hunter2-in-plain"), "{stdout}");
+}

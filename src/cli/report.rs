@@ -40,8 +40,11 @@ pub fn diagnostics(diagnostics: &Diagnostics, files: &SourceFiles, graphical: bo
         if let Some(hint) = &d.hint {
             diagnostic = diagnostic.with_help(hint.clone());
         }
-        let report = miette::Report::new(diagnostic)
-            .with_source_code(NamedSource::new(&file.path, file.text.clone()));
+        // The snippet shows the lines around the problem: never a Secret's value.
+        let report = miette::Report::new(diagnostic).with_source_code(NamedSource::new(
+            &file.path,
+            tether::mask::masked(&file.text),
+        ));
         if handler.render_report(&mut out, report.as_ref()).is_err() {
             out.push_str(&d.render_plain(files));
         }
