@@ -227,13 +227,17 @@ pub async fn read_inventory_version(
             name: inventory.name.clone(),
         });
     }
-    let record =
-        InventoryRecord::from_data(&config_map.data.unwrap_or_default()).map_err(|line| {
-            ClusterError::BadInventory {
-                namespace: inventory.namespace.clone(),
-                name: inventory.name.clone(),
-                reason: format!("unreadable line {line:?}"),
-            }
+    let binary: BTreeMap<String, Vec<u8>> = config_map
+        .binary_data
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, v.0))
+        .collect();
+    let record = InventoryRecord::from_config(&config_map.data.unwrap_or_default(), &binary)
+        .map_err(|reason| ClusterError::BadInventory {
+            namespace: inventory.namespace.clone(),
+            name: inventory.name.clone(),
+            reason,
         })?;
     Ok((record, config_map.metadata.resource_version))
 }
@@ -285,6 +289,7 @@ pub async fn update_inventory(
 
 /// The inventory's ConfigMap holding `record`.
 fn inventory_config_map(inventory: &Inventory, record: &InventoryRecord) -> ConfigMap {
+    let (data, binary) = record.to_config();
     ConfigMap {
         metadata: ObjectMeta {
             name: Some(inventory.name.clone()),
@@ -305,7 +310,13 @@ fn inventory_config_map(inventory: &Inventory, record: &InventoryRecord) -> Conf
             ])),
             ..ObjectMeta::default()
         },
-        data: Some(record.to_data()),
+        data: Some(data),
+        binary_data: Some(
+            binary
+                .into_iter()
+                .map(|(k, v)| (k, k8s_openapi::ByteString(v)))
+                .collect(),
+        ),
         ..ConfigMap::default()
     }
 }

@@ -13,8 +13,41 @@ use crate::ownership::carries_tether_labels;
 
 /// The ConfigMap key of the object lines.
 const OBJECTS_KEY: &str = "objects";
+/// The binaryData key of the object lines, gzipped, once they outgrow [`INLINE_LIMIT`].
+const OBJECTS_GZIP_KEY: &str = "objects.gz";
+/// Object lines up to this size are kept as text (readable with kubectl); beyond it
+/// they are gzipped, so that an inventory of tens of thousands of objects stays within
+/// a ConfigMap's 1 MiB (lines compress about tenfold).
+const INLINE_LIMIT: usize = 256 * 1024;
+/// Object lines unpacked from gzip beyond this size are refused (the record is
+/// tether's own, but a ConfigMap anyone may write is no reason to fill memory).
+const UNPACKED_LIMIT: u64 = 64 * 1024 * 1024;
 /// The ConfigMap key of the commit last applied without a failure.
 const COMMIT_KEY: &str = "commit";
+
+fn pack(text: &str) -> Vec<u8> {
+    use std::io::Write as _;
+    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    // Writing into memory cannot fail.
+    let _ = encoder.write_all(text.as_bytes());
+    encoder.finish().unwrap_or_default()
+}
+
+fn unpack(packed: &[u8]) -> Result<String, String> {
+    use std::io::Read as _;
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(packed)
+        .take(UNPACKED_LIMIT)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("the packed object lines are unreadable: {e}"))?;
+    if text.len() as u64 >= UNPACKED_LIMIT {
+        return Err(format!(
+            "the packed object lines unpack past {} MiB",
+            UNPACKED_LIMIT / (1024 * 1024)
+        ));
+    }
+    Ok(text)
+}
 
 /// A line of the inventory: the entry, then `created` or `adopted` and the uid when
 /// known (lines of older inventories have neither).
@@ -148,17 +181,24 @@ pub enum PruneDecision {
 }
 
 impl InventoryRecord {
-    /// Reads the ConfigMap's data; the error is the first line that is not an entry.
-    pub fn from_data(data: &BTreeMap<String, String>) -> Result<Self, String> {
+    /// Reads the ConfigMap's data and binaryData; the error says what is unreadable:
+    /// the first line that is not an entry, or the packed lines.
+    pub fn from_config(
+        data: &BTreeMap<String, String>,
+        binary: &BTreeMap<String, Vec<u8>>,
+    ) -> Result<Self, String> {
+        let unpacked;
+        let objects = match binary.get(OBJECTS_GZIP_KEY) {
+            Some(packed) => {
+                unpacked = unpack(packed)?;
+                unpacked.as_str()
+            }
+            None => data.get(OBJECTS_KEY).map(String::as_str).unwrap_or(""),
+        };
         let mut entries = BTreeMap::new();
-        for line in data
-            .get(OBJECTS_KEY)
-            .map(String::as_str)
-            .unwrap_or("")
-            .lines()
-            .filter(|l| !l.is_empty())
-        {
-            let (entry, provenance) = parse_line(line).ok_or_else(|| line.to_string())?;
+        for line in objects.lines().filter(|l| !l.is_empty()) {
+            let (entry, provenance) =
+                parse_line(line).ok_or_else(|| format!("unreadable line {line:?}"))?;
             entries.insert(entry, provenance);
         }
         Ok(InventoryRecord {
@@ -167,18 +207,32 @@ impl InventoryRecord {
         })
     }
 
-    /// The ConfigMap's data.
-    pub fn to_data(&self) -> BTreeMap<String, String> {
-        let objects: String = self
-            .entries
-            .iter()
-            .map(|(e, p)| format!("{}{}\n", e.line(), p.words()))
-            .collect();
-        let mut data = BTreeMap::from([(OBJECTS_KEY.to_string(), objects)]);
+    /// The ConfigMap's data and binaryData: the object lines as text, or gzipped
+    /// when they are large.
+    pub fn to_config(&self) -> (BTreeMap<String, String>, BTreeMap<String, Vec<u8>>) {
+        let objects = self.lines();
+        let mut data = BTreeMap::new();
+        let mut binary = BTreeMap::new();
+        match objects.len() > INLINE_LIMIT {
+            true => {
+                binary.insert(OBJECTS_GZIP_KEY.to_string(), pack(&objects));
+            }
+            false => {
+                data.insert(OBJECTS_KEY.to_string(), objects);
+            }
+        }
         if let Some(commit) = &self.commit {
             data.insert(COMMIT_KEY.to_string(), commit.clone());
         }
-        data
+        (data, binary)
+    }
+
+    /// The object lines, one per entry, as the inventory stores them.
+    pub fn lines(&self) -> String {
+        self.entries
+            .iter()
+            .map(|(e, p)| format!("{}{}\n", e.line(), p.words()))
+            .collect()
     }
 
     /// The ApplySet `contains-group-kinds` annotation: `Kind.group` of every entry.
@@ -446,11 +500,14 @@ mod tests {
             object("ConfigMap", "theirs", "c1", None),
             object("ConfigMap", "adopted", "c2", None),
         ];
-        let record = InventoryRecord::from_data(&BTreeMap::from([(
+        let record = InventoryRecord::from_config(
+            &BTreeMap::from([(
             OBJECTS_KEY.to_string(),
             "apps/v1 Deployment team web created d1\nv1 Service team web\nv1 ConfigMap team adopted adopted c2\n"
                 .to_string(),
-        )]))
+            )]),
+            &BTreeMap::new(),
+        )
         .unwrap();
         let contents = namespace_contents(&objects, &record);
         assert_eq!(contents.by_kind["ConfigMap"], 2, "{contents:?}");
@@ -459,6 +516,35 @@ mod tests {
             contents.not_created_here,
             vec![key("ConfigMap", "adopted"), key("ConfigMap", "theirs")]
         );
+    }
+
+    #[test]
+    fn twenty_thousand_objects_fit_in_one_config_map() {
+        let record = InventoryRecord {
+            entries: (0..20_000)
+                .map(|i| {
+                    let entry = InventoryEntry::parse(&format!(
+                        "apps/v1 Deployment team-{} web-{i}",
+                        i % 50
+                    ))
+                    .unwrap();
+                    let uid = format!("{:08x}-7d1c-4f0e-9b2a-{:012x}", i * 7919, i);
+                    (entry, Provenance::adopted(Some(uid)))
+                })
+                .collect(),
+            commit: Some("abc".into()),
+        };
+        let (data, binary) = record.to_config();
+        let size: usize = data.values().map(String::len).sum::<usize>()
+            + binary.values().map(Vec::len).sum::<usize>();
+        assert!(
+            record.lines().len() > 1024 * 1024,
+            "more than a ConfigMap holds as text"
+        );
+        assert!(size * 4 / 3 < 900 * 1024, "{size} bytes, base64 included");
+        assert_eq!(InventoryRecord::from_config(&data, &binary), Ok(record));
+        let garbage = BTreeMap::from([(OBJECTS_GZIP_KEY.to_string(), vec![1, 2, 3])]);
+        assert!(InventoryRecord::from_config(&BTreeMap::new(), &garbage).is_err());
     }
 
     #[test]
@@ -477,14 +563,15 @@ mod tests {
             commit: Some("abc".into()),
         };
         assert_eq!(
-            record.to_data()[OBJECTS_KEY],
+            record.to_config().0[OBJECTS_KEY],
             "v1 ConfigMap shop a created\nv1 ConfigMap shop b adopted 1b4e-77\nv1 ConfigMap shop c\n"
         );
-        assert_eq!(InventoryRecord::from_data(&record.to_data()), Ok(record));
+        let (data, binary) = record.to_config();
+        assert_eq!(InventoryRecord::from_config(&data, &binary), Ok(record));
         let bad = BTreeMap::from([(OBJECTS_KEY.to_string(), "v1 ConfigMap\n".to_string())]);
         assert_eq!(
-            InventoryRecord::from_data(&bad),
-            Err("v1 ConfigMap".to_string())
+            InventoryRecord::from_config(&bad, &BTreeMap::new()),
+            Err("unreadable line \"v1 ConfigMap\"".to_string())
         );
     }
 }

@@ -63,7 +63,7 @@ fn parse(text: &str) -> Case {
         data.insert("commit".to_string(), commit);
     }
     Case {
-        record: InventoryRecord::from_data(&data).expect("recorded lines"),
+        record: InventoryRecord::from_config(&data, &BTreeMap::new()).expect("recorded lines"),
         rendered,
         live,
     }
@@ -87,7 +87,7 @@ fn live_object(labels: &str, ours: &str, uid: Option<&str>) -> serde_json::Value
 }
 
 fn lines(record: &InventoryRecord) -> String {
-    let objects = record.to_data().remove("objects").unwrap_or_default();
+    let objects = record.lines();
     let mut out: String = objects.lines().map(|l| format!("  {l}\n")).collect();
     let _ = writeln!(out, "  commit: {}", record.commit.as_deref().unwrap_or("-"));
     out

@@ -566,3 +566,33 @@ async fn acting_as_a_service_account_without_rights_is_refused_by_the_api_server
     assert!(text.contains(&nobody), "{text}");
     assert!(live_config_map(&client, &ns, "settings").await.is_none());
 }
+
+#[tokio::test]
+async fn an_inventory_of_twenty_thousand_objects_is_stored_and_read_back() {
+    let (client, _, inventory) = setup("big-inventory").await;
+    let inventory = Inventory {
+        name: inventory,
+        namespace: "default".into(),
+    };
+    let entries = (0..20_000).map(|i| {
+        let entry = tether::inventory::InventoryEntry::parse(&format!(
+            "apps/v1 Deployment team-{} web-{i}",
+            i % 50
+        ))
+        .unwrap();
+        let uid = format!("{:08x}-7d1c-4f0e-9b2a-{:012x}", i * 7919, i);
+        (entry, tether::inventory::Provenance::adopted(Some(uid)))
+    });
+    let record = tether::inventory::InventoryRecord {
+        entries: entries.collect(),
+        commit: Some("0123456789abcdef0123456789abcdef01234567".into()),
+    };
+    let written = tether::cluster::update_inventory(&client, &inventory, |_| record.clone())
+        .await
+        .expect("the API server takes it");
+    let read = tether::cluster::read_inventory(&client, &inventory)
+        .await
+        .unwrap();
+    assert_eq!(read, written);
+    assert_eq!(read.entries.len(), 20_000);
+}
