@@ -96,7 +96,7 @@ pub fn text(plan: &Plan, colour: bool) -> String {
             let _ = writeln!(out, "  {RELEASE_NOTE}");
         }
         if let Some(contents) = &change.contents {
-            let _ = writeln!(out, "  {}", contents_text(contents));
+            let _ = writeln!(out, "  {}", contents_text(contents, change.action));
         }
         for conflict in &change.conflicts {
             let _ = writeln!(
@@ -190,7 +190,7 @@ pub fn markdown(plan: &Plan) -> String {
             let _ = writeln!(out, "{RELEASE_NOTE}\n");
         }
         if let Some(contents) = &change.contents {
-            let _ = writeln!(out, "{}\n", contents_text(contents));
+            let _ = writeln!(out, "{}\n", contents_text(contents, change.action));
         }
         if !change.conflicts.is_empty() {
             out.push('\n');
@@ -202,8 +202,8 @@ pub fn markdown(plan: &Plan) -> String {
     out
 }
 
-/// What a namespace to delete holds, and whether that keeps it.
-fn contents_text(contents: &NamespaceContents) -> String {
+/// What a namespace to delete or release holds, and whether that keeps it.
+fn contents_text(contents: &NamespaceContents, action: Action) -> String {
     let counts: Vec<String> = contents
         .by_kind
         .iter()
@@ -227,8 +227,14 @@ fn contents_text(contents: &NamespaceContents) -> String {
         0 => String::new(),
         n => format!(" and {n} more"),
     };
+    let kept = match action {
+        Action::Delete => {
+            ". It is kept unless apply is given --dangerous-delete-namespaces-with-foreign-objects"
+        }
+        _ => "",
+    };
     format!(
-        "{holds}; not created by this inventory: {}{more}. It is kept unless apply is given --dangerous-delete-namespaces-with-foreign-objects",
+        "{holds}; not created by this inventory: {}{more}{kept}",
         foreign.join(", ")
     )
 }

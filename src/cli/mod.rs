@@ -175,6 +175,10 @@ pub struct ApplyArgs {
     /// (it will neither update nor prune them any more).
     #[arg(long)]
     pub dangerous_override_ownership: bool,
+    /// With --prune, delete the objects tether adopted (they existed before its first
+    /// apply) whose model is gone, instead of releasing them.
+    #[arg(long, requires = "prune")]
+    pub delete_adopted: bool,
     /// With --prune, delete a Namespace even when it holds objects this inventory did
     /// not create: they are deleted with it.
     #[arg(long, requires = "prune")]

@@ -127,6 +127,7 @@ pub async fn apply(global: &GlobalArgs, args: &ApplyArgs) -> miette::Result<Exit
         force_conflicts: args.force_conflicts,
         take_ownership: args.dangerous_override_ownership,
         delete_foreign_objects: args.dangerous_delete_namespaces_with_foreign_objects,
+        delete_adopted: args.delete_adopted,
     };
     let applied = match reconciler.apply(&planned, &options, &progress).await {
         Ok(applied) => applied,

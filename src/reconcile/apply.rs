@@ -119,7 +119,9 @@ pub(super) async fn apply(
         progress(done, total);
         let outcome = match (options.prune, step.change.action) {
             (false, _) => Some(Outcome::Prunable),
-            (true, Action::Release) => release_one(&resources, step, manager).await?,
+            (true, Action::Release) if !options.delete_adopted => {
+                release_one(&resources, step, manager).await?
+            }
             (true, _) if holds_foreign_objects(step) && !options.delete_foreign_objects => {
                 Some(Outcome::Failed(ObjectFailure::Prune {
                     message: format!(

@@ -6,6 +6,8 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use tokio::sync::OnceCell;
+
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
@@ -84,6 +86,7 @@ pub(super) async fn plan(
         defined_here: &defined_here,
         counts: &counts,
         dry_run_new: options.dry_run_new,
+        recorded_elsewhere: OnceCell::new(),
     };
     let mut steps: Vec<Step> =
         futures::stream::iter(objects.iter().map(|object| plan_object(&context, object)))
@@ -142,7 +145,8 @@ pub(super) async fn plan(
     }
     for step in steps
         .iter_mut()
-        .filter(|s| s.change.action == Action::Delete && s.change.key.kind == "Namespace")
+        .filter(|s| matches!(s.change.action, Action::Delete | Action::Release))
+        .filter(|s| s.change.key.kind == "Namespace" && s.change.key.group.is_empty())
     {
         let objects = list_namespace(client, &step.change.key.name).await?;
         step.change.contents = Some(namespace_contents(&objects, &record));
@@ -183,6 +187,9 @@ struct ObjectContext<'p> {
     counts: &'p RequestCounts,
     /// Dry-run new objects too.
     dry_run_new: bool,
+    /// The objects other tether inventories record, and which inventory: read when
+    /// first needed.
+    recorded_elsewhere: OnceCell<HashMap<ObjectKey, String>>,
 }
 
 /// Places every object as the server scopes its kind (or as a CustomResourceDefinition
@@ -401,6 +408,14 @@ async fn plan_object(
     }
     let owned_by = match other_inventory(&live, &inventory.applyset_id()) {
         Some(applyset) => Some(inventory_named(context.client, applyset).await?),
+        // Not labelled for another inventory, but maybe recorded by one (its labels
+        // removed by hand): read the other inventories, once per plan, only then.
+        None if !context.labelled.contains_key(&key) => context
+            .recorded_elsewhere
+            .get_or_try_init(|| recorded_elsewhere(context.client, inventory))
+            .await?
+            .get(&key)
+            .cloned(),
         None => None,
     };
     // If it is not recorded yet, tether adopts this object.
@@ -482,6 +497,48 @@ fn hand_over_patch(
         "resourceVersion": live["metadata"]["resourceVersion"],
         "managedFields": handed,
     }}))
+}
+
+/// Every object the other tether inventories of the cluster record, with the
+/// inventory (`namespace/name`). An inventory this client may not read, or cannot
+/// read, is left out: the labels remain the first sign of ownership.
+async fn recorded_elsewhere(
+    client: &Client,
+    ours: &Inventory,
+) -> Result<HashMap<ObjectKey, String>, ClusterError> {
+    let parents: kube::Api<ConfigMap> = kube::Api::all(client.clone());
+    let list = match parents
+        .list(&ListParams::default().labels(APPLYSET_ID_LABEL))
+        .await
+    {
+        Ok(list) => list,
+        Err(kube::Error::Api(status)) => {
+            tracing::debug!(reason = %status.message, "the other inventories are not readable");
+            return Ok(HashMap::new());
+        }
+        Err(e) => return Err(api_error("read the other inventories".into())(e)),
+    };
+    let mut recorded = HashMap::new();
+    for parent in list.items {
+        let (namespace, name) = (parent.namespace().unwrap_or_default(), parent.name_any());
+        if namespace == ours.namespace && name == ours.name {
+            continue;
+        }
+        let binary = parent
+            .binary_data
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, v.0))
+            .collect();
+        let Ok(record) = InventoryRecord::from_config(&parent.data.unwrap_or_default(), &binary)
+        else {
+            continue;
+        };
+        for entry in record.entries.keys() {
+            recorded.insert(entry.key(), format!("{namespace}/{name}"));
+        }
+    }
+    Ok(recorded)
 }
 
 /// The inventory whose ApplySet id is `applyset`, as `namespace/name` (its parent

@@ -53,6 +53,8 @@ pub struct ApplyOptions {
     /// Delete a Namespace even when it holds objects this inventory did not create
     /// (dangerous: they go with it).
     pub delete_foreign_objects: bool,
+    /// Delete adopted objects whose model is gone, instead of releasing them.
+    pub delete_adopted: bool,
 }
 
 /// How a plan treats what the inventory recorded and the source no longer renders.

@@ -139,6 +139,14 @@ async fn an_adopted_namespace_with_someone_elses_workloads_is_released_not_delet
         diff.contains(&format!("release (with --prune) Namespace {team}")),
         "{diff}"
     );
+    let foreign = diff
+        .split("not created by this inventory: ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("the diff shows what the namespace holds: {diff}"));
+    assert!(
+        foreign.contains(&format!("Deployment {team}/theirs")),
+        "{diff}"
+    );
     let pruned = tether(&inventory, &["apply", "--prune", path]);
     assert_eq!(pruned.status.code(), Some(0), "{}", all_output(&pruned));
     let kept = namespaces.get_opt(&team).await.unwrap().expect("kept");
@@ -595,4 +603,45 @@ async fn an_inventory_of_twenty_thousand_objects_is_stored_and_read_back() {
         .unwrap();
     assert_eq!(read, written);
     assert_eq!(read.entries.len(), 20_000);
+}
+
+#[tokio::test]
+async fn an_object_recorded_by_another_inventory_is_its_own_even_without_labels() {
+    let (client, ns, inventory) = setup("recorded-elsewhere").await;
+    let (a, b) = (format!("{inventory}-a"), format!("{inventory}-b"));
+    let models = Repo::new(&[
+        (
+            "base.yaml",
+            &format!(
+                "kind: KubernetesService\nname: kubernetes\n---\nkind: TrustDomain\nname: {ns}\nxos_managed: false\n"
+            ),
+        ),
+        ("shared.yaml", &config_map("shared", &ns, "same")),
+    ]);
+    let path = models.path().to_str().unwrap();
+    let applied = tether(&b, &["apply", path]);
+    assert_eq!(applied.status.code(), Some(0), "{}", all_output(&applied));
+    // Someone strips tether's labels by hand; B still records the object.
+    crate::discover::kubectl(&[
+        "-n",
+        &ns,
+        "label",
+        "configmap",
+        "shared",
+        &format!("{PART_OF_LABEL}-"),
+        "app.kubernetes.io/managed-by-",
+    ]);
+    let diff = tether(&a, &["diff", "-o", "json", path]);
+    let report: serde_json::Value = serde_json::from_str(&stdout(&diff)).unwrap();
+    let shared = report["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "shared")
+        .unwrap();
+    assert_eq!(shared["action"], "conflict", "{shared}");
+    assert_eq!(shared["ownedBy"], format!("default/{b}"));
+    let refused = tether(&a, &["apply", path]);
+    assert_eq!(refused.status.code(), Some(2), "{}", all_output(&refused));
+    assert!(part_of(&client, &ns, "shared").await.is_none(), "untouched");
 }
