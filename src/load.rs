@@ -75,6 +75,17 @@ impl Node {
         }
     }
 
+    /// The value of a mapping's entry named `name` (none when this is not a mapping).
+    pub fn field(&self, name: &str) -> Option<&Node> {
+        let Value::Map(entries) = &self.value else {
+            return None;
+        };
+        entries
+            .iter()
+            .find(|(k, _)| matches!(&k.value, Value::Str(s) if s == name))
+            .map(|(_, v)| v)
+    }
+
     /// Is this an unquoted scalar (so YAML typed it implicitly)?
     pub fn is_plain(&self, text: &str) -> bool {
         !matches!(self.raw(text).chars().next(), Some('"' | '\'' | '|' | '>'))

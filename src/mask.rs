@@ -19,17 +19,18 @@ pub fn masked(text: &str) -> String {
     };
     let mut bytes = text.as_bytes().to_vec();
     for document in &documents {
-        let kind = field(document, "kind").and_then(|k| match &k.value {
+        let kind = document.field("kind").and_then(|k| match &k.value {
             Value::Str(s) => Some(s.as_str()),
             _ => None,
         });
         let secret_values: Vec<&Node> = match kind {
-            Some("KubernetesSecret") => match field(document, "data").map(|d| &d.value) {
+            Some("KubernetesSecret") => match document.field("data").map(|d| &d.value) {
                 Some(Value::Map(entries)) => entries.iter().map(|(_, v)| v).collect(),
                 _ => Vec::new(),
             },
             // Kubernetes YAML as text: a Secret in it is masked whole.
-            Some("KubernetesResourceInstance") => field(document, "resource_definition")
+            Some("KubernetesResourceInstance") => document
+                .field("resource_definition")
                 .filter(|d| matches!(&d.value, Value::Str(s) if defines_secret(s)))
                 .into_iter()
                 .collect(),
@@ -58,16 +59,6 @@ fn mask_range(text: &str, start: usize, end: usize) -> String {
             _ => c,
         })
         .collect()
-}
-
-fn field<'n>(node: &'n Node, name: &str) -> Option<&'n Node> {
-    let Value::Map(entries) = &node.value else {
-        return None;
-    };
-    entries
-        .iter()
-        .find(|(k, _)| matches!(&k.value, Value::Str(s) if s == name))
-        .map(|(_, v)| v)
 }
 
 fn defines_secret(text: &str) -> bool {

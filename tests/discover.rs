@@ -177,13 +177,18 @@ fn discovered_files_match_the_snapshot_and_validate_with_the_users_models() {
         analysis.diagnostics.render_plain(&after),
         tether::analyze(&files).diagnostics.render_plain(&files)
     );
-    // Discovered models render nothing: tether never applies what others run.
+    // Discovered models render nothing: tether never applies what others run. (The
+    // objects are compared without their models' positions, whose file numbers shift
+    // with the discovered files.)
+    let bodies = |objects: Vec<tether::render::RenderedObject>| -> Vec<serde_json::Value> {
+        objects.into_iter().map(|o| o.body).collect()
+    };
     let before = render(
         &tether::analyze(&files).graph.unwrap(),
         &files,
         &inventory(),
     );
-    assert_eq!(render(&graph, &after, &inventory()), before);
+    assert_eq!(bodies(render(&graph, &after, &inventory())), bodies(before));
 
     // Discovering the same cluster again changes nothing, byte for byte.
     let again = plan(&cluster(), &after, &Scope::All, &applyset);

@@ -314,12 +314,12 @@ pub(super) fn read_resource_definition(
 /// `metadata.labels` and `metadata.annotations` that are neither absent, nothing
 /// (`labels:`), nor a mapping of strings, with the node at fault.
 fn metadata_map_problems(object: &Node) -> Vec<(&'static str, &Node)> {
-    let Some(metadata) = map_entry(object, "metadata") else {
+    let Some(metadata) = object.field("metadata") else {
         return Vec::new();
     };
     let mut problems = Vec::new();
     for field in ["labels", "annotations"] {
-        let Some(map) = map_entry(metadata, field) else {
+        let Some(map) = metadata.field(field) else {
             continue;
         };
         match &map.value {
@@ -336,16 +336,6 @@ fn metadata_map_problems(object: &Node) -> Vec<(&'static str, &Node)> {
         }
     }
     problems
-}
-
-fn map_entry<'n>(node: &'n Node, name: &str) -> Option<&'n Node> {
-    let Value::Map(entries) = &node.value else {
-        return None;
-    };
-    entries
-        .iter()
-        .find(|(k, _)| matches!(&k.value, Value::Str(s) if s == name))
-        .map(|(_, v)| v)
 }
 
 fn object_problems(value: &serde_json::Value) -> Vec<String> {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use kube::Client;
-use kube::api::{DeleteParams, Patch, PatchParams, PropagationPolicy};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PropagationPolicy};
 use tracing::instrument;
 
 use super::live::CONCURRENCY;
@@ -164,6 +164,16 @@ pub(super) async fn apply(
     Ok(report)
 }
 
+/// The API of a step's object.
+fn api_of(resources: &Resources, step: &Step) -> Result<Api<DynamicObject>, ClusterError> {
+    let key = &step.change.key;
+    resources.api(
+        &step.change.api_version,
+        &key.kind,
+        key.namespace.as_deref(),
+    )
+}
+
 /// Is this a Namespace that holds objects this inventory did not create?
 fn holds_foreign_objects(step: &Step) -> bool {
     step.change
@@ -181,11 +191,7 @@ async fn release_one(
     manager: &str,
 ) -> Result<Option<Outcome>, ClusterError> {
     let key = &step.change.key;
-    let api = resources.api(
-        &step.change.api_version,
-        &key.kind,
-        key.namespace.as_deref(),
-    )?;
+    let api = api_of(resources, step)?;
     let failed = |e: kube::Error| {
         Some(Outcome::Failed(ObjectFailure::Prune {
             retryable: ObjectFailure::of_kube_error(&e).retryable(),
@@ -235,11 +241,7 @@ async fn release_one(
 /// Deletes one object whose model is gone; `None` when it was gone already.
 async fn prune_one(resources: &Resources, step: &Step) -> Result<Option<Outcome>, ClusterError> {
     let key = &step.change.key;
-    let api = resources.api(
-        &step.change.api_version,
-        &key.kind,
-        key.namespace.as_deref(),
-    )?;
+    let api = api_of(resources, step)?;
     let params = DeleteParams {
         propagation_policy: Some(PropagationPolicy::Background),
         ..DeleteParams::default()
@@ -314,15 +316,9 @@ async fn apply_one(
         _ => {}
     }
     let key: &ObjectKey = &step.change.key;
-    let api = resources
-        .api(
-            &step.change.api_version,
-            &key.kind,
-            key.namespace.as_deref(),
-        )
-        .map_err(|e| ObjectFailure::Request {
-            message: e.to_string(),
-        })?;
+    let api = api_of(resources, step).map_err(|e| ObjectFailure::Request {
+        message: e.to_string(),
+    })?;
     let mut params = PatchParams::apply(manager);
     let taking = step.change.owned_by.is_some() && options.take_ownership;
     if options.force_conflicts || step.force || taking {

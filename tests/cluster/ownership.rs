@@ -21,6 +21,44 @@ fn applyset_of(inventory: &str) -> String {
     .applyset_id()
 }
 
+/// A Deployment "theirs" that someone else makes in `namespace`.
+async fn someone_elses_deployment(client: &Client, namespace: &str) -> Api<Deployment> {
+    let deployment: Deployment = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "theirs", "namespace": namespace},
+        "spec": {"selector": {"matchLabels": {"app": "theirs"}},
+            "template": {"metadata": {"labels": {"app": "theirs"}},
+                "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}
+    }))
+    .unwrap();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+    deployments
+        .create(&PostParams::default(), &deployment)
+        .await
+        .unwrap();
+    deployments
+}
+
+/// `inventory`'s JSON diff of `models` reports `name` as a conflict owned by `owner`.
+fn assert_owned_by(inventory: &str, models: &str, name: &str, owner: &str) {
+    let diff = tether(inventory, &["diff", "-o", "json", models]);
+    let report: serde_json::Value = serde_json::from_str(&stdout(&diff)).unwrap();
+    let change = report["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("{name} in {report}"));
+    assert_eq!(change["action"], "conflict", "{change}");
+    assert_eq!(change["ownedBy"], owner, "{change}");
+}
+
+/// What a diff says a namespace holds that this inventory did not create.
+fn not_created_here(diff: &str) -> &str {
+    diff.split("not created by this inventory: ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("the diff shows what the namespace holds: {diff}"))
+}
+
 async fn part_of(client: &Client, namespace: &str, name: &str) -> Option<String> {
     let config_map = live_config_map(client, namespace, name).await?;
     config_map.metadata.labels?.remove(PART_OF_LABEL)
@@ -47,16 +85,7 @@ async fn two_inventories_never_take_or_prune_each_others_objects() {
     assert_eq!(applied.status.code(), Some(0), "{}", all_output(&applied));
 
     // A declares what B applied: a conflict naming B, in every format.
-    let diff = tether(&a, &["diff", "-o", "json", path_a]);
-    let report: serde_json::Value = serde_json::from_str(&stdout(&diff)).unwrap();
-    let shared = report["changes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "shared")
-        .unwrap();
-    assert_eq!(shared["action"], "conflict", "{shared}");
-    assert_eq!(shared["ownedBy"], format!("default/{b}"));
+    assert_owned_by(&a, path_a, "shared", &format!("default/{b}"));
     let text = stdout(&tether(&a, &["diff", path_a]));
     assert!(
         text.contains(&format!("is owned by the tether inventory default/{b}")),
@@ -107,18 +136,7 @@ async fn an_adopted_namespace_with_someone_elses_workloads_is_released_not_delet
         .create(&PostParams::default(), &namespace)
         .await
         .unwrap();
-    let deployment: Deployment = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "theirs", "namespace": team},
-        "spec": {"selector": {"matchLabels": {"app": "theirs"}},
-            "template": {"metadata": {"labels": {"app": "theirs"}},
-                "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}
-    }))
-    .unwrap();
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &team);
-    deployments
-        .create(&PostParams::default(), &deployment)
-        .await
-        .unwrap();
+    let deployments = someone_elses_deployment(&client, &team).await;
 
     let repo = Repo::new(&[
         ("base.yaml", &base(&ns)),
@@ -139,10 +157,7 @@ async fn an_adopted_namespace_with_someone_elses_workloads_is_released_not_delet
         diff.contains(&format!("release (with --prune) Namespace {team}")),
         "{diff}"
     );
-    let foreign = diff
-        .split("not created by this inventory: ")
-        .nth(1)
-        .unwrap_or_else(|| panic!("the diff shows what the namespace holds: {diff}"));
+    let foreign = not_created_here(&diff);
     assert!(
         foreign.contains(&format!("Deployment {team}/theirs")),
         "{diff}"
@@ -491,18 +506,7 @@ async fn a_namespace_tether_made_is_kept_while_it_holds_someone_elses_objects() 
     let created = tether(&inventory, &["apply", path]);
     assert_eq!(created.status.code(), Some(0), "{}", all_output(&created));
     // Someone else puts a Deployment in it.
-    let deployment: Deployment = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "theirs", "namespace": team},
-        "spec": {"selector": {"matchLabels": {"app": "theirs"}},
-            "template": {"metadata": {"labels": {"app": "theirs"}},
-                "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}
-    }))
-    .unwrap();
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &team);
-    deployments
-        .create(&PostParams::default(), &deployment)
-        .await
-        .unwrap();
+    let deployments = someone_elses_deployment(&client, &team).await;
 
     repo.remove("team.yaml");
     repo.remove("cm.yaml");
@@ -511,10 +515,7 @@ async fn a_namespace_tether_made_is_kept_while_it_holds_someone_elses_objects() 
         diff.contains(&format!("delete (with --prune) Namespace {team}")),
         "{diff}"
     );
-    let foreign = diff
-        .split("not created by this inventory: ")
-        .nth(1)
-        .unwrap_or_else(|| panic!("{diff}"));
+    let foreign = not_created_here(&diff);
     assert!(
         foreign.contains(&format!("Deployment {team}/theirs")),
         "{diff}"
@@ -631,16 +632,7 @@ async fn an_object_recorded_by_another_inventory_is_its_own_even_without_labels(
         &format!("{PART_OF_LABEL}-"),
         "app.kubernetes.io/managed-by-",
     ]);
-    let diff = tether(&a, &["diff", "-o", "json", path]);
-    let report: serde_json::Value = serde_json::from_str(&stdout(&diff)).unwrap();
-    let shared = report["changes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "shared")
-        .unwrap();
-    assert_eq!(shared["action"], "conflict", "{shared}");
-    assert_eq!(shared["ownedBy"], format!("default/{b}"));
+    assert_owned_by(&a, path, "shared", &format!("default/{b}"));
     let refused = tether(&a, &["apply", path]);
     assert_eq!(refused.status.code(), Some(2), "{}", all_output(&refused));
     assert!(part_of(&client, &ns, "shared").await.is_none(), "untouched");
