@@ -637,3 +637,105 @@ async fn an_object_recorded_by_another_inventory_is_its_own_even_without_labels(
     assert_eq!(refused.status.code(), Some(2), "{}", all_output(&refused));
     assert!(part_of(&client, &ns, "shared").await.is_none(), "untouched");
 }
+
+#[tokio::test]
+async fn a_prune_killed_midway_leaves_no_entry_that_could_delete_a_newcomer() {
+    let (client, ns, inventory) = setup("killed-prune").await;
+    let repo = Repo::new(&[
+        ("base.yaml", &base(&ns)),
+        ("keep.yaml", &config_map("keep", &ns, "k")),
+    ]);
+    for i in 0..300 {
+        repo.write(
+            &format!("cm-{i}.yaml"),
+            &config_map(&format!("cm-{i}"), &ns, "v"),
+        );
+    }
+    let path = repo.path().to_str().unwrap().to_string();
+    let applied = tether(&inventory, &["apply", &path]);
+    assert_eq!(applied.status.code(), Some(0), "{}", all_output(&applied));
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let count = || async {
+        api.list_metadata(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|m| {
+                m.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with("cm-"))
+            })
+            .count()
+    };
+
+    // The prune is killed once it has deleted some, not all.
+    for i in 0..300 {
+        repo.remove(&format!("cm-{i}.yaml"));
+    }
+    let mut prune = std::process::Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(["apply", "--prune", &path, "--inventory-name", &inventory])
+        .arg("--kubeconfig")
+        .arg(&crate::harness::cluster().kubeconfig)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while count().await > 280 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    prune.kill().unwrap();
+    prune.wait().unwrap();
+    let left = count().await;
+    assert!(
+        left > 0 && left < 300,
+        "killed midway through the prune ({left} left)"
+    );
+    let records: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let recorded = records
+        .get(&inventory)
+        .await
+        .unwrap()
+        .data
+        .unwrap_or_default();
+    assert!(
+        recorded["objects"].contains(&format!(" {ns} cm-0 ")),
+        "the kill left the record as it was before the prune"
+    );
+
+    // Someone makes an object under a name the prune deleted, with tether's labels.
+    let mut gone = None;
+    for i in 0..300 {
+        let name = format!("cm-{i}");
+        if api.get_opt(&name).await.unwrap().is_none() {
+            gone = Some(name);
+            break;
+        }
+    }
+    let gone = gone.expect("a deleted name");
+    let mut theirs = ConfigMap::default();
+    theirs.metadata.name = Some(gone.clone());
+    theirs.metadata.labels = Some(ownership_labels(&applyset_of(&inventory)));
+    api.create(&PostParams::default(), &theirs).await.unwrap();
+
+    let finished = tether(&inventory, &["apply", "--prune", &path]);
+    assert_eq!(finished.status.code(), Some(0), "{}", all_output(&finished));
+    assert!(
+        api.get_opt(&gone).await.unwrap().is_some(),
+        "the newcomer survives"
+    );
+    assert_eq!(count().await, 1, "only the newcomer is left of cm-*");
+    let recorded = records
+        .get(&inventory)
+        .await
+        .unwrap()
+        .data
+        .unwrap_or_default();
+    assert!(
+        !recorded["objects"].contains(" cm-"),
+        "no stale entry is left: {}",
+        recorded["objects"]
+    );
+}
