@@ -33,6 +33,7 @@ pub mod render;
 pub mod repo;
 pub mod report;
 pub mod resolve;
+pub mod runner;
 pub mod source;
 pub mod watch;
 pub mod writeback;

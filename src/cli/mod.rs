@@ -5,6 +5,7 @@ mod events;
 mod models;
 mod reconcile;
 mod report;
+mod run;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -97,6 +98,15 @@ enum Command {
         after_help = "Examples:\n  tether apply examples/models\n  tether apply --prune --wait --repo ssh://git@git.example.org/ops/models.git --ref v1.4.0"
     )]
     Apply(ApplyArgs),
+    /// Reconcile a source continuously: apply now, then again every interval, and for a
+    /// models directory as soon as a model file is saved.
+    ///
+    /// Runs until SIGTERM or Ctrl-C, then exits 0. Each pass prints what it did; a
+    /// failed pass is retried with backoff.
+    #[command(
+        after_help = "Examples:\n  tether run examples/models\n  tether run --prune --interval 5m --repo https://git.example.org/ops/models.git --ref main"
+    )]
+    Run(RunArgs),
     /// Write models for the pods running in the cluster and commit them to Git.
     ///
     /// Pods that tether did not create (Helm, kubectl, controllers) become
@@ -154,6 +164,23 @@ pub struct DiffArgs {
     /// Report format.
     #[arg(short, long, env = "TETHER_OUTPUT", value_enum, default_value_t = ReportFormat::Text)]
     pub output: ReportFormat,
+    #[command(flatten)]
+    pub inventory: InventoryFlags,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub source: SourceFlags,
+    /// How often the source is reconciled when nothing else triggers it, e.g. 1m.
+    #[arg(long, env = "TETHER_INTERVAL", default_value = "1m", value_parser = parse_duration)]
+    pub interval: Duration,
+    /// Delete objects whose model was removed (as apply --prune).
+    #[arg(long, env = "TETHER_PRUNE")]
+    pub prune: bool,
+    /// With --prune, let a source that renders no object prune everything.
+    #[arg(long, requires = "prune")]
+    pub allow_empty: bool,
     #[command(flatten)]
     pub inventory: InventoryFlags,
 }
@@ -290,6 +317,7 @@ pub async fn run(args: Args) -> miette::Result<ExitCode> {
         Command::Render(args) => models::render(global, &args).await,
         Command::Diff(args) => reconcile::diff(global, &args).await,
         Command::Apply(args) => reconcile::apply(global, &args).await,
+        Command::Run(args) => run::run(global, &args).await,
         Command::Discover(args) => discover::run(global, &args).await,
         Command::Events(args) => events::run(global, &args).await,
         Command::Completions { shell } => {

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use miette::{IntoDiagnostic, WrapErr};
 use tether::reconcile::{
-    ApplyOptions, ObjectFailure, PlanOptions, Planned, ReconcileError, Reconciler,
+    ApplyOptions, ApplyReport, ObjectFailure, PlanOptions, Planned, ReconcileError, Reconciler,
 };
 
 use super::{ApplyArgs, DiffArgs, EXIT_ERROR, EXIT_INVALID, GlobalArgs, ReportFormat, report};
@@ -137,6 +137,31 @@ pub async fn apply(global: &GlobalArgs, args: &ApplyArgs) -> miette::Result<Exit
                 .wrap_err("apply stopped; run it again to complete it");
         }
     };
+    print!("{}", report_text(&applied));
+    let mut ok = applied.succeeded();
+    if args.wait {
+        let not_ready = reconciler
+            .wait_ready(&planned, args.timeout)
+            .await
+            .map_err(report::error)?;
+        if not_ready.is_empty() {
+            println!("all workloads are ready");
+        } else {
+            ok = false;
+            println!("not ready after {}s:", args.timeout.as_secs());
+            for (object, state) in not_ready {
+                println!("  {object}: {state}");
+            }
+        }
+    }
+    Ok(match ok {
+        true => ExitCode::SUCCESS,
+        false => ExitCode::from(EXIT_ERROR),
+    })
+}
+
+/// What an apply did, as `apply` and each pass of `run` print it.
+pub(super) fn report_text(applied: &ApplyReport) -> String {
     let mut out = format!(
         "{} created, {} configured, {} unchanged, {} pruned, {} failed\n",
         applied.created(),
@@ -167,25 +192,5 @@ pub async fn apply(global: &GlobalArgs, args: &ApplyArgs) -> miette::Result<Exit
             applied.prunable()
         ));
     }
-    print!("{out}");
-    let mut ok = applied.succeeded();
-    if args.wait {
-        let not_ready = reconciler
-            .wait_ready(&planned, args.timeout)
-            .await
-            .map_err(report::error)?;
-        if not_ready.is_empty() {
-            println!("all workloads are ready");
-        } else {
-            ok = false;
-            println!("not ready after {}s:", args.timeout.as_secs());
-            for (object, state) in not_ready {
-                println!("  {object}: {state}");
-            }
-        }
-    }
-    Ok(match ok {
-        true => ExitCode::SUCCESS,
-        false => ExitCode::from(EXIT_ERROR),
-    })
+    out
 }

@@ -64,8 +64,10 @@ pub(super) async fn apply(
     for (_, batch) in by_rank(applying, |s| &s.change.key.kind) {
         resources = await_definitions(client, resources, planned, &batch).await?;
         let resources = &resources;
-        let results: Vec<(ObjectReport, Option<String>)> =
-            futures::stream::iter(batch.into_iter().map(|step| async move {
+        // The futures are made first (see `live::plan`).
+        let applies: Vec<_> = batch
+            .into_iter()
+            .map(|step| async move {
                 let (outcome, uid) =
                     match apply_one(resources, step, manager, options, unreachable).await {
                         Ok(uid) => {
@@ -83,7 +85,9 @@ pub(super) async fn apply(
                     outcome,
                 };
                 (report, uid)
-            }))
+            })
+            .collect();
+        let results: Vec<(ObjectReport, Option<String>)> = futures::stream::iter(applies)
             .buffer_unordered(CONCURRENCY)
             .collect()
             .await;

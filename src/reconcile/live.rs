@@ -88,11 +88,16 @@ pub(super) async fn plan(
         dry_run_new: options.dry_run_new,
         recorded_elsewhere: OnceCell::new(),
     };
-    let mut steps: Vec<Step> =
-        futures::stream::iter(objects.iter().map(|object| plan_object(&context, object)))
-            .buffered(CONCURRENCY)
-            .try_collect()
-            .await?;
+    // The futures are made first: a stream over a borrowing closure would not be
+    // `Send` for every lifetime, which a long-running caller's task needs.
+    let planning: Vec<_> = objects
+        .iter()
+        .map(|object| plan_object(&context, object))
+        .collect();
+    let mut steps: Vec<Step> = futures::stream::iter(planning)
+        .buffered(CONCURRENCY)
+        .try_collect()
+        .await?;
     tracing::info!(
         objects = objects.len(),
         listed_kinds = kinds.len(),

@@ -9,6 +9,7 @@ mod harness;
 mod nodesim;
 mod ownership;
 mod reconcile;
+mod run;
 
 use std::time::Duration;
 
