@@ -116,11 +116,11 @@ pub mod limits {
     /// Nesting of mappings and lists.
     pub const DEPTH: usize = 64;
     /// Documents in one file.
-    pub const DOCUMENTS: usize = 5_000;
+    pub const DOCUMENTS: usize = 2_000;
     /// Values (scalars, mappings, lists) in one file.
     pub const NODES: usize = 2_000_000;
     /// Values produced by aliases (`*name`), across one file.
-    pub const ALIAS_VALUES: usize = 100_000;
+    pub const ALIAS_VALUES: usize = 10_000;
 }
 
 /// The options of every parse: the dialect's typing rules and the input limits.

@@ -11,7 +11,7 @@ use tokio::sync::OnceCell;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
-use kube::api::{DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::Value;
 use tracing::instrument;
@@ -290,195 +290,259 @@ fn live_value(mut object: DynamicObject, api_version: &str, kind: &str, manager:
     Value::Object(map)
 }
 
-async fn plan_object(
-    context: &ObjectContext<'_>,
-    object: &RenderedObject,
-) -> Result<Step, ClusterError> {
-    let key = object.key();
-    let desired = with_applied_hash(&object.body);
-    let step = |action, diff, conflicts, force| Step {
-        change: Change {
-            key: key.clone(),
-            api_version: object.api_version.clone(),
-            action,
-            model: Some(object.model.clone()),
-            source: Some(object.source.clone()),
-            diff,
-            conflicts,
-            error: None,
-            owned_by: None,
-            contents: None,
-        },
-        desired: Some(desired.clone()),
-        force,
-        hand_over: None,
-        provenance: None,
-    };
-    let failed = |message: String| {
-        let mut failed = step(Action::Error, String::new(), Vec::new(), false);
+/// Plans one object: the steps it can end in, and the reads and dry runs that decide.
+struct ObjectPlanner<'p> {
+    context: &'p ObjectContext<'p>,
+    object: &'p RenderedObject,
+    key: ObjectKey,
+    desired: Value,
+}
+
+impl ObjectPlanner<'_> {
+    fn step(&self, action: Action, diff: String) -> Step {
+        Step {
+            change: Change {
+                key: self.key.clone(),
+                api_version: self.object.api_version.clone(),
+                action,
+                model: Some(self.object.model.clone()),
+                source: Some(self.object.source.clone()),
+                diff,
+                conflicts: Vec::new(),
+                error: None,
+                owned_by: None,
+                contents: None,
+            },
+            desired: Some(self.desired.clone()),
+            force: false,
+            hand_over: None,
+            provenance: None,
+        }
+    }
+
+    fn failed(&self, message: String) -> Step {
+        let mut failed = self.step(Action::Error, String::new());
         failed.change.error = Some(message);
         failed.desired = None;
         failed
-    };
-    let created = || change_diff(&object.kind, None, Some(&object.body));
-    let group = api_group(&object.api_version).to_string();
-    match context
-        .resources
-        .namespaced(&object.api_version, &object.kind)
-    {
-        Some(_) => {}
-        // Defined by a CustomResourceDefinition of this apply: new by definition.
-        None if context
-            .defined_here
-            .contains_key(&(group, object.kind.clone())) =>
-        {
-            let mut create = step(Action::Create, created(), Vec::new(), false);
-            create.provenance = Some(Provenance::created());
-            return Ok(create);
-        }
-        None => {
-            return Ok(failed(format!(
-                "the server does not serve {} {} (is its CustomResourceDefinition installed?)",
-                object.api_version, object.kind
-            )));
-        }
     }
-    let api = context.resources.api(
-        &object.api_version,
-        &object.kind,
-        object.namespace.as_deref(),
-    )?;
-    let manager = context.manager;
-    let inventory = context.inventory;
-    if key
-        == ObjectKey::new(
+
+    fn create(&self) -> Step {
+        let diff = change_diff(&self.object.kind, None, Some(&self.object.body));
+        let mut create = self.step(Action::Create, diff);
+        create.provenance = Some(Provenance::created());
+        create
+    }
+
+    /// A server-side dry run of the apply (counted).
+    async fn dry_run(
+        &self,
+        api: &Api<DynamicObject>,
+        force: bool,
+    ) -> Result<DynamicObject, kube::Error> {
+        self.context.counts.dry_runs.fetch_add(1, Ordering::Relaxed);
+        let mut params = PatchParams::apply(self.context.manager).dry_run();
+        if force {
+            params = params.force();
+        }
+        api.patch(&self.object.name, &params, &Patch::Apply(&self.desired))
+            .await
+    }
+
+    async fn plan(&self) -> Result<Step, ClusterError> {
+        let (context, object, inventory) = (self.context, self.object, self.context.inventory);
+        let group = api_group(&object.api_version).to_string();
+        match context
+            .resources
+            .namespaced(&object.api_version, &object.kind)
+        {
+            Some(_) => {}
+            // Defined by a CustomResourceDefinition of this apply: new by definition.
+            None if context
+                .defined_here
+                .contains_key(&(group, object.kind.clone())) =>
+            {
+                return Ok(self.create());
+            }
+            None => {
+                return Ok(self.failed(format!(
+                    "the server does not serve {} {} (is its CustomResourceDefinition installed?)",
+                    object.api_version, object.kind
+                )));
+            }
+        }
+        let own_record = ObjectKey::new(
             "v1",
             "ConfigMap",
             Some(&inventory.namespace),
             &inventory.name,
-        )
-    {
-        return Ok(failed(format!(
-            "this is the record of the inventory {}: tether never applies over an inventory",
-            inventory.display()
-        )));
-    }
-    let live: Option<Cow<'_, Value>> = match context.labelled.get(&key) {
-        Some(live) => Some(Cow::Borrowed(live)),
-        // Not labelled for us: new, or someone else's object with the same name.
-        None => {
-            context.counts.reads.fetch_add(1, Ordering::Relaxed);
-            match api.get_opt(&object.name).await {
-                Ok(found) => found
-                    .map(|o| Cow::Owned(live_value(o, &object.api_version, &object.kind, manager))),
-                Err(kube::Error::Api(status)) => {
-                    return Ok(failed(format!("cannot read it: {}", status_text(&status))));
-                }
-                Err(e) => return Err(api_error(format!("read {key}"))(e)),
-            }
-        }
-    };
-    let dry_run = PatchParams::apply(manager).dry_run();
-    let dry_run_apply = |params: PatchParams| {
-        context.counts.dry_runs.fetch_add(1, Ordering::Relaxed);
-        let api = api.clone();
-        let desired = &desired;
-        let name = &object.name;
-        async move { api.patch(name, &params, &Patch::Apply(desired)).await }
-    };
-    let Some(live) = live else {
-        // A new object: for a review, the dry run checks the server would take it, so
-        // a refusal shows before the merge (an apply learns it from the apply itself).
-        // Its namespace may be one this apply makes.
-        let create = || {
-            let mut create = step(Action::Create, created(), Vec::new(), false);
-            create.provenance = Some(Provenance::created());
-            create
-        };
-        if !context.dry_run_new {
-            return Ok(create());
-        }
-        return Ok(match dry_run_apply(dry_run).await {
-            Ok(_) => create(),
-            Err(kube::Error::Api(status)) if awaits_its_namespace(&status) => create(),
-            Err(kube::Error::Api(status)) => failed(status_text(&status)),
-            Err(e) => return Err(api_error(format!("dry-run apply {key}"))(e)),
-        });
-    };
-    if is_inventory_record(&live) {
-        return Ok(failed(
-            "this is the record of a tether inventory: tether never applies over an inventory"
-                .into(),
-        ));
-    }
-    let owned_by = match other_inventory(&live, &inventory.applyset_id()) {
-        Some(applyset) => Some(inventory_named(context.client, applyset).await?),
-        // Not labelled for another inventory, but maybe recorded by one (its labels
-        // removed by hand): read the other inventories, once per plan, only then.
-        None if !context.labelled.contains_key(&key) => context
-            .recorded_elsewhere
-            .get_or_try_init(|| recorded_elsewhere(context.client, inventory))
-            .await?
-            .get(&key)
-            .cloned(),
-        None => None,
-    };
-    // If it is not recorded yet, tether adopts this object.
-    let adopted = Some(Provenance::adopted(
-        live["metadata"]["uid"].as_str().map(str::to_string),
-    ));
-    if provably_unchanged(&desired, &live) && owned_by.is_none() {
-        let mut unchanged = step(Action::Unchanged, String::new(), Vec::new(), false);
-        unchanged.provenance = adopted;
-        return Ok(unchanged);
-    }
-    let hand_over = hand_over_patch(&live, &desired, manager, &object.api_version);
-    let (result, conflicts) = match dry_run_apply(dry_run.clone()).await {
-        Ok(result) => (result, Vec::new()),
-        Err(kube::Error::Api(status)) if status.is_conflict() => {
-            // Show what taking the fields would change, too.
-            match dry_run_apply(dry_run.force()).await {
-                Ok(forced) => (forced, conflicts_of(&status)),
-                Err(kube::Error::Api(status)) => {
-                    return Ok(failed(status_text(&status)));
-                }
-                Err(e) => return Err(api_error(format!("dry-run apply {key}"))(e)),
-            }
-        }
-        Err(kube::Error::Api(status)) => return Ok(failed(status_text(&status))),
-        Err(e) => return Err(api_error(format!("dry-run apply {key}"))(e)),
-    };
-    let result = live_value(result, &object.api_version, &object.kind, manager);
-    // A field another manager owns, set to the value it already has (spelled
-    // differently, or defaulted by the server), is taken quietly: no conflict. So are
-    // tether's own labels and annotations, whose change the diff shows.
-    let handed_over = |c: &FieldConflict| hand_over.is_some() && c.manager == MANAGER;
-    let (taken_quietly, mut conflicts): (Vec<FieldConflict>, Vec<FieldConflict>) =
-        conflicts.into_iter().partition(|c| {
-            is_ownership_mark(&c.field) || handed_over(c) || same_value_at(&live, &result, &c.field)
-        });
-    if let Some(owner) = &owned_by {
-        conflicts.insert(
-            0,
-            FieldConflict {
-                manager: format!("the tether inventory {owner}"),
-                field: format!(".metadata.labels.{PART_OF_LABEL}"),
-            },
         );
+        if self.key == own_record {
+            return Ok(self.failed(format!(
+                "this is the record of the inventory {}: tether never applies over an inventory",
+                inventory.display()
+            )));
+        }
+        let api = context.resources.api(
+            &object.api_version,
+            &object.kind,
+            object.namespace.as_deref(),
+        )?;
+        let live: Option<Cow<'_, Value>> = match context.labelled.get(&self.key) {
+            Some(live) => Some(Cow::Borrowed(live)),
+            // Not labelled for us: new, or someone else's object with the same name.
+            None => {
+                context.counts.reads.fetch_add(1, Ordering::Relaxed);
+                match api.get_opt(&object.name).await {
+                    Ok(found) => found.map(|o| {
+                        Cow::Owned(live_value(
+                            o,
+                            &object.api_version,
+                            &object.kind,
+                            context.manager,
+                        ))
+                    }),
+                    Err(kube::Error::Api(status)) => {
+                        return Ok(self.failed(format!("cannot read it: {}", status_text(&status))));
+                    }
+                    Err(e) => return Err(api_error(format!("read {}", self.key))(e)),
+                }
+            }
+        };
+        match live {
+            None => self.plan_new(&api).await,
+            Some(live) if is_inventory_record(&live) => Ok(self.failed(
+                "this is the record of a tether inventory: tether never applies over an inventory"
+                    .into(),
+            )),
+            Some(live) => self.plan_existing(&api, &live).await,
+        }
     }
-    let diff = change_diff(&object.kind, Some(&live), Some(&result));
-    let action = match (conflicts.is_empty(), diff.is_empty()) {
-        (false, _) => Action::Conflict,
-        (true, true) => Action::Unchanged,
-        (true, false) => Action::Update,
+
+    /// A new object: for a review, the dry run checks the server would take it, so a
+    /// refusal shows before the merge (an apply learns it from the apply itself). Its
+    /// namespace may be one this apply makes.
+    async fn plan_new(&self, api: &Api<DynamicObject>) -> Result<Step, ClusterError> {
+        if !self.context.dry_run_new {
+            return Ok(self.create());
+        }
+        Ok(match self.dry_run(api, false).await {
+            Ok(_) => self.create(),
+            Err(kube::Error::Api(status)) if awaits_its_namespace(&status) => self.create(),
+            Err(kube::Error::Api(status)) => self.failed(status_text(&status)),
+            Err(e) => return Err(api_error(format!("dry-run apply {}", self.key))(e)),
+        })
+    }
+
+    /// The other tether inventory a live object belongs to: by its labels, or, when
+    /// not labelled for this one, by another inventory's record (labels removed by
+    /// hand); the records are read once per plan, and only then.
+    async fn owner(&self, live: &Value) -> Result<Option<String>, ClusterError> {
+        let context = self.context;
+        Ok(
+            match other_inventory(live, &context.inventory.applyset_id()) {
+                Some(applyset) => Some(inventory_named(context.client, applyset).await?),
+                None if !context.labelled.contains_key(&self.key) => context
+                    .recorded_elsewhere
+                    .get_or_try_init(|| recorded_elsewhere(context.client, context.inventory))
+                    .await?
+                    .get(&self.key)
+                    .cloned(),
+                None => None,
+            },
+        )
+    }
+
+    async fn plan_existing(
+        &self,
+        api: &Api<DynamicObject>,
+        live: &Value,
+    ) -> Result<Step, ClusterError> {
+        let owned_by = self.owner(live).await?;
+        // If it is not recorded yet, tether adopts this object.
+        let adopted = Some(Provenance::adopted(
+            live["metadata"]["uid"].as_str().map(str::to_string),
+        ));
+        if provably_unchanged(&self.desired, live) && owned_by.is_none() {
+            let mut unchanged = self.step(Action::Unchanged, String::new());
+            unchanged.provenance = adopted;
+            return Ok(unchanged);
+        }
+        let (result, conflicts) = match self.dry_run(api, false).await {
+            Ok(result) => (result, Vec::new()),
+            // Show what taking the fields would change, too.
+            Err(kube::Error::Api(status)) if status.is_conflict() => {
+                match self.dry_run(api, true).await {
+                    Ok(forced) => (forced, conflicts_of(&status)),
+                    Err(kube::Error::Api(status)) => return Ok(self.failed(status_text(&status))),
+                    Err(e) => return Err(api_error(format!("dry-run apply {}", self.key))(e)),
+                }
+            }
+            Err(kube::Error::Api(status)) => return Ok(self.failed(status_text(&status))),
+            Err(e) => return Err(api_error(format!("dry-run apply {}", self.key))(e)),
+        };
+        let object = self.object;
+        let result = live_value(
+            result,
+            &object.api_version,
+            &object.kind,
+            self.context.manager,
+        );
+        let hand_over = hand_over_patch(
+            live,
+            &self.desired,
+            self.context.manager,
+            &object.api_version,
+        );
+        // A field another manager owns, set to the value it already has (spelled
+        // differently, or defaulted by the server), is taken quietly: no conflict. So
+        // are tether's own labels and annotations (the diff shows their change), and
+        // fields handed over to this inventory before the apply.
+        let handed_over = |c: &FieldConflict| hand_over.is_some() && c.manager == MANAGER;
+        let (taken_quietly, mut conflicts): (Vec<FieldConflict>, Vec<FieldConflict>) =
+            conflicts.into_iter().partition(|c| {
+                is_ownership_mark(&c.field)
+                    || handed_over(c)
+                    || same_value_at(live, &result, &c.field)
+            });
+        if let Some(owner) = &owned_by {
+            conflicts.insert(
+                0,
+                FieldConflict {
+                    manager: format!("the tether inventory {owner}"),
+                    field: format!(".metadata.labels.{PART_OF_LABEL}"),
+                },
+            );
+        }
+        let diff = change_diff(&object.kind, Some(live), Some(&result));
+        let action = match (conflicts.is_empty(), diff.is_empty()) {
+            (false, _) => Action::Conflict,
+            (true, true) => Action::Unchanged,
+            (true, false) => Action::Update,
+        };
+        // Taking the fields changes no value, so a plan with nothing else is
+        // unchanged; the apply still makes that write.
+        let mut planned = self.step(action, diff);
+        planned.change.conflicts = conflicts;
+        planned.force = !taken_quietly.is_empty();
+        planned.hand_over = hand_over;
+        planned.change.owned_by = owned_by;
+        planned.provenance = adopted;
+        Ok(planned)
+    }
+}
+
+async fn plan_object(
+    context: &ObjectContext<'_>,
+    object: &RenderedObject,
+) -> Result<Step, ClusterError> {
+    let planner = ObjectPlanner {
+        context,
+        object,
+        key: object.key(),
+        desired: with_applied_hash(&object.body),
     };
-    // Taking the fields changes no value, so a plan with nothing else is unchanged;
-    // the apply still makes that write.
-    let mut planned = step(action, diff, conflicts, !taken_quietly.is_empty());
-    planned.hand_over = hand_over;
-    planned.change.owned_by = owned_by;
-    planned.provenance = adopted;
-    Ok(planned)
+    planner.plan().await
 }
 
 /// The refusal of an object whose namespace does not exist yet.
