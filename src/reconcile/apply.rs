@@ -64,33 +64,7 @@ pub(super) async fn apply(
     for (_, batch) in by_rank(applying, |s| &s.change.key.kind) {
         resources = await_definitions(client, resources, planned, &batch).await?;
         let resources = &resources;
-        // The futures are made first (see `live::plan`).
-        let applies: Vec<_> = batch
-            .into_iter()
-            .map(|step| async move {
-                let (outcome, uid) =
-                    match apply_one(resources, step, manager, options, unreachable).await {
-                        Ok(uid) => {
-                            let outcome = match step.change.action {
-                                Action::Create => Outcome::Created,
-                                Action::Update | Action::Conflict => Outcome::Configured,
-                                _ => Outcome::Unchanged,
-                            };
-                            (outcome, uid)
-                        }
-                        Err(failure) => (Outcome::Failed(failure), None),
-                    };
-                let report = ObjectReport {
-                    key: step.change.key.clone(),
-                    outcome,
-                };
-                (report, uid)
-            })
-            .collect();
-        let results: Vec<(ObjectReport, Option<String>)> = futures::stream::iter(applies)
-            .buffer_unordered(CONCURRENCY)
-            .collect()
-            .await;
+        let results = apply_batch(resources, batch, manager, options, unreachable).await;
         for (result, uid) in results {
             if let Some(uid) = uid {
                 uids.insert(result.key.clone(), uid);
@@ -112,34 +86,16 @@ pub(super) async fn apply(
         });
         progress(report.objects.len(), total);
     }
+    let mut removed = planned.forgotten.clone();
     let deletions = planned
         .steps
         .iter()
         .filter(|s| matches!(s.change.action, Action::Delete | Action::Release));
-    let mut removed = planned.forgotten.clone();
     let mut done = report.objects.len();
     for step in deletions {
         done += 1;
         progress(done, total);
-        let outcome = match (options.prune, step.change.action) {
-            (false, _) => Some(Outcome::Prunable),
-            (true, Action::Release) if !options.delete_adopted => {
-                release_one(&resources, step, manager).await?
-            }
-            (true, _) if holds_foreign_objects(step) && !options.delete_foreign_objects => {
-                Some(Outcome::Failed(ObjectFailure::Prune {
-                    message: format!(
-                        "kept: it holds {} objects this inventory did not create",
-                        step.change
-                            .contents
-                            .as_ref()
-                            .map_or(0, |c| c.not_created_here.len())
-                    ),
-                    retryable: false,
-                }))
-            }
-            (true, _) => prune_one(&resources, step).await?,
-        };
+        let outcome = prune_step(&resources, step, manager, options).await?;
         if matches!(
             outcome,
             None | Some(Outcome::Pruned) | Some(Outcome::Released)
@@ -184,6 +140,72 @@ fn holds_foreign_objects(step: &Step) -> bool {
         .contents
         .as_ref()
         .is_some_and(|c| !c.not_created_here.is_empty())
+}
+
+/// Applies the objects of one rank, 16 at a time: each one's report, and the uid
+/// the server gave it.
+async fn apply_batch(
+    resources: &Resources,
+    batch: Vec<&Step>,
+    manager: &str,
+    options: &ApplyOptions,
+    unreachable: &AtomicBool,
+) -> Vec<(ObjectReport, Option<String>)> {
+    // The futures are made first (see `live::plan`).
+    let applies: Vec<_> = batch
+        .into_iter()
+        .map(|step| async move {
+            let (outcome, uid) =
+                match apply_one(resources, step, manager, options, unreachable).await {
+                    Ok(uid) => {
+                        let outcome = match step.change.action {
+                            Action::Create => Outcome::Created,
+                            Action::Update | Action::Conflict => Outcome::Configured,
+                            _ => Outcome::Unchanged,
+                        };
+                        (outcome, uid)
+                    }
+                    Err(failure) => (Outcome::Failed(failure), None),
+                };
+            let report = ObjectReport {
+                key: step.change.key.clone(),
+                outcome,
+            };
+            (report, uid)
+        })
+        .collect();
+    futures::stream::iter(applies)
+        .buffer_unordered(CONCURRENCY)
+        .collect()
+        .await
+}
+
+/// What prune does with one object whose model is gone (`None`: it was gone).
+async fn prune_step(
+    resources: &Resources,
+    step: &Step,
+    manager: &str,
+    options: &ApplyOptions,
+) -> Result<Option<Outcome>, ClusterError> {
+    Ok(match (options.prune, step.change.action) {
+        (false, _) => Some(Outcome::Prunable),
+        (true, Action::Release) if !options.delete_adopted => {
+            release_one(resources, step, manager).await?
+        }
+        (true, _) if holds_foreign_objects(step) && !options.delete_foreign_objects => {
+            Some(Outcome::Failed(ObjectFailure::Prune {
+                message: format!(
+                    "kept: it holds {} objects this inventory did not create",
+                    step.change
+                        .contents
+                        .as_ref()
+                        .map_or(0, |c| c.not_created_here.len())
+                ),
+                retryable: false,
+            }))
+        }
+        (true, _) => prune_one(resources, step).await?,
+    })
 }
 
 /// Releases an adopted object whose model is gone: tether's labels and annotations

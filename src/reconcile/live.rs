@@ -106,10 +106,44 @@ pub(super) async fn plan(
         "planned"
     );
     let rendered: BTreeSet<ObjectKey> = objects.iter().map(RenderedObject::key).collect();
+    let (prunes, forgotten) = prune_steps(&record, &rendered, &live, inventory, options);
+    steps.extend(prunes);
+    for step in steps
+        .iter_mut()
+        .filter(|s| matches!(s.change.action, Action::Delete | Action::Release))
+        .filter(|s| s.change.key.kind == "Namespace" && s.change.key.group.is_empty())
+    {
+        let objects = list_namespace(client, &step.change.key.name).await?;
+        step.change.contents = Some(namespace_contents(&objects, &record));
+    }
+    let uids = live
+        .iter()
+        .filter_map(|(key, object)| {
+            Some((key.clone(), object["metadata"]["uid"].as_str()?.to_string()))
+        })
+        .collect();
+    Ok(Planning {
+        labelled: live.len(),
+        steps,
+        forgotten,
+        uids,
+        resources,
+    })
+}
+
+/// The deletions and releases of what no model renders any more (in reverse apply
+/// order), and the entries to forget.
+fn prune_steps(
+    record: &InventoryRecord,
+    rendered: &BTreeSet<ObjectKey>,
+    live: &HashMap<ObjectKey, Value>,
+    inventory: &Inventory,
+    options: PlanOptions,
+) -> (Vec<Step>, BTreeSet<ObjectKey>) {
     let applyset = inventory.applyset_id();
+    let mut steps = Vec::new();
     let mut forgotten = BTreeSet::new();
-    for (entry, decision) in
-        prune_decisions(&record, &rendered, &live, &applyset, options.allow_empty)
+    for (entry, decision) in prune_decisions(record, rendered, live, &applyset, options.allow_empty)
     {
         let key = entry.key();
         let action = match decision {
@@ -148,27 +182,7 @@ pub(super) async fn plan(
             provenance: None,
         });
     }
-    for step in steps
-        .iter_mut()
-        .filter(|s| matches!(s.change.action, Action::Delete | Action::Release))
-        .filter(|s| s.change.key.kind == "Namespace" && s.change.key.group.is_empty())
-    {
-        let objects = list_namespace(client, &step.change.key.name).await?;
-        step.change.contents = Some(namespace_contents(&objects, &record));
-    }
-    let uids = live
-        .iter()
-        .filter_map(|(key, object)| {
-            Some((key.clone(), object["metadata"]["uid"].as_str()?.to_string()))
-        })
-        .collect();
-    Ok(Planning {
-        labelled: live.len(),
-        steps,
-        forgotten,
-        uids,
-        resources,
-    })
+    (steps, forgotten)
 }
 
 /// Requests a plan made beyond the lists: single reads and server-side dry runs. A
