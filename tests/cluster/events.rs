@@ -277,6 +277,15 @@ async fn kafka_gets_the_four_events_keyed_by_pod_and_those_of_an_outage_after_it
     let topic = format!("pods-{ns}");
     let watch = kafka_events(&ns, &broker, &topic, &outbox);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    // The watch has started once a first pod's `created` arrives; a pod made before
+    // would be seen first with its IP already, as one `created` and no `updated`.
+    kubectl(&["-n", &ns, "run", "sentinel", "--image=busybox:1.36"]);
+    let sentinel = messages_of(&broker, &topic, "sentinel", 1);
+    assert_eq!(
+        message_statuses(&sentinel).first(),
+        Some(&"created"),
+        "the watch started"
+    );
 
     kubectl(&["-n", &ns, "run", "web", "--image=nginx:1.25"]);
     let pod = running_pod(&pods, "web").await;
