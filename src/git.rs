@@ -137,7 +137,9 @@ pub fn fetch_models(
     credentials: &Credentials,
 ) -> Result<(SourceFiles, Revision), GitError> {
     let repo = open_cache(cache_dir, url)?;
-    fetch(&repo, url, credentials)?;
+    if !cached_is_current(&repo, url, reference, credentials) {
+        fetch(&repo, url, credentials)?;
+    }
     let commit = resolve(&repo, url, reference)?;
     let files = read_tree(&repo, commit, subdir)?;
     Ok((
@@ -147,6 +149,52 @@ pub fn fetch_models(
             dirty: false,
         },
     ))
+}
+
+/// Does the cache already hold what `reference` names at the remote? A full commit id
+/// never moves; a branch or tag is compared with the remote's refs, listed in one
+/// round trip without any object, so that a source that did not move costs no fetch.
+/// Anything uncertain (the remote unreachable, the ref unknown) says no, and the
+/// fetch that follows reports it.
+fn cached_is_current(
+    repo: &Repository,
+    url: &str,
+    reference: Option<&str>,
+    credentials: &Credentials,
+) -> bool {
+    if let Some(r) = reference.filter(|r| is_full_commit_id(r)) {
+        return Oid::from_str(r).is_ok_and(|oid| repo.find_commit(oid).is_ok());
+    }
+    let Ok(mut remote) = repo.remote_anonymous(url) else {
+        return false;
+    };
+    if remote
+        .connect_auth(git2::Direction::Fetch, Some(credentials.callbacks()), None)
+        .is_err()
+    {
+        return false;
+    }
+    let Ok(advertised) = remote.list() else {
+        return false;
+    };
+    let candidates: Vec<(String, String)> = match reference {
+        None => vec![("HEAD".into(), "refs/remotes/origin/HEAD".into())],
+        Some(r) => vec![
+            (
+                format!("refs/heads/{r}"),
+                format!("refs/remotes/origin/{r}"),
+            ),
+            (format!("refs/tags/{r}"), format!("refs/tags/{r}")),
+        ],
+    };
+    candidates.iter().any(|(theirs, ours)| {
+        let remote_oid = advertised
+            .iter()
+            .find(|h| h.name() == theirs)
+            .map(|h| h.oid());
+        let cached_oid = repo.find_reference(ours).ok().and_then(|r| r.target());
+        remote_oid.is_some() && remote_oid == cached_oid
+    })
 }
 
 /// The bare repository that caches `url`'s objects, created when missing.

@@ -121,3 +121,40 @@ fn a_local_checkout_reports_its_commit_and_uncommitted_models() {
     assert!(local_revision(&work.join("models")).unwrap().dirty);
     assert!(local_revision(Path::new("/")).is_none(), "not a repository");
 }
+
+/// When FETCH_HEAD of the one cached repository was last written (each fetch writes it).
+fn last_fetch(cache: &Path) -> std::time::SystemTime {
+    let repo = std::fs::read_dir(cache)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "git"))
+        .unwrap();
+    std::fs::metadata(repo.join("FETCH_HEAD"))
+        .unwrap()
+        .modified()
+        .unwrap()
+}
+
+#[test]
+fn a_reference_that_did_not_move_is_not_fetched_again() {
+    let (dir, url, [_, v2, _]) = remote();
+    let cache = dir.path().join("cache");
+    let none = Credentials::default();
+    let (_, revision) = fetch_models(&url, Some("main"), None, &cache, &none).unwrap();
+    assert_eq!(revision.commit, v2);
+    let fetched = last_fetch(&cache);
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let (_, revision) = fetch_models(&url, Some("main"), None, &cache, &none).unwrap();
+    assert_eq!(revision.commit, v2);
+    assert_eq!(last_fetch(&cache), fetched, "main did not move: no fetch");
+
+    // A push moves it: fetched, and the new commit read.
+    let work = dir.path().join("work");
+    std::fs::write(work.join("models/site.yaml"), "kind: Site\nname: v4\n").unwrap();
+    git(&work, &["commit", "-q", "-am", "v4"]);
+    let v4 = git(&work, &["rev-parse", "HEAD"]);
+    git(&work, &["push", "-q", "../remote.git", "main"]);
+    let (_, revision) = fetch_models(&url, Some("main"), None, &cache, &none).unwrap();
+    assert_eq!(revision.commit, v4);
+    assert_ne!(last_fetch(&cache), fetched);
+}
