@@ -227,19 +227,24 @@ pub async fn read_inventory_version(
             name: inventory.name.clone(),
         });
     }
+    let record = record_of(&config_map).map_err(|reason| ClusterError::BadInventory {
+        namespace: inventory.namespace.clone(),
+        name: inventory.name.clone(),
+        reason,
+    })?;
+    Ok((record, config_map.metadata.resource_version))
+}
+
+/// The record an inventory ConfigMap holds (its data, and its packed lines in
+/// binaryData); the error says what is unreadable.
+pub fn record_of(config_map: &ConfigMap) -> Result<InventoryRecord, String> {
     let binary: BTreeMap<String, Vec<u8>> = config_map
         .binary_data
-        .unwrap_or_default()
-        .into_iter()
-        .map(|(k, v)| (k, v.0))
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.0.clone()))
         .collect();
-    let record = InventoryRecord::from_config(&config_map.data.unwrap_or_default(), &binary)
-        .map_err(|reason| ClusterError::BadInventory {
-            namespace: inventory.namespace.clone(),
-            name: inventory.name.clone(),
-            reason,
-        })?;
-    Ok((record, config_map.metadata.resource_version))
+    InventoryRecord::from_config(&config_map.data.clone().unwrap_or_default(), &binary)
 }
 
 /// How often an inventory update is tried when another apply wrote it meanwhile.

@@ -217,14 +217,12 @@ const QUANTITY_MAPS: &[&str] = &[
 /// server spells it: `.spec.containers[name="app"].resources.limits.cpu`)? Quantities
 /// compare by value (`1e+09` and `1G`). An unreadable path is not the same value.
 pub fn same_value_at(live: &Value, applied: &Value, path: &str) -> bool {
-    let nothing = |v: &Value| match v {
-        Value::Array(items) => items.is_empty(),
-        Value::Object(map) => map.is_empty(),
-        _ => false,
-    };
+    // Empty is nothing by the same rule as `holds`: lists, and maps of map fields.
+    let field = path.rsplit('.').next().unwrap_or_default();
+    let nothing = |v: &Value| stored_as_nothing(field, v);
     let (a, b) = match (value_at(live, path), value_at(applied, path)) {
         (Some(a), Some(b)) => (a, b),
-        // An empty list or map is stored as nothing: absent on both sides, or
+        // What is stored as nothing: absent on both sides, or
         // absent on one and empty on the other, is the same (when the path is
         // readable down to the field's parent).
         (a, b) => {

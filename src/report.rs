@@ -241,11 +241,15 @@ fn contents_text(contents: &NamespaceContents, action: Action) -> String {
 
 /// An error on one line, cut to a length a report line can hold.
 fn one_line(text: &str) -> String {
-    const LIMIT: usize = 400;
-    let joined = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    match joined.char_indices().nth(LIMIT) {
-        Some((cut, _)) => format!("{}… ({} characters)", &joined[..cut], joined.len()),
-        None => joined,
+    cut(&text.split_whitespace().collect::<Vec<_>>().join(" "), 400)
+}
+
+/// `text` cut after `limit` characters, saying how long it was: a value in a message
+/// may be a megabyte.
+pub fn cut(text: &str, limit: usize) -> String {
+    match text.char_indices().nth(limit) {
+        Some((end, _)) => format!("{}… ({} characters)", &text[..end], text.len()),
+        None => text.to_string(),
     }
 }
 

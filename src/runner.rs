@@ -70,14 +70,14 @@ impl SourceLoop {
     }
 }
 
-/// A model file or the settings file, not an editor's temporary or backup file.
+/// A model file or the settings file. Editors' temporary and backup files (`.#x.yaml`,
+/// `x.yaml~`, `.x.yaml.swp`) are neither: hidden, or not `.yaml`/`.yml`.
 fn is_models_change(path: &Path) -> bool {
     let name = path
         .file_name()
         .and_then(|n| n.to_str())
         .unwrap_or_default();
-    let temporary = name.ends_with('~') || name.starts_with(".#") || name.ends_with(".swp");
-    !temporary && (is_model_path(path) || name == crate::repo::SETTINGS_FILE)
+    is_model_path(path) || name == crate::repo::SETTINGS_FILE
 }
 
 impl Loop for SourceLoop {

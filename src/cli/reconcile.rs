@@ -179,7 +179,7 @@ pub(super) fn report_text(applied: &ApplyReport) -> String {
             ObjectFailure::OwnedByInventory { .. } => out.push_str(
                 "; only --dangerous-override-ownership takes it, and that inventory loses it",
             ),
-            ObjectFailure::Prune { message, .. } if message.starts_with("kept:") => out.push_str(
+            ObjectFailure::NamespaceKept { .. } => out.push_str(
                 "; --dangerous-delete-namespaces-with-foreign-objects deletes it with them",
             ),
             _ => {}

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use miette::{GraphicalReportHandler, GraphicalTheme, LabeledSpan, MietteDiagnostic, NamedSource};
 use tether::diagnostic::{Diagnostics, Severity};
-use tether::source::SourceFiles;
+use tether::source::{FileId, SourceFiles};
 
 use super::Color;
 
@@ -23,8 +23,15 @@ pub fn diagnostics(diagnostics: &Diagnostics, files: &SourceFiles, graphical: bo
     }
     let handler = GraphicalReportHandler::new_themed(GraphicalTheme::unicode());
     let mut out = String::new();
+    // The snippets show the lines around each problem: never a Secret's value. Each
+    // file is masked once, however many problems it has.
+    let mut masked: std::collections::HashMap<FileId, String> = Default::default();
     for d in diagnostics.sorted(files) {
         let file = files.get(d.span.file);
+        let text = masked
+            .entry(d.span.file)
+            .or_insert_with(|| tether::mask::masked(&file.text))
+            .clone();
         let message = match &d.model {
             Some(model) => format!("{model}: {}", d.message),
             None => d.message.clone(),
@@ -40,11 +47,8 @@ pub fn diagnostics(diagnostics: &Diagnostics, files: &SourceFiles, graphical: bo
         if let Some(hint) = &d.hint {
             diagnostic = diagnostic.with_help(hint.clone());
         }
-        // The snippet shows the lines around the problem: never a Secret's value.
-        let report = miette::Report::new(diagnostic).with_source_code(NamedSource::new(
-            &file.path,
-            tether::mask::masked(&file.text),
-        ));
+        let report =
+            miette::Report::new(diagnostic).with_source_code(NamedSource::new(&file.path, text));
         if handler.render_report(&mut out, report.as_ref()).is_err() {
             out.push_str(&d.render_plain(files));
         }
@@ -112,13 +116,9 @@ pub fn error<E: std::error::Error + 'static>(error: E) -> miette::Report {
     })
 }
 
-/// A message cut to what an error line can hold (a value in it may be a megabyte).
+/// A message cut to what an error line can hold.
 fn cut(message: &str) -> String {
-    const LIMIT: usize = 500;
-    match message.char_indices().nth(LIMIT) {
-        Some((end, _)) => format!("{}… ({} characters)", &message[..end], message.len()),
-        None => message.to_string(),
-    }
+    tether::report::cut(message, 500)
 }
 
 /// Will the same apply fail the same way if run again? Then saying "run it again" is

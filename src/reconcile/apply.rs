@@ -134,12 +134,12 @@ fn api_of(resources: &Resources, step: &Step) -> Result<Api<DynamicObject>, Clus
     )
 }
 
-/// Is this a Namespace that holds objects this inventory did not create?
-fn holds_foreign_objects(step: &Step) -> bool {
+/// How many objects this inventory did not create a Namespace to delete holds.
+fn not_created_here(step: &Step) -> usize {
     step.change
         .contents
         .as_ref()
-        .is_some_and(|c| !c.not_created_here.is_empty())
+        .map_or(0, |c| c.not_created_here.len())
 }
 
 /// Applies the objects of one rank, 16 at a time: each one's report, and the uid
@@ -192,16 +192,9 @@ async fn prune_step(
         (true, Action::Release) if !options.delete_adopted => {
             release_one(resources, step, manager).await?
         }
-        (true, _) if holds_foreign_objects(step) && !options.delete_foreign_objects => {
-            Some(Outcome::Failed(ObjectFailure::Prune {
-                message: format!(
-                    "kept: it holds {} objects this inventory did not create",
-                    step.change
-                        .contents
-                        .as_ref()
-                        .map_or(0, |c| c.not_created_here.len())
-                ),
-                retryable: false,
+        (true, _) if not_created_here(step) > 0 && !options.delete_foreign_objects => {
+            Some(Outcome::Failed(ObjectFailure::NamespaceKept {
+                not_created_here: not_created_here(step),
             }))
         }
         (true, _) => prune_one(resources, step).await?,

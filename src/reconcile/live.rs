@@ -19,7 +19,7 @@ use tracing::instrument;
 use super::contents::list_namespace;
 use super::outcome::status_text;
 use super::{PlanOptions, Step};
-use crate::cluster::{ClusterError, Resources};
+use crate::cluster::{ClusterError, Resources, record_of};
 use crate::inventory::{
     InventoryRecord, Provenance, PruneDecision, namespace_contents, prune_decisions,
 };
@@ -86,7 +86,7 @@ pub(super) async fn plan(
         defined_here: &defined_here,
         counts: &counts,
         dry_run_new: options.dry_run_new,
-        recorded_elsewhere: OnceCell::new(),
+        others: OnceCell::new(),
     };
     // The futures are made first: a stream over a borrowing closure would not be
     // `Send` for every lifetime, which a long-running caller's task needs.
@@ -206,9 +206,8 @@ struct ObjectContext<'p> {
     counts: &'p RequestCounts,
     /// Dry-run new objects too.
     dry_run_new: bool,
-    /// The objects other tether inventories record, and which inventory: read when
-    /// first needed.
-    recorded_elsewhere: OnceCell<HashMap<ObjectKey, String>>,
+    /// The other tether inventories of the cluster: read when first needed.
+    others: OnceCell<OtherInventories>,
 }
 
 /// Places every object as the server scopes its kind (or as a CustomResourceDefinition
@@ -450,21 +449,29 @@ impl ObjectPlanner<'_> {
 
     /// The other tether inventory a live object belongs to: by its labels, or, when
     /// not labelled for this one, by another inventory's record (labels removed by
-    /// hand); the records are read once per plan, and only then.
+    /// hand). The other inventories are read once per plan, and only for objects
+    /// that are not plainly this inventory's.
     async fn owner(&self, live: &Value) -> Result<Option<String>, ClusterError> {
         let context = self.context;
-        Ok(
-            match other_inventory(live, &context.inventory.applyset_id()) {
-                Some(applyset) => Some(inventory_named(context.client, applyset).await?),
-                None if !context.labelled.contains_key(&self.key) => context
-                    .recorded_elsewhere
-                    .get_or_try_init(|| recorded_elsewhere(context.client, context.inventory))
-                    .await?
-                    .get(&self.key)
-                    .cloned(),
-                None => None,
-            },
-        )
+        let labelled_elsewhere = other_inventory(live, &context.inventory.applyset_id());
+        if labelled_elsewhere.is_none() && context.labelled.contains_key(&self.key) {
+            return Ok(None);
+        }
+        let others = context
+            .others
+            .get_or_try_init(|| other_inventories(context.client, context.inventory))
+            .await?;
+        Ok(match labelled_elsewhere {
+            // An id whose inventory is not found is named by the id.
+            Some(applyset) => Some(
+                others
+                    .by_applyset
+                    .get(applyset)
+                    .cloned()
+                    .unwrap_or_else(|| applyset.to_string()),
+            ),
+            None => others.recorded.get(&self.key).cloned(),
+        })
     }
 
     async fn plan_existing(
@@ -582,13 +589,21 @@ fn hand_over_patch(
     }}))
 }
 
-/// Every object the other tether inventories of the cluster record, with the
-/// inventory (`namespace/name`). An inventory this client may not read, or cannot
-/// read, is left out: the labels remain the first sign of ownership.
-async fn recorded_elsewhere(
+/// The other tether inventories of the cluster, each named `namespace/name`.
+#[derive(Default)]
+struct OtherInventories {
+    /// By ApplySet id.
+    by_applyset: HashMap<String, String>,
+    /// The objects they record.
+    recorded: HashMap<ObjectKey, String>,
+}
+
+/// Reads the other tether inventories of the cluster. One this client may not read,
+/// or cannot read, is left out: the labels remain the first sign of ownership.
+async fn other_inventories(
     client: &Client,
     ours: &Inventory,
-) -> Result<HashMap<ObjectKey, String>, ClusterError> {
+) -> Result<OtherInventories, ClusterError> {
     let parents: kube::Api<ConfigMap> = kube::Api::all(client.clone());
     let list = match parents
         .list(&ListParams::default().labels(APPLYSET_ID_LABEL))
@@ -597,49 +612,26 @@ async fn recorded_elsewhere(
         Ok(list) => list,
         Err(kube::Error::Api(status)) => {
             tracing::debug!(reason = %status.message, "the other inventories are not readable");
-            return Ok(HashMap::new());
+            return Ok(OtherInventories::default());
         }
         Err(e) => return Err(api_error("read the other inventories".into())(e)),
     };
-    let mut recorded = HashMap::new();
+    let mut others = OtherInventories::default();
     for parent in list.items {
         let (namespace, name) = (parent.namespace().unwrap_or_default(), parent.name_any());
         if namespace == ours.namespace && name == ours.name {
             continue;
         }
-        let binary = parent
-            .binary_data
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(k, v)| (k, v.0))
-            .collect();
-        let Ok(record) = InventoryRecord::from_config(&parent.data.unwrap_or_default(), &binary)
-        else {
+        let display = format!("{namespace}/{name}");
+        if let Some(id) = parent.labels().get(APPLYSET_ID_LABEL) {
+            others.by_applyset.insert(id.clone(), display.clone());
+        }
+        let Ok(record) = record_of(&parent) else {
             continue;
         };
         for entry in record.entries.keys() {
-            recorded.insert(entry.key(), format!("{namespace}/{name}"));
+            others.recorded.insert(entry.key(), display.clone());
         }
     }
-    Ok(recorded)
-}
-
-/// The inventory whose ApplySet id is `applyset`, as `namespace/name` (its parent
-/// ConfigMap found by its id label), or the id when no such inventory exists.
-async fn inventory_named(client: &Client, applyset: &str) -> Result<String, ClusterError> {
-    let parents: kube::Api<ConfigMap> = kube::Api::all(client.clone());
-    let selector = ListParams::default().labels(&format!("{APPLYSET_ID_LABEL}={applyset}"));
-    let found = match parents.list_metadata(&selector).await {
-        Ok(list) => list.items.into_iter().next(),
-        Err(kube::Error::Api(_)) => None,
-        Err(e) => return Err(api_error("find the inventory of an object".into())(e)),
-    };
-    Ok(match found {
-        Some(parent) => format!(
-            "{}/{}",
-            parent.namespace().unwrap_or_default(),
-            parent.name_any()
-        ),
-        None => applyset.to_string(),
-    })
+    Ok(others)
 }

@@ -46,6 +46,9 @@ pub enum ObjectFailure {
     /// The object belongs to another tether inventory: it was not sent.
     #[error("owned by the tether inventory {inventory}")]
     OwnedByInventory { inventory: String },
+    /// A Namespace to prune that holds objects this inventory did not create: kept.
+    #[error("kept: it holds {not_created_here} objects this inventory did not create")]
+    NamespaceKept { not_created_here: usize },
     /// The object could not be planned (its dry run was refused): it was not sent.
     #[error("not applied: {message}")]
     Unplanned { message: String },
@@ -67,6 +70,7 @@ impl ObjectFailure {
             ObjectFailure::Prune { retryable, .. } => *retryable,
             ObjectFailure::Conflict(_)
             | ObjectFailure::OwnedByInventory { .. }
+            | ObjectFailure::NamespaceKept { .. }
             | ObjectFailure::Refused { .. }
             | ObjectFailure::Request { .. }
             | ObjectFailure::Unplanned { .. } => false,
