@@ -154,6 +154,15 @@ impl Resources {
         })
     }
 
+    /// Every kind the server serves, with its API resource.
+    pub fn served(&self) -> impl Iterator<Item = (&str, &str, &ApiResource)> {
+        self.found
+            .iter()
+            .map(|((api_version, kind), (resource, _))| {
+                (api_version.as_str(), kind.as_str(), resource)
+            })
+    }
+
     /// Is the kind served, and is it namespaced?
     pub fn namespaced(&self, api_version: &str, kind: &str) -> Option<bool> {
         self.found

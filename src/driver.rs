@@ -78,6 +78,9 @@ pub struct Schedule {
     pub debounce: Duration,
     /// How failed passes are retried.
     pub backoff: Backoff,
+    /// On shutdown, how long a pass in progress may go on to finish (it is cancelled
+    /// after that; zero cancels it at once).
+    pub grace: Duration,
 }
 
 /// Runs `work` until `shutdown` is cancelled: a pass at once, then one after each
@@ -92,9 +95,21 @@ pub async fn drive<L: Loop>(
 ) {
     let mut backoff = schedule.backoff.clone();
     loop {
-        let outcome = tokio::select! {
-            outcome = work.pass() => outcome,
-            () = shutdown.cancelled() => return,
+        let outcome = {
+            let pass = work.pass();
+            tokio::pin!(pass);
+            tokio::select! {
+            outcome = &mut pass => outcome,
+            () = shutdown.cancelled() => {
+                // Let the pass finish (and be reported) if it does so within the grace.
+                if let Ok(outcome) = tokio::time::timeout(schedule.grace, pass).await {
+                    observe(&outcome);
+                } else {
+                    tracing::warn!(task = schedule.name, "shutdown: a pass in progress was cancelled");
+                }
+                return;
+            }
+            }
         };
         observe(&outcome);
         let wait = match &outcome {
@@ -225,6 +240,7 @@ mod tests {
             name: "test",
             debounce,
             backoff: Backoff::new(Duration::from_secs(1), Duration::from_secs(4)),
+            grace: Duration::ZERO,
         }
     }
 

@@ -41,6 +41,19 @@ pub enum GitError {
     NotUtf8 { path: String, commit: String },
 }
 
+impl GitError {
+    /// Will the same read fail again until someone changes the remote or the source
+    /// (a ref that does not exist or is ambiguous, a file that is not text)?
+    pub fn is_permanent(&self) -> bool {
+        matches!(
+            self,
+            GitError::UnknownReference { .. }
+                | GitError::BadReference { .. }
+                | GitError::NotUtf8 { .. }
+        )
+    }
+}
+
 /// The commit that models were read from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Revision {
@@ -136,19 +149,33 @@ pub fn fetch_models(
     cache_dir: &Path,
     credentials: &Credentials,
 ) -> Result<(SourceFiles, Revision), GitError> {
+    fetch_models_timed(url, reference, subdir, cache_dir, credentials)
+        .map(|(files, revision, _)| (files, revision))
+}
+
+/// [`fetch_models`], also saying how long the fetch took (none when the cache was
+/// current and nothing was fetched).
+pub fn fetch_models_timed(
+    url: &str,
+    reference: Option<&str>,
+    subdir: Option<&Path>,
+    cache_dir: &Path,
+    credentials: &Credentials,
+) -> Result<(SourceFiles, Revision, Option<std::time::Duration>), GitError> {
     let repo = open_cache(cache_dir, url)?;
+    let mut fetched = None;
     if !cached_is_current(&repo, url, reference, credentials) {
+        let started = std::time::Instant::now();
         fetch(&repo, url, credentials)?;
+        fetched = Some(started.elapsed());
     }
     let commit = resolve(&repo, url, reference)?;
     let files = read_tree(&repo, commit, subdir)?;
-    Ok((
-        files,
-        Revision {
-            commit: commit.to_string(),
-            dirty: false,
-        },
-    ))
+    let revision = Revision {
+        commit: commit.to_string(),
+        dirty: false,
+    };
+    Ok((files, revision, fetched))
 }
 
 /// Does the cache already hold what `reference` names at the remote? A full commit id

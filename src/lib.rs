@@ -13,6 +13,7 @@
 pub mod cluster;
 pub mod config;
 pub mod confine;
+pub mod daemon;
 pub mod diagnostic;
 pub mod discover;
 pub mod discoverer;
@@ -33,7 +34,7 @@ pub mod render;
 pub mod repo;
 pub mod report;
 pub mod resolve;
-pub mod runner;
+
 pub mod source;
 pub mod watch;
 pub mod writeback;

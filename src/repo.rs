@@ -8,7 +8,9 @@ use std::path::PathBuf;
 use thiserror::Error;
 use tracing::instrument;
 
-use crate::git::{Credentials, GitError, Revision, fetch_models, local_revision, read_file_at};
+use crate::git::{
+    Credentials, GitError, Revision, fetch_models_timed, local_revision, read_file_at,
+};
 use crate::source::{SourceError, SourceFiles, read_models_dir};
 
 /// A models source.
@@ -48,6 +50,8 @@ pub struct LoadedModels {
     pub revision: Option<Revision>,
     /// The text of the settings file (`.tether.yaml`) at the models root, if any.
     pub settings: Option<String>,
+    /// How long fetching the repository took; none when nothing was fetched.
+    pub fetch_took: Option<std::time::Duration>,
 }
 
 /// The settings file at the root of a models directory.
@@ -79,8 +83,8 @@ impl Repo {
                 cache,
                 credentials,
             } => {
-                let (files, revision, settings) = blocking(move || {
-                    let (files, revision) = fetch_models(
+                let (files, revision, settings, fetch_took) = blocking(move || {
+                    let (files, revision, fetch_took) = fetch_models_timed(
                         &url,
                         reference.as_deref(),
                         Some(&path),
@@ -89,7 +93,7 @@ impl Repo {
                     )?;
                     let settings =
                         read_file_at(&cache, &url, &revision.commit, &path.join(SETTINGS_FILE))?;
-                    Ok::<_, GitError>((files, revision, settings))
+                    Ok::<_, GitError>((files, revision, settings, fetch_took))
                 })
                 .await??;
                 Ok(LoadedModels {
@@ -97,6 +101,7 @@ impl Repo {
                     label,
                     revision: Some(revision),
                     settings,
+                    fetch_took,
                 })
             }
             Repo::Directory(path) => {
@@ -111,6 +116,7 @@ impl Repo {
                     label,
                     revision: revision?,
                     settings: settings??,
+                    fetch_took: None,
                 })
             }
         }

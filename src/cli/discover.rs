@@ -82,6 +82,8 @@ pub async fn run(global: &GlobalArgs, args: &DiscoverArgs) -> miette::Result<Exi
         name: "discovery",
         debounce: config.debounce,
         backoff: Backoff::pass(),
+        // A commit being pushed is finished, not left to the next start.
+        grace: Duration::from_secs(10),
     };
     drive(
         &mut discoverer,

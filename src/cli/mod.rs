@@ -107,6 +107,15 @@ enum Command {
         after_help = "Examples:\n  tether run examples/models\n  tether run --prune --interval 5m --repo https://git.example.org/ops/models.git --ref main"
     )]
     Run(RunArgs),
+    /// Ask the daemon for a pass of a Source now, and wait until it is handled.
+    ///
+    /// Sets the Source's `tether.dev/reconcile-requested-at` annotation; the daemon
+    /// echoes the value in `status.lastHandledReconcileAt` when its pass is done.
+    /// Prints the Source's readiness then; exits 0 when it is Ready, 2 when not.
+    #[command(after_help = "Example:\n  tether reconcile web -n team-a")]
+    Reconcile(ReconcileSourceArgs),
+    /// Print the CustomResourceDefinition of `Source` (as deploy/crd.yaml holds it).
+    Crd,
     /// Write models for the pods running in the cluster and commit them to Git.
     ///
     /// Pods that tether did not create (Helm, kubectl, controllers) become
@@ -169,9 +178,52 @@ pub struct DiffArgs {
 }
 
 #[derive(Debug, clap::Args)]
+pub struct ReconcileSourceArgs {
+    /// The Source's name.
+    pub source: String,
+    /// The Source's namespace.
+    #[arg(short, long, env = "TETHER_NAMESPACE", default_value = "default")]
+    pub namespace: String,
+    /// How long to wait for the daemon to handle the request.
+    #[arg(long, default_value = "2m", value_parser = parse_duration)]
+    pub timeout: Duration,
+}
+
+#[derive(Debug, clap::Args)]
 pub struct RunArgs {
     #[command(flatten)]
     pub source: SourceFlags,
+    /// Run the sources declared as `Source` custom resources (tether.dev/v1alpha1)
+    /// instead of one source from flags: the in-cluster daemon.
+    #[arg(long, env = "TETHER_SOURCES", conflicts_with_all = ["repo", "prune"])]
+    pub sources: bool,
+    /// With --sources, only the Sources of this namespace (default: all namespaces).
+    #[arg(long, env = "TETHER_SOURCES_NAMESPACE", requires = "sources")]
+    pub sources_namespace: Option<String>,
+    /// With --sources, elect a leader among replicas on a Lease; only the leader writes.
+    #[arg(long, env = "TETHER_LEADER_ELECT", requires = "sources")]
+    pub leader_elect: bool,
+    /// The Lease's namespace (default: the pod's namespace, POD_NAMESPACE).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub lease_namespace: String,
+    /// The Lease's name.
+    #[arg(long, env = "TETHER_LEASE_NAME", default_value = "tether-leader")]
+    pub lease_name: String,
+    /// How long a Lease stays valid without renewal: a crashed leader is replaced after
+    /// this (a leader that stops releases it at once).
+    #[arg(long, env = "TETHER_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
+    pub lease_duration: Duration,
+    /// Serve /metrics, /readyz, /healthz and the webhooks (/hook/github,
+    /// /hook/gitlab, /hook/generic) on this address, e.g. 0.0.0.0:8080.
+    #[arg(long, env = "TETHER_LISTEN")]
+    pub listen: Option<std::net::SocketAddr>,
+    /// A file holding the webhook secret (at least 16 bytes); without a secret the
+    /// webhooks are off. TETHER_WEBHOOK_SECRET may hold it instead.
+    #[arg(long, env = "TETHER_WEBHOOK_SECRET_FILE")]
+    pub webhook_secret_file: Option<PathBuf>,
+    /// On SIGTERM, how long passes in progress may go on before they are cancelled.
+    #[arg(long, env = "TETHER_SHUTDOWN_TIMEOUT", default_value = "20s", value_parser = parse_duration)]
+    pub shutdown_timeout: Duration,
     /// How often the source is reconciled when nothing else triggers it, e.g. 1m.
     #[arg(long, env = "TETHER_INTERVAL", default_value = "1m", value_parser = parse_duration)]
     pub interval: Duration,
@@ -318,6 +370,8 @@ pub async fn run(args: Args) -> miette::Result<ExitCode> {
         Command::Diff(args) => reconcile::diff(global, &args).await,
         Command::Apply(args) => reconcile::apply(global, &args).await,
         Command::Run(args) => run::run(global, &args).await,
+        Command::Reconcile(args) => run::reconcile(global, &args).await,
+        Command::Crd => run::crd(),
         Command::Discover(args) => discover::run(global, &args).await,
         Command::Events(args) => events::run(global, &args).await,
         Command::Completions { shell } => {

@@ -1,23 +1,94 @@
-//! `run`: flags to a `SourceLoop` under the driver; each pass's outcome printed.
+//! `run`: one source from flags, or the Sources of the cluster (`--sources`, with
+//! leader election), under the driver; the HTTP endpoints beside them. Also
+//! `reconcile` (a manual nudge of a Source) and `crd`.
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
-use miette::IntoDiagnostic;
+use kube::api::Api;
+use kube::{Client, CustomResourceExt};
+use miette::{IntoDiagnostic, WrapErr, miette};
+use tether::cluster::connect;
+use tether::daemon::controller::{Controller, request_reconcile};
+use tether::daemon::leader::{self, Election};
+use tether::daemon::runner::{PassError, SourceLoop};
+use tether::daemon::source::Source;
+use tether::daemon::webhook::MIN_SECRET;
+use tether::daemon::{Shared, http};
 use tether::driver::{Backoff, Schedule, drive, shutdown_on_signal};
 use tether::reconcile::{ApplyOptions, PlanOptions, ReconcileError, Reconciler};
-use tether::runner::SourceLoop;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::reconcile::report_text;
-use super::{GlobalArgs, RunArgs, report};
+use super::{GlobalArgs, ReconcileSourceArgs, RunArgs, report};
 
 pub async fn run(global: &GlobalArgs, args: &RunArgs) -> miette::Result<ExitCode> {
-    let reconciler = Reconciler::new(
-        args.source.repo(),
-        global.cluster.target(),
-        args.inventory.inventory(),
-    );
+    let shared = Arc::new(Shared::new(webhook_secret(args)?));
+    let shutdown = shutdown_on_signal();
+    let server = match args.listen {
+        Some(address) => {
+            let listener = tokio::net::TcpListener::bind(address)
+                .await
+                .into_diagnostic()
+                .wrap_err_with(|| format!("cannot listen on {address}"))?;
+            let serving = http::serve(listener, shared.clone(), shutdown.clone());
+            Some(tokio::spawn(serving))
+        }
+        None => None,
+    };
+    match args.sources {
+        true => run_sources(global, args, shared, &shutdown).await?,
+        false => run_one(global, args, shared, &shutdown).await?,
+    }
+    if let Some(server) = server {
+        let _ = server.await;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The webhook secret from its file or TETHER_WEBHOOK_SECRET; refused when short.
+fn webhook_secret(args: &RunArgs) -> miette::Result<Option<Vec<u8>>> {
+    let secret = match &args.webhook_secret_file {
+        Some(path) => Some(
+            std::fs::read(path)
+                .into_diagnostic()
+                .wrap_err_with(|| format!("cannot read the webhook secret {}", path.display()))?,
+        ),
+        None => std::env::var("TETHER_WEBHOOK_SECRET")
+            .ok()
+            .map(String::into_bytes),
+    };
+    let secret = secret.map(|mut s| {
+        // A file written by `echo` ends with a newline that is no part of the secret.
+        while s.last().is_some_and(u8::is_ascii_whitespace) {
+            s.pop();
+        }
+        s
+    });
+    match secret {
+        Some(s) if s.len() < MIN_SECRET => Err(miette!(
+            help = "make one with: openssl rand -hex 32",
+            "the webhook secret is {} bytes long; at least {MIN_SECRET} are needed",
+            s.len()
+        )),
+        secret => Ok(secret),
+    }
+}
+
+/// One source from flags, printing each pass.
+async fn run_one(
+    global: &GlobalArgs,
+    args: &RunArgs,
+    shared: Arc<Shared>,
+    shutdown: &CancellationToken,
+) -> miette::Result<()> {
+    let repo = args.source.repo();
+    let id = repo.label();
+    let reconciler = Reconciler::new(repo, global.cluster.target(), args.inventory.inventory());
     let plan = PlanOptions {
         prune: args.prune,
         allow_empty: args.allow_empty,
@@ -27,30 +98,168 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs) -> miette::Result<ExitCode
         prune: args.prune,
         ..ApplyOptions::default()
     };
-    let mut work = SourceLoop::new(reconciler, plan, apply, args.interval);
+    let mut work = SourceLoop::new(&id, reconciler, plan, apply, args.interval, shared.clone());
     if args.source.repo.is_none() && args.source.path.is_dir() {
         work = work.watch_directory(&args.source.path).into_diagnostic()?;
     }
+    shared.register(
+        &id,
+        args.source.repo.clone(),
+        args.source.reference.clone(),
+        args.interval,
+        work.trigger(),
+    );
+    shared.metrics.set_leader(true);
+    shared.set_ready();
     let schedule = Schedule {
         name: "run",
         // Saving several files at once is one pass.
         debounce: Duration::from_millis(200),
         backoff: Backoff::pass(),
+        grace: args.shutdown_timeout,
     };
     let graphical = report::use_graphics(global.color, std::io::stderr().is_terminal());
-    let shutdown = shutdown_on_signal();
-    drive(&mut work, &schedule, &shutdown, |outcome| match outcome {
+    let span = tracing::info_span!("source", source = %id, revision = tracing::field::Empty);
+    drive(&mut work, &schedule, shutdown, |outcome| match outcome {
         Ok(pass) => {
             let at = pass.revision.as_deref().unwrap_or("the working tree");
             print!("applied {at}: {}", report_text(&pass.report));
+            for (object, manager) in &pass.corrected {
+                println!("corrected drift of {object} (changed by {manager})");
+            }
         }
-        // The driver logs the error; invalid models are shown as validate shows them.
-        Err(ReconcileError::Invalid(models)) => eprint!(
+        // Invalid models are shown as validate shows them.
+        Err(PassError::Reconcile(ReconcileError::Invalid(models))) => eprint!(
             "{}",
             report::diagnostics(&models.diagnostics, &models.loaded.files, graphical)
         ),
+        // The driver logs other errors.
         Err(_) => {}
     })
+    .instrument(span)
     .await;
+    Ok(())
+}
+
+/// The Sources of the cluster, led by the Lease's holder when electing.
+async fn run_sources(
+    global: &GlobalArgs,
+    args: &RunArgs,
+    shared: Arc<Shared>,
+    shutdown: &CancellationToken,
+) -> miette::Result<()> {
+    let client = connect(&global.cluster.target())
+        .await
+        .map_err(report::error)?;
+    let (leading_tx, leading) = watch::channel(!args.leader_elect);
+    let release = CancellationToken::new();
+    let election = match args.leader_elect {
+        true => {
+            let election = Election {
+                namespace: args.lease_namespace.clone(),
+                lease: args.lease_name.clone(),
+                identity: identity(),
+                duration: args.lease_duration,
+            };
+            Some(tokio::spawn(leader::run(
+                client.clone(),
+                election,
+                shared.clone(),
+                leading_tx,
+                release.clone(),
+            )))
+        }
+        false => {
+            shared.metrics.set_leader(true);
+            None
+        }
+    };
+    let controller = Controller {
+        client,
+        namespace: args.sources_namespace.clone(),
+        cache: args.source.git.cache_dir(),
+        shared,
+        shutdown_timeout: args.shutdown_timeout,
+    };
+    // The loops stop (passes finish within the timeout) before the Lease is released,
+    // so that the next leader never writes beside this one.
+    controller.run(leading, shutdown.clone()).await;
+    release.cancel();
+    if let Some(election) = election {
+        let _ = election.await;
+    }
+    Ok(())
+}
+
+/// This replica's name in the election: the pod's name, else host and process.
+fn identity() -> String {
+    std::env::var("POD_NAME").unwrap_or_else(|_| {
+        let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();
+        format!("{}-{}", host.trim(), std::process::id())
+    })
+}
+
+/// `tether reconcile SOURCE`: request a pass, wait for the daemon to handle it.
+pub async fn reconcile(
+    global: &GlobalArgs,
+    args: &ReconcileSourceArgs,
+) -> miette::Result<ExitCode> {
+    let client: Client = connect(&global.cluster.target())
+        .await
+        .map_err(report::error)?;
+    let api: Api<Source> = Api::namespaced(client, &args.namespace);
+    let requested = request_reconcile(&api, &args.source)
+        .await
+        .into_diagnostic()
+        .wrap_err_with(|| {
+            format!(
+                "cannot annotate the Source {}/{}",
+                args.namespace, args.source
+            )
+        })?;
+    eprintln!(
+        "requested a pass of {}/{}; waiting for the daemon",
+        args.namespace, args.source
+    );
+    let deadline = tokio::time::Instant::now() + args.timeout;
+    loop {
+        let source = api.get(&args.source).await.into_diagnostic()?;
+        let status = source.status.unwrap_or_default();
+        if status.last_handled_reconcile_at.as_deref() == Some(requested.as_str()) {
+            let ready = status.conditions.iter().find(|c| c.type_ == "Ready");
+            let revision = status.last_applied_revision.as_deref().unwrap_or("-");
+            return Ok(match ready {
+                Some(ready) if ready.status == "True" => {
+                    println!(
+                        "{}/{} is ready at {revision}: {}",
+                        args.namespace, args.source, ready.message
+                    );
+                    ExitCode::SUCCESS
+                }
+                Some(ready) => {
+                    println!(
+                        "{}/{} is not ready ({}): {}",
+                        args.namespace, args.source, ready.reason, ready.message
+                    );
+                    ExitCode::from(2)
+                }
+                None => ExitCode::from(2),
+            });
+        }
+        if tokio::time::Instant::now() > deadline {
+            return Err(miette!(
+                help = "is the daemon running (tether run --sources), and does it watch this namespace?",
+                "the daemon did not handle the request within {:?}",
+                args.timeout
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// `tether crd`: the Source CRD as YAML.
+pub fn crd() -> miette::Result<ExitCode> {
+    let yaml = serde_saphyr::to_string(&Source::crd()).into_diagnostic()?;
+    print!("{yaml}");
     Ok(ExitCode::SUCCESS)
 }

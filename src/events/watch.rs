@@ -107,6 +107,8 @@ impl EventPipeline {
                     name: "event delivery",
                     debounce: Duration::ZERO,
                     backoff: Backoff::pass(),
+                    // A delivery in progress is finished: the outbox is flushed.
+                    grace: Duration::from_secs(5),
                 };
                 drive(&mut delivery, &schedule, &stop, |_| {}).await;
             }));

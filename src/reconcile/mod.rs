@@ -108,6 +108,13 @@ pub struct Planned {
     allow_empty: bool,
 }
 
+impl Planned {
+    /// The API resources of the kinds the plan touches (as discovery found them).
+    pub fn resources(&self) -> &Resources {
+        &self.resources
+    }
+}
+
 /// One change and the body to apply (none for deletions and errors).
 struct Step {
     change: Change,
@@ -129,6 +136,15 @@ impl Reconciler {
             target,
             inventory,
             client: OnceCell::new(),
+        }
+    }
+
+    /// Uses `client` instead of connecting to the target (a daemon shares one client
+    /// among its sources).
+    pub fn with_client(self, client: Client) -> Self {
+        Reconciler {
+            client: OnceCell::new_with(Some(client)),
+            ..self
         }
     }
 
@@ -187,6 +203,11 @@ impl Reconciler {
             resources: planning.resources,
             allow_empty: options.allow_empty,
         })
+    }
+
+    /// The inventory the reconciler records in.
+    pub fn inventory(&self) -> &Inventory {
+        &self.inventory
     }
 
     /// Carries out a plan: records every object about to be applied in the inventory,

@@ -1,0 +1,496 @@
+//! One source, reconciled continuously: a pass plans and applies (and prunes, when
+//! asked); the next pass comes after the interval (with jitter), at once when
+//! something triggers it (a saved model file, a webhook, a requested reconcile), or
+//! when a watch sees drift on an object the source applied. Each pass is recorded:
+//! metrics, the Source's status, and an Event on each object whose drift it
+//! corrected or reported.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use notify::{EventKind, RecursiveMode, Watcher};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::Shared;
+use super::drift::{CorrectionBackoff, Drift, DriftWatch};
+use super::source::DriftPolicy;
+use super::status::PassResult;
+use crate::driver::Loop;
+use crate::k8s::ObjectKey;
+use crate::ownership::PART_OF_LABEL;
+use crate::plan::Action;
+use crate::reconcile::{
+    ApplyOptions, ApplyReport, Outcome, PlanOptions, Planned, ReconcileError, Reconciler,
+};
+use crate::repo::RepoError;
+use crate::source::is_model_path;
+
+/// Why a pass should come now.
+#[derive(Debug)]
+pub enum Trigger {
+    /// The source may have changed (a saved file, a webhook).
+    Changed,
+    /// Someone asked for a pass (the Source's annotation, with its value).
+    Requested(String),
+}
+
+/// Where a loop records each pass's result for its users (a Source's status).
+pub trait StatusSink: Send {
+    /// `ref@sha1:commit`, as the status names a revision.
+    fn revision_name(&self, commit: &str) -> String;
+    fn record(
+        &mut self,
+        result: &PassResult<'_>,
+        handled_request: Option<String>,
+    ) -> impl Future<Output = ()> + Send;
+}
+
+/// No status beyond metrics and logs (a source from flags).
+pub struct NoStatus;
+
+impl StatusSink for NoStatus {
+    fn revision_name(&self, commit: &str) -> String {
+        commit.to_string()
+    }
+
+    async fn record(&mut self, _: &PassResult<'_>, _: Option<String>) {}
+}
+
+/// One source, reconciled pass after pass.
+pub struct SourceLoop<S = NoStatus> {
+    id: String,
+    reconciler: Reconciler,
+    plan: PlanOptions,
+    apply: ApplyOptions,
+    drift_policy: DriftPolicy,
+    interval: Duration,
+    triggers: (mpsc::Sender<Trigger>, mpsc::Receiver<Trigger>),
+    drift: (mpsc::Sender<Drift>, mpsc::Receiver<Drift>),
+    /// The drift watch, started after the first plan (it needs the kinds).
+    drift_watch: Option<DriftWatch>,
+    /// Drift seen since the last pass, by object.
+    drifted: BTreeMap<ObjectKey, Drift>,
+    backoff: CorrectionBackoff,
+    /// A requested reconcile the next pass handles.
+    requested: Option<String>,
+    /// The commit last applied without error.
+    last_applied: Option<String>,
+    /// File changes of a models directory (the watcher is kept alive beside it).
+    directory: Option<notify::RecommendedWatcher>,
+    shared: Arc<Shared>,
+    status: S,
+    recorder: Option<Recorder>,
+}
+
+/// What one pass did.
+#[derive(Debug)]
+pub struct PassOutcome {
+    /// The commit applied, for a Git source or a directory in a checkout.
+    pub revision: Option<String>,
+    pub report: ApplyReport,
+    /// Objects whose drift this pass corrected, and by whom it was made.
+    pub corrected: Vec<(ObjectKey, String)>,
+    /// Objects found drifted and left so (the source reports drift only).
+    pub reported: Vec<ObjectKey>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PassError {
+    #[error(transparent)]
+    Reconcile(#[from] ReconcileError),
+    /// Some objects failed for reasons that may pass (the server busy or away).
+    #[error("{} objects failed; retrying", .0.report.failures().count())]
+    ObjectsFailed(Box<PassOutcome>),
+}
+
+impl SourceLoop<NoStatus> {
+    pub fn new(
+        id: &str,
+        reconciler: Reconciler,
+        plan: PlanOptions,
+        apply: ApplyOptions,
+        interval: Duration,
+        shared: Arc<Shared>,
+    ) -> Self {
+        SourceLoop {
+            id: id.to_string(),
+            reconciler,
+            plan,
+            apply,
+            drift_policy: DriftPolicy::Correct,
+            interval,
+            // One pending trigger is enough: a pass reads the whole source.
+            triggers: mpsc::channel(1),
+            drift: mpsc::channel(256),
+            drift_watch: None,
+            drifted: BTreeMap::new(),
+            backoff: CorrectionBackoff::default(),
+            requested: None,
+            last_applied: None,
+            directory: None,
+            shared,
+            status: NoStatus,
+            recorder: None,
+        }
+    }
+}
+
+impl<S: StatusSink> SourceLoop<S> {
+    /// Records each pass's result in `status`.
+    pub fn with_status<T: StatusSink>(self, status: T) -> SourceLoop<T> {
+        SourceLoop {
+            id: self.id,
+            reconciler: self.reconciler,
+            plan: self.plan,
+            apply: self.apply,
+            drift_policy: self.drift_policy,
+            interval: self.interval,
+            triggers: self.triggers,
+            drift: self.drift,
+            drift_watch: self.drift_watch,
+            drifted: self.drifted,
+            backoff: self.backoff,
+            requested: self.requested,
+            last_applied: self.last_applied,
+            directory: self.directory,
+            shared: self.shared,
+            status,
+            recorder: self.recorder,
+        }
+    }
+
+    /// Takes its triggers from this channel (made before the loop, so that a trigger
+    /// sent while it starts is not lost).
+    pub fn with_triggers(
+        mut self,
+        triggers: (mpsc::Sender<Trigger>, mpsc::Receiver<Trigger>),
+    ) -> Self {
+        self.triggers = triggers;
+        self
+    }
+
+    pub fn with_drift_policy(mut self, policy: DriftPolicy) -> Self {
+        self.drift_policy = policy;
+        self
+    }
+
+    /// Where webhooks and requests send their triggers.
+    pub fn trigger(&self) -> mpsc::Sender<Trigger> {
+        self.triggers.0.clone()
+    }
+
+    /// Also pass as soon as a model file (or the settings file) under `directory`
+    /// changes. Editors' temporary and backup files are ignored.
+    pub fn watch_directory(mut self, directory: &Path) -> Result<Self, notify::Error> {
+        let sender = self.triggers.0.clone();
+        let mut watcher =
+            notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+                let Ok(event) = event else {
+                    return;
+                };
+                let relevant = !matches!(event.kind, EventKind::Access(_))
+                    && event.paths.iter().any(|p| is_models_change(p.as_path()));
+                if relevant {
+                    let _ = sender.try_send(Trigger::Changed);
+                }
+            })?;
+        watcher.watch(directory, RecursiveMode::Recursive)?;
+        self.directory = Some(watcher);
+        Ok(self)
+    }
+
+    /// Plans, and applies unless only drift is to be reported.
+    async fn reconcile(&mut self) -> Result<PassOutcome, PassError> {
+        let planned = self.reconciler.plan(self.plan).await?;
+        let commit = planned.plan.revision.as_ref().map(|r| r.commit.clone());
+        tracing::Span::current().record("revision", commit.as_deref().unwrap_or("-"));
+        if let Some(took) = planned.models.loaded.fetch_took {
+            self.shared.metrics.fetched(&self.id, took);
+        }
+        self.watch_drift(&planned).await;
+        let revision = planned.plan.revision.as_ref().map(|r| r.to_string());
+        if self.drift_policy == DriftPolicy::Report
+            && commit.is_some()
+            && commit == self.last_applied
+        {
+            return Ok(self.report_drift(&planned, revision).await);
+        }
+        if let Some(commit) = commit
+            .as_deref()
+            .filter(|c| Some(*c) != self.last_applied.as_deref())
+        {
+            let revision = self.status.revision_name(commit);
+            self.status
+                .record(&PassResult::Progressing { revision }, None)
+                .await;
+        }
+        let report = self
+            .reconciler
+            .apply(&planned, &self.apply, &|_, _| {})
+            .await?;
+        let corrected = self.corrections(&report).await;
+        let retryable = report.failures().any(|(_, f)| f.retryable());
+        if report.succeeded() {
+            self.last_applied = commit;
+        }
+        let outcome = PassOutcome {
+            revision,
+            report,
+            corrected,
+            reported: Vec::new(),
+        };
+        match retryable {
+            true => Err(PassError::ObjectsFailed(Box::new(outcome))),
+            false => Ok(outcome),
+        }
+    }
+
+    /// Starts (or restarts, when the kinds changed) the watches that see drift.
+    async fn watch_drift(&mut self, planned: &Planned) {
+        let resources: Vec<_> = planned
+            .resources()
+            .served()
+            .filter(|(v, k, _)| {
+                planned
+                    .objects
+                    .iter()
+                    .any(|o| o.api_version == *v && o.kind == *k)
+            })
+            .map(|(v, k, r)| (v.to_string(), k.to_string(), r.clone()))
+            .collect();
+        let kinds = resources
+            .iter()
+            .map(|(v, k, _)| (v.clone(), k.clone()))
+            .collect();
+        if self
+            .drift_watch
+            .as_ref()
+            .is_some_and(|w| *w.kinds() == kinds)
+        {
+            return;
+        }
+        let Ok(client) = self.reconciler.client().await else {
+            return;
+        };
+        let inventory = self.reconciler.inventory();
+        let selector = format!("{PART_OF_LABEL}={}", inventory.applyset_id());
+        self.drift_watch = Some(DriftWatch::start(
+            client,
+            resources,
+            &selector,
+            &inventory.field_manager(),
+            &self.drift.0,
+        ));
+    }
+
+    /// The drifted objects the apply changed back: an Event on each, a metric, and
+    /// the next correction of each backs off.
+    async fn corrections(&mut self, report: &ApplyReport) -> Vec<(ObjectKey, String)> {
+        let drifted = std::mem::take(&mut self.drifted);
+        let now = Instant::now();
+        let mut corrected = Vec::new();
+        for object in &report.objects {
+            let Some(drift) = drifted.get(&object.key) else {
+                continue;
+            };
+            if !matches!(object.outcome, Outcome::Configured | Outcome::Created) {
+                continue;
+            }
+            self.backoff.corrected(&object.key, now);
+            let note = format!(
+                "{} changed fields tether applied; restored from the models",
+                drift.manager
+            );
+            self.publish(drift, "DriftCorrected", EventType::Normal, note)
+                .await;
+            corrected.push((object.key.clone(), drift.manager.clone()));
+        }
+        self.shared
+            .metrics
+            .drift(&self.id, "corrected", corrected.len() as u64);
+        corrected
+    }
+
+    /// A source that only reports drift, at the revision it applied: the planned
+    /// changes are drift, reported once per object and writer, not applied.
+    async fn report_drift(&mut self, planned: &Planned, revision: Option<String>) -> PassOutcome {
+        let drifted = std::mem::take(&mut self.drifted);
+        let mut reported = Vec::new();
+        for change in planned
+            .plan
+            .changes
+            .iter()
+            .filter(|c| matches!(c.action, Action::Update | Action::Create | Action::Conflict))
+        {
+            let Some(drift) = drifted.get(&change.key) else {
+                continue;
+            };
+            let note = format!(
+                "{} changed fields tether applied; left so (this source reports drift only)",
+                drift.manager
+            );
+            self.publish(drift, "DriftDetected", EventType::Warning, note)
+                .await;
+            reported.push(change.key.clone());
+        }
+        self.shared
+            .metrics
+            .drift(&self.id, "reported", reported.len() as u64);
+        PassOutcome {
+            revision,
+            report: ApplyReport::default(),
+            corrected: Vec::new(),
+            reported,
+        }
+    }
+
+    async fn publish(&mut self, drift: &Drift, reason: &str, type_: EventType, note: String) {
+        if self.recorder.is_none() {
+            let Ok(client) = self.reconciler.client().await else {
+                return;
+            };
+            let reporter = Reporter {
+                controller: "tether".into(),
+                instance: std::env::var("POD_NAME").ok(),
+            };
+            self.recorder = Some(Recorder::new(client.clone(), reporter));
+        }
+        let Some(recorder) = &self.recorder else {
+            return;
+        };
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: "Apply".into(),
+            secondary: None,
+        };
+        if let Err(error) = recorder.publish(&event, &drift.reference).await {
+            tracing::warn!(%error, object = %drift.key, "cannot record the drift event");
+        }
+    }
+
+    /// Records a pass's result in the status.
+    async fn record(&mut self, result: &Result<PassOutcome, PassError>, requested: Option<String>) {
+        let pass_result = pass_result(&self.status, result);
+        self.status.record(&pass_result, requested).await;
+    }
+}
+
+/// What the status says of a pass's result.
+fn pass_result<'r>(
+    status: &impl StatusSink,
+    result: &'r Result<PassOutcome, PassError>,
+) -> PassResult<'r> {
+    let name = |revision: Option<&str>| revision.map(|commit| status.revision_name(commit));
+    match result {
+        Ok(outcome) if outcome.report.succeeded() => PassResult::Applied {
+            revision: name(outcome.revision.as_deref()).unwrap_or_default(),
+            report: &outcome.report,
+        },
+        Ok(outcome) => PassResult::ObjectsFailed {
+            revision: name(outcome.revision.as_deref()).unwrap_or_default(),
+            report: &outcome.report,
+        },
+        Err(PassError::ObjectsFailed(outcome)) => PassResult::ObjectsFailed {
+            revision: name(outcome.revision.as_deref()).unwrap_or_default(),
+            report: &outcome.report,
+        },
+        Err(PassError::Reconcile(error)) => {
+            let (reason, stalled) = failure_kind(error);
+            let revision = match error {
+                ReconcileError::Invalid(models) => models.loaded.revision.as_ref(),
+                _ => None,
+            };
+            PassResult::Failed {
+                revision: name(revision.map(|r| r.commit.as_str())),
+                reason,
+                message: crate::error_chain(error),
+                stalled,
+            }
+        }
+    }
+}
+
+/// A failed pass's reason in the status, and whether retrying cannot help.
+fn failure_kind(error: &ReconcileError) -> (&'static str, bool) {
+    match error {
+        ReconcileError::Invalid(_) => ("InvalidModels", true),
+        ReconcileError::Settings(_) => ("InvalidSettings", true),
+        ReconcileError::NothingRendered => ("NothingRendered", true),
+        ReconcileError::Source(RepoError::Git(error)) if error.is_permanent() => {
+            ("GitRefused", true)
+        }
+        ReconcileError::Source(_) => ("GitFailed", false),
+        ReconcileError::Cluster(_) => ("ClusterUnavailable", false),
+    }
+}
+
+/// A model file or the settings file. Editors' temporary and backup files (`.#x.yaml`,
+/// `x.yaml~`, `.x.yaml.swp`) are neither: hidden, or not `.yaml`/`.yml`.
+fn is_models_change(path: &Path) -> bool {
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    is_model_path(path) || name == crate::repo::SETTINGS_FILE
+}
+
+impl<S: StatusSink> Loop for SourceLoop<S> {
+    type Output = PassOutcome;
+    type Error = PassError;
+
+    async fn pass(&mut self) -> Result<PassOutcome, PassError> {
+        let started = std::time::Instant::now();
+        let requested = self.requested.take();
+        let result = self.reconcile().await;
+        let label = match &result {
+            Ok(outcome) if outcome.report.succeeded() => "success",
+            _ => "failure",
+        };
+        let report = match &result {
+            Ok(outcome) => Some(&outcome.report),
+            Err(PassError::ObjectsFailed(outcome)) => Some(&outcome.report),
+            Err(PassError::Reconcile(_)) => None,
+        };
+        self.shared
+            .metrics
+            .pass(&self.id, label, started.elapsed(), report);
+        self.record(&result, requested).await;
+        self.shared.passed(&self.id);
+        result
+    }
+
+    async fn changed(&mut self) {
+        // ±10% jitter, so that many sources started together do not pass together.
+        let jitter = 0.9 + fastrand::f64() * 0.2;
+        let tick = Instant::now() + self.interval.mul_f64(jitter);
+        // Drift on an object that is backing off waits for its turn.
+        let mut deferred: Option<Instant> = None;
+        loop {
+            let wake = deferred.map_or(tick, |d| d.min(tick));
+            tokio::select! {
+                () = tokio::time::sleep_until(wake) => return,
+                Some(trigger) = self.triggers.1.recv() => {
+                    if let Trigger::Requested(value) = trigger {
+                        self.requested = Some(value);
+                    }
+                    return;
+                }
+                Some(drift) = self.drift.1.recv() => {
+                    tracing::info!(object = %drift.key, by = %drift.manager, "drift seen");
+                    let not_before = self.backoff.not_before(&drift.key, Instant::now());
+                    self.drifted.insert(drift.key.clone(), drift);
+                    match not_before {
+                        None => return,
+                        Some(at) => deferred = Some(deferred.map_or(at, |d| d.min(at))),
+                    }
+                }
+            }
+        }
+    }
+}
