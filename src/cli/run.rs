@@ -53,11 +53,19 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs) -> miette::Result<ExitCode
 /// The webhook secret from its file or TETHER_WEBHOOK_SECRET; refused when short.
 fn webhook_secret(args: &RunArgs) -> miette::Result<Option<Vec<u8>>> {
     let secret = match &args.webhook_secret_file {
-        Some(path) => Some(
-            std::fs::read(path)
-                .into_diagnostic()
-                .wrap_err_with(|| format!("cannot read the webhook secret {}", path.display()))?,
-        ),
+        Some(path) => match std::fs::read(path) {
+            Ok(secret) => Some(secret),
+            // A Secret volume marked optional whose Secret was not made.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                tracing::warn!(path = %path.display(), "no webhook secret: webhooks are off");
+                None
+            }
+            Err(e) => {
+                return Err(e).into_diagnostic().wrap_err_with(|| {
+                    format!("cannot read the webhook secret {}", path.display())
+                });
+            }
+        },
         None => std::env::var("TETHER_WEBHOOK_SECRET")
             .ok()
             .map(String::into_bytes),
