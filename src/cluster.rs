@@ -279,6 +279,10 @@ pub async fn update_inventory(
         attempt += 1;
         let (current, version) = read_inventory_version(client, inventory).await?;
         let record = update(&current);
+        // An unchanged record is not written: a pass that changed nothing writes nothing.
+        if version.is_some() && record == current {
+            return Ok(record);
+        }
         let mut config_map = inventory_config_map(inventory, &record);
         let written = match version {
             Some(version) => {

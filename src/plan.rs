@@ -76,6 +76,11 @@ pub struct Change {
     /// ApplySet id when no such inventory is found); the change is then a conflict
     /// that only `take_ownership` overrides.
     pub owned_by: Option<String>,
+    /// The conflicts are drift: on an object this inventory applied, every
+    /// conflicting field was last written in place (`kubectl edit`/`patch`, a
+    /// controller's update) rather than by another declarative applier. A daemon that
+    /// corrects drift takes those fields back.
+    pub drift: bool,
     /// For a Namespace to delete: what it holds. It is kept when it holds objects
     /// this inventory did not create, unless the apply is told otherwise.
     pub contents: Option<NamespaceContents>,

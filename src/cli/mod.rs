@@ -221,6 +221,10 @@ pub struct RunArgs {
     /// webhooks are off. TETHER_WEBHOOK_SECRET may hold it instead.
     #[arg(long, env = "TETHER_WEBHOOK_SECRET_FILE")]
     pub webhook_secret_file: Option<PathBuf>,
+    /// Report drift (a field tether applied changed in place by someone else) without
+    /// correcting it; by default it is taken back within seconds.
+    #[arg(long, env = "TETHER_REPORT_DRIFT", conflicts_with = "sources")]
+    pub report_drift: bool,
     /// On SIGTERM, how long passes in progress may go on before they are cancelled.
     #[arg(long, env = "TETHER_SHUTDOWN_TIMEOUT", default_value = "20s", value_parser = parse_duration)]
     pub shutdown_timeout: Duration,

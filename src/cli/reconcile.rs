@@ -128,6 +128,8 @@ pub async fn apply(global: &GlobalArgs, args: &ApplyArgs) -> miette::Result<Exit
         take_ownership: args.dangerous_override_ownership,
         delete_foreign_objects: args.dangerous_delete_namespaces_with_foreign_objects,
         delete_adopted: args.delete_adopted,
+        // A one-shot apply shows drift as a conflict for its user to decide.
+        correct_drift: false,
     };
     let applied = match reconciler.apply(&planned, &options, &progress).await {
         Ok(applied) => applied,

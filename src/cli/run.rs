@@ -14,7 +14,7 @@ use tether::cluster::connect;
 use tether::daemon::controller::{Controller, request_reconcile};
 use tether::daemon::leader::{self, Election};
 use tether::daemon::runner::{PassError, SourceLoop};
-use tether::daemon::source::Source;
+use tether::daemon::source::{DriftPolicy, Source};
 use tether::daemon::webhook::MIN_SECRET;
 use tether::daemon::{Shared, http};
 use tether::driver::{Backoff, Schedule, drive, shutdown_on_signal};
@@ -104,9 +104,15 @@ async fn run_one(
     };
     let apply = ApplyOptions {
         prune: args.prune,
+        correct_drift: !args.report_drift,
         ..ApplyOptions::default()
     };
-    let mut work = SourceLoop::new(&id, reconciler, plan, apply, args.interval, shared.clone());
+    let drift = match args.report_drift {
+        true => DriftPolicy::Report,
+        false => DriftPolicy::Correct,
+    };
+    let mut work = SourceLoop::new(&id, reconciler, plan, apply, args.interval, shared.clone())
+        .with_drift_policy(drift);
     if args.source.repo.is_none() && args.source.path.is_dir() {
         work = work.watch_directory(&args.source.path).into_diagnostic()?;
     }

@@ -228,6 +228,14 @@ impl<S: StatusSink> SourceLoop<S> {
                 .record(&PassResult::Progressing { revision }, None)
                 .await;
         }
+        for change in planned
+            .plan
+            .changes
+            .iter()
+            .filter(|c| c.action != Action::Unchanged)
+        {
+            tracing::debug!(object = %change.key, action = change.action.name(), drift = change.drift, "planned");
+        }
         let report = self
             .reconciler
             .apply(&planned, &self.apply, &|_, _| {})
@@ -482,7 +490,7 @@ impl<S: StatusSink> Loop for SourceLoop<S> {
                     return;
                 }
                 Some(drift) = self.drift.1.recv() => {
-                    tracing::info!(object = %drift.key, by = %drift.manager, "drift seen");
+                    tracing::debug!(object = %drift.key, by = %drift.manager, "drift seen");
                     let not_before = self.backoff.not_before(&drift.key, Instant::now());
                     self.drifted.insert(drift.key.clone(), drift);
                     match not_before {

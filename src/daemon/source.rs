@@ -207,6 +207,7 @@ impl SourceSpec {
             },
             apply: ApplyOptions {
                 prune: self.prune,
+                correct_drift: self.drift == DriftPolicy::Correct,
                 ..ApplyOptions::default()
             },
             drift: self.drift,

@@ -322,6 +322,7 @@ async fn apply_one(
     let Some(desired) = &step.desired else {
         return Ok(None);
     };
+    let correcting = options.correct_drift && step.change.drift;
     match (&step.change.owned_by, step.change.action) {
         (Some(inventory), _) if !options.take_ownership => {
             return Err(ObjectFailure::OwnedByInventory {
@@ -329,7 +330,7 @@ async fn apply_one(
             });
         }
         (None, Action::Unchanged) if !step.force => return Ok(None),
-        (None, Action::Conflict) if !options.force_conflicts => {
+        (None, Action::Conflict) if !options.force_conflicts && !correcting => {
             return Err(ObjectFailure::Conflict(step.change.conflicts.clone()));
         }
         _ => {}
@@ -340,7 +341,7 @@ async fn apply_one(
     })?;
     let mut params = PatchParams::apply(manager);
     let taking = step.change.owned_by.is_some() && options.take_ownership;
-    if options.force_conflicts || step.force || taking {
+    if options.force_conflicts || step.force || taking || correcting {
         params = params.force();
     }
     if let Some(hand_over) = &step.hand_over {

@@ -174,6 +174,7 @@ fn prune_steps(
                 conflicts: Vec::new(),
                 error: None,
                 owned_by: None,
+                drift: false,
                 contents: None,
             },
             desired: None,
@@ -278,17 +279,20 @@ async fn list_labelled(
     Ok(live)
 }
 
-/// A live object as JSON, with the apiVersion and kind that list items come without,
-/// and without managedFields (never compared, and the bulk of a listed object) unless
-/// they hold fields to hand over to `manager`.
+/// A live object as JSON, with the apiVersion and kind that list items come without.
+/// Its managedFields (never compared, and the bulk of a listed object) keep only who
+/// wrote and how (to tell drift), unless they hold fields to hand over to `manager`.
 fn live_value(mut object: DynamicObject, api_version: &str, kind: &str, manager: &str) -> Value {
     let keep = object
         .metadata
         .managed_fields
         .as_deref()
         .is_some_and(|entries| managed_fields::has_anything_to_hand_over(entries, manager));
-    if !keep {
-        object.metadata.managed_fields = None;
+    if !keep && let Some(entries) = &mut object.metadata.managed_fields {
+        for entry in entries {
+            entry.fields_v1 = None;
+            entry.time = None;
+        }
     }
     let mut map = serde_json::Map::new();
     map.insert("apiVersion".into(), Value::String(api_version.into()));
@@ -324,6 +328,7 @@ impl ObjectPlanner<'_> {
                 conflicts: Vec::new(),
                 error: None,
                 owned_by: None,
+                drift: false,
                 contents: None,
             },
             desired: Some(self.desired.clone()),
@@ -543,7 +548,12 @@ impl ObjectPlanner<'_> {
         };
         // Taking the fields changes no value, so a plan with nothing else is
         // unchanged; the apply still makes that write.
+        let ours = owned_by.is_none() && self.context.labelled.contains_key(&self.key);
+        let drift = ours
+            && !conflicts.is_empty()
+            && conflicts.iter().all(|c| written_in_place(live, &c.manager));
         let mut planned = self.step(action, diff);
+        planned.change.drift = drift;
         planned.change.conflicts = conflicts;
         planned.force = !taken_quietly.is_empty();
         planned.hand_over = hand_over;
@@ -551,6 +561,15 @@ impl ObjectPlanner<'_> {
         planned.provenance = adopted;
         Ok(planned)
     }
+}
+
+/// Did `manager` write the object only in place (Update operations), never by apply?
+fn written_in_place(live: &Value, manager: &str) -> bool {
+    let entries: Vec<&Value> = live["metadata"]["managedFields"]
+        .as_array()
+        .map(|entries| entries.iter().filter(|e| e["manager"] == manager).collect())
+        .unwrap_or_default();
+    !entries.is_empty() && entries.iter().all(|e| e["operation"] == "Update")
 }
 
 async fn plan_object(

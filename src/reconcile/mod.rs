@@ -47,6 +47,9 @@ pub struct ApplyOptions {
     pub prune: bool,
     /// Take fields that other field managers own.
     pub force_conflicts: bool,
+    /// Take back the fields of drift (see [`crate::plan::Change::drift`]): changed in
+    /// place by another writer on an object this inventory applied.
+    pub correct_drift: bool,
     /// Take objects that belong to another tether inventory (dangerous: that
     /// inventory loses them).
     pub take_ownership: bool,

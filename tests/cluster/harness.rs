@@ -16,6 +16,8 @@ use super::nodesim;
 
 pub struct Cluster {
     pub kubeconfig: PathBuf,
+    /// The control plane's files; `logs/audit.log` has every write request.
+    pub state_dir: PathBuf,
 }
 
 static CLUSTER: OnceLock<Cluster> = OnceLock::new();
@@ -41,7 +43,10 @@ pub fn cluster() -> &'static Cluster {
         assert!(output.status.success(), "scripts/local-cluster up failed");
         let stdout = String::from_utf8(output.stdout).expect("utf-8");
         let kubeconfig = PathBuf::from(stdout.lines().last().expect("kubeconfig path").trim());
-        let cluster = Cluster { kubeconfig };
+        let cluster = Cluster {
+            kubeconfig,
+            state_dir,
+        };
         let kubeconfig = cluster.kubeconfig.clone();
         // The simulator outlives every test's runtime: its own thread and runtime.
         std::thread::spawn(move || {

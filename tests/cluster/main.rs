@@ -2,6 +2,7 @@
 //! scripts/local-cluster), with the node simulator standing in for a kubelet.
 
 mod broker;
+mod daemon;
 mod discover;
 mod events;
 mod fidelity;

@@ -1,0 +1,851 @@
+//! `tether run --sources`, the daemon, as an operator runs it: Sources declared as
+//! custom resources, a real Git remote served by `git daemon` and pushed to with the
+//! `git` CLI, webhooks over real HTTP, drift made with kubectl, replicas electing a
+//! leader, and the API server's audit log counting every write.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::harness::{Running, cluster, eventually, repo_root};
+use crate::reconcile::{base, config_map, git, live_config_map, setup};
+
+/// A bare repository served by `git daemon`, and a work tree that pushes to it.
+pub struct Remote {
+    dir: tempfile::TempDir,
+    _daemon: Running,
+    pub url: String,
+    log: PathBuf,
+}
+
+impl Remote {
+    /// `models/` on `main` holds `files`.
+    pub fn new(files: &[(&str, &str)]) -> Remote {
+        let dir = tempfile::tempdir().unwrap();
+        let work = dir.path().join("work");
+        std::fs::create_dir_all(work.join("models")).unwrap();
+        git(&work, &["init", "-q"]);
+        for (name, text) in files {
+            std::fs::write(work.join("models").join(name), text).unwrap();
+        }
+        git(&work, &["add", "-A"]);
+        git(&work, &["commit", "-qm", "models"]);
+        git(dir.path(), &["clone", "-q", "--bare", "work", "remote.git"]);
+        git(&work, &["remote", "add", "origin", "../remote.git"]);
+        let port = free_port();
+        let log = dir.path().join("git-daemon.log");
+        let daemon = Command::new("git")
+            .args(["daemon", "--export-all", "--reuseaddr", "--verbose"])
+            .arg(format!("--base-path={}", dir.path().display()))
+            .arg(format!("--port={port}"))
+            .arg("--listen=127.0.0.1")
+            .arg(dir.path())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let remote = Remote {
+            url: format!("git://127.0.0.1:{port}/remote.git"),
+            _daemon: Running(daemon),
+            dir,
+            log,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "git daemon did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        remote
+    }
+
+    fn work(&self) -> PathBuf {
+        self.dir.path().join("work")
+    }
+
+    /// Commits `files` (on `branch`) and pushes; returns the commit.
+    pub fn push(&self, branch: &str, files: &[(&str, &str)]) -> String {
+        let work = self.work();
+        git(&work, &["checkout", "-q", "-B", branch]);
+        for (name, text) in files {
+            std::fs::write(work.join("models").join(name), text).unwrap();
+        }
+        git(&work, &["add", "-A"]);
+        git(&work, &["commit", "-qm", "change"]);
+        git(&work, &["push", "-q", "origin", branch]);
+        let head = git(&work, &["rev-parse", "HEAD"]);
+        git(&work, &["checkout", "-q", "main"]);
+        head
+    }
+
+    pub fn head(&self, branch: &str) -> String {
+        git(&self.work(), &["rev-parse", branch])
+    }
+
+    /// How many connections `git daemon` served (each fetch or ref listing is one).
+    pub fn connections(&self) -> usize {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .matches("Connection from")
+            .count()
+    }
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub const SECRET: &str = "the-webhook-secret-of-the-tests";
+
+/// A `tether run` process with its HTTP port.
+pub struct Daemon {
+    pub process: Running,
+    pub port: u16,
+    _secret: tempfile::NamedTempFile,
+}
+
+impl Daemon {
+    pub fn start(args: &[&str]) -> Daemon {
+        let port = free_port();
+        let secret = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(secret.path(), format!("{SECRET}\n")).unwrap();
+        let cache = tempfile::tempdir().unwrap().keep();
+        let child = Command::new(env!("CARGO_BIN_EXE_tether"))
+            .args(["run", "--log-format", "json", "--log-level"])
+            // TETHER_TEST_DAEMON_LOG=debug shows what each daemon did.
+            .arg(std::env::var("TETHER_TEST_DAEMON_LOG").unwrap_or_else(|_| "warn".into()))
+            .args(args)
+            .arg(format!("--listen=127.0.0.1:{port}"))
+            .arg("--webhook-secret-file")
+            .arg(secret.path())
+            .arg("--cache-dir")
+            .arg(&cache)
+            .arg("--kubeconfig")
+            .arg(&cluster().kubeconfig)
+            .env("TETHER_COLOR", "never")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let daemon = Daemon {
+            process: Running(child),
+            port,
+            _secret: secret,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while daemon.get("/readyz").0 != 200 {
+            assert!(Instant::now() < deadline, "the daemon never got ready");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        daemon
+    }
+
+    pub fn get(&self, path: &str) -> (u16, String) {
+        http(self.port, "GET", path, &[], b"")
+    }
+
+    pub fn post(&self, path: &str, headers: &[(&str, String)], body: &[u8]) -> (u16, String) {
+        http(self.port, "POST", path, headers, body)
+    }
+
+    /// The value of one metric line (`name{labels}`), if present.
+    pub fn metric(&self, series: &str) -> Option<f64> {
+        let (_, text) = self.get("/metrics");
+        text.lines()
+            .find_map(|line| line.strip_prefix(series)?.trim().parse().ok())
+    }
+
+    /// Sends SIGTERM; returns the exit code and how long it took.
+    pub fn terminate(&mut self) -> (Option<i32>, Duration) {
+        let started = Instant::now();
+        signal(&self.process, "TERM");
+        let deadline = started + Duration::from_secs(40);
+        loop {
+            if let Some(status) = self.process.0.try_wait().unwrap() {
+                return (status.code(), started.elapsed());
+            }
+            assert!(Instant::now() < deadline, "no exit after SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+pub fn signal(process: &Running, name: &str) {
+    let sent = Command::new("kill")
+        .args([&format!("-{name}"), &process.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+}
+
+/// A plain HTTP/1.1 request; returns the status and the body.
+fn http(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, String)],
+    body: &[u8],
+) -> (u16, String) {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return (0, String::new());
+    };
+    let mut request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    if stream.write_all(request.as_bytes()).is_err() {
+        return (0, String::new());
+    }
+    // A server may answer (413) before reading all of a large body.
+    let _ = stream.write_all(body);
+    let mut response = Vec::new();
+    let _ = stream.read_to_end(&mut response);
+    let response = String::from_utf8_lossy(&response).into_owned();
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// The generic webhook of a push to `reference` of `url`, signed with `secret`.
+pub fn push_hook(
+    url: &str,
+    reference: &str,
+    secret: &str,
+) -> (Vec<(&'static str, String)>, Vec<u8>) {
+    let body = serde_json::json!({"repository": url, "ref": reference})
+        .to_string()
+        .into_bytes();
+    let signature = tether::daemon::webhook::sign(&body, secret.as_bytes());
+    (
+        vec![
+            ("X-Signature-256", signature),
+            ("Content-Type", "application/json".into()),
+        ],
+        body,
+    )
+}
+
+pub fn kubectl(args: &[&str]) -> std::process::Output {
+    Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&cluster().kubeconfig)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn kubectl_ok(args: &[&str]) -> String {
+    let output = kubectl(args);
+    assert!(
+        output.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+fn kubectl_apply_text(yaml: &str) {
+    let mut child = Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(&cluster().kubeconfig)
+        .args(["apply", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(yaml.as_bytes())
+        .unwrap();
+    assert!(child.wait().unwrap().success(), "kubectl apply of\n{yaml}");
+}
+
+/// The CRD of deploy/, applied and established.
+pub fn install_crd() {
+    let crd = repo_root().join("deploy/crd.yaml");
+    kubectl_ok(&[
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "-f",
+        &crd.display().to_string(),
+    ]);
+    kubectl_ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/sources.tether.dev",
+        "--timeout=30s",
+    ]);
+}
+
+pub fn source_yaml(name: &str, namespace: &str, url: &str, extra: &str) -> String {
+    format!(
+        "apiVersion: tether.dev/v1alpha1\nkind: Source\nmetadata:\n  name: {name}\n  namespace: {namespace}\nspec:\n  url: {url}\n  ref: main\n  path: models\n{extra}"
+    )
+}
+
+/// A Source's status as JSON.
+fn status(namespace: &str, name: &str) -> serde_json::Value {
+    let text = kubectl_ok(&["get", "source", name, "-n", namespace, "-o", "json"]);
+    let source: serde_json::Value = serde_json::from_str(&text).unwrap();
+    source["status"].clone()
+}
+
+fn condition(status: &serde_json::Value, type_: &str) -> Option<(String, String)> {
+    status["conditions"].as_array()?.iter().find_map(|c| {
+        (c["type"] == type_).then(|| {
+            (
+                c["status"].as_str().unwrap_or_default().to_string(),
+                c["reason"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+    })
+}
+
+async fn value_of(client: &kube::Client, namespace: &str) -> Option<String> {
+    live_config_map(client, namespace, "settings")
+        .await
+        .and_then(|c| c.data)
+        .and_then(|mut d| d.remove("key"))
+}
+
+/// Write requests the API server logged for `namespace` since `offset` (bytes of
+/// the audit log), as (verb, resource, name, user agent).
+pub fn writes_since(offset: u64, namespace: &str) -> Vec<String> {
+    let log = cluster().state_dir.join("logs/audit.log");
+    let text = std::fs::read(&log).unwrap_or_default();
+    let start = usize::try_from(offset).unwrap().min(text.len());
+    String::from_utf8_lossy(&text[start..])
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|entry| entry["objectRef"]["namespace"] == namespace)
+        .map(|entry| {
+            format!(
+                "{} {} {} ({})",
+                entry["verb"].as_str().unwrap_or_default(),
+                entry["objectRef"]["resource"].as_str().unwrap_or_default(),
+                entry["objectRef"]["name"].as_str().unwrap_or_default(),
+                entry["requestURI"].as_str().unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
+pub fn audit_offset() -> u64 {
+    std::fs::metadata(cluster().state_dir.join("logs/audit.log"))
+        .map(|m| m.len())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_source_follows_pushes_webhooks_and_requests_and_says_so_in_its_status() {
+    install_crd();
+    let (client, ns, _) = setup("daemon-source").await;
+    let remote = Remote::new(&[
+        ("base.yaml", &base(&ns)),
+        ("cm.yaml", &config_map("settings", &ns, "v1")),
+    ]);
+    let mut daemon = Daemon::start(&["--sources", "--sources-namespace", &ns]);
+    kubectl_apply_text(&source_yaml("web", &ns, &remote.url, "  interval: 1h\n"));
+
+    // Applied at once, and the status says which revision.
+    eventually(Duration::from_secs(30), || async {
+        value_of(&client, &ns).await.as_deref() == Some("v1")
+    })
+    .await;
+    let first = format!("main@sha1:{}", remote.head("main"));
+    eventually(Duration::from_secs(10), || async {
+        status(&ns, "web")["lastAppliedRevision"] == first.as_str()
+    })
+    .await;
+    let now = status(&ns, "web");
+    assert_eq!(
+        condition(&now, "Ready"),
+        Some(("True".into(), "ReconciliationSucceeded".into()))
+    );
+    assert_eq!(now["lastAttemptedRevision"], first.as_str());
+    // The ConfigMap is created; the namespace (made by the test) is adopted.
+    assert_eq!(now["lastPlan"]["created"], 1, "{now}");
+    assert_eq!(now["lastPlan"]["configured"], 1, "{now}");
+    assert!(now["lastSuccessTime"].is_string());
+    let table = kubectl_ok(&["get", "sources", "-n", &ns]);
+    assert!(
+        table.contains("READY") && table.contains("REVISION"),
+        "{table}"
+    );
+    assert!(table.contains("True") && table.contains(&first), "{table}");
+
+    // A push, announced by a webhook, is applied within seconds (the interval is an hour).
+    remote.push("main", &[("cm.yaml", &config_map("settings", &ns, "v2"))]);
+    let (headers, body) = push_hook(&remote.url, "refs/heads/main", SECRET);
+    let pushed = Instant::now();
+    let (code, answer) = daemon.post("/hook/generic", &headers, &body);
+    assert_eq!(code, 202, "{answer}");
+    eventually(Duration::from_secs(10), || async {
+        value_of(&client, &ns).await.as_deref() == Some("v2")
+    })
+    .await;
+    let took = pushed.elapsed();
+    eprintln!("push to applied: {took:?}");
+    assert!(
+        took < Duration::from_secs(5),
+        "applied {took:?} after the webhook"
+    );
+
+    // A push to another branch changes nothing.
+    remote.push("other", &[("cm.yaml", &config_map("settings", &ns, "v3"))]);
+    let (headers, body) = push_hook(&remote.url, "refs/heads/other", SECRET);
+    let (code, answer) = daemon.post("/hook/generic", &headers, &body);
+    assert_eq!(code, 200, "{answer}");
+    assert!(answer.contains("no source follows"), "{answer}");
+
+    // Requests that do not prove the secret, or are too large, reach neither Git nor
+    // the cluster.
+    let connections = remote.connections();
+    let offset = audit_offset();
+    let (headers, body) = push_hook(&remote.url, "refs/heads/main", "a-wrong-secret-for-sure");
+    assert_eq!(daemon.post("/hook/generic", &headers, &body).0, 401);
+    assert_eq!(daemon.post("/hook/generic", &[], &body).0, 401);
+    let github = [
+        ("X-GitHub-Event", "push".to_string()),
+        ("X-Hub-Signature-256", "sha256=00".into()),
+    ];
+    assert_eq!(daemon.post("/hook/github", &github, &body).0, 401);
+    assert_eq!(
+        daemon
+            .post(
+                "/hook/gitlab",
+                &[("X-Gitlab-Token", "nope".to_string())],
+                &body
+            )
+            .0,
+        401
+    );
+    let huge = vec![b'x'; 2 * 1024 * 1024];
+    let (headers, _) = push_hook(&remote.url, "refs/heads/main", SECRET);
+    assert_eq!(daemon.post("/hook/generic", &headers, &huge).0, 413);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        remote.connections(),
+        connections,
+        "a refused webhook made a Git request"
+    );
+    assert_eq!(
+        writes_since(offset, &ns),
+        Vec::<String>::new(),
+        "a refused webhook wrote"
+    );
+    assert_eq!(value_of(&client, &ns).await.as_deref(), Some("v2"));
+
+    // A requested reconcile is handled and echoed.
+    let reconcile = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args([
+            "reconcile",
+            "web",
+            "-n",
+            &ns,
+            "--timeout",
+            "30s",
+            "--kubeconfig",
+        ])
+        .arg(&cluster().kubeconfig)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&reconcile.stdout);
+    assert_eq!(
+        reconcile.status.code(),
+        Some(0),
+        "{said}{}",
+        String::from_utf8_lossy(&reconcile.stderr)
+    );
+    assert!(said.contains("is ready at main@sha1:"), "{said}");
+
+    // A broken commit stalls, keeping the applied revision; the next good one wins.
+    let bad = remote.push(
+        "main",
+        &[(
+            "cm.yaml",
+            "kind: KubernetesConfigMap\nname: settings\ntrust_domain: nowhere\n",
+        )],
+    );
+    let (headers, body) = push_hook(&remote.url, "refs/heads/main", SECRET);
+    assert_eq!(daemon.post("/hook/generic", &headers, &body).0, 202);
+    eventually(Duration::from_secs(15), || async {
+        status(&ns, "web")["lastAttemptedRevision"] == format!("main@sha1:{bad}").as_str()
+    })
+    .await;
+    let stalled = status(&ns, "web");
+    assert_eq!(
+        condition(&stalled, "Ready").map(|c| c.0),
+        Some("False".into())
+    );
+    assert_eq!(
+        condition(&stalled, "Stalled"),
+        Some(("True".into(), "InvalidModels".into()))
+    );
+    assert_ne!(
+        stalled["lastAppliedRevision"],
+        stalled["lastAttemptedRevision"]
+    );
+    let good = remote.push("main", &[("cm.yaml", &config_map("settings", &ns, "v4"))]);
+    let (headers, body) = push_hook(&remote.url, "refs/heads/main", SECRET);
+    assert_eq!(daemon.post("/hook/generic", &headers, &body).0, 202);
+    eventually(Duration::from_secs(15), || async {
+        status(&ns, "web")["lastAppliedRevision"] == format!("main@sha1:{good}").as_str()
+    })
+    .await;
+    assert_eq!(value_of(&client, &ns).await.as_deref(), Some("v4"));
+    assert_eq!(condition(&status(&ns, "web"), "Stalled"), None);
+
+    // Operations.
+    let series = format!("tether_reconciles_total{{source=\"{ns}/web\",result=\"success\"}}");
+    assert!(
+        daemon.metric(&series).unwrap_or(0.0) >= 3.0,
+        "{}",
+        daemon.get("/metrics").1
+    );
+    assert!(
+        daemon
+            .metric("tether_webhook_requests_total{provider=\"generic\",outcome=\"unauthorized\"}")
+            >= Some(2.0)
+    );
+    assert_eq!(daemon.get("/healthz").0, 200);
+    let (code, took) = daemon.terminate();
+    assert_eq!(code, Some(0));
+    assert!(took < Duration::from_secs(25), "stopped in {took:?}");
+}
+
+#[tokio::test]
+async fn drift_is_corrected_within_seconds_with_an_event_and_a_fighting_writer_is_backed_off() {
+    install_crd();
+    let (client, ns, _) = setup("daemon-drift").await;
+    let remote = Remote::new(&[
+        ("base.yaml", &base(&ns)),
+        ("cm.yaml", &config_map("settings", &ns, "v1")),
+    ]);
+    let daemon = Daemon::start(&["--sources", "--sources-namespace", &ns]);
+    kubectl_apply_text(&source_yaml("web", &ns, &remote.url, "  interval: 1h\n"));
+    eventually(Duration::from_secs(30), || async {
+        value_of(&client, &ns).await.as_deref() == Some("v1")
+    })
+    .await;
+
+    let patch = r#"{"data":{"key":"drifted"}}"#;
+    kubectl_ok(&["patch", "configmap", "settings", "-n", &ns, "-p", patch]);
+    let changed = Instant::now();
+    eventually(Duration::from_secs(10), || async {
+        value_of(&client, &ns).await.as_deref() == Some("v1")
+    })
+    .await;
+    let took = changed.elapsed();
+    eprintln!("drift corrected after {took:?}");
+    assert!(took < Duration::from_secs(5), "corrected after {took:?}");
+    eventually(Duration::from_secs(10), || async {
+        let events = kubectl_ok(&["get", "events", "-n", &ns, "-o", "json"]);
+        events.contains("DriftCorrected") && events.contains("kubectl-patch")
+    })
+    .await;
+
+    // A writer that fights for 14 s: without backoff, some 50 corrections.
+    let fighting = Instant::now();
+    let mut writes = 0;
+    while fighting.elapsed() < Duration::from_secs(14) {
+        let value = format!(r#"{{"data":{{"key":"fight-{writes}"}}}}"#);
+        kubectl_ok(&["patch", "configmap", "settings", "-n", &ns, "-p", &value]);
+        writes += 1;
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let corrected = corrections(&ns, "web", &daemon);
+    eprintln!("{writes} fighting writes, {corrected} corrections");
+    // 1 before the fight; then at most at 0, 2, 8 s (and 26 s is beyond the fight).
+    assert!(
+        (2.0..=5.0).contains(&corrected),
+        "{corrected} corrections against {writes} writes"
+    );
+    // The fight ended: the next correction comes when its backoff allows.
+    eventually(Duration::from_secs(60), || async {
+        value_of(&client, &ns).await.as_deref() == Some("v1")
+    })
+    .await;
+}
+
+fn corrections(ns: &str, name: &str, daemon: &Daemon) -> f64 {
+    daemon
+        .metric(&format!(
+            "tether_drift_total{{source=\"{ns}/{name}\",action=\"corrected\"}}"
+        ))
+        .unwrap_or(0.0)
+}
+
+#[tokio::test]
+async fn a_pass_over_an_unchanged_source_fetches_nothing_and_writes_nothing() {
+    install_crd();
+    let (client, ns, _) = setup("daemon-quiet").await;
+    let remote = Remote::new(&[
+        ("base.yaml", &base(&ns)),
+        ("cm.yaml", &config_map("settings", &ns, "v1")),
+    ]);
+    let daemon = Daemon::start(&["--sources", "--sources-namespace", &ns]);
+    kubectl_apply_text(&source_yaml("web", &ns, &remote.url, "  interval: 1s\n"));
+    eventually(Duration::from_secs(30), || async {
+        value_of(&client, &ns).await.as_deref() == Some("v1")
+    })
+    .await;
+    let series = format!("tether_reconciles_total{{source=\"{ns}/web\",result=\"success\"}}");
+    let fetches = format!("tether_git_fetch_duration_seconds_count{{source=\"{ns}/web\"}}");
+    eventually(Duration::from_secs(10), || async {
+        daemon.metric(&series) >= Some(2.0)
+    })
+    .await;
+    let passes = daemon.metric(&series).unwrap_or(0.0);
+    let fetched = daemon.metric(&fetches);
+    let offset = audit_offset();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let quiet_passes = daemon.metric(&series).unwrap_or(0.0) - passes;
+    assert!(
+        quiet_passes >= 3.0,
+        "only {quiet_passes} passes in 6 s at a 1 s interval"
+    );
+    assert_eq!(
+        daemon.metric(&fetches),
+        fetched,
+        "an unmoved ref was fetched"
+    );
+    assert_eq!(
+        writes_since(offset, &ns),
+        Vec::<String>::new(),
+        "{quiet_passes} quiet passes wrote"
+    );
+}
+
+#[tokio::test]
+async fn of_two_replicas_one_leads_and_the_other_takes_over_after_sigterm_and_sigkill() {
+    install_crd();
+    let (client, ns, _) = setup("daemon-leader").await;
+    let remote = Remote::new(&[
+        ("base.yaml", &base(&ns)),
+        ("cm.yaml", &config_map("settings", &ns, "v1")),
+    ]);
+    let replica = || {
+        Daemon::start(&[
+            "--sources",
+            "--sources-namespace",
+            &ns,
+            "--leader-elect",
+            "--lease-namespace",
+            &ns,
+            "--lease-duration",
+            "4s",
+        ])
+    };
+    let leads = |d: &Daemon| d.metric("tether_leader") == Some(1.0);
+    let mut a = replica();
+    let mut b = replica();
+    kubectl_apply_text(&source_yaml("web", &ns, &remote.url, "  interval: 1h\n"));
+    eventually(Duration::from_secs(30), || async {
+        value_of(&client, &ns).await.as_deref() == Some("v1")
+    })
+    .await;
+    eventually(Duration::from_secs(10), || async { leads(&a) || leads(&b) }).await;
+    assert!(!(leads(&a) && leads(&b)), "two leaders");
+    let (leader, follower) = if leads(&a) {
+        (&mut a, &mut b)
+    } else {
+        (&mut b, &mut a)
+    };
+    let series = format!("tether_reconciles_total{{source=\"{ns}/web\",result=\"success\"}}");
+    assert_eq!(follower.metric(&series), None, "the follower reconciled");
+
+    // SIGTERM: the leader releases the Lease; the follower takes it within 3 s.
+    let (code, _) = leader.terminate();
+    assert_eq!(code, Some(0));
+    let stopped = Instant::now();
+    while !leads(follower) {
+        assert!(stopped.elapsed() < Duration::from_secs(10), "no takeover");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let takeover = stopped.elapsed();
+    eprintln!("takeover after SIGTERM: {takeover:?}");
+    assert!(
+        takeover < Duration::from_secs(3),
+        "took over after {takeover:?}"
+    );
+    // The new leader reconciles: a push arrives.
+    remote.push("main", &[("cm.yaml", &config_map("settings", &ns, "v2"))]);
+    let (headers, body) = push_hook(&remote.url, "refs/heads/main", SECRET);
+    assert_eq!(follower.post("/hook/generic", &headers, &body).0, 202);
+    eventually(Duration::from_secs(15), || async {
+        value_of(&client, &ns).await.as_deref() == Some("v2")
+    })
+    .await;
+
+    // SIGKILL: the Lease expires (4 s) and a third replica takes it.
+    let c = replica();
+    signal(&follower.process, "KILL");
+    let killed = Instant::now();
+    while !leads(&c) {
+        assert!(
+            killed.elapsed() < Duration::from_secs(15),
+            "no takeover after SIGKILL"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let takeover = killed.elapsed();
+    eprintln!("takeover after SIGKILL: {takeover:?}");
+    assert!(
+        takeover < Duration::from_secs(6),
+        "took over after {takeover:?}"
+    );
+}
+
+/// deploy/ as an operator applies it: server-side dry run, then for real; its RBAC
+/// grants no wildcard and suffices for the daemon, which runs as its ServiceAccount.
+#[tokio::test]
+async fn deploy_applies_and_its_service_account_suffices_without_wildcards() {
+    install_crd();
+    let (client, ns, _) = setup("daemon-deploy").await;
+    let deploy = repo_root().join("deploy");
+    let files: Vec<String> = ["namespace", "crd", "rbac", "service", "deployment"]
+        .iter()
+        .map(|f| deploy.join(format!("{f}.yaml")).display().to_string())
+        .collect();
+    // The namespace first: a dry run of what goes in it needs it to exist.
+    kubectl_ok(&[
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "-f",
+        &files[0],
+    ]);
+    for file in &files {
+        kubectl_ok(&[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--dry-run=server",
+            "-f",
+            file,
+        ]);
+    }
+    for file in &files {
+        kubectl_ok(&["apply", "--server-side", "--force-conflicts", "-f", file]);
+    }
+    // policy/v1 came with 1.21; on this 1.20 server the same fields are checked as v1beta1.
+    let pdb = std::fs::read_to_string(deploy.join("pdb.yaml")).unwrap();
+    assert!(pdb.contains("apiVersion: policy/v1\n"));
+    let beta = pdb.replace("apiVersion: policy/v1\n", "apiVersion: policy/v1beta1\n");
+    let beta_file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(beta_file.path(), beta).unwrap();
+    kubectl_ok(&[
+        "apply",
+        "--dry-run=server",
+        "-f",
+        &beta_file.path().display().to_string(),
+    ]);
+
+    let account = "system:serviceaccount:tether-system:tether";
+    let rules = kubectl_ok(&["auth", "can-i", "--list", "--as", account]);
+    for line in rules.lines().skip(1) {
+        let resource = line.split_whitespace().next().unwrap_or_default();
+        if resource.starts_with("[/") || resource.is_empty() {
+            continue; // non-resource URLs every authenticated user has (/api/*, /healthz)
+        }
+        assert!(!line.contains('*'), "a wildcard grant: {line}");
+    }
+    for (verb, resource) in [
+        ("create", "clusterroles"),
+        ("delete", "nodes"),
+        ("get", "nodes"),
+    ] {
+        let can = kubectl(&["auth", "can-i", verb, resource, "--as", account]);
+        assert!(!can.status.success(), "the daemon may {verb} {resource}");
+    }
+
+    // The pod template follows the restricted Pod Security profile (1.20 has no
+    // admission to enforce it, so its fields are checked here).
+    let deployment: serde_json::Value = serde_json::from_str(&kubectl_ok(&[
+        "get",
+        "deployment",
+        "tether",
+        "-n",
+        "tether-system",
+        "-o",
+        "json",
+    ]))
+    .unwrap();
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    for container in pod["containers"].as_array().unwrap() {
+        let security = &container["securityContext"];
+        assert_eq!(security["allowPrivilegeEscalation"], false);
+        assert_eq!(security["readOnlyRootFilesystem"], true);
+        assert_eq!(security["capabilities"]["drop"], serde_json::json!(["ALL"]));
+        assert!(container["readinessProbe"]["httpGet"]["path"] == "/readyz");
+        assert!(container["livenessProbe"]["httpGet"]["path"] == "/healthz");
+        assert!(container["resources"]["requests"]["memory"].is_string());
+    }
+
+    // The daemon, as the ServiceAccount, reconciles a Source and corrects drift.
+    let remote = Remote::new(&[
+        ("base.yaml", &base(&ns)),
+        ("cm.yaml", &config_map("settings", &ns, "v1")),
+    ]);
+    let lease = format!("lease-{ns}");
+    let _daemon = Daemon::start(&[
+        "--sources",
+        "--sources-namespace",
+        &ns,
+        "--leader-elect",
+        "--lease-namespace",
+        "tether-system",
+        "--lease-name",
+        &lease,
+        "--as",
+        account,
+    ]);
+    kubectl_apply_text(&source_yaml("web", &ns, &remote.url, "  interval: 1h\n"));
+    eventually(Duration::from_secs(30), || async {
+        value_of(&client, &ns).await.as_deref() == Some("v1")
+    })
+    .await;
+    eventually(Duration::from_secs(10), || async {
+        condition(&status(&ns, "web"), "Ready").is_some_and(|c| c.0 == "True")
+    })
+    .await;
+    kubectl_ok(&[
+        "patch",
+        "configmap",
+        "settings",
+        "-n",
+        &ns,
+        "-p",
+        r#"{"data":{"key":"x"}}"#,
+    ]);
+    eventually(Duration::from_secs(10), || async {
+        value_of(&client, &ns).await.as_deref() == Some("v1")
+    })
+    .await;
+}
