@@ -1,24 +1,21 @@
-//! Drift: another writer changing (or deleting) an object tether applied. One watch per
-//! kind a source renders, by the inventory's label, tells the source's loop at once
-//! which object changed and who changed it; the loop's next pass judges whether a
+//! Drift: another writer changing (or deleting) an object tether applied. The source's
+//! watch cache ([`crate::reconcile::WatchCache`]) tells the loop at once which object
+//! changed and who changed it; the loop's next pass judges whether a
 //! field tether owns differs (and corrects or reports it). Against a writer that keeps
 //! fighting, each object's corrections back off (from 2 s, ×3, up to 5 min).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::{Api, DynamicObject};
-use kube::core::ApiResource;
-use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher::{self, Event};
-use kube::{Client, ResourceExt};
+use kube::ResourceExt;
+use kube::api::DynamicObject;
 use tokio::sync::mpsc;
-use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::k8s::ObjectKey;
+use crate::reconcile::cache::OnChange;
 
 /// An object someone other than tether changed or deleted.
 #[derive(Clone, Debug)]
@@ -47,89 +44,38 @@ pub fn newest_writer<'o>(object: &'o DynamicObject, ours: &str) -> Option<&'o st
         .and_then(|entry| entry.manager.as_deref())
 }
 
-/// The watches of one source's kinds, restarted when its kinds change.
-pub struct DriftWatch {
-    kinds: BTreeSet<(String, String)>,
-    tasks: JoinSet<()>,
-}
-
-impl DriftWatch {
-    /// Watches `resources` (each with its api version and kind) for objects labelled
-    /// `selector`; a write by anyone but `manager` is sent to `drift`.
-    pub fn start(
-        client: &Client,
-        resources: Vec<(String, String, ApiResource)>,
-        selector: &str,
-        manager: &str,
-        drift: &mpsc::Sender<Drift>,
-    ) -> Self {
-        let mut tasks = JoinSet::new();
-        let kinds = resources
-            .iter()
-            .map(|(v, k, _)| (v.clone(), k.clone()))
-            .collect();
-        for (api_version, kind, resource) in resources {
-            let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-            let config = watcher::Config::default().labels(selector);
-            let manager = manager.to_string();
-            let drift = drift.clone();
-            tasks.spawn(async move {
-                let mut events = watcher::watcher(api, config).default_backoff().boxed();
-                while let Some(event) = events.next().await {
-                    let (object, deleted) = match event {
-                        Ok(Event::Apply(object)) => (object, false),
-                        Ok(Event::Delete(object)) => (object, true),
-                        // The initial listing is the state the pass already saw.
-                        Ok(Event::Init | Event::InitApply(_) | Event::InitDone) => continue,
-                        Err(error) => {
-                            tracing::debug!(%error, kind, "drift watch interrupted; resuming");
-                            continue;
-                        }
-                    };
-                    let writer = match deleted {
-                        true => "a deletion".to_string(),
-                        false => match newest_writer(&object, &manager) {
-                            Some(writer) if writer != manager => writer.to_string(),
-                            _ => continue,
-                        },
-                    };
-                    let key = ObjectKey::new(
-                        &api_version,
-                        &kind,
-                        object.metadata.namespace.as_deref(),
-                        &object.name_any(),
-                    );
-                    let reference = ObjectReference {
-                        api_version: Some(api_version.clone()),
-                        kind: Some(kind.clone()),
-                        name: object.metadata.name.clone(),
-                        namespace: object.metadata.namespace.clone(),
-                        uid: object.metadata.uid.clone(),
-                        ..ObjectReference::default()
-                    };
-                    let drift_seen = Drift {
-                        key,
-                        manager: writer,
-                        reference,
-                    };
-                    if drift.send(drift_seen).await.is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-        DriftWatch { kinds, tasks }
-    }
-
-    pub fn kinds(&self) -> &BTreeSet<(String, String)> {
-        &self.kinds
-    }
-}
-
-impl Drop for DriftWatch {
-    fn drop(&mut self) {
-        self.tasks.abort_all();
-    }
+/// What a reconciler's watch cache calls on each change: a write by anyone but
+/// `manager`, or a deletion, is sent to `drift`. A full channel drops the report: the
+/// passes it would trigger are already due.
+pub fn reporter(manager: String, drift: mpsc::Sender<Drift>) -> OnChange {
+    Arc::new(move |api_version, kind, object, deleted| {
+        let writer = match deleted {
+            true => "a deletion".to_string(),
+            false => match newest_writer(object, &manager) {
+                Some(writer) if writer != manager => writer.to_string(),
+                _ => return,
+            },
+        };
+        let reference = ObjectReference {
+            api_version: Some(api_version.to_string()),
+            kind: Some(kind.to_string()),
+            name: object.metadata.name.clone(),
+            namespace: object.metadata.namespace.clone(),
+            uid: object.metadata.uid.clone(),
+            ..ObjectReference::default()
+        };
+        let seen = Drift {
+            key: ObjectKey::new(
+                api_version,
+                kind,
+                object.metadata.namespace.as_deref(),
+                &object.name_any(),
+            ),
+            manager: writer,
+            reference,
+        };
+        let _ = drift.try_send(seen);
+    })
 }
 
 /// When each object may be corrected again.

@@ -5,7 +5,7 @@
 //! metrics, the Source's status, and an Event on each object whose drift it
 //! corrected or reported.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,15 +16,15 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::Shared;
-use super::drift::{CorrectionBackoff, Drift, DriftWatch};
+use super::drift::{CorrectionBackoff, Drift, reporter};
 use super::source::DriftPolicy;
 use super::status::PassResult;
 use crate::driver::Loop;
 use crate::k8s::ObjectKey;
-use crate::ownership::PART_OF_LABEL;
 use crate::plan::Action;
 use crate::reconcile::{
     ApplyOptions, ApplyReport, Outcome, PlanOptions, Planned, ReconcileError, Reconciler,
+    WatchCache,
 };
 use crate::repo::RepoError;
 use crate::source::is_model_path;
@@ -70,8 +70,9 @@ pub struct SourceLoop<S = NoStatus> {
     interval: Duration,
     triggers: (mpsc::Sender<Trigger>, mpsc::Receiver<Trigger>),
     drift: (mpsc::Sender<Drift>, mpsc::Receiver<Drift>),
-    /// The drift watch, started after the first plan (it needs the kinds).
-    drift_watch: Option<DriftWatch>,
+    /// The watch cache of the kinds the source applies (started after the first
+    /// plan, which finds them): passes plan from it, and it reports drift.
+    cache: Option<WatchCache>,
     /// Drift seen since the last pass, by object.
     drifted: BTreeMap<ObjectKey, Drift>,
     backoff: CorrectionBackoff,
@@ -126,7 +127,7 @@ impl SourceLoop<NoStatus> {
             // One pending trigger is enough: a pass reads the whole source.
             triggers: mpsc::channel(1),
             drift: mpsc::channel(256),
-            drift_watch: None,
+            cache: None,
             drifted: BTreeMap::new(),
             backoff: CorrectionBackoff::default(),
             requested: None,
@@ -151,7 +152,7 @@ impl<S: StatusSink> SourceLoop<S> {
             interval: self.interval,
             triggers: self.triggers,
             drift: self.drift,
-            drift_watch: self.drift_watch,
+            cache: self.cache,
             drifted: self.drifted,
             backoff: self.backoff,
             requested: self.requested,
@@ -205,13 +206,16 @@ impl<S: StatusSink> SourceLoop<S> {
 
     /// Plans, and applies unless only drift is to be reported.
     async fn reconcile(&mut self) -> Result<PassOutcome, PassError> {
-        let planned = self.reconciler.plan(self.plan).await?;
+        let planned = self
+            .reconciler
+            .plan_cached(self.plan, self.cache.as_ref())
+            .await?;
         let commit = planned.plan.revision.as_ref().map(|r| r.commit.clone());
         tracing::Span::current().record("revision", commit.as_deref().unwrap_or("-"));
         if let Some(took) = planned.models.loaded.fetch_took {
             self.shared.metrics.fetched(&self.id, took);
         }
-        self.watch_drift(&planned).await;
+        self.keep_watch_cache(&planned).await;
         let revision = planned.plan.revision.as_ref().map(|r| r.to_string());
         if self.drift_policy == DriftPolicy::Report
             && commit.is_some()
@@ -257,41 +261,33 @@ impl<S: StatusSink> SourceLoop<S> {
         }
     }
 
-    /// Starts (or restarts, when the kinds changed) the watches that see drift.
-    async fn watch_drift(&mut self, planned: &Planned) {
-        let resources: Vec<_> = planned
-            .resources()
-            .served()
-            .filter(|(v, k, _)| {
-                planned
-                    .objects
-                    .iter()
-                    .any(|o| o.api_version == *v && o.kind == *k)
-            })
-            .map(|(v, k, r)| (v.to_string(), k.to_string(), r.clone()))
-            .collect();
-        let kinds = resources
+    /// Starts (or restarts, when the kinds changed) the watch cache.
+    async fn keep_watch_cache(&mut self, planned: &Planned) {
+        let kinds: BTreeSet<(String, String)> = planned
+            .objects
             .iter()
-            .map(|(v, k, _)| (v.clone(), k.clone()))
+            .filter(|o| {
+                planned
+                    .resources()
+                    .namespaced(&o.api_version, &o.kind)
+                    .is_some()
+            })
+            .map(|o| (o.api_version.clone(), o.kind.clone()))
             .collect();
-        if self
-            .drift_watch
-            .as_ref()
-            .is_some_and(|w| *w.kinds() == kinds)
-        {
+        if self.cache.as_ref().is_some_and(|c| *c.kinds() == kinds) {
             return;
         }
         let Ok(client) = self.reconciler.client().await else {
             return;
         };
         let inventory = self.reconciler.inventory();
-        let selector = format!("{PART_OF_LABEL}={}", inventory.applyset_id());
-        self.drift_watch = Some(DriftWatch::start(
+        let on_change = reporter(inventory.field_manager(), self.drift.0.clone());
+        self.cache = Some(WatchCache::start(
             client,
-            resources,
-            &selector,
-            &inventory.field_manager(),
-            &self.drift.0,
+            planned.resources().clone(),
+            kinds,
+            inventory,
+            on_change,
         ));
     }
 

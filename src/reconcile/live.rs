@@ -16,6 +16,7 @@ use kube::{Client, ResourceExt};
 use serde_json::Value;
 use tracing::instrument;
 
+use super::cache::WatchCache;
 use super::contents::list_namespace;
 use super::outcome::status_text;
 use super::{PlanOptions, Step};
@@ -66,16 +67,25 @@ pub(super) async fn plan(
     objects: &mut [RenderedObject],
     record: InventoryRecord,
     options: PlanOptions,
+    cache: Option<&WatchCache>,
 ) -> Result<Planning, ClusterError> {
     let mut kinds: BTreeSet<(String, String)> = objects
         .iter()
         .map(|o| (o.api_version.clone(), o.kind.clone()))
         .collect();
     kinds.extend(record.kinds());
-    let resources = Resources::discover(client, &kinds).await?;
+    let resources = match cache.and_then(|c| c.resources_covering(&kinds)) {
+        Some(resources) => resources.clone(),
+        None => Resources::discover(client, &kinds).await?,
+    };
     let defined_here = place_all(&resources, objects);
     let manager = inventory.field_manager();
-    let live = list_labelled(&resources, &kinds, &inventory.applyset_id(), &manager).await?;
+    let selector = Labelled {
+        applyset: &inventory.applyset_id(),
+        manager: &manager,
+        cache,
+    };
+    let live = list_labelled(&resources, &kinds, &selector).await?;
     let counts = RequestCounts::default();
     let context = ObjectContext {
         client,
@@ -247,19 +257,35 @@ fn place_all(
     defined_here
 }
 
-/// Everything labelled for this inventory, one list per kind.
+/// What is labelled for an inventory, and where its kinds may be cached.
+struct Labelled<'l> {
+    applyset: &'l str,
+    manager: &'l str,
+    cache: Option<&'l WatchCache>,
+}
+
+/// Everything labelled for this inventory: from the watch cache for the kinds it has
+/// synced, else one list per kind.
 #[instrument(skip_all)]
 async fn list_labelled(
     resources: &Resources,
     kinds: &BTreeSet<(String, String)>,
-    applyset: &str,
-    manager: &str,
+    labelled: &Labelled<'_>,
 ) -> Result<HashMap<ObjectKey, Value>, ClusterError> {
+    let Labelled {
+        applyset,
+        manager,
+        cache,
+    } = labelled;
     let selector = ListParams::default().labels(&format!("{PART_OF_LABEL}={applyset}"));
     let mut live = HashMap::new();
     for (api_version, kind) in kinds {
         if resources.namespaced(api_version, kind).is_none() {
             continue; // a kind only the inventory knows, no longer served: nothing to list
+        }
+        if let Some(cached) = cache.and_then(|c| c.listed(api_version, kind)) {
+            live.extend(cached);
+            continue;
         }
         let list = resources
             .api_all(api_version, kind)?
@@ -282,7 +308,12 @@ async fn list_labelled(
 /// A live object as JSON, with the apiVersion and kind that list items come without.
 /// Its managedFields (never compared, and the bulk of a listed object) keep only who
 /// wrote and how (to tell drift), unless they hold fields to hand over to `manager`.
-fn live_value(mut object: DynamicObject, api_version: &str, kind: &str, manager: &str) -> Value {
+pub(super) fn live_value(
+    mut object: DynamicObject,
+    api_version: &str,
+    kind: &str,
+    manager: &str,
+) -> Value {
     let keep = object
         .metadata
         .managed_fields

@@ -6,6 +6,7 @@
 //! [`crate::inventory`]; this module carries it out.
 
 mod apply;
+pub mod cache;
 mod contents;
 mod live;
 pub mod outcome;
@@ -29,6 +30,7 @@ use crate::ownership::Inventory;
 use crate::plan::{Change, Plan};
 use crate::render::{RenderedObject, render};
 use crate::repo::{LoadedModels, Repo, RepoError, SETTINGS_FILE};
+pub use cache::WatchCache;
 pub use outcome::{ApplyReport, ObjectFailure, ObjectReport, Outcome};
 
 /// Reconciles one source with one cluster, recording in one inventory. Holds its
@@ -160,8 +162,18 @@ impl Reconciler {
     /// `prune` only tells the plan's reports whether deletions will be carried out.
     /// Invalid models are reported before any cluster error: they make the cluster
     /// irrelevant.
-    #[instrument(skip_all, fields(source = %self.repo.label()))]
     pub async fn plan(&self, options: PlanOptions) -> Result<Planned, ReconcileError> {
+        self.plan_cached(options, None).await
+    }
+
+    /// [`Reconciler::plan`], reading the live objects of the kinds `cache` watches
+    /// from it instead of listing them.
+    #[instrument(skip_all, fields(source = %self.repo.label()))]
+    pub async fn plan_cached(
+        &self,
+        options: PlanOptions,
+        cache: Option<&WatchCache>,
+    ) -> Result<Planned, ReconcileError> {
         // The models and the cluster do not depend on each other: both at once.
         let models = async {
             let loaded = self.repo.load().await?;
@@ -180,7 +192,15 @@ impl Reconciler {
         };
         let (client, record, recorded) = cluster?;
         let revision = models.loaded.revision.clone();
-        let planning = live::plan(client, &self.inventory, &mut objects, record, options).await?;
+        let planning = live::plan(
+            client,
+            &self.inventory,
+            &mut objects,
+            record,
+            options,
+            cache,
+        )
+        .await?;
         let mut warnings = Vec::new();
         if !recorded && planning.labelled > 0 {
             warnings.push(format!(

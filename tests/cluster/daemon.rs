@@ -327,15 +327,32 @@ async fn value_of(client: &kube::Client, namespace: &str) -> Option<String> {
 }
 
 /// Write requests the API server logged for `namespace` since `offset` (bytes of
-/// the audit log), as (verb, resource, name, user agent).
+/// the audit log), as "verb resource name (request URI)".
 pub fn writes_since(offset: u64, namespace: &str) -> Vec<String> {
+    audited_since(offset, |entry| {
+        entry["verb"] != "list" && entry["objectRef"]["namespace"] == namespace
+    })
+}
+
+/// The LIST requests for objects labelled for `inventory` since `offset`.
+pub fn lists_since(offset: u64, inventory: &tether::ownership::Inventory) -> Vec<String> {
+    let selector = format!("part-of%3D{}", inventory.applyset_id());
+    audited_since(offset, |entry| {
+        entry["verb"] == "list"
+            && entry["requestURI"]
+                .as_str()
+                .is_some_and(|uri| uri.contains(&selector))
+    })
+}
+
+fn audited_since(offset: u64, wanted: impl Fn(&serde_json::Value) -> bool) -> Vec<String> {
     let log = cluster().state_dir.join("logs/audit.log");
     let text = std::fs::read(&log).unwrap_or_default();
     let start = usize::try_from(offset).unwrap().min(text.len());
     String::from_utf8_lossy(&text[start..])
         .lines()
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|entry| entry["objectRef"]["namespace"] == namespace)
+        .filter(|entry| wanted(entry))
         .map(|entry| {
             format!(
                 "{} {} {} ({})",
@@ -628,6 +645,19 @@ async fn a_pass_over_an_unchanged_source_fetches_nothing_and_writes_nothing() {
         daemon.metric(&fetches),
         fetched,
         "an unmoved ref was fetched"
+    );
+    let inventory = tether::ownership::Inventory {
+        name: "web".into(),
+        namespace: ns.clone(),
+    };
+    assert!(
+        !lists_since(0, &inventory).is_empty(),
+        "the first pass lists: the audit log must show it"
+    );
+    assert_eq!(
+        lists_since(offset, &inventory),
+        Vec::<String>::new(),
+        "quiet passes listed instead of reading the watch cache"
     );
     assert_eq!(
         writes_since(offset, &ns),
