@@ -3,101 +3,17 @@
 //! `git` CLI, webhooks over real HTTP, drift made with kubectl, replicas electing a
 //! leader, and the API server's audit log counting every write.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::path::PathBuf;
+use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::harness::{Running, cluster, eventually, repo_root};
-use crate::reconcile::{base, config_map, git, live_config_map, setup};
+use crate::reconcile::{base, config_map, live_config_map, setup};
 
-/// A bare repository served by `git daemon`, and a work tree that pushes to it.
-pub struct Remote {
-    dir: tempfile::TempDir,
-    _daemon: Running,
-    pub url: String,
-    log: PathBuf,
-}
-
-impl Remote {
-    /// `models/` on `main` holds `files`.
-    pub fn new(files: &[(&str, &str)]) -> Remote {
-        let dir = tempfile::tempdir().unwrap();
-        let work = dir.path().join("work");
-        std::fs::create_dir_all(work.join("models")).unwrap();
-        git(&work, &["init", "-q"]);
-        for (name, text) in files {
-            std::fs::write(work.join("models").join(name), text).unwrap();
-        }
-        git(&work, &["add", "-A"]);
-        git(&work, &["commit", "-qm", "models"]);
-        git(dir.path(), &["clone", "-q", "--bare", "work", "remote.git"]);
-        git(&work, &["remote", "add", "origin", "../remote.git"]);
-        let port = free_port();
-        let log = dir.path().join("git-daemon.log");
-        let daemon = Command::new("git")
-            .args(["daemon", "--export-all", "--reuseaddr", "--verbose"])
-            .arg(format!("--base-path={}", dir.path().display()))
-            .arg(format!("--port={port}"))
-            .arg("--listen=127.0.0.1")
-            .arg(dir.path())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let remote = Remote {
-            url: format!("git://127.0.0.1:{port}/remote.git"),
-            _daemon: Running(daemon),
-            dir,
-            log,
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "git daemon did not start");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        remote
-    }
-
-    fn work(&self) -> PathBuf {
-        self.dir.path().join("work")
-    }
-
-    /// Commits `files` (on `branch`) and pushes; returns the commit.
-    pub fn push(&self, branch: &str, files: &[(&str, &str)]) -> String {
-        let work = self.work();
-        git(&work, &["checkout", "-q", "-B", branch]);
-        for (name, text) in files {
-            std::fs::write(work.join("models").join(name), text).unwrap();
-        }
-        git(&work, &["add", "-A"]);
-        git(&work, &["commit", "-qm", "change"]);
-        git(&work, &["push", "-q", "origin", branch]);
-        let head = git(&work, &["rev-parse", "HEAD"]);
-        git(&work, &["checkout", "-q", "main"]);
-        head
-    }
-
-    pub fn head(&self, branch: &str) -> String {
-        git(&self.work(), &["rev-parse", branch])
-    }
-
-    /// How many connections `git daemon` served (each fetch or ref listing is one).
-    pub fn connections(&self) -> usize {
-        std::fs::read_to_string(&self.log)
-            .unwrap_or_default()
-            .matches("Connection from")
-            .count()
-    }
-}
-
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+use crate::reconcile::git_cli as git;
+#[path = "../common/remote.rs"]
+mod remote;
+pub use remote::{Remote, free_port, http};
 
 pub const SECRET: &str = "the-webhook-secret-of-the-tests";
 
@@ -180,45 +96,6 @@ pub fn signal(process: &Running, name: &str) {
         .status()
         .unwrap();
     assert!(sent.success());
-}
-
-/// A plain HTTP/1.1 request; returns the status and the body.
-fn http(
-    port: u16,
-    method: &str,
-    path: &str,
-    headers: &[(&str, String)],
-    body: &[u8],
-) -> (u16, String) {
-    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
-        return (0, String::new());
-    };
-    let mut request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (name, value) in headers {
-        request.push_str(&format!("{name}: {value}\r\n"));
-    }
-    request.push_str("\r\n");
-    if stream.write_all(request.as_bytes()).is_err() {
-        return (0, String::new());
-    }
-    // A server may answer (413) before reading all of a large body.
-    let _ = stream.write_all(body);
-    let mut response = Vec::new();
-    let _ = stream.read_to_end(&mut response);
-    let response = String::from_utf8_lossy(&response).into_owned();
-    let status = response
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (status, body)
 }
 
 /// The generic webhook of a push to `reference` of `url`, signed with `secret`.

@@ -11,7 +11,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use crate::harness::cluster;
 
 #[path = "../common/git.rs"]
-mod git_cli;
+pub mod git_cli;
 pub use git_cli::git;
 
 /// A models repo in a temporary directory, edited between runs.

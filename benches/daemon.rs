@@ -1,0 +1,288 @@
+//! The daemon (`tether run --sources`) in steady state, against a local control plane
+//! and a `git daemon` remote: one Source of 5,000 ConfigMaps in 200 namespaces.
+//! Measures the first apply, the CPU of a pass that finds nothing to do (and that it
+//! makes no write), push → applied through a webhook (median and worst of 20), and
+//! the daemon's memory (steady, and the peak during start-up).
+//! Run with `cargo bench --bench daemon` (`-- --objects 1000 --namespaces 40`).
+
+mod common;
+#[path = "../tests/common/git.rs"]
+mod git;
+#[path = "common/kube.rs"]
+mod kube_helpers;
+#[path = "../tests/common/remote.rs"]
+mod remote;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, PostParams};
+use kube::{Client, CustomResourceExt};
+use tether::daemon::source::{Source, SourceSpec};
+use tether::daemon::webhook::sign;
+
+use kube_helpers::{arg, client};
+use remote::{Remote, free_port, http};
+
+const SECRET: &str = "a-webhook-secret-for-the-benchmark";
+const SOURCE_NAMESPACE: &str = "tether-bench";
+
+fn main() {
+    let objects = arg("--objects", 5000);
+    let namespaces = arg("--namespaces", 200).max(1);
+    let pushes = arg("--pushes", 20);
+    let cluster = common::start_cluster();
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(run(&cluster.kubeconfig, objects, namespaces, pushes));
+}
+
+/// The models: a KubernetesService, `namespaces` TrustDomains, and `objects`
+/// ConfigMaps spread over them (one file per namespace).
+fn models(
+    objects: usize,
+    namespaces: usize,
+    changed: Option<(usize, &str)>,
+) -> Vec<(String, String)> {
+    let mut files = vec![(
+        "service.yaml".to_string(),
+        "kind: KubernetesService\nname: kubernetes\n".to_string(),
+    )];
+    for n in 0..namespaces {
+        let mut text = format!("kind: TrustDomain\nname: bench-{n}\n");
+        for i in (0..objects).filter(|i| i % namespaces == n) {
+            let value = match changed {
+                Some((c, value)) if c == i => value.to_string(),
+                _ => "v1".to_string(),
+            };
+            text.push_str(&format!(
+                "---\nkind: KubernetesConfigMap\nname: c-{i}\ntrust_domain: bench-{n}\ndata:\n  key: \"{value}\"\n"
+            ));
+        }
+        files.push((format!("ns-{n}.yaml"), text));
+    }
+    files
+}
+
+struct Daemon {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Daemon {
+    fn proc_status(&self, field: &str) -> f64 {
+        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default()
+            .lines()
+            .find(|l| l.starts_with(field))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+            .unwrap_or(0.0)
+            / 1024.0
+    }
+
+    /// User and system CPU time so far.
+    fn cpu(&self) -> Duration {
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map(|(_, r)| r)
+            .unwrap_or("")
+            .split_whitespace()
+            .collect();
+        let ticks: u64 = [11, 12]
+            .iter()
+            .filter_map(|i| fields.get(*i)?.parse::<u64>().ok())
+            .sum();
+        // USER_HZ is 100 on Linux.
+        Duration::from_millis(ticks * 10)
+    }
+
+    fn metric(&self, series: &str) -> f64 {
+        let (_, text) = http(self.port, "GET", "/metrics", &[], b"");
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+            .unwrap_or(0.0)
+    }
+}
+
+async fn run(kubeconfig: &std::path::Path, objects: usize, namespaces: usize, pushes: usize) {
+    let client = client(kubeconfig).await;
+    install_crd(&client).await;
+    kube_helpers::namespace(&client, SOURCE_NAMESPACE).await;
+    let files = models(objects, namespaces, None);
+    let borrowed: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.as_str()))
+        .collect();
+    let remote = Remote::new(&borrowed);
+
+    let port = free_port();
+    let secret = tempfile::NamedTempFile::new().expect("secret");
+    std::fs::write(secret.path(), SECRET).expect("secret");
+    let cache = tempfile::tempdir().expect("cache");
+    let child = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(["run", "--sources", "--sources-namespace", SOURCE_NAMESPACE])
+        .arg(format!("--listen=127.0.0.1:{port}"))
+        .arg("--webhook-secret-file")
+        .arg(secret.path())
+        .arg("--cache-dir")
+        .arg(cache.path())
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("tether run");
+    let daemon = Daemon { child, port };
+
+    let sources: Api<Source> = Api::namespaced(client.clone(), SOURCE_NAMESPACE);
+    let mut source = Source::new(
+        "bench",
+        SourceSpec {
+            url: remote.url.clone(),
+            reference: Some("main".into()),
+            path: Some("models".into()),
+            interval: Some("2s".into()),
+            prune: false,
+            allow_empty: false,
+            drift: Default::default(),
+            suspend: false,
+            inventory: None,
+            secret_ref: None,
+        },
+    );
+    source.metadata.namespace = Some(SOURCE_NAMESPACE.into());
+    let started = Instant::now();
+    sources
+        .create(&PostParams::default(), &source)
+        .await
+        .expect("Source");
+    let head = format!("main@sha1:{}", remote.head("main"));
+    let mut peak_start = 0.0f64;
+    loop {
+        peak_start = peak_start.max(daemon.proc_status("VmRSS:"));
+        let applied = sources
+            .get_status("bench")
+            .await
+            .ok()
+            .and_then(|s| s.status)
+            .and_then(|s| s.last_applied_revision);
+        if applied.as_deref() == Some(head.as_str()) {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(900),
+            "never applied"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let first_apply = started.elapsed();
+    let peak_start = peak_start.max(daemon.proc_status("VmHWM:"));
+
+    // Quiet passes: every 2 s, nothing to do.
+    let passes = format!(
+        "tether_reconciles_total{{source=\"{SOURCE_NAMESPACE}/bench\",result=\"success\"}}"
+    );
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let (cpu0, passes0) = (daemon.cpu(), daemon.metric(&passes));
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let (cpu1, passes1) = (daemon.cpu(), daemon.metric(&passes));
+    let quiet = passes1 - passes0;
+    let cpu_per_pass = (cpu1 - cpu0).as_secs_f64() * 1000.0 / quiet.max(1.0);
+    let steady = daemon.proc_status("VmRSS:");
+
+    // Pushes of one changed model, announced by a webhook.
+    let mut latencies = Vec::new();
+    for round in 0..pushes {
+        let changed = (round * 7919) % objects;
+        let value = format!("push-{round}");
+        let files = models(objects, namespaces, Some((changed, &value)));
+        let name = format!("ns-{}.yaml", changed % namespaces);
+        let file = files.iter().find(|(n, _)| *n == name).expect("file");
+        remote.push("main", &[(file.0.as_str(), file.1.as_str())]);
+        let body =
+            serde_json::json!({"repository": remote.url, "ref": "refs/heads/main"}).to_string();
+        let headers = [("X-Signature-256", sign(body.as_bytes(), SECRET.as_bytes()))];
+        let pushed = Instant::now();
+        let (code, _) = http(port, "POST", "/hook/generic", &headers, body.as_bytes());
+        assert_eq!(code, 202);
+        let namespaced: Api<ConfigMap> =
+            Api::namespaced(client.clone(), &format!("bench-{}", changed % namespaces));
+        loop {
+            let live = namespaced.get(&format!("c-{changed}")).await.ok();
+            if live
+                .and_then(|c| c.data)
+                .and_then(|d| d.get("key").cloned())
+                .as_deref()
+                == Some(value.as_str())
+            {
+                break;
+            }
+            assert!(
+                pushed.elapsed() < Duration::from_secs(120),
+                "push {round} never applied"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        latencies.push(pushed.elapsed());
+    }
+    latencies.sort();
+    let median = latencies
+        .get(latencies.len() / 2)
+        .copied()
+        .unwrap_or_default();
+    let worst = latencies.last().copied().unwrap_or_default();
+    let p99 = latencies
+        .get((latencies.len() * 99).div_ceil(100).saturating_sub(1))
+        .copied()
+        .unwrap_or_default();
+
+    println!("tether run --sources: one Source, {objects} ConfigMaps in {namespaces} namespaces");
+    println!(
+        "  first apply (Source created → status at the commit)  {:>8.0} ms",
+        first_apply.as_secs_f64() * 1000.0
+    );
+    println!("  quiet pass, CPU per pass ({quiet:.0} passes in 20 s)      {cpu_per_pass:>8.1} ms");
+    println!(
+        "  push → applied via webhook, median / p99 / worst of {}  {:>6.0} / {:.0} / {:.0} ms",
+        latencies.len(),
+        median.as_secs_f64() * 1000.0,
+        p99.as_secs_f64() * 1000.0,
+        worst.as_secs_f64() * 1000.0
+    );
+    println!(
+        "  RSS steady {steady:.1} MiB, peak during start-up {peak_start:.1} MiB ({:.2}× steady)",
+        peak_start / steady.max(1.0)
+    );
+}
+
+async fn install_crd(client: &Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.create(&PostParams::default(), &Source::crd())
+        .await
+        .expect("CRD");
+    loop {
+        let established = crds
+            .get("sources.tether.dev")
+            .await
+            .ok()
+            .and_then(|c| c.status)
+            .and_then(|s| s.conditions)
+            .is_some_and(|c| {
+                c.iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            });
+        if established {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
