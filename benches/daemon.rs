@@ -192,10 +192,11 @@ async fn run(kubeconfig: &std::path::Path, objects: usize, namespaces: usize, pu
         "tether_reconciles_total{{source=\"{SOURCE_NAMESPACE}/bench\",result=\"success\"}}"
     );
     tokio::time::sleep(Duration::from_secs(8)).await;
-    let (cpu0, passes0) = (daemon.cpu(), daemon.metric(&passes));
+    let (cpu0, passes0, git0) = (daemon.cpu(), daemon.metric(&passes), remote.connections());
     tokio::time::sleep(Duration::from_secs(20)).await;
-    let (cpu1, passes1) = (daemon.cpu(), daemon.metric(&passes));
+    let (cpu1, passes1, git1) = (daemon.cpu(), daemon.metric(&passes), remote.connections());
     let quiet = passes1 - passes0;
+    let git_per_pass = (git1 - git0) as f64 / quiet.max(1.0);
     let cpu_per_pass = (cpu1 - cpu0).as_secs_f64() * 1000.0 / quiet.max(1.0);
     let steady = daemon.proc_status("VmRSS:");
 
@@ -245,6 +246,7 @@ async fn run(kubeconfig: &std::path::Path, objects: usize, namespaces: usize, pu
         .copied()
         .unwrap_or_default();
 
+    println!("  quiet pass, Git connections per pass (ref listing only): {git_per_pass:.1}");
     println!("tether run --sources: one Source, {objects} ConfigMaps in {namespaces} namespaces");
     println!(
         "  first apply (Source created → status at the commit)  {:>8.0} ms",
