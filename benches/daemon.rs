@@ -10,6 +10,8 @@ mod common;
 mod git;
 #[path = "common/kube.rs"]
 mod kube_helpers;
+// Shared with the daemon's tests, which use more of it.
+#[allow(dead_code)]
 #[path = "../tests/common/remote.rs"]
 mod remote;
 
@@ -157,6 +159,7 @@ async fn run(kubeconfig: &std::path::Path, objects: usize, namespaces: usize, pu
             suspend: false,
             inventory: None,
             secret_ref: None,
+            discovery: None,
         },
     );
     source.metadata.namespace = Some(SOURCE_NAMESPACE.into());

@@ -341,7 +341,7 @@ pub fn read_file_at(
 }
 
 /// 40 hexadecimal digits (SHA-1) or 64 (SHA-256).
-fn is_full_commit_id(text: &str) -> bool {
+pub fn is_full_commit_id(text: &str) -> bool {
     matches!(text.len(), 40 | 64) && text.bytes().all(|b| b.is_ascii_hexdigit())
 }
 

@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::Shared;
+use super::discovery::DiscoveryTarget;
 use super::runner::{PassError, SourceLoop, StatusSink, Trigger};
 use super::source::{
     RECONCILE_REQUESTED_ANNOTATION, Source, SourceSpec, SourceStatus, revision_name,
@@ -29,7 +30,7 @@ use super::status::{PassResult, next_status, worth_writing};
 use super::webhook::Push;
 use crate::cluster::Target;
 use crate::driver::{Backoff, Schedule, drive};
-use crate::git::Credentials;
+use crate::git::{Credentials, is_full_commit_id};
 use crate::reconcile::Reconciler;
 
 /// Runs the loops of the Sources in `namespace` (all namespaces: `None`).
@@ -295,6 +296,8 @@ async fn run_source(
             }
         }
     };
+    let (discovery_client, discovery_cache, discovery_credentials) =
+        (client.clone(), cache.clone(), credentials.clone());
     let settings = match source.spec.settings(&namespace, &name, cache, credentials) {
         Ok(settings) => settings,
         Err(error) => {
@@ -340,6 +343,32 @@ async fn run_source(
     {
         let _ = trigger.try_send(Trigger::Requested(requested.clone()));
     }
+    let discovery = source.spec.discovery.as_ref().map(|discovery| {
+        let target = DiscoveryTarget {
+            url: source.spec.url.clone(),
+            branch: discovery
+                .branch
+                .clone()
+                .or_else(|| {
+                    source
+                        .spec
+                        .reference
+                        .clone()
+                        .filter(|r| !is_full_commit_id(r))
+                })
+                .unwrap_or_else(|| "main".into()),
+            path: PathBuf::from(source.spec.path.as_deref().unwrap_or(".")),
+            cache: discovery_cache.clone(),
+            credentials: discovery_credentials.clone(),
+            applyset: work.inventory().applyset_id(),
+            outbox: discovery_cache
+                .join("outbox")
+                .join(format!("{namespace}-{name}")),
+        };
+        tokio::spawn(
+            super::discovery::run(discovery_client.clone(), target, stop.clone()).in_current_span(),
+        )
+    });
     let schedule = Schedule {
         name: "source",
         debounce: Duration::from_millis(100),
@@ -360,6 +389,9 @@ async fn run_source(
         Err(error) => tracing::warn!(%error, "pass failed"),
     })
     .await;
+    if let Some(discovery) = discovery {
+        let _ = discovery.await;
+    }
     shared.unregister(&id);
 }
 

@@ -7,6 +7,7 @@
 //! `/healthz`.
 
 pub mod controller;
+pub mod discovery;
 pub mod drift;
 pub mod http;
 pub mod leader;

@@ -179,6 +179,11 @@ impl<S: StatusSink> SourceLoop<S> {
         self
     }
 
+    /// The inventory the source records in.
+    pub fn inventory(&self) -> &crate::ownership::Inventory {
+        self.reconciler.inventory()
+    }
+
     /// Where webhooks and requests send their triggers.
     pub fn trigger(&self) -> mpsc::Sender<Trigger> {
         self.triggers.0.clone()

@@ -65,6 +65,11 @@ pub struct SourceSpec {
     /// The inventory ConfigMap (in the Source's namespace); default: the Source's name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inventory: Option<String>,
+    /// Commit the cluster's pods that tether did not create back to the repository
+    /// (under `discovered/` of `path`) and publish pod events to the sinks its
+    /// `.tether.yaml` names. The credentials must allow a push.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub discovery: Option<DiscoverySpec>,
     /// A Secret in the Source's namespace with Git credentials: `username`, and
     /// `password` or `token`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -76,6 +81,15 @@ pub enum DriftPolicy {
     #[default]
     Correct,
     Report,
+}
+
+/// Where discovered models are committed.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct DiscoverySpec {
+    /// The branch to commit to (default: the Source's ref when it is a branch, else
+    /// main).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]

@@ -41,6 +41,15 @@ impl Drop for EventPipeline {
 }
 
 impl EventPipeline {
+    /// Stops: the deliveries in progress finish (the outbox is flushed to the sinks
+    /// that take it) within `timeout`; what is left stays in the outbox for the next
+    /// start.
+    pub async fn close(mut self, timeout: Duration) {
+        self.stop.cancel();
+        let tasks = std::mem::take(&mut self.tasks);
+        let _ = tokio::time::timeout(timeout, futures::future::join_all(tasks)).await;
+    }
+
     /// The pipeline of `config`'s sinks and outbox, with a pod watch of its own.
     pub async fn open(
         config: &EventsConfig,

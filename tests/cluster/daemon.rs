@@ -544,6 +544,65 @@ async fn a_pass_over_an_unchanged_source_fetches_nothing_and_writes_nothing() {
 }
 
 #[tokio::test]
+async fn a_source_with_discovery_commits_the_pods_others_made_and_publishes_their_events() {
+    install_crd();
+    let (client, ns, _) = setup("daemon-discovery").await;
+    let settings = format!("discover:\n  namespaces: [{ns}]\nevents:\n  kube_events: true\n");
+    let remote = Remote::new(&[
+        ("base.yaml", &base(&ns)),
+        ("cm.yaml", &config_map("settings", &ns, "v1")),
+        (".tether.yaml", &settings),
+    ]);
+    let daemon = Daemon::start(&["--sources", "--sources-namespace", &ns]);
+    kubectl_apply_text(&source_yaml(
+        "web",
+        &ns,
+        &remote.file_url(),
+        "  interval: 1h\n  discovery: {}\n",
+    ));
+    eventually(Duration::from_secs(30), || async {
+        value_of(&client, &ns).await.as_deref() == Some("v1")
+    })
+    .await;
+
+    // Another team's pod, made with kubectl: committed to the Source's branch, and its
+    // creation published as a Kubernetes Event.
+    kubectl_ok(&["-n", &ns, "run", "solo", "--image=busybox:1.36"]);
+    let listing = || {
+        let output = Command::new("git")
+            .arg("-C")
+            .arg(remote.bare())
+            .args(["ls-tree", "-r", "--name-only", "main"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let pod_file = format!("models/discovered/{ns}/pods/solo.yaml");
+    eventually(Duration::from_secs(30), || async {
+        listing().contains(&pod_file)
+    })
+    .await;
+    eventually(Duration::from_secs(30), || async {
+        let events = kubectl_ok(&["get", "events", "-n", &ns, "-o", "json"]);
+        events.contains("PodCreated") && events.contains("solo")
+    })
+    .await;
+    // The discovered models are models of the Source: its next pass reads them and
+    // applies nothing for them (tether never manages what it discovered).
+    let (headers, body) = push_hook(&remote.file_url(), "refs/heads/main", SECRET);
+    assert_eq!(daemon.post("/hook/generic", &headers, &body).0, 202);
+    let applied = format!("main@sha1:{}", remote.head_of_bare("main"));
+    eventually(Duration::from_secs(15), || async {
+        status(&ns, "web")["lastAppliedRevision"] == applied.as_str()
+    })
+    .await;
+    assert_eq!(
+        condition(&status(&ns, "web"), "Ready").map(|c| c.0),
+        Some("True".into())
+    );
+}
+
+#[tokio::test]
 async fn of_two_replicas_one_leads_and_the_other_takes_over_after_sigterm_and_sigkill() {
     install_crd();
     let (client, ns, _) = setup("daemon-leader").await;

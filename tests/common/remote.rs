@@ -56,6 +56,16 @@ impl Remote {
         remote
     }
 
+    /// The same repository as a `file://` URL, which also takes pushes.
+    pub fn file_url(&self) -> String {
+        format!("file://{}", self.bare().display())
+    }
+
+    /// The bare repository.
+    pub fn bare(&self) -> PathBuf {
+        self.dir.path().join("remote.git")
+    }
+
     fn work(&self) -> PathBuf {
         self.dir.path().join("work")
     }
@@ -73,6 +83,11 @@ impl Remote {
         let head = git(&work, &["rev-parse", "HEAD"]);
         git(&work, &["checkout", "-q", "main"]);
         head
+    }
+
+    /// The commit `branch` names in the bare repository (which others push to).
+    pub fn head_of_bare(&self, branch: &str) -> String {
+        git(&self.bare(), &["rev-parse", branch])
     }
 
     pub fn head(&self, branch: &str) -> String {
