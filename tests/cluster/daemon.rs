@@ -7,6 +7,8 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::ConfigMap;
+
 use crate::harness::{Running, cluster, eventually, repo_root};
 use crate::reconcile::{base, config_map, live_config_map, setup};
 
@@ -680,6 +682,89 @@ async fn of_two_replicas_one_leads_and_the_other_takes_over_after_sigterm_and_si
         takeover < Duration::from_secs(6),
         "took over after {takeover:?}"
     );
+}
+
+#[tokio::test]
+async fn sigterm_in_the_middle_of_a_pass_exits_cleanly_and_the_next_leader_converges() {
+    const OBJECTS: usize = 1000;
+    install_crd();
+    let (client, ns, _) = setup("daemon-sigterm").await;
+    let mut models = base(&ns);
+    for i in 0..OBJECTS {
+        models.push_str(&format!(
+            "---\n{}",
+            config_map(&format!("c-{i}"), &ns, "v1")
+        ));
+    }
+    let remote = Remote::new(&[("all.yaml", &models)]);
+    let replica = || {
+        Daemon::start(&[
+            "--sources",
+            "--sources-namespace",
+            &ns,
+            "--leader-elect",
+            "--lease-namespace",
+            &ns,
+            "--shutdown-timeout",
+            "0s",
+        ])
+    };
+    let mut first = replica();
+    kubectl_apply_text(&source_yaml("web", &ns, &remote.url, "  interval: 1h\n"));
+    let configmaps: kube::Api<ConfigMap> = kube::Api::namespaced(client.clone(), &ns);
+    let is_ours = |c: &ConfigMap| {
+        c.metadata
+            .name
+            .as_deref()
+            .is_some_and(|n| n.starts_with("c-"))
+    };
+    // Stopped while its first pass applies, as soon as the first objects are there;
+    // with no shutdown grace, the pass is cancelled where it is.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !configmaps
+        .list(&Default::default())
+        .await
+        .is_ok_and(|l| l.items.iter().any(is_ours))
+    {
+        assert!(Instant::now() < deadline, "nothing applied");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (code, took) = first.terminate();
+    assert_eq!(code, Some(0));
+    assert!(took < Duration::from_secs(10), "stopped after {took:?}");
+    let when_stopped = configmaps
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|c| is_ours(c))
+        .count();
+    eprintln!("stopped after {took:?} with {when_stopped} ConfigMaps applied");
+    assert!(
+        when_stopped > 0 && when_stopped < OBJECTS,
+        "SIGTERM came outside the pass ({when_stopped} applied)"
+    );
+
+    let _next = replica();
+    let head = format!("main@sha1:{}", remote.head("main"));
+    eventually(Duration::from_secs(60), || async {
+        status(&ns, "web")["lastAppliedRevision"] == head.as_str()
+    })
+    .await;
+    let live = configmaps.list(&Default::default()).await.unwrap();
+    let ours = live.items.iter().filter(|c| is_ours(c)).count();
+    assert_eq!(ours, OBJECTS);
+    // The inventory records every object, each once.
+    let inventory = live_config_map(&client, &ns, "web").await.unwrap();
+    let objects = inventory
+        .data
+        .unwrap_or_default()
+        .get("objects")
+        .cloned()
+        .unwrap_or_default();
+    let recorded = objects.lines().filter(|l| l.contains("ConfigMap")).count();
+    assert_eq!(recorded, OBJECTS, "{objects}");
 }
 
 /// deploy/ as an operator applies it: server-side dry run, then for real; its RBAC
