@@ -178,6 +178,24 @@ pub fn fetch_models_timed(
     Ok((files, revision, fetched))
 }
 
+/// The commit `reference` names at the remote when the cache already holds it (one
+/// round trip listing the remote's refs, nothing fetched); `None` when it moved or
+/// anything is uncertain.
+pub fn unmoved_commit(
+    url: &str,
+    reference: Option<&str>,
+    cache_dir: &Path,
+    credentials: &Credentials,
+) -> Option<String> {
+    let repo = open_cache(cache_dir, url).ok()?;
+    if !cached_is_current(&repo, url, reference, credentials) {
+        return None;
+    }
+    resolve(&repo, url, reference)
+        .ok()
+        .map(|oid| oid.to_string())
+}
+
 /// Does the cache already hold what `reference` names at the remote? A full commit id
 /// never moves; a branch or tag is compared with the remote's refs, listed in one
 /// round trip without any object, so that a source that did not move costs no fetch.

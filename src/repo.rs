@@ -71,6 +71,28 @@ impl Repo {
         }
     }
 
+    /// For a Git source: the commit its ref names, if the remote says it did not move
+    /// from what the cache holds (nothing is fetched). `None` for a directory, or when
+    /// the ref moved or the remote could not be asked.
+    pub async fn unmoved_commit(&self) -> Option<String> {
+        let Repo::Git {
+            url,
+            reference,
+            cache,
+            credentials,
+            ..
+        } = self.clone()
+        else {
+            return None;
+        };
+        blocking(move || {
+            crate::git::unmoved_commit(&url, reference.as_deref(), &cache, &credentials)
+        })
+        .await
+        .ok()
+        .flatten()
+    }
+
     /// Reads the models; a directory's files and its checkout's commit at once.
     #[instrument(skip_all, fields(source = %self.label()))]
     pub async fn load(&self) -> Result<LoadedModels, RepoError> {

@@ -80,6 +80,9 @@ pub struct SourceLoop<S = NoStatus> {
     requested: Option<String>,
     /// The commit last applied without error.
     last_applied: Option<String>,
+    /// The commit of the last pass that applied everything, with the watch cache's
+    /// change count when it began: the state a quiet pass checks against.
+    settled: Option<(String, u64)>,
     /// File changes of a models directory (the watcher is kept alive beside it).
     directory: Option<notify::RecommendedWatcher>,
     shared: Arc<Shared>,
@@ -132,6 +135,7 @@ impl SourceLoop<NoStatus> {
             backoff: CorrectionBackoff::default(),
             requested: None,
             last_applied: None,
+            settled: None,
             directory: None,
             shared,
             status: NoStatus,
@@ -157,6 +161,7 @@ impl<S: StatusSink> SourceLoop<S> {
             backoff: self.backoff,
             requested: self.requested,
             last_applied: self.last_applied,
+            settled: self.settled,
             directory: self.directory,
             shared: self.shared,
             status,
@@ -210,7 +215,12 @@ impl<S: StatusSink> SourceLoop<S> {
     }
 
     /// Plans, and applies unless only drift is to be reported.
-    async fn reconcile(&mut self) -> Result<PassOutcome, PassError> {
+    async fn reconcile(&mut self, requested: bool) -> Result<PassOutcome, PassError> {
+        if !requested && let Some(quiet) = self.quiet_pass().await {
+            return Ok(quiet);
+        }
+        // Changes seen from here on make the next pass a full one.
+        let changes = self.cache.as_ref().map(WatchCache::changes);
         let planned = self
             .reconciler
             .plan_cached(self.plan, self.cache.as_ref())
@@ -251,6 +261,14 @@ impl<S: StatusSink> SourceLoop<S> {
             .await?;
         let corrected = self.corrections(&report).await;
         let retryable = report.failures().any(|(_, f)| f.retryable());
+        self.settled = match (report.succeeded(), &commit, changes) {
+            (true, Some(commit), Some(changes))
+                if self.cache.as_ref().is_some_and(WatchCache::synced) =>
+            {
+                Some((commit.clone(), changes))
+            }
+            _ => None,
+        };
         if report.succeeded() {
             self.last_applied = commit;
         }
@@ -264,6 +282,29 @@ impl<S: StatusSink> SourceLoop<S> {
             true => Err(PassError::ObjectsFailed(Box::new(outcome))),
             false => Ok(outcome),
         }
+    }
+
+    /// A pass with nothing to do, known without reading the models: the remote's ref
+    /// still names the commit the last pass applied completely, and the watch cache
+    /// saw no change (no drift, deletion or re-listing) since that pass began. Costs
+    /// one listing of the remote's refs.
+    async fn quiet_pass(&mut self) -> Option<PassOutcome> {
+        let (commit, changes) = self.settled.clone()?;
+        let unchanged = self.drifted.is_empty()
+            && self
+                .cache
+                .as_ref()
+                .is_some_and(|c| c.changes() == changes && c.synced());
+        if !unchanged || self.reconciler.unmoved_commit().await.as_ref() != Some(&commit) {
+            return None;
+        }
+        tracing::Span::current().record("revision", commit.as_str());
+        Some(PassOutcome {
+            revision: Some(commit),
+            report: ApplyReport::default(),
+            corrected: Vec::new(),
+            reported: Vec::new(),
+        })
     }
 
     /// Starts (or restarts, when the kinds changed) the watch cache.
@@ -456,7 +497,7 @@ impl<S: StatusSink> Loop for SourceLoop<S> {
     async fn pass(&mut self) -> Result<PassOutcome, PassError> {
         let started = std::time::Instant::now();
         let requested = self.requested.take();
-        let result = self.reconcile().await;
+        let result = self.reconcile(requested.is_some()).await;
         let label = match &result {
             Ok(outcome) if outcome.report.succeeded() => "success",
             _ => "failure",

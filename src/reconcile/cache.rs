@@ -5,6 +5,7 @@
 //! after an error) is listed by the pass as before.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use futures::StreamExt;
@@ -40,6 +41,8 @@ pub struct WatchCache {
     resources: Resources,
     kinds: BTreeSet<KindId>,
     state: Arc<Mutex<HashMap<KindId, KindCache>>>,
+    /// Counts every event of every watch: unchanged, nothing was seen to change.
+    changes: Arc<AtomicU64>,
     tasks: JoinSet<()>,
 }
 
@@ -55,6 +58,7 @@ impl WatchCache {
         let state: Arc<Mutex<HashMap<KindId, KindCache>>> = Arc::default();
         let selector = format!("{PART_OF_LABEL}={}", inventory.applyset_id());
         let manager = inventory.field_manager();
+        let changes: Arc<AtomicU64> = Arc::default();
         let mut tasks = JoinSet::new();
         for (api_version, kind) in &kinds {
             let Some(resource) = resources
@@ -70,6 +74,7 @@ impl WatchCache {
                 id: (api_version.clone(), kind.clone()),
                 manager: manager.clone(),
                 state: state.clone(),
+                changes: changes.clone(),
                 on_change: on_change.clone(),
             };
             tasks.spawn(async move {
@@ -83,8 +88,15 @@ impl WatchCache {
             resources,
             kinds,
             state,
+            changes,
             tasks,
         }
+    }
+
+    /// How many events the watches have seen: equal counts mean that nothing
+    /// changed (or was re-listed) in between.
+    pub fn changes(&self) -> u64 {
+        self.changes.load(Ordering::Acquire)
     }
 
     /// The kinds watched.
@@ -139,6 +151,7 @@ struct KindWatch {
     id: KindId,
     manager: String,
     state: Arc<Mutex<HashMap<KindId, KindCache>>>,
+    changes: Arc<AtomicU64>,
     on_change: OnChange,
 }
 
@@ -157,6 +170,7 @@ impl KindWatch {
     }
 
     fn observe(&self, event: Result<Event<DynamicObject>, watcher::Error>) {
+        self.changes.fetch_add(1, Ordering::AcqRel);
         match event {
             Ok(Event::Init) => {
                 let mut state = lock(&self.state);

@@ -228,6 +228,12 @@ impl Reconciler {
         })
     }
 
+    /// The source's commit, when the remote says it did not move since the cache
+    /// last fetched (see [`Repo::unmoved_commit`]).
+    pub async fn unmoved_commit(&self) -> Option<String> {
+        self.repo.unmoved_commit().await
+    }
+
     /// The inventory the reconciler records in.
     pub fn inventory(&self) -> &Inventory {
         &self.inventory
