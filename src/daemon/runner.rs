@@ -220,7 +220,7 @@ impl<S: StatusSink> SourceLoop<S> {
             return Ok(quiet);
         }
         // Changes seen from here on make the next pass a full one.
-        let changes = self.cache.as_ref().map(WatchCache::changes);
+        let mut changes = self.cache.as_ref().map(WatchCache::changes);
         let planned = self
             .reconciler
             .plan_cached(self.plan, self.cache.as_ref())
@@ -230,7 +230,10 @@ impl<S: StatusSink> SourceLoop<S> {
         if let Some(took) = planned.models.loaded.fetch_took {
             self.shared.metrics.fetched(&self.id, took);
         }
-        self.keep_watch_cache(&planned).await;
+        if self.keep_watch_cache(&planned).await {
+            // A new cache counts from zero: the next pass is a full one.
+            changes = None;
+        }
         let revision = planned.plan.revision.as_ref().map(|r| r.to_string());
         if self.drift_policy == DriftPolicy::Report
             && commit.is_some()
@@ -307,8 +310,9 @@ impl<S: StatusSink> SourceLoop<S> {
         })
     }
 
-    /// Starts (or restarts, when the kinds changed) the watch cache.
-    async fn keep_watch_cache(&mut self, planned: &Planned) {
+    /// Starts (or restarts, when the kinds changed) the watch cache; says whether it
+    /// did.
+    async fn keep_watch_cache(&mut self, planned: &Planned) -> bool {
         let kinds: BTreeSet<(String, String)> = planned
             .objects
             .iter()
@@ -321,10 +325,10 @@ impl<S: StatusSink> SourceLoop<S> {
             .map(|o| (o.api_version.clone(), o.kind.clone()))
             .collect();
         if self.cache.as_ref().is_some_and(|c| *c.kinds() == kinds) {
-            return;
+            return false;
         }
         let Ok(client) = self.reconciler.client().await else {
-            return;
+            return false;
         };
         let inventory = self.reconciler.inventory();
         let on_change = reporter(inventory.field_manager(), self.drift.0.clone());
@@ -335,6 +339,7 @@ impl<S: StatusSink> SourceLoop<S> {
             inventory,
             on_change,
         ));
+        true
     }
 
     /// The drifted objects the apply changed back: an Event on each, a metric, and
