@@ -258,9 +258,14 @@ impl<S: StatusSink> SourceLoop<S> {
         {
             tracing::debug!(object = %change.key, action = change.action.name(), drift = change.drift, "planned");
         }
+        // A source that reports drift still applies a new commit whole.
+        let options = ApplyOptions {
+            correct_drift: self.apply.correct_drift || self.drift_policy == DriftPolicy::Report,
+            ..self.apply.clone()
+        };
         let report = self
             .reconciler
-            .apply(&planned, &self.apply, &|_, _| {})
+            .apply(&planned, &options, &|_, _| {})
             .await?;
         let corrected = self.corrections(&report).await;
         let retryable = report.failures().any(|(_, f)| f.retryable());

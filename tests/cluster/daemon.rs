@@ -305,6 +305,49 @@ async fn a_source_follows_pushes_webhooks_and_requests_and_says_so_in_its_status
         "applied {took:?} after the webhook"
     );
 
+    // GitHub's and GitLab's own webhooks of a push, each properly signed, are taken;
+    // a burst of them for one push makes one fetch.
+    let fetches = format!("tether_git_fetch_duration_seconds_count{{source=\"{ns}/web\"}}");
+    remote.push("main", &[("cm.yaml", &config_map("settings", &ns, "v2b"))]);
+    let fetched = daemon.metric(&fetches).unwrap_or(0.0);
+    let github = serde_json::json!({
+        "ref": "refs/heads/main",
+        "repository": {"clone_url": remote.url, "default_branch": "main"}
+    })
+    .to_string();
+    let gitlab = serde_json::json!({
+        "ref": "refs/heads/main",
+        "project": {"git_http_url": remote.url}
+    })
+    .to_string();
+    for _ in 0..5 {
+        let signed = vec![
+            ("X-GitHub-Event", "push".to_string()),
+            (
+                "X-Hub-Signature-256",
+                tether::daemon::webhook::sign(github.as_bytes(), SECRET.as_bytes()),
+            ),
+        ];
+        let (code, answer) = daemon.post("/hook/github", &signed, github.as_bytes());
+        assert_eq!(code, 202, "{answer}");
+        let token = vec![
+            ("X-Gitlab-Event", "Push Hook".to_string()),
+            ("X-Gitlab-Token", SECRET.to_string()),
+        ];
+        let (code, answer) = daemon.post("/hook/gitlab", &token, gitlab.as_bytes());
+        assert_eq!(code, 202, "{answer}");
+    }
+    eventually(Duration::from_secs(10), || async {
+        value_of(&client, &ns).await.as_deref() == Some("v2b")
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        daemon.metric(&fetches).unwrap_or(0.0) - fetched,
+        1.0,
+        "ten webhooks of one push fetched more than once"
+    );
+
     // A push to another branch changes nothing.
     remote.push("other", &[("cm.yaml", &config_map("settings", &ns, "v3"))]);
     let (headers, body) = push_hook(&remote.url, "refs/heads/other", SECRET);
@@ -348,7 +391,7 @@ async fn a_source_follows_pushes_webhooks_and_requests_and_says_so_in_its_status
         Vec::<String>::new(),
         "a refused webhook wrote"
     );
-    assert_eq!(value_of(&client, &ns).await.as_deref(), Some("v2"));
+    assert_eq!(value_of(&client, &ns).await.as_deref(), Some("v2b"));
 
     // A requested reconcile is handled and echoed.
     let reconcile = Command::new(env!("CARGO_BIN_EXE_tether"))
@@ -481,6 +524,90 @@ async fn drift_is_corrected_within_seconds_with_an_event_and_a_fighting_writer_i
         value_of(&client, &ns).await.as_deref() == Some("v1")
     })
     .await;
+}
+
+#[tokio::test]
+async fn a_source_that_reports_drift_leaves_it_and_says_so() {
+    install_crd();
+    let (client, ns, _) = setup("daemon-report").await;
+    let remote = Remote::new(&[
+        ("base.yaml", &base(&ns)),
+        ("cm.yaml", &config_map("settings", &ns, "v1")),
+    ]);
+    let daemon = Daemon::start(&["--sources", "--sources-namespace", &ns]);
+    kubectl_apply_text(&source_yaml(
+        "web",
+        &ns,
+        &remote.url,
+        "  interval: 1h\n  drift: Report\n",
+    ));
+    eventually(Duration::from_secs(30), || async {
+        value_of(&client, &ns).await.as_deref() == Some("v1")
+    })
+    .await;
+    kubectl_ok(&[
+        "patch",
+        "configmap",
+        "settings",
+        "-n",
+        &ns,
+        "-p",
+        r#"{"data":{"key":"by-hand"}}"#,
+    ]);
+    eventually(Duration::from_secs(10), || async {
+        let events = kubectl_ok(&["get", "events", "-n", &ns, "-o", "json"]);
+        events.contains("DriftDetected") && events.contains("kubectl-patch")
+    })
+    .await;
+    let reported = format!("tether_drift_total{{source=\"{ns}/web\",action=\"reported\"}}");
+    assert!(daemon.metric(&reported) >= Some(1.0));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(value_of(&client, &ns).await.as_deref(), Some("by-hand"));
+    // A new commit is still applied, and takes the field back.
+    remote.push("main", &[("cm.yaml", &config_map("settings", &ns, "v2"))]);
+    let (headers, body) = push_hook(&remote.url, "refs/heads/main", SECRET);
+    assert_eq!(daemon.post("/hook/generic", &headers, &body).0, 202);
+    eventually(Duration::from_secs(10), || async {
+        value_of(&client, &ns).await.as_deref() == Some("v2")
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_failing_source_does_not_hold_up_another() {
+    install_crd();
+    let (client, ns, _) = setup("daemon-independent").await;
+    let remote = Remote::new(&[
+        ("base.yaml", &base(&ns)),
+        ("cm.yaml", &config_map("settings", &ns, "v1")),
+    ]);
+    let _daemon = Daemon::start(&["--sources", "--sources-namespace", &ns]);
+    // A repository that is not there (retried with backoff), and one that is.
+    kubectl_apply_text(&source_yaml(
+        "gone",
+        &ns,
+        "git://127.0.0.1:9/nothing.git",
+        "  interval: 1s\n",
+    ));
+    kubectl_apply_text(&source_yaml("web", &ns, &remote.url, "  interval: 1h\n"));
+    eventually(Duration::from_secs(30), || async {
+        value_of(&client, &ns).await.as_deref() == Some("v1")
+    })
+    .await;
+    eventually(Duration::from_secs(15), || async {
+        condition(&status(&ns, "gone"), "Ready").is_some_and(|c| c.0 == "False")
+    })
+    .await;
+    let gone = status(&ns, "gone");
+    assert_eq!(
+        condition(&gone, "Reconciling").map(|c| c.1),
+        Some("RetryingAfterFailure".into()),
+        "{gone}"
+    );
+    assert_eq!(
+        condition(&status(&ns, "web"), "Ready").map(|c| c.0),
+        Some("True".into())
+    );
 }
 
 fn corrections(ns: &str, name: &str, daemon: &Daemon) -> f64 {
