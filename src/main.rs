@@ -6,6 +6,12 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+/// jemalloc gives memory back to the system after a large pass (glibc's malloc keeps
+/// the peak resident in a long-running daemon).
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let args = cli::Args::parse();

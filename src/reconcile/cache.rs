@@ -165,8 +165,16 @@ impl KindWatch {
         )
     }
 
-    fn value(&self, object: DynamicObject) -> Value {
-        live_value(object, &self.id.0, &self.id.1, &self.manager)
+    /// Keeps `object`: in the listing being made, or among the synced objects.
+    fn store(&self, object: DynamicObject, listing: bool) {
+        let key = self.key(&object);
+        let value = live_value(object, &self.id.0, &self.id.1, &self.manager);
+        let mut state = lock(&self.state);
+        let cached = state.entry(self.id.clone()).or_default();
+        match listing {
+            true => cached.listing.insert(key, value),
+            false => cached.objects.insert(key, value),
+        };
     }
 
     fn observe(&self, event: Result<Event<DynamicObject>, watcher::Error>) {
@@ -178,16 +186,7 @@ impl KindWatch {
                 cached.synced = false;
                 cached.listing.clear();
             }
-            Ok(Event::InitApply(object)) => {
-                let key = self.key(&object);
-                let value = self.value(object);
-                let mut state = lock(&self.state);
-                state
-                    .entry(self.id.clone())
-                    .or_default()
-                    .listing
-                    .insert(key, value);
-            }
+            Ok(Event::InitApply(object)) => self.store(object, true),
             Ok(Event::InitDone) => {
                 let mut state = lock(&self.state);
                 let cached = state.entry(self.id.clone()).or_default();
@@ -196,14 +195,7 @@ impl KindWatch {
             }
             Ok(Event::Apply(object)) => {
                 (self.on_change)(&self.id.0, &self.id.1, &object, false);
-                let key = self.key(&object);
-                let value = self.value(object);
-                let mut state = lock(&self.state);
-                state
-                    .entry(self.id.clone())
-                    .or_default()
-                    .objects
-                    .insert(key, value);
+                self.store(object, false);
             }
             Ok(Event::Delete(object)) => {
                 (self.on_change)(&self.id.0, &self.id.1, &object, true);

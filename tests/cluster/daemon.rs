@@ -250,22 +250,51 @@ pub fn audit_offset() -> u64 {
         .unwrap_or(0)
 }
 
-#[tokio::test]
-async fn a_source_follows_pushes_webhooks_and_requests_and_says_so_in_its_status() {
+/// What most tests start from: a namespace, a remote whose models hold the ConfigMap
+/// `settings` at v1, a daemon running the namespace's Sources, and the Source `web`
+/// (its spec ends with `extra`) applied.
+struct Fixture {
+    client: kube::Client,
+    ns: String,
+    remote: Remote,
+    daemon: Daemon,
+}
+
+/// Applies the Source `web` of `url` and waits until its ConfigMap is at v1.
+async fn apply_web_source(client: &kube::Client, ns: &str, url: &str, extra: &str) {
+    kubectl_apply_text(&source_yaml("web", ns, url, extra));
+    eventually(Duration::from_secs(30), || async {
+        value_of(client, ns).await.as_deref() == Some("v1")
+    })
+    .await;
+}
+
+async fn web_source_at_v1(test: &str, extra: &str) -> Fixture {
     install_crd();
-    let (client, ns, _) = setup("daemon-source").await;
+    let (client, ns, _) = setup(test).await;
     let remote = Remote::new(&[
         ("base.yaml", &base(&ns)),
         ("cm.yaml", &config_map("settings", &ns, "v1")),
     ]);
-    let mut daemon = Daemon::start(&["--sources", "--sources-namespace", &ns]);
-    kubectl_apply_text(&source_yaml("web", &ns, &remote.url, "  interval: 1h\n"));
+    let daemon = Daemon::start(&["--sources", "--sources-namespace", &ns]);
+    apply_web_source(&client, &ns, &remote.url, extra).await;
+    Fixture {
+        client,
+        ns,
+        remote,
+        daemon,
+    }
+}
 
+#[tokio::test]
+async fn a_source_follows_pushes_webhooks_and_requests_and_says_so_in_its_status() {
     // Applied at once, and the status says which revision.
-    eventually(Duration::from_secs(30), || async {
-        value_of(&client, &ns).await.as_deref() == Some("v1")
-    })
-    .await;
+    let Fixture {
+        client,
+        ns,
+        remote,
+        mut daemon,
+    } = web_source_at_v1("daemon-source", "  interval: 1h\n").await;
     let first = format!("main@sha1:{}", remote.head("main"));
     eventually(Duration::from_secs(10), || async {
         status(&ns, "web")["lastAppliedRevision"] == first.as_str()
@@ -473,18 +502,12 @@ async fn a_source_follows_pushes_webhooks_and_requests_and_says_so_in_its_status
 
 #[tokio::test]
 async fn drift_is_corrected_within_seconds_with_an_event_and_a_fighting_writer_is_backed_off() {
-    install_crd();
-    let (client, ns, _) = setup("daemon-drift").await;
-    let remote = Remote::new(&[
-        ("base.yaml", &base(&ns)),
-        ("cm.yaml", &config_map("settings", &ns, "v1")),
-    ]);
-    let daemon = Daemon::start(&["--sources", "--sources-namespace", &ns]);
-    kubectl_apply_text(&source_yaml("web", &ns, &remote.url, "  interval: 1h\n"));
-    eventually(Duration::from_secs(30), || async {
-        value_of(&client, &ns).await.as_deref() == Some("v1")
-    })
-    .await;
+    let Fixture {
+        client,
+        ns,
+        remote: _remote,
+        daemon,
+    } = web_source_at_v1("daemon-drift", "  interval: 1h\n").await;
 
     let patch = r#"{"data":{"key":"drifted"}}"#;
     kubectl_ok(&["patch", "configmap", "settings", "-n", &ns, "-p", patch]);
@@ -528,23 +551,12 @@ async fn drift_is_corrected_within_seconds_with_an_event_and_a_fighting_writer_i
 
 #[tokio::test]
 async fn a_source_that_reports_drift_leaves_it_and_says_so() {
-    install_crd();
-    let (client, ns, _) = setup("daemon-report").await;
-    let remote = Remote::new(&[
-        ("base.yaml", &base(&ns)),
-        ("cm.yaml", &config_map("settings", &ns, "v1")),
-    ]);
-    let daemon = Daemon::start(&["--sources", "--sources-namespace", &ns]);
-    kubectl_apply_text(&source_yaml(
-        "web",
-        &ns,
-        &remote.url,
-        "  interval: 1h\n  drift: Report\n",
-    ));
-    eventually(Duration::from_secs(30), || async {
-        value_of(&client, &ns).await.as_deref() == Some("v1")
-    })
-    .await;
+    let Fixture {
+        client,
+        ns,
+        remote,
+        daemon,
+    } = web_source_at_v1("daemon-report", "  interval: 1h\n  drift: Report\n").await;
     kubectl_ok(&[
         "patch",
         "configmap",
@@ -589,11 +601,7 @@ async fn a_failing_source_does_not_hold_up_another() {
         "git://127.0.0.1:9/nothing.git",
         "  interval: 1s\n",
     ));
-    kubectl_apply_text(&source_yaml("web", &ns, &remote.url, "  interval: 1h\n"));
-    eventually(Duration::from_secs(30), || async {
-        value_of(&client, &ns).await.as_deref() == Some("v1")
-    })
-    .await;
+    apply_web_source(&client, &ns, &remote.url, "  interval: 1h\n").await;
     eventually(Duration::from_secs(15), || async {
         condition(&status(&ns, "gone"), "Ready").is_some_and(|c| c.0 == "False")
     })
@@ -620,18 +628,12 @@ fn corrections(ns: &str, name: &str, daemon: &Daemon) -> f64 {
 
 #[tokio::test]
 async fn a_pass_over_an_unchanged_source_fetches_nothing_and_writes_nothing() {
-    install_crd();
-    let (client, ns, _) = setup("daemon-quiet").await;
-    let remote = Remote::new(&[
-        ("base.yaml", &base(&ns)),
-        ("cm.yaml", &config_map("settings", &ns, "v1")),
-    ]);
-    let daemon = Daemon::start(&["--sources", "--sources-namespace", &ns]);
-    kubectl_apply_text(&source_yaml("web", &ns, &remote.url, "  interval: 1s\n"));
-    eventually(Duration::from_secs(30), || async {
-        value_of(&client, &ns).await.as_deref() == Some("v1")
-    })
-    .await;
+    let Fixture {
+        ns,
+        remote: _remote,
+        daemon,
+        ..
+    } = web_source_at_v1("daemon-quiet", "  interval: 1s\n").await;
     let series = format!("tether_reconciles_total{{source=\"{ns}/web\",result=\"success\"}}");
     let fetches = format!("tether_git_fetch_duration_seconds_count{{source=\"{ns}/web\"}}");
     eventually(Duration::from_secs(10), || async {
@@ -754,11 +756,7 @@ async fn of_two_replicas_one_leads_and_the_other_takes_over_after_sigterm_and_si
     let leads = |d: &Daemon| d.metric("tether_leader") == Some(1.0);
     let mut a = replica();
     let mut b = replica();
-    kubectl_apply_text(&source_yaml("web", &ns, &remote.url, "  interval: 1h\n"));
-    eventually(Duration::from_secs(30), || async {
-        value_of(&client, &ns).await.as_deref() == Some("v1")
-    })
-    .await;
+    apply_web_source(&client, &ns, &remote.url, "  interval: 1h\n").await;
     eventually(Duration::from_secs(10), || async { leads(&a) || leads(&b) }).await;
     assert!(!(leads(&a) && leads(&b)), "two leaders");
     let (leader, follower) = if leads(&a) {
@@ -1004,11 +1002,7 @@ async fn deploy_applies_and_its_service_account_suffices_without_wildcards() {
         "--as",
         account,
     ]);
-    kubectl_apply_text(&source_yaml("web", &ns, &remote.url, "  interval: 1h\n"));
-    eventually(Duration::from_secs(30), || async {
-        value_of(&client, &ns).await.as_deref() == Some("v1")
-    })
-    .await;
+    apply_web_source(&client, &ns, &remote.url, "  interval: 1h\n").await;
     eventually(Duration::from_secs(10), || async {
         condition(&status(&ns, "web"), "Ready").is_some_and(|c| c.0 == "True")
     })
