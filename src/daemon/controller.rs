@@ -358,7 +358,8 @@ async fn run_source(
                 })
                 .unwrap_or_else(|| "main".into()),
             path: PathBuf::from(source.spec.path.as_deref().unwrap_or(".")),
-            cache: discovery_cache.clone(),
+            // Its own clone: discovery commits there, and the loop fetches beside it.
+            cache: discovery_cache.join("discovery"),
             credentials: discovery_credentials.clone(),
             applyset: work.inventory().applyset_id(),
             outbox: discovery_cache
