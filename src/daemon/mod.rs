@@ -141,3 +141,60 @@ impl Shared {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_source_that_finished_no_pass_for_three_intervals_is_wedged() {
+        let shared = Shared::new(None);
+        let (trigger, _triggers) = mpsc::channel(1);
+        let interval = Duration::from_secs(10);
+        shared.register("team/web", None, None, interval, trigger.clone());
+        shared.register("team/db", None, None, interval, trigger);
+        assert!(shared.wedged().is_empty());
+        let long_ago = Instant::now().checked_sub(interval * 3 + Duration::from_secs(61));
+        if let Some(source) = shared.lock_sources().get_mut("team/db") {
+            source.last_pass = long_ago.unwrap_or_else(Instant::now);
+        }
+        assert_eq!(shared.wedged(), ["team/db"]);
+        shared.passed("team/db");
+        assert!(
+            shared.wedged().is_empty(),
+            "a finished pass, even a failed one, is life"
+        );
+    }
+
+    #[test]
+    fn webhooks_nudge_only_the_sources_of_the_pushed_repository() {
+        let shared = Shared::new(None);
+        let (web, mut web_triggers) = mpsc::channel(1);
+        let (other, mut other_triggers) = mpsc::channel(1);
+        let interval = Duration::from_secs(60);
+        shared.register(
+            "a/web",
+            Some("https://git.example.org/web".into()),
+            Some("main".into()),
+            interval,
+            web,
+        );
+        shared.register(
+            "a/other",
+            Some("https://git.example.org/other".into()),
+            None,
+            interval,
+            other,
+        );
+        let nudged = shared.trigger_matching(|url, _| url.ends_with("/web"));
+        assert_eq!(nudged, 1);
+        assert!(matches!(web_triggers.try_recv(), Ok(Trigger::Changed)));
+        assert!(other_triggers.try_recv().is_err());
+        // A burst: the channel holds one trigger, the rest add nothing.
+        for _ in 0..10 {
+            shared.trigger_matching(|url, _| url.ends_with("/web"));
+        }
+        assert!(web_triggers.try_recv().is_ok());
+        assert!(web_triggers.try_recv().is_err());
+    }
+}

@@ -766,17 +766,27 @@ async fn of_two_replicas_one_leads_and_the_other_takes_over_after_sigterm_and_si
     };
     let series = format!("tether_reconciles_total{{source=\"{ns}/web\",result=\"success\"}}");
     assert_eq!(follower.metric(&series), None, "the follower reconciled");
+    // A webhook that reaches the follower is passed on to the leader.
+    remote.push("main", &[("cm.yaml", &config_map("settings", &ns, "v1b"))]);
+    let (headers, body) = push_hook(&remote.url, "refs/heads/main", SECRET);
+    assert_eq!(follower.post("/hook/generic", &headers, &body).0, 202);
+    eventually(Duration::from_secs(10), || async {
+        value_of(&client, &ns).await.as_deref() == Some("v1b")
+    })
+    .await;
+    assert_eq!(follower.metric(&series), None, "the follower reconciled");
 
     // SIGTERM: the leader releases the Lease; the follower takes it within 3 s.
-    let (code, _) = leader.terminate();
+    let (code, stopping) = leader.terminate();
     assert_eq!(code, Some(0));
     let stopped = Instant::now();
     while !leads(follower) {
         assert!(stopped.elapsed() < Duration::from_secs(10), "no takeover");
         std::thread::sleep(Duration::from_millis(50));
     }
-    let takeover = stopped.elapsed();
-    eprintln!("takeover after SIGTERM: {takeover:?}");
+    // From the signal: the old leader's stop, then the new one's start.
+    let takeover = stopping + stopped.elapsed();
+    eprintln!("takeover after SIGTERM: {takeover:?} (the old leader stopped in {stopping:?})");
     assert!(
         takeover < Duration::from_secs(3),
         "took over after {takeover:?}"
