@@ -10,6 +10,8 @@
 //! (`-- --pods 1000 --samples 20` to change the sizes).
 
 mod common;
+// Shared by the benchmarks; each uses part of it.
+#[allow(dead_code)]
 #[path = "common/kube.rs"]
 mod kube_helpers;
 
@@ -17,11 +19,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
-use kube::api::{Api, Patch, PatchParams, PostParams};
-use serde_json::json;
+use kube::api::Api;
 
 fn main() {
     let pods = kube_helpers::arg("--pods", 1000);
@@ -39,7 +39,7 @@ fn main() {
         latencies,
     );
 
-    runtime.block_on(make_pods(&client, "bench-once", pods));
+    runtime.block_on(kube_helpers::make_pods(&client, "bench-once", pods));
     let repo = Repo::new();
     let first = time(|| repo.discover(&kubeconfig, &["--once", "-n", "bench-once"]));
     let again = time(|| repo.discover(&kubeconfig, &["--once", "-n", "bench-once"]));
@@ -68,42 +68,6 @@ fn report_latency(what: &str, mut latencies: Vec<Duration>) {
     );
 }
 
-/// A Pending pod on a node nobody runs.
-async fn create_pod(api: &Api<Pod>, name: &str) {
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {"nodeName": "bench-node", "containers": [{"name": "app", "image": "nginx:1.25"}]},
-    }))
-    .expect("pod");
-    api.create(&PostParams::default(), &pod)
-        .await
-        .expect("create pod");
-}
-
-/// The pod Running with an IP, as a kubelet would report it.
-async fn report_running(api: &Api<Pod>, name: &str, ip: &str) {
-    let status = json!({"status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]}});
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
-        .await
-        .expect("pod status");
-}
-
-async fn make_pods(client: &Client, ns: &str, count: usize) {
-    kube_helpers::namespace(client, ns).await;
-    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
-    stream::iter(0..count)
-        .for_each_concurrent(16, |i| {
-            let api = api.clone();
-            async move {
-                let ip = format!("10.{}.{}.{}", 1 + i / 65536, (i / 256) % 256, i % 256);
-                let name = format!("pod-{i:05}");
-                create_pod(&api, &name).await;
-                report_running(&api, &name, &ip).await;
-            }
-        })
-        .await;
-}
-
 async fn watch_latency(
     client: &Client,
     kubeconfig: &Path,
@@ -119,12 +83,12 @@ async fn watch_latency(
     for i in 0..samples {
         let name = format!("watched-{i:03}");
         let ip = format!("10.9.0.{}", i + 1);
-        create_pod(&api, &name).await;
+        kube_helpers::create_pod(&api, &name).await;
         // Let the Pending pod be committed first: what is timed is the Running update.
         repo.wait_for(&format!("discovered/{ns}/pods/{name}.yaml"), "xos_managed")
             .await;
         let started = Instant::now();
-        report_running(&api, &name, &ip).await;
+        kube_helpers::report_running(&api, &name, &ip).await;
         repo.wait_for(
             &format!("discovered/{ns}/pods/{name}.yaml"),
             &format!("pod_ip: \"{ip}\""),

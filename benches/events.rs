@@ -11,6 +11,8 @@
 #[path = "../tests/cluster/broker.rs"]
 mod broker;
 mod common;
+// Shared by the benchmarks; each uses part of it.
+#[allow(dead_code)]
 #[path = "common/kube.rs"]
 mod kube_helpers;
 

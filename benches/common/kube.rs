@@ -1,13 +1,15 @@
 //! For the benchmarks that make pods: a client for their control plane, namespaces
-//! ready for pods, and their `-- --name N` arguments.
+//! ready for pods, pods reported Running, and their `-- --name N` arguments.
 
 use std::path::Path;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
-use kube::api::{Api, PostParams};
+use futures::{StreamExt, stream};
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
+use serde_json::json;
 
 pub async fn client(kubeconfig: &Path) -> Client {
     let kubeconfig = Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
@@ -46,4 +48,40 @@ pub fn arg(name: &str, default: usize) -> usize {
         .and_then(|i| args.get(i + 1))
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
+}
+
+/// A Pending pod on a node nobody runs.
+pub async fn create_pod(api: &Api<Pod>, name: &str) {
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"nodeName": "bench-node", "containers": [{"name": "app", "image": "nginx:1.25"}]},
+    }))
+    .expect("pod");
+    api.create(&PostParams::default(), &pod)
+        .await
+        .expect("create pod");
+}
+
+/// The pod Running with an IP, as a kubelet would report it.
+pub async fn report_running(api: &Api<Pod>, name: &str, ip: &str) {
+    let status = json!({"status": {"phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}]}});
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .expect("pod status");
+}
+
+pub async fn make_pods(client: &Client, ns: &str, count: usize) {
+    namespace(client, ns).await;
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    stream::iter(0..count)
+        .for_each_concurrent(16, |i| {
+            let api = api.clone();
+            async move {
+                let ip = format!("10.{}.{}.{}", 1 + i / 65536, (i / 256) % 256, i % 256);
+                let name = format!("pod-{i:05}");
+                create_pod(&api, &name).await;
+                report_running(&api, &name, &ip).await;
+            }
+        })
+        .await;
 }

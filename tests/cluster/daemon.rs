@@ -699,18 +699,9 @@ async fn a_source_with_discovery_commits_the_pods_others_made_and_publishes_thei
     // Another team's pod, made with kubectl: committed to the Source's branch, and its
     // creation published as a Kubernetes Event.
     kubectl_ok(&["-n", &ns, "run", "solo", "--image=busybox:1.36"]);
-    let listing = || {
-        let output = Command::new("git")
-            .arg("-C")
-            .arg(remote.bare())
-            .args(["ls-tree", "-r", "--name-only", "main"])
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&output.stdout).into_owned()
-    };
     let pod_file = format!("models/discovered/{ns}/pods/solo.yaml");
     eventually(Duration::from_secs(30), || async {
-        listing().contains(&pod_file)
+        remote.files_of_bare("main", &pod_file) == 1
     })
     .await;
     eventually(Duration::from_secs(30), || async {

@@ -34,7 +34,9 @@ impl Remote {
         let port = free_port();
         let log = dir.path().join("git-daemon.log");
         let daemon = Command::new("git")
+            // Pushes too: discovery commits back to the remote.
             .args(["daemon", "--export-all", "--reuseaddr", "--verbose"])
+            .arg("--enable=receive-pack")
             .arg(format!("--base-path={}", dir.path().display()))
             .arg(format!("--port={port}"))
             .arg("--listen=127.0.0.1")
@@ -70,10 +72,21 @@ impl Remote {
         self.dir.path().join("work")
     }
 
-    /// Commits `files` (on `branch`) and pushes; returns the commit.
+    /// Commits `files` (on `branch`, on top of what the remote has, as others may
+    /// push there too) and pushes; returns the commit.
     pub fn push(&self, branch: &str, files: &[(&str, &str)]) -> String {
         let work = self.work();
-        git(&work, &["checkout", "-q", "-B", branch]);
+        git(&work, &["fetch", "-q", "origin"]);
+        let upstream = format!("origin/{branch}");
+        let exists = Command::new("git")
+            .args(["rev-parse", "--verify", "-q", &upstream])
+            .current_dir(&work)
+            .output()
+            .is_ok_and(|o| o.status.success());
+        match exists {
+            true => git(&work, &["checkout", "-q", "-B", branch, &upstream]),
+            false => git(&work, &["checkout", "-q", "-B", branch]),
+        };
         for (name, text) in files {
             std::fs::write(work.join("models").join(name), text).unwrap();
         }
@@ -83,6 +96,16 @@ impl Remote {
         let head = git(&work, &["rev-parse", "HEAD"]);
         git(&work, &["checkout", "-q", "main"]);
         head
+    }
+
+    /// How many files the bare repository's `branch` holds below `directory`.
+    pub fn files_of_bare(&self, branch: &str, directory: &str) -> usize {
+        Command::new("git")
+            .args(["ls-tree", "-r", "--name-only", branch, directory])
+            .current_dir(self.bare())
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).lines().count())
+            .unwrap_or(0)
     }
 
     /// The commit `branch` names in the bare repository (which others push to).
