@@ -98,13 +98,16 @@ enum Command {
         after_help = "Examples:\n  tether apply examples/models\n  tether apply --prune --wait --repo ssh://git@git.example.org/ops/models.git --ref v1.4.0"
     )]
     Apply(ApplyArgs),
-    /// Reconcile a source continuously: apply now, then again every interval, and for a
-    /// models directory as soon as a model file is saved.
+    /// Reconcile continuously: one source from flags, or with --sources every `Source`
+    /// resource of the cluster (the in-cluster daemon, see deploy/).
     ///
-    /// Runs until SIGTERM or Ctrl-C, then exits 0. Each pass prints what it did; a
-    /// failed pass is retried with backoff.
+    /// A pass applies what changed; the next comes after the interval, at once for a
+    /// webhook (--listen) or a saved model file, and within seconds when someone
+    /// changes an object tether applied (drift is corrected, or only reported).
+    /// Runs until SIGTERM or Ctrl-C, then exits 0; a failed pass is retried with
+    /// backoff.
     #[command(
-        after_help = "Examples:\n  tether run examples/models\n  tether run --prune --interval 5m --repo https://git.example.org/ops/models.git --ref main"
+        after_help = "Examples:\n  tether run examples/models\n  tether run --prune --interval 5m --repo https://git.example.org/ops/models.git --ref main\n  tether run --sources --leader-elect --listen 0.0.0.0:8080 --webhook-secret-file /etc/tether/webhook/secret"
     )]
     Run(RunArgs),
     /// Ask the daemon for a pass of a Source now, and wait until it is handled.

@@ -366,8 +366,18 @@ async fn run_source(
                 .join("outbox")
                 .join(format!("{namespace}-{name}")),
         };
+        let mut first_pass = work.first_pass();
+        let (client, stop) = (discovery_client.clone(), stop.clone());
         tokio::spawn(
-            super::discovery::run(discovery_client.clone(), target, stop.clone()).in_current_span(),
+            async move {
+                // After the Source's first pass: the two start-ups do not peak together.
+                tokio::select! {
+                    _ = first_pass.wait_for(|done| *done) => {}
+                    () = stop.cancelled() => return,
+                }
+                super::discovery::run(client, target, stop).await;
+            }
+            .in_current_span(),
         )
     });
     let schedule = Schedule {

@@ -88,6 +88,8 @@ pub struct SourceLoop<S = NoStatus> {
     shared: Arc<Shared>,
     status: S,
     recorder: Option<Recorder>,
+    /// Becomes true when the first pass has finished (whatever its result).
+    first_pass: tokio::sync::watch::Sender<bool>,
 }
 
 /// What one pass did.
@@ -140,6 +142,7 @@ impl SourceLoop<NoStatus> {
             shared,
             status: NoStatus,
             recorder: None,
+            first_pass: tokio::sync::watch::Sender::new(false),
         }
     }
 }
@@ -166,6 +169,7 @@ impl<S: StatusSink> SourceLoop<S> {
             shared: self.shared,
             status,
             recorder: self.recorder,
+            first_pass: self.first_pass,
         }
     }
 
@@ -182,6 +186,12 @@ impl<S: StatusSink> SourceLoop<S> {
     pub fn with_drift_policy(mut self, policy: DriftPolicy) -> Self {
         self.drift_policy = policy;
         self
+    }
+
+    /// Says when the first pass has finished: work that can wait (discovery's first
+    /// large commit) starts then, so that start-up does not hold both at once.
+    pub fn first_pass(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.first_pass.subscribe()
     }
 
     /// The inventory the source records in.
@@ -522,6 +532,7 @@ impl<S: StatusSink> Loop for SourceLoop<S> {
             .pass(&self.id, label, started.elapsed(), report);
         self.record(&result, requested).await;
         self.shared.passed(&self.id);
+        self.first_pass.send_replace(true);
         result
     }
 
