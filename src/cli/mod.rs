@@ -118,6 +118,7 @@ enum Command {
     #[command(after_help = "Example:\n  tether reconcile web -n team-a")]
     Reconcile(ReconcileSourceArgs),
     /// Print the CustomResourceDefinition of `Source` (as deploy/crd.yaml holds it).
+    #[command(after_help = "Example:\n  tether crd | kubectl apply --server-side -f -")]
     Crd,
     /// Write models for the pods running in the cluster and commit them to Git.
     ///

@@ -113,15 +113,8 @@ pub async fn apply(global: &GlobalArgs, args: &ApplyArgs) -> miette::Result<Exit
         print!("{}", tether::report::text(&planned.plan, colour));
         return Ok(ExitCode::SUCCESS);
     }
-    let interactive = std::io::stderr().is_terminal();
-    let progress = move |done: usize, total: usize| {
-        if interactive && total > 20 {
-            eprint!("\rapplying: {done}/{total}");
-            if done == total {
-                eprintln!();
-            }
-        }
-    };
+    let progress = Progress::new(std::io::stderr().is_terminal());
+    let progress = move |done: usize, total: usize| progress.advance(done, total);
     let options = ApplyOptions {
         prune: args.prune,
         force_conflicts: args.force_conflicts,
@@ -195,4 +188,46 @@ pub(super) fn report_text(applied: &ApplyReport) -> String {
         ));
     }
     out
+}
+
+/// How an apply of many objects shows its progress on standard error: a bar on a
+/// terminal, a line at each tenth when piped (a CI log). Small applies show nothing.
+struct Progress {
+    bar: Option<std::sync::OnceLock<indicatif::ProgressBar>>,
+}
+
+/// Below this many objects an apply is quick enough to need no progress.
+const PROGRESS_FROM: usize = 20;
+
+impl Progress {
+    fn new(terminal: bool) -> Self {
+        Progress {
+            bar: terminal.then(std::sync::OnceLock::new),
+        }
+    }
+
+    fn advance(&self, done: usize, total: usize) {
+        if total <= PROGRESS_FROM {
+            return;
+        }
+        match &self.bar {
+            Some(bar) => {
+                let bar = bar.get_or_init(|| {
+                    let style = indicatif::ProgressStyle::with_template(
+                        "applying {bar:40} {pos}/{len} objects, {elapsed} ({eta} left)",
+                    )
+                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+                    indicatif::ProgressBar::new(total as u64).with_style(style)
+                });
+                bar.set_position(done as u64);
+                if done == total {
+                    bar.finish_and_clear();
+                }
+            }
+            None if done > 0 && done * 10 / total != (done - 1) * 10 / total => {
+                eprintln!("applied {done}/{total} objects");
+            }
+            None => {}
+        }
+    }
 }

@@ -608,3 +608,27 @@ async fn a_custom_resource_is_applied_after_its_definition_in_the_same_run() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_large_apply_piped_reports_its_progress_in_plain_lines() {
+    let (client, ns, inventory) = setup("apply-progress").await;
+    let mut models = base(&ns);
+    for i in 0..50 {
+        models.push_str(&format!(
+            "---\n{}",
+            config_map(&format!("c-{i}"), &ns, "v1")
+        ));
+    }
+    let repo = Repo::new(&[("models.yaml", &models)]);
+    let output = tether(&inventory, &["apply", repo.path().to_str().unwrap()]);
+    assert!(output.status.success(), "{}", all_output(&output));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("applied ") && l.ends_with(" objects"))
+        .collect();
+    // 51 objects (the namespace is adopted): a line at each tenth, the last at the end.
+    assert_eq!(lines.len(), 10, "{stderr}");
+    assert_eq!(lines.last(), Some(&"applied 51/51 objects"), "{stderr}");
+    assert!(live_config_map(&client, &ns, "c-49").await.is_some());
+}
