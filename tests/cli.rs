@@ -297,3 +297,23 @@ fn a_short_webhook_secret_is_refused_before_anything_runs() {
     let said = text(&output.stderr);
     assert!(said.contains("at least 16"), "{said}");
 }
+
+#[test]
+fn the_manual_page_names_every_command() {
+    let output = tether(&["man"]);
+    assert!(output.status.success());
+    let page = text(&output.stdout);
+    assert!(page.contains(".TH tether 1"), "{page}");
+    for command in [
+        "validate",
+        "render",
+        "diff",
+        "apply",
+        "run",
+        "reconcile",
+        "discover",
+        "events",
+    ] {
+        assert!(page.contains(command), "the page lacks {command}");
+    }
+}

@@ -11,6 +11,7 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
+use miette::IntoDiagnostic;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -150,6 +151,9 @@ enum Command {
     /// Print a shell completion script.
     #[command(after_help = "Example:\n  tether completions bash > /etc/bash_completion.d/tether")]
     Completions { shell: clap_complete::Shell },
+    /// Print the manual page (roff), for `man`.
+    #[command(after_help = "Example:\n  tether man > /usr/local/share/man/man1/tether.1")]
+    Man,
 }
 
 #[derive(Debug, clap::Args)]
@@ -385,6 +389,13 @@ pub async fn run(args: Args) -> miette::Result<ExitCode> {
         Command::Completions { shell } => {
             let mut out = std::io::stdout();
             clap_complete::generate(shell, &mut Args::command(), "tether", &mut out);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man => {
+            let mut out = std::io::stdout();
+            clap_mangen::Man::new(Args::command())
+                .render(&mut out)
+                .into_diagnostic()?;
             Ok(ExitCode::SUCCESS)
         }
     }
