@@ -13,7 +13,7 @@ use miette::{IntoDiagnostic, WrapErr, miette};
 use tether::cluster::connect;
 use tether::daemon::controller::{Controller, request_reconcile};
 use tether::daemon::leader::{self, Election};
-use tether::daemon::runner::{PassError, SourceLoop};
+use tether::daemon::runner::{NoStatus, PassError, SourceLoop};
 use tether::daemon::source::{DriftPolicy, Source};
 use tether::daemon::webhook::MIN_SECRET;
 use tether::daemon::{Shared, http};
@@ -111,8 +111,16 @@ async fn run_one(
         true => DriftPolicy::Report,
         false => DriftPolicy::Correct,
     };
-    let mut work = SourceLoop::new(&id, reconciler, plan, apply, args.interval, shared.clone())
-        .with_drift_policy(drift);
+    let mut work = SourceLoop::new(
+        &id,
+        reconciler,
+        plan,
+        apply,
+        args.interval,
+        shared.clone(),
+        NoStatus,
+    )
+    .with_drift_policy(drift);
     if args.source.repo.is_none() && args.source.path.is_dir() {
         work = work.watch_directory(&args.source.path).into_diagnostic()?;
     }

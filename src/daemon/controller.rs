@@ -4,7 +4,7 @@
 //! objects stay). A Source's status is written by its loop ([`SourceStatusWriter`]).
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,9 +22,9 @@ use tracing::Instrument;
 
 use super::Shared;
 use super::discovery::DiscoveryTarget;
-use super::runner::{PassError, SourceLoop, StatusSink, Trigger};
+use super::runner::{PassError, PassOutcome, SourceLoop, StatusSink, Trigger};
 use super::source::{
-    RECONCILE_REQUESTED_ANNOTATION, Source, SourceSpec, SourceStatus, revision_name,
+    DiscoverySpec, RECONCILE_REQUESTED_ANNOTATION, Source, SourceSpec, SourceStatus, revision_name,
 };
 use super::status::{PassResult, next_status, worth_writing};
 use super::webhook::Push;
@@ -278,26 +278,14 @@ async fn run_source(
         status.record(&PassResult::Suspended, None).await;
         return;
     }
-    let credentials = loop {
-        match credentials(&client, &namespace, &source.spec).await {
-            Ok(credentials) => break credentials,
-            Err(message) => {
-                let result = PassResult::Failed {
-                    revision: None,
-                    reason: "CredentialsUnavailable",
-                    message,
-                    stalled: false,
-                };
-                status.record(&result, None).await;
-                tokio::select! {
-                    () = tokio::time::sleep(Duration::from_secs(30)) => {}
-                    () = stop.cancelled() => return,
-                }
-            }
-        }
+    let Some(credentials) = wait_for_credentials(&client, &source, &mut status, &stop).await else {
+        return;
     };
-    let (discovery_client, discovery_cache, discovery_credentials) =
-        (client.clone(), cache.clone(), credentials.clone());
+    let discovery = source
+        .spec
+        .discovery
+        .as_ref()
+        .map(|discovery| discovery_target(&source, discovery, &cache, &credentials));
     let settings = match source.spec.settings(&namespace, &name, cache, credentials) {
         Ok(settings) => settings,
         Err(error) => {
@@ -311,8 +299,8 @@ async fn run_source(
             return;
         }
     };
-    let reconciler =
-        Reconciler::new(settings.repo, Target::default(), settings.inventory).with_client(client);
+    let reconciler = Reconciler::new(settings.repo, Target::default(), settings.inventory)
+        .with_client(client.clone());
     let mut work = SourceLoop::new(
         &id,
         reconciler,
@@ -320,10 +308,10 @@ async fn run_source(
         settings.apply,
         settings.interval,
         shared.clone(),
+        status,
     )
     .with_triggers(triggers)
-    .with_drift_policy(settings.drift)
-    .with_status(status);
+    .with_drift_policy(settings.drift);
     let trigger = work.trigger();
     shared.register(
         &id,
@@ -343,50 +331,53 @@ async fn run_source(
     {
         let _ = trigger.try_send(Trigger::Requested(requested.clone()));
     }
-    let discovery = source.spec.discovery.as_ref().map(|discovery| {
-        let target = DiscoveryTarget {
-            url: source.spec.url.clone(),
-            branch: discovery
-                .branch
-                .clone()
-                .or_else(|| {
-                    source
-                        .spec
-                        .reference
-                        .clone()
-                        .filter(|r| !is_full_commit_id(r))
-                })
-                .unwrap_or_else(|| "main".into()),
-            path: PathBuf::from(source.spec.path.as_deref().unwrap_or(".")),
-            // Its own clone: discovery commits there, and the loop fetches beside it.
-            cache: discovery_cache.join("discovery"),
-            credentials: discovery_credentials.clone(),
-            applyset: work.inventory().applyset_id(),
-            outbox: discovery_cache
-                .join("outbox")
-                .join(format!("{namespace}-{name}")),
-        };
-        let mut first_pass = work.first_pass();
-        let (client, stop) = (discovery_client.clone(), stop.clone());
-        tokio::spawn(
-            async move {
-                // After the Source's first pass: the two start-ups do not peak together.
-                tokio::select! {
-                    _ = first_pass.wait_for(|done| *done) => {}
-                    () = stop.cancelled() => return,
-                }
-                super::discovery::run(client, target, stop).await;
-            }
-            .in_current_span(),
-        )
-    });
+    let discovery =
+        discovery.map(|target| spawn_discovery(client, target, work.first_pass(), stop.clone()));
     let schedule = Schedule {
         name: "source",
         debounce: Duration::from_millis(100),
         backoff: Backoff::pass(),
         grace: shutdown_timeout,
     };
-    drive(&mut work, &schedule, &stop, |outcome| match outcome {
+    drive(&mut work, &schedule, &stop, log_pass).await;
+    if let Some(discovery) = discovery {
+        let _ = discovery.await;
+    }
+    shared.unregister(&id);
+}
+
+/// The Source's Git credentials, waited for (and said in the status) while its
+/// Secret cannot be read; `None` when stopped first.
+async fn wait_for_credentials(
+    client: &Client,
+    source: &Source,
+    status: &mut SourceStatusWriter,
+    stop: &CancellationToken,
+) -> Option<Credentials> {
+    let namespace = source.namespace().unwrap_or_default();
+    loop {
+        match credentials(client, &namespace, &source.spec).await {
+            Ok(credentials) => return Some(credentials),
+            Err(message) => {
+                let result = PassResult::Failed {
+                    revision: None,
+                    reason: "CredentialsUnavailable",
+                    message,
+                    stalled: false,
+                };
+                status.record(&result, None).await;
+                tokio::select! {
+                    () = tokio::time::sleep(Duration::from_secs(30)) => {}
+                    () = stop.cancelled() => return None,
+                }
+            }
+        }
+    }
+}
+
+/// A pass's outcome in the log (the source and revision are the span's).
+fn log_pass(outcome: &Result<PassOutcome, PassError>) {
+    match outcome {
         Ok(pass) => tracing::info!(
             created = pass.report.created(),
             configured = pass.report.configured(),
@@ -398,12 +389,54 @@ async fn run_source(
             tracing::warn!(error = %crate::error_chain(error), "pass failed");
         }
         Err(error) => tracing::warn!(%error, "pass failed"),
-    })
-    .await;
-    if let Some(discovery) = discovery {
-        let _ = discovery.await;
     }
-    shared.unregister(&id);
+}
+
+/// Where a Source's discovery commits: its repository and path, on the discovery's
+/// branch (else the Source's ref when it is a branch, else main), in a clone of its
+/// own (the loop fetches beside it), with an outbox of its own.
+fn discovery_target(
+    source: &Source,
+    discovery: &DiscoverySpec,
+    cache: &Path,
+    credentials: &Credentials,
+) -> DiscoveryTarget {
+    let namespace = source.namespace().unwrap_or_default();
+    let name = source.name_any();
+    let spec = &source.spec;
+    DiscoveryTarget {
+        url: spec.url.clone(),
+        branch: discovery
+            .branch
+            .clone()
+            .or_else(|| spec.reference.clone().filter(|r| !is_full_commit_id(r)))
+            .unwrap_or_else(|| "main".into()),
+        path: PathBuf::from(spec.path.as_deref().unwrap_or(".")),
+        cache: cache.join("discovery"),
+        credentials: credentials.clone(),
+        applyset: spec.inventory_of(&namespace, &name).applyset_id(),
+        outbox: cache.join("outbox").join(format!("{namespace}-{name}")),
+    }
+}
+
+/// Runs discovery once the Source's first pass is over (the two start-ups do not
+/// peak together), until `stop`.
+fn spawn_discovery(
+    client: Client,
+    target: DiscoveryTarget,
+    mut first_pass: tokio::sync::watch::Receiver<bool>,
+    stop: CancellationToken,
+) -> JoinHandle<()> {
+    tokio::spawn(
+        async move {
+            tokio::select! {
+                _ = first_pass.wait_for(|done| *done) => {}
+                () = stop.cancelled() => return,
+            }
+            super::discovery::run(client, target, stop).await;
+        }
+        .in_current_span(),
+    )
 }
 
 /// The Git credentials of the Source's `secretRef`.

@@ -10,6 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use notify::{EventKind, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
@@ -21,7 +22,7 @@ use super::source::DriftPolicy;
 use super::status::PassResult;
 use crate::driver::Loop;
 use crate::k8s::ObjectKey;
-use crate::plan::Action;
+use crate::plan::{Action, Change};
 use crate::reconcile::{
     ApplyOptions, ApplyReport, Outcome, PlanOptions, Planned, ReconcileError, Reconciler,
     WatchCache,
@@ -113,7 +114,8 @@ pub enum PassError {
     ObjectsFailed(Box<PassOutcome>),
 }
 
-impl SourceLoop<NoStatus> {
+impl<S: StatusSink> SourceLoop<S> {
+    /// A loop that records each pass's result in `status`.
     pub fn new(
         id: &str,
         reconciler: Reconciler,
@@ -121,6 +123,7 @@ impl SourceLoop<NoStatus> {
         apply: ApplyOptions,
         interval: Duration,
         shared: Arc<Shared>,
+        status: S,
     ) -> Self {
         SourceLoop {
             id: id.to_string(),
@@ -140,36 +143,9 @@ impl SourceLoop<NoStatus> {
             settled: None,
             directory: None,
             shared,
-            status: NoStatus,
+            status,
             recorder: None,
             first_pass: tokio::sync::watch::Sender::new(false),
-        }
-    }
-}
-
-impl<S: StatusSink> SourceLoop<S> {
-    /// Records each pass's result in `status`.
-    pub fn with_status<T: StatusSink>(self, status: T) -> SourceLoop<T> {
-        SourceLoop {
-            id: self.id,
-            reconciler: self.reconciler,
-            plan: self.plan,
-            apply: self.apply,
-            drift_policy: self.drift_policy,
-            interval: self.interval,
-            triggers: self.triggers,
-            drift: self.drift,
-            cache: self.cache,
-            drifted: self.drifted,
-            backoff: self.backoff,
-            requested: self.requested,
-            last_applied: self.last_applied,
-            settled: self.settled,
-            directory: self.directory,
-            shared: self.shared,
-            status,
-            recorder: self.recorder,
-            first_pass: self.first_pass,
         }
     }
 
@@ -277,7 +253,7 @@ impl<S: StatusSink> SourceLoop<S> {
             .reconciler
             .apply(&planned, &options, &|_, _| {})
             .await?;
-        let corrected = self.corrections(&report).await;
+        let corrected = self.corrections(&planned, &report).await;
         let retryable = report.failures().any(|(_, f)| f.retryable());
         self.settled = match (report.succeeded(), &commit, changes) {
             (true, Some(commit), Some(changes))
@@ -359,25 +335,31 @@ impl<S: StatusSink> SourceLoop<S> {
 
     /// The drifted objects the apply changed back: an Event on each, a metric, and
     /// the next correction of each backs off.
-    async fn corrections(&mut self, report: &ApplyReport) -> Vec<(ObjectKey, String)> {
-        let drifted = std::mem::take(&mut self.drifted);
+    async fn corrections(
+        &mut self,
+        planned: &Planned,
+        report: &ApplyReport,
+    ) -> Vec<(ObjectKey, String)> {
+        let seen = std::mem::take(&mut self.drifted);
+        let changes: BTreeMap<&ObjectKey, &Change> =
+            planned.plan.changes.iter().map(|c| (&c.key, c)).collect();
         let now = Instant::now();
         let mut corrected = Vec::new();
         for object in &report.objects {
-            let Some(drift) = drifted.get(&object.key) else {
-                continue;
-            };
             if !matches!(object.outcome, Outcome::Configured | Outcome::Created) {
                 continue;
             }
+            let Some(drift) = changes.get(&object.key).and_then(|c| drift_of(c, &seen)) else {
+                continue;
+            };
             self.backoff.corrected(&object.key, now);
             let note = format!(
                 "{} changed fields tether applied; restored from the models",
                 drift.manager
             );
-            self.publish(drift, "DriftCorrected", EventType::Normal, note)
+            self.publish(&drift, "DriftCorrected", EventType::Normal, note)
                 .await;
-            corrected.push((object.key.clone(), drift.manager.clone()));
+            corrected.push((object.key.clone(), drift.manager));
         }
         self.shared
             .metrics
@@ -388,22 +370,17 @@ impl<S: StatusSink> SourceLoop<S> {
     /// A source that only reports drift, at the revision it applied: the planned
     /// changes are drift, reported once per object and writer, not applied.
     async fn report_drift(&mut self, planned: &Planned, revision: Option<String>) -> PassOutcome {
-        let drifted = std::mem::take(&mut self.drifted);
+        let seen = std::mem::take(&mut self.drifted);
         let mut reported = Vec::new();
-        for change in planned
-            .plan
-            .changes
-            .iter()
-            .filter(|c| matches!(c.action, Action::Update | Action::Create | Action::Conflict))
-        {
-            let Some(drift) = drifted.get(&change.key) else {
+        for change in &planned.plan.changes {
+            let Some(drift) = drift_of(change, &seen) else {
                 continue;
             };
             let note = format!(
                 "{} changed fields tether applied; left so (this source reports drift only)",
                 drift.manager
             );
-            self.publish(drift, "DriftDetected", EventType::Warning, note)
+            self.publish(&drift, "DriftDetected", EventType::Warning, note)
                 .await;
             reported.push(change.key.clone());
         }
@@ -486,6 +463,38 @@ fn pass_result<'r>(
     }
 }
 
+/// The drift a planned change undoes, if any: fields written in place by others on an
+/// object this inventory applied (the plan says so, and names them), or an object
+/// someone deleted (the watch saw it) that is made again.
+fn drift_of(change: &Change, seen: &BTreeMap<ObjectKey, Drift>) -> Option<Drift> {
+    if change.drift {
+        let managers: BTreeSet<&str> = change
+            .conflicts
+            .iter()
+            .map(|c| c.manager.as_str())
+            .collect();
+        let reference = seen.get(&change.key).map_or_else(
+            || ObjectReference {
+                api_version: Some(change.api_version.clone()),
+                kind: Some(change.key.kind.clone()),
+                name: Some(change.key.name.clone()),
+                namespace: change.key.namespace.clone(),
+                ..ObjectReference::default()
+            },
+            |d| d.reference.clone(),
+        );
+        return Some(Drift {
+            key: change.key.clone(),
+            manager: managers.into_iter().collect::<Vec<_>>().join(", "),
+            reference,
+        });
+    }
+    match change.action {
+        Action::Create => seen.get(&change.key).cloned(),
+        _ => None,
+    }
+}
+
 /// A failed pass's reason in the status, and whether retrying cannot help.
 fn failure_kind(error: &ReconcileError) -> (&'static str, bool) {
     match error {
@@ -563,5 +572,61 @@ impl<S: StatusSink> Loop for SourceLoop<S> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plan::FieldConflict;
+
+    fn change(action: Action, drift: bool, managers: &[&str]) -> Change {
+        Change {
+            key: ObjectKey::new("v1", "ConfigMap", Some("team"), "settings"),
+            api_version: "v1".into(),
+            action,
+            model: None,
+            source: None,
+            diff: String::new(),
+            conflicts: managers
+                .iter()
+                .map(|m| FieldConflict {
+                    manager: (*m).into(),
+                    field: ".data.key".into(),
+                })
+                .collect(),
+            error: None,
+            owned_by: None,
+            drift,
+            contents: None,
+        }
+    }
+
+    #[test]
+    fn the_plan_names_the_drift_it_undoes_whether_or_not_the_watch_saw_it_first() {
+        let none = BTreeMap::new();
+        let patched = change(
+            Action::Conflict,
+            true,
+            &["kubectl-patch", "kubectl-edit", "kubectl-patch"],
+        );
+        let drift = drift_of(&patched, &none).unwrap();
+        assert_eq!(drift.manager, "kubectl-edit, kubectl-patch");
+        assert_eq!(drift.reference.name.as_deref(), Some("settings"));
+        // Another applier's fields are a conflict, not drift; a plain update neither.
+        assert!(drift_of(&change(Action::Conflict, false, &["helm"]), &none).is_none());
+        assert!(drift_of(&change(Action::Update, false, &[]), &none).is_none());
+        // A deleted object made again: drift only when the watch saw the deletion.
+        let created = change(Action::Create, false, &[]);
+        assert!(drift_of(&created, &none).is_none());
+        let seen = BTreeMap::from([(
+            created.key.clone(),
+            Drift {
+                key: created.key.clone(),
+                manager: "a deletion".into(),
+                reference: ObjectReference::default(),
+            },
+        )]);
+        assert_eq!(drift_of(&created, &seen).unwrap().manager, "a deletion");
     }
 }

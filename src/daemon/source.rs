@@ -175,6 +175,15 @@ pub struct SourceSettings {
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(60);
 
 impl SourceSpec {
+    /// The inventory of the Source `namespace`/`name`: `spec.inventory`, else the
+    /// Source's name, in its namespace.
+    pub fn inventory_of(&self, namespace: &str, name: &str) -> Inventory {
+        Inventory {
+            name: self.inventory.clone().unwrap_or_else(|| name.to_string()),
+            namespace: namespace.to_string(),
+        }
+    }
+
     /// The loop's settings, given the Source's namespace and name, the Git cache and the
     /// credentials read from `secretRef`.
     pub fn settings(
@@ -209,10 +218,7 @@ impl SourceSpec {
                 cache,
                 credentials,
             },
-            inventory: Inventory {
-                name: self.inventory.clone().unwrap_or_else(|| name.to_string()),
-                namespace: namespace.to_string(),
-            },
+            inventory: self.inventory_of(namespace, name),
             interval,
             plan: PlanOptions {
                 prune: self.prune,

@@ -117,6 +117,12 @@ pub fn next_status(
             );
         }
     }
+    record_revisions(&mut status, result, now);
+    status
+}
+
+/// The revisions, counts and success time a pass leaves in the status.
+fn record_revisions(status: &mut SourceStatus, result: &PassResult, now: &str) {
     match result {
         PassResult::Applied { revision, report } => {
             status.last_attempted_revision = Some(revision.clone());
@@ -136,7 +142,6 @@ pub fn next_status(
         | PassResult::Suspended
         | PassResult::Progressing { .. } => {}
     }
-    status
 }
 
 /// Whether two statuses differ in more than the time of the last success: a pass

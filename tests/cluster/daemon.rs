@@ -3,7 +3,6 @@
 //! `git` CLI, webhooks over real HTTP, drift made with kubectl, replicas electing a
 //! leader, and the API server's audit log counting every write.
 
-use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -119,41 +118,23 @@ pub fn push_hook(
     )
 }
 
+/// kubectl (the control plane's own build); its output, success or not.
 pub fn kubectl(args: &[&str]) -> std::process::Output {
-    Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(&cluster().kubeconfig)
+    crate::discover::kubectl_command()
         .args(args)
         .output()
         .unwrap()
 }
 
+/// kubectl's standard output; it must succeed.
 fn kubectl_ok(args: &[&str]) -> String {
-    let output = kubectl(args);
-    assert!(
-        output.status.success(),
-        "kubectl {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).unwrap()
+    String::from_utf8(crate::discover::kubectl(args).stdout).unwrap()
 }
 
 fn kubectl_apply_text(yaml: &str) {
-    let mut child = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(&cluster().kubeconfig)
-        .args(["apply", "-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(yaml.as_bytes())
-        .unwrap();
-    assert!(child.wait().unwrap().success(), "kubectl apply of\n{yaml}");
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), yaml).unwrap();
+    kubectl_ok(&["apply", "-f", file.path().to_str().unwrap()]);
 }
 
 /// The CRD of deploy/, applied and established.
@@ -248,6 +229,21 @@ pub fn audit_offset() -> u64 {
     std::fs::metadata(cluster().state_dir.join("logs/audit.log"))
         .map(|m| m.len())
         .unwrap_or(0)
+}
+
+/// A replica of the daemon for the Sources of `ns`, electing its leader on a Lease
+/// there.
+fn replica(ns: &str, extra: &[&str]) -> Daemon {
+    let mut args = vec![
+        "--sources",
+        "--sources-namespace",
+        ns,
+        "--leader-elect",
+        "--lease-namespace",
+        ns,
+    ];
+    args.extend_from_slice(extra);
+    Daemon::start(&args)
 }
 
 /// What most tests start from: a namespace, a remote whose models hold the ConfigMap
@@ -618,6 +614,83 @@ async fn a_failing_source_does_not_hold_up_another() {
     );
 }
 
+#[tokio::test]
+async fn a_field_another_applier_took_is_a_conflict_not_drift() {
+    // Helm 4 and Argo CD apply server-side under their own manager: what they set is a
+    // decision, not drift, and the daemon does not take it back.
+    let Fixture {
+        client,
+        ns,
+        remote: _remote,
+        daemon: _daemon,
+    } = web_source_at_v1("daemon-applier", "  interval: 1h\n").await;
+    let theirs = format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  namespace: {ns}\ndata:\n  key: helm-value\n"
+    );
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), theirs).unwrap();
+    kubectl_ok(&[
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "--field-manager=helm",
+        "-f",
+        file.path().to_str().unwrap(),
+    ]);
+    eventually(Duration::from_secs(15), || async {
+        condition(&status(&ns, "web"), "Stalled").is_some_and(|c| c.1 == "ObjectsRefused")
+    })
+    .await;
+    let stalled = status(&ns, "web");
+    let ready = stalled["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .unwrap();
+    assert!(
+        ready["message"].as_str().unwrap().contains("helm"),
+        "{stalled}"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(value_of(&client, &ns).await.as_deref(), Some("helm-value"));
+}
+
+#[tokio::test]
+async fn a_pruning_source_deletes_its_removed_model_and_nothing_another_team_made() {
+    install_crd();
+    let (client, ns, _) = setup("daemon-prune").await;
+    let remote = Remote::new(&[
+        ("base.yaml", &base(&ns)),
+        ("cm.yaml", &config_map("settings", &ns, "v1")),
+        ("old.yaml", &config_map("old", &ns, "v1")),
+    ]);
+    let daemon = Daemon::start(&["--sources", "--sources-namespace", &ns]);
+    apply_web_source(&client, &ns, &remote.url, "  interval: 1h\n  prune: true\n").await;
+    // Another team's ConfigMap, made with kubectl beside ours.
+    kubectl_ok(&[
+        "-n",
+        &ns,
+        "create",
+        "configmap",
+        "theirs",
+        "--from-literal=a=b",
+    ]);
+    remote.remove("main", "old.yaml");
+    let (headers, body) = push_hook(&remote.url, "refs/heads/main", SECRET);
+    assert_eq!(daemon.post("/hook/generic", &headers, &body).0, 202);
+    eventually(Duration::from_secs(15), || async {
+        live_config_map(&client, &ns, "old").await.is_none()
+    })
+    .await;
+    assert!(live_config_map(&client, &ns, "theirs").await.is_some());
+    assert!(live_config_map(&client, &ns, "settings").await.is_some());
+    eventually(Duration::from_secs(10), || async {
+        status(&ns, "web")["lastPlan"]["pruned"] == 1
+    })
+    .await;
+}
+
 fn corrections(ns: &str, name: &str, daemon: &Daemon) -> f64 {
     daemon
         .metric(&format!(
@@ -732,18 +805,7 @@ async fn of_two_replicas_one_leads_and_the_other_takes_over_after_sigterm_and_si
         ("base.yaml", &base(&ns)),
         ("cm.yaml", &config_map("settings", &ns, "v1")),
     ]);
-    let replica = || {
-        Daemon::start(&[
-            "--sources",
-            "--sources-namespace",
-            &ns,
-            "--leader-elect",
-            "--lease-namespace",
-            &ns,
-            "--lease-duration",
-            "4s",
-        ])
-    };
+    let replica = || replica(&ns, &["--lease-duration", "4s"]);
     let leads = |d: &Daemon| d.metric("tether_leader") == Some(1.0);
     let mut a = replica();
     let mut b = replica();
@@ -823,18 +885,7 @@ async fn sigterm_in_the_middle_of_a_pass_exits_cleanly_and_the_next_leader_conve
         ));
     }
     let remote = Remote::new(&[("all.yaml", &models)]);
-    let replica = || {
-        Daemon::start(&[
-            "--sources",
-            "--sources-namespace",
-            &ns,
-            "--leader-elect",
-            "--lease-namespace",
-            &ns,
-            "--shutdown-timeout",
-            "0s",
-        ])
-    };
+    let replica = || replica(&ns, &["--shutdown-timeout", "0s"]);
     let mut first = replica();
     kubectl_apply_text(&source_yaml("web", &ns, &remote.url, "  interval: 1h\n"));
     let configmaps: kube::Api<ConfigMap> = kube::Api::namespaced(client.clone(), &ns);

@@ -58,6 +58,20 @@ impl Remote {
         remote
     }
 
+    /// Removes `name` from the models on `branch` and pushes; returns the commit.
+    pub fn remove(&self, branch: &str, name: &str) -> String {
+        let work = self.work();
+        git(&work, &["fetch", "-q", "origin"]);
+        git(
+            &work,
+            &["checkout", "-q", "-B", branch, &format!("origin/{branch}")],
+        );
+        git(&work, &["rm", "-q", &format!("models/{name}")]);
+        git(&work, &["commit", "-qm", "remove"]);
+        git(&work, &["push", "-q", "origin", branch]);
+        git(&work, &["rev-parse", "HEAD"])
+    }
+
     /// The same repository as a `file://` URL, which also takes pushes.
     pub fn file_url(&self) -> String {
         format!("file://{}", self.bare().display())
