@@ -4,7 +4,7 @@
 //! help until someone changes the models or the cluster.
 
 use super::source::{Condition, PlanCounts, SourceStatus};
-use crate::reconcile::ApplyReport;
+use crate::reconcile::outcome::ApplyReport;
 
 /// What the pass came to, as the status tells it.
 #[derive(Debug)]
