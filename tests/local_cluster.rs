@@ -52,6 +52,7 @@ fn run(args: &[&str], state_dir: &Path) -> String {
         .args(args)
         .arg("--state-dir")
         .arg(state_dir)
+        .env("TETHER_NODESIM", env!("CARGO_BIN_EXE_tether-nodesim"))
         .stderr(std::process::Stdio::inherit())
         .output()
         .unwrap();

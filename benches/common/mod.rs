@@ -21,6 +21,9 @@ pub fn start_cluster() -> LocalCluster {
             "up",
             "--owner-pid",
             &std::process::id().to_string(),
+            // No simulated nodes: the benchmarks measure tether, not pods starting.
+            "--nodes",
+            "0",
             "--state-dir",
         ])
         .arg(state.path())

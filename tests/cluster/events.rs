@@ -12,7 +12,6 @@ use serde_json::Value;
 use crate::broker::Broker;
 use crate::discover::kubectl;
 use crate::harness::{Running, cluster};
-use crate::nodesim::restart_container;
 use crate::reconcile::setup;
 
 /// `tether events --watch` for one namespace, its sinks (JSON lines at `jsonl`,
@@ -134,7 +133,9 @@ async fn a_pods_life_is_four_events_in_order_in_every_sink() {
         "--labels=app=web",
     ]);
     let pod = running_pod(&pods, "web").await;
-    let restarts = restart_container(&client, &ns, "web", "web").await.unwrap();
+    let restarts = cluster()
+        .pod_action(&client, "restart", &ns, "web", "web")
+        .await;
     events_of(&jsonl, "web", 3).await;
     kubectl(&["-n", &ns, "delete", "pod", "web", "--wait=false"]);
     gone(&pods, "web").await;
@@ -289,7 +290,9 @@ async fn kafka_gets_the_four_events_keyed_by_pod_and_those_of_an_outage_after_it
 
     kubectl(&["-n", &ns, "run", "web", "--image=nginx:1.25"]);
     let pod = running_pod(&pods, "web").await;
-    let restarts = restart_container(&client, &ns, "web", "web").await.unwrap();
+    let restarts = cluster()
+        .pod_action(&client, "restart", &ns, "web", "web")
+        .await;
     kubectl(&["-n", &ns, "delete", "pod", "web", "--wait=false"]);
     gone(&pods, "web").await;
     let messages = messages_of(&broker, &topic, "web", 4);

@@ -1,18 +1,17 @@
-//! One local control plane per test run (scripts/local-cluster), a node simulator
-//! beside it, and a namespace per test. The control plane stops by itself when the
-//! test process exits, however it exits (the script's --owner-pid watchdog).
+//! One local control plane per test run (scripts/local-cluster) with one simulated
+//! node (the shipped tether-nodesim), and a namespace per test. The control plane
+//! stops by itself when the test process exits, however it exits (the script's
+//! --owner-pid watchdog).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
 use kube::api::{Api, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
-
-use super::nodesim;
 
 pub struct Cluster {
     pub kubeconfig: PathBuf,
@@ -37,36 +36,21 @@ pub fn cluster() -> &'static Cluster {
             .arg(&state_dir)
             .arg("--owner-pid")
             .arg(std::process::id().to_string())
+            .env("TETHER_NODESIM", env!("CARGO_BIN_EXE_tether-nodesim"))
             .stderr(std::process::Stdio::inherit())
             .output()
             .expect("run scripts/local-cluster");
         assert!(output.status.success(), "scripts/local-cluster up failed");
         let stdout = String::from_utf8(output.stdout).expect("utf-8");
         let kubeconfig = PathBuf::from(stdout.lines().last().expect("kubeconfig path").trim());
-        let cluster = Cluster {
+        Cluster {
             kubeconfig,
             state_dir,
-        };
-        let kubeconfig = cluster.kubeconfig.clone();
-        // The simulator outlives every test's runtime: its own thread and runtime.
-        std::thread::spawn(move || {
-            let runtime = tokio::runtime::Runtime::new().expect("runtime");
-            runtime.block_on(async move {
-                loop {
-                    let result = match client_for(&kubeconfig).await {
-                        Ok(client) => nodesim::run(client).await,
-                        Err(e) => Err(e),
-                    };
-                    eprintln!("node simulator stopped ({result:?}); restarting");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
-            });
-        });
-        cluster
+        }
     })
 }
 
-async fn client_for(kubeconfig: &Path) -> Result<Client, kube::Error> {
+pub async fn client_for(kubeconfig: &Path) -> Result<Client, kube::Error> {
     let kubeconfig = Kubeconfig::read_from(kubeconfig).map_err(kube::Error::InferKubeconfig)?;
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
@@ -80,6 +64,47 @@ impl Cluster {
         client_for(&self.kubeconfig)
             .await
             .expect("client for the local cluster")
+    }
+
+    /// What the simulated node does to a pod's container (`scripts/local-cluster pod
+    /// restart|fail|finish`, as a user runs it); the container's restart count after it.
+    pub async fn pod_action(
+        &self,
+        client: &Client,
+        action: &str,
+        namespace: &str,
+        pod: &str,
+        container: &str,
+    ) -> i32 {
+        let output = tokio::process::Command::new(repo_root().join("scripts/local-cluster"))
+            .args([
+                "pod",
+                action,
+                pod,
+                "-n",
+                namespace,
+                "-c",
+                container,
+                "--state-dir",
+            ])
+            .arg(&self.state_dir)
+            .env("TETHER_NODESIM", env!("CARGO_BIN_EXE_tether-nodesim"))
+            .output()
+            .await
+            .expect("run scripts/local-cluster pod");
+        assert!(
+            output.status.success(),
+            "local-cluster pod {action} {namespace}/{pod}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+        let status = pods.get_status(pod).await.expect("the pod").status;
+        status
+            .and_then(|s| s.container_statuses)
+            .unwrap_or_default()
+            .iter()
+            .find(|s| s.name == container)
+            .map_or(0, |s| s.restart_count)
     }
 
     /// A fresh namespace for one test, ready for pods (its default service account exists).

@@ -212,9 +212,9 @@ async fn a_deployment_becomes_running_pods_with_ips() {
 
     // The simulator restarts a container on request: the restart count rises.
     let first = pods_now[0].name_any();
-    let count = nodesim::restart_container(&client, &namespace, &first, "web")
-        .await
-        .unwrap();
+    let count = cluster
+        .pod_action(&client, "restart", &namespace, &first, "web")
+        .await;
     assert_eq!(count, 1);
     let pod = pods.get(&first).await.unwrap();
     assert_eq!(

@@ -1,229 +1,314 @@
-//! A node simulator, in the spirit of kwok: the local control plane has no scheduler
-//! and no kubelet, so this registers a Node, binds pending pods to it, reports them
-//! Running with a pod IP and container statuses, finishes the deletion of pods on it,
-//! and can bump a container's restart count.
+//! The node simulator (src/bin/tether-nodesim), as the local control plane runs it:
+//! pods bound and Running, containers restarted, failed and finished on request,
+//! Jobs' pods completing, and placement by selectors, cordons and taints, with
+//! `NoExecute` taints evicting.
 
-use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
 
-use futures::TryStreamExt;
-use k8s_openapi::api::core::v1::{Binding, Node, ObjectReference, Pod};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, ResourceExt};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Client;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-pub const NODE_NAME: &str = "tether-sim";
+use crate::harness::{client_for, cluster, eventually, repo_root};
 
-/// Registers the node and keeps pods moving until the runtime stops.
-pub async fn run(client: Client) -> Result<(), kube::Error> {
-    register_node(&client).await?;
-    let pods: Api<Pod> = Api::all(client.clone());
-    let mut ips = IpAllocator::default();
-    let mut events =
-        std::pin::pin!(watcher::watcher(pods, watcher::Config::default()).default_backoff());
-    while let Some(event) = events
-        .try_next()
-        .await
-        .map_err(|e| kube::Error::Service(Box::new(e)))?
-    {
-        let pods = match event {
-            watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) => vec![pod],
-            _ => continue,
-        };
-        for pod in pods {
-            // Errors are conflicts with a newer version of the pod; the watch brings it.
-            let _ = step(&client, &pod, &mut ips).await;
-        }
-    }
-    Ok(())
+fn pod(name: &str, spec: serde_json::Value) -> Pod {
+    let mut spec = spec;
+    spec["containers"] = json!([{"name": "main", "image": "busybox:1.36"}]);
+    serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec})).unwrap()
 }
 
-async fn register_node(client: &Client) -> Result<(), kube::Error> {
-    let nodes: Api<Node> = Api::all(client.clone());
-    let node = Node {
-        metadata: ObjectMeta {
-            name: Some(NODE_NAME.into()),
-            labels: Some([("kubernetes.io/hostname".to_string(), NODE_NAME.to_string())].into()),
-            ..ObjectMeta::default()
-        },
-        ..Node::default()
-    };
-    match nodes.create(&PostParams::default(), &node).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(e)) if e.code == 409 => {}
-        Err(e) => return Err(e),
+/// The pod once `check` holds of it.
+async fn pod_when(api: &Api<Pod>, name: &str, check: impl Fn(&Pod) -> bool) -> Pod {
+    eventually(Duration::from_secs(30), || async {
+        api.get_opt(name).await.unwrap().is_some_and(|p| check(&p))
+    })
+    .await;
+    api.get(name).await.unwrap()
+}
+
+fn phase(pod: &Pod) -> &str {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("")
+}
+
+fn node_of(pod: &Pod) -> &str {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .unwrap_or("")
+}
+
+fn main_container(pod: &Pod) -> k8s_openapi::api::core::v1::ContainerStatus {
+    pod.status
+        .as_ref()
+        .unwrap()
+        .container_statuses
+        .as_ref()
+        .unwrap()[0]
+        .clone()
+}
+
+#[tokio::test]
+async fn pods_run_and_their_containers_restart_fail_and_finish_on_request() {
+    let client = cluster().client().await;
+    let ns = cluster().namespace(&client, "sim-lifecycle").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    pods.create(&PostParams::default(), &pod("server", json!({})))
+        .await
+        .unwrap();
+    let running = pod_when(&pods, "server", |p| phase(p) == "Running").await;
+    assert_eq!(node_of(&running), "tether-sim-1");
+    let status = running.status.as_ref().unwrap();
+    assert!(
+        status
+            .pod_ip
+            .as_deref()
+            .is_some_and(|ip| ip.starts_with("10.244."))
+    );
+    assert_eq!(status.host_ip.as_deref(), Some("10.0.0.1"));
+    assert!(main_container(&running).ready);
+
+    let count = cluster()
+        .pod_action(&client, "restart", &ns, "server", "main")
+        .await;
+    assert_eq!(count, 1);
+    let count = cluster()
+        .pod_action(&client, "fail", &ns, "server", "main")
+        .await;
+    assert_eq!(
+        count, 2,
+        "a failing container under restartPolicy Always is restarted"
+    );
+    let crashing = pods.get("server").await.unwrap();
+    let waiting = main_container(&crashing).state.unwrap().waiting.unwrap();
+    assert_eq!(waiting.reason.as_deref(), Some("CrashLoopBackOff"));
+    assert!(!main_container(&crashing).ready);
+    assert_eq!(phase(&crashing), "Running");
+
+    pods.create(
+        &PostParams::default(),
+        &pod("once", json!({"restartPolicy": "Never"})),
+    )
+    .await
+    .unwrap();
+    pod_when(&pods, "once", |p| phase(p) == "Running").await;
+    cluster()
+        .pod_action(&client, "finish", &ns, "once", "main")
+        .await;
+    let done = pods.get("once").await.unwrap();
+    assert_eq!(phase(&done), "Succeeded");
+    let exited = main_container(&done).state.unwrap().terminated.unwrap();
+    assert_eq!(exited.exit_code, 0);
+    // The simulator leaves a finished pod as it is (it does not start it again).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(phase(&pods.get("once").await.unwrap()), "Succeeded");
+}
+
+fn job(name: &str, annotations: serde_json::Value) -> Job {
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {"backoffLimit": 0, "template": {
+            "metadata": {"annotations": annotations},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "main", "image": "busybox:1.36"}]},
+        }},
+    }))
+    .unwrap()
+}
+
+fn job_condition(job: &Job) -> Option<String> {
+    job.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.status == "True"))
+        .map(|c| c.type_.clone())
+}
+
+#[tokio::test]
+async fn jobs_pods_succeed_by_themselves_or_fail_with_their_exit_code() {
+    let client = cluster().client().await;
+    let ns = cluster().namespace(&client, "sim-jobs").await;
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    jobs.create(&PostParams::default(), &job("migrate", json!({})))
+        .await
+        .unwrap();
+    jobs.create(
+        &PostParams::default(),
+        &job("broken", json!({"sim.tether.dev/exit-code": "3"})),
+    )
+    .await
+    .unwrap();
+    for (name, outcome) in [("migrate", "Complete"), ("broken", "Failed")] {
+        eventually(Duration::from_secs(60), || async {
+            job_condition(&jobs.get(name).await.unwrap()).as_deref() == Some(outcome)
+        })
+        .await;
     }
-    let resources = json!({"cpu": "64", "memory": "256Gi", "pods": "500"});
-    let status = json!({"status": {
-        "capacity": resources,
-        "allocatable": resources,
-        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "simulated",
-                        "lastHeartbeatTime": now(), "lastTransitionTime": now()}],
-        "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": NODE_NAME}],
-        "nodeInfo": {"kubeletVersion": "v1.20.2-sim", "kubeProxyVersion": "v1.20.2-sim", "architecture": "amd64",
-                     "operatingSystem": "linux", "osImage": "simulated", "kernelVersion": "", "containerRuntimeVersion": "sim://1",
-                     "machineID": "", "systemUUID": "", "bootID": ""},
-    }});
-    nodes
-        .patch_status(NODE_NAME, &PatchParams::default(), &Patch::Merge(&status))
-        .await?;
-    // The API server taints a new node not-ready; the node lifecycle controller (not
-    // run here) lifts the taint once the node reports Ready, so DaemonSets place pods.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let broken = pods
+        .list(&ListParams::default().labels("job-name=broken"))
+        .await
+        .unwrap();
+    let exited = main_container(&broken.items[0])
+        .state
+        .unwrap()
+        .terminated
+        .unwrap();
+    assert_eq!(exited.exit_code, 3);
+}
+
+/// A control plane of this test's own with two simulated nodes: tainting and
+/// cordoning the shared one would disturb the tests running beside this one.
+struct TwoNodes {
+    state: tempfile::TempDir,
+    kubeconfig: PathBuf,
+}
+
+impl TwoNodes {
+    fn up() -> Self {
+        let state = tempfile::tempdir().unwrap();
+        let output = Command::new(repo_root().join("scripts/local-cluster"))
+            .args(["up", "--nodes", "2", "--owner-pid"])
+            .arg(std::process::id().to_string())
+            .arg("--state-dir")
+            .arg(state.path())
+            .env("TETHER_NODESIM", env!("CARGO_BIN_EXE_tether-nodesim"))
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let kubeconfig = PathBuf::from(String::from_utf8(output.stdout).unwrap().trim());
+        TwoNodes { state, kubeconfig }
+    }
+}
+
+impl Drop for TwoNodes {
+    fn drop(&mut self) {
+        let _ = Command::new(repo_root().join("scripts/local-cluster"))
+            .args(["down", "--state-dir"])
+            .arg(self.state.path())
+            .output();
+    }
+}
+
+async fn patch_node(client: &Client, name: &str, spec: serde_json::Value) {
+    let nodes: Api<Node> = Api::all(client.clone());
     nodes
         .patch(
-            NODE_NAME,
+            name,
             &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": {"taints": null}})),
+            &Patch::Merge(&json!({"spec": spec})),
         )
-        .await?;
-    Ok(())
+        .await
+        .unwrap();
 }
 
-async fn step(client: &Client, pod: &Pod, ips: &mut IpAllocator) -> Result<(), kube::Error> {
-    let namespace = pod.namespace().unwrap_or_default();
-    let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
-    let name = pod.name_any();
-    let spec = pod.spec.as_ref();
-    let node = spec.and_then(|s| s.node_name.as_deref());
-    if pod.metadata.deletion_timestamp.is_some() {
-        if node == Some(NODE_NAME) {
-            // What the kubelet does once the containers are stopped.
-            ips.release(&namespace, &name);
-            api.delete(
-                &name,
-                &DeleteParams {
-                    grace_period_seconds: Some(0),
-                    ..DeleteParams::default()
-                },
-            )
-            .await?;
-        }
-        return Ok(());
+#[tokio::test]
+async fn selectors_cordons_and_taints_place_pods_and_no_execute_taints_evict_them() {
+    let own = TwoNodes::up();
+    let client = client_for(&own.kubeconfig).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let post = PostParams::default();
+    for name in ["a", "b"] {
+        pods.create(&post, &pod(name, json!({}))).await.unwrap();
     }
-    match node {
-        None => {
-            let binding = Binding {
-                metadata: ObjectMeta {
-                    name: Some(name.clone()),
-                    ..ObjectMeta::default()
-                },
-                target: ObjectReference {
-                    api_version: Some("v1".into()),
-                    kind: Some("Node".into()),
-                    name: Some(NODE_NAME.into()),
-                    ..ObjectReference::default()
-                },
-            };
-            api.create_subresource::<Binding, serde_json::Value>(
-                "binding",
-                &name,
-                &PostParams::default(),
-                &binding,
-            )
-            .await?;
-        }
-        Some(NODE_NAME) => {
-            let status = pod.status.as_ref();
-            if status.and_then(|s| s.phase.as_deref()) == Some("Running") {
-                return Ok(());
-            }
-            let ip = ips.assign(&namespace, &name);
-            let containers: Vec<serde_json::Value> = spec
-                .map(|s| s.containers.as_slice())
-                .unwrap_or_default()
-                .iter()
-                .map(|c| {
-                    json!({
-                        "name": c.name, "image": c.image, "imageID": format!("sim://{}", c.image.clone().unwrap_or_default()),
-                        "containerID": format!("sim://{namespace}/{name}/{}", c.name),
-                        "ready": true, "started": true, "restartCount": 0,
-                        "state": {"running": {"startedAt": now()}},
-                    })
-                })
-                .collect();
-            let patch = json!({"status": {
-                "phase": "Running", "hostIP": "127.0.0.1", "podIP": ip, "podIPs": [{"ip": ip}], "startTime": now(),
-                "conditions": [
-                    {"type": "Initialized", "status": "True", "lastTransitionTime": now()},
-                    {"type": "Ready", "status": "True", "lastTransitionTime": now()},
-                    {"type": "ContainersReady", "status": "True", "lastTransitionTime": now()},
-                    {"type": "PodScheduled", "status": "True", "lastTransitionTime": now()},
-                ],
-                "containerStatuses": containers,
-            }});
-            api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await?;
-        }
-        Some(_) => {}
+    let pinned = json!({"nodeSelector": {"kubernetes.io/hostname": "tether-sim-2"}});
+    pods.create(&post, &pod("pinned", pinned)).await.unwrap();
+    let mut nodes = Vec::new();
+    for name in ["a", "b", "pinned"] {
+        let running = pod_when(&pods, name, |p| phase(p) == "Running").await;
+        nodes.push((node_of(&running).to_string(), name));
     }
-    Ok(())
-}
+    let pinned_node = nodes.pop().unwrap().0;
+    assert_eq!(pinned_node, "tether-sim-2");
+    nodes.sort();
+    let spread: Vec<&str> = nodes.iter().map(|(node, _)| node.as_str()).collect();
+    assert_eq!(
+        spread,
+        ["tether-sim-1", "tether-sim-2"],
+        "one pod on each node"
+    );
+    let (on_first, on_second) = (nodes[0].1, nodes[1].1);
 
-/// Makes a container of a running pod restart: its restart count goes up by one.
-pub async fn restart_container(
-    client: &Client,
-    namespace: &str,
-    pod: &str,
-    container: &str,
-) -> Result<i32, kube::Error> {
-    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
-    let current = api.get_status(pod).await?;
-    let mut statuses = current
-        .status
-        .and_then(|s| s.container_statuses)
-        .unwrap_or_default();
-    let Some(status) = statuses.iter_mut().find(|s| s.name == container) else {
-        return Err(kube::Error::Service(
-            format!("pod {namespace}/{pod} has no container {container}").into(),
-        ));
-    };
-    status.restart_count += 1;
-    let count = status.restart_count;
-    let patch = json!({"status": {"containerStatuses": statuses}});
-    api.patch_status(pod, &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
-    Ok(count)
-}
+    // A cordoned node takes no new pod; the other one does.
+    patch_node(&client, "tether-sim-1", json!({"unschedulable": true})).await;
+    pods.create(&post, &pod("after-cordon", json!({})))
+        .await
+        .unwrap();
+    let placed = pod_when(&pods, "after-cordon", |p| phase(p) == "Running").await;
+    assert_eq!(node_of(&placed), "tether-sim-2");
 
-fn now() -> String {
-    // RFC 3339 in UTC, with the time type k8s-openapi itself uses.
-    k8s_openapi::jiff::Timestamp::now()
-        .round(k8s_openapi::jiff::Unit::Second)
-        .map_or_else(|_| String::new(), |t| t.to_string())
-}
-
-/// Pod IPs from 10.244.0.0/16, one per pod, reused after the pod is gone.
-#[derive(Default)]
-struct IpAllocator {
-    assigned: HashMap<(String, String), u32>,
-    next: u32,
-    free: Vec<u32>,
-}
-
-impl IpAllocator {
-    fn assign(&mut self, namespace: &str, name: &str) -> String {
-        let key = (namespace.to_string(), name.to_string());
-        let n = match self.assigned.get(&key) {
-            Some(n) => *n,
-            None => {
-                let n = self.free.pop().unwrap_or_else(|| {
-                    self.next += 1;
-                    self.next
-                });
-                self.assigned.insert(key, n);
-                n
-            }
-        };
-        format!("10.244.{}.{}", n / 254, n % 254 + 1)
+    // A NoExecute taint evicts what does not tolerate it, at once or after the
+    // toleration's seconds, and leaves a pod that tolerates it for good.
+    let for_two_seconds = json!({"tolerations": [{"key": "maintenance", "operator": "Exists",
+        "effect": "NoExecute", "tolerationSeconds": 2}]});
+    pods.create(&post, &pod("patient", for_two_seconds.clone()))
+        .await
+        .unwrap();
+    let forever = json!({"tolerations": [{"key": "maintenance", "operator": "Exists"}],
+        "nodeSelector": {"kubernetes.io/hostname": "tether-sim-2"}});
+    pods.create(&post, &pod("tolerant", forever)).await.unwrap();
+    let patient = pod_when(&pods, "patient", |p| phase(p) == "Running").await;
+    assert_eq!(node_of(&patient), "tether-sim-2");
+    pod_when(&pods, "tolerant", |p| phase(p) == "Running").await;
+    patch_node(
+        &client,
+        "tether-sim-2",
+        json!({"taints": [{"key": "maintenance", "value": "disk", "effect": "NoExecute"}]}),
+    )
+    .await;
+    let tainted_at = tokio::time::Instant::now();
+    for evicted in ["pinned", "after-cordon", on_second] {
+        eventually(Duration::from_secs(10), || async {
+            pods.get_opt(evicted).await.unwrap().is_none()
+        })
+        .await;
     }
+    assert!(pods.get_opt("patient").await.unwrap().is_some());
+    eventually(Duration::from_secs(10), || async {
+        pods.get_opt("patient").await.unwrap().is_none()
+    })
+    .await;
+    assert!(
+        tainted_at.elapsed() >= Duration::from_secs(2),
+        "evicted after its toleration: {:?}",
+        tainted_at.elapsed()
+    );
+    assert_eq!(phase(&pods.get("tolerant").await.unwrap()), "Running");
+    // The pod on the cordoned node stays: a cordon does not evict.
+    assert_eq!(phase(&pods.get(on_first).await.unwrap()), "Running");
 
-    fn release(&mut self, namespace: &str, name: &str) {
-        if let Some(n) = self
-            .assigned
-            .remove(&(namespace.to_string(), name.to_string()))
-        {
-            self.free.push(n);
-        }
-    }
+    // With one node cordoned and the other tainted, a new pod waits, and says why.
+    pods.create(&post, &pod("waiting", json!({})))
+        .await
+        .unwrap();
+    let waiting = pod_when(&pods, "waiting", |p| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| {
+                c.iter()
+                    .any(|c| c.reason.as_deref() == Some("Unschedulable"))
+            })
+    })
+    .await;
+    let condition = waiting.status.unwrap().conditions.unwrap()[0].clone();
+    assert_eq!(
+        condition.message.as_deref(),
+        Some(
+            "0/2 nodes are available: 1 node(s) had taint {maintenance: disk}, that the pod didn't tolerate, 1 node(s) were unschedulable."
+        )
+    );
+    // Lifting the cordon places it.
+    patch_node(&client, "tether-sim-1", json!({"unschedulable": null})).await;
+    let placed = pod_when(&pods, "waiting", |p| phase(p) == "Running").await;
+    assert_eq!(node_of(&placed), "tether-sim-1");
 }

@@ -33,14 +33,19 @@ impl Remote {
         git(&work, &["remote", "add", "origin", "../remote.git"]);
         let port = free_port();
         let log = dir.path().join("git-daemon.log");
-        let daemon = Command::new("git")
+        // git-daemon itself, not `git daemon`: killing the `git` wrapper would leave
+        // its git-daemon child running, holding the test run's output open.
+        let exec_path = Command::new("git").arg("--exec-path").output().unwrap();
+        let exec_path = PathBuf::from(String::from_utf8(exec_path.stdout).unwrap().trim());
+        let daemon = Command::new(exec_path.join("git-daemon"))
             // Pushes too: discovery commits back to the remote.
-            .args(["daemon", "--export-all", "--reuseaddr", "--verbose"])
+            .args(["--export-all", "--reuseaddr", "--verbose"])
             .arg("--enable=receive-pack")
             .arg(format!("--base-path={}", dir.path().display()))
             .arg(format!("--port={port}"))
             .arg("--listen=127.0.0.1")
             .arg(dir.path())
+            .stdout(std::process::Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();
