@@ -10,6 +10,7 @@ use tether::reconcile::{
 
 use super::{ApplyArgs, DiffArgs, EXIT_ERROR, EXIT_INVALID, GlobalArgs, ReportFormat, report};
 use tether::config::flags::{InventoryFlags, SourceFlags};
+use tether::k8s::ObjectKey;
 
 /// The plan, or the exit code after the models' problems were printed.
 async fn plan(
@@ -135,10 +136,15 @@ pub async fn apply(global: &GlobalArgs, args: &ApplyArgs) -> miette::Result<Exit
     print!("{}", report_text(&applied));
     let mut ok = applied.succeeded();
     if args.wait {
+        let waiting = Waiting::new(std::io::stderr().is_terminal());
+        let progress = |not_ready: &[(ObjectKey, String)], workloads: usize| {
+            waiting.show(not_ready, workloads);
+        };
         let not_ready = reconciler
-            .wait_ready(&planned, args.timeout)
+            .wait_ready(&planned, args.timeout, &progress)
             .await
             .map_err(report::error)?;
+        waiting.finish();
         if not_ready.is_empty() {
             println!("all workloads are ready");
         } else {
@@ -188,6 +194,66 @@ pub(super) fn report_text(applied: &ApplyReport) -> String {
         ));
     }
     out
+}
+
+/// What `--wait` still waits for, on standard error: a spinner with the objects on a
+/// terminal; when piped, a line whenever the set of objects changes, and every ten
+/// seconds while it does not.
+struct Waiting {
+    spinner: Option<indicatif::ProgressBar>,
+    last: std::sync::Mutex<Option<(Vec<String>, std::time::Instant)>>,
+}
+
+impl Waiting {
+    fn new(terminal: bool) -> Self {
+        let spinner = terminal.then(|| {
+            let style = indicatif::ProgressStyle::with_template("{spinner} {elapsed} {msg}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner());
+            let spinner = indicatif::ProgressBar::new_spinner().with_style(style);
+            spinner.enable_steady_tick(std::time::Duration::from_millis(120));
+            spinner
+        });
+        Waiting {
+            spinner,
+            last: std::sync::Mutex::new(None),
+        }
+    }
+
+    fn show(&self, not_ready: &[(ObjectKey, String)], workloads: usize) {
+        if not_ready.is_empty() {
+            return;
+        }
+        let objects: Vec<String> = not_ready.iter().map(|(key, _)| key.to_string()).collect();
+        let states: Vec<String> = not_ready
+            .iter()
+            .map(|(key, state)| format!("{key} ({state})"))
+            .collect();
+        let line = format!(
+            "waiting for {} of {workloads} workloads: {}",
+            not_ready.len(),
+            states.join(", ")
+        );
+        if let Some(spinner) = &self.spinner {
+            spinner.set_message(line);
+            return;
+        }
+        let Ok(mut last) = self.last.lock() else {
+            return;
+        };
+        let due = last.as_ref().is_none_or(|(shown, at)| {
+            *shown != objects || at.elapsed() >= std::time::Duration::from_secs(10)
+        });
+        if due {
+            eprintln!("{line}");
+            *last = Some((objects, std::time::Instant::now()));
+        }
+    }
+
+    fn finish(&self) {
+        if let Some(spinner) = &self.spinner {
+            spinner.finish_and_clear();
+        }
+    }
 }
 
 /// How an apply of many objects shows its progress on standard error: a bar on a

@@ -32,6 +32,7 @@ use crate::render::{RenderedObject, render};
 use crate::repo::{LoadedModels, Repo, RepoError, SETTINGS_FILE};
 pub use cache::WatchCache;
 pub use outcome::{ApplyReport, ObjectFailure, ObjectReport, Outcome};
+pub use wait::WaitProgress;
 
 /// Reconciles one source with one cluster, recording in one inventory. Holds its
 /// client once connected, so a long-running caller connects once.
@@ -260,14 +261,16 @@ impl Reconciler {
 
     /// Waits until the workloads of the plan are ready (Deployments available,
     /// StatefulSets and DaemonSets ready, Pods running, Jobs complete); returns those
-    /// that were not when `timeout` ran out, with their state.
+    /// that were not when `timeout` ran out, with their state. `progress` gets those
+    /// still waited for, and the number of workloads, after each look.
     pub async fn wait_ready(
         &self,
         planned: &Planned,
         timeout: Duration,
+        progress: &wait::WaitProgress<'_>,
     ) -> Result<Vec<(ObjectKey, String)>, ReconcileError> {
         let client = self.client().await?;
-        Ok(wait::wait_ready(client, &planned.objects, timeout).await)
+        Ok(wait::wait_ready(client, &planned.objects, timeout, progress).await)
     }
 }
 

@@ -8,13 +8,19 @@ use kube::Client;
 use crate::k8s::ObjectKey;
 use crate::render::RenderedObject;
 
+/// What `--wait` is told after each look: the workloads not ready yet with their
+/// state, and how many workloads there are.
+pub type WaitProgress<'a> = dyn Fn(&[(ObjectKey, String)], usize) + Sync + 'a;
+
 /// Waits until the workloads among `objects` are ready (Deployments available,
 /// StatefulSets and DaemonSets ready, Pods running, Jobs complete) and returns the
-/// ones that were not when `timeout` ran out, with their state.
+/// ones that were not when `timeout` ran out, with their state. After each look,
+/// `progress` gets the ones still waited for and the number of workloads.
 pub(super) async fn wait_ready(
     client: &Client,
     objects: &[RenderedObject],
     timeout: Duration,
+    progress: &WaitProgress<'_>,
 ) -> Vec<(ObjectKey, String)> {
     let deadline = tokio::time::Instant::now() + timeout;
     let mut waiting: Vec<&RenderedObject> = objects
@@ -26,6 +32,7 @@ pub(super) async fn wait_ready(
             )
         })
         .collect();
+    let workloads = waiting.len();
     let mut states: HashMap<ObjectKey, String> = HashMap::new();
     loop {
         let mut still = Vec::new();
@@ -49,19 +56,20 @@ pub(super) async fn wait_ready(
             }
         }
         waiting = still;
+        let not_ready: Vec<(ObjectKey, String)> = waiting
+            .iter()
+            .map(|o| {
+                let key = ObjectKey::new(&o.api_version, &o.kind, o.namespace.as_deref(), &o.name);
+                let state = states.get(&key).cloned().unwrap_or_default();
+                (key, state)
+            })
+            .collect();
+        progress(&not_ready, workloads);
         if waiting.is_empty() || tokio::time::Instant::now() >= deadline {
-            break;
+            return not_ready;
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
-    waiting
-        .iter()
-        .map(|o| {
-            let key = ObjectKey::new(&o.api_version, &o.kind, o.namespace.as_deref(), &o.name);
-            let state = states.get(&key).cloned().unwrap_or_default();
-            (key, state)
-        })
-        .collect()
 }
 
 /// `None` when ready, else what it is waiting for.

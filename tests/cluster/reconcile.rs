@@ -632,3 +632,37 @@ async fn a_large_apply_piped_reports_its_progress_in_plain_lines() {
     assert_eq!(lines.last(), Some(&"applied 51/51 objects"), "{stderr}");
     assert!(live_config_map(&client, &ns, "c-49").await.is_some());
 }
+
+#[tokio::test]
+async fn apply_wait_piped_names_the_workloads_it_still_waits_for() {
+    let (client, ns, inventory) = setup("apply-wait").await;
+    // The simulated node runs this Job's pod for three seconds.
+    let job = format!(
+        "---\nkind: KubernetesResourceInstance\nname: migrate\nresource_definition: |\n  \
+         apiVersion: batch/v1\n  kind: Job\n  metadata:\n    name: migrate\n    namespace: {ns}\n  \
+         spec:\n    template:\n      metadata:\n        annotations:\n          sim.tether.dev/run-for: 3s\n      \
+         spec:\n        restartPolicy: Never\n        containers:\n        - name: migrate\n          image: busybox:1.36\n"
+    );
+    let repo = Repo::new(&[("models.yaml", &format!("{}{job}", base(&ns)))]);
+    let output = tether(
+        &inventory,
+        &["apply", "--wait", repo.path().to_str().unwrap()],
+    );
+    assert!(output.status.success(), "{}", all_output(&output));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let waiting: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("waiting for "))
+        .collect();
+    assert_eq!(
+        waiting.first().copied(),
+        Some(format!("waiting for 1 of 1 workloads: Job {ns}/migrate (0/1 completions)").as_str()),
+        "{stderr}"
+    );
+    // The same set of objects is not repeated every second.
+    assert!(waiting.len() <= 2, "{stderr}");
+    assert!(stdout(&output).ends_with("all workloads are ready\n"));
+    let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(client, &ns);
+    let succeeded = jobs.get("migrate").await.unwrap().status.unwrap().succeeded;
+    assert_eq!(succeeded, Some(1));
+}
