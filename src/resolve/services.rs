@@ -32,7 +32,16 @@ impl Resolver<'_> {
             };
             let (trust_domain, shared) = self.service_trust_domain(s, own, slices);
             ok &= shared;
-            if trust_domain.is_none() && !ports[s].is_empty() {
+            // A slice of this Service whose links failed has its error already (a
+            // misspelt trust domain, say); this one would only repeat it.
+            let slice_failed = indexed(&m.slices).any(|(i, slice)| {
+                slices[i].is_none()
+                    && slice
+                        .service
+                        .as_ref()
+                        .is_some_and(|t| t.value == service.name.value)
+            });
+            if trust_domain.is_none() && !ports[s].is_empty() && !slice_failed {
                 self.error(&from, service.name.span, "the Service has ports but no trust domain", Some("set trust_domain, or attach a slice with a trust_domain (slice field service)".into()));
                 ok = false;
             }
