@@ -317,3 +317,27 @@ fn the_manual_page_names_every_command() {
         assert!(page.contains(command), "the page lacks {command}");
     }
 }
+
+#[test]
+fn every_command_shows_an_example_in_its_help() {
+    let help = text(&tether(&["--help"]).stdout);
+    let commands: Vec<&str> = help
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        // A wrapped description continues on a line indented further.
+        .filter(|l| !l.starts_with("   "))
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|c| *c != "help")
+        .collect();
+    assert!(commands.len() >= 12, "{help}");
+    for command in commands {
+        let output = tether(&[command, "--help"]);
+        let page = text(&output.stdout);
+        assert!(
+            page.contains("Example:\n  tether ") || page.contains("Examples:\n  tether "),
+            "tether {command} --help shows no example:\n{page}"
+        );
+    }
+}

@@ -151,6 +151,15 @@ enum Command {
     /// Print a shell completion script.
     #[command(after_help = "Example:\n  tether completions bash > /etc/bash_completion.d/tether")]
     Completions { shell: clap_complete::Shell },
+    /// Print the JSON Schema of the model format, for editors (completion, hover text,
+    /// inline errors through yaml-language-server).
+    ///
+    /// Reference it from a model file's first line, or map it to the models in the
+    /// editor's settings (README, "Editor support").
+    #[command(
+        after_help = "Example:\n  tether schema > tether.schema.json\n  # then, as the first line of a model file:\n  # yaml-language-server: $schema=../tether.schema.json"
+    )]
+    Schema,
     /// Print the manual page (roff), for `man`.
     #[command(after_help = "Example:\n  tether man > /usr/local/share/man/man1/tether.1")]
     Man,
@@ -384,6 +393,10 @@ pub async fn run(args: Args) -> miette::Result<ExitCode> {
         Command::Run(args) => run::run(global, &args).await,
         Command::Reconcile(args) => run::reconcile(global, &args).await,
         Command::Crd => run::crd(),
+        Command::Schema => {
+            print!("{}", tether::model::model_schema());
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Discover(args) => discover::run(global, &args).await,
         Command::Events(args) => events::run(global, &args).await,
         Command::Completions { shell } => {

@@ -11,10 +11,12 @@ mod index;
 mod kind;
 mod object;
 mod read;
+mod schema;
 
 pub use index::{Idx, PerModel, indexed};
 pub use kind::{CONFIG_MOUNT_ALIAS, Kind, XOS_FEEDBACK_FIELDS};
 pub use object::{ModelObject, object_key};
+pub use schema::model_schema;
 
 use crate::diagnostic::{Diagnostics, Span};
 use crate::load::Document;

@@ -1,0 +1,427 @@
+//! The model format as a JSON Schema (`tether schema`), for editors: completion,
+//! hover text and inline errors through yaml-language-server. Generated from the types
+//! below with schemars; a test keeps their fields equal to what the reader accepts
+//! ([`Kind::fields`]), and the choices come from the model enums themselves.
+
+use std::collections::BTreeMap;
+
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::Deserialize;
+
+use super::{ControllerKind, Protocol, XOS_FEEDBACK_FIELDS};
+
+/// The JSON Schema of one model document, pretty-printed.
+pub fn model_schema() -> String {
+    let mut schema = schemars::schema_for!(ModelDocument).to_value();
+    without_null(&mut schema);
+    with_xos_bookkeeping(&mut schema);
+    if let Some(root) = schema.as_object_mut() {
+        root.insert(
+            "$id".into(),
+            "https://tether.dev/schemas/model/v1.json".into(),
+        );
+        root.insert("title".into(), "tether model".into());
+    }
+    serde_json::to_string_pretty(&schema).unwrap_or_default() + "\n"
+}
+
+/// XOS's bookkeeping fields, which exports carry: tether ignores them with a warning,
+/// so the schema accepts them, as deprecated.
+fn with_xos_bookkeeping(schema: &mut serde_json::Value) {
+    let Some(variants) = schema.get_mut("oneOf").and_then(|v| v.as_array_mut()) else {
+        return;
+    };
+    for variant in variants {
+        if let Some(properties) = variant
+            .get_mut("properties")
+            .and_then(|p| p.as_object_mut())
+        {
+            for field in XOS_FEEDBACK_FIELDS {
+                properties.insert(
+                    (*field).into(),
+                    serde_json::json!({"deprecated": true, "description": "XOS bookkeeping: ignored by tether, with a warning."}),
+                );
+            }
+        }
+    }
+}
+
+/// An optional field is left out, never written `null` (tether refuses `tag: null`):
+/// schemars' `anyOf: [T, null]` (or `type: [T, null]`) for an `Option<T>` becomes `T`.
+fn without_null(schema: &mut serde_json::Value) {
+    let is_null = |v: &serde_json::Value| v.get("type").is_some_and(|t| t == "null");
+    if let Some(object) = schema.as_object_mut() {
+        if let Some(serde_json::Value::Array(any_of)) = object.get("anyOf")
+            && any_of.len() == 2
+            && let Some(kept) = any_of.iter().find(|v| !is_null(v))
+            && any_of.iter().any(is_null)
+        {
+            let kept = kept.clone();
+            object.remove("anyOf");
+            if let serde_json::Value::Object(kept) = kept {
+                object.extend(kept);
+            }
+        }
+        if let Some(serde_json::Value::Array(types)) = object.get("type")
+            && types.len() == 2
+            && types.iter().any(|t| t == "null")
+            && let Some(kept) = types.iter().find(|t| *t != "null")
+        {
+            let kept = kept.clone();
+            object.insert("type".into(), kept);
+        }
+        object.values_mut().for_each(without_null);
+    } else if let Some(array) = schema.as_array_mut() {
+        array.iter_mut().for_each(without_null);
+    }
+}
+
+/// A tether model: one YAML document, whose `kind` says which.
+#[derive(Deserialize, JsonSchema)]
+#[serde(tag = "kind")]
+#[allow(dead_code)] // read by schemars only
+enum ModelDocument {
+    KubernetesService(KubernetesServiceDoc),
+    Site(SiteDoc),
+    Image(ImageDoc),
+    TrustDomain(TrustDomainDoc),
+    Principal(PrincipalDoc),
+    Slice(SliceDoc),
+    KubernetesServiceInstance(ServiceInstanceDoc),
+    KubernetesConfigMap(DataDoc),
+    KubernetesSecret(DataDoc),
+    KubernetesConfigVolumeMount(ConfigMountDoc),
+    /// The deprecated XOS name of KubernetesConfigVolumeMount.
+    #[deprecated]
+    KubernetesConfigMapVolumeMount(ConfigMountDoc),
+    KubernetesSecretVolumeMount(SecretMountDoc),
+    Service(ServiceDoc),
+    ServicePort(ServicePortDoc),
+    KubernetesResourceInstance(ResourceInstanceDoc),
+}
+
+/// A field value whose schema is given by hand-picked JSON (a choice from a model
+/// enum, a range), rather than derived from its Rust type.
+macro_rules! value_schema {
+    ($(#[$doc:meta])* $name:ident, $schema:expr) => {
+        $(#[$doc])*
+        struct $name;
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                serde::de::IgnoredAny::deserialize(deserializer).map(|_| $name)
+            }
+        }
+
+        impl JsonSchema for $name {
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                stringify!($name).into()
+            }
+
+            fn json_schema(_: &mut SchemaGenerator) -> Schema {
+                $schema
+            }
+        }
+    };
+}
+
+value_schema!(
+    /// A scalar read as text, spelled as written (`tag: 1.25` is "1.25").
+    Scalar,
+    json_schema!({"type": ["string", "number", "boolean"]})
+);
+value_schema!(
+    ApiVersion,
+    json_schema!({"const": "tether/v1", "description": "Optional; the only version is tether/v1."})
+);
+value_schema!(ControllerKindName, {
+    let mut kinds: Vec<&str> = ControllerKind::ALL.iter().map(|k| k.name()).collect();
+    kinds.extend(["none", ""]);
+    json_schema!({
+        "enum": kinds,
+        "description": "The controller of the slice's pods; none (or empty): bare pods, the slice's KubernetesServiceInstances.",
+    })
+});
+value_schema!(ProtocolName, {
+    let protocols: Vec<&str> = Protocol::ALL.iter().map(|p| p.name()).collect();
+    json_schema!({"enum": protocols, "description": "TCP unless written."})
+});
+value_schema!(
+    ReplicaCount,
+    json_schema!({"type": "integer", "minimum": 0, "maximum": i32::MAX, "description": "Replicas of a Deployment or StatefulSet (default 1)."})
+);
+value_schema!(
+    Port,
+    json_schema!({"type": "integer", "minimum": 1, "maximum": 65535})
+);
+
+/// The data of a ConfigMap or Secret: key: value pairs, or (as XOS stored it) one
+/// JSON-encoded object in a string.
+#[derive(Deserialize, JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code)]
+enum Data {
+    Entries(BTreeMap<String, Scalar>),
+    Json(String),
+}
+
+/// The singleton that stands for the Kubernetes cluster itself.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+#[allow(dead_code)]
+struct KubernetesServiceDoc {
+    api_version: Option<ApiVersion>,
+    /// Always `kubernetes`.
+    name: Scalar,
+}
+
+/// A deployment site; slices name it.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct SiteDoc {
+    #[serde(rename = "apiVersion")]
+    api_version: Option<ApiVersion>,
+    name: Scalar,
+    abbreviated_name: Option<Scalar>,
+    site_url: Option<Scalar>,
+}
+
+/// A container image; slices and instances name it, with or without its tag.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct ImageDoc {
+    #[serde(rename = "apiVersion")]
+    api_version: Option<ApiVersion>,
+    /// The image without its tag, e.g. `registry.local:5000/shop/api`.
+    name: Scalar,
+    /// The tag (default `latest`); quote it when it looks like a number.
+    tag: Option<Scalar>,
+    /// XOS's `kind` of Image: only `container`.
+    image_kind: Option<Scalar>,
+}
+
+/// A Kubernetes Namespace.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct TrustDomainDoc {
+    #[serde(rename = "apiVersion")]
+    api_version: Option<ApiVersion>,
+    name: Scalar,
+    /// The KubernetesService (`kubernetes`).
+    owner: Option<Scalar>,
+    /// false: a record of what others run (discovery writes these); renders nothing.
+    xos_managed: Option<bool>,
+}
+
+/// A Kubernetes ServiceAccount in a trust domain.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct PrincipalDoc {
+    #[serde(rename = "apiVersion")]
+    api_version: Option<ApiVersion>,
+    name: Scalar,
+    trust_domain: Scalar,
+    /// false: a record of what others run (discovery writes these); renders nothing.
+    xos_managed: Option<bool>,
+}
+
+/// A group of pods: a Deployment, StatefulSet, DaemonSet or Job, or bare pods.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct SliceDoc {
+    #[serde(rename = "apiVersion")]
+    api_version: Option<ApiVersion>,
+    name: Scalar,
+    site: Option<Scalar>,
+    trust_domain: Option<Scalar>,
+    /// The Principal (ServiceAccount) its pods run as.
+    principal: Option<Scalar>,
+    /// The Service whose selector takes its pods.
+    service: Option<Scalar>,
+    controller_kind: Option<ControllerKindName>,
+    controller_replica_count: Option<ReplicaCount>,
+    /// The Image of its containers: `name` or `name:tag` of an Image model.
+    default_image: Option<Scalar>,
+    description: Option<Scalar>,
+    /// false: rendered with no pods (replicas 0, a suspended Job).
+    enabled: Option<bool>,
+    /// false: a record of what others run (discovery writes these); renders nothing.
+    xos_managed: Option<bool>,
+}
+
+/// A Kubernetes Pod of a slice without a controller.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct ServiceInstanceDoc {
+    #[serde(rename = "apiVersion")]
+    api_version: Option<ApiVersion>,
+    name: Scalar,
+    slice: Scalar,
+    /// An Image model: `name` or `name:tag`.
+    image: Scalar,
+    owner: Option<Scalar>,
+    /// false: a record of what others run (discovery writes these); renders nothing.
+    xos_managed: Option<bool>,
+    /// Read-only: the pod's IP, as discovery records it.
+    pod_ip: Option<Scalar>,
+}
+
+/// A ConfigMap or Secret in a trust domain. A Secret's values never appear in diffs,
+/// reports or logs.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct DataDoc {
+    #[serde(rename = "apiVersion")]
+    api_version: Option<ApiVersion>,
+    name: Scalar,
+    trust_domain: Scalar,
+    data: Option<Data>,
+}
+
+/// A ConfigMap mounted into the pods of a slice or an instance.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct ConfigMountDoc {
+    #[serde(rename = "apiVersion")]
+    api_version: Option<ApiVersion>,
+    /// The KubernetesConfigMap, in the target's trust domain.
+    config: Scalar,
+    /// The KubernetesServiceInstance to mount into (or `slice`).
+    service_instance: Option<Scalar>,
+    /// The Slice to mount into (or `service_instance`).
+    slice: Option<Scalar>,
+    mount_path: Scalar,
+    sub_path: Option<Scalar>,
+}
+
+/// A Secret mounted into the pods of a slice or an instance.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct SecretMountDoc {
+    #[serde(rename = "apiVersion")]
+    api_version: Option<ApiVersion>,
+    /// The KubernetesSecret, in the target's trust domain.
+    secret: Scalar,
+    /// The KubernetesServiceInstance to mount into (or `slice`).
+    service_instance: Option<Scalar>,
+    /// The Slice to mount into (or `service_instance`).
+    slice: Option<Scalar>,
+    mount_path: Scalar,
+    sub_path: Option<Scalar>,
+}
+
+/// A Kubernetes Service selecting the pods of the slices that name it.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct ServiceDoc {
+    #[serde(rename = "apiVersion")]
+    api_version: Option<ApiVersion>,
+    name: Scalar,
+    description: Option<Scalar>,
+    /// Default: the trust domain of its slices.
+    trust_domain: Option<Scalar>,
+}
+
+/// A port of a Service.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct ServicePortDoc {
+    #[serde(rename = "apiVersion")]
+    api_version: Option<ApiVersion>,
+    name: Scalar,
+    service: Scalar,
+    /// The pods' port.
+    internal_port: Port,
+    /// A node port (30000-32767): the Service becomes a NodePort Service.
+    external_port: Option<Port>,
+    protocol: Option<ProtocolName>,
+}
+
+/// Any Kubernetes YAML, applied as written (normalized as the API server would).
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)]
+struct ResourceInstanceDoc {
+    #[serde(rename = "apiVersion")]
+    api_version: Option<ApiVersion>,
+    name: Scalar,
+    /// Kubernetes objects as YAML text (a block scalar, `|`), `---` between objects.
+    resource_definition: String,
+    owner: Option<Scalar>,
+    /// Read-only in tether: it records what it applied in the cluster.
+    kubectl_state: Option<Scalar>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::Kind;
+
+    fn schema() -> serde_json::Value {
+        serde_json::from_str(&model_schema()).unwrap()
+    }
+
+    /// The properties the schema allows for documents of `kind`.
+    fn properties(schema: &serde_json::Value, kind: &str) -> Vec<String> {
+        let variant = schema["oneOf"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["properties"]["kind"]["const"] == kind)
+            .unwrap_or_else(|| panic!("no variant for {kind}"));
+        let mut names: Vec<String> = variant["properties"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn every_kind_has_exactly_the_fields_the_reader_accepts() {
+        let schema = schema();
+        for kind in Kind::ALL {
+            let mut expected: Vec<String> = kind.fields().iter().map(|f| f.to_string()).collect();
+            expected.extend(["apiVersion".to_string(), "kind".to_string()]);
+            expected.extend(XOS_FEEDBACK_FIELDS.iter().map(|f| f.to_string()));
+            expected.sort();
+            assert_eq!(properties(&schema, kind.name()), expected, "{kind}");
+        }
+        assert_eq!(
+            properties(&schema, crate::model::CONFIG_MOUNT_ALIAS),
+            properties(&schema, "KubernetesConfigVolumeMount")
+        );
+    }
+
+    #[test]
+    fn required_fields_are_required() {
+        let schema = schema();
+        let slice = schema["oneOf"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["properties"]["kind"]["const"] == "ServicePort")
+            .unwrap();
+        let mut required: Vec<&str> = slice["required"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|r| r.as_str())
+            .collect();
+        required.sort();
+        assert_eq!(required, ["internal_port", "kind", "name", "service"]);
+    }
+}
