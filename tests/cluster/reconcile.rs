@@ -532,9 +532,13 @@ async fn apply_wait_reports_the_workloads_that_are_not_ready() {
         stdout(&ready)
     );
 
-    // A Job whose pods keep running never completes.
+    // A Job whose pod runs for ten minutes (on the simulated node) is not complete
+    // within the timeout.
     let job = format!(
-        "kind: Slice\nname: forever\ntrust_domain: {ns}\ncontroller_kind: Job\ndefault_image: k8s.gcr.io/pause-amd64:3.0\n"
+        "kind: KubernetesResourceInstance\nname: forever\nresource_definition: |\n  \
+         apiVersion: batch/v1\n  kind: Job\n  metadata:\n    name: forever\n    namespace: {ns}\n  \
+         spec:\n    template:\n      metadata:\n        annotations:\n          sim.tether.dev/run-for: 10m\n      \
+         spec:\n        restartPolicy: Never\n        containers:\n        - name: main\n          image: k8s.gcr.io/pause-amd64:3.0\n"
     );
     repo.write("job.yaml", &job);
     let waiting = tether(&inventory, &["apply", "--wait", "--timeout", "3s", path]);
