@@ -132,8 +132,8 @@ fn up_and_down_ten_times_leave_no_process_and_no_port() {
         let (pids, ports) = started(dir.path());
         assert_eq!(
             pids.len(),
-            3,
-            "etcd, kube-apiserver, kube-controller-manager"
+            4,
+            "etcd, kube-apiserver, kube-controller-manager, tether-nodesim"
         );
         assert_eq!(
             ports.len(),
@@ -299,6 +299,7 @@ fn the_watchdog_stops_the_control_plane_when_its_owner_dies_even_without_its_sta
         let up = Command::new(script())
             .args(["up", "--owner-pid", &owner.id().to_string(), "--state-dir"])
             .arg(&state)
+            .env("TETHER_NODESIM", env!("CARGO_BIN_EXE_tether-nodesim"))
             .output()
             .unwrap();
         assert!(
@@ -307,7 +308,7 @@ fn the_watchdog_stops_the_control_plane_when_its_owner_dies_even_without_its_sta
             String::from_utf8_lossy(&up.stderr)
         );
         let (pids, ports) = started(&state);
-        assert_eq!(pids.len(), 3);
+        assert_eq!(pids.len(), 4, "the control plane and the node simulator");
         if delete_state {
             std::fs::remove_dir_all(&state).unwrap();
         }
