@@ -294,12 +294,8 @@ struct ConfigMountDoc {
     api_version: Option<ApiVersion>,
     /// The KubernetesConfigMap, in the target's trust domain.
     config: Scalar,
-    /// The KubernetesServiceInstance to mount into (or `slice`).
-    service_instance: Option<Scalar>,
-    /// The Slice to mount into (or `service_instance`).
-    slice: Option<Scalar>,
-    mount_path: Scalar,
-    sub_path: Option<Scalar>,
+    #[serde(flatten)]
+    mount: MountDoc,
 }
 
 /// A Secret mounted into the pods of a slice or an instance.
@@ -311,6 +307,14 @@ struct SecretMountDoc {
     api_version: Option<ApiVersion>,
     /// The KubernetesSecret, in the target's trust domain.
     secret: Scalar,
+    #[serde(flatten)]
+    mount: MountDoc,
+}
+
+/// Where a ConfigMap or Secret is mounted.
+#[derive(Deserialize, JsonSchema)]
+#[allow(dead_code)]
+struct MountDoc {
     /// The KubernetesServiceInstance to mount into (or `slice`).
     service_instance: Option<Scalar>,
     /// The Slice to mount into (or `service_instance`).

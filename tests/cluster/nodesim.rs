@@ -311,4 +311,19 @@ async fn selectors_cordons_and_taints_place_pods_and_no_execute_taints_evict_the
     patch_node(&client, "tether-sim-1", json!({"unschedulable": null})).await;
     let placed = pod_when(&pods, "waiting", |p| phase(p) == "Running").await;
     assert_eq!(node_of(&placed), "tether-sim-1");
+
+    // A taint lifted within the toleration's seconds evicts nothing.
+    let reprieved = json!({"tolerations": [{"key": "maintenance", "operator": "Exists",
+        "effect": "NoExecute", "tolerationSeconds": 2}],
+        "nodeSelector": {"kubernetes.io/hostname": "tether-sim-1"}});
+    pods.create(&post, &pod("reprieved", reprieved))
+        .await
+        .unwrap();
+    pod_when(&pods, "reprieved", |p| phase(p) == "Running").await;
+    let taint = json!({"taints": [{"key": "maintenance", "effect": "NoExecute"}]});
+    patch_node(&client, "tether-sim-1", taint).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    patch_node(&client, "tether-sim-1", json!({"taints": null})).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(phase(&pods.get("reprieved").await.unwrap()), "Running");
 }

@@ -281,11 +281,11 @@ impl Kubelet {
 
     /// Finishes or evicts `pod` after `delay`, once per pod.
     fn later(self: &Arc<Self>, pod: &Pod, delay: Duration, what: Later) {
-        let uid = pod.uid().unwrap_or_default();
+        let key = format!("{}/{what:?}", pod.uid().unwrap_or_default());
         let first = self
             .timers
             .lock()
-            .is_ok_and(|mut timers| timers.insert(format!("{uid}/{what:?}")));
+            .is_ok_and(|mut timers| timers.insert(key.clone()));
         if !first {
             return;
         }
@@ -306,18 +306,40 @@ impl Kubelet {
                         .await
                         .map(|_| ())
                 }
-                Later::Evict => {
+                // Only if the taint is still there and still not tolerated.
+                Later::Evict if kubelet.evicted(&namespace, &name) => {
                     let api: Api<Pod> = Api::namespaced(kubelet.client.clone(), &namespace);
                     api.delete(&name, &DeleteParams::default())
                         .await
                         .map(|_| ())
                         .map_err(ActError::from)
                 }
+                Later::Evict => Ok(()),
             };
             if let Err(error) = result {
                 tracing::debug!(pod = %name, %error, "{what:?} failed");
             }
+            if let Ok(mut timers) = kubelet.timers.lock() {
+                timers.remove(&key);
+            }
         });
+    }
+
+    /// Whether the pod's node still has a NoExecute taint that it does not tolerate
+    /// for good.
+    fn evicted(&self, namespace: &str, name: &str) -> bool {
+        let pods = self.pods.state();
+        let Some(pod) = pods
+            .iter()
+            .find(|p| p.namespace().as_deref() == Some(namespace) && p.name_any() == name)
+        else {
+            return false;
+        };
+        let bound = pod.spec.as_ref().and_then(|s| s.node_name.clone());
+        self.our_nodes()
+            .iter()
+            .find(|n| Some(n.name_any()) == bound)
+            .is_some_and(|node| placement::eviction(pod, node) != Eviction::Never)
     }
 }
 
