@@ -108,6 +108,27 @@ async fn pods_run_and_their_containers_restart_fail_and_finish_on_request() {
     // The simulator leaves a finished pod as it is (it does not start it again).
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(phase(&pods.get("once").await.unwrap()), "Succeeded");
+
+    // A pod annotated `sim.tether.dev/ready: "false"` runs unready until told.
+    let mut warming = pod("warming", json!({}));
+    warming.metadata.annotations =
+        Some([("sim.tether.dev/ready".to_string(), "false".to_string())].into());
+    pods.create(&PostParams::default(), &warming).await.unwrap();
+    let unready = pod_when(&pods, "warming", |p| phase(p) == "Running").await;
+    assert!(!main_container(&unready).ready);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(!main_container(&pods.get("warming").await.unwrap()).ready);
+    cluster()
+        .pod_action(&client, "ready", &ns, "warming", "main")
+        .await;
+    let ready = pods.get("warming").await.unwrap();
+    assert!(main_container(&ready).ready);
+    let conditions = ready.status.unwrap().conditions.unwrap();
+    assert!(
+        conditions
+            .iter()
+            .any(|c| c.type_ == "Ready" && c.status == "True")
+    );
 }
 
 fn job(name: &str, annotations: serde_json::Value) -> Job {

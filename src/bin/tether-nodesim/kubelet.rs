@@ -24,6 +24,8 @@ use crate::placement::{self, Eviction};
 pub const RUN_FOR: &str = "sim.tether.dev/run-for";
 /// A pod annotation: the exit code its containers finish with (default 0).
 pub const EXIT_CODE: &str = "sim.tether.dev/exit-code";
+/// A pod annotation: `"false"` starts its containers unready, until `pod ready`.
+pub const READY: &str = "sim.tether.dev/ready";
 /// The label on every simulated node.
 pub const SIMULATED: &str = "sim.tether.dev/simulated";
 
@@ -201,7 +203,8 @@ impl Kubelet {
                     .lock()
                     .map_or_else(|_| String::new(), |mut ips| ips.assign(&namespace, &name));
                 let host_ip = node_address(node);
-                let status = lifecycle::started(pod, &host_ip, &ip);
+                let ready = pod.annotations().get(READY).is_none_or(|v| v != "false");
+                let status = lifecycle::started(pod, &host_ip, &ip, ready);
                 api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
                     .await?;
             }

@@ -16,6 +16,9 @@ pub enum Action {
     /// The container exits successfully: the pod succeeds (restartPolicy Never or
     /// OnFailure) or the container is started again (Always).
     Finish,
+    /// The container passes its readiness probe (it runs, not ready, under the
+    /// annotation `sim.tether.dev/ready: "false"`).
+    Ready,
 }
 
 pub fn now() -> String {
@@ -35,8 +38,9 @@ fn conditions(ready: bool) -> Value {
     ])
 }
 
-/// The status of a pod bound to a node whose containers all started.
-pub fn started(pod: &Pod, host_ip: &str, pod_ip: &str) -> Value {
+/// The status of a pod bound to a node whose containers all started, ready or (as
+/// a readiness probe that does not pass yet) not.
+pub fn started(pod: &Pod, host_ip: &str, pod_ip: &str, ready: bool) -> Value {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
     let name = pod.metadata.name.as_deref().unwrap_or_default();
     let spec = pod.spec.as_ref();
@@ -45,14 +49,14 @@ pub fn started(pod: &Pod, host_ip: &str, pod_ip: &str) -> Value {
         json!({
             "name": c.name, "image": image, "imageID": format!("sim://{image}"),
             "containerID": format!("sim://{namespace}/{name}/{}", c.name),
-            "ready": ready, "started": ready, "restartCount": 0, "state": state,
+            "ready": ready, "started": true, "restartCount": 0, "state": state,
         })
     };
     let containers: Vec<Value> = spec
         .map(|s| s.containers.as_slice())
         .unwrap_or_default()
         .iter()
-        .map(|c| status_of(c, json!({"running": {"startedAt": now()}}), true))
+        .map(|c| status_of(c, json!({"running": {"startedAt": now()}}), ready))
         .collect();
     let init_containers: Vec<Value> = spec
         .and_then(|s| s.init_containers.as_deref())
@@ -65,7 +69,7 @@ pub fn started(pod: &Pod, host_ip: &str, pod_ip: &str) -> Value {
         .collect();
     json!({"status": {
         "phase": "Running", "hostIP": host_ip, "podIP": pod_ip, "podIPs": [{"ip": pod_ip}], "startTime": now(),
-        "conditions": conditions(true),
+        "conditions": conditions(ready),
         "containerStatuses": containers,
         "initContainerStatuses": init_containers,
     }})
@@ -102,13 +106,14 @@ pub fn after(
         .and_then(|s| s.restart_policy.as_deref())
         .unwrap_or("Always");
     let (exit_code, reason) = match action {
-        Action::Restart | Action::Finish => (0, "Completed"),
+        Action::Restart | Action::Finish | Action::Ready => (0, "Completed"),
         Action::Fail => (if exit_code == 0 { 1 } else { exit_code }, "Error"),
     };
     let restarts = match action {
         Action::Restart => true,
         Action::Finish => policy == "Always",
         Action::Fail => policy != "Never",
+        Action::Ready => false,
     };
     let terminated =
         json!({"exitCode": exit_code, "reason": reason, "startedAt": now(), "finishedAt": now()});
@@ -116,7 +121,12 @@ pub fn after(
     for status in &mut statuses {
         let mut value = serde_json::to_value(&*status).map_err(|e| e.to_string())?;
         if container.is_none_or(|name| name == status.name) {
-            if restarts {
+            if action == Action::Ready {
+                if status.state.as_ref().is_some_and(|s| s.running.is_none()) {
+                    return Err(format!("the container {} is not running", status.name));
+                }
+                value["ready"] = json!(true);
+            } else if restarts {
                 value["restartCount"] = json!(status.restart_count + 1);
                 value["lastState"] = json!({"terminated": terminated});
                 value["state"] = if action == Action::Fail {
@@ -129,7 +139,7 @@ pub fn after(
                 value["state"] = json!({"terminated": terminated});
                 value["ready"] = json!(false);
             }
-            value["started"] = value["ready"].clone();
+            value["started"] = json!(value["state"].get("running").is_some());
         }
         patched.push(value);
     }
@@ -159,7 +169,7 @@ mod tests {
             "spec": {"restartPolicy": policy, "containers": specs},
         }))
         .unwrap();
-        let status = started(&pod, "127.0.0.1", "10.244.0.2");
+        let status = started(&pod, "127.0.0.1", "10.244.0.2", true);
         pod.status = Some(serde_json::from_value(status["status"].clone()).unwrap());
         pod
     }
@@ -240,6 +250,23 @@ mod tests {
         assert_eq!(
             after(&pod, None, Action::Restart, 0).unwrap_err(),
             "the pod is Succeeded, not Running"
+        );
+    }
+
+    #[test]
+    fn a_pod_started_unready_becomes_ready_on_request() {
+        let mut pod = running("Always", &["web"]);
+        let status = started(&pod, "127.0.0.1", "10.244.0.2", false);
+        pod.status = Some(serde_json::from_value(status["status"].clone()).unwrap());
+        assert_eq!(phase(&pod), "Running");
+        assert!(!container(&pod, 0).ready);
+        act(&mut pod, None, Action::Ready, 0);
+        assert!(container(&pod, 0).ready);
+        let conditions = pod.status.as_ref().unwrap().conditions.clone().unwrap();
+        assert!(
+            conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
         );
     }
 

@@ -28,7 +28,8 @@ use lifecycle::Action;
 
 Pod annotations read by the simulator (in a pod template or set later):
   sim.tether.dev/run-for: 5s       the containers finish after 5 s (Jobs' pods: 1 s by default)
-  sim.tether.dev/exit-code: \"1\"    they finish with this code (non-zero: the pod fails)")]
+  sim.tether.dev/exit-code: \"1\"    they finish with this code (non-zero: the pod fails)
+  sim.tether.dev/ready: \"false\"    they run unready until `tether-nodesim ready POD`")]
 struct Cli {
     /// The kubeconfig of the cluster (default: KUBECONFIG, then ~/.kube/config).
     #[arg(long, global = true, env = "KUBECONFIG")]
@@ -51,6 +52,8 @@ enum Command {
     Fail(Target),
     /// A container exits successfully.
     Finish(Target),
+    /// A container becomes ready (one started unready by `sim.tether.dev/ready: "false"`).
+    Ready(Target),
 }
 
 #[derive(clap::Args)]
@@ -83,6 +86,7 @@ async fn main() -> miette::Result<()> {
         Command::Restart(target) => (Action::Restart, target),
         Command::Fail(target) => (Action::Fail, target),
         Command::Finish(target) => (Action::Finish, target),
+        Command::Ready(target) => (Action::Ready, target),
     };
     let pod = kubelet::act(
         &client,
