@@ -290,14 +290,42 @@ fn an_api_server_stopped_mid_apply_gives_exit_2_and_the_next_apply_converges() {
     );
 }
 
+/// A process that stands for the control plane's owner; killed (and reaped) when
+/// dropped, so that a failing test does not keep a watchdog waiting.
+struct Owner(std::process::Child);
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// How the owner ends: killed and reaped, or exited and left a zombie (an orphan under
+/// an init that does not reap looks the same to the watchdog).
+#[derive(Clone, Copy, Debug)]
+enum OwnerEnd {
+    Reaped,
+    Zombie,
+}
+
 #[test]
 fn the_watchdog_stops_the_control_plane_when_its_owner_dies_even_without_its_state_dir() {
-    for delete_state in [false, true] {
+    for (delete_state, end) in [
+        (false, OwnerEnd::Reaped),
+        (true, OwnerEnd::Reaped),
+        (false, OwnerEnd::Zombie),
+    ] {
         let dir = tempfile::tempdir().unwrap();
         let state = dir.path().join("state");
-        let mut owner = Command::new("sleep").arg("600").spawn().unwrap();
+        let mut owner = Owner(Command::new("sleep").arg("600").spawn().unwrap());
         let up = Command::new(script())
-            .args(["up", "--owner-pid", &owner.id().to_string(), "--state-dir"])
+            .args([
+                "up",
+                "--owner-pid",
+                &owner.0.id().to_string(),
+                "--state-dir",
+            ])
             .arg(&state)
             .env("TETHER_NODESIM", env!("CARGO_BIN_EXE_tether-nodesim"))
             .output()
@@ -312,13 +340,19 @@ fn the_watchdog_stops_the_control_plane_when_its_owner_dies_even_without_its_sta
         if delete_state {
             std::fs::remove_dir_all(&state).unwrap();
         }
-        owner.kill().unwrap();
-        owner.wait().unwrap();
+        match end {
+            OwnerEnd::Reaped => {
+                owner.0.kill().unwrap();
+                owner.0.wait().unwrap();
+            }
+            // Killed, not waited for: it stays a zombie until the end of the case.
+            OwnerEnd::Zombie => owner.0.kill().unwrap(),
+        }
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         while pids.iter().any(|p| running(*p)) {
             assert!(
                 std::time::Instant::now() < deadline,
-                "still running: {pids:?}"
+                "{end:?} owner: still running: {pids:?}"
             );
             std::thread::sleep(Duration::from_millis(200));
         }
