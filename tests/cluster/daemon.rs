@@ -14,7 +14,7 @@ use crate::reconcile::{base, config_map, live_config_map, setup};
 use crate::reconcile::git_cli as git;
 #[path = "../common/remote.rs"]
 mod remote;
-pub use remote::{Remote, free_port, http};
+pub use remote::{GitDaemon, Remote, free_port, http};
 
 pub const SECRET: &str = "the-webhook-secret-of-the-tests";
 

@@ -459,15 +459,8 @@ async fn pods_that_tether_applied_are_not_discovered_again() {
 /// client's commit land while the first push is being received, so that push loses
 /// the race exactly once.
 struct RacingRemote {
-    daemon: std::process::Child,
+    _daemon: crate::daemon::GitDaemon,
     url: String,
-}
-
-impl Drop for RacingRemote {
-    fn drop(&mut self) {
-        let _ = self.daemon.kill();
-        let _ = self.daemon.wait();
-    }
 }
 
 fn racing_remote(repo: &Repo) -> RacingRemote {
@@ -499,35 +492,10 @@ fn racing_remote(repo: &Repo) -> RacingRemote {
     .unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let daemon = Command::new("git")
-        .args([
-            "daemon",
-            "--reuseaddr",
-            "--export-all",
-            "--enable=receive-pack",
-            "--listen=127.0.0.1",
-            &format!("--port={port}"),
-            &format!("--base-path={}", repo.path().display()),
-            repo.path().to_str().unwrap(),
-        ])
-        .spawn()
-        .unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "git daemon did not start"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let daemon = crate::daemon::GitDaemon::serve(repo.path(), &repo.path().join("git-daemon.log"));
     RacingRemote {
-        daemon,
-        url: format!("git://127.0.0.1:{port}/remote.git"),
+        url: format!("git://127.0.0.1:{}/remote.git", daemon.port),
+        _daemon: daemon,
     }
 }
 

@@ -3,7 +3,7 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
@@ -12,9 +12,49 @@ use super::git::git;
 /// A bare repository served by `git daemon`, and a work tree that pushes to it.
 pub struct Remote {
     dir: tempfile::TempDir,
-    _daemon: KillOnDrop,
+    _daemon: GitDaemon,
     pub url: String,
     log: PathBuf,
+}
+
+/// `git daemon` serving the repositories below a directory, read and push; stopped
+/// when dropped.
+pub struct GitDaemon {
+    _process: KillOnDrop,
+    pub port: u16,
+}
+
+impl GitDaemon {
+    /// Serves `base` once it listens; its log (`--verbose`) goes to `log`.
+    pub fn serve(base: &Path, log: &Path) -> GitDaemon {
+        let port = free_port();
+        // git-daemon itself, not `git daemon`: killing the `git` wrapper would leave
+        // its git-daemon child running, holding the test run's output open.
+        let exec_path = Command::new("git").arg("--exec-path").output().unwrap();
+        let exec_path = PathBuf::from(String::from_utf8(exec_path.stdout).unwrap().trim());
+        let process = Command::new(exec_path.join("git-daemon"))
+            // Pushes too: discovery commits back to the remote.
+            .args(["--export-all", "--reuseaddr", "--verbose"])
+            .arg("--enable=receive-pack")
+            .arg(format!("--base-path={}", base.display()))
+            .arg(format!("--port={port}"))
+            .arg("--listen=127.0.0.1")
+            .arg(base)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .unwrap();
+        let daemon = GitDaemon {
+            _process: KillOnDrop(process),
+            port,
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "git daemon did not start");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        daemon
+    }
 }
 
 impl Remote {
@@ -31,36 +71,14 @@ impl Remote {
         git(&work, &["commit", "-qm", "models"]);
         git(dir.path(), &["clone", "-q", "--bare", "work", "remote.git"]);
         git(&work, &["remote", "add", "origin", "../remote.git"]);
-        let port = free_port();
         let log = dir.path().join("git-daemon.log");
-        // git-daemon itself, not `git daemon`: killing the `git` wrapper would leave
-        // its git-daemon child running, holding the test run's output open.
-        let exec_path = Command::new("git").arg("--exec-path").output().unwrap();
-        let exec_path = PathBuf::from(String::from_utf8(exec_path.stdout).unwrap().trim());
-        let daemon = Command::new(exec_path.join("git-daemon"))
-            // Pushes too: discovery commits back to the remote.
-            .args(["--export-all", "--reuseaddr", "--verbose"])
-            .arg("--enable=receive-pack")
-            .arg(format!("--base-path={}", dir.path().display()))
-            .arg(format!("--port={port}"))
-            .arg("--listen=127.0.0.1")
-            .arg(dir.path())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let remote = Remote {
-            url: format!("git://127.0.0.1:{port}/remote.git"),
-            _daemon: KillOnDrop(daemon),
+        let daemon = GitDaemon::serve(dir.path(), &log);
+        Remote {
+            url: format!("git://127.0.0.1:{}/remote.git", daemon.port),
+            _daemon: daemon,
             dir,
             log,
-        };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(Instant::now() < deadline, "git daemon did not start");
-            std::thread::sleep(Duration::from_millis(50));
         }
-        remote
     }
 
     /// Removes `name` from the models on `branch` and pushes; returns the commit.
