@@ -3,6 +3,9 @@
 //! below with schemars; a test keeps their fields equal to what the reader accepts
 //! ([`Kind::fields`]), and the choices come from the model enums themselves.
 
+// The document types are read by schemars only: their fields are never read.
+#![allow(dead_code)]
+
 use std::collections::BTreeMap;
 
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
@@ -79,7 +82,6 @@ fn without_null(schema: &mut serde_json::Value) {
 /// A tether model: one YAML document, whose `kind` says which.
 #[derive(Deserialize, JsonSchema)]
 #[serde(tag = "kind")]
-#[allow(dead_code)] // read by schemars only
 enum ModelDocument {
     KubernetesService(KubernetesServiceDoc),
     Site(SiteDoc),
@@ -159,7 +161,6 @@ value_schema!(
 /// JSON-encoded object in a string.
 #[derive(Deserialize, JsonSchema)]
 #[serde(untagged)]
-#[allow(dead_code)]
 enum Data {
     Entries(BTreeMap<String, Scalar>),
     Json(String),
@@ -168,7 +169,6 @@ enum Data {
 /// The singleton that stands for the Kubernetes cluster itself.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
-#[allow(dead_code)]
 struct KubernetesServiceDoc {
     api_version: Option<ApiVersion>,
     /// Always `kubernetes`.
@@ -178,7 +178,6 @@ struct KubernetesServiceDoc {
 /// A deployment site; slices name it.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-#[allow(dead_code)]
 struct SiteDoc {
     #[serde(rename = "apiVersion")]
     api_version: Option<ApiVersion>,
@@ -190,7 +189,6 @@ struct SiteDoc {
 /// A container image; slices and instances name it, with or without its tag.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-#[allow(dead_code)]
 struct ImageDoc {
     #[serde(rename = "apiVersion")]
     api_version: Option<ApiVersion>,
@@ -205,7 +203,6 @@ struct ImageDoc {
 /// A Kubernetes Namespace.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-#[allow(dead_code)]
 struct TrustDomainDoc {
     #[serde(rename = "apiVersion")]
     api_version: Option<ApiVersion>,
@@ -219,7 +216,6 @@ struct TrustDomainDoc {
 /// A Kubernetes ServiceAccount in a trust domain.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-#[allow(dead_code)]
 struct PrincipalDoc {
     #[serde(rename = "apiVersion")]
     api_version: Option<ApiVersion>,
@@ -232,7 +228,6 @@ struct PrincipalDoc {
 /// A group of pods: a Deployment, StatefulSet, DaemonSet or Job, or bare pods.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-#[allow(dead_code)]
 struct SliceDoc {
     #[serde(rename = "apiVersion")]
     api_version: Option<ApiVersion>,
@@ -257,7 +252,6 @@ struct SliceDoc {
 /// A Kubernetes Pod of a slice without a controller.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-#[allow(dead_code)]
 struct ServiceInstanceDoc {
     #[serde(rename = "apiVersion")]
     api_version: Option<ApiVersion>,
@@ -276,7 +270,6 @@ struct ServiceInstanceDoc {
 /// reports or logs.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-#[allow(dead_code)]
 struct DataDoc {
     #[serde(rename = "apiVersion")]
     api_version: Option<ApiVersion>,
@@ -288,7 +281,6 @@ struct DataDoc {
 /// A ConfigMap mounted into the pods of a slice or an instance.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-#[allow(dead_code)]
 struct ConfigMountDoc {
     #[serde(rename = "apiVersion")]
     api_version: Option<ApiVersion>,
@@ -301,7 +293,6 @@ struct ConfigMountDoc {
 /// A Secret mounted into the pods of a slice or an instance.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-#[allow(dead_code)]
 struct SecretMountDoc {
     #[serde(rename = "apiVersion")]
     api_version: Option<ApiVersion>,
@@ -313,7 +304,6 @@ struct SecretMountDoc {
 
 /// Where a ConfigMap or Secret is mounted.
 #[derive(Deserialize, JsonSchema)]
-#[allow(dead_code)]
 struct MountDoc {
     /// The KubernetesServiceInstance to mount into (or `slice`).
     service_instance: Option<Scalar>,
@@ -326,7 +316,6 @@ struct MountDoc {
 /// A Kubernetes Service selecting the pods of the slices that name it.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-#[allow(dead_code)]
 struct ServiceDoc {
     #[serde(rename = "apiVersion")]
     api_version: Option<ApiVersion>,
@@ -339,7 +328,6 @@ struct ServiceDoc {
 /// A port of a Service.
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-#[allow(dead_code)]
 struct ServicePortDoc {
     #[serde(rename = "apiVersion")]
     api_version: Option<ApiVersion>,
@@ -355,7 +343,6 @@ struct ServicePortDoc {
 /// Any Kubernetes YAML, applied as written (normalized as the API server would).
 #[derive(Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-#[allow(dead_code)]
 struct ResourceInstanceDoc {
     #[serde(rename = "apiVersion")]
     api_version: Option<ApiVersion>,

@@ -179,6 +179,20 @@ fn condition(status: &serde_json::Value, type_: &str) -> Option<(String, String)
     })
 }
 
+/// `kubectl patch` of the ConfigMap's value, as someone editing it by hand.
+fn edit_by_hand(namespace: &str, value: &str) {
+    let patch = serde_json::json!({"data": {"key": value}}).to_string();
+    kubectl_ok(&[
+        "patch",
+        "configmap",
+        "settings",
+        "-n",
+        namespace,
+        "-p",
+        &patch,
+    ]);
+}
+
 async fn value_of(client: &kube::Client, namespace: &str) -> Option<String> {
     live_config_map(client, namespace, "settings")
         .await
@@ -505,8 +519,7 @@ async fn drift_is_corrected_within_seconds_with_an_event_and_a_fighting_writer_i
         daemon,
     } = web_source_at_v1("daemon-drift", "  interval: 1h\n").await;
 
-    let patch = r#"{"data":{"key":"drifted"}}"#;
-    kubectl_ok(&["patch", "configmap", "settings", "-n", &ns, "-p", patch]);
+    edit_by_hand(&ns, "drifted");
     let changed = Instant::now();
     eventually(Duration::from_secs(10), || async {
         value_of(&client, &ns).await.as_deref() == Some("v1")
@@ -525,8 +538,7 @@ async fn drift_is_corrected_within_seconds_with_an_event_and_a_fighting_writer_i
     let fighting = Instant::now();
     let mut writes = 0;
     while fighting.elapsed() < Duration::from_secs(14) {
-        let value = format!(r#"{{"data":{{"key":"fight-{writes}"}}}}"#);
-        kubectl_ok(&["patch", "configmap", "settings", "-n", &ns, "-p", &value]);
+        edit_by_hand(&ns, &format!("fight-{writes}"));
         writes += 1;
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
@@ -553,15 +565,7 @@ async fn a_source_that_reports_drift_leaves_it_and_says_so() {
         remote,
         daemon,
     } = web_source_at_v1("daemon-report", "  interval: 1h\n  drift: Report\n").await;
-    kubectl_ok(&[
-        "patch",
-        "configmap",
-        "settings",
-        "-n",
-        &ns,
-        "-p",
-        r#"{"data":{"key":"by-hand"}}"#,
-    ]);
+    edit_by_hand(&ns, "by-hand");
     eventually(Duration::from_secs(10), || async {
         let events = kubectl_ok(&["get", "events", "-n", &ns, "-o", "json"]);
         events.contains("DriftDetected") && events.contains("kubectl-patch")
@@ -1059,15 +1063,7 @@ async fn deploy_applies_and_its_service_account_suffices_without_wildcards() {
         condition(&status(&ns, "web"), "Ready").is_some_and(|c| c.0 == "True")
     })
     .await;
-    kubectl_ok(&[
-        "patch",
-        "configmap",
-        "settings",
-        "-n",
-        &ns,
-        "-p",
-        r#"{"data":{"key":"x"}}"#,
-    ]);
+    edit_by_hand(&ns, "x");
     eventually(Duration::from_secs(10), || async {
         value_of(&client, &ns).await.as_deref() == Some("v1")
     })

@@ -121,19 +121,24 @@ impl Cluster {
             .create(&PostParams::default(), &namespace)
             .await
             .expect("create namespace");
-        let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &name);
-        eventually(Duration::from_secs(30), || async {
-            accounts
-                .get_opt("default")
-                .await
-                .ok()
-                .flatten()
-                .and_then(|sa| sa.secrets)
-                .is_some_and(|s| !s.is_empty())
-        })
-        .await;
+        pods_admitted(client, &name).await;
         name
     }
+}
+
+/// Waits until `namespace` admits pods: its default service account has its token.
+pub async fn pods_admitted(client: &Client, namespace: &str) {
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), namespace);
+    eventually(Duration::from_secs(30), || async {
+        accounts
+            .get_opt("default")
+            .await
+            .ok()
+            .flatten()
+            .and_then(|sa| sa.secrets)
+            .is_some_and(|s| !s.is_empty())
+    })
+    .await;
 }
 
 fn rand_suffix() -> u32 {

@@ -8,12 +8,12 @@ use std::process::Command;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use crate::harness::{client_for, cluster, eventually, repo_root};
+use crate::harness::{client_for, cluster, eventually, pods_admitted, repo_root};
 
 fn pod(name: &str, spec: serde_json::Value) -> Pod {
     let mut spec = spec;
@@ -236,18 +236,7 @@ async fn patch_node(client: &Client, name: &str, spec: serde_json::Value) {
 async fn selectors_cordons_and_taints_place_pods_and_no_execute_taints_evict_them() {
     let own = TwoNodes::up();
     let client = client_for(&own.kubeconfig).await.unwrap();
-    // Pods are admitted once the namespace's default service account has its token.
-    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
-    eventually(Duration::from_secs(30), || async {
-        accounts
-            .get_opt("default")
-            .await
-            .ok()
-            .flatten()
-            .and_then(|sa| sa.secrets)
-            .is_some_and(|s| !s.is_empty())
-    })
-    .await;
+    pods_admitted(&client, "default").await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let post = PostParams::default();
     for name in ["a", "b"] {

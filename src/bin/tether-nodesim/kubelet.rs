@@ -198,10 +198,17 @@ impl Kubelet {
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
         match phase {
             None | Some("Pending") => {
-                let ip = self
-                    .ips
-                    .lock()
-                    .map_or_else(|_| String::new(), |mut ips| ips.assign(&namespace, &name));
+                // IPs of pods this simulator did not start (before a restart of it).
+                let in_use: HashSet<String> = self
+                    .pods
+                    .state()
+                    .iter()
+                    .filter_map(|p| p.status.as_ref()?.pod_ip.clone())
+                    .collect();
+                let ip = self.ips.lock().map_or_else(
+                    |_| String::new(),
+                    |mut ips| ips.assign(&namespace, &name, &in_use),
+                );
                 let host_ip = node_address(node);
                 let ready = pod.annotations().get(READY).is_none_or(|v| v != "false");
                 let status = lifecycle::started(pod, &host_ip, &ip, ready);
@@ -416,7 +423,8 @@ pub enum ActError {
     Refused(String),
 }
 
-/// Pod IPs from 10.244.0.0/16, one per pod, reused after the pod is gone.
+/// Pod IPs from 10.244.0.0/16, one per pod, reused after the pod is gone; an IP that
+/// a live pod already has is never handed out.
 #[derive(Default)]
 struct IpAllocator {
     assigned: HashMap<(String, String), u32>,
@@ -424,21 +432,27 @@ struct IpAllocator {
     free: Vec<u32>,
 }
 
+fn address(n: u32) -> String {
+    format!("10.244.{}.{}", n / 254, n % 254 + 1)
+}
+
 impl IpAllocator {
-    fn assign(&mut self, namespace: &str, name: &str) -> String {
+    fn assign(&mut self, namespace: &str, name: &str, in_use: &HashSet<String>) -> String {
         let key = (namespace.to_string(), name.to_string());
-        let n = match self.assigned.get(&key) {
-            Some(n) => *n,
-            None => {
-                let n = self.free.pop().unwrap_or_else(|| {
-                    self.next += 1;
-                    self.next
-                });
-                self.assigned.insert(key, n);
-                n
+        if let Some(n) = self.assigned.get(&key) {
+            return address(*n);
+        }
+        let n = loop {
+            let n = self.free.pop().unwrap_or_else(|| {
+                self.next += 1;
+                self.next
+            });
+            if !in_use.contains(&address(n)) {
+                break n;
             }
         };
-        format!("10.244.{}.{}", n / 254, n % 254 + 1)
+        self.assigned.insert(key, n);
+        address(n)
     }
 
     fn release(&mut self, namespace: &str, name: &str) {
@@ -457,12 +471,21 @@ mod tests {
 
     #[test]
     fn ips_are_distinct_and_reused_after_release() {
+        let none = HashSet::new();
         let mut ips = IpAllocator::default();
-        let a = ips.assign("n", "a");
-        let b = ips.assign("n", "b");
+        let a = ips.assign("n", "a", &none);
+        let b = ips.assign("n", "b", &none);
         assert_ne!(a, b);
-        assert_eq!(ips.assign("n", "a"), a);
+        assert_eq!(ips.assign("n", "a", &none), a);
         ips.release("n", "a");
-        assert_eq!(ips.assign("n", "c"), a);
+        assert_eq!(ips.assign("n", "c", &none), a);
+    }
+
+    #[test]
+    fn an_ip_a_live_pod_has_is_not_handed_out_again() {
+        // A restarted simulator starts with an empty allocator.
+        let in_use: HashSet<String> = ["10.244.0.2".to_string(), "10.244.0.3".to_string()].into();
+        let mut ips = IpAllocator::default();
+        assert_eq!(ips.assign("n", "new", &in_use), "10.244.0.4");
     }
 }
