@@ -117,6 +117,45 @@ pub fn is_cluster_scoped(kind: &str) -> bool {
     CLUSTER_SCOPED.contains(&kind)
 }
 
+/// Is this a built-in kind that lives in a namespace?
+pub fn is_namespaced_builtin(kind: &str) -> bool {
+    NAMESPACED.contains(&kind)
+}
+
+/// The apiVersion of a built-in kind, for references that leave it out.
+pub fn builtin_api_version(kind: &str) -> Option<&'static str> {
+    Some(match kind {
+        "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet" | "ControllerRevision" => {
+            "apps/v1"
+        }
+        "Job" => "batch/v1",
+        "CronJob" => "batch/v1beta1",
+        "CustomResourceDefinition" => "apiextensions.k8s.io/v1",
+        "Role" | "RoleBinding" | "ClusterRole" | "ClusterRoleBinding" => {
+            "rbac.authorization.k8s.io/v1"
+        }
+        "Ingress" | "NetworkPolicy" | "IngressClass" => "networking.k8s.io/v1",
+        "PodDisruptionBudget" => "policy/v1beta1",
+        "HorizontalPodAutoscaler" => "autoscaling/v1",
+        "StorageClass" => "storage.k8s.io/v1",
+        "Lease" => "coordination.k8s.io/v1",
+        "Pod"
+        | "Service"
+        | "Endpoints"
+        | "ConfigMap"
+        | "Secret"
+        | "ServiceAccount"
+        | "PersistentVolumeClaim"
+        | "PersistentVolume"
+        | "Namespace"
+        | "Node"
+        | "LimitRange"
+        | "ResourceQuota"
+        | "ReplicationController" => "v1",
+        _ => return None,
+    })
+}
+
 /// The namespace an object of a KubernetesResourceInstance is applied in.
 pub fn effective_namespace(object: &serde_json::Value) -> Option<String> {
     let kind = object.get("kind")?.as_str()?;

@@ -29,6 +29,7 @@ pub mod model;
 pub mod normalize;
 pub mod ownership;
 pub mod plan;
+pub mod readiness;
 pub mod reconcile;
 pub mod render;
 pub mod repo;
@@ -37,6 +38,7 @@ pub mod resolve;
 
 pub mod source;
 pub mod watch;
+pub mod workflow;
 pub mod writeback;
 
 use diagnostic::Diagnostics;

@@ -21,13 +21,14 @@ use sha2::{Digest, Sha256};
 use crate::diagnostic::Span;
 use crate::k8s;
 use crate::model::{
-    self, ControllerKind, DataKind, DataModel, Idx, Image, KubernetesServiceInstance, ModelObject,
-    Origin, Principal, Protocol, Slice, Text, TrustDomain, indexed, object_key,
+    self, ControllerKind, DataKind, DataModel, Idx, Image, Kind, KubernetesServiceInstance,
+    ModelObject, Origin, Principal, Protocol, Slice, Text, TrustDomain, indexed, object_key,
 };
 use crate::normalize::normalize;
 use crate::ownership::{Inventory, MODEL_ANNOTATION, SOURCE_ANNOTATION, ownership_labels};
 use crate::resolve::Graph;
 use crate::source::SourceFiles;
+use crate::workflow::ModelId;
 
 pub const DESCRIPTION_ANNOTATION: &str = "tether.dev/description";
 /// Label on the pods of a slice; the controller's selector, and XOS's slice name.
@@ -48,6 +49,8 @@ pub struct RenderedObject {
     pub source: String,
     /// Where the model is written, for diagnostics about the object.
     pub span: Span,
+    /// The wave of the workflow it is applied in (see [`crate::workflow`]).
+    pub wave: usize,
     pub body: serde_json::Value,
 }
 
@@ -78,16 +81,25 @@ pub fn render(graph: &Graph, files: &SourceFiles, inventory: &Inventory) -> Vec<
         files,
         applyset: inventory.applyset_id(),
         objects: Vec::new(),
+        wave: 0,
     };
     renderer.render_all();
     let mut objects = renderer.objects;
     objects.sort_by(|a, b| {
-        (k8s::apply_rank(&a.kind), &a.kind, &a.namespace, &a.name).cmp(&(
-            k8s::apply_rank(&b.kind),
-            &b.kind,
-            &b.namespace,
-            &b.name,
-        ))
+        (
+            a.wave,
+            k8s::apply_rank(&a.kind),
+            &a.kind,
+            &a.namespace,
+            &a.name,
+        )
+            .cmp(&(
+                b.wave,
+                k8s::apply_rank(&b.kind),
+                &b.kind,
+                &b.namespace,
+                &b.name,
+            ))
     });
     objects
 }
@@ -97,6 +109,8 @@ struct Renderer<'g> {
     files: &'g SourceFiles,
     applyset: String,
     objects: Vec<RenderedObject>,
+    /// The wave of the model being rendered.
+    wave: usize,
 }
 
 fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -158,6 +172,7 @@ impl Renderer<'_> {
             model: format!("{}/{model_name}", origin.kind),
             source: self.files.path(origin.span.file).to_string(),
             span: origin.span,
+            wave: self.wave,
             body,
         });
     }
@@ -166,27 +181,43 @@ impl Renderer<'_> {
         &self.graph.models.trust_domains[index].name.value
     }
 
+    /// Renders the next objects in the wave of model `index` of `kind`.
+    fn enter(&mut self, kind: Kind, index: usize) {
+        self.wave = self.graph.workflow.wave_of(ModelId { kind, index });
+    }
+
     fn render_all(&mut self) {
         let m = &self.graph.models;
-        for td in m.trust_domains.iter().filter(|x| x.is_managed()) {
-            self.render_namespace(td);
+        for (i, td) in m.trust_domains.iter().enumerate() {
+            if td.is_managed() {
+                self.enter(Kind::TrustDomain, i);
+                self.render_namespace(td);
+            }
         }
-        for p in m.principals.iter().filter(|x| x.is_managed()) {
-            self.render_service_account(p);
+        for (i, p) in m.principals.iter().enumerate() {
+            if p.is_managed() {
+                self.enter(Kind::Principal, i);
+                self.render_service_account(p);
+            }
         }
-        for d in &m.data {
+        for (i, d) in m.data.iter().enumerate() {
+            self.enter(d.data_kind.model_kind(), i);
             self.render_data(d);
         }
         for (i, _) in indexed(&m.slices) {
+            self.enter(Kind::Slice, i.index());
             self.render_slice(i);
         }
         for (i, _) in indexed(&m.instances) {
+            self.enter(Kind::KubernetesServiceInstance, i.index());
             self.render_bare_pod(i);
         }
         for (i, _) in indexed(&m.services) {
+            self.enter(Kind::Service, i.index());
             self.render_service(i);
         }
-        for r in &m.resources {
+        for (i, r) in m.resources.iter().enumerate() {
+            self.enter(Kind::KubernetesResourceInstance, i);
             for object in &r.objects {
                 let Some(key) = object_key(ModelObject::Resource(&object.value)) else {
                     continue;

@@ -111,10 +111,17 @@ impl Kind {
                 "description",
                 "enabled",
                 "xos_managed",
+                "depends_on",
             ],
-            Kind::KubernetesServiceInstance => {
-                &["name", "slice", "image", "owner", "xos_managed", "pod_ip"]
-            }
+            Kind::KubernetesServiceInstance => &[
+                "name",
+                "slice",
+                "image",
+                "owner",
+                "xos_managed",
+                "pod_ip",
+                "depends_on",
+            ],
             Kind::KubernetesConfigMap | Kind::KubernetesSecret => &["name", "trust_domain", "data"],
             Kind::KubernetesConfigVolumeMount => &[
                 "config",
@@ -138,9 +145,14 @@ impl Kind {
                 "external_port",
                 "protocol",
             ],
-            Kind::KubernetesResourceInstance => {
-                &["name", "resource_definition", "owner", "kubectl_state"]
-            }
+            Kind::KubernetesResourceInstance => &[
+                "name",
+                "resource_definition",
+                "owner",
+                "kubectl_state",
+                "depends_on",
+                "ready_when",
+            ],
         }
     }
 

@@ -7,6 +7,7 @@
 //! names here and are resolved by [`crate::resolve`].
 
 mod data;
+mod depends;
 mod index;
 mod kind;
 mod object;
@@ -36,6 +37,44 @@ impl<T> Spanned<T> {
 }
 
 pub type Text = Spanned<String>;
+
+/// When an object counts as ready, as a user writes it (`ready_when:`), for kinds
+/// without a built-in rule or to replace it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ReadyWhen {
+    /// `condition: Type`: the status condition of that type is `True`.
+    Condition(Text),
+    /// `field: status.phase` and `value: Bound`: the field has that value.
+    Field { path: Text, value: Text },
+    /// `endpoints: true`: a Service with at least one ready endpoint.
+    Endpoints,
+}
+
+/// What a `depends_on` entry names.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DependencyTarget {
+    /// `Kind/name` (or `Kind/trust_domain/name`): a model of the repo. `name` spans
+    /// the whole entry.
+    Model { kind: Kind, name: Text },
+    /// `kind`, `namespace`, `name` (and `apiVersion` for kinds that are not built in):
+    /// an object tether does not manage, which must exist and be ready.
+    Object {
+        api_version: Option<Text>,
+        kind: Text,
+        namespace: Option<Text>,
+        name: Text,
+    },
+}
+
+/// One entry of `depends_on`: the model's objects are applied only once its target
+/// is ready.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Dependency {
+    pub target: DependencyTarget,
+    pub ready_when: Option<Spanned<ReadyWhen>>,
+    /// The entry in the list.
+    pub span: Span,
+}
 
 /// Where a model is written: the span of its document (used for duplicates and for
 /// problems that belong to the model as a whole).
@@ -161,6 +200,7 @@ pub struct Slice {
     pub description: Option<Text>,
     pub enabled: Option<Spanned<bool>>,
     pub xos_managed: Option<Spanned<bool>>,
+    pub depends_on: Vec<Dependency>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -172,6 +212,7 @@ pub struct KubernetesServiceInstance {
     pub owner: Option<Text>,
     pub xos_managed: Option<Spanned<bool>>,
     pub pod_ip: Option<Text>,
+    pub depends_on: Vec<Dependency>,
 }
 
 /// `xos_managed`, true unless written `false`: a model with `xos_managed: false`
@@ -302,6 +343,9 @@ pub struct KubernetesResourceInstance {
     /// The objects of `resource_definition`, each with where it starts.
     pub objects: Vec<Spanned<serde_json::Value>>,
     pub owner: Option<Text>,
+    pub depends_on: Vec<Dependency>,
+    /// When its objects count as ready, in place of their kind's built-in rule.
+    pub ready_when: Option<Spanned<ReadyWhen>>,
 }
 
 /// Every model of a repo, grouped by kind, each group in source order.

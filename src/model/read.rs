@@ -1,6 +1,7 @@
 //! One YAML document to one model, checking every field on the way.
 
 use super::data::{read_data, read_resource_definition};
+use super::depends::FieldReader;
 use super::*;
 use crate::diagnostic::{Diagnostic, suggestion};
 use crate::load::{Node, Value};
@@ -342,6 +343,31 @@ impl<'a> Reader<'a> {
         None
     }
 
+    fn field_reader(&mut self) -> FieldReader<'_> {
+        FieldReader {
+            file: self.file,
+            document: self.document,
+            label: &self.label,
+            diagnostics: self.diagnostics,
+        }
+    }
+
+    /// `depends_on`, without the entries that are wrong (each reported).
+    fn depends_on(&mut self) -> Vec<Dependency> {
+        match self.present("depends_on") {
+            Some((_, node)) => self.field_reader().depends_on(node),
+            None => Vec::new(),
+        }
+    }
+
+    /// `ready_when`: `Some(None)` when absent, `None` when wrong.
+    fn ready_when(&mut self) -> Option<Option<Spanned<ReadyWhen>>> {
+        match self.present("ready_when") {
+            Some((_, node)) => self.field_reader().ready_when(node).map(Some),
+            None => Some(None),
+        }
+    }
+
     /// A read-only field that tether fills in; an error when set by hand.
     fn read_only(&mut self, name: &str, why: &str) {
         if let Some((key, _)) = self.present(name) {
@@ -452,6 +478,7 @@ impl<'a> Reader<'a> {
         let owner = self.text("owner");
         let xos_managed = self.boolean("xos_managed");
         let pod_ip = self.text("pod_ip");
+        let depends_on = self.depends_on();
         if xos_managed.as_ref().is_none_or(|m| m.value) {
             self.read_only(
                 "pod_ip",
@@ -467,6 +494,7 @@ impl<'a> Reader<'a> {
                 owner,
                 xos_managed,
                 pod_ip,
+                depends_on,
             });
         }
     }
@@ -548,12 +576,16 @@ impl<'a> Reader<'a> {
                 None
             }
         };
-        if let (Some(name), Some(objects)) = (name, objects) {
+        let depends_on = self.depends_on();
+        let ready_when = self.ready_when();
+        if let (Some(name), Some(objects), Some(ready_when)) = (name, objects, ready_when) {
             models.resources.push(KubernetesResourceInstance {
                 origin: self.origin,
                 name,
                 objects,
                 owner,
+                depends_on,
+                ready_when,
             });
         }
     }
@@ -587,6 +619,7 @@ impl<'a> Reader<'a> {
         let description = self.text("description");
         let enabled = self.boolean("enabled");
         let xos_managed = self.boolean("xos_managed");
+        let depends_on = self.depends_on();
         if let Some(name) = name {
             models.slices.push(Slice {
                 origin: self.origin,
@@ -601,6 +634,7 @@ impl<'a> Reader<'a> {
                 description,
                 enabled,
                 xos_managed,
+                depends_on,
             });
         }
     }

@@ -157,6 +157,45 @@ value_schema!(
     json_schema!({"type": "integer", "minimum": 1, "maximum": 65535})
 );
 
+/// One entry of `depends_on`: a model as `Kind/name`, or an object tether does not
+/// manage by kind, namespace and name. The model's objects are applied only once it
+/// is ready.
+#[derive(Deserialize, JsonSchema)]
+#[serde(untagged)]
+enum DependencyDoc {
+    /// `Kind/name` (or `Kind/trust_domain/name`) of a model of the repo.
+    Model(String),
+    Object(ObjectDependencyDoc),
+}
+
+/// An object tether does not manage, which must exist and be ready first.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ObjectDependencyDoc {
+    /// Needed for kinds that are not built into Kubernetes.
+    #[serde(rename = "apiVersion")]
+    api_version: Option<String>,
+    kind: String,
+    /// Needed for namespaced kinds.
+    namespace: Option<String>,
+    name: String,
+    ready_when: Option<ReadyWhenDoc>,
+}
+
+/// When an object counts as ready, in place of its kind's built-in rule: one of
+/// `condition`, `field` with `value`, or `endpoints`.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ReadyWhenDoc {
+    /// A status condition type that must be True, e.g. `Established`.
+    condition: Option<String>,
+    /// A field path, e.g. `status.phase`; with `value`.
+    field: Option<String>,
+    value: Option<Scalar>,
+    /// A Service with at least one ready endpoint.
+    endpoints: Option<bool>,
+}
+
 /// The data of a ConfigMap or Secret: key: value pairs, or (as XOS stored it) one
 /// JSON-encoded object in a string.
 #[derive(Deserialize, JsonSchema)]
@@ -247,6 +286,8 @@ struct SliceDoc {
     enabled: Option<bool>,
     /// false: a record of what others run (discovery writes these); renders nothing.
     xos_managed: Option<bool>,
+    /// Models and objects that must be ready before its objects are applied.
+    depends_on: Option<Vec<DependencyDoc>>,
 }
 
 /// A Kubernetes Pod of a slice without a controller.
@@ -264,6 +305,8 @@ struct ServiceInstanceDoc {
     xos_managed: Option<bool>,
     /// Read-only: the pod's IP, as discovery records it.
     pod_ip: Option<Scalar>,
+    /// Models and objects that must be ready before the pod is applied.
+    depends_on: Option<Vec<DependencyDoc>>,
 }
 
 /// A ConfigMap or Secret in a trust domain. A Secret's values never appear in diffs,
@@ -352,6 +395,10 @@ struct ResourceInstanceDoc {
     owner: Option<Scalar>,
     /// Read-only in tether: it records what it applied in the cluster.
     kubectl_state: Option<Scalar>,
+    /// Models and objects that must be ready before its objects are applied.
+    depends_on: Option<Vec<DependencyDoc>>,
+    /// When its objects count as ready to the models that depend on it.
+    ready_when: Option<ReadyWhenDoc>,
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! [`Graph`] whose links later stages follow without checking again.
 
 mod collisions;
+mod depends;
 mod links;
 mod mounts;
 mod names;
@@ -15,6 +16,7 @@ use crate::model::{
     ServicePort, Slice, TrustDomain, VolumeMount,
 };
 use crate::source::SourceFiles;
+use crate::workflow::Workflow;
 
 use names::NameIndex;
 
@@ -29,6 +31,8 @@ pub struct Graph {
     pub instances: PerModel<KubernetesServiceInstance, InstanceLinks>,
     pub mounts: PerModel<VolumeMount, MountLinks>,
     pub services: PerModel<Service, ServiceLinks>,
+    /// Which models wait for which, and the wave each one is applied in.
+    pub workflow: Workflow,
 }
 
 #[derive(Clone, Debug)]
@@ -82,18 +86,22 @@ pub fn resolve(models: Models, files: &SourceFiles) -> (Option<Graph>, Diagnosti
         diagnostics: Diagnostics::default(),
         names: NameIndex::build(&models),
     };
-    let links = resolver.run();
+    let resolved = resolver.run().map(|(links, needs)| {
+        let workflow = resolver.build_workflow(&links, needs);
+        (links, workflow)
+    });
     let diagnostics = resolver.diagnostics;
     if diagnostics.has_errors() {
         return (None, diagnostics);
     }
-    let graph = links.map(|links| Graph {
+    let graph = resolved.map(|(links, workflow)| Graph {
         principals: links.principals,
         data: links.data,
         slices: links.slices,
         instances: links.instances,
         mounts: links.mounts,
         services: links.services,
+        workflow,
         models,
     });
     (graph, diagnostics)
@@ -129,7 +137,7 @@ impl Resolver<'_> {
         );
     }
 
-    fn run(&mut self) -> Option<Links> {
+    fn run(&mut self) -> Option<(Links, depends::Needs)> {
         self.check_duplicates();
         self.check_owners();
         self.check_names();
@@ -140,14 +148,16 @@ impl Resolver<'_> {
         let mounts = self.resolve_mounts(&mut slices, &mut instances);
         let services = self.resolve_services(&slices);
         self.check_object_collisions(&slices, &instances, &services);
-        Some(Links {
+        let needs = self.resolve_needs();
+        let links = Links {
             principals: principals?,
             data: data?,
             slices: slices.into_iter().collect::<Option<_>>()?,
             instances: instances.into_iter().collect::<Option<_>>()?,
             mounts: mounts?,
             services: services?,
-        })
+        };
+        Some((links, needs))
     }
 
     /// `path:line:column` of a span, for hints that point at another place in the repo.

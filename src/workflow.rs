@@ -1,0 +1,435 @@
+//! The workflow of a repo, as Kolla deploys a service: which models wait for which
+//! (`depends_on`), the waves they are applied in, what must be ready before each wave
+//! starts, and which models a selection (`--only`) takes along. Pure: resolve builds
+//! it, render stamps each object with its wave, apply waits between waves, and the
+//! reports draw it.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use crate::diagnostic::Span;
+use crate::k8s::ObjectKey;
+use crate::model::Kind;
+
+/// A model: its kind and its position in the model vector of that kind
+/// (`Models::data` for ConfigMaps and Secrets).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ModelId {
+    pub kind: Kind,
+    pub index: usize,
+}
+
+/// When an object counts as ready.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Rule {
+    /// The kind's built-in rule (see [`crate::readiness`]); existence for other kinds.
+    BuiltIn,
+    /// The status condition of this type is `True`.
+    Condition(String),
+    /// The field at this dotted path has this value.
+    Field { path: String, value: String },
+    /// A Service with at least one ready endpoint.
+    Endpoints,
+}
+
+/// An object to wait for, and when it is ready.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Gate {
+    pub api_version: String,
+    pub key: ObjectKey,
+    pub rule: Rule,
+}
+
+/// One thing a model waits for.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Need {
+    /// Another model (a [`Workflow::members`] index): its objects, ready.
+    Model { member: usize, span: Span },
+    /// An object tether does not manage.
+    Object { gate: Gate, span: Span },
+}
+
+/// A model that makes objects (or, with `xos_managed: false`, stands for objects
+/// others made).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Member {
+    pub id: ModelId,
+    /// `Kind/name`, as reports and graphs show it.
+    pub label: String,
+    /// Where the model is written.
+    pub span: Span,
+    /// Whether tether applies its objects.
+    pub managed: bool,
+    /// The wave its objects are applied in; 0 when it waits for nothing.
+    pub wave: usize,
+    /// What it waits for (`depends_on`).
+    pub needs: Vec<Need>,
+    /// The models it cannot exist without (its trust domain, its slice, the
+    /// ConfigMaps it mounts): applied in its wave or before, and taken along by a
+    /// selection, but not waited for.
+    pub requires: Vec<usize>,
+    /// Its objects, with when each counts as ready: what its dependents wait for.
+    pub objects: Vec<Gate>,
+}
+
+/// A dependency cycle: members, each waiting for the next, the last for the first.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Cycle {
+    pub members: Vec<usize>,
+    /// Where each member's link to the next is written (`None` for a link it does
+    /// not write, as a pod's to its slice).
+    pub links: Vec<Option<Span>>,
+}
+
+/// The dependency graph of a repo's models.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Workflow {
+    pub members: Vec<Member>,
+    index: HashMap<ModelId, usize>,
+}
+
+/// What a wave waits for before it starts: an object, its rule, and the models that
+/// need it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WaveGate {
+    pub gate: Gate,
+    /// Not made by a model of the repo.
+    pub external: bool,
+    pub needed_by: Vec<String>,
+}
+
+impl Workflow {
+    /// A workflow of `members` whose `needs` and `requires` are set; waves are
+    /// computed by [`Workflow::plan_waves`] once the graph has no cycle.
+    pub fn new(members: Vec<Member>) -> Self {
+        let index = members.iter().enumerate().map(|(i, m)| (m.id, i)).collect();
+        Workflow { members, index }
+    }
+
+    pub fn member(&self, id: ModelId) -> Option<usize> {
+        self.index.get(&id).copied()
+    }
+
+    /// The wave of a model's objects (0 for a model that takes no part).
+    pub fn wave_of(&self, id: ModelId) -> usize {
+        self.member(id).map_or(0, |i| self.members[i].wave)
+    }
+
+    /// How many waves there are (at least one).
+    pub fn wave_count(&self) -> usize {
+        self.members.iter().map(|m| m.wave + 1).max().unwrap_or(1)
+    }
+
+    /// Whether any model waits for anything: without, there is one wave and nothing
+    /// to draw.
+    pub fn has_dependencies(&self) -> bool {
+        self.members.iter().any(|m| !m.needs.is_empty())
+    }
+
+    /// The links of a member, explicit (`depends_on`) and implicit (`requires`),
+    /// each with where it is written.
+    fn links(&self, member: usize) -> impl Iterator<Item = (usize, Option<Span>)> + '_ {
+        let m = &self.members[member];
+        let needs = m.needs.iter().filter_map(|n| match n {
+            Need::Model { member, span } => Some((*member, Some(*span))),
+            Need::Object { .. } => None,
+        });
+        needs.chain(m.requires.iter().map(|r| (*r, None)))
+    }
+
+    /// Every dependency cycle, one per set of members, each starting at its member
+    /// written first.
+    pub fn cycles(&self) -> Vec<Cycle> {
+        #[derive(Clone, Copy, PartialEq)]
+        enum Color {
+            White,
+            Gray,
+            Black,
+        }
+        let n = self.members.len();
+        let mut color = vec![Color::White; n];
+        let mut found: BTreeMap<BTreeSet<usize>, Cycle> = BTreeMap::new();
+        for start in 0..n {
+            if color[start] != Color::White {
+                continue;
+            }
+            // Iterative DFS: the path, and for each member on it the links not yet
+            // followed.
+            let mut path: Vec<(usize, Option<Span>)> = vec![(start, None)];
+            let mut pending: Vec<Vec<(usize, Option<Span>)>> = vec![self.links(start).collect()];
+            color[start] = Color::Gray;
+            while let Some(next) = pending.last_mut() {
+                let Some((to, span)) = next.pop() else {
+                    let (done, _) = path.pop().unwrap_or((start, None));
+                    color[done] = Color::Black;
+                    pending.pop();
+                    continue;
+                };
+                match color[to] {
+                    Color::White => {
+                        color[to] = Color::Gray;
+                        path.push((to, span));
+                        pending.push(self.links(to).collect());
+                    }
+                    Color::Gray => {
+                        let from = path.iter().position(|(m, _)| *m == to).unwrap_or(0);
+                        let mut members: Vec<usize> = path[from..].iter().map(|p| p.0).collect();
+                        // The link out of each member; the last is the back edge.
+                        let mut links: Vec<Option<Span>> =
+                            path[from + 1..].iter().map(|p| p.1).collect();
+                        links.push(span);
+                        let set: BTreeSet<usize> = members.iter().copied().collect();
+                        found.entry(set).or_insert_with(|| {
+                            let first = (0..members.len())
+                                .min_by_key(|i| span_order(&self.members[members[*i]].span))
+                                .unwrap_or(0);
+                            members.rotate_left(first);
+                            links.rotate_left(first);
+                            Cycle { members, links }
+                        });
+                    }
+                    Color::Black => {}
+                }
+            }
+        }
+        let mut cycles: Vec<Cycle> = found.into_values().collect();
+        cycles.sort_by_key(|c| span_order(&self.members[c.members[0]].span));
+        cycles
+    }
+
+    /// Sets each member's wave: one past the waves of what it waits for, and no
+    /// earlier than what it requires. The graph must have no cycle.
+    pub fn plan_waves(&mut self) {
+        let n = self.members.len();
+        let mut wave: Vec<Option<usize>> = vec![None; n];
+        for start in 0..n {
+            let mut stack = vec![start];
+            while let Some(&top) = stack.last() {
+                if wave[top].is_some() {
+                    stack.pop();
+                    continue;
+                }
+                let unplanned: Vec<usize> = self
+                    .links(top)
+                    .map(|(to, _)| to)
+                    .filter(|to| wave[*to].is_none() && !stack.contains(to))
+                    .collect();
+                if unplanned.is_empty() {
+                    let m = &self.members[top];
+                    let after_needs = m.needs.iter().filter_map(|need| match need {
+                        Need::Model { member, .. } => wave[*member].map(|w| w + 1),
+                        Need::Object { .. } => None,
+                    });
+                    let with_requires = m.requires.iter().filter_map(|r| wave[*r]);
+                    wave[top] = Some(after_needs.chain(with_requires).max().unwrap_or(0));
+                    stack.pop();
+                } else {
+                    stack.extend(unplanned);
+                }
+            }
+        }
+        for (member, w) in self.members.iter_mut().zip(wave) {
+            member.wave = w.unwrap_or(0);
+        }
+    }
+
+    /// What must be ready before `wave` starts: the objects of the models its members
+    /// wait for, and the objects outside tether they name. With `only`, just for
+    /// those members.
+    pub fn gates(&self, wave: usize, only: Option<&BTreeSet<usize>>) -> Vec<WaveGate> {
+        let mut gates: BTreeMap<Gate, WaveGate> = BTreeMap::new();
+        let starting = self
+            .members
+            .iter()
+            .enumerate()
+            .filter(|(i, m)| m.wave == wave && m.managed && only.is_none_or(|o| o.contains(i)));
+        for (_, member) in starting {
+            for need in &member.needs {
+                let (objects, external): (Vec<&Gate>, bool) = match need {
+                    Need::Model { member, .. } => {
+                        let target = &self.members[*member];
+                        (target.objects.iter().collect(), !target.managed)
+                    }
+                    Need::Object { gate, .. } => (vec![gate], true),
+                };
+                for gate in objects {
+                    let entry = gates.entry(gate.clone()).or_insert_with(|| WaveGate {
+                        gate: gate.clone(),
+                        external,
+                        needed_by: Vec::new(),
+                    });
+                    if !entry.needed_by.contains(&member.label) {
+                        entry.needed_by.push(member.label.clone());
+                    }
+                }
+            }
+        }
+        gates.into_values().collect()
+    }
+
+    /// The members `selected` and everything they wait for and require, transitively;
+    /// with `skip_dependencies`, the selected members alone.
+    pub fn closure(&self, selected: &[usize], skip_dependencies: bool) -> BTreeSet<usize> {
+        let mut taken: BTreeSet<usize> = selected.iter().copied().collect();
+        if skip_dependencies {
+            return taken;
+        }
+        let mut stack: Vec<usize> = selected.to_vec();
+        while let Some(member) = stack.pop() {
+            for (to, _) in self.links(member) {
+                if taken.insert(to) {
+                    stack.push(to);
+                }
+            }
+        }
+        taken
+    }
+
+    /// The member a selection names: `Kind/name`, or `name` when one model has it.
+    pub fn find(&self, selector: &str) -> Result<usize, String> {
+        let matching: Vec<usize> = self
+            .members
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| {
+                m.label == selector
+                    || m.label
+                        .split_once('/')
+                        .is_some_and(|(_, name)| name == selector)
+            })
+            .map(|(i, _)| i)
+            .collect();
+        match matching.as_slice() {
+            [only] => Ok(*only),
+            [] => {
+                let labels = self.members.iter().map(|m| m.label.as_str());
+                let hint = crate::diagnostic::suggestion(selector, labels)
+                    .map(|s| format!(" ({s})"))
+                    .unwrap_or_default();
+                Err(format!("no model \"{selector}\" makes an object{hint}"))
+            }
+            several => {
+                let labels: Vec<&str> = several
+                    .iter()
+                    .map(|i| self.members[*i].label.as_str())
+                    .collect();
+                Err(format!(
+                    "\"{selector}\" names several models: write one of {}",
+                    labels.join(", ")
+                ))
+            }
+        }
+    }
+
+    /// The members that take part in a dependency (wait for something, or are waited
+    /// for): what a graph shows.
+    fn in_graph(&self) -> BTreeSet<usize> {
+        let mut shown = BTreeSet::new();
+        for (i, m) in self.members.iter().enumerate() {
+            for need in &m.needs {
+                shown.insert(i);
+                if let Need::Model { member, .. } = need {
+                    shown.insert(*member);
+                }
+            }
+        }
+        shown
+    }
+
+    /// The dependency graph as a Mermaid flowchart (GitHub draws it in Markdown):
+    /// one box per wave, an arrow from each model to what it waits for.
+    pub fn mermaid(&self) -> String {
+        let mut out = String::from("flowchart BT\n");
+        let shown = self.in_graph();
+        let node = |i: usize| format!("m{i}");
+        for wave in 0..self.wave_count() {
+            let in_wave: Vec<usize> = shown
+                .iter()
+                .copied()
+                .filter(|i| self.members[*i].wave == wave)
+                .collect();
+            if in_wave.is_empty() {
+                continue;
+            }
+            out.push_str(&format!("  subgraph wave{wave}[\"wave {}\"]\n", wave + 1));
+            for i in in_wave {
+                let m = &self.members[i];
+                let suffix = if m.managed { "" } else { " (not managed)" };
+                out.push_str(&format!(
+                    "    {}[\"{}{suffix}\"]\n",
+                    node(i),
+                    mermaid_text(&m.label)
+                ));
+            }
+            out.push_str("  end\n");
+        }
+        let mut externals: Vec<&Gate> = Vec::new();
+        for need in self.members.iter().flat_map(|m| &m.needs) {
+            if let Need::Object { gate, .. } = need
+                && !externals.contains(&gate)
+            {
+                externals.push(gate);
+            }
+        }
+        for (j, gate) in externals.iter().enumerate() {
+            let text = mermaid_text(&gate.key.to_string());
+            out.push_str(&format!("  x{j}[(\"{text} (in the cluster)\")]\n"));
+        }
+        for (i, m) in self.members.iter().enumerate() {
+            for need in &m.needs {
+                let to = match need {
+                    Need::Model { member, .. } => node(*member),
+                    Need::Object { gate, .. } => {
+                        let j = externals.iter().position(|g| *g == gate).unwrap_or(0);
+                        format!("x{j}")
+                    }
+                };
+                out.push_str(&format!("  {} --> {to}\n", node(i)));
+            }
+        }
+        out
+    }
+
+    /// The dependency graph in Graphviz DOT.
+    pub fn dot(&self) -> String {
+        let mut out = String::from("digraph tether {\n  rankdir=BT;\n  node [shape=box];\n");
+        let shown = self.in_graph();
+        for wave in 0..self.wave_count() {
+            let in_wave: Vec<usize> = shown
+                .iter()
+                .copied()
+                .filter(|i| self.members[*i].wave == wave)
+                .collect();
+            if in_wave.is_empty() {
+                continue;
+            }
+            out.push_str(&format!(
+                "  subgraph cluster_wave{wave} {{\n    label=\"wave {}\";\n",
+                wave + 1
+            ));
+            for i in in_wave {
+                out.push_str(&format!("    {:?};\n", self.members[i].label));
+            }
+            out.push_str("  }\n");
+        }
+        for m in &self.members {
+            for need in &m.needs {
+                let to = match need {
+                    Need::Model { member, .. } => self.members[*member].label.clone(),
+                    Need::Object { gate, .. } => format!("{} (in the cluster)", gate.key),
+                };
+                out.push_str(&format!("  {:?} -> {to:?};\n", m.label));
+            }
+        }
+        out.push_str("}\n");
+        out
+    }
+}
+
+/// A label Mermaid reads as text whatever it holds.
+fn mermaid_text(text: &str) -> String {
+    text.replace('"', "#quot;")
+}
+
+fn span_order(span: &Span) -> (u32, u32) {
+    (span.file.0, span.offset)
+}
