@@ -35,6 +35,9 @@ pub enum Action {
     /// Its model is gone, but tether adopted it: prune removes tether's labels and
     /// field ownership and keeps the object.
     Release,
+    /// A field the server does not let change (a Job's pod template) changed: the
+    /// object is deleted and created again.
+    Replace,
 }
 
 impl Action {
@@ -47,6 +50,7 @@ impl Action {
             Action::Unchanged => "unchanged",
             Action::Error => "error",
             Action::Release => "release",
+            Action::Replace => "replace",
         }
     }
 }
@@ -63,6 +67,9 @@ pub struct Change {
     pub key: ObjectKey,
     pub api_version: String,
     pub action: Action,
+    /// The wave of the workflow it is applied in; `None` for deletions (after the
+    /// last wave).
+    pub wave: Option<usize>,
     /// `Kind/name` of the model, for objects rendered from models.
     pub model: Option<String>,
     /// The model's file.
@@ -97,6 +104,17 @@ pub struct Plan {
     pub prune: bool,
     /// What a reviewer should know besides the changes (a missing inventory).
     pub warnings: Vec<String>,
+    /// The waves of the workflow, when models wait for others (empty otherwise).
+    pub waves: Vec<WaveSummary>,
+    /// The dependency graph as a Mermaid flowchart, when models wait for others.
+    pub graph: Option<String>,
+}
+
+/// One wave of a plan, as reports show it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct WaveSummary {
+    /// What must be ready before it starts (`Kind namespace/name`, with the rule).
+    pub waits_for: Vec<String>,
 }
 
 impl Plan {
@@ -449,6 +467,31 @@ pub fn change_diff(kind: &str, live: Option<&Value>, planned: Option<&Value>) ->
     mask_secrets(kind, before.as_mut(), after.as_mut());
     let text = |v: &Option<Value>| v.as_ref().map(object_yaml).unwrap_or_default();
     unified_diff(&text(&before), &text(&after), "live", "planned")
+}
+
+/// The diff of an object that is replaced: the live values of the fields tether
+/// sets against the rendered ones (the rest is the server's and comes back).
+pub fn replace_diff(kind: &str, live: &Value, planned: &Value) -> String {
+    change_diff(kind, Some(&projected(live, planned)), Some(planned))
+}
+
+/// `live`, cut down to the fields `shape` has.
+fn projected(live: &Value, shape: &Value) -> Value {
+    match (live, shape) {
+        (Value::Object(live), Value::Object(shape)) => Value::Object(
+            shape
+                .iter()
+                .filter_map(|(k, s)| Some((k.clone(), projected(live.get(k)?, s))))
+                .collect(),
+        ),
+        (Value::Array(live), Value::Array(shape)) if live.len() == shape.len() => Value::Array(
+            live.iter()
+                .zip(shape)
+                .map(|(l, s)| projected(l, s))
+                .collect(),
+        ),
+        (live, _) => live.clone(),
+    }
 }
 
 /// The fields and managers of a server-side apply conflict (HTTP 409).

@@ -49,6 +49,8 @@ pub struct RenderedObject {
     pub source: String,
     /// Where the model is written, for diagnostics about the object.
     pub span: Span,
+    /// The model, as the workflow knows it.
+    pub model_id: ModelId,
     /// The wave of the workflow it is applied in (see [`crate::workflow`]).
     pub wave: usize,
     pub body: serde_json::Value,
@@ -81,6 +83,10 @@ pub fn render(graph: &Graph, files: &SourceFiles, inventory: &Inventory) -> Vec<
         files,
         applyset: inventory.applyset_id(),
         objects: Vec::new(),
+        model: ModelId {
+            kind: Kind::KubernetesService,
+            index: 0,
+        },
         wave: 0,
     };
     renderer.render_all();
@@ -109,7 +115,8 @@ struct Renderer<'g> {
     files: &'g SourceFiles,
     applyset: String,
     objects: Vec<RenderedObject>,
-    /// The wave of the model being rendered.
+    /// The model being rendered, and its wave.
+    model: ModelId,
     wave: usize,
 }
 
@@ -172,6 +179,7 @@ impl Renderer<'_> {
             model: format!("{}/{model_name}", origin.kind),
             source: self.files.path(origin.span.file).to_string(),
             span: origin.span,
+            model_id: self.model,
             wave: self.wave,
             body,
         });
@@ -183,7 +191,8 @@ impl Renderer<'_> {
 
     /// Renders the next objects in the wave of model `index` of `kind`.
     fn enter(&mut self, kind: Kind, index: usize) {
-        self.wave = self.graph.workflow.wave_of(ModelId { kind, index });
+        self.model = ModelId { kind, index };
+        self.wave = self.graph.workflow.wave_of(self.model);
     }
 
     fn render_all(&mut self) {

@@ -10,13 +10,14 @@ use serde_json::json;
 use crate::inventory::NamespaceContents;
 use crate::plan::{Action, Change, Plan};
 
-const ACTIONS: [Action; 6] = [
+const ACTIONS: [Action; 7] = [
     Action::Create,
     Action::Update,
     Action::Delete,
     Action::Conflict,
     Action::Error,
     Action::Release,
+    Action::Replace,
 ];
 
 /// What a release does, for the reviewer.
@@ -48,7 +49,59 @@ fn counts(plan: &Plan) -> String {
     if plan.count(Action::Release) > 0 {
         parts.push(format!("{} to release", plan.count(Action::Release)));
     }
+    if plan.count(Action::Replace) > 0 {
+        parts.push(format!(
+            "{} to replace (deleted and created again)",
+            plan.count(Action::Replace)
+        ));
+    }
     parts.join(", ")
+}
+
+/// The heading of the group of changes that starts at `change`, when the plan has
+/// waves and this change opens a new group: a wave, or the prune after the last.
+fn group_heading(plan: &Plan, previous: Option<&Change>, change: &Change) -> Option<String> {
+    if plan.waves.is_empty() || previous.is_some_and(|p| p.wave == change.wave) {
+        return None;
+    }
+    let total = plan.waves.len();
+    Some(match change.wave {
+        Some(wave) => {
+            let waits = plan
+                .waves
+                .get(wave)
+                .map(|w| w.waits_for.as_slice())
+                .unwrap_or_default();
+            match waits.is_empty() {
+                true => format!("wave {} of {total}", wave + 1),
+                false => format!(
+                    "wave {} of {total}, once these are ready: {}",
+                    wave + 1,
+                    waits.join(", ")
+                ),
+            }
+        }
+        None => "after the last wave".to_string(),
+    })
+}
+
+/// The changes a report shows (not the unchanged ones), each with the heading of
+/// the group it opens.
+fn shown_changes(plan: &Plan) -> Vec<(Option<String>, &Change)> {
+    let shown: Vec<&Change> = plan
+        .changes
+        .iter()
+        .filter(|c| c.action != Action::Unchanged)
+        .collect();
+    let mut previous: Option<&Change> = None;
+    shown
+        .into_iter()
+        .map(|change| {
+            let heading = group_heading(plan, previous, change);
+            previous = Some(change);
+            (heading, change)
+        })
+        .collect()
 }
 
 fn origin(change: &Change) -> String {
@@ -72,11 +125,10 @@ pub fn text(plan: &Plan, colour: bool) -> String {
     for warning in &plan.warnings {
         let _ = writeln!(out, "{} {warning}", paint("33;1", "warning:"));
     }
-    for change in plan
-        .changes
-        .iter()
-        .filter(|c| c.action != Action::Unchanged)
-    {
+    for (heading, change) in shown_changes(plan) {
+        if let Some(heading) = heading {
+            let _ = writeln!(out, "\n{}", paint("1", &format!("== {heading}")));
+        }
         let verb = match change.action {
             Action::Create => paint("32;1", "create"),
             Action::Update => paint("33;1", "update"),
@@ -86,6 +138,7 @@ pub fn text(plan: &Plan, colour: bool) -> String {
             Action::Error => paint("31;1", "error"),
             Action::Release if plan.prune => paint("33;1", "release"),
             Action::Release => paint("33;1", "release (with --prune)"),
+            Action::Replace => paint("33;1", "replace"),
             Action::Unchanged => String::new(),
         };
         let _ = writeln!(out, "\n{verb} {}{}", change.key, origin(change));
@@ -135,20 +188,23 @@ pub fn markdown(plan: &Plan) -> String {
         );
         return out;
     }
-    let mut by_kind: BTreeMap<&str, [usize; 6]> = BTreeMap::new();
+    if let Some(graph) = &plan.graph {
+        let _ = write!(out, "```mermaid\n{graph}```\n\n");
+    }
+    let mut by_kind: BTreeMap<&str, [usize; 7]> = BTreeMap::new();
     for change in &plan.changes {
         if let Some(i) = ACTIONS.iter().position(|a| *a == change.action) {
             by_kind.entry(&change.key.kind).or_default()[i] += 1;
         }
     }
     out.push_str(
-        "| Kind | Create | Update | Delete | Conflict | Error | Release |\n|---|---:|---:|---:|---:|---:|---:|\n",
+        "| Kind | Create | Update | Delete | Conflict | Error | Release | Replace |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for (kind, n) in &by_kind {
         let _ = writeln!(
             out,
-            "| {kind} | {} | {} | {} | {} | {} | {} |",
-            n[0], n[1], n[2], n[3], n[4], n[5]
+            "| {kind} | {} | {} | {} | {} | {} | {} | {} |",
+            n[0], n[1], n[2], n[3], n[4], n[5], n[6]
         );
     }
     if plan.has_errors() {
@@ -167,11 +223,10 @@ pub fn markdown(plan: &Plan) -> String {
     if plan.count(Action::Delete) > 0 && !plan.prune {
         out.push_str("Deletions happen only with `tether apply --prune`.\n");
     }
-    for change in plan
-        .changes
-        .iter()
-        .filter(|c| c.action != Action::Unchanged)
-    {
+    for (heading, change) in shown_changes(plan) {
+        if let Some(heading) = heading {
+            let _ = writeln!(out, "\n#### {heading}");
+        }
         let _ = write!(
             out,
             "\n<details><summary><b>{}</b> {}{}</summary>\n\n",
@@ -266,7 +321,8 @@ fn longest_backtick_run(text: &str) -> usize {
 /// `dirty`) or null, `prune`, `summary` (counts per action), and `changes`: every
 /// object, in apply order then deletions, with `action`, `apiVersion`, `kind`,
 /// `namespace` (or null), `name`, `model`, `source`, `diff` (unified, Secret values
-/// masked; empty when unchanged), `conflicts` (`field`, `manager`), `error` (why
+/// masked; empty when unchanged), `wave` (the wave of the workflow it is applied in,
+/// null for deletions), `conflicts` (`field`, `manager`), `error` (why
 /// an object with action `error` could not be planned, else null) and `ownedBy` (the
 /// other tether inventory the object belongs to, else null).
 pub fn json(plan: &Plan) -> String {
@@ -276,6 +332,7 @@ pub fn json(plan: &Plan) -> String {
         .map(|c| {
             json!({
                 "action": c.action.name(),
+                "wave": c.wave,
                 "apiVersion": c.api_version,
                 "kind": c.key.kind,
                 "namespace": c.key.namespace,
@@ -307,7 +364,9 @@ pub fn json(plan: &Plan) -> String {
             "unchanged": plan.count(Action::Unchanged),
             "error": plan.count(Action::Error),
             "release": plan.count(Action::Release),
+            "replace": plan.count(Action::Replace),
         },
+        "waves": plan.waves.iter().map(|w| json!({"waitsFor": w.waits_for})).collect::<Vec<_>>(),
         "changes": changes,
     });
     let mut text = serde_json::to_string_pretty(&report).unwrap_or_default();

@@ -39,6 +39,18 @@ pub struct Gate {
     pub rule: Rule,
 }
 
+impl Gate {
+    /// `Kind namespace/name`, and its rule when it is not the built-in one.
+    pub fn describe(&self) -> String {
+        match &self.rule {
+            Rule::BuiltIn => self.key.to_string(),
+            Rule::Condition(c) => format!("{} (condition {c})", self.key),
+            Rule::Field { path, value } => format!("{} ({path} = {value})", self.key),
+            Rule::Endpoints => format!("{} (with endpoints)", self.key),
+        }
+    }
+}
+
 /// One thing a model waits for.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Need {

@@ -118,6 +118,14 @@ enum Command {
     /// Prints the Source's readiness then; exits 0 when it is Ready, 2 when not.
     #[command(after_help = "Example:\n  tether reconcile web -n team-a")]
     Reconcile(ReconcileSourceArgs),
+    /// Print the dependency graph of the models (`depends_on`): Mermaid or DOT.
+    ///
+    /// One box per wave; an arrow from each model to what it waits for, models of
+    /// the repo and objects in the cluster. Exits 1 when the models are invalid.
+    #[command(
+        after_help = "Examples:\n  tether graph examples/openstack\n  tether graph examples/openstack --format dot | dot -Tsvg > workflow.svg"
+    )]
+    Graph(GraphArgs),
     /// Print the CustomResourceDefinition of `Source` (as deploy/crd.yaml holds it).
     #[command(after_help = "Example:\n  tether crd | kubectl apply --server-side -f -")]
     Crd,
@@ -184,9 +192,50 @@ pub struct RenderArgs {
 }
 
 #[derive(Debug, clap::Args)]
+pub struct GraphArgs {
+    #[arg(default_value = ".", env = "TETHER_PATH")]
+    pub path: PathBuf,
+    #[arg(long, value_enum, default_value_t = GraphFormat::Mermaid)]
+    pub format: GraphFormat,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum GraphFormat {
+    /// A Mermaid flowchart (GitHub draws it in Markdown).
+    Mermaid,
+    /// Graphviz DOT.
+    Dot,
+}
+
+/// Which models a diff or an apply takes.
+#[derive(Debug, clap::Args)]
+pub struct SelectionArgs {
+    /// Only these models (Kind/name, or a name one model has) and what they depend
+    /// on (depends_on, and what they need to exist: trust domain, principal, mounted
+    /// ConfigMaps and Secrets). Repeat it or separate with commas.
+    #[arg(long, value_name = "MODEL", value_delimiter = ',')]
+    pub only: Vec<String>,
+    /// With --only, take the models alone: their dependencies were set up another
+    /// way, and are checked to exist and be ready all the same.
+    #[arg(long, requires = "only")]
+    pub skip_dependencies: bool,
+}
+
+impl SelectionArgs {
+    pub fn selection(&self) -> Option<tether::reconcile::Selection> {
+        (!self.only.is_empty()).then(|| tether::reconcile::Selection {
+            models: self.only.clone(),
+            skip_dependencies: self.skip_dependencies,
+        })
+    }
+}
+
+#[derive(Debug, clap::Args)]
 pub struct DiffArgs {
     #[command(flatten)]
     pub source: SourceFlags,
+    #[command(flatten)]
+    pub selection: SelectionArgs,
     /// Report format.
     #[arg(short, long, env = "TETHER_OUTPUT", value_enum, default_value_t = ReportFormat::Text)]
     pub output: ReportFormat,
@@ -262,8 +311,10 @@ pub struct RunArgs {
 pub struct ApplyArgs {
     #[command(flatten)]
     pub source: SourceFlags,
-    /// Delete objects whose model was removed.
-    #[arg(long, env = "TETHER_PRUNE")]
+    #[command(flatten)]
+    pub selection: SelectionArgs,
+    /// Delete objects whose model was removed (not with --only).
+    #[arg(long, env = "TETHER_PRUNE", conflicts_with = "only")]
     pub prune: bool,
     /// Show the plan and change nothing.
     #[arg(long)]
@@ -290,7 +341,8 @@ pub struct ApplyArgs {
     /// Wait for Deployments, StatefulSets, DaemonSets, Pods and Jobs to be ready.
     #[arg(long)]
     pub wait: bool,
-    /// How long --wait waits, e.g. 5m.
+    /// How long each wave of the workflow waits for what it depends on (then the
+    /// apply stops there), and how long --wait waits, e.g. 5m.
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub timeout: Duration,
     #[command(flatten)]
@@ -388,6 +440,7 @@ pub async fn run(args: Args) -> miette::Result<ExitCode> {
     match args.command {
         Command::Validate(args) => models::validate(global, &args).await,
         Command::Render(args) => models::render(global, &args).await,
+        Command::Graph(args) => models::graph(global, &args).await,
         Command::Diff(args) => reconcile::diff(global, &args).await,
         Command::Apply(args) => reconcile::apply(global, &args).await,
         Command::Run(args) => run::run(global, &args).await,

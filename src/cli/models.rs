@@ -9,7 +9,10 @@ use tether::reconcile::check;
 use tether::render::{render as render_objects, to_json_list, to_yaml};
 use tether::repo::{Repo, read_directory};
 
-use super::{EXIT_INVALID, GlobalArgs, OutputFormat, RenderArgs, ValidateArgs, report};
+use super::{
+    EXIT_INVALID, GlobalArgs, GraphArgs, GraphFormat, OutputFormat, RenderArgs, ValidateArgs,
+    report,
+};
 
 pub async fn validate(global: &GlobalArgs, args: &ValidateArgs) -> miette::Result<ExitCode> {
     let loaded = Repo::Directory(args.path.clone())
@@ -30,8 +33,13 @@ pub async fn validate(global: &GlobalArgs, args: &ValidateArgs) -> miette::Resul
     })
 }
 
-pub async fn render(global: &GlobalArgs, args: &RenderArgs) -> miette::Result<ExitCode> {
-    let files = read_directory(args.path.clone())
+/// The models of a directory, analysed; their problems printed on standard error.
+/// `Err` with the exit code when they are invalid.
+async fn analysed(
+    global: &GlobalArgs,
+    path: &std::path::Path,
+) -> miette::Result<Result<(tether::source::SourceFiles, tether::resolve::Graph), ExitCode>> {
+    let files = read_directory(path.to_path_buf())
         .await
         .map_err(report::error)?;
     let analysis = tether::analyze(&files);
@@ -40,18 +48,44 @@ pub async fn render(global: &GlobalArgs, args: &RenderArgs) -> miette::Result<Ex
         "{}",
         report::diagnostics(&analysis.diagnostics, &files, styled)
     );
-    let Some(graph) = &analysis.graph else {
-        eprint!(
-            "{}",
-            report::summary(
-                &analysis.diagnostics,
-                analysis.documents,
-                &files,
-                &args.path
-            )
-        );
-        return Ok(ExitCode::from(EXIT_INVALID));
+    match analysis.graph {
+        Some(graph) => Ok(Ok((files, graph))),
+        None => {
+            eprint!(
+                "{}",
+                report::summary(&analysis.diagnostics, analysis.documents, &files, path)
+            );
+            Ok(Err(ExitCode::from(EXIT_INVALID)))
+        }
+    }
+}
+
+pub async fn graph(global: &GlobalArgs, args: &GraphArgs) -> miette::Result<ExitCode> {
+    let (_, graph) = match analysed(global, &args.path).await? {
+        Ok(analysed) => analysed,
+        Err(code) => return Ok(code),
     };
+    let workflow = &graph.workflow;
+    if !workflow.has_dependencies() {
+        eprintln!("no model depends on another (depends_on): everything is applied in one wave");
+    }
+    let text = match args.format {
+        GraphFormat::Mermaid => workflow.mermaid(),
+        GraphFormat::Dot => workflow.dot(),
+    };
+    std::io::stdout()
+        .lock()
+        .write_all(text.as_bytes())
+        .into_diagnostic()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn render(global: &GlobalArgs, args: &RenderArgs) -> miette::Result<ExitCode> {
+    let (files, graph) = match analysed(global, &args.path).await? {
+        Ok(analysed) => analysed,
+        Err(code) => return Ok(code),
+    };
+    let graph = &graph;
     let objects = render_objects(graph, &files, &args.inventory.inventory());
     tracing::info!(objects = objects.len(), "rendered");
     let text = match args.output {

@@ -5,10 +5,13 @@ use std::process::ExitCode;
 
 use miette::{IntoDiagnostic, WrapErr};
 use tether::reconcile::{
-    ApplyOptions, ApplyReport, ObjectFailure, PlanOptions, Planned, ReconcileError, Reconciler,
+    ApplyOptions, ApplyProgress, ApplyReport, BlockedWave, ObjectFailure, PlanOptions, Planned,
+    ReconcileError, Reconciler,
 };
 
-use super::{ApplyArgs, DiffArgs, EXIT_ERROR, EXIT_INVALID, GlobalArgs, ReportFormat, report};
+use super::{
+    ApplyArgs, DiffArgs, EXIT_ERROR, EXIT_INVALID, GlobalArgs, ReportFormat, SelectionArgs, report,
+};
 use tether::config::flags::{InventoryFlags, SourceFlags};
 use tether::k8s::ObjectKey;
 
@@ -17,13 +20,17 @@ async fn plan(
     global: &GlobalArgs,
     source: &SourceFlags,
     inventory: &InventoryFlags,
+    selection: &SelectionArgs,
     options: PlanOptions,
 ) -> miette::Result<Result<(Reconciler, Planned), ExitCode>> {
-    let reconciler = Reconciler::new(
+    let mut reconciler = Reconciler::new(
         source.repo(),
         global.cluster.target(),
         inventory.inventory(),
     );
+    if let Some(selection) = selection.selection() {
+        reconciler = reconciler.with_selection(selection);
+    }
     let graphical = report::use_graphics(global.color, std::io::stderr().is_terminal());
     match reconciler.plan(options).await {
         Ok(planned) => {
@@ -62,6 +69,7 @@ pub async fn diff(global: &GlobalArgs, args: &DiffArgs) -> miette::Result<ExitCo
         global,
         &args.source,
         &args.inventory,
+        &args.selection,
         PlanOptions {
             dry_run_new: true,
             ..PlanOptions::default()
@@ -97,11 +105,13 @@ pub async fn apply(global: &GlobalArgs, args: &ApplyArgs) -> miette::Result<Exit
         global,
         &args.source,
         &args.inventory,
+        &args.selection,
         PlanOptions {
             prune: args.prune,
             allow_empty: args.allow_empty,
             // `--dry-run` is a review: it checks new objects with the server.
             dry_run_new: args.dry_run,
+            partial: false,
         },
     )
     .await?
@@ -114,8 +124,20 @@ pub async fn apply(global: &GlobalArgs, args: &ApplyArgs) -> miette::Result<Exit
         print!("{}", tether::report::text(&planned.plan, colour));
         return Ok(ExitCode::SUCCESS);
     }
-    let progress = Progress::new(std::io::stderr().is_terminal());
-    let progress = move |done: usize, total: usize| progress.advance(done, total);
+    let terminal = std::io::stderr().is_terminal();
+    let bar = Progress::new(terminal);
+    let waiting = Waiting::new(terminal);
+    let progress = |event: ApplyProgress<'_>| match event {
+        ApplyProgress::Applied { done, total } => bar.advance(done, total),
+        ApplyProgress::Waiting {
+            wave,
+            waves,
+            not_ready,
+        } => waiting.show(
+            &format!("wave {} of {waves} waits for", wave + 1),
+            not_ready,
+        ),
+    };
     let options = ApplyOptions {
         prune: args.prune,
         force_conflicts: args.force_conflicts,
@@ -124,6 +146,7 @@ pub async fn apply(global: &GlobalArgs, args: &ApplyArgs) -> miette::Result<Exit
         delete_adopted: args.delete_adopted,
         // A one-shot apply shows drift as a conflict for its user to decide.
         correct_drift: false,
+        wave_timeout: Some(args.timeout),
     };
     let applied = match reconciler.apply(&planned, &options, &progress).await {
         Ok(applied) => applied,
@@ -133,12 +156,14 @@ pub async fn apply(global: &GlobalArgs, args: &ApplyArgs) -> miette::Result<Exit
                 .wrap_err("apply stopped; run it again to complete it");
         }
     };
+    waiting.finish();
     print!("{}", report_text(&applied));
     let mut ok = applied.succeeded();
-    if args.wait {
+    if args.wait && applied.blocked.is_none() {
         let waiting = Waiting::new(std::io::stderr().is_terminal());
         let progress = |not_ready: &[(ObjectKey, String)], workloads: usize| {
-            waiting.show(not_ready, workloads);
+            let what = format!("waiting for {} of {workloads} workloads:", not_ready.len());
+            waiting.show(&what, not_ready);
         };
         let not_ready = reconciler
             .wait_ready(&planned, args.timeout, &progress)
@@ -163,14 +188,21 @@ pub async fn apply(global: &GlobalArgs, args: &ApplyArgs) -> miette::Result<Exit
 
 /// What an apply did, as `apply` and each pass of `run` print it.
 pub(super) fn report_text(applied: &ApplyReport) -> String {
+    let replaced = match applied.replaced() {
+        0 => String::new(),
+        n => format!("{n} replaced, "),
+    };
     let mut out = format!(
-        "{} created, {} configured, {} unchanged, {} pruned, {} failed\n",
+        "{} created, {} configured, {replaced}{} unchanged, {} pruned, {} failed\n",
         applied.created(),
         applied.configured(),
         applied.unchanged(),
         applied.pruned(),
         applied.failures().count()
     );
+    if let Some(blocked) = &applied.blocked {
+        out.push_str(&blocked_text(blocked));
+    }
     for (object, failure) in applied.failures() {
         out.push_str(&format!("  failed: {object}: {failure}"));
         match failure {
@@ -193,6 +225,37 @@ pub(super) fn report_text(applied: &ApplyReport) -> String {
             applied.prunable()
         ));
     }
+    out
+}
+
+/// Why a wave did not start, for the user to act on.
+fn blocked_text(blocked: &BlockedWave) -> String {
+    let failed = blocked.blockers.iter().any(|b| b.failed);
+    let mut out = format!(
+        "wave {} of {} did not start: {}\n",
+        blocked.wave + 1,
+        blocked.waves,
+        match failed {
+            true => "what it depends on failed",
+            false => "what it depends on was not ready in time (--timeout)",
+        }
+    );
+    for blocker in &blocked.blockers {
+        let external = match blocker.external {
+            true => ", in the cluster, not applied by this repo",
+            false => "",
+        };
+        out.push_str(&format!(
+            "  {}: {} (needed by {}{external})\n",
+            blocker.key,
+            blocker.state,
+            blocker.needed_by.join(", ")
+        ));
+    }
+    out.push_str(&format!(
+        "{} objects of this wave and the later ones were not applied, and nothing was pruned; apply again once they are ready\n",
+        blocked.not_applied
+    ));
     out
 }
 
@@ -219,7 +282,7 @@ impl Waiting {
         }
     }
 
-    fn show(&self, not_ready: &[(ObjectKey, String)], workloads: usize) {
+    fn show(&self, what: &str, not_ready: &[(ObjectKey, String)]) {
         if not_ready.is_empty() {
             return;
         }
@@ -228,11 +291,7 @@ impl Waiting {
             .iter()
             .map(|(key, state)| format!("{key} ({state})"))
             .collect();
-        let line = format!(
-            "waiting for {} of {workloads} workloads: {}",
-            not_ready.len(),
-            states.join(", ")
-        );
+        let line = format!("{what} {}", states.join(", "));
         if let Some(spinner) = &self.spinner {
             spinner.set_message(line);
             return;

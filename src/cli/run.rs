@@ -101,6 +101,7 @@ async fn run_one(
         prune: args.prune,
         allow_empty: args.allow_empty,
         dry_run_new: false,
+        partial: false,
     };
     let apply = ApplyOptions {
         prune: args.prune,

@@ -135,6 +135,7 @@ impl Metrics {
                 Outcome::Configured => "configured",
                 Outcome::Pruned => "pruned",
                 Outcome::Released => "released",
+                Outcome::Replaced => "replaced",
                 Outcome::Failed(_) => "failed",
                 Outcome::Unchanged | Outcome::Prunable => continue,
             };
@@ -213,6 +214,7 @@ mod tests {
                     outcome: Outcome::Created,
                 })
                 .collect(),
+            blocked: None,
         };
         metrics.pass(
             "team/web",

@@ -249,12 +249,13 @@ impl<S: StatusSink> SourceLoop<S> {
             correct_drift: self.apply.correct_drift || self.drift_policy == DriftPolicy::Report,
             ..self.apply.clone()
         };
-        let report = self
-            .reconciler
-            .apply(&planned, &options, &|_, _| {})
-            .await?;
+        let report = self.reconciler.apply(&planned, &options, &|_| {}).await?;
         let corrected = self.corrections(&planned, &report).await;
-        let retryable = report.failures().any(|(_, f)| f.retryable());
+        let waiting = report
+            .blocked
+            .as_ref()
+            .is_some_and(|b| !b.blockers.iter().any(|x| x.failed));
+        let retryable = waiting || report.failures().any(|(_, f)| f.retryable());
         self.settled = match (report.succeeded(), &commit, changes) {
             (true, Some(commit), Some(changes))
                 if self.cache.as_ref().is_some_and(WatchCache::synced) =>
@@ -501,6 +502,7 @@ fn failure_kind(error: &ReconcileError) -> (&'static str, bool) {
         ReconcileError::Invalid(_) => ("InvalidModels", true),
         ReconcileError::Settings(_) => ("InvalidSettings", true),
         ReconcileError::NothingRendered => ("NothingRendered", true),
+        ReconcileError::Selection(_) | ReconcileError::PartialPrune => ("InvalidSelection", true),
         ReconcileError::Source(RepoError::Git(error)) if error.is_permanent() => {
             ("GitRefused", true)
         }
@@ -585,6 +587,7 @@ mod tests {
             key: ObjectKey::new("v1", "ConfigMap", Some("team"), "settings"),
             api_version: "v1".into(),
             action,
+            wave: Some(0),
             model: None,
             source: None,
             diff: String::new(),

@@ -224,6 +224,7 @@ impl SourceSpec {
                 prune: self.prune,
                 allow_empty: self.allow_empty,
                 dry_run_new: false,
+                partial: false,
             },
             apply: ApplyOptions {
                 prune: self.prune,

@@ -68,11 +68,32 @@ pub fn next_status(
                 .next()
                 .map(|(key, failure)| format!("{key}: {failure}"))
                 .unwrap_or_default();
-            let message = format!(
-                "{failed} of {} objects failed; {first}",
-                report.objects.len()
-            );
-            set("Ready", Some(("False", "ObjectsFailed", message.clone())));
+            let (reason, message, retryable) = match &report.blocked {
+                // A wave whose dependencies are not ready yet: a later pass resumes.
+                Some(blocked) => {
+                    let first = blocked
+                        .blockers
+                        .first()
+                        .map(|b| format!("{}: {}", b.key, b.state))
+                        .unwrap_or_default();
+                    let message = format!(
+                        "wave {} of {} waits for what it depends on; {first}",
+                        blocked.wave + 1,
+                        blocked.waves
+                    );
+                    let retryable = !blocked.blockers.iter().any(|b| b.failed);
+                    ("DependencyNotReady", message, retryable)
+                }
+                None => (
+                    "ObjectsFailed",
+                    format!(
+                        "{failed} of {} objects failed; {first}",
+                        report.objects.len()
+                    ),
+                    retryable,
+                ),
+            };
+            set("Ready", Some(("False", reason, message.clone())));
             if retryable {
                 set(
                     "Reconciling",
@@ -218,6 +239,7 @@ mod tests {
                     outcome,
                 })
                 .collect(),
+            blocked: None,
         }
     }
 

@@ -1,7 +1,7 @@
 //! Carrying out a plan: the inventory written first, server-side apply rank by rank
 //! (independent objects in parallel), prune, and the inventory written again.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -11,8 +11,8 @@ use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Propagatio
 use tracing::instrument;
 
 use super::live::CONCURRENCY;
-use super::outcome::{ApplyReport, ObjectFailure, ObjectReport, Outcome};
-use super::{ApplyOptions, Planned, Step};
+use super::outcome::{ApplyReport, BlockedWave, ObjectFailure, ObjectReport, Outcome};
+use super::{ApplyOptions, ApplyProgress, Planned, Step, wait};
 use crate::cluster::{ClusterError, Resources, update_inventory};
 use crate::driver::Backoff;
 use crate::inventory::{InventoryEntry, Provenance, by_rank};
@@ -25,13 +25,17 @@ use crate::plan::{Action, conflicts_of};
 
 /// How often one object's apply is tried when the server is busy or not ready for it.
 const ATTEMPTS: u32 = 6;
+/// How long a wave waits for what it needs, unless told otherwise.
+pub const DEFAULT_WAVE_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long the deletion of an object to replace may take.
+const REPLACE_TIMEOUT: Duration = Duration::from_secs(120);
 
 pub(super) async fn apply(
     client: &Client,
     inventory: &Inventory,
     planned: &Planned,
     options: &ApplyOptions,
-    progress: &(dyn Fn(usize, usize) + Sync),
+    progress: &(dyn Fn(ApplyProgress<'_>) + Sync),
 ) -> Result<ApplyReport, ClusterError> {
     let commit = planned.plan.revision.as_ref().map(|r| r.commit.clone());
     // Record every object about to be applied before applying any.
@@ -56,21 +60,54 @@ pub(super) async fn apply(
     let manager = inventory.field_manager();
     let manager = manager.as_str();
     let total = planned.steps.len();
+    let applied = |done: usize| progress(ApplyProgress::Applied { done, total });
     let mut report = ApplyReport::default();
     let mut resources = planned.resources.clone();
     let unreachable = &AtomicBool::new(false);
     // The uids of the objects: as planned, then as the applies returned them.
     let mut uids = planned.uids.clone();
-    for (_, batch) in by_rank(applying, |s| &s.change.key.kind) {
-        resources = await_definitions(client, resources, planned, &batch).await?;
-        let resources = &resources;
-        let results = apply_batch(resources, batch, manager, options, unreachable).await;
-        for (result, uid) in results {
-            if let Some(uid) = uid {
-                uids.insert(result.key.clone(), uid);
+    let mut waves: BTreeMap<usize, Vec<&Step>> = BTreeMap::new();
+    for step in applying {
+        waves
+            .entry(step.change.wave.unwrap_or(0))
+            .or_default()
+            .push(step);
+    }
+    let mut failed_here: HashMap<ObjectKey, String> = HashMap::new();
+    let mut remaining: usize = waves.values().map(Vec::len).sum();
+    for (wave, steps) in waves {
+        if let Err(blocked) = await_wave(
+            client,
+            planned,
+            wave,
+            &steps,
+            options,
+            &failed_here,
+            progress,
+        )
+        .await
+        {
+            report.blocked = Some(BlockedWave {
+                not_applied: remaining,
+                ..blocked
+            });
+            break;
+        }
+        remaining -= steps.len();
+        for (_, batch) in by_rank(steps, |s| &s.change.key.kind) {
+            resources = await_definitions(client, resources, planned, &batch).await?;
+            let resources = &resources;
+            let results = apply_batch(resources, batch, manager, options, unreachable).await;
+            for (result, uid) in results {
+                if let Some(uid) = uid {
+                    uids.insert(result.key.clone(), uid);
+                }
+                if let Outcome::Failed(failure) = &result.outcome {
+                    failed_here.insert(result.key.clone(), failure.to_string());
+                }
+                report.objects.push(result);
+                applied(report.objects.len());
             }
-            report.objects.push(result);
-            progress(report.objects.len(), total);
         }
     }
     for step in planned
@@ -84,17 +121,19 @@ pub(super) async fn apply(
                 message: step.change.error.clone().unwrap_or_default(),
             }),
         });
-        progress(report.objects.len(), total);
+        applied(report.objects.len());
     }
     let mut removed = planned.forgotten.clone();
+    // A blocked workflow prunes nothing: its later waves may still need what would go.
     let deletions = planned
         .steps
         .iter()
-        .filter(|s| matches!(s.change.action, Action::Delete | Action::Release));
+        .filter(|s| matches!(s.change.action, Action::Delete | Action::Release))
+        .filter(|_| report.blocked.is_none());
     let mut done = report.objects.len();
     for step in deletions {
         done += 1;
-        progress(done, total);
+        applied(done);
         let outcome = prune_step(&resources, step, manager, options).await?;
         if matches!(
             outcome,
@@ -122,6 +161,49 @@ pub(super) async fn apply(
     })
     .await?;
     Ok(report)
+}
+
+/// Waits until what wave `wave` waits for is ready, unless the wave changes
+/// nothing (then there is nothing to hold back).
+async fn await_wave(
+    client: &Client,
+    planned: &Planned,
+    wave: usize,
+    steps: &[&Step],
+    options: &ApplyOptions,
+    failed_here: &HashMap<ObjectKey, String>,
+    progress: &(dyn Fn(ApplyProgress<'_>) + Sync),
+) -> Result<(), BlockedWave> {
+    let changes = steps
+        .iter()
+        .any(|s| s.change.action != Action::Unchanged || s.force);
+    let gates = planned.workflow.gates(wave, planned.selected.as_ref());
+    if !changes || gates.is_empty() {
+        return Ok(());
+    }
+    let waves = planned.workflow.wave_count();
+    tracing::info!(
+        wave = wave + 1,
+        waves,
+        gates = gates.len(),
+        "waiting for what the wave needs"
+    );
+    let shown = |not_ready: &[(ObjectKey, String)]| {
+        progress(ApplyProgress::Waiting {
+            wave,
+            waves,
+            not_ready,
+        })
+    };
+    let timeout = options.wave_timeout.unwrap_or(DEFAULT_WAVE_TIMEOUT);
+    wait::wait_for(client, &gates, timeout, failed_here, &shown)
+        .await
+        .map_err(|blockers| BlockedWave {
+            wave,
+            waves,
+            blockers,
+            not_applied: 0,
+        })
 }
 
 /// The API of a step's object.
@@ -160,6 +242,7 @@ async fn apply_batch(
                     Ok(uid) => {
                         let outcome = match step.change.action {
                             Action::Create => Outcome::Created,
+                            Action::Replace => Outcome::Replaced,
                             Action::Update | Action::Conflict => Outcome::Configured,
                             _ => Outcome::Unchanged,
                         };
@@ -275,6 +358,39 @@ async fn prune_one(resources: &Resources, step: &Step) -> Result<Option<Outcome>
     })
 }
 
+/// Deletes an object to replace (its pods first, as `kubectl replace --force` does)
+/// and waits until it is gone.
+async fn delete_and_wait(api: &Api<DynamicObject>, key: &ObjectKey) -> Result<(), ObjectFailure> {
+    let params = DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Foreground),
+        ..DeleteParams::default()
+    };
+    let failed = |e: kube::Error| ObjectFailure::Request {
+        message: format!("replace: {}", ObjectFailure::of_kube_error(&e)),
+    };
+    match api.delete(&key.name, &params).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.is_not_found() => return Ok(()),
+        Err(e) => return Err(failed(e)),
+    }
+    let deadline = tokio::time::Instant::now() + REPLACE_TIMEOUT;
+    loop {
+        match api.get_opt(&key.name).await {
+            Ok(None) => return Ok(()),
+            Ok(Some(_)) if tokio::time::Instant::now() >= deadline => {
+                return Err(ObjectFailure::Request {
+                    message: format!(
+                        "replace: still being deleted after {}s",
+                        REPLACE_TIMEOUT.as_secs()
+                    ),
+                });
+            }
+            Ok(Some(_)) => tokio::time::sleep(Duration::from_millis(250)).await,
+            Err(e) => return Err(failed(e)),
+        }
+    }
+}
+
 /// Waits (up to a minute) until the server serves the kinds of `batch`, which
 /// CustomResourceDefinitions applied moments ago define; returns the refreshed
 /// resources. Kinds still not served then fail when their objects are applied.
@@ -343,6 +459,9 @@ async fn apply_one(
     let taking = step.change.owned_by.is_some() && options.take_ownership;
     if options.force_conflicts || step.force || taking || correcting {
         params = params.force();
+    }
+    if step.change.action == Action::Replace {
+        delete_and_wait(&api, key).await?;
     }
     if let Some(hand_over) = &step.hand_over {
         // Without it the apply still succeeds; kubectl's manager then keeps co-owning

@@ -32,8 +32,8 @@ use crate::ownership::{
     annotation, is_inventory_record, is_ownership_mark, other_inventory,
 };
 use crate::plan::{
-    Action, Change, FieldConflict, change_diff, conflicts_of, provably_unchanged, same_value_at,
-    with_applied_hash,
+    Action, Change, FieldConflict, change_diff, conflicts_of, provably_unchanged, replace_diff,
+    same_value_at, with_applied_hash,
 };
 use crate::render::RenderedObject;
 
@@ -116,7 +116,10 @@ pub(super) async fn plan(
         "planned"
     );
     let rendered: BTreeSet<ObjectKey> = objects.iter().map(RenderedObject::key).collect();
-    let (prunes, forgotten) = prune_steps(&record, &rendered, &live, inventory, options);
+    let (prunes, forgotten) = match options.partial {
+        true => (Vec::new(), BTreeSet::new()),
+        false => prune_steps(&record, &rendered, &live, inventory, options),
+    };
     steps.extend(prunes);
     for step in steps
         .iter_mut()
@@ -181,6 +184,7 @@ fn prune_steps(
                 key,
                 api_version: entry.api_version.clone(),
                 action,
+                wave: None,
                 conflicts: Vec::new(),
                 error: None,
                 owned_by: None,
@@ -353,6 +357,7 @@ impl ObjectPlanner<'_> {
                 key: self.key.clone(),
                 api_version: self.object.api_version.clone(),
                 action,
+                wave: Some(self.object.wave),
                 model: Some(self.object.model.clone()),
                 source: Some(self.object.source.clone()),
                 diff,
@@ -381,6 +386,15 @@ impl ObjectPlanner<'_> {
         let mut create = self.step(Action::Create, diff);
         create.provenance = Some(Provenance::created());
         create
+    }
+
+    /// A Job whose pod template changed: Kubernetes does not let it change, so it
+    /// is deleted and created again.
+    fn replace(&self, live: &Value) -> Step {
+        let diff = replace_diff(&self.object.kind, live, &self.object.body);
+        let mut replace = self.step(Action::Replace, diff);
+        replace.provenance = Some(Provenance::created());
+        replace
     }
 
     /// A server-side dry run of the apply (counted).
@@ -535,6 +549,11 @@ impl ObjectPlanner<'_> {
                     Err(e) => return Err(api_error(format!("dry-run apply {}", self.key))(e)),
                 }
             }
+            Err(kube::Error::Api(status))
+                if is_immutable_job_change(&self.object.kind, &status) =>
+            {
+                return Ok(self.replace(live));
+            }
             Err(kube::Error::Api(status)) => return Ok(self.failed(status_text(&status))),
             Err(e) => return Err(api_error(format!("dry-run apply {}", self.key))(e)),
         };
@@ -592,6 +611,12 @@ impl ObjectPlanner<'_> {
         planned.provenance = adopted;
         Ok(planned)
     }
+}
+
+/// Did the server refuse a change of a Job's immutable fields (its pod template,
+/// selector, completions)?
+fn is_immutable_job_change(kind: &str, status: &kube::core::Status) -> bool {
+    kind == "Job" && status.code == 422 && status.message.contains("field is immutable")
 }
 
 /// Did `manager` write the object only in place (Update operations), never by apply?

@@ -27,11 +27,13 @@ use crate::diagnostic::Diagnostics;
 use crate::inventory::Provenance;
 use crate::k8s::ObjectKey;
 use crate::ownership::Inventory;
-use crate::plan::{Change, Plan};
+use crate::plan::{Change, Plan, WaveSummary};
 use crate::render::{RenderedObject, render};
 use crate::repo::{LoadedModels, Repo, RepoError, SETTINGS_FILE};
+use crate::workflow::Workflow;
+pub use apply::DEFAULT_WAVE_TIMEOUT;
 pub use cache::WatchCache;
-pub use outcome::{ApplyReport, ObjectFailure, ObjectReport, Outcome};
+pub use outcome::{ApplyReport, BlockedWave, Blocker, ObjectFailure, ObjectReport, Outcome};
 pub use wait::WaitProgress;
 
 /// Reconciles one source with one cluster, recording in one inventory. Holds its
@@ -41,6 +43,29 @@ pub struct Reconciler {
     target: Target,
     inventory: Inventory,
     client: OnceCell<Client>,
+    selection: Option<Selection>,
+}
+
+/// Some models only (`--only`): those and what they wait for and require, or with
+/// `skip_dependencies`, those alone (what they wait for must still be ready).
+#[derive(Clone, Debug, Default)]
+pub struct Selection {
+    /// `Kind/name`, or `name` when one model has it.
+    pub models: Vec<String>,
+    pub skip_dependencies: bool,
+}
+
+/// What an apply tells its caller as it goes.
+#[derive(Clone, Copy, Debug)]
+pub enum ApplyProgress<'a> {
+    /// `done` of `total` objects applied or pruned.
+    Applied { done: usize, total: usize },
+    /// Before wave `wave` (0-based) of `waves`: what is not ready yet, and why.
+    Waiting {
+        wave: usize,
+        waves: usize,
+        not_ready: &'a [(ObjectKey, String)],
+    },
 }
 
 /// How an apply treats what the plan found.
@@ -61,6 +86,9 @@ pub struct ApplyOptions {
     pub delete_foreign_objects: bool,
     /// Delete adopted objects whose model is gone, instead of releasing them.
     pub delete_adopted: bool,
+    /// How long a wave of the workflow waits for what it needs (default five
+    /// minutes); then the apply stops there.
+    pub wave_timeout: Option<Duration>,
 }
 
 /// How a plan treats what the inventory recorded and the source no longer renders.
@@ -68,6 +96,9 @@ pub struct ApplyOptions {
 pub struct PlanOptions {
     /// Deletions will be carried out (the reports say so).
     pub prune: bool,
+    /// Only some models are planned (a [`Selection`]): nothing is planned for
+    /// deletion, since what is not selected is not gone.
+    pub partial: bool,
     /// A source that renders nothing may prune everything the inventory recorded.
     pub allow_empty: bool,
     /// Ask the server's dry run about new objects too, so that a refusal shows in the
@@ -90,6 +121,12 @@ pub enum ReconcileError {
     /// than a wish to delete everything.
     #[error("the source renders no object, so nothing was applied or pruned")]
     NothingRendered,
+    /// A selection names no model, or several.
+    #[error("{0}")]
+    Selection(String),
+    /// A prune was asked of a plan of some models only.
+    #[error("a plan of some models only cannot prune: what it leaves out is not gone")]
+    PartialPrune,
 }
 
 /// Models read and checked: the files, every diagnostic, and where they came from.
@@ -107,6 +144,10 @@ pub struct Planned {
     pub plan: Plan,
     /// The rendered objects, in apply order.
     pub objects: Vec<RenderedObject>,
+    /// Which models wait for which.
+    pub workflow: Workflow,
+    /// The workflow's members planned, with a selection.
+    selected: Option<BTreeSet<usize>>,
     steps: Vec<Step>,
     forgotten: BTreeSet<ObjectKey>,
     uids: BTreeMap<ObjectKey, String>,
@@ -142,6 +183,15 @@ impl Reconciler {
             target,
             inventory,
             client: OnceCell::new(),
+            selection: None,
+        }
+    }
+
+    /// Plans and applies only the models `selection` names.
+    pub fn with_selection(self, selection: Selection) -> Self {
+        Reconciler {
+            selection: Some(selection),
+            ..self
         }
     }
 
@@ -187,9 +237,14 @@ impl Reconciler {
             Ok::<_, ReconcileError>((client, record, version.is_some()))
         };
         let (models, cluster) = tokio::join!(models, cluster);
-        let (models, objects) = models?;
-        let Some(mut objects) = objects else {
+        let (models, rendered) = models?;
+        let Some(Rendered { objects, workflow }) = rendered else {
             return Err(ReconcileError::Invalid(Box::new(models)));
+        };
+        let (mut objects, selected) = select(objects, &workflow, self.selection.as_ref())?;
+        let options = PlanOptions {
+            partial: selected.is_some(),
+            ..options
         };
         let (client, record, recorded) = cluster?;
         let revision = models.loaded.revision.clone();
@@ -216,11 +271,15 @@ impl Reconciler {
             revision,
             changes: planning.steps.iter().map(|s| s.change.clone()).collect(),
             prune: options.prune,
+            waves: wave_summaries(&workflow, selected.as_ref()),
+            graph: workflow.has_dependencies().then(|| workflow.mermaid()),
         };
         Ok(Planned {
             models,
             plan,
             objects,
+            workflow,
+            selected,
             steps: planning.steps,
             forgotten: planning.forgotten,
             uids: planning.uids,
@@ -250,10 +309,13 @@ impl Reconciler {
         &self,
         planned: &Planned,
         options: &ApplyOptions,
-        progress: &(dyn Fn(usize, usize) + Sync),
+        progress: &(dyn Fn(ApplyProgress<'_>) + Sync),
     ) -> Result<ApplyReport, ReconcileError> {
         if options.prune && planned.objects.is_empty() && !planned.allow_empty {
             return Err(ReconcileError::NothingRendered);
+        }
+        if options.prune && planned.selected.is_some() {
+            return Err(ReconcileError::PartialPrune);
         }
         let client = self.client().await?;
         Ok(apply::apply(client, &self.inventory, planned, options, progress).await?)
@@ -274,25 +336,81 @@ impl Reconciler {
     }
 }
 
+/// What valid models render: the objects in apply order, and the workflow.
+pub struct Rendered {
+    pub objects: Vec<RenderedObject>,
+    pub workflow: Workflow,
+}
+
+/// The objects of the selected models, and the members of the workflow they come
+/// from; all objects without a selection.
+fn select(
+    objects: Vec<RenderedObject>,
+    workflow: &Workflow,
+    selection: Option<&Selection>,
+) -> Result<(Vec<RenderedObject>, Option<BTreeSet<usize>>), ReconcileError> {
+    let Some(selection) = selection.filter(|s| !s.models.is_empty()) else {
+        return Ok((objects, None));
+    };
+    let named = selection
+        .models
+        .iter()
+        .map(|m| workflow.find(m))
+        .collect::<Result<Vec<usize>, String>>()
+        .map_err(ReconcileError::Selection)?;
+    let taken = workflow.closure(&named, selection.skip_dependencies);
+    let objects = objects
+        .into_iter()
+        .filter(|o| {
+            workflow
+                .member(o.model_id)
+                .is_some_and(|m| taken.contains(&m))
+        })
+        .collect();
+    Ok((objects, Some(taken)))
+}
+
+/// What each wave waits for, as reports show it; none when no model waits.
+fn wave_summaries(workflow: &Workflow, selected: Option<&BTreeSet<usize>>) -> Vec<WaveSummary> {
+    if !workflow.has_dependencies() {
+        return Vec::new();
+    }
+    (0..workflow.wave_count())
+        .map(|wave| WaveSummary {
+            waits_for: workflow
+                .gates(wave, selected)
+                .iter()
+                .map(|g| match g.external {
+                    true => format!("{} (in the cluster)", g.gate.describe()),
+                    false => g.gate.describe(),
+                })
+                .collect(),
+        })
+        .collect()
+}
+
 /// The offline checks of loaded models (syntax to references, and the repository's
-/// confinement), and the rendered objects when there is no error.
+/// confinement), and what they render when there is no error.
 #[instrument(skip_all)]
 pub fn check(
     loaded: LoadedModels,
     inventory: &Inventory,
-) -> Result<(CheckedModels, Option<Vec<RenderedObject>>), ReconcileError> {
+) -> Result<(CheckedModels, Option<Rendered>), ReconcileError> {
     let settings = match &loaded.settings {
         Some(text) => settings::parse(SETTINGS_FILE, text)?,
         None => Settings::default(),
     };
     let analysis = crate::analyze(&loaded.files);
     let mut diagnostics = analysis.diagnostics;
-    let mut objects = analysis
-        .graph
-        .as_ref()
-        .map(|graph| render(graph, &loaded.files, inventory));
+    let mut objects = analysis.graph.map(|graph| Rendered {
+        objects: render(&graph, &loaded.files, inventory),
+        workflow: graph.workflow,
+    });
     if let (Some(confine), Some(rendered)) = (&settings.confine, &objects) {
-        diagnostics.extend(confine::check(rendered, &Confinement::from(confine)));
+        diagnostics.extend(confine::check(
+            &rendered.objects,
+            &Confinement::from(confine),
+        ));
         if diagnostics.has_errors() {
             objects = None;
         }

@@ -18,6 +18,8 @@ pub enum Outcome {
     Released,
     /// Its model is gone, but the apply did not prune.
     Prunable,
+    /// Deleted and created again: a field the server does not let change changed.
+    Replaced,
     Failed(ObjectFailure),
 }
 
@@ -132,6 +134,36 @@ pub struct ObjectReport {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ApplyReport {
     pub objects: Vec<ObjectReport>,
+    /// The wave that did not start: what it waited for was not ready in time, or
+    /// failed. Nothing after it was applied or pruned.
+    pub blocked: Option<BlockedWave>,
+}
+
+/// A wave that did not start, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlockedWave {
+    /// 0-based.
+    pub wave: usize,
+    pub waves: usize,
+    /// What was not ready.
+    pub blockers: Vec<Blocker>,
+    /// The objects of this wave and the later ones that were not applied.
+    pub not_applied: usize,
+}
+
+/// An object a wave waited for that was not ready.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Blocker {
+    pub key: ObjectKey,
+    /// Its state, or why it will not become ready.
+    pub state: String,
+    /// It failed (a failed Job, an object whose apply failed): waiting longer does
+    /// not help.
+    pub failed: bool,
+    /// Not made by a model of the repo.
+    pub external: bool,
+    /// The models that wait for it.
+    pub needed_by: Vec<String>,
 }
 
 impl ApplyReport {
@@ -163,6 +195,10 @@ impl ApplyReport {
         self.count(|o| *o == Outcome::Prunable)
     }
 
+    pub fn replaced(&self) -> usize {
+        self.count(|o| *o == Outcome::Replaced)
+    }
+
     /// The objects that failed, with why.
     pub fn failures(&self) -> impl Iterator<Item = (&ObjectKey, &ObjectFailure)> {
         self.objects.iter().filter_map(|o| match &o.outcome {
@@ -172,7 +208,7 @@ impl ApplyReport {
     }
 
     pub fn succeeded(&self) -> bool {
-        self.failures().next().is_none()
+        self.failures().next().is_none() && self.blocked.is_none()
     }
 }
 
@@ -214,6 +250,7 @@ mod tests {
                 outcome,
             })
             .collect(),
+            blocked: None,
         };
         assert_eq!((report.created(), report.pruned()), (2, 1));
         assert!(!report.succeeded());

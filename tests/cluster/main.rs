@@ -11,6 +11,7 @@ mod nodesim;
 mod ownership;
 mod reconcile;
 mod run;
+mod workflow;
 
 use std::time::Duration;
 
