@@ -399,7 +399,47 @@ pub(crate) fn read_tree(
         files.push(SourceFile::new(path, text));
     }
     files.sort_by(|a, b| a.path.cmp(&b.path));
-    Ok(SourceFiles::from_files(files))
+    let files = SourceFiles::from_files(files);
+    let wanted = crate::model::data_file_paths(&files);
+    if wanted.is_empty() {
+        return Ok(files);
+    }
+    let assets = read_assets(repo, &tree, &wanted)?;
+    Ok(files.with_assets(assets))
+}
+
+/// The files models take data from, in `tree` (the models root): each path a
+/// file, or a directory whose files (not hidden, not in subdirectories) are read.
+fn read_assets(
+    repo: &Repository,
+    tree: &git2::Tree<'_>,
+    paths: &[String],
+) -> Result<crate::source::Assets, GitError> {
+    let mut assets = crate::source::Assets::new();
+    for relative in paths {
+        let Ok(entry) = tree.get_path(Path::new(relative)) else {
+            continue;
+        };
+        match entry.kind() {
+            Some(ObjectType::Blob) => {
+                let blob = repo.find_blob(entry.id())?;
+                assets.insert(relative.clone(), blob.content().to_vec());
+            }
+            Some(ObjectType::Tree) => {
+                let dir = repo.find_tree(entry.id())?;
+                for file in dir.iter() {
+                    let name = file.name().unwrap_or_default();
+                    if name.starts_with('.') || file.kind() != Some(ObjectType::Blob) {
+                        continue;
+                    }
+                    let blob = repo.find_blob(file.id())?;
+                    assets.insert(format!("{relative}/{name}"), blob.content().to_vec());
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(assets)
 }
 
 /// The commit checked out where `path` lives, if it is in a Git repository, and

@@ -31,6 +31,9 @@ use crate::source::SourceFiles;
 use crate::workflow::ModelId;
 
 pub const DESCRIPTION_ANNOTATION: &str = "tether.dev/description";
+/// On the pod template of a slice that mounts ConfigMaps or Secrets: a hash of their
+/// content (as Helm charts' `checksum/config`), so that a changed file rolls the pods.
+pub const CONFIG_HASH_ANNOTATION: &str = "tether.dev/config-hash";
 /// Label on the pods of a slice; the controller's selector, and XOS's slice name.
 pub const SLICE_LABEL: &str = "xos_slice_name";
 /// Label on the pods of a slice with a service; what the Service selects (as in XOS).
@@ -275,9 +278,15 @@ impl Renderer<'_> {
             .map(|(k, v)| (k.value.clone(), v.value.clone()));
         match d.data_kind {
             DataKind::Config => {
+                let binary: BTreeMap<String, ByteString> = d
+                    .binary_data
+                    .iter()
+                    .map(|(k, v)| (k.value.clone(), ByteString(v.clone())))
+                    .collect();
                 let object = ConfigMap {
                     metadata,
                     data: Some(entries.collect()),
+                    binary_data: (!binary.is_empty()).then_some(binary),
                     ..ConfigMap::default()
                 };
                 self.push(d.origin, name, &key, &object);
@@ -333,6 +342,46 @@ impl Renderer<'_> {
                 }
             }
         }
+    }
+
+    /// A hash of the content of the ConfigMaps and Secrets a slice's pods mount:
+    /// a changed configuration changes the pod template, so the pods roll.
+    fn config_hash(&self, mounts: &[Idx<model::VolumeMount>]) -> Option<String> {
+        if mounts.is_empty() {
+            return None;
+        }
+        let g = self.graph;
+        let mut sources: Vec<Idx<DataModel>> = mounts.iter().map(|m| g.mounts[*m].source).collect();
+        sources.sort();
+        sources.dedup();
+        let mut hasher = Sha256::new();
+        for source in sources {
+            let d = &g.models.data[source];
+            hasher.update(format!(
+                "{}\0{}\0",
+                d.data_kind.kubernetes_kind(),
+                d.name.value
+            ));
+            let mut entries: Vec<(&str, &[u8])> = d
+                .data
+                .iter()
+                .map(|(k, v)| (k.value.as_str(), v.value.as_bytes()))
+                .chain(
+                    d.binary_data
+                        .iter()
+                        .map(|(k, v)| (k.value.as_str(), v.as_slice())),
+                )
+                .collect();
+            entries.sort();
+            for (key, value) in entries {
+                hasher.update(key.as_bytes());
+                hasher.update([0]);
+                hasher.update((value.len() as u64).to_be_bytes());
+                hasher.update(value);
+            }
+        }
+        let digest = hasher.finalize();
+        Some(digest.iter().take(16).map(|b| format!("{b:02x}")).collect())
     }
 
     /// Labels of the pods of a slice: the selector of its controller and its Service.
@@ -428,9 +477,13 @@ impl Renderer<'_> {
         annotate_description(&mut metadata, slice.description.as_ref());
         let pod_labels = self.pod_labels(index);
         let mut spec = self.pod_spec(index, name, image, &links.mounts);
+        let annotations = self
+            .config_hash(&links.mounts)
+            .map(|hash| BTreeMap::from([(CONFIG_HASH_ANNOTATION.to_string(), hash)]));
         let template = |spec: PodSpec| PodTemplateSpec {
             metadata: Some(ObjectMeta {
                 labels: Some(pod_labels.clone()),
+                annotations: annotations.clone(),
                 ..ObjectMeta::default()
             }),
             spec: Some(spec),

@@ -166,7 +166,23 @@ fn read_settings_file(path: &std::path::Path) -> Result<Option<String>, RepoErro
 
 /// Reads a models directory off the async runtime.
 pub async fn read_directory(path: PathBuf) -> Result<SourceFiles, RepoError> {
-    Ok(blocking(move || read_models_dir(&path)).await??)
+    blocking(move || read_directory_blocking(&path)).await?
+}
+
+/// Reads a models directory and the files its models take data from. Blocking.
+pub fn read_directory_blocking(path: &std::path::Path) -> Result<SourceFiles, RepoError> {
+    let files = read_models_dir(path)?;
+    let wanted = crate::model::data_file_paths(&files);
+    if wanted.is_empty() {
+        return Ok(files);
+    }
+    let root = if path.is_file() {
+        path.parent().unwrap_or(path)
+    } else {
+        path
+    };
+    let assets = crate::source::read_assets_dir(root, &wanted)?;
+    Ok(files.with_assets(assets))
 }
 
 async fn blocking<T: Send + 'static>(

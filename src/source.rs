@@ -60,12 +60,35 @@ pub(crate) fn to_u32(n: usize) -> u32 {
 #[derive(Clone, Debug, Default)]
 pub struct SourceFiles {
     files: Vec<SourceFile>,
+    assets: Assets,
 }
+
+/// Files of the repo that models take data from (a KubernetesConfigMap's `files`):
+/// their bytes by path relative to the models root, `/`-separated.
+pub type Assets = std::collections::BTreeMap<String, Vec<u8>>;
 
 impl SourceFiles {
     /// Files in the order given; [`read_models_dir`] sorts them by path first.
     pub fn from_files(files: Vec<SourceFile>) -> Self {
-        SourceFiles { files }
+        SourceFiles {
+            files,
+            assets: Assets::new(),
+        }
+    }
+
+    /// With the files models take data from; a model file among them is data, not a
+    /// model (a YAML file in a service's configuration directory).
+    pub fn with_assets(self, assets: Assets) -> Self {
+        let files = self
+            .files
+            .into_iter()
+            .filter(|f| !assets.contains_key(&f.path))
+            .collect();
+        SourceFiles { files, assets }
+    }
+
+    pub fn assets(&self) -> &Assets {
+        &self.assets
     }
 
     pub fn get(&self, id: FileId) -> &SourceFile {
@@ -163,6 +186,41 @@ pub fn read_models_dir(root: &Path) -> Result<SourceFiles, SourceError> {
     }
     files.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(SourceFiles::from_files(files))
+}
+
+/// Reads the files models take data from: each path (relative to `root`) a file, or
+/// a directory whose files (not hidden, not in subdirectories) are read. Paths that
+/// do not exist are left out (the models' check reports them).
+pub fn read_assets_dir(root: &Path, paths: &[String]) -> Result<Assets, SourceError> {
+    let mut assets = Assets::new();
+    let read = |path: &Path| {
+        std::fs::read(path).map_err(|source| SourceError::Read {
+            path: path.to_path_buf(),
+            source,
+        })
+    };
+    for relative in paths {
+        let path = root.join(relative);
+        let Ok(metadata) = std::fs::metadata(&path) else {
+            continue;
+        };
+        if metadata.is_file() {
+            assets.insert(relative.clone(), read(&path)?);
+            continue;
+        }
+        let entries = std::fs::read_dir(&path).map_err(|source| SourceError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') || !entry.path().is_file() {
+                continue;
+            }
+            assets.insert(format!("{relative}/{name}"), read(&entry.path())?);
+        }
+    }
+    Ok(assets)
 }
 
 fn read_one(path: &Path, shown: String) -> Result<SourceFile, SourceError> {

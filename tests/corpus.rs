@@ -8,11 +8,11 @@ use std::path::{Path, PathBuf};
 
 use tether::ownership::Inventory;
 use tether::render::{render, to_yaml};
-use tether::source::read_models_dir;
+use tether::repo::read_directory_blocking;
 
 /// Diagnostics, then the rendered YAML when the repo is valid.
 fn snapshot_of(root: &Path) -> (String, bool) {
-    let files = read_models_dir(root).unwrap();
+    let files = read_directory_blocking(root).unwrap();
     let analysis = tether::analyze(&files);
     let mut out = analysis.diagnostics.render_plain(&files);
     let valid = analysis.graph.is_some();

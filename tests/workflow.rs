@@ -10,7 +10,7 @@ use std::path::Path;
 
 use tether::ownership::Inventory;
 use tether::render::render;
-use tether::source::read_models_dir;
+use tether::repo::read_directory_blocking;
 use tether::workflow::{Rule, Workflow};
 
 fn rule(rule: &Rule) -> String {
@@ -42,7 +42,7 @@ fn selections(workflow: &Workflow, out: &mut String) {
 }
 
 fn snapshot_of(root: &Path) -> String {
-    let files = read_models_dir(root).unwrap();
+    let files = read_directory_blocking(root).unwrap();
     let analysis = tether::analyze(&files);
     let mut out = analysis.diagnostics.render_plain(&files);
     let Some(graph) = &analysis.graph else {
@@ -100,12 +100,18 @@ fn waves_gates_selections_and_graphs() {
     for case in cases {
         common::assert_snapshot(&case.join("expected.txt"), &snapshot_of(&case));
     }
+    // The example of the README, with its configuration files.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    common::assert_snapshot(
+        &root.join("tests/snapshots/openstack.workflow.txt"),
+        &snapshot_of(&root.join("examples/openstack")),
+    );
 }
 
 #[test]
 fn the_example_applies_in_the_order_kolla_deploys_keystone() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workflow/kolla-keystone");
-    let files = read_models_dir(&root).unwrap();
+    let files = read_directory_blocking(&root).unwrap();
     let graph = tether::analyze(&files).graph.unwrap();
     let objects = render(&graph, &files, &Inventory::default());
     let wave_of = |kind: &str, name: &str| {

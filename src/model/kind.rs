@@ -122,7 +122,8 @@ impl Kind {
                 "pod_ip",
                 "depends_on",
             ],
-            Kind::KubernetesConfigMap | Kind::KubernetesSecret => &["name", "trust_domain", "data"],
+            Kind::KubernetesConfigMap => &["name", "trust_domain", "data", "files"],
+            Kind::KubernetesSecret => &["name", "trust_domain", "data"],
             Kind::KubernetesConfigVolumeMount => &[
                 "config",
                 "service_instance",

@@ -8,12 +8,14 @@
 
 mod data;
 mod depends;
+mod files;
 mod index;
 mod kind;
 mod object;
 mod read;
 mod schema;
 
+pub use files::{data_file_paths, resolve_data_path};
 pub use index::{Idx, PerModel, indexed};
 pub use kind::{CONFIG_MOUNT_ALIAS, Kind, XOS_FEEDBACK_FIELDS};
 pub use object::{ModelObject, object_key};
@@ -278,7 +280,12 @@ pub struct DataModel {
     pub data_kind: DataKind,
     pub name: Text,
     pub trust_domain: Text,
+    /// `data`, then the text files of `files`.
     pub data: Data,
+    /// The paths of `files` (a ConfigMap's), as written.
+    pub files: Vec<Text>,
+    /// The files of `files` that are not UTF-8 text (`binaryData`).
+    pub binary_data: Vec<(Text, Vec<u8>)>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -399,5 +406,6 @@ pub fn read_models(files: &SourceFiles, documents: &[Document]) -> (Models, Diag
             &mut diagnostics,
         );
     }
+    files::attach_files(&mut models.data, files, &mut diagnostics);
     (models, diagnostics)
 }

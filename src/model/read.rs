@@ -368,6 +368,34 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// `files`: one path or a list of paths.
+    fn data_files(&mut self) -> Vec<Text> {
+        let Some((_, node)) = self.present("files") else {
+            return Vec::new();
+        };
+        let nodes: Vec<&Node> = match &node.value {
+            Value::Seq(items) => items.iter().collect(),
+            _ => vec![node],
+        };
+        let mut paths = Vec::new();
+        for item in nodes {
+            let span = self.document.span(item);
+            match &item.value {
+                Value::Str(path) if !path.is_empty() => {
+                    paths.push(Spanned::new(path.clone(), span))
+                }
+                other => {
+                    let found = other.describe();
+                    self.error(span, format!("a files entry is a path, found {found}"))
+                        .hint = Some(
+                        "write files: config/, or a list of paths relative to this file".into(),
+                    );
+                }
+            }
+        }
+        paths
+    }
+
     /// A read-only field that tether fills in; an error when set by hand.
     fn read_only(&mut self, name: &str, why: &str) {
         if let Some((key, _)) = self.present(name) {
@@ -518,6 +546,7 @@ impl<'a> Reader<'a> {
             }
             None => Some(Vec::new()),
         };
+        let files = self.data_files();
         if let (Some(name), Some(trust_domain), Some(data)) = (name, trust_domain, data) {
             models.data.push(DataModel {
                 origin: self.origin,
@@ -525,6 +554,8 @@ impl<'a> Reader<'a> {
                 name,
                 trust_domain,
                 data,
+                files,
+                binary_data: Vec::new(),
             });
         }
     }

@@ -90,7 +90,7 @@ enum ModelDocument {
     Principal(PrincipalDoc),
     Slice(SliceDoc),
     KubernetesServiceInstance(ServiceInstanceDoc),
-    KubernetesConfigMap(DataDoc),
+    KubernetesConfigMap(ConfigMapDoc),
     KubernetesSecret(DataDoc),
     KubernetesConfigVolumeMount(ConfigMountDoc),
     /// The deprecated XOS name of KubernetesConfigVolumeMount.
@@ -319,6 +319,28 @@ struct DataDoc {
     name: Scalar,
     trust_domain: Scalar,
     data: Option<Data>,
+}
+
+/// A ConfigMap in a trust domain: `data` written here, and `files` of the repository.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ConfigMapDoc {
+    #[serde(rename = "apiVersion")]
+    api_version: Option<ApiVersion>,
+    name: Scalar,
+    trust_domain: Scalar,
+    data: Option<Data>,
+    /// Files of the repository (paths relative to this file): a file, or a directory
+    /// whose files become one key each (the file name); binary files go to binaryData.
+    files: Option<Files>,
+}
+
+/// One path, or a list of paths.
+#[derive(Deserialize, JsonSchema)]
+#[serde(untagged)]
+enum Files {
+    One(String),
+    Many(Vec<String>),
 }
 
 /// A ConfigMap mounted into the pods of a slice or an instance.

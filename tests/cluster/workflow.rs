@@ -438,3 +438,103 @@ async fn only_applies_the_selected_models_and_what_they_depend_on() {
         "{out}"
     );
 }
+
+/// `examples/openstack` copied into a directory of its own, in namespace `ns`.
+fn openstack_example(ns: &str) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let example = crate::harness::repo_root().join("examples/openstack");
+    std::fs::create_dir(dir.path().join("keystone")).unwrap();
+    for file in ["openstack.yaml", "mariadb.yaml", "keystone.yaml"] {
+        let text = std::fs::read_to_string(example.join(file)).unwrap();
+        let text = text
+            .replace("name: openstack\n", &format!("name: {ns}\n"))
+            .replace(
+                "trust_domain: openstack\n",
+                &format!("trust_domain: {ns}\n"),
+            );
+        std::fs::write(dir.path().join(file), text).unwrap();
+    }
+    for file in ["keystone.conf", "policy.yaml", "fernet-0"] {
+        std::fs::copy(
+            example.join("keystone").join(file),
+            dir.path().join("keystone").join(file),
+        )
+        .unwrap();
+    }
+    dir
+}
+
+#[tokio::test]
+async fn the_openstack_example_applies_and_a_config_edit_rolls_only_keystone() {
+    let (client, ns, inventory) = setup("workflow-openstack").await;
+    let repo = openstack_example(&ns);
+    let path = repo.path().to_str().unwrap();
+    let applied = tether(&inventory, &["apply", "--wait", path]);
+    assert!(applied.status.success(), "{}", all_output(&applied));
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let configs: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let config = get(&configs, "keystone-config").await;
+    assert!(
+        config["data"]["keystone.conf"]
+            .as_str()
+            .unwrap()
+            .contains("provider = fernet")
+    );
+    assert!(config["data"]["policy.yaml"].is_string());
+    assert!(config["binaryData"]["fernet-0"].is_string());
+    let before = get(&deployments, "keystone").await;
+    let job_uids = (
+        get(&jobs, "keystone-db-init").await["metadata"]["uid"].clone(),
+        get(&jobs, "keystone-users").await["metadata"]["uid"].clone(),
+    );
+    let clean = tether(&inventory, &["diff", path]);
+    assert_eq!(clean.status.code(), Some(0), "{}", all_output(&clean));
+
+    // Edit a configuration file: the ConfigMap and the Deployment's pod template change.
+    let conf = repo.path().join("keystone/keystone.conf");
+    let text = std::fs::read_to_string(&conf)
+        .unwrap()
+        .replace("debug = False", "debug = True");
+    std::fs::write(&conf, text).unwrap();
+    let diff = stdout(&tether(&inventory, &["diff", path]));
+    assert!(
+        diff.contains(&format!("update ConfigMap {ns}/keystone-config")),
+        "{diff}"
+    );
+    assert!(
+        diff.contains(&format!("update Deployment {ns}/keystone")),
+        "{diff}"
+    );
+    assert!(diff.contains("tether.dev/config-hash"), "{diff}");
+    for other in ["update Job", "replace Job", "update StatefulSet"] {
+        assert!(
+            !diff.contains(other),
+            "only keystone mounts the files: {diff}"
+        );
+    }
+    let rolled = tether(&inventory, &["apply", path]);
+    assert!(rolled.status.success(), "{}", all_output(&rolled));
+    assert!(
+        stdout(&rolled).starts_with("0 created, 2 configured, "),
+        "{}",
+        all_output(&rolled)
+    );
+    let after = get(&deployments, "keystone").await;
+    assert_eq!(
+        after["metadata"]["generation"].as_i64().unwrap(),
+        before["metadata"]["generation"].as_i64().unwrap() + 1
+    );
+    assert_ne!(
+        after["spec"]["template"]["metadata"]["annotations"]["tether.dev/config-hash"],
+        before["spec"]["template"]["metadata"]["annotations"]["tether.dev/config-hash"]
+    );
+    assert_eq!(
+        get(&jobs, "keystone-db-init").await["metadata"]["uid"],
+        job_uids.0
+    );
+    assert_eq!(
+        get(&jobs, "keystone-users").await["metadata"]["uid"],
+        job_uids.1
+    );
+}
