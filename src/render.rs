@@ -344,6 +344,22 @@ impl Renderer<'_> {
         }
     }
 
+    /// The pod template of a slice's controller: its labels, and the hash of the
+    /// configuration it mounts.
+    fn pod_template(&self, slice: Idx<Slice>, spec: PodSpec) -> PodTemplateSpec {
+        let annotations = self
+            .config_hash(&self.graph.slices[slice].mounts)
+            .map(|hash| BTreeMap::from([(CONFIG_HASH_ANNOTATION.to_string(), hash)]));
+        PodTemplateSpec {
+            metadata: Some(ObjectMeta {
+                labels: Some(self.pod_labels(slice)),
+                annotations,
+                ..ObjectMeta::default()
+            }),
+            spec: Some(spec),
+        }
+    }
+
     /// A hash of the content of the ConfigMaps and Secrets a slice's pods mount:
     /// a changed configuration changes the pod template, so the pods roll.
     fn config_hash(&self, mounts: &[Idx<model::VolumeMount>]) -> Option<String> {
@@ -475,19 +491,8 @@ impl Renderer<'_> {
         let name = &slice.name.value;
         let mut metadata = self.metadata(slice.origin, name, &key);
         annotate_description(&mut metadata, slice.description.as_ref());
-        let pod_labels = self.pod_labels(index);
         let mut spec = self.pod_spec(index, name, image, &links.mounts);
-        let annotations = self
-            .config_hash(&links.mounts)
-            .map(|hash| BTreeMap::from([(CONFIG_HASH_ANNOTATION.to_string(), hash)]));
-        let template = |spec: PodSpec| PodTemplateSpec {
-            metadata: Some(ObjectMeta {
-                labels: Some(pod_labels.clone()),
-                annotations: annotations.clone(),
-                ..ObjectMeta::default()
-            }),
-            spec: Some(spec),
-        };
+        let template = |spec: PodSpec| self.pod_template(index, spec);
         let selector = LabelSelector {
             match_labels: Some(labels(&[(SLICE_LABEL, name)])),
             ..LabelSelector::default()

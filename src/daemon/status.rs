@@ -69,21 +69,7 @@ pub fn next_status(
                 .map(|(key, failure)| format!("{key}: {failure}"))
                 .unwrap_or_default();
             let (reason, message, retryable) = match &report.blocked {
-                // A wave whose dependencies are not ready yet: a later pass resumes.
-                Some(blocked) => {
-                    let first = blocked
-                        .blockers
-                        .first()
-                        .map(|b| format!("{}: {}", b.key, b.state))
-                        .unwrap_or_default();
-                    let message = format!(
-                        "wave {} of {} waits for what it depends on; {first}",
-                        blocked.wave + 1,
-                        blocked.waves
-                    );
-                    let retryable = !blocked.blockers.iter().any(|b| b.failed);
-                    ("DependencyNotReady", message, retryable)
-                }
+                Some(blocked) => blocked_status(blocked),
                 None => (
                     "ObjectsFailed",
                     format!(
@@ -221,6 +207,23 @@ fn counts(report: &ApplyReport) -> PlanCounts {
         released: count(report.released()),
         failed: count(report.failures().count()),
     }
+}
+
+/// A wave whose dependencies are not ready yet (a later pass resumes), or failed:
+/// the reason, the message, and whether retrying can help.
+fn blocked_status(blocked: &crate::reconcile::BlockedWave) -> (&'static str, String, bool) {
+    let first = blocked
+        .blockers
+        .first()
+        .map(|b| format!("{}: {}", b.key, b.state))
+        .unwrap_or_default();
+    let message = format!(
+        "wave {} of {} waits for what it depends on; {first}",
+        blocked.wave + 1,
+        blocked.waves
+    );
+    let retryable = !blocked.blockers.iter().any(|b| b.failed);
+    ("DependencyNotReady", message, retryable)
 }
 
 #[cfg(test)]

@@ -38,25 +38,7 @@ pub(super) async fn apply(
     progress: &(dyn Fn(ApplyProgress<'_>) + Sync),
 ) -> Result<ApplyReport, ClusterError> {
     let commit = planned.plan.revision.as_ref().map(|r| r.commit.clone());
-    // Record every object about to be applied before applying any.
-    let applying = planned.steps.iter().filter(|s| s.desired.is_some());
-    let recording: Vec<(InventoryEntry, Provenance)> = applying
-        .clone()
-        .filter_map(|s| {
-            let entry = InventoryEntry {
-                api_version: s.change.api_version.clone(),
-                kind: s.change.key.kind.clone(),
-                namespace: s.change.key.namespace.clone(),
-                name: s.change.key.name.clone(),
-            };
-            Some((entry, s.provenance.clone()?))
-        })
-        .collect();
-    update_inventory(client, inventory, |current| {
-        current.before_apply(recording.iter().cloned())
-    })
-    .await?;
-
+    let applying = record_before_apply(client, inventory, planned).await?;
     let manager = inventory.field_manager();
     let manager = manager.as_str();
     let total = planned.steps.len();
@@ -66,13 +48,7 @@ pub(super) async fn apply(
     let unreachable = &AtomicBool::new(false);
     // The uids of the objects: as planned, then as the applies returned them.
     let mut uids = planned.uids.clone();
-    let mut waves: BTreeMap<usize, Vec<&Step>> = BTreeMap::new();
-    for step in applying {
-        waves
-            .entry(step.change.wave.unwrap_or(0))
-            .or_default()
-            .push(step);
-    }
+    let waves = by_wave(applying);
     let mut failed_here: HashMap<ObjectKey, String> = HashMap::new();
     let mut remaining: usize = waves.values().map(Vec::len).sum();
     for (wave, steps) in waves {
@@ -125,16 +101,51 @@ pub(super) async fn apply(
     }
     let mut removed = planned.forgotten.clone();
     // A blocked workflow prunes nothing: its later waves may still need what would go.
+    if report.blocked.is_none() {
+        prune_all(
+            &resources,
+            planned,
+            manager,
+            options,
+            &mut report,
+            &mut removed,
+            &applied,
+        )
+        .await?;
+    }
+    let succeeded = report.succeeded();
+    update_inventory(client, inventory, |current| {
+        current.after_apply(
+            &removed,
+            &uids,
+            commit.clone(),
+            current.commit.clone(),
+            succeeded,
+        )
+    })
+    .await?;
+    Ok(report)
+}
+
+/// Prunes (or releases, or reports as prunable) the objects whose model is gone.
+async fn prune_all(
+    resources: &Resources,
+    planned: &Planned,
+    manager: &str,
+    options: &ApplyOptions,
+    report: &mut ApplyReport,
+    removed: &mut BTreeSet<ObjectKey>,
+    applied: &(dyn Fn(usize) + Sync),
+) -> Result<(), ClusterError> {
     let deletions = planned
         .steps
         .iter()
-        .filter(|s| matches!(s.change.action, Action::Delete | Action::Release))
-        .filter(|_| report.blocked.is_none());
+        .filter(|s| matches!(s.change.action, Action::Delete | Action::Release));
     let mut done = report.objects.len();
     for step in deletions {
         done += 1;
         applied(done);
-        let outcome = prune_step(&resources, step, manager, options).await?;
+        let outcome = prune_step(resources, step, manager, options).await?;
         if matches!(
             outcome,
             None | Some(Outcome::Pruned) | Some(Outcome::Released)
@@ -149,18 +160,47 @@ pub(super) async fn apply(
             });
         }
     }
-    let succeeded = report.succeeded();
+    Ok(())
+}
+
+/// The steps by the wave of the workflow they are applied in.
+fn by_wave(steps: Vec<&Step>) -> BTreeMap<usize, Vec<&Step>> {
+    let mut waves: BTreeMap<usize, Vec<&Step>> = BTreeMap::new();
+    for step in steps {
+        waves
+            .entry(step.change.wave.unwrap_or(0))
+            .or_default()
+            .push(step);
+    }
+    waves
+}
+
+/// Records every object about to be applied in the inventory before any is applied;
+/// returns the steps that apply.
+async fn record_before_apply<'p>(
+    client: &Client,
+    inventory: &Inventory,
+    planned: &'p Planned,
+) -> Result<Vec<&'p Step>, ClusterError> {
+    let applying = planned.steps.iter().filter(|s| s.desired.is_some());
+    let recording: Vec<(InventoryEntry, Provenance)> = applying
+        .clone()
+        .filter_map(|s| {
+            let entry = InventoryEntry {
+                api_version: s.change.api_version.clone(),
+                kind: s.change.key.kind.clone(),
+                namespace: s.change.key.namespace.clone(),
+                name: s.change.key.name.clone(),
+            };
+            Some((entry, s.provenance.clone()?))
+        })
+        .collect();
     update_inventory(client, inventory, |current| {
-        current.after_apply(
-            &removed,
-            &uids,
-            commit.clone(),
-            current.commit.clone(),
-            succeeded,
-        )
+        current.before_apply(recording.iter().cloned())
     })
     .await?;
-    Ok(report)
+
+    Ok(applying.collect())
 }
 
 /// Waits until what wave `wave` waits for is ready, unless the wave changes

@@ -254,34 +254,10 @@ impl Resolver<'_> {
     fn members(&self, links: &Links) -> Vec<Member> {
         let m = self.models;
         let mut members = Vec::new();
-        let member = |kind: Kind, index: usize, name: &Text, span: Span, managed: bool| Member {
-            id: ModelId { kind, index },
-            label: format!("{kind}/{}", name.value),
-            span,
-            managed,
-            wave: 0,
-            needs: Vec::new(),
-            requires: Vec::new(),
-            objects: Vec::new(),
-        };
-        let gate = |key: Option<ObjectKey>, api_version: &str, rule: Rule| {
-            key.map(|key| Gate {
-                api_version: api_version.to_string(),
-                key,
-                rule,
-            })
-        };
         let td_name = |td: Idx<TrustDomain>| m.trust_domains[td].name.value.as_str();
         let td_id = |td: Idx<TrustDomain>| ModelId {
             kind: Kind::TrustDomain,
             index: td.index(),
-        };
-        let data_id = |mount: Idx<crate::model::VolumeMount>| {
-            let source = links.mounts[mount].source;
-            ModelId {
-                kind: m.data[source].data_kind.model_kind(),
-                index: source.index(),
-            }
         };
         let mut requires: Vec<(usize, Vec<ModelId>)> = Vec::new();
         // (slice index, member of the instance) of each pod of a slice without controller.
@@ -324,6 +300,59 @@ impl Resolver<'_> {
             requires.push((members.len(), vec![td_id(links.data[i].trust_domain)]));
             members.push(node);
         }
+        self.workload_members(links, &mut members, &mut requires, &mut bare_pods);
+        for (i, x) in indexed(&m.services) {
+            let l = &links.services[i];
+            let mut node = member(Kind::Service, i.index(), &x.name, x.origin.span, true);
+            if let (Some(td), false) = (l.trust_domain, l.ports.is_empty()) {
+                let key = object_key(ModelObject::Service(x, td_name(td)));
+                node.objects.extend(gate(key, "v1", Rule::BuiltIn));
+                requires.push((members.len(), vec![td_id(td)]));
+            }
+            members.push(node);
+        }
+        for (i, x) in m.resources.iter().enumerate() {
+            let mut node = member(
+                Kind::KubernetesResourceInstance,
+                i,
+                &x.name,
+                x.origin.span,
+                true,
+            );
+            let rule = Rule::of(x.ready_when.as_ref());
+            for object in &x.objects {
+                let key = object_key(ModelObject::Resource(&object.value));
+                let api_version = object.value["apiVersion"].as_str().unwrap_or_default();
+                node.objects.extend(gate(key, api_version, rule.clone()));
+            }
+            members.push(node);
+        }
+        link_members(&mut members, requires, bare_pods);
+        members
+    }
+
+    /// The members of slices and pods: what they require (trust domain, principal,
+    /// mounted data), and the pods of slices without a controller.
+    fn workload_members(
+        &self,
+        links: &Links,
+        members: &mut Vec<Member>,
+        requires: &mut Vec<(usize, Vec<ModelId>)>,
+        bare_pods: &mut Vec<(usize, usize)>,
+    ) {
+        let m = self.models;
+        let td_name = |td: Idx<TrustDomain>| m.trust_domains[td].name.value.as_str();
+        let td_id = |td: Idx<TrustDomain>| ModelId {
+            kind: Kind::TrustDomain,
+            index: td.index(),
+        };
+        let data_id = |mount: Idx<crate::model::VolumeMount>| {
+            let source = links.mounts[mount].source;
+            ModelId {
+                kind: m.data[source].data_kind.model_kind(),
+                index: source.index(),
+            }
+        };
         for (i, x) in indexed(&m.slices) {
             let l = &links.slices[i];
             let mut node = member(
@@ -384,35 +413,30 @@ impl Resolver<'_> {
             requires.push((members.len(), needed));
             members.push(node);
         }
-        for (i, x) in indexed(&m.services) {
-            let l = &links.services[i];
-            let mut node = member(Kind::Service, i.index(), &x.name, x.origin.span, true);
-            if let (Some(td), false) = (l.trust_domain, l.ports.is_empty()) {
-                let key = object_key(ModelObject::Service(x, td_name(td)));
-                node.objects.extend(gate(key, "v1", Rule::BuiltIn));
-                requires.push((members.len(), vec![td_id(td)]));
-            }
-            members.push(node);
-        }
-        for (i, x) in m.resources.iter().enumerate() {
-            let mut node = member(
-                Kind::KubernetesResourceInstance,
-                i,
-                &x.name,
-                x.origin.span,
-                true,
-            );
-            let rule = Rule::of(x.ready_when.as_ref());
-            for object in &x.objects {
-                let key = object_key(ModelObject::Resource(&object.value));
-                let api_version = object.value["apiVersion"].as_str().unwrap_or_default();
-                node.objects.extend(gate(key, api_version, rule.clone()));
-            }
-            members.push(node);
-        }
-        link_members(&mut members, requires, bare_pods);
-        members
     }
+}
+
+/// A member of the workflow, before its links are known.
+fn member(kind: Kind, index: usize, name: &Text, span: Span, managed: bool) -> Member {
+    Member {
+        id: ModelId { kind, index },
+        label: format!("{kind}/{}", name.value),
+        span,
+        managed,
+        wave: 0,
+        needs: Vec::new(),
+        requires: Vec::new(),
+        objects: Vec::new(),
+    }
+}
+
+/// The gate of an object, when the model makes one.
+fn gate(key: Option<ObjectKey>, api_version: &str, rule: Rule) -> Option<Gate> {
+    key.map(|key| Gate {
+        api_version: api_version.to_string(),
+        key,
+        rule,
+    })
 }
 
 /// Sets what each member requires, and gives a slice without a controller the pods
