@@ -347,21 +347,21 @@ impl Workflow {
         shown
     }
 
+    /// The members a graph shows, by wave (waves without any left out).
+    fn shown_by_wave(&self) -> Vec<(usize, Vec<usize>)> {
+        let mut waves: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        for i in self.in_graph() {
+            waves.entry(self.members[i].wave).or_default().push(i);
+        }
+        waves.into_iter().collect()
+    }
+
     /// The dependency graph as a Mermaid flowchart (GitHub draws it in Markdown):
     /// one box per wave, an arrow from each model to what it waits for.
     pub fn mermaid(&self) -> String {
         let mut out = String::from("flowchart BT\n");
-        let shown = self.in_graph();
         let node = |i: usize| format!("m{i}");
-        for wave in 0..self.wave_count() {
-            let in_wave: Vec<usize> = shown
-                .iter()
-                .copied()
-                .filter(|i| self.members[*i].wave == wave)
-                .collect();
-            if in_wave.is_empty() {
-                continue;
-            }
+        for (wave, in_wave) in self.shown_by_wave() {
             out.push_str(&format!("  subgraph wave{wave}[\"wave {}\"]\n", wave + 1));
             for i in in_wave {
                 let m = &self.members[i];
@@ -404,16 +404,7 @@ impl Workflow {
     /// The dependency graph in Graphviz DOT.
     pub fn dot(&self) -> String {
         let mut out = String::from("digraph tether {\n  rankdir=BT;\n  node [shape=box];\n");
-        let shown = self.in_graph();
-        for wave in 0..self.wave_count() {
-            let in_wave: Vec<usize> = shown
-                .iter()
-                .copied()
-                .filter(|i| self.members[*i].wave == wave)
-                .collect();
-            if in_wave.is_empty() {
-                continue;
-            }
+        for (wave, in_wave) in self.shown_by_wave() {
             out.push_str(&format!(
                 "  subgraph cluster_wave{wave} {{\n    label=\"wave {}\";\n",
                 wave + 1

@@ -5,7 +5,7 @@
 //! back in [`SourceFiles::assets`] and are attached here, each problem reported at
 //! the entry that names it.
 
-use super::{DataModel, Spanned, Text};
+use super::{DataModel, Spanned};
 use crate::diagnostic::{Diagnostic, Diagnostics};
 use crate::load::{Dialect, Value, parse_yaml};
 use crate::source::SourceFiles;
@@ -98,12 +98,9 @@ pub(super) fn attach_files(
                 ));
             }
             for (name, bytes) in found {
-                if model
-                    .data
-                    .iter()
-                    .chain(&model.binary_data_keys())
-                    .any(|(k, _)| k.value == name)
-                {
+                let mut keys = (model.data.iter().map(|(k, _)| k))
+                    .chain(model.binary_data.iter().map(|(k, _)| k));
+                if keys.any(|k| k.value == name) {
                     diagnostics.push(error(
                         format!("the key \"{name}\" (from {path}) is already in the ConfigMap"),
                         "two files of one name, or a data entry of that name: rename one".into(),
@@ -136,16 +133,6 @@ fn found_files<'a>(files: &'a SourceFiles, path: &str) -> Vec<(&'a str, &'a [u8]
             (!name.contains('/')).then_some((name, v.as_slice()))
         })
         .collect()
-}
-
-impl DataModel {
-    /// The keys of `binary_data`, spanned like `data`'s, for collision checks.
-    fn binary_data_keys(&self) -> Vec<(Text, Text)> {
-        self.binary_data
-            .iter()
-            .map(|(k, _)| (k.clone(), Spanned::new(String::new(), k.span)))
-            .collect()
-    }
 }
 
 #[cfg(test)]

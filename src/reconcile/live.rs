@@ -390,10 +390,17 @@ impl ObjectPlanner<'_> {
 
     /// A Job whose pod template changed: Kubernetes does not let it change, so it
     /// is deleted and created again.
-    fn replace(&self, live: &Value) -> Step {
+    /// Another inventory's Job stays its own: a conflict, refused at apply like
+    /// any apply over it, and never deleted.
+    fn replace(&self, live: &Value, owned_by: Option<String>) -> Step {
         let diff = replace_diff(&self.object.kind, live, &self.object.body);
         let mut replace = self.step(Action::Replace, diff);
         replace.provenance = Some(Provenance::created());
+        if let Some(owner) = owned_by {
+            replace.change.action = Action::Conflict;
+            replace.change.conflicts = vec![owner_conflict(&owner)];
+            replace.change.owned_by = Some(owner);
+        }
         replace
     }
 
@@ -539,20 +546,20 @@ impl ObjectPlanner<'_> {
             unchanged.provenance = adopted;
             return Ok(unchanged);
         }
-        let (result, conflicts) = match self.dry_run(api, false).await {
-            Ok(result) => (result, Vec::new()),
+        let attempt = match self.dry_run(api, false).await {
             // Show what taking the fields would change, too.
-            Err(kube::Error::Api(status)) if status.is_conflict() => {
-                match self.dry_run(api, true).await {
-                    Ok(forced) => (forced, conflicts_of(&status)),
-                    Err(kube::Error::Api(status)) => return Ok(self.failed(status_text(&status))),
-                    Err(e) => return Err(api_error(format!("dry-run apply {}", self.key))(e)),
-                }
-            }
+            Err(kube::Error::Api(status)) if status.is_conflict() => self
+                .dry_run(api, true)
+                .await
+                .map(|forced| (forced, conflicts_of(&status))),
+            other => other.map(|result| (result, Vec::new())),
+        };
+        let (result, conflicts) = match attempt {
+            Ok(done) => done,
             Err(kube::Error::Api(status))
                 if is_immutable_job_change(&self.object.kind, &status) =>
             {
-                return Ok(self.replace(live));
+                return Ok(self.replace(live, owned_by));
             }
             Err(kube::Error::Api(status)) => return Ok(self.failed(status_text(&status))),
             Err(e) => return Err(api_error(format!("dry-run apply {}", self.key))(e)),
@@ -582,13 +589,7 @@ impl ObjectPlanner<'_> {
                     || same_value_at(live, &result, &c.field)
             });
         if let Some(owner) = &owned_by {
-            conflicts.insert(
-                0,
-                FieldConflict {
-                    manager: format!("the tether inventory {owner}"),
-                    field: format!(".metadata.labels.{PART_OF_LABEL}"),
-                },
-            );
+            conflicts.insert(0, owner_conflict(owner));
         }
         let diff = change_diff(&object.kind, Some(live), Some(&result));
         let action = match (conflicts.is_empty(), diff.is_empty()) {
@@ -610,6 +611,14 @@ impl ObjectPlanner<'_> {
         planned.change.owned_by = owned_by;
         planned.provenance = adopted;
         Ok(planned)
+    }
+}
+
+/// The conflict that an object of another tether inventory is.
+fn owner_conflict(owner: &str) -> FieldConflict {
+    FieldConflict {
+        manager: format!("the tether inventory {owner}"),
+        field: format!(".metadata.labels.{PART_OF_LABEL}"),
     }
 }
 

@@ -321,9 +321,10 @@ impl Reconciler {
         Ok(apply::apply(client, &self.inventory, planned, options, progress).await?)
     }
 
-    /// Waits until the workloads of the plan are ready (Deployments available,
-    /// StatefulSets and DaemonSets ready, Pods running, Jobs complete); returns those
-    /// that were not when `timeout` ran out, with their state. `progress` gets those
+    /// Waits until the workloads of the plan are ready by [`crate::readiness`]
+    /// (Deployments available, StatefulSets and DaemonSets ready, Pods Ready, Jobs
+    /// complete); returns those that were not when `timeout` ran out or that failed,
+    /// with their state. `progress` gets those
     /// still waited for, and the number of workloads, after each look.
     pub async fn wait_ready(
         &self,

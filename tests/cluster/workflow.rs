@@ -538,3 +538,81 @@ async fn the_openstack_example_applies_and_a_config_edit_rolls_only_keystone() {
         job_uids.1
     );
 }
+
+/// What a Job replace may delete: never another inventory's Job; a Job kubectl made
+/// (adopted, as any object tether finds) is replaced like tether's own.
+#[tokio::test]
+async fn a_job_replace_never_deletes_another_inventorys_job() {
+    let (client, ns, inventory) = setup("workflow-replace-owner").await;
+    let models = |tag: &str| {
+        [
+            base(&ns),
+            format!("---\nkind: Image\nname: keystone\ntag: \"{tag}\"\n"),
+            slice(&ns, "migrate", "Job", &format!("keystone:{tag}"), &[]),
+        ]
+        .concat()
+    };
+    let theirs = Repo::new(&[("models.yaml", &models("25.0"))]);
+    let other = format!("{inventory}-other");
+    let applied = tether(&other, &["apply", theirs.path().to_str().unwrap()]);
+    assert!(applied.status.success(), "{}", all_output(&applied));
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
+    let uid = get(&jobs, "migrate").await["metadata"]["uid"].clone();
+
+    let ours = Repo::new(&[("models.yaml", &models("26.0"))]);
+    let refused = tether(&inventory, &["apply", ours.path().to_str().unwrap()]);
+    let out = all_output(&refused);
+    assert_eq!(refused.status.code(), Some(2), "{out}");
+    assert!(
+        out.contains(&format!(
+            "failed: Job {ns}/migrate: owned by the tether inventory default/{other}"
+        )),
+        "{out}"
+    );
+    assert_eq!(get(&jobs, "migrate").await["metadata"]["uid"], uid);
+
+    // A Job made with kubectl, with another image: adopted and replaced.
+    let kubectl_made = serde_json::json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": "seed", "namespace": ns},
+        "spec": {"template": {"spec": {"restartPolicy": "Never",
+            "containers": [{"name": "seed", "image": "busybox:1.36"}]}}},
+    });
+    let made = jobs
+        .create(
+            &kube::api::PostParams {
+                field_manager: Some("kubectl-create".into()),
+                ..Default::default()
+            },
+            &serde_json::from_value(kubectl_made).unwrap(),
+        )
+        .await
+        .unwrap();
+    let seed = format!(
+        "---\nkind: KubernetesResourceInstance\nname: seed\nresource_definition: |\n  \
+         apiVersion: batch/v1\n  kind: Job\n  metadata:\n    name: seed\n    namespace: {ns}\n  \
+         spec:\n    template:\n      spec:\n        restartPolicy: Never\n        containers:\n        \
+         - name: seed\n          image: busybox:1.37\n"
+    );
+    // No TrustDomain: the other inventory applied the namespace.
+    let root = "kind: KubernetesService\nname: kubernetes\n";
+    let mine = Repo::new(&[("models.yaml", &[root, &seed].concat())]);
+    let path = mine.path().to_str().unwrap();
+    let diff = stdout(&tether(&inventory, &["diff", path]));
+    assert!(diff.contains(&format!("replace Job {ns}/seed")), "{diff}");
+    let replaced = tether(&inventory, &["apply", path]);
+    assert!(replaced.status.success(), "{}", all_output(&replaced));
+    let now = get(&jobs, "seed").await;
+    assert_ne!(
+        now["metadata"]["uid"].as_str(),
+        made.metadata.uid.as_deref()
+    );
+    assert_eq!(
+        now["spec"]["template"]["spec"]["containers"][0]["image"],
+        "busybox:1.37"
+    );
+    assert_eq!(
+        now["metadata"]["labels"]["app.kubernetes.io/managed-by"],
+        "tether"
+    );
+}
