@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::{
-    DaemonSet, DaemonSetSpec, Deployment, DeploymentSpec, StatefulSet, StatefulSetSpec,
+    DaemonSet, DaemonSetSpec, DaemonSetUpdateStrategy, Deployment, DeploymentSpec,
+    DeploymentStrategy, RollingUpdateDaemonSet, RollingUpdateDeployment,
+    RollingUpdateStatefulSetStrategy, StatefulSet, StatefulSetSpec, StatefulSetUpdateStrategy,
 };
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
@@ -21,8 +23,9 @@ use sha2::{Digest, Sha256};
 use crate::diagnostic::Span;
 use crate::k8s;
 use crate::model::{
-    self, ControllerKind, DataKind, DataModel, Idx, Image, Kind, KubernetesServiceInstance,
-    ModelObject, Origin, Principal, Protocol, Slice, Text, TrustDomain, indexed, object_key,
+    self, ControllerKind, DataKind, DataModel, Idx, Image, IntOrPercent, Kind,
+    KubernetesServiceInstance, ModelObject, Origin, Principal, Protocol, Rollout, Slice, Text,
+    TrustDomain, indexed, object_key,
 };
 use crate::normalize::normalize;
 use crate::ownership::{Inventory, MODEL_ANNOTATION, SOURCE_ANNOTATION, ownership_labels};
@@ -34,6 +37,9 @@ pub const DESCRIPTION_ANNOTATION: &str = "tether.dev/description";
 /// On the pod template of a slice that mounts ConfigMaps or Secrets: a hash of their
 /// content (as Helm charts' `checksum/config`), so that a changed file rolls the pods.
 pub const CONFIG_HASH_ANNOTATION: &str = "tether.dev/config-hash";
+/// On the pod template of a slice restarted with `tether restart` (its `restarted_at`),
+/// as `kubectl rollout restart` writes `kubectl.kubernetes.io/restartedAt`.
+pub const RESTARTED_AT_ANNOTATION: &str = "tether.dev/restarted-at";
 /// Label on the pods of a slice; the controller's selector, and XOS's slice name.
 pub const SLICE_LABEL: &str = "xos_slice_name";
 /// Label on the pods of a slice with a service; what the Service selects (as in XOS).
@@ -347,13 +353,17 @@ impl Renderer<'_> {
     /// The pod template of a slice's controller: its labels, and the hash of the
     /// configuration it mounts.
     fn pod_template(&self, slice: Idx<Slice>, spec: PodSpec) -> PodTemplateSpec {
-        let annotations = self
-            .config_hash(&self.graph.slices[slice].mounts)
-            .map(|hash| BTreeMap::from([(CONFIG_HASH_ANNOTATION.to_string(), hash)]));
+        let mut annotations = BTreeMap::new();
+        if let Some(hash) = self.config_hash(&self.graph.slices[slice].mounts) {
+            annotations.insert(CONFIG_HASH_ANNOTATION.to_string(), hash);
+        }
+        if let Some(at) = &self.graph.models.slices[slice].rollout.restarted_at {
+            annotations.insert(RESTARTED_AT_ANNOTATION.to_string(), at.value.clone());
+        }
         PodTemplateSpec {
             metadata: Some(ObjectMeta {
                 labels: Some(self.pod_labels(slice)),
-                annotations,
+                annotations: (!annotations.is_empty()).then_some(annotations),
                 ..ObjectMeta::default()
             }),
             spec: Some(spec),
@@ -511,6 +521,8 @@ impl Renderer<'_> {
                     spec: Some(DeploymentSpec {
                         replicas,
                         selector,
+                        strategy: deployment_strategy(&slice.rollout),
+                        paused: slice.rollout.paused.as_ref().map(|p| p.value),
                         template: template(spec),
                         ..DeploymentSpec::default()
                     }),
@@ -528,6 +540,7 @@ impl Renderer<'_> {
                         replicas,
                         selector,
                         service_name: Some(service_name),
+                        update_strategy: stateful_set_strategy(&slice.rollout),
                         template: template(spec),
                         ..StatefulSetSpec::default()
                     }),
@@ -540,6 +553,7 @@ impl Renderer<'_> {
                     metadata,
                     spec: Some(DaemonSetSpec {
                         selector,
+                        update_strategy: daemon_set_strategy(&slice.rollout),
                         template: template(spec),
                         ..DaemonSetSpec::default()
                     }),
@@ -654,6 +668,70 @@ impl Renderer<'_> {
 }
 
 /// A model's `description`, kept on its object for `kubectl describe`.
+fn int_or_string(value: IntOrPercent) -> IntOrString {
+    match value {
+        IntOrPercent::Count(n) => IntOrString::Int(n),
+        IntOrPercent::Percent(p) => IntOrString::String(format!("{p}%")),
+    }
+}
+
+/// Only what the model sets: an unset field stays the server's default, owned by no one.
+fn deployment_strategy(rollout: &Rollout) -> Option<DeploymentStrategy> {
+    let rolling = (rollout.max_surge.is_some() || rollout.max_unavailable.is_some()).then(|| {
+        RollingUpdateDeployment {
+            max_surge: rollout.max_surge.as_ref().map(|x| int_or_string(x.value)),
+            max_unavailable: rollout
+                .max_unavailable
+                .as_ref()
+                .map(|x| int_or_string(x.value)),
+        }
+    });
+    let type_ = rollout
+        .update_strategy
+        .as_ref()
+        .map(|s| s.value.name().to_string());
+    (type_.is_some() || rolling.is_some()).then_some(DeploymentStrategy {
+        type_,
+        rolling_update: rolling,
+    })
+}
+
+fn stateful_set_strategy(rollout: &Rollout) -> Option<StatefulSetUpdateStrategy> {
+    let rolling = rollout
+        .partition
+        .as_ref()
+        .map(|p| RollingUpdateStatefulSetStrategy {
+            partition: Some(i32::try_from(p.value).unwrap_or(i32::MAX)),
+            ..RollingUpdateStatefulSetStrategy::default()
+        });
+    let type_ = rollout
+        .update_strategy
+        .as_ref()
+        .map(|s| s.value.name().to_string());
+    (type_.is_some() || rolling.is_some()).then_some(StatefulSetUpdateStrategy {
+        type_,
+        rolling_update: rolling,
+    })
+}
+
+fn daemon_set_strategy(rollout: &Rollout) -> Option<DaemonSetUpdateStrategy> {
+    let rolling = rollout
+        .max_unavailable
+        .as_ref()
+        .map(|x| RollingUpdateDaemonSet {
+            max_unavailable: Some(int_or_string(x.value)),
+            ..RollingUpdateDaemonSet::default()
+        });
+    let type_ = rollout
+        .update_strategy
+        .as_ref()
+        .map(|s| s.value.name().to_string());
+    (type_.is_some() || rolling.is_some()).then_some(DaemonSetUpdateStrategy {
+        type_,
+        rolling_update: rolling,
+    })
+}
+
 fn annotate_description(metadata: &mut ObjectMeta, description: Option<&Text>) {
     if let Some(description) = description {
         metadata

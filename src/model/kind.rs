@@ -112,6 +112,12 @@ impl Kind {
                 "enabled",
                 "xos_managed",
                 "depends_on",
+                "update_strategy",
+                "max_surge",
+                "max_unavailable",
+                "partition",
+                "paused",
+                "restarted_at",
             ],
             Kind::KubernetesServiceInstance => &[
                 "name",

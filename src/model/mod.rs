@@ -203,6 +203,80 @@ pub struct Slice {
     pub enabled: Option<Spanned<bool>>,
     pub xos_managed: Option<Spanned<bool>>,
     pub depends_on: Vec<Dependency>,
+    pub rollout: Rollout,
+}
+
+/// How a slice's controller replaces its pods, and the restarts asked for.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Rollout {
+    pub update_strategy: Option<Spanned<UpdateStrategy>>,
+    pub max_surge: Option<Spanned<IntOrPercent>>,
+    pub max_unavailable: Option<Spanned<IntOrPercent>>,
+    /// StatefulSet: only pods with an ordinal at or above it are updated.
+    pub partition: Option<Spanned<i64>>,
+    /// Deployment: a paused rollout (changes wait until it is resumed).
+    pub paused: Option<Spanned<bool>>,
+    /// A restart asked for at this time (`tether restart`): a new value rolls the pods.
+    pub restarted_at: Option<Text>,
+}
+
+impl Rollout {
+    /// The fields that are set, with their names, for checks per controller.
+    pub fn fields(&self) -> Vec<(&'static str, Span)> {
+        [
+            (
+                "update_strategy",
+                self.update_strategy.as_ref().map(|x| x.span),
+            ),
+            ("max_surge", self.max_surge.as_ref().map(|x| x.span)),
+            (
+                "max_unavailable",
+                self.max_unavailable.as_ref().map(|x| x.span),
+            ),
+            ("partition", self.partition.as_ref().map(|x| x.span)),
+            ("paused", self.paused.as_ref().map(|x| x.span)),
+            ("restarted_at", self.restarted_at.as_ref().map(|x| x.span)),
+        ]
+        .into_iter()
+        .filter_map(|(name, span)| Some((name, span?)))
+        .collect()
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UpdateStrategy {
+    RollingUpdate,
+    Recreate,
+    OnDelete,
+}
+
+impl UpdateStrategy {
+    pub const ALL: [UpdateStrategy; 3] = [
+        UpdateStrategy::RollingUpdate,
+        UpdateStrategy::Recreate,
+        UpdateStrategy::OnDelete,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            UpdateStrategy::RollingUpdate => "RollingUpdate",
+            UpdateStrategy::Recreate => "Recreate",
+            UpdateStrategy::OnDelete => "OnDelete",
+        }
+    }
+}
+
+/// A pod count or a percentage of the replicas (`maxSurge`, `maxUnavailable`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IntOrPercent {
+    Count(i32),
+    Percent(i32),
+}
+
+impl IntOrPercent {
+    pub fn is_zero(self) -> bool {
+        matches!(self, IntOrPercent::Count(0) | IntOrPercent::Percent(0))
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]

@@ -651,6 +651,7 @@ impl<'a> Reader<'a> {
         let enabled = self.boolean("enabled");
         let xos_managed = self.boolean("xos_managed");
         let depends_on = self.depends_on();
+        let rollout = self.rollout();
         if let Some(name) = name {
             models.slices.push(Slice {
                 origin: self.origin,
@@ -666,8 +667,78 @@ impl<'a> Reader<'a> {
                 enabled,
                 xos_managed,
                 depends_on,
+                rollout,
             });
         }
+    }
+
+    /// A slice's rollout fields, each checked on its own (which controller may use
+    /// them is resolve's check).
+    fn rollout(&mut self) -> Rollout {
+        let update_strategy = self.choice(
+            "update_strategy",
+            &UpdateStrategy::ALL,
+            UpdateStrategy::name,
+        );
+        let max_surge = self.int_or_percent("max_surge");
+        let max_unavailable = self.int_or_percent("max_unavailable");
+        let partition = self.integer("partition");
+        if let Some(p) = &partition
+            && (p.value < 0 || p.value > i64::from(i32::MAX))
+        {
+            self.error(p.span, format!("partition {} is out of range", p.value))
+                .hint = Some("a partition is an ordinal, 0 or more".into());
+        }
+        let paused = self.boolean("paused");
+        let restarted_at = self.text("restarted_at");
+        if let Some(at) = &restarted_at
+            && !is_timestamp(&at.value)
+        {
+            self.error(
+                at.span,
+                format!("restarted_at \"{}\" is not a timestamp", at.value),
+            )
+            .hint =
+                Some("write an RFC 3339 time, as tether restart does: 2026-11-23T10:00:00Z".into());
+        }
+        Rollout {
+            update_strategy,
+            max_surge,
+            max_unavailable,
+            partition,
+            paused,
+            restarted_at,
+        }
+    }
+
+    /// A count (`1`) or a percentage (`25%`), as Kubernetes writes maxSurge.
+    fn int_or_percent(&mut self, name: &str) -> Option<Spanned<IntOrPercent>> {
+        let (_, node) = self.present(name)?;
+        let span = self.document.span(node);
+        let parsed = match &node.value {
+            Value::Int(i) => i32::try_from(*i)
+                .ok()
+                .filter(|i| *i >= 0)
+                .map(IntOrPercent::Count),
+            Value::Str(s) => s
+                .strip_suffix('%')
+                .filter(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+                .and_then(|n| n.parse::<i32>().ok())
+                .filter(|p| *p <= 100)
+                .map(IntOrPercent::Percent),
+            _ => None,
+        };
+        if parsed.is_none() {
+            let found = node.raw(&self.file.text).to_string();
+            self.error(
+                span,
+                format!("{name} {found} is neither a pod count nor a percentage"),
+            )
+            .hint = Some(format!(
+                "write a count (1) or a percentage of the replicas (\"25%\") for {name}"
+            ));
+        }
+        parsed.map(|value| Spanned::new(value, span))
     }
 
     fn read_mount(&mut self, models: &mut Models, data_kind: DataKind) {
@@ -726,4 +797,46 @@ fn required_fields(kind: Kind) -> &'static [&'static str] {
         Kind::ServicePort => &["name", "service", "internal_port"],
         Kind::KubernetesResourceInstance => &["name", "resource_definition"],
     }
+}
+
+/// An RFC 3339 time (`2026-11-23T10:00:00Z`, fractions and offsets allowed), as
+/// Kubernetes writes its timestamps.
+pub fn is_timestamp(text: &str) -> bool {
+    let b = text.as_bytes();
+    let digits = |range: std::ops::Range<usize>| {
+        b.get(range)
+            .is_some_and(|d| d.iter().all(u8::is_ascii_digit))
+    };
+    let shape = b.len() >= 20
+        && digits(0..4)
+        && b[4] == b'-'
+        && digits(5..7)
+        && b[7] == b'-'
+        && digits(8..10)
+        && matches!(b[10], b'T' | b't')
+        && digits(11..13)
+        && b[13] == b':'
+        && digits(14..16)
+        && b[16] == b':'
+        && digits(17..19);
+    if !shape {
+        return false;
+    }
+    let mut rest = &text[19..];
+    if let Some(fraction) = rest.strip_prefix('.') {
+        let end = fraction
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(fraction.len());
+        if end == 0 {
+            return false;
+        }
+        rest = &fraction[end..];
+    }
+    let offset = rest.as_bytes();
+    matches!(rest, "Z" | "z")
+        || (offset.len() == 6
+            && matches!(offset[0], b'+' | b'-')
+            && offset[1..3].iter().all(u8::is_ascii_digit)
+            && offset[3] == b':'
+            && offset[4..6].iter().all(u8::is_ascii_digit))
 }

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::Deserialize;
 
-use super::{ControllerKind, Protocol, XOS_FEEDBACK_FIELDS};
+use super::{ControllerKind, Protocol, UpdateStrategy, XOS_FEEDBACK_FIELDS};
 
 /// The JSON Schema of one model document, pretty-printed.
 pub fn model_schema() -> String {
@@ -152,6 +152,22 @@ value_schema!(
     ReplicaCount,
     json_schema!({"type": "integer", "minimum": 0, "maximum": i32::MAX, "description": "Replicas of a Deployment or StatefulSet (default 1)."})
 );
+value_schema!(UpdateStrategyName, {
+    let names: Vec<&str> = UpdateStrategy::ALL.iter().map(|s| s.name()).collect();
+    json_schema!({"enum": names})
+});
+value_schema!(
+    /// A pod count, or a percentage of the replicas ("25%").
+    IntOrPercentDoc,
+    json_schema!({"oneOf": [
+        {"type": "integer", "minimum": 0, "maximum": i32::MAX},
+        {"type": "string", "pattern": "^(100|[0-9]{1,2})%$"}
+    ]})
+);
+value_schema!(
+    Ordinal,
+    json_schema!({"type": "integer", "minimum": 0, "maximum": i32::MAX})
+);
 value_schema!(
     Port,
     json_schema!({"type": "integer", "minimum": 1, "maximum": 65535})
@@ -288,6 +304,19 @@ struct SliceDoc {
     xos_managed: Option<bool>,
     /// Models and objects that must be ready before its objects are applied.
     depends_on: Option<Vec<DependencyDoc>>,
+    /// How the controller replaces pods: RollingUpdate, Recreate (Deployment) or
+    /// OnDelete (StatefulSet, DaemonSet).
+    update_strategy: Option<UpdateStrategyName>,
+    /// Deployment: pods above the replica count during a rolling update.
+    max_surge: Option<IntOrPercentDoc>,
+    /// Deployment, DaemonSet: pods that may be unavailable during a rolling update.
+    max_unavailable: Option<IntOrPercentDoc>,
+    /// StatefulSet: only pods with this ordinal or above are updated.
+    partition: Option<Ordinal>,
+    /// Deployment: true holds the rollout of changes until it is false again.
+    paused: Option<bool>,
+    /// A restart asked for at this time (RFC 3339); written by `tether restart`.
+    restarted_at: Option<String>,
 }
 
 /// A Kubernetes Pod of a slice without a controller.

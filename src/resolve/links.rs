@@ -6,8 +6,8 @@ use std::net::IpAddr;
 use super::{DataLinks, InstanceLinks, PrincipalLinks, Resolver, SliceLinks, label};
 use crate::diagnostic::{Diagnostic, Span};
 use crate::model::{
-    ControllerKind, DataModel, Idx, Kind, KubernetesServiceInstance, PerModel, Principal, Service,
-    Site, Slice, TrustDomain,
+    ControllerKind, DataModel, Idx, Kind, KubernetesServiceInstance, PerModel, Principal, Rollout,
+    Service, Site, Slice, TrustDomain, UpdateStrategy,
 };
 
 impl Resolver<'_> {
@@ -112,8 +112,20 @@ impl Resolver<'_> {
                     .with_hint("set controller_kind: Deployment to run replicas"),
                 );
             }
+            for (field, span) in x.rollout.fields() {
+                self.error(
+                    from,
+                    span,
+                    format!("{field} needs a controller; this slice has bare pods"),
+                    Some(
+                        "set controller_kind (Deployment, StatefulSet or DaemonSet), or remove it"
+                            .into(),
+                    ),
+                );
+            }
             return ok;
         };
+        ok &= self.check_rollout(from, &x.rollout, controller.value);
         let kind = controller.value.name();
         if x.trust_domain.is_none() {
             self.error(
@@ -146,6 +158,98 @@ impl Resolver<'_> {
                 .in_model(from)
                 .with_hint("a DaemonSet runs one pod per node"),
             );
+        }
+        ok
+    }
+
+    /// The rollout fields a controller has (as its Kubernetes kind has them); an error
+    /// for each it lacks, since it would be ignored.
+    fn check_rollout(&mut self, from: &str, rollout: &Rollout, controller: ControllerKind) -> bool {
+        use ControllerKind::{DaemonSet, Deployment, StatefulSet};
+        let mut ok = true;
+        for (field, span) in rollout.fields() {
+            let kinds = match field {
+                "max_surge" | "paused" => &[Deployment][..],
+                "max_unavailable" => &[Deployment, DaemonSet][..],
+                "partition" => &[StatefulSet][..],
+                _ => &[Deployment, StatefulSet, DaemonSet][..],
+            };
+            if !kinds.contains(&controller) {
+                let names: Vec<&str> = kinds.iter().map(|k| k.name()).collect();
+                let names = match names.split_last() {
+                    Some((last, rest)) if !rest.is_empty() => {
+                        format!("{} or {last}", rest.join(", "))
+                    }
+                    _ => names.concat(),
+                };
+                self.error(
+                    from,
+                    span,
+                    format!("{field} is not a setting of a {}", controller.name()),
+                    Some(format!("{field} is for a {names} slice; remove it")),
+                );
+                ok = false;
+            }
+        }
+        if let Some(strategy) = &rollout.update_strategy {
+            let allowed = match controller {
+                Deployment => [UpdateStrategy::RollingUpdate, UpdateStrategy::Recreate],
+                _ => [UpdateStrategy::RollingUpdate, UpdateStrategy::OnDelete],
+            };
+            if controller != ControllerKind::Job && !allowed.contains(&strategy.value) {
+                self.error(
+                    from,
+                    strategy.span,
+                    format!(
+                        "a {} has no {} update strategy",
+                        controller.name(),
+                        strategy.value.name()
+                    ),
+                    Some(format!(
+                        "use {} or {}",
+                        allowed[0].name(),
+                        allowed[1].name()
+                    )),
+                );
+                ok = false;
+            }
+            if strategy.value != UpdateStrategy::RollingUpdate {
+                let rolling = [
+                    ("max_surge", rollout.max_surge.as_ref().map(|x| x.span)),
+                    (
+                        "max_unavailable",
+                        rollout.max_unavailable.as_ref().map(|x| x.span),
+                    ),
+                    ("partition", rollout.partition.as_ref().map(|x| x.span)),
+                ];
+                for (field, span) in rolling {
+                    if let Some(span) = span {
+                        self.error(
+                            from,
+                            span,
+                            format!(
+                                "{field} is a setting of RollingUpdate, not of {}",
+                                strategy.value.name()
+                            ),
+                            Some("remove it, or set update_strategy: RollingUpdate".into()),
+                        );
+                        ok = false;
+                    }
+                }
+            }
+        }
+        if controller == Deployment
+            && let (Some(surge), Some(unavailable)) = (&rollout.max_surge, &rollout.max_unavailable)
+            && surge.value.is_zero()
+            && unavailable.value.is_zero()
+        {
+            self.error(
+                from,
+                unavailable.span,
+                "max_surge and max_unavailable are both 0: the rollout could never replace a pod",
+                Some("let one of them be more than 0".into()),
+            );
+            ok = false;
         }
         ok
     }
