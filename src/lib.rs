@@ -18,6 +18,7 @@ pub mod diagnostic;
 pub mod discover;
 pub mod discoverer;
 pub mod driver;
+pub mod edit;
 pub mod events;
 pub mod git;
 pub mod inventory;
