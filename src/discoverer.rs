@@ -150,8 +150,11 @@ impl Discoverer {
         let (author, push) = (self.author.clone(), self.push);
         let (synced, branch) = blocking(move || {
             let mut workspace = lock(&workspace)?;
-            let synced =
-                workspace.sync(|files| plan(&pods, files, &scope, &applyset), &author, push)?;
+            let synced = workspace.sync(
+                |files| Ok::<_, WritebackError>(plan(&pods, files, &scope, &applyset)),
+                &author,
+                push,
+            )?;
             Ok::<_, DiscoverError>((synced, workspace.branch().to_string()))
         })
         .await??;

@@ -484,3 +484,28 @@ fn checked(edited: String, model: ModelRef<'_>) -> Result<String, EditError> {
         }),
     }
 }
+
+/// Do two document texts hold the same values (comments, quoting and layout aside)?
+pub fn same_document(a: &str, b: &str) -> bool {
+    fn same(a: &Node, b: &Node) -> bool {
+        match (&a.value, &b.value) {
+            (Value::Seq(x), Value::Seq(y)) => {
+                x.len() == y.len() && x.iter().zip(y).all(|(x, y)| same(x, y))
+            }
+            (Value::Map(x), Value::Map(y)) => {
+                x.len() == y.len()
+                    && x.iter()
+                        .zip(y)
+                        .all(|((xk, xv), (yk, yv))| same(xk, yk) && same(xv, yv))
+            }
+            (x, y) => x == y,
+        }
+    }
+    match (
+        parse_yaml(a, Dialect::Models),
+        parse_yaml(b, Dialect::Models),
+    ) {
+        (Ok(x), Ok(y)) => x.len() == y.len() && x.iter().zip(&y).all(|(x, y)| same(x, y)),
+        _ => a == b,
+    }
+}

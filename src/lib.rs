@@ -10,6 +10,7 @@
 //! Back from the cluster: [`discover`] (pods to model files) and [`writeback`]
 //! (commit and push them).
 
+pub mod actions;
 pub mod cluster;
 pub mod config;
 pub mod confine;
@@ -28,6 +29,7 @@ pub mod managed_fields;
 pub mod mask;
 pub mod model;
 pub mod normalize;
+pub mod operation;
 pub mod ownership;
 pub mod plan;
 pub mod readiness;

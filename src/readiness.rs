@@ -276,3 +276,103 @@ fn pod(object: &Value) -> Readiness {
         }
     }
 }
+
+/// Where a controller's rollout is, in `kubectl rollout status`'s terms: `Ready` once
+/// every pod runs the latest template (for a StatefulSet with a partition, the pods
+/// from the partition up). A paused Deployment and an `OnDelete` strategy fail at once:
+/// waiting would not end.
+pub fn rollout(kind: &str, name: &str, object: &Value) -> Readiness {
+    let spec = &object["spec"];
+    let strategy = match kind {
+        "Deployment" => spec["strategy"]["type"].as_str(),
+        _ => spec["updateStrategy"]["type"].as_str(),
+    };
+    if strategy == Some("OnDelete") {
+        return Readiness::Failed(format!(
+            "{kind} {name} replaces its pods only when they are deleted (update_strategy: OnDelete): there is no rollout to follow"
+        ));
+    }
+    if !observed(object) {
+        return Readiness::Waiting(format!(
+            "waiting for the {kind} controller to see {name}'s new spec"
+        ));
+    }
+    match kind {
+        "Deployment" => deployment_rollout(name, object),
+        "StatefulSet" => stateful_set_rollout(object),
+        "DaemonSet" => daemon_set_rollout(object),
+        _ => assess(kind, &Rule::BuiltIn, Some(object), None),
+    }
+}
+
+fn deployment_rollout(name: &str, object: &Value) -> Readiness {
+    if let Readiness::Failed(why) = deployment(object) {
+        return Readiness::Failed(why);
+    }
+    if object["spec"]["paused"].as_bool() == Some(true) {
+        return Readiness::Failed(format!(
+            "Deployment {name} is paused (paused: true): its rollout waits until it is resumed"
+        ));
+    }
+    let want = wanted_replicas(object);
+    let updated = count(object, "status.updatedReplicas");
+    let replicas = count(object, "status.replicas");
+    let available = count(object, "status.availableReplicas");
+    if updated < want {
+        Readiness::Waiting(format!("{updated} of {want} new replicas updated"))
+    } else if replicas > updated {
+        Readiness::Waiting(format!(
+            "{} old replicas pending termination",
+            replicas - updated
+        ))
+    } else if available < updated {
+        Readiness::Waiting(format!(
+            "{available} of {updated} updated replicas available"
+        ))
+    } else {
+        Readiness::Ready
+    }
+}
+
+fn stateful_set_rollout(object: &Value) -> Readiness {
+    let want = wanted_replicas(object);
+    let ready = count(object, "status.readyReplicas");
+    if ready < want {
+        return Readiness::Waiting(format!("{ready} of {want} pods ready"));
+    }
+    let updated = count(object, "status.updatedReplicas");
+    if let Some(partition) = field(object, "spec.updateStrategy.rollingUpdate.partition")
+        .and_then(Value::as_i64)
+        .filter(|p| *p > 0)
+    {
+        let to_update = (want - partition).max(0);
+        return match updated < to_update {
+            true => Readiness::Waiting(format!(
+                "{updated} of {to_update} pods above the partition ({partition}) updated"
+            )),
+            false => Readiness::Ready,
+        };
+    }
+    let status = &object["status"];
+    if !status["updateRevision"].is_null() && status["updateRevision"] != status["currentRevision"]
+    {
+        return Readiness::Waiting(format!(
+            "{updated} of {want} pods at revision {}",
+            status["updateRevision"].as_str().unwrap_or("?")
+        ));
+    }
+    Readiness::Ready
+}
+
+fn daemon_set_rollout(object: &Value) -> Readiness {
+    let want = count(object, "status.desiredNumberScheduled");
+    let updated = count(object, "status.updatedNumberScheduled");
+    let available = count(object, "status.numberAvailable");
+    if updated < want {
+        Readiness::Waiting(format!("{updated} of {want} new pods updated"))
+    } else if available < want {
+        Readiness::Waiting(format!("{available} of {want} updated pods available"))
+    } else {
+        Readiness::Ready
+    }
+}

@@ -1,12 +1,15 @@
-//! Discovery's Git side: turn an [`Outcome`] into a commit on a branch, and push it.
+//! Writing to the models repository: turn a [`Change`] (discovery's [`Outcome`], a
+//! day-2 operation's edit) into a commit on a branch, and push it.
 //!
 //! Commits are built in memory from the branch's tree (never from a working tree or
 //! an index, so nothing the user has staged or edited is taken along) and the branch
-//! moves with a compare-and-swap. A rejected push is fetched and the discovery is
-//! planned again on the new tip (a rebase that cannot conflict: discovery owns
-//! `discovered/` and recomputes it from the cluster), then retried with backoff; it is
-//! never forced. Blocking (git2): call off the async runtime.
+//! moves with a compare-and-swap. A rejected push is fetched and the change is
+//! planned again on the new tip (a rebase that cannot conflict: discovery recomputes
+//! `discovered/` from the cluster, an operation edits the model as it is now), then
+//! retried with backoff; it is never forced. A checked-out file is changed only if
+//! the working tree holds it as committed. Blocking (git2): call off the async runtime.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use git2::{
@@ -18,6 +21,7 @@ use thiserror::Error;
 use crate::discover::{DISCOVERED_DIR, Outcome};
 use crate::driver::Backoff;
 use crate::git::{Credentials, GitError, fetch, open_cache, read_tree};
+use crate::operation::{RestoredDocument, rollout_state, same_state};
 use crate::source::SourceFiles;
 
 #[derive(Debug, Error)]
@@ -44,9 +48,52 @@ pub enum WritebackError {
     },
     #[error("\"{author}\" is not an author; write it as \"Name <email>\"")]
     Author { author: String },
+    #[error("{path} has changes that are not committed; commit or stash them first")]
+    Uncommitted { path: PathBuf },
+    #[error("branch {branch} exists already; name a new branch for the proposal")]
+    BranchExists { branch: String },
 }
 
-/// Who discovery commits as.
+/// What one commit changes below the models root, and what it says.
+pub trait Change {
+    /// Paths relative to the models root, and their new text.
+    fn writes(&self) -> &BTreeMap<String, String>;
+    fn removes(&self) -> &BTreeSet<String>;
+    fn message(&self) -> String;
+
+    fn is_empty(&self) -> bool {
+        self.writes().is_empty() && self.removes().is_empty()
+    }
+}
+
+impl Change for crate::operation::Edit {
+    fn writes(&self) -> &BTreeMap<String, String> {
+        &self.writes
+    }
+    fn removes(&self) -> &BTreeSet<String> {
+        &self.removes
+    }
+    fn message(&self) -> String {
+        self.summary.clone()
+    }
+}
+
+impl Change for Outcome {
+    fn writes(&self) -> &BTreeMap<String, String> {
+        &self.writes
+    }
+    fn removes(&self) -> &BTreeSet<String> {
+        &self.removes
+    }
+    fn message(&self) -> String {
+        self.commit_message()
+    }
+}
+
+/// How many commits back a rollback looks for a slice's previous state.
+pub const HISTORY_DEPTH: usize = 1_000;
+
+/// Who tether commits as.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Author {
     pub name: String,
@@ -100,14 +147,16 @@ pub struct Workspace {
     /// The models root inside the repository ("" for its top).
     root: PathBuf,
     credentials: Credentials,
+    /// A new branch that commits go to instead, made from `branch` (`--propose`).
+    proposal: Option<String>,
 }
 
 /// The result of one [`Workspace::sync`].
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Synced {
-    /// The discovery commit made, if anything changed.
+pub struct Synced<T = Outcome> {
+    /// The commit made, if anything changed.
     pub commit: Option<String>,
-    pub outcome: Outcome,
+    pub outcome: T,
     /// Pushed to the remote (with `push`), including an earlier unpushed commit.
     pub pushed: bool,
 }
@@ -161,6 +210,7 @@ impl Workspace {
             branch,
             root,
             credentials: Credentials::default(),
+            proposal: None,
         })
     }
 
@@ -186,6 +236,7 @@ impl Workspace {
                 .filter(|c| !matches!(c, std::path::Component::CurDir))
                 .collect(),
             credentials,
+            proposal: None,
         })
     }
 
@@ -196,6 +247,45 @@ impl Workspace {
     /// Writes to `branch` instead (a default read from the settings file).
     pub fn set_branch(&mut self, branch: &str) {
         self.branch = branch.to_string();
+    }
+
+    /// Commits to the new branch `proposal`, made from the branch's tip, which stays
+    /// as it is (a pull request's branch).
+    pub fn propose(&mut self, proposal: &str) {
+        self.proposal = Some(proposal.to_string());
+    }
+
+    /// The branch commits go to.
+    pub fn target_branch(&self) -> &str {
+        self.proposal.as_deref().unwrap_or(&self.branch)
+    }
+
+    /// The models root inside the repository.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The repository's own directory (`.git`, or a bare repository's).
+    pub fn repository_path(&self) -> &Path {
+        self.repo.path()
+    }
+
+    /// Whether commits change the files of a working tree (its checked-out branch).
+    pub fn is_checked_out(&self) -> bool {
+        self.checked_out()
+    }
+
+    /// The author Git is configured with for this repository (`user.name`,
+    /// `user.email`), for a person's own checkout.
+    pub fn configured_author(&self) -> Option<Author> {
+        if !matches!(self.place, Place::Local { .. }) {
+            return None;
+        }
+        let config = self.repo.config().ok()?;
+        Some(Author {
+            name: config.get_string("user.name").ok()?,
+            email: config.get_string("user.email").ok()?,
+        })
     }
 
     /// The text of `name` in the models root of the base commit, or of the remote's
@@ -210,12 +300,13 @@ impl Workspace {
         String::from_utf8(blob.content().to_vec()).ok()
     }
 
+    /// The local ref commits go to (the proposal's, when there is one).
     fn local_ref(&self) -> String {
-        format!("refs/heads/{}", self.branch)
+        format!("refs/heads/{}", self.target_branch())
     }
 
     fn remote_ref(&self) -> String {
-        format!("refs/remotes/origin/{}", self.branch)
+        format!("refs/remotes/origin/{}", self.target_branch())
     }
 
     fn tip(&self, reference: &str) -> Option<Oid> {
@@ -225,11 +316,11 @@ impl Workspace {
     /// The commit discovery builds on: the branch; for a clone, the remote's branch
     /// unless the local one is ahead of it (an earlier commit not pushed yet).
     fn base(&self) -> Option<Oid> {
-        let local = self.tip(&self.local_ref());
+        let local = self.tip(&format!("refs/heads/{}", self.branch));
         match self.place {
             Place::Local { .. } => local,
             Place::Clone { .. } => {
-                let remote = self.tip(&self.remote_ref());
+                let remote = self.tip(&format!("refs/remotes/origin/{}", self.branch));
                 match (local, remote) {
                     (Some(l), Some(r))
                         if l == r || self.repo.graph_descendant_of(l, r).unwrap_or(false) =>
@@ -241,6 +332,51 @@ impl Workspace {
                 }
             }
         }
+    }
+
+    /// A slice's rollout state to go back to, and the revision it is from: the state
+    /// at `to` (a commit, tag or branch), or else the one before its latest change
+    /// (first parents only, as far as [`HISTORY_DEPTH`] commits back).
+    pub fn earlier_state(
+        &self,
+        slice: &str,
+        to: Option<&str>,
+    ) -> Result<Option<(String, Vec<RestoredDocument>)>, WritebackError> {
+        let state_at = |commit: Oid| -> Result<_, WritebackError> {
+            Ok(rollout_state(&self.models_at(Some(commit))?, slice))
+        };
+        let describe = |commit: &git2::Commit| {
+            let id = commit.id().to_string();
+            format!(
+                "{} ({})",
+                &id[..id.len().min(10)],
+                commit.summary().ok().flatten().unwrap_or("")
+            )
+        };
+        if let Some(to) = to {
+            let commit = self.repo.revparse_single(to)?.peel_to_commit()?;
+            return Ok(state_at(commit.id())?.map(|state| (describe(&commit), state)));
+        }
+        let Some(base) = self.base() else {
+            return Ok(None);
+        };
+        let Some(now) = state_at(base)? else {
+            return Ok(None);
+        };
+        let mut commit = self.repo.find_commit(base)?;
+        for _ in 0..HISTORY_DEPTH {
+            let Ok(parent) = commit.parent(0) else {
+                break;
+            };
+            match state_at(parent.id())? {
+                Some(state) if !same_state(&state, &now) => {
+                    return Ok(Some((describe(&parent), state)));
+                }
+                Some(_) => commit = parent,
+                None => break,
+            }
+        }
+        Ok(None)
     }
 
     /// The model files of the base commit (none on an unborn branch).
@@ -261,19 +397,19 @@ impl Workspace {
 
     /// Plans with `plan` on the base's models, commits what changed, and with `push`
     /// pushes, planning again on the new tip when the remote moved.
-    pub fn sync(
+    pub fn sync<T: Change, E: From<WritebackError>>(
         &mut self,
-        plan: impl Fn(&SourceFiles) -> Outcome,
+        plan: impl Fn(&SourceFiles) -> Result<T, E>,
         author: &Author,
         push: bool,
-    ) -> Result<Synced, WritebackError> {
+    ) -> Result<Synced<T>, E> {
         const ATTEMPTS: u32 = 8;
         let mut backoff = Backoff::request();
         let mut attempt = 0;
         loop {
             attempt += 1;
             let base = self.base();
-            let outcome = plan(&self.models_at(base)?);
+            let outcome = plan(&self.models_at(base)?)?;
             let commit = if outcome.is_empty() {
                 None
             } else {
@@ -299,30 +435,46 @@ impl Workspace {
                         pushed: true,
                     });
                 }
+                Some(_) if self.proposal.is_some() => {
+                    // A proposal's branch is new: the remote has one by that name.
+                    let branch = self.target_branch().to_string();
+                    if let Ok(mut local) = self.repo.find_reference(&self.local_ref()) {
+                        local.delete().map_err(WritebackError::from)?;
+                    }
+                    return Err(WritebackError::BranchExists { branch }.into());
+                }
                 Some(reason) if attempt < ATTEMPTS => {
                     tracing::info!(%url, branch = %self.branch, %reason, attempt, "push rejected; fetching and planning again");
                     std::thread::sleep(backoff.next_delay());
-                    fetch(&self.repo, &url, &self.credentials)?;
+                    fetch(&self.repo, &url, &self.credentials).map_err(WritebackError::from)?;
                 }
                 Some(reason) => {
                     return Err(WritebackError::PushRejected {
                         url,
                         attempts: attempt,
                         reason,
-                    });
+                    }
+                    .into());
                 }
             }
         }
     }
 
-    /// A commit on `base` with the outcome's files; moves the branch to it, unless the
+    /// A commit on `base` with the change's files; moves the branch to it, unless the
     /// branch moved meanwhile (then git2 refuses and nothing changes).
     fn commit(
         &self,
         base: Option<Oid>,
-        outcome: &Outcome,
+        change: &impl Change,
         author: &Author,
     ) -> Result<Oid, WritebackError> {
+        let paths: Vec<PathBuf> = change
+            .writes()
+            .keys()
+            .chain(change.removes())
+            .map(|p| self.root.join(p))
+            .collect();
+        self.ensure_committed(&paths)?;
         let repo = &self.repo;
         let mut index = Index::new()?;
         let parent = match base {
@@ -333,19 +485,28 @@ impl Workspace {
             }
             None => None,
         };
-        for (path, text) in &outcome.writes {
+        for (path, text) in change.writes() {
             let blob = repo.blob(text.as_bytes())?;
             index.add(&file_entry(&self.root.join(path), blob, text.len()))?;
         }
-        for path in &outcome.removes {
+        for path in change.removes() {
             index.remove_path(&self.root.join(path))?;
         }
         let tree = repo.find_tree(index.write_tree_to(repo)?)?;
         let signature = Signature::now(&author.name, &author.email)?;
         let parents: Vec<&git2::Commit> = parent.iter().collect();
-        let message = outcome.commit_message();
+        let message = change.message();
         let commit = repo.commit(None, &signature, &signature, &message, &tree, &parents)?;
-        let reflog = message.lines().next().unwrap_or("discover");
+        let reflog = message.lines().next().unwrap_or("tether");
+        if let Some(proposal) = &self.proposal {
+            return match repo.reference(&self.local_ref(), commit, false, reflog) {
+                Err(e) if e.code() == ErrorCode::Exists => Err(WritebackError::BranchExists {
+                    branch: proposal.clone(),
+                }),
+                Err(e) => Err(e.into()),
+                Ok(_) => Ok(commit),
+            };
+        }
         let local_tip = self.tip(&self.local_ref());
         match local_tip {
             // The compare-and-swap: fails when someone moved the branch since `base`.
@@ -358,7 +519,7 @@ impl Workspace {
                 return Err(git2::Error::new(
                     ErrorCode::Modified,
                     git2::ErrorClass::Reference,
-                    format!("branch {} moved while discovery committed", self.branch),
+                    format!("branch {} moved while tether committed", self.branch),
                 )
                 .into());
             }
@@ -366,22 +527,54 @@ impl Workspace {
                 repo.reference(&self.local_ref(), commit, false, reflog)?;
             }
         }
-        self.update_working_tree()?;
+        self.check_out(&paths)?;
         Ok(commit)
+    }
+
+    /// Refuses to change a file of a checked-out branch that the working tree or the
+    /// index holds otherwise than committed: the user's edit would be lost.
+    fn ensure_committed(&self, paths: &[PathBuf]) -> Result<(), WritebackError> {
+        if !self.checked_out() {
+            return Ok(());
+        }
+        for path in paths {
+            match self.repo.status_file(path) {
+                Ok(status) if status.is_empty() || status == git2::Status::IGNORED => {}
+                Ok(_) => {
+                    let workdir = self.repo.workdir().unwrap_or(Path::new(""));
+                    return Err(WritebackError::Uncommitted {
+                        path: workdir.join(path),
+                    });
+                }
+                // Not in the working tree nor the index: a new file.
+                Err(e) if e.code() == ErrorCode::NotFound => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(())
+    }
+
+    fn checked_out(&self) -> bool {
+        self.proposal.is_none() && matches!(self.place, Place::Local { checked_out: true })
     }
 
     /// Makes a checked-out `discovered/` match the branch (files and index), leaving
     /// every other path of the working tree alone. Idempotent, so it also repairs a
     /// process killed between its commit and this step.
     pub fn update_working_tree(&self) -> Result<(), WritebackError> {
-        if !matches!(self.place, Place::Local { checked_out: true }) {
+        self.check_out(&[self.root.join(DISCOVERED_DIR)])
+    }
+
+    /// Makes `paths` of a checked-out branch match its tip (files and index).
+    fn check_out(&self, paths: &[PathBuf]) -> Result<(), WritebackError> {
+        if !self.checked_out() || paths.is_empty() {
             return Ok(());
         }
         let mut checkout = CheckoutBuilder::new();
-        checkout
-            .force()
-            .remove_untracked(false)
-            .path(self.root.join(DISCOVERED_DIR));
+        checkout.force().remove_untracked(false);
+        for path in paths {
+            checkout.path(path);
+        }
         self.repo.checkout_head(Some(&mut checkout))?;
         Ok(())
     }
@@ -420,7 +613,7 @@ impl Workspace {
         // The remote has the commit now: record it as the remote's tip.
         if let Some(tip) = self.tip(&self.local_ref()) {
             self.repo
-                .reference(&self.remote_ref(), tip, true, "discover: pushed")?;
+                .reference(&self.remote_ref(), tip, true, "tether: pushed")?;
         }
         Ok(None)
     }

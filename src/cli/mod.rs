@@ -3,6 +3,7 @@
 mod discover;
 mod events;
 mod models;
+mod operate;
 mod reconcile;
 mod report;
 mod run;
@@ -144,6 +145,62 @@ enum Command {
         after_help = "Examples:\n  tether discover examples/models\n  tether discover --repo ssh://git@git.example.org/ops/models.git --branch main --push --watch\n  tether discover -n demo-trust -n default --once"
     )]
     Discover(DiscoverArgs),
+    /// Set a slice's replica count, as a commit to the models repo, then apply it.
+    ///
+    /// Edits `controller_replica_count` in the model's file in place (comments and
+    /// layout kept) and commits it as `scale: Slice/web 3 → 4`, to the checked-out
+    /// branch, the branch of --repo (pushed), or a new --propose branch. Deployments
+    /// and StatefulSets only. Exits 0 when committed and applied, 2 on error (nothing
+    /// is committed when the slice is unknown, not tether's, or the count negative).
+    #[command(
+        after_help = "Examples:\n  tether scale web +1 -C examples/models\n  tether scale web 5 --repo ssh://git@git.example.org/ops/models.git --author 'Ada <ada@example.org>'\n  tether scale web -1 --propose scale-web-down"
+    )]
+    Scale(operate::ScaleArgs),
+    /// Roll a slice's pods (as `kubectl rollout restart`), as a commit to the models repo.
+    ///
+    /// Sets the slice's `restarted_at` to now; it goes into the pod template's
+    /// `tether.dev/restarted-at` annotation, so the controller replaces every pod
+    /// following its update strategy. Being in Git, the restart is in the history and
+    /// the next reconcile keeps it.
+    #[command(after_help = "Example:\n  tether restart web --wait")]
+    Restart(operate::RestartArgs),
+    /// Put a slice back as it was, as a new commit (history is never rewritten).
+    ///
+    /// By default as it was before its latest change; --to names a commit. The
+    /// slice's model is put back, and the model of the Image it runs when one Image
+    /// has that name.
+    #[command(
+        after_help = "Examples:\n  tether rollback web --wait\n  tether rollback web --to v1.4.0"
+    )]
+    Rollback(operate::RollbackArgs),
+    /// Follow a slice's rollout.
+    #[command(
+        subcommand,
+        after_help = "Example:\n  tether rollout status web --timeout 2m"
+    )]
+    Rollout(operate::RolloutCommand),
+    /// Delete one pod so that it is made again from scratch: by its controller, or
+    /// by tether for a bare pod of its models. Acts on the cluster only.
+    ///
+    /// Nothing changes in Git, because the desired state stays the same. The pod is
+    /// marked with a `tether.dev/action` annotation (which the events of `tether
+    /// events` carry) and a Kubernetes Event records who recreated it. A pod that
+    /// nothing would make again (no controller, not tether's) is refused.
+    #[command(after_help = "Example:\n  tether recreate web-7d9c5-x2x4q -n shop")]
+    Recreate(operate::RecreateArgs),
+    /// Restart the containers of one pod in place (Murano's container restart). Acts on
+    /// the cluster only.
+    ///
+    /// Kubernetes has no API to restart a container. This is the closest equivalent:
+    /// through the exec API it sends SIGTERM to each container's main process (`kill
+    /// 1`); the kubelet then starts the container again in the same pod (same uid, IP
+    /// and volumes; files written outside volumes are lost). It needs the pods/exec
+    /// permission, a `kill` command in the image, and a restartPolicy other than
+    /// Never; a main process that ignores SIGTERM keeps running. When that does not
+    /// fit, `tether recreate` makes a new pod instead. Nothing changes in Git; the
+    /// pod is annotated and a Kubernetes Event records the action.
+    #[command(after_help = "Example:\n  tether restart-containers web-0 -n shop -c web")]
+    RestartContainers(operate::RestartContainersArgs),
     /// Publish pod lifecycle events (created, updated, restarted, deleted) to sinks.
     ///
     /// Watches the pods (discovered and tether-managed alike) and publishes an event
@@ -451,6 +508,12 @@ pub async fn run(args: Args) -> miette::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Discover(args) => discover::run(global, &args).await,
+        Command::Scale(args) => operate::scale(global, &args).await,
+        Command::Restart(args) => operate::restart(global, &args).await,
+        Command::Rollback(args) => operate::rollback(global, &args).await,
+        Command::Rollout(command) => operate::rollout(global, &command).await,
+        Command::Recreate(args) => operate::recreate_pod(global, &args).await,
+        Command::RestartContainers(args) => operate::restart_pod_containers(global, &args).await,
         Command::Events(args) => events::run(global, &args).await,
         Command::Completions { shell } => {
             let mut out = std::io::stdout();

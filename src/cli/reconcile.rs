@@ -9,26 +9,22 @@ use tether::reconcile::{
     ReconcileError, Reconciler,
 };
 
-use super::{
-    ApplyArgs, DiffArgs, EXIT_ERROR, EXIT_INVALID, GlobalArgs, ReportFormat, SelectionArgs, report,
-};
-use tether::config::flags::{InventoryFlags, SourceFlags};
+use super::{ApplyArgs, DiffArgs, EXIT_ERROR, EXIT_INVALID, GlobalArgs, ReportFormat, report};
+use tether::config::flags::InventoryFlags;
 use tether::k8s::ObjectKey;
+use tether::reconcile::Selection;
+use tether::repo::Repo;
 
 /// The plan, or the exit code after the models' problems were printed.
 async fn plan(
     global: &GlobalArgs,
-    source: &SourceFlags,
+    repo: Repo,
     inventory: &InventoryFlags,
-    selection: &SelectionArgs,
+    selection: Option<Selection>,
     options: PlanOptions,
 ) -> miette::Result<Result<(Reconciler, Planned), ExitCode>> {
-    let mut reconciler = Reconciler::new(
-        source.repo(),
-        global.cluster.target(),
-        inventory.inventory(),
-    );
-    if let Some(selection) = selection.selection() {
+    let mut reconciler = Reconciler::new(repo, global.cluster.target(), inventory.inventory());
+    if let Some(selection) = selection {
         reconciler = reconciler.with_selection(selection);
     }
     let graphical = report::use_graphics(global.color, std::io::stderr().is_terminal());
@@ -67,9 +63,9 @@ async fn plan(
 pub async fn diff(global: &GlobalArgs, args: &DiffArgs) -> miette::Result<ExitCode> {
     let (_, planned) = match plan(
         global,
-        &args.source,
+        args.source.repo(),
         &args.inventory,
-        &args.selection,
+        args.selection.selection(),
         PlanOptions {
             dry_run_new: true,
             ..PlanOptions::default()
@@ -101,24 +97,52 @@ pub async fn diff(global: &GlobalArgs, args: &DiffArgs) -> miette::Result<ExitCo
 }
 
 pub async fn apply(global: &GlobalArgs, args: &ApplyArgs) -> miette::Result<ExitCode> {
-    let (reconciler, planned) = match plan(
-        global,
-        &args.source,
-        &args.inventory,
-        &args.selection,
-        PlanOptions {
+    let run = ApplyRun {
+        repo: args.source.repo(),
+        inventory: &args.inventory,
+        selection: args.selection.selection(),
+        plan: PlanOptions {
             prune: args.prune,
             allow_empty: args.allow_empty,
             // `--dry-run` is a review: it checks new objects with the server.
             dry_run_new: args.dry_run,
             partial: false,
         },
-    )
-    .await?
-    {
-        Ok(planned) => planned,
-        Err(code) => return Ok(code),
+        options: ApplyOptions {
+            prune: args.prune,
+            force_conflicts: args.force_conflicts,
+            take_ownership: args.dangerous_override_ownership,
+            delete_foreign_objects: args.dangerous_delete_namespaces_with_foreign_objects,
+            delete_adopted: args.delete_adopted,
+            // A one-shot apply shows drift as a conflict for its user to decide.
+            correct_drift: false,
+            wave_timeout: Some(args.timeout),
+        },
+        dry_run: args.dry_run,
+        wait: args.wait,
+        timeout: args.timeout,
     };
+    run_apply(global, run).await
+}
+
+/// One apply from the command line: `apply`, and the apply after a day-2 operation.
+pub(super) struct ApplyRun<'a> {
+    pub repo: Repo,
+    pub inventory: &'a InventoryFlags,
+    pub selection: Option<Selection>,
+    pub plan: PlanOptions,
+    pub options: ApplyOptions,
+    pub dry_run: bool,
+    pub wait: bool,
+    pub timeout: std::time::Duration,
+}
+
+pub(super) async fn run_apply(global: &GlobalArgs, args: ApplyRun<'_>) -> miette::Result<ExitCode> {
+    let (reconciler, planned) =
+        match plan(global, args.repo, args.inventory, args.selection, args.plan).await? {
+            Ok(planned) => planned,
+            Err(code) => return Ok(code),
+        };
     if args.dry_run {
         let colour = report::use_graphics(global.color, std::io::stdout().is_terminal());
         print!("{}", tether::report::text(&planned.plan, colour));
@@ -138,17 +162,7 @@ pub async fn apply(global: &GlobalArgs, args: &ApplyArgs) -> miette::Result<Exit
             not_ready,
         ),
     };
-    let options = ApplyOptions {
-        prune: args.prune,
-        force_conflicts: args.force_conflicts,
-        take_ownership: args.dangerous_override_ownership,
-        delete_foreign_objects: args.dangerous_delete_namespaces_with_foreign_objects,
-        delete_adopted: args.delete_adopted,
-        // A one-shot apply shows drift as a conflict for its user to decide.
-        correct_drift: false,
-        wave_timeout: Some(args.timeout),
-    };
-    let applied = match reconciler.apply(&planned, &options, &progress).await {
+    let applied = match reconciler.apply(&planned, &args.options, &progress).await {
         Ok(applied) => applied,
         Err(error) if report::is_permanent(&error) => return Err(report::error(error)),
         Err(error) => {

@@ -141,9 +141,12 @@ pub fn is_permanent(error: &tether::reconcile::ReconcileError) -> bool {
 
 /// The flag that solves a library error, if one does.
 fn flag_hint(error: &(dyn std::error::Error + 'static)) -> Option<String> {
+    use tether::actions::ActionError;
+    use tether::actions::pods::PodActionError;
     use tether::cluster::ClusterError;
     use tether::discoverer::DiscoverError;
     use tether::git::GitError;
+    use tether::operation::OperationError;
     use tether::reconcile::ReconcileError;
     use tether::repo::RepoError;
     use tether::writeback::WritebackError;
@@ -174,9 +177,34 @@ fn flag_hint(error: &(dyn std::error::Error + 'static)) -> Option<String> {
         WritebackError::DetachedHead { .. } => Some("pass --branch"),
         _ => None,
     };
+    let pod = |e: &PodActionError| match e {
+        PodActionError::Exec { .. } => Some(
+            "restart-containers needs the pods/exec permission, a kubelet that serves exec, and a kill command in the image; tether recreate makes the pod again instead",
+        ),
+        PodActionError::NothingRemakes { .. } => {
+            Some("delete it with kubectl if it should go for good")
+        }
+        _ => None,
+    };
+    let action = |e: &ActionError| match e {
+        ActionError::Operation(OperationError::NotOwned { .. }) => Some(
+            "change it where it is managed; or take it over: move its model out of discovered/ and set xos_managed: true",
+        ),
+        ActionError::Operation(OperationError::UnknownSlice { .. }) => {
+            Some("tether validate lists the models; --path names the models root")
+        }
+        ActionError::Writeback(WritebackError::BranchExists { .. }) => {
+            Some("pass another --propose branch")
+        }
+        _ => None,
+    };
     let mut current = Some(error);
     while let Some(e) = current {
-        let hint = if let Some(e) = e.downcast_ref::<ClusterError>() {
+        let hint = if let Some(e) = e.downcast_ref::<ActionError>() {
+            action(e)
+        } else if let Some(e) = e.downcast_ref::<PodActionError>() {
+            pod(e)
+        } else if let Some(e) = e.downcast_ref::<ClusterError>() {
             cluster(e)
         } else if let Some(ReconcileError::Cluster(e)) = e.downcast_ref::<ReconcileError>() {
             cluster(e)

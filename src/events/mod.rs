@@ -13,6 +13,9 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Pod;
 use serde::{Deserialize, Serialize};
 
+/// On a pod a day-2 action was taken on: what, when and by whom.
+pub const ACTION_ANNOTATION: &str = "tether.dev/action";
+
 /// What an event remembers of a pod.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PodState {
@@ -23,6 +26,10 @@ pub struct PodState {
     pub labels: BTreeMap<String, String>,
     /// Restart count by container name.
     pub restart_counts: BTreeMap<String, i32>,
+    /// The last day-2 action taken on the pod (`tether recreate`, `restart-containers`),
+    /// from its `tether.dev/action` annotation: why it was deleted or restarted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<String>,
 }
 
 impl PodState {
@@ -45,6 +52,12 @@ impl PodState {
                         .collect()
                 })
                 .unwrap_or_default(),
+            action: pod
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ACTION_ANNOTATION))
+                .cloned(),
         })
     }
 
@@ -99,6 +112,8 @@ struct XosValue<'a> {
     namespace: &'a str,
     uid: &'a str,
     restart_counts: &'a BTreeMap<String, i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    action: Option<&'a str>,
     /// The outbox's sequence number: consumers may drop what they saw already.
     sequence: u64,
 }
@@ -119,6 +134,7 @@ impl PodEvent {
             namespace: &pod.namespace,
             uid: &pod.uid,
             restart_counts: &pod.restart_counts,
+            action: pod.action.as_deref(),
             sequence,
         };
         // Serializing strings and maps of strings cannot fail.
@@ -168,6 +184,7 @@ mod tests {
             ip: ip.map(str::to_string),
             labels: BTreeMap::from([("app".into(), "web".into())]),
             restart_counts: BTreeMap::from([("web".into(), restarts)]),
+            action: None,
         }
     }
 

@@ -333,6 +333,7 @@ mod tests {
             ip: ip.map(str::to_string),
             labels: BTreeMap::new(),
             restart_counts: BTreeMap::new(),
+            action: None,
         }
     }
 

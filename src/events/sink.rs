@@ -312,20 +312,44 @@ fn kubernetes_event(record: &Record) -> Event {
             restarts.join(", ")
         }
     );
+    // One name per outbox record: a redelivery is refused as a duplicate.
+    let name = format!("{}.tether-{}", pod.name, record.sequence);
+    let about = PodRef {
+        namespace: &pod.namespace,
+        name: &pod.name,
+        uid: &pod.uid,
+    };
+    pod_event(&about, name, reason, status.name(), message)
+}
+
+/// The pod an Event is about.
+pub struct PodRef<'a> {
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub uid: &'a str,
+}
+
+/// A Normal Event named `name` on a pod, reported by tether.
+pub fn pod_event(
+    pod: &PodRef<'_>,
+    name: String,
+    reason: &str,
+    action: &str,
+    message: String,
+) -> Event {
     let now = k8s_openapi::jiff::Timestamp::now();
     Event {
         metadata: ObjectMeta {
-            // One name per outbox record: a redelivery is refused as a duplicate.
-            name: Some(format!("{}.tether-{}", pod.name, record.sequence)),
-            namespace: Some(pod.namespace.clone()),
+            name: Some(name),
+            namespace: Some(pod.namespace.to_string()),
             ..ObjectMeta::default()
         },
         involved_object: ObjectReference {
             api_version: Some("v1".into()),
             kind: Some("Pod".into()),
-            name: Some(pod.name.clone()),
-            namespace: Some(pod.namespace.clone()),
-            uid: Some(pod.uid.clone()),
+            name: Some(pod.name.to_string()),
+            namespace: Some(pod.namespace.to_string()),
+            uid: Some(pod.uid.to_string()),
             ..ObjectReference::default()
         },
         reason: Some(reason.into()),
@@ -340,7 +364,7 @@ fn kubernetes_event(record: &Record) -> Event {
         first_timestamp: Some(Time(now)),
         last_timestamp: Some(Time(now)),
         event_time: Some(MicroTime(now)),
-        action: Some(status.name().into()),
+        action: Some(action.into()),
         count: Some(1),
         ..Event::default()
     }

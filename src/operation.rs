@@ -1,0 +1,383 @@
+//! Day-2 operations as changes to the models: scale a slice, restart its pods, put a
+//! model back as it was. Each becomes one format-preserving edit (`edit`) of the
+//! model's file and a commit message that says what changed (`scale: Slice/web 3 →
+//! 4`); `writeback` commits it and the reconciler applies it, so the cluster follows
+//! Git and the next reconcile keeps it. Pure: the models and earlier documents come in
+//! as text.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use thiserror::Error;
+
+use crate::diagnostic::suggestion;
+use crate::edit::{self, EditError, ModelRef, Scalar};
+use crate::model::{ControllerKind, Models, Slice};
+use crate::source::SourceFiles;
+
+/// `tether scale`'s count: `3` sets it, `+1` and `-1` change it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReplicaChange {
+    To(i64),
+    By(i64),
+}
+
+impl std::str::FromStr for ReplicaChange {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let error = || format!("\"{text}\" is not a replica count: write 3, +1 or -1");
+        let digits = text.trim_start_matches(['+', '-']);
+        if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(error());
+        }
+        let number: i64 = digits.parse().map_err(|_| error())?;
+        Ok(match text.as_bytes()[0] {
+            b'+' => ReplicaChange::By(number),
+            b'-' => ReplicaChange::By(-number),
+            _ => ReplicaChange::To(number),
+        })
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Operation {
+    Scale {
+        slice: String,
+        change: ReplicaChange,
+    },
+    /// A rolling restart asked for at `at` (an RFC 3339 time).
+    Restart { slice: String, at: String },
+    /// Models put back as `documents` hold them (each a whole document's text, keyed
+    /// by its kind and name), as of `revision` (`describe`d in the message).
+    Restore {
+        slice: String,
+        revision: String,
+        documents: Vec<RestoredDocument>,
+    },
+}
+
+impl Operation {
+    pub fn slice(&self) -> &str {
+        match self {
+            Operation::Scale { slice, .. }
+            | Operation::Restart { slice, .. }
+            | Operation::Restore { slice, .. } => slice,
+        }
+    }
+}
+
+/// A model's document as it was.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RestoredDocument {
+    pub kind: String,
+    pub name: String,
+    pub text: String,
+}
+
+/// The change an operation makes: files rewritten, and its commit message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Edit {
+    /// Paths relative to the models root, and their new text.
+    pub writes: BTreeMap<String, String>,
+    /// Always empty: an operation never removes a file (kept for `writeback`).
+    pub removes: BTreeSet<String>,
+    /// The commit message's first line, also what the CLI prints.
+    pub summary: String,
+}
+
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum OperationError {
+    #[error("no Slice named \"{name}\" in the models{}", hint_suffix(suggestion))]
+    UnknownSlice {
+        name: String,
+        suggestion: Option<String>,
+    },
+    #[error(
+        "Slice/{slice} is a record of what others run ({path}: xos_managed: false{}); tether does not own it, so it does not change it",
+        owner.as_deref().map(|o| format!(", {o}")).unwrap_or_default()
+    )]
+    NotOwned {
+        slice: String,
+        path: String,
+        owner: Option<String>,
+    },
+    #[error("Slice/{slice} {}: it has no replicas to {action}", controller_words(*controller))]
+    NoReplicas {
+        slice: String,
+        controller: Option<ControllerKind>,
+        action: &'static str,
+    },
+    #[error("Slice/{slice} has {from} replicas, and {from} - {} would be {}: a replica count is 0 or more", -by, from + by)]
+    NegativeCount { slice: String, from: i64, by: i64 },
+    #[error("Slice/{slice} is written twice in the models")]
+    Duplicate { slice: String },
+    #[error("cannot edit {path}")]
+    Edit {
+        path: String,
+        #[source]
+        source: EditError,
+    },
+}
+
+fn hint_suffix(suggestion: &Option<String>) -> String {
+    suggestion
+        .as_deref()
+        .map(|s| format!("; {s}"))
+        .unwrap_or_default()
+}
+
+fn controller_words(controller: Option<ControllerKind>) -> String {
+    match controller {
+        Some(kind) => format!("is a {}", kind.name()),
+        None => "has no controller (its pods are bare)".to_string(),
+    }
+}
+
+/// The edit that carries out `operation` on `files` (the branch's models now).
+pub fn plan(files: &SourceFiles, operation: &Operation) -> Result<Edit, OperationError> {
+    let (documents, _) = crate::load::load(files);
+    let (models, _) = crate::model::read_models(files, &documents);
+    let slice = find_slice(&models, files, operation.slice())?;
+    let path = files.get(slice.origin.span.file).path.clone();
+    let text = &files.get(slice.origin.span.file).text;
+    let name = slice.name.value.as_str();
+    let model = ModelRef {
+        kind: "Slice",
+        name,
+    };
+    let edit_error = |source| OperationError::Edit {
+        path: path.clone(),
+        source,
+    };
+    let controller = slice.controller_kind.as_ref().map(|c| c.value);
+    let (new_text, summary) = match operation {
+        Operation::Scale { change, .. } => {
+            if !matches!(
+                controller,
+                Some(ControllerKind::Deployment | ControllerKind::StatefulSet)
+            ) {
+                return Err(OperationError::NoReplicas {
+                    slice: name.to_string(),
+                    controller,
+                    action: "scale",
+                });
+            }
+            let from = slice
+                .controller_replica_count
+                .as_ref()
+                .map_or(1, |c| c.value);
+            let to = match *change {
+                ReplicaChange::To(n) => n,
+                ReplicaChange::By(by) if from + by < 0 => {
+                    return Err(OperationError::NegativeCount {
+                        slice: name.to_string(),
+                        from,
+                        by,
+                    });
+                }
+                ReplicaChange::By(by) => from + by,
+            };
+            let path = ["controller_replica_count"];
+            let edited = edit::set_field(text, model, &path, &Scalar::Int(to));
+            (
+                edited.map_err(edit_error)?,
+                format!("scale: Slice/{name} {from} → {to}"),
+            )
+        }
+        Operation::Restart { at, .. } => {
+            if !matches!(
+                controller,
+                Some(
+                    ControllerKind::Deployment
+                        | ControllerKind::StatefulSet
+                        | ControllerKind::DaemonSet
+                )
+            ) {
+                return Err(OperationError::NoReplicas {
+                    slice: name.to_string(),
+                    controller,
+                    action: "restart (recreate its pods one by one instead)",
+                });
+            }
+            let edited = edit::set_field(text, model, &["restarted_at"], &Scalar::Str(at.clone()));
+            (
+                edited.map_err(edit_error)?,
+                format!("restart: Slice/{name} at {at}"),
+            )
+        }
+        Operation::Restore {
+            revision,
+            documents,
+            ..
+        } => return restore(&models, files, name, revision, documents),
+    };
+    Ok(Edit {
+        writes: BTreeMap::from([(path.clone(), new_text)]),
+        removes: BTreeSet::new(),
+        summary,
+    })
+}
+
+/// Puts each document back in its model's file (the Slice's, and the Images it ran).
+fn restore(
+    models: &Models,
+    files: &SourceFiles,
+    slice: &str,
+    revision: &str,
+    documents: &[RestoredDocument],
+) -> Result<Edit, OperationError> {
+    let mut writes: BTreeMap<String, String> = BTreeMap::new();
+    for document in documents {
+        let model = ModelRef {
+            kind: &document.kind,
+            name: &document.name,
+        };
+        let Some(file) = file_of(models, model) else {
+            continue;
+        };
+        let path = files.get(file).path.clone();
+        let text = writes
+            .get(&path)
+            .cloned()
+            .unwrap_or_else(|| files.get(file).text.clone());
+        let edited = edit::replace_document(&text, model, &document.text).map_err(|source| {
+            OperationError::Edit {
+                path: path.clone(),
+                source,
+            }
+        })?;
+        if edited != files.get(file).text {
+            writes.insert(path, edited);
+        } else {
+            writes.remove(&path);
+        }
+    }
+    Ok(Edit {
+        writes,
+        removes: BTreeSet::new(),
+        summary: format!("rollback: Slice/{slice} to {revision}"),
+    })
+}
+
+/// The file of a Slice or an Image model (the kinds a rollback puts back).
+fn file_of(models: &Models, model: ModelRef<'_>) -> Option<crate::source::FileId> {
+    let origin = match model.kind {
+        "Slice" => models
+            .slices
+            .iter()
+            .find(|s| s.name.value == model.name)
+            .map(|s| s.origin),
+        "Image" => models
+            .images
+            .iter()
+            .find(|i| i.name.value == model.name)
+            .map(|i| i.origin),
+        _ => None,
+    }?;
+    Some(origin.span.file)
+}
+
+/// The controller a Slice that tether owns renders: its kind, namespace and name.
+pub fn controller_of(
+    files: &SourceFiles,
+    name: &str,
+) -> Result<(ControllerKind, String, String), OperationError> {
+    let (documents, _) = crate::load::load(files);
+    let (models, _) = crate::model::read_models(files, &documents);
+    let slice = find_slice(&models, files, name)?;
+    match (&slice.controller_kind, &slice.trust_domain) {
+        (Some(kind), Some(namespace)) if kind.value != ControllerKind::Job => Ok((
+            kind.value,
+            namespace.value.clone(),
+            slice.name.value.clone(),
+        )),
+        (kind, _) => Err(OperationError::NoReplicas {
+            slice: name.to_string(),
+            controller: kind.as_ref().map(|k| k.value),
+            action: "roll out",
+        }),
+    }
+}
+
+/// Checks that `files` hold a Slice named `name` that tether owns.
+pub fn owned_slice(files: &SourceFiles, name: &str) -> Result<(), OperationError> {
+    let (documents, _) = crate::load::load(files);
+    let (models, _) = crate::model::read_models(files, &documents);
+    find_slice(&models, files, name).map(|_| ())
+}
+
+/// The Slice named `name`, if tether owns it.
+pub fn find_slice<'m>(
+    models: &'m Models,
+    files: &SourceFiles,
+    name: &str,
+) -> Result<&'m Slice, OperationError> {
+    let found: Vec<&Slice> = models
+        .slices
+        .iter()
+        .filter(|s| s.name.value == name)
+        .collect();
+    let slice = match found.as_slice() {
+        [one] => *one,
+        [] => {
+            return Err(OperationError::UnknownSlice {
+                name: name.to_string(),
+                suggestion: suggestion(name, models.slices.iter().map(|s| s.name.value.as_str())),
+            });
+        }
+        _ => {
+            return Err(OperationError::Duplicate {
+                slice: name.to_string(),
+            });
+        }
+    };
+    if !slice.is_managed() {
+        return Err(OperationError::NotOwned {
+            slice: name.to_string(),
+            path: files.get(slice.origin.span.file).path.clone(),
+            owner: slice.description.as_ref().map(|d| d.value.clone()),
+        });
+    }
+    Ok(slice)
+}
+
+/// What a rollback puts back of a slice: its document, and the document of the
+/// Image it runs when one Image has that name (several tags of one name are
+/// separate models a slice chooses between, and its own document says which).
+pub fn rollout_state(files: &SourceFiles, slice: &str) -> Option<Vec<RestoredDocument>> {
+    let (documents, _) = crate::load::load(files);
+    let (models, _) = crate::model::read_models(files, &documents);
+    let found = find_slice(&models, files, slice).ok()?;
+    let document = |kind: &str, name: &str, file| {
+        let text = &files.get(file).text;
+        let model = ModelRef { kind, name };
+        edit::document_text(text, model)
+            .ok()
+            .map(|text| RestoredDocument {
+                kind: kind.to_string(),
+                name: name.to_string(),
+                text: text.to_string(),
+            })
+    };
+    let mut state = vec![document("Slice", slice, found.origin.span.file)?];
+    if let Some(reference) = &found.default_image {
+        let (name, _) = crate::model::split_image_reference(&reference.value);
+        let images: Vec<_> = models
+            .images
+            .iter()
+            .filter(|i| i.name.value == name)
+            .collect();
+        if let [image] = images.as_slice() {
+            state.extend(document("Image", name, image.origin.span.file));
+        }
+    }
+    Some(state)
+}
+
+/// Do two states hold the same models (comments and layout aside)?
+pub fn same_state(a: &[RestoredDocument], b: &[RestoredDocument]) -> bool {
+    a.len() == b.len()
+        && a.iter().zip(b).all(|(a, b)| {
+            a.kind == b.kind && a.name == b.name && edit::same_document(&a.text, &b.text)
+        })
+}
