@@ -211,10 +211,13 @@ pub async fn restart_containers(
             container: container.clone(),
             reason,
         };
-        let mut process = pods
-            .exec(name, ["kill", "1"], &params)
-            .await
-            .map_err(|e| exec_error(crate::error_chain(&e)))?;
+        let mut process = pods.exec(name, ["kill", "1"], &params).await.map_err(|e| {
+            exec_error(match &e {
+                // The server's own words, not the structure they came in.
+                kube::Error::Api(status) if !status.message.is_empty() => status.message.clone(),
+                other => crate::error_chain(other),
+            })
+        })?;
         if let Some(status) = process.take_status()
             && let Some(status) = status.await
             && status.status.as_deref() == Some("Failure")

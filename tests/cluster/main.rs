@@ -8,6 +8,7 @@ mod events;
 mod fidelity;
 mod harness;
 mod nodesim;
+mod operations;
 mod ownership;
 mod reconcile;
 mod run;
