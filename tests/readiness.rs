@@ -1,12 +1,13 @@
 //! The readiness rules on recorded object states: each document of
 //! `tests/readiness/*.yaml` is an object of a kind (or none: it does not exist), an
 //! optional `ready_when` rule and Endpoints, and the readiness expected
-//! (`ready`, `waiting: …`, `failed: …`).
+//! (`ready`, `waiting: …`, `failed: …`). Cases with `rollout: true` are judged as
+//! `tether rollout status` judges a controller.
 
 use std::path::Path;
 
 use serde_json::Value;
-use tether::readiness::{Readiness, assess};
+use tether::readiness::{Readiness, assess, rollout};
 use tether::workflow::Rule;
 
 fn rule_of(case: &Value) -> Rule {
@@ -53,7 +54,12 @@ fn every_kind_is_ready_waiting_or_failed_as_recorded() {
             kinds.insert(kind.to_string());
             let object = case.get("object");
             let endpoints = case.get("endpoints");
-            let actual = shown(&assess(kind, &rule_of(case), object, endpoints));
+            let readiness = match case["rollout"].as_bool() {
+                // `tether rollout status`'s judgement of a controller.
+                Some(true) => rollout(kind, "web", object.unwrap()),
+                _ => assess(kind, &rule_of(case), object, endpoints),
+            };
+            let actual = shown(&readiness);
             let expected = case["expect"].as_str().unwrap();
             if actual != expected {
                 failures.push(format!(

@@ -467,6 +467,31 @@ async fn await_definitions(
 /// server busy, a namespace's service account token not made yet). When the server
 /// stops answering altogether, `unreachable` is set and the remaining objects fail
 /// at once instead of each waiting out its own retries.
+/// Drops `manager`'s entry from the object's managed fields (on its
+/// resourceVersion: a write in between keeps it, which costs a later conflict only).
+async fn forget_manager(api: &Api<DynamicObject>, object: &DynamicObject, manager: &str) {
+    let entries = object.metadata.managed_fields.clone().unwrap_or_default();
+    let kept: Vec<_> = entries
+        .iter()
+        .filter(|e| e.manager.as_deref() != Some(manager))
+        .cloned()
+        .collect();
+    if kept.len() == entries.len() || kept.is_empty() {
+        return;
+    }
+    let patch = serde_json::json!({"metadata": {
+        "resourceVersion": object.metadata.resource_version,
+        "managedFields": kept,
+    }});
+    let name = object.metadata.name.as_deref().unwrap_or_default();
+    if let Err(error) = api
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        tracing::debug!(%error, "could not forget the strategy switch's field manager");
+    }
+}
+
 #[instrument(skip_all, fields(object = %step.change.key))]
 async fn apply_one(
     resources: &Resources,
@@ -503,6 +528,17 @@ async fn apply_one(
     if step.change.action == Action::Replace {
         delete_and_wait(&api, key).await?;
     }
+    let switch_manager = format!("{manager}-strategy-switch");
+    if let Some(patch) = &step.clear_rolling {
+        // A failure shows as the apply's own refusal.
+        let switch = PatchParams {
+            field_manager: Some(switch_manager.clone()),
+            ..PatchParams::default()
+        };
+        if let Err(error) = api.patch(&key.name, &switch, &Patch::Merge(patch)).await {
+            tracing::debug!(%error, "could not clear the rolling update parameters");
+        }
+    }
     if let Some(hand_over) = &step.hand_over {
         // Without it the apply still succeeds; kubectl's manager then keeps co-owning
         // the fields, and a later change of them is a conflict.
@@ -519,6 +555,12 @@ async fn apply_one(
             return Err(ObjectFailure::Unreachable);
         }
         let error = match api.patch(&key.name, &params, &Patch::Apply(desired)).await {
+            Ok(applied) if step.clear_rolling.is_some() => {
+                // The switch's manager co-owns the type it set: forgotten, so that
+                // the type is the apply's alone (and goes with it later).
+                forget_manager(&api, &applied, &switch_manager).await;
+                return Ok(applied.metadata.uid);
+            }
             Ok(applied) => return Ok(applied.metadata.uid),
             Err(error) => error,
         };

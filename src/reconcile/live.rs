@@ -194,6 +194,7 @@ fn prune_steps(
             desired: None,
             force: false,
             hand_over: None,
+            clear_rolling: None,
             provenance: None,
         });
     }
@@ -370,6 +371,7 @@ impl ObjectPlanner<'_> {
             desired: Some(self.desired.clone()),
             force: false,
             hand_over: None,
+            clear_rolling: None,
             provenance: None,
         }
     }
@@ -402,6 +404,21 @@ impl ObjectPlanner<'_> {
             replace.change.owned_by = Some(owner);
         }
         replace
+    }
+
+    /// A controller whose update strategy changes to one without rolling
+    /// parameters: the server's dry run cannot show the result (it refuses the
+    /// parameters it defaulted itself), so the diff compares the fields tether sets.
+    fn switch_strategy(&self, live: &Value, owned_by: Option<String>, patch: Value) -> Step {
+        let diff = replace_diff(&self.object.kind, live, &self.object.body);
+        let mut switch = self.step(Action::Update, diff);
+        switch.clear_rolling = Some(patch);
+        if let Some(owner) = owned_by {
+            switch.change.action = Action::Conflict;
+            switch.change.conflicts = vec![owner_conflict(&owner)];
+            switch.change.owned_by = Some(owner);
+        }
+        switch
     }
 
     /// A server-side dry run of the apply (counted).
@@ -561,6 +578,14 @@ impl ObjectPlanner<'_> {
             {
                 return Ok(self.replace(live, owned_by));
             }
+            Err(kube::Error::Api(status))
+                if status.code == 422 && status.message.contains("rollingUpdate") =>
+            {
+                if let Some(patch) = strategy_switch(&self.desired) {
+                    return Ok(self.switch_strategy(live, owned_by, patch));
+                }
+                return Ok(self.failed(status_text(&status)));
+            }
             Err(kube::Error::Api(status)) => return Ok(self.failed(status_text(&status))),
             Err(e) => return Err(api_error(format!("dry-run apply {}", self.key))(e)),
         };
@@ -626,6 +651,22 @@ fn owner_conflict(owner: &str) -> FieldConflict {
 /// selector, completions)?
 fn is_immutable_job_change(kind: &str, status: &kube::core::Status) -> bool {
     kind == "Job" && status.code == 422 && status.message.contains("field is immutable")
+}
+
+/// A controller switched to an update strategy without rolling parameters
+/// (Deployment `Recreate`, StatefulSet or DaemonSet `OnDelete`) keeps those the server
+/// defaulted while it rolled: they belong to no field manager, so an apply cannot
+/// remove them, and validation refuses them beside the new type. This merge patch
+/// sets the type and drops them in one step.
+fn strategy_switch(desired: &Value) -> Option<Value> {
+    let (field, without_rolling) = match desired["kind"].as_str()? {
+        "Deployment" => ("strategy", "Recreate"),
+        "StatefulSet" | "DaemonSet" => ("updateStrategy", "OnDelete"),
+        _ => return None,
+    };
+    (desired["spec"][field]["type"].as_str() == Some(without_rolling)).then(
+        || serde_json::json!({"spec": {field: {"type": without_rolling, "rollingUpdate": null}}}),
+    )
 }
 
 /// Did `manager` write the object only in place (Update operations), never by apply?

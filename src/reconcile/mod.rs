@@ -172,6 +172,10 @@ struct Step {
     /// hand-over of fields `kubectl apply` set client-side (see
     /// [`crate::managed_fields`]).
     hand_over: Option<serde_json::Value>,
+    /// A merge patch that switches a controller's update strategy and drops the
+    /// rolling parameters the server defaulted, sent before the apply (which the
+    /// server refuses while they are there).
+    clear_rolling: Option<serde_json::Value>,
     /// How the object comes into the inventory if it is not recorded yet.
     provenance: Option<Provenance>,
 }

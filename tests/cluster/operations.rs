@@ -591,3 +591,58 @@ async fn restart_containers_says_what_it_needs_when_the_node_cannot_exec() {
         all_output(&missing)
     );
 }
+
+#[tokio::test]
+async fn the_update_strategy_can_change_both_ways() {
+    let (client, ns, inventory) = setup("ops-strategy").await;
+    let repo = checkout(&models(&ns, 2, "max_surge: 1\n"));
+    let path = repo.path().to_str().unwrap();
+    let applied = tether(&inventory, &["apply", path]);
+    assert!(applied.status.success(), "{}", all_output(&applied));
+    let deployments = Api::<Deployment>::namespaced(client.clone(), &ns);
+    let strategy = |d: Deployment| serde_json::to_value(d.spec.unwrap().strategy).unwrap();
+    // Recreate: the rolling parameters (ours, and the server's defaults) must go.
+    std::fs::write(
+        repo.path().join("models.yaml"),
+        models(&ns, 2, "update_strategy: Recreate\n"),
+    )
+    .unwrap();
+    let applied = tether(&inventory, &["apply", path]);
+    assert!(applied.status.success(), "{}", all_output(&applied));
+    assert_eq!(
+        strategy(deployments.get("web").await.unwrap()),
+        serde_json::json!({"type": "Recreate"})
+    );
+    let diff = tether(&inventory, &["diff", path]);
+    assert_eq!(diff.status.code(), Some(0), "{}", all_output(&diff));
+    // And back to rolling, with the server's defaults for what the model leaves out.
+    std::fs::write(
+        repo.path().join("models.yaml"),
+        models(&ns, 2, "max_unavailable: 0\n"),
+    )
+    .unwrap();
+    let applied = tether(&inventory, &["apply", path]);
+    assert!(applied.status.success(), "{}", all_output(&applied));
+    assert_eq!(
+        strategy(deployments.get("web").await.unwrap()),
+        serde_json::json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": 0}})
+    );
+    // A StatefulSet from rolling (with the server's partition 0) to OnDelete.
+    let stateful = models(&ns, 2, "").replace("Deployment", "StatefulSet");
+    std::fs::write(repo.path().join("models.yaml"), &stateful).unwrap();
+    assert!(
+        tether(&inventory, &["apply", path, "--prune"])
+            .status
+            .success()
+    );
+    let on_delete = format!("{stateful}update_strategy: OnDelete\n");
+    std::fs::write(repo.path().join("models.yaml"), on_delete).unwrap();
+    let applied = tether(&inventory, &["apply", path]);
+    assert!(applied.status.success(), "{}", all_output(&applied));
+    let sets = Api::<k8s_openapi::api::apps::v1::StatefulSet>::namespaced(client.clone(), &ns);
+    let live = sets.get("web").await.unwrap().spec.unwrap().update_strategy;
+    assert_eq!(
+        serde_json::to_value(live).unwrap(),
+        serde_json::json!({"type": "OnDelete"})
+    );
+}
