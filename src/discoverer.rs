@@ -44,27 +44,39 @@ pub enum Destination {
     },
 }
 
+impl Destination {
+    /// The workspace on `branch` (default: the checked-out one; main for a remote),
+    /// a remote fetched now. Blocking (git2).
+    pub fn open(&self, branch: Option<&str>) -> Result<Workspace, WritebackError> {
+        match self {
+            Destination::Remote {
+                url,
+                path,
+                cache,
+                credentials,
+            } => Workspace::open_clone(
+                url,
+                branch.unwrap_or("main"),
+                path,
+                cache,
+                credentials.clone(),
+            ),
+            Destination::Checkout { path } => Workspace::open_local(path, branch),
+        }
+    }
+}
+
 /// Opens the workspace on `branch` (else the settings file's `discover.branch`, else
 /// the checked-out branch, or main for a remote) and reads its settings file.
 pub async fn open_workspace(
     destination: Destination,
     branch: Option<String>,
 ) -> Result<(Workspace, Settings), DiscoverError> {
-    blocking(move || match destination {
-        Destination::Remote {
-            url,
-            path,
-            cache,
-            credentials,
-        } => {
-            let mut workspace = Workspace::open_clone(
-                &url,
-                branch.as_deref().unwrap_or("main"),
-                &path,
-                &cache,
-                credentials,
-            )
-            .map_err(DiscoverError::Open)?;
+    blocking(move || match &destination {
+        Destination::Remote { .. } => {
+            let mut workspace = destination
+                .open(branch.as_deref())
+                .map_err(DiscoverError::Open)?;
             let settings = match workspace.committed_text(SETTINGS_FILE) {
                 Some(text) => settings::parse(SETTINGS_FILE, &text)
                     .map_err(crate::config::ConfigError::from)?,
@@ -78,8 +90,9 @@ pub async fn open_workspace(
         Destination::Checkout { path } => {
             let settings = crate::config::read_settings(&path.join(SETTINGS_FILE))?;
             let branch = branch.or_else(|| settings.discover.branch.clone());
-            let workspace =
-                Workspace::open_local(&path, branch.as_deref()).map_err(DiscoverError::Open)?;
+            let workspace = destination
+                .open(branch.as_deref())
+                .map_err(DiscoverError::Open)?;
             workspace.update_working_tree()?;
             Ok((workspace, settings))
         }

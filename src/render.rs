@@ -675,6 +675,13 @@ fn int_or_string(value: IntOrPercent) -> IntOrString {
     }
 }
 
+fn strategy_type(rollout: &Rollout) -> Option<String> {
+    rollout
+        .update_strategy
+        .as_ref()
+        .map(|s| s.value.name().to_string())
+}
+
 /// Only what the model sets: an unset field stays the server's default, owned by no one.
 fn deployment_strategy(rollout: &Rollout) -> Option<DeploymentStrategy> {
     let rolling = (rollout.max_surge.is_some() || rollout.max_unavailable.is_some()).then(|| {
@@ -686,10 +693,7 @@ fn deployment_strategy(rollout: &Rollout) -> Option<DeploymentStrategy> {
                 .map(|x| int_or_string(x.value)),
         }
     });
-    let type_ = rollout
-        .update_strategy
-        .as_ref()
-        .map(|s| s.value.name().to_string());
+    let type_ = strategy_type(rollout);
     (type_.is_some() || rolling.is_some()).then_some(DeploymentStrategy {
         type_,
         rolling_update: rolling,
@@ -704,10 +708,7 @@ fn stateful_set_strategy(rollout: &Rollout) -> Option<StatefulSetUpdateStrategy>
             partition: Some(i32::try_from(p.value).unwrap_or(i32::MAX)),
             ..RollingUpdateStatefulSetStrategy::default()
         });
-    let type_ = rollout
-        .update_strategy
-        .as_ref()
-        .map(|s| s.value.name().to_string());
+    let type_ = strategy_type(rollout);
     (type_.is_some() || rolling.is_some()).then_some(StatefulSetUpdateStrategy {
         type_,
         rolling_update: rolling,
@@ -722,10 +723,7 @@ fn daemon_set_strategy(rollout: &Rollout) -> Option<DaemonSetUpdateStrategy> {
             max_unavailable: Some(int_or_string(x.value)),
             ..RollingUpdateDaemonSet::default()
         });
-    let type_ = rollout
-        .update_strategy
-        .as_ref()
-        .map(|s| s.value.name().to_string());
+    let type_ = strategy_type(rollout);
     (type_.is_some() || rolling.is_some()).then_some(DaemonSetUpdateStrategy {
         type_,
         rolling_update: rolling,

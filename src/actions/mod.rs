@@ -75,29 +75,25 @@ pub async fn commit(to: CommitTo, request: Request) -> Result<Committed, ActionE
 }
 
 fn commit_blocking(to: CommitTo, request: Request) -> Result<Committed, ActionError> {
-    let (mut workspace, push, apply_from) = match &to.destination {
+    let mut workspace = to.destination.open(to.branch.as_deref())?;
+    let (push, apply_from) = match &to.destination {
         Destination::Remote {
             url,
             path,
             cache,
             credentials,
         } => {
-            let branch = to.branch.as_deref().unwrap_or("main");
-            let workspace = Workspace::open_clone(url, branch, path, cache, credentials.clone())?;
+            let branch = to.propose.as_deref().unwrap_or(workspace.branch());
             let repo = Repo::Git {
                 url: url.clone(),
-                reference: Some(to.propose.clone().unwrap_or_else(|| branch.to_string())),
+                reference: Some(branch.to_string()),
                 path: path.clone(),
                 cache: cache.clone(),
                 credentials: credentials.clone(),
             };
-            (workspace, true, repo)
+            (true, repo)
         }
-        Destination::Checkout { path } => {
-            let workspace = Workspace::open_local(path, to.branch.as_deref())?;
-            let source = local_source(path, &workspace);
-            (workspace, false, source)
-        }
+        Destination::Checkout { path } => (false, local_source(path, &workspace)),
     };
     if let Some(proposal) = &to.propose {
         workspace.propose(proposal);

@@ -467,28 +467,41 @@ async fn await_definitions(
 /// server busy, a namespace's service account token not made yet). When the server
 /// stops answering altogether, `unreachable` is set and the remaining objects fail
 /// at once instead of each waiting out its own retries.
-/// Drops `manager`'s entry from the object's managed fields (on its
-/// resourceVersion: a write in between keeps it, which costs a later conflict only).
+/// Drops `manager`'s entry from the object's managed fields, on the object's
+/// resourceVersion (looked up again when a controller's status write came first).
 async fn forget_manager(api: &Api<DynamicObject>, object: &DynamicObject, manager: &str) {
-    let entries = object.metadata.managed_fields.clone().unwrap_or_default();
-    let kept: Vec<_> = entries
-        .iter()
-        .filter(|e| e.manager.as_deref() != Some(manager))
-        .cloned()
-        .collect();
-    if kept.len() == entries.len() || kept.is_empty() {
-        return;
-    }
-    let patch = serde_json::json!({"metadata": {
-        "resourceVersion": object.metadata.resource_version,
-        "managedFields": kept,
-    }});
-    let name = object.metadata.name.as_deref().unwrap_or_default();
-    if let Err(error) = api
-        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-    {
-        tracing::debug!(%error, "could not forget the strategy switch's field manager");
+    let name = object.metadata.name.clone().unwrap_or_default();
+    let mut object = object.clone();
+    for _ in 0..5 {
+        let entries = object.metadata.managed_fields.clone().unwrap_or_default();
+        let kept: Vec<_> = entries
+            .iter()
+            .filter(|e| e.manager.as_deref() != Some(manager))
+            .cloned()
+            .collect();
+        if kept.len() == entries.len() || kept.is_empty() {
+            return;
+        }
+        let patch = serde_json::json!({"metadata": {
+            "resourceVersion": object.metadata.resource_version,
+            "managedFields": kept,
+        }});
+        match api
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Err(kube::Error::Api(status)) if status.is_conflict() => {}
+            Err(error) => {
+                // The type stays co-owned: a later switch back is refused by the server.
+                tracing::warn!(%error, "could not forget the strategy switch's field manager");
+                return;
+            }
+            Ok(_) => return,
+        }
+        object = match api.get(&name).await {
+            Ok(object) => object,
+            Err(_) => return,
+        };
     }
 }
 

@@ -613,6 +613,21 @@ async fn the_update_strategy_can_change_both_ways() {
         strategy(deployments.get("web").await.unwrap()),
         serde_json::json!({"type": "Recreate"})
     );
+    // The switch's own field manager is gone: the type is the apply's alone.
+    let managers: Vec<String> = deployments
+        .get("web")
+        .await
+        .unwrap()
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|e| e.manager)
+        .collect();
+    assert!(
+        !managers.iter().any(|m| m.ends_with("-strategy-switch")),
+        "{managers:?}"
+    );
     let diff = tether(&inventory, &["diff", path]);
     assert_eq!(diff.status.code(), Some(0), "{}", all_output(&diff));
     // And back to rolling, with the server's defaults for what the model leaves out.
