@@ -72,6 +72,8 @@ pub struct RestoredDocument {
     pub kind: String,
     pub name: String,
     pub text: String,
+    /// The file it was in, relative to the models root.
+    pub path: String,
 }
 
 /// The change an operation makes: files rewritten, and its commit message.
@@ -357,6 +359,7 @@ pub fn rollout_state(files: &SourceFiles, slice: &str) -> Option<Vec<RestoredDoc
                 kind: kind.to_string(),
                 name: name.to_string(),
                 text: text.to_string(),
+                path: files.path(file).to_string(),
             })
     };
     let mut state = vec![document("Slice", slice, found.origin.span.file)?];

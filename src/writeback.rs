@@ -368,6 +368,11 @@ impl Workspace {
             let Ok(parent) = commit.parent(0) else {
                 break;
             };
+            // Most commits leave the state's files as they were: no need to read them.
+            if self.same_blobs(&commit, &parent, &now) {
+                commit = parent;
+                continue;
+            }
             match state_at(parent.id())? {
                 Some(state) if !same_state(&state, &now) => {
                     return Ok(Some((describe(&parent), state)));
@@ -377,6 +382,22 @@ impl Workspace {
             }
         }
         Ok(None)
+    }
+
+    /// Do two commits hold the same files where `state`'s documents are?
+    fn same_blobs(&self, a: &git2::Commit, b: &git2::Commit, state: &[RestoredDocument]) -> bool {
+        let blob = |commit: &git2::Commit, path: &str| {
+            commit
+                .tree()
+                .ok()?
+                .get_path(&self.root.join(path))
+                .ok()
+                .map(|entry| entry.id())
+        };
+        state.iter().all(|document| {
+            let here = blob(a, &document.path);
+            here.is_some() && here == blob(b, &document.path)
+        })
     }
 
     /// The model files of the base commit (none on an unborn branch).

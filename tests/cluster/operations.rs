@@ -270,6 +270,8 @@ async fn rollback_returns_the_image_as_a_new_commit_on_the_remote() {
     let first = remote.head_of_bare("main");
     let newer = models(&ns, 1, "").replace("tag: \"1.25\"", "tag: \"1.26\"");
     let second = remote.push("main", &[("models.yaml", &newer)]);
+    // A commit that leaves the slice alone: the rollback looks past it.
+    let third = remote.push("main", &[("site.yaml", "kind: Site\nname: mysite\n")]);
     let cache = tempfile::tempdir().unwrap();
     let cache_dir = cache.path().to_str().unwrap();
     let source = [
@@ -319,15 +321,14 @@ async fn rollback_returns_the_image_as_a_new_commit_on_the_remote() {
     let bare = remote.bare();
     let log = git(&bare, &["log", "--format=%H %an %s", "main"]);
     let lines: Vec<&str> = log.lines().collect();
-    assert_eq!(lines.len(), 3, "{log}");
+    assert_eq!(lines.len(), 4, "{log}");
+    let rollback = format!("Bob Oncall rollback: Slice/web to {}", &first[..10]);
+    assert!(lines[0].contains(&rollback), "{log}");
     assert!(
-        lines[0].contains("Bob Oncall rollback: Slice/web to"),
+        lines[1].starts_with(&third) && lines[2].starts_with(&second),
         "{log}"
     );
-    assert!(
-        lines[1].starts_with(&second) && lines[2].starts_with(&first),
-        "{log}"
-    );
+    assert!(lines[3].starts_with(&first), "{log}");
     let now = git(&bare, &["show", "main:models/models.yaml"]);
     assert_eq!(now, models(&ns, 1, "").trim_end());
 }
