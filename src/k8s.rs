@@ -37,6 +37,46 @@ pub fn is_label_value(s: &str) -> bool {
             && s.ends_with(|c: char| c.is_ascii_alphanumeric()))
 }
 
+/// Why `key` is not a label key, as the API server checks it: an optional prefix (a
+/// DNS-1123 subdomain of at most 253 characters) and `/`, then a name of 1 to 63
+/// alphanumerics, '-', '_' or '.', starting and ending alphanumeric.
+pub fn label_key_problem(key: &str) -> Option<String> {
+    let (prefix, name) = match key.split_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    if let Some(prefix) = prefix
+        && (prefix.is_empty() || prefix.len() > 253 || !is_dns1123_subdomain(prefix))
+    {
+        return Some(format!(
+            "its prefix \"{prefix}\" is not a DNS subdomain (lower case, digits, '-' and '.', at most 253)"
+        ));
+    }
+    if name.is_empty() {
+        return Some("its name (after the prefix) is empty".into());
+    }
+    if name.len() > 63 {
+        return Some(format!("its name is {} characters, past 63", name.len()));
+    }
+    if name.contains('/') || !is_label_value(name) {
+        return Some(format!(
+            "its name \"{name}\" must be alphanumerics, '-', '_' or '.', starting and ending alphanumeric"
+        ));
+    }
+    None
+}
+
+/// Why `value` is not a label value (see [`is_label_value`]).
+pub fn label_value_problem(value: &str) -> Option<String> {
+    if value.len() > 63 {
+        return Some(format!("it is {} characters, past 63", value.len()));
+    }
+    (!is_label_value(value)).then(|| {
+        "it must be empty, or alphanumerics, '-', '_' or '.', starting and ending alphanumeric"
+            .to_string()
+    })
+}
+
 /// A name fixed to satisfy [`is_dns1123_label`], for hints.
 pub fn suggest_dns1123_label(s: &str) -> String {
     let lowered: String = s
@@ -255,6 +295,15 @@ mod tests {
         assert!(is_dns1035_label("web"));
         assert!(!is_dns1035_label("1web"));
         assert!(is_label_value("mysite_demo1"));
+        assert_eq!(label_key_problem("app.kubernetes.io/name"), None);
+        assert_eq!(label_key_problem("tier"), None);
+        assert!(label_key_problem("-tier").is_some());
+        assert!(label_key_problem("Example.COM/tier").is_some());
+        assert!(label_key_problem("a/b/c").is_some());
+        assert!(label_key_problem("example.com/").is_some());
+        assert!(label_key_problem(&"x".repeat(64)).is_some());
+        assert_eq!(label_value_problem(""), None);
+        assert!(label_value_problem("two words").is_some());
         assert!(!is_label_value("_x"));
         assert_eq!(suggest_dns1123_label("MySite_demo1"), "mysite-demo1");
     }

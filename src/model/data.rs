@@ -5,6 +5,7 @@
 use super::read::is_yaml_1_1_boolean;
 use super::{Data, DataKind, Spanned};
 use crate::diagnostic::{Diagnostic, Diagnostics, Span};
+use crate::k8s;
 use crate::load::{Dialect, Document, Node, Value, parse_yaml, point_span};
 use crate::source::SourceFile;
 
@@ -279,6 +280,13 @@ pub(super) fn read_resource_definition(
                     .with_hint("quote it to keep the string, or write true or false"),
             );
         }
+        for (node, problem) in label_problems(object) {
+            diagnostics.push(
+                error(at(node), format!("resource_definition object: {problem}"))
+                    .with_hint("the API server refuses it: label keys are [prefix/]name, values 63 characters of [A-Za-z0-9_.-] at most"),
+            );
+            ok = false;
+        }
         for (field, found) in metadata_map_problems(object) {
             diagnostics.push(
                 error(
@@ -333,6 +341,32 @@ fn metadata_map_problems(object: &Node) -> Vec<(&'static str, &Node)> {
                 }
             }
             _ => problems.push((field, map)),
+        }
+    }
+    problems
+}
+
+/// Label keys and values (`metadata.labels`) that the API server would refuse,
+/// each with the node at fault.
+fn label_problems(object: &Node) -> Vec<(&Node, String)> {
+    let Some(Value::Map(entries)) = object
+        .field("metadata")
+        .and_then(|m| m.field("labels"))
+        .map(|l| &l.value)
+    else {
+        return Vec::new();
+    };
+    let mut problems = Vec::new();
+    for (key, value) in entries {
+        if let Value::Str(k) = &key.value
+            && let Some(why) = k8s::label_key_problem(k)
+        {
+            problems.push((key, format!("label key \"{k}\" is not valid: {why}")));
+        }
+        if let Value::Str(v) = &value.value
+            && let Some(why) = k8s::label_value_problem(v)
+        {
+            problems.push((value, format!("label value \"{v}\" is not valid: {why}")));
         }
     }
     problems
