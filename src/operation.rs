@@ -5,7 +5,7 @@
 //! Git and the next reconcile keeps it. Pure: the models and earlier documents come in
 //! as text.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use thiserror::Error;
 
@@ -81,8 +81,6 @@ pub struct RestoredDocument {
 pub struct Edit {
     /// Paths relative to the models root, and their new text.
     pub writes: BTreeMap<String, String>,
-    /// Always empty: an operation never removes a file (kept for `writeback`).
-    pub removes: BTreeSet<String>,
     /// The commit message's first line, also what the CLI prints.
     pub summary: String,
 }
@@ -137,8 +135,7 @@ fn controller_words(controller: Option<ControllerKind>) -> String {
 
 /// The edit that carries out `operation` on `files` (the branch's models now).
 pub fn plan(files: &SourceFiles, operation: &Operation) -> Result<Edit, OperationError> {
-    let (documents, _) = crate::load::load(files);
-    let (models, _) = crate::model::read_models(files, &documents);
+    let models = models_of(files);
     let slice = find_slice(&models, files, operation.slice())?;
     let path = files.get(slice.origin.span.file).path.clone();
     let text = &files.get(slice.origin.span.file).text;
@@ -215,9 +212,15 @@ pub fn plan(files: &SourceFiles, operation: &Operation) -> Result<Edit, Operatio
     };
     Ok(Edit {
         writes: BTreeMap::from([(path.clone(), new_text)]),
-        removes: BTreeSet::new(),
         summary,
     })
+}
+
+/// The models of `files`, read as far as they read: an operation needs only the
+/// slice it names to be sound, and the apply after it validates the rest.
+fn models_of(files: &SourceFiles) -> Models {
+    let (documents, _) = crate::load::load(files);
+    crate::model::read_models(files, &documents).0
 }
 
 /// Puts each document back in its model's file (the Slice's, and the Images it ran).
@@ -256,7 +259,6 @@ fn restore(
     }
     Ok(Edit {
         writes,
-        removes: BTreeSet::new(),
         summary: format!("rollback: Slice/{slice} to {revision}"),
     })
 }
@@ -284,8 +286,7 @@ pub fn controller_of(
     files: &SourceFiles,
     name: &str,
 ) -> Result<(ControllerKind, String, String), OperationError> {
-    let (documents, _) = crate::load::load(files);
-    let (models, _) = crate::model::read_models(files, &documents);
+    let models = models_of(files);
     let slice = find_slice(&models, files, name)?;
     match (&slice.controller_kind, &slice.trust_domain) {
         (Some(kind), Some(namespace)) if kind.value != ControllerKind::Job => Ok((
@@ -303,8 +304,7 @@ pub fn controller_of(
 
 /// Checks that `files` hold a Slice named `name` that tether owns.
 pub fn owned_slice(files: &SourceFiles, name: &str) -> Result<(), OperationError> {
-    let (documents, _) = crate::load::load(files);
-    let (models, _) = crate::model::read_models(files, &documents);
+    let models = models_of(files);
     find_slice(&models, files, name).map(|_| ())
 }
 
@@ -347,8 +347,7 @@ pub fn find_slice<'m>(
 /// Image it runs when one Image has that name (several tags of one name are
 /// separate models a slice chooses between, and its own document says which).
 pub fn rollout_state(files: &SourceFiles, slice: &str) -> Option<Vec<RestoredDocument>> {
-    let (documents, _) = crate::load::load(files);
-    let (models, _) = crate::model::read_models(files, &documents);
+    let models = models_of(files);
     let found = find_slice(&models, files, slice).ok()?;
     let document = |kind: &str, name: &str, file| {
         let text = &files.get(file).text;

@@ -58,7 +58,11 @@ pub enum WritebackError {
 pub trait Change {
     /// Paths relative to the models root, and their new text.
     fn writes(&self) -> &BTreeMap<String, String>;
-    fn removes(&self) -> &BTreeSet<String>;
+    /// Paths removed (none by default).
+    fn removes(&self) -> &BTreeSet<String> {
+        static NONE: BTreeSet<String> = BTreeSet::new();
+        &NONE
+    }
     fn message(&self) -> String;
 
     fn is_empty(&self) -> bool {
@@ -69,9 +73,6 @@ pub trait Change {
 impl Change for crate::operation::Edit {
     fn writes(&self) -> &BTreeMap<String, String> {
         &self.writes
-    }
-    fn removes(&self) -> &BTreeSet<String> {
-        &self.removes
     }
     fn message(&self) -> String {
         self.summary.clone()
