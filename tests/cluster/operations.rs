@@ -662,3 +662,71 @@ async fn the_update_strategy_can_change_both_ways() {
         serde_json::json!({"type": "OnDelete"})
     );
 }
+
+#[tokio::test]
+async fn recreate_works_on_pods_of_controllers_kubectl_made() {
+    use crate::discover::kubectl;
+    let (client, ns, _) = setup("ops-recreate-kubectl").await;
+    kubectl(&[
+        "create",
+        "deployment",
+        "web",
+        "--image=nginx",
+        "--replicas=2",
+        "-n",
+        &ns,
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let manifest = dir.path().join("db.yaml");
+    std::fs::write(
+        &manifest,
+        "apiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: db\nspec:\n  serviceName: db\n  replicas: 1\n  selector:\n    matchLabels: {app: db}\n  template:\n    metadata:\n      labels: {app: db}\n    spec:\n      containers:\n        - {name: db, image: mariadb}\n",
+    )
+    .unwrap();
+    kubectl(&["apply", "-n", &ns, "-f", manifest.to_str().unwrap()]);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let live = |pods: Vec<Pod>| -> Vec<(String, String)> {
+        pods.into_iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .map(|p| (p.metadata.name.unwrap(), p.metadata.uid.unwrap()))
+            .collect()
+    };
+    eventually(Duration::from_secs(30), || async {
+        live(pods.list(&ListParams::default()).await.unwrap().items).len() == 3
+    })
+    .await;
+    let before = live(pods.list(&ListParams::default()).await.unwrap().items);
+
+    // A ReplicaSet's pod: a new pod under a new name.
+    let (web, web_uid) = before.iter().find(|(n, _)| n.starts_with("web-")).unwrap();
+    let recreated = tether_plain(&["recreate", web, "-n", &ns]);
+    assert!(recreated.status.success(), "{}", all_output(&recreated));
+    assert!(
+        stdout(&recreated).contains("its ReplicaSet"),
+        "{}",
+        stdout(&recreated)
+    );
+    // A StatefulSet's pod: made again under the same name, with a new uid.
+    let db_uid = pods.get("db-0").await.unwrap().metadata.uid.unwrap();
+    let recreated = tether_plain(&["recreate", "db-0", "-n", &ns]);
+    assert!(recreated.status.success(), "{}", all_output(&recreated));
+    assert!(
+        stdout(&recreated).contains("its StatefulSet db made db-0"),
+        "{}",
+        stdout(&recreated)
+    );
+    let after = live(pods.list(&ListParams::default()).await.unwrap().items);
+    assert!(
+        after
+            .iter()
+            .all(|(_, uid)| uid != web_uid && *uid != db_uid),
+        "{after:?}"
+    );
+    assert!(after.iter().any(|(name, _)| name == "db-0"), "{after:?}");
+    // The other web pod is left alone.
+    let other = before
+        .iter()
+        .find(|(n, _)| n.starts_with("web-") && n != web)
+        .unwrap();
+    assert!(after.contains(other), "{after:?}");
+}
