@@ -72,6 +72,17 @@ pub struct Target {
 
 /// A client for `target`, checked by asking the server for its version.
 pub async fn connect(target: &Target) -> Result<Client, ClusterError> {
+    connect_with(target, true).await
+}
+
+/// A client for `target` that does not retry refusals of "too many requests" by
+/// itself: an eviction that a disruption budget refuses (429) is an answer to act
+/// on, not a busy server to wait out.
+pub async fn connect_without_retries(target: &Target) -> Result<Client, ClusterError> {
+    connect_with(target, false).await
+}
+
+async fn connect_with(target: &Target, retries: bool) -> Result<Client, ClusterError> {
     let options = KubeConfigOptions {
         context: target.context.clone(),
         ..KubeConfigOptions::default()
@@ -97,6 +108,7 @@ pub async fn connect(target: &Target) -> Result<Client, ClusterError> {
             config.auth_info.impersonate_groups = Some(target.impersonate_groups.clone());
         }
     }
+    config.default_retry = retries;
     let url = config.cluster_url.to_string();
     let timeout = target.request_timeout.unwrap_or(Duration::from_secs(30));
     config.connect_timeout = Some(timeout);

@@ -22,6 +22,7 @@ pub mod driver;
 pub mod edit;
 pub mod events;
 pub mod git;
+pub mod host;
 pub mod inventory;
 pub mod k8s;
 pub mod load;

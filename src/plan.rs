@@ -38,6 +38,12 @@ pub enum Action {
     /// A field the server does not let change (a Job's pod template) changed: the
     /// object is deleted and created again.
     Replace,
+    /// A Node model whose host is gone: with prune, the node is cordoned, its pods
+    /// evicted (disruption budgets respected) or deleted, and the Node deleted.
+    RemoveHost,
+    /// A Node model whose node is not in the cluster (yet): nothing is applied
+    /// until it joins, since tether never creates a node.
+    Absent,
 }
 
 impl Action {
@@ -51,6 +57,8 @@ impl Action {
             Action::Error => "error",
             Action::Release => "release",
             Action::Replace => "replace",
+            Action::RemoveHost => "remove-host",
+            Action::Absent => "absent",
         }
     }
 }
@@ -125,7 +133,7 @@ impl Plan {
     pub fn has_differences(&self) -> bool {
         self.changes
             .iter()
-            .any(|c| !matches!(c.action, Action::Unchanged | Action::Error))
+            .any(|c| !matches!(c.action, Action::Unchanged | Action::Error | Action::Absent))
     }
 
     pub fn has_errors(&self) -> bool {

@@ -12,8 +12,9 @@ use k8s_openapi::api::apps::v1::{
 };
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    ConfigMap, ConfigMapVolumeSource, Container, Namespace, Pod, PodSpec, PodTemplateSpec, Secret,
-    SecretVolumeSource, Service, ServiceAccount, ServicePort, ServiceSpec, Volume, VolumeMount,
+    ConfigMap, ConfigMapVolumeSource, Container, Namespace, Node, NodeSpec, Pod, PodSpec,
+    PodTemplateSpec, Secret, SecretVolumeSource, Service, ServiceAccount, ServicePort, ServiceSpec,
+    Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -21,9 +22,10 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::diagnostic::Span;
+use crate::host;
 use crate::k8s;
 use crate::model::{
-    self, ControllerKind, DataKind, DataModel, Idx, Image, IntOrPercent, Kind,
+    self, ControllerKind, DataKind, DataModel, Host, Idx, Image, IntOrPercent, Kind,
     KubernetesServiceInstance, ModelObject, Origin, Principal, Protocol, Rollout, Slice, Text,
     TrustDomain, indexed, object_key,
 };
@@ -234,6 +236,10 @@ impl Renderer<'_> {
             self.enter(Kind::Service, i.index());
             self.render_service(i);
         }
+        for (i, host) in m.hosts.iter().enumerate() {
+            self.enter(Kind::Node, i);
+            self.render_node(host);
+        }
         for (i, r) in m.resources.iter().enumerate() {
             self.enter(Kind::KubernetesResourceInstance, i);
             for object in &r.objects {
@@ -246,6 +252,38 @@ impl Renderer<'_> {
                 self.push_value(r.origin, &r.name.value, body);
             }
         }
+    }
+
+    /// A host's node: tether's labels, the record of the taints it keeps (see
+    /// [`crate::host`]), and the cordon of a locked host. Never a new node: the plan
+    /// applies it only over a node that exists.
+    fn render_node(&mut self, host: &Host) {
+        let Some(key) = object_key(ModelObject::Host(host)) else {
+            return;
+        };
+        let name = &host.name.value;
+        let mut metadata = self.metadata(host.origin, name, &key);
+        let mut node_labels: BTreeMap<String, String> = host
+            .labels
+            .iter()
+            .map(|(k, v)| (k.value.clone(), v.value.clone()))
+            .collect();
+        node_labels.extend(self.ownership_labels());
+        metadata.labels = Some(node_labels);
+        let taints = host::model_taints(host);
+        metadata.annotations.get_or_insert_default().insert(
+            host::TAINTS_ANNOTATION.into(),
+            host::taints_annotation(&taints),
+        );
+        let object = Node {
+            metadata,
+            spec: host.is_locked().then(|| NodeSpec {
+                unschedulable: Some(true),
+                ..NodeSpec::default()
+            }),
+            ..Node::default()
+        };
+        self.push(host.origin, name, &key, &object);
     }
 
     fn render_namespace(&mut self, td: &TrustDomain) {

@@ -10,7 +10,7 @@ use serde_json::json;
 use crate::inventory::NamespaceContents;
 use crate::plan::{Action, Change, Plan};
 
-const ACTIONS: [Action; 7] = [
+const ACTIONS: [Action; 8] = [
     Action::Create,
     Action::Update,
     Action::Delete,
@@ -18,7 +18,13 @@ const ACTIONS: [Action; 7] = [
     Action::Error,
     Action::Release,
     Action::Replace,
+    Action::RemoveHost,
 ];
+
+/// What a host removal does, for the reviewer.
+const REMOVE_HOST_NOTE: &str = "the host is leaving: its node is cordoned, these pods are evicted (disruption budgets respected) or deleted, then the Node is deleted";
+/// Why nothing is applied to an absent node.
+const ABSENT_NOTE: &str = "the node is not in the cluster: nothing is applied until it joins (tether never creates a node)";
 
 /// What a release does, for the reviewer.
 const RELEASE_NOTE: &str =
@@ -53,6 +59,18 @@ fn counts(plan: &Plan) -> String {
         parts.push(format!(
             "{} to replace (deleted and created again)",
             plan.count(Action::Replace)
+        ));
+    }
+    if plan.count(Action::RemoveHost) > 0 {
+        parts.push(format!(
+            "{} hosts to remove",
+            plan.count(Action::RemoveHost)
+        ));
+    }
+    if plan.count(Action::Absent) > 0 {
+        parts.push(format!(
+            "{} nodes not in the cluster",
+            plan.count(Action::Absent)
         ));
     }
     parts.join(", ")
@@ -139,14 +157,17 @@ pub fn text(plan: &Plan, colour: bool) -> String {
             Action::Release if plan.prune => paint("33;1", "release"),
             Action::Release => paint("33;1", "release (with --prune)"),
             Action::Replace => paint("33;1", "replace"),
+            Action::RemoveHost if plan.prune => paint("31;1", "remove host"),
+            Action::RemoveHost => paint("31;1", "remove host (with --prune)"),
+            Action::Absent => paint("33;1", "absent"),
             Action::Unchanged => String::new(),
         };
         let _ = writeln!(out, "\n{verb} {}{}", change.key, origin(change));
         if let Some(error) = &change.error {
             let _ = writeln!(out, "  {}", one_line(error));
         }
-        if change.action == Action::Release {
-            let _ = writeln!(out, "  {RELEASE_NOTE}");
+        if let Some(note) = note(change.action) {
+            let _ = writeln!(out, "  {note}");
         }
         if let Some(contents) = &change.contents {
             let _ = writeln!(out, "  {}", contents_text(contents, change.action));
@@ -191,20 +212,20 @@ pub fn markdown(plan: &Plan) -> String {
     if let Some(graph) = &plan.graph {
         let _ = write!(out, "```mermaid\n{graph}```\n\n");
     }
-    let mut by_kind: BTreeMap<&str, [usize; 7]> = BTreeMap::new();
+    let mut by_kind: BTreeMap<&str, [usize; 8]> = BTreeMap::new();
     for change in &plan.changes {
         if let Some(i) = ACTIONS.iter().position(|a| *a == change.action) {
             by_kind.entry(&change.key.kind).or_default()[i] += 1;
         }
     }
     out.push_str(
-        "| Kind | Create | Update | Delete | Conflict | Error | Release | Replace |\n|---|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| Kind | Create | Update | Delete | Conflict | Error | Release | Replace | Remove host |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for (kind, n) in &by_kind {
         let _ = writeln!(
             out,
-            "| {kind} | {} | {} | {} | {} | {} | {} | {} |",
-            n[0], n[1], n[2], n[3], n[4], n[5], n[6]
+            "| {kind} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            n[0], n[1], n[2], n[3], n[4], n[5], n[6], n[7]
         );
     }
     if plan.has_errors() {
@@ -220,7 +241,7 @@ pub fn markdown(plan: &Plan) -> String {
         }
     }
     let _ = writeln!(out, "\n{}.", counts(plan));
-    if plan.count(Action::Delete) > 0 && !plan.prune {
+    if plan.count(Action::Delete) + plan.count(Action::RemoveHost) > 0 && !plan.prune {
         out.push_str("Deletions happen only with `tether apply --prune`.\n");
     }
     for (heading, change) in shown_changes(plan) {
@@ -241,8 +262,8 @@ pub fn markdown(plan: &Plan) -> String {
                 conflict.field, conflict.manager
             );
         }
-        if change.action == Action::Release {
-            let _ = writeln!(out, "{RELEASE_NOTE}\n");
+        if let Some(note) = note(change.action) {
+            let _ = writeln!(out, "{note}\n");
         }
         if let Some(contents) = &change.contents {
             let _ = writeln!(out, "{}\n", contents_text(contents, change.action));
@@ -255,6 +276,16 @@ pub fn markdown(plan: &Plan) -> String {
         let _ = write!(out, "{fence}diff\n{}{fence}\n\n</details>\n", change.diff);
     }
     out
+}
+
+/// What the reviewer is told beside the diff of a change of this action.
+fn note(action: Action) -> Option<&'static str> {
+    match action {
+        Action::Release => Some(RELEASE_NOTE),
+        Action::RemoveHost => Some(REMOVE_HOST_NOTE),
+        Action::Absent => Some(ABSENT_NOTE),
+        _ => None,
+    }
 }
 
 /// What a namespace to delete or release holds, and whether that keeps it.
@@ -365,6 +396,8 @@ pub fn json(plan: &Plan) -> String {
             "error": plan.count(Action::Error),
             "release": plan.count(Action::Release),
             "replace": plan.count(Action::Replace),
+            "removeHost": plan.count(Action::RemoveHost),
+            "absent": plan.count(Action::Absent),
         },
         "waves": plan.waves.iter().map(|w| json!({"waitsFor": w.waits_for})).collect::<Vec<_>>(),
         "changes": changes,

@@ -21,7 +21,12 @@ pub(super) struct FieldReader<'a> {
 }
 
 impl FieldReader<'_> {
-    fn error(&mut self, node: &Node, message: impl Into<String>, hint: impl Into<String>) {
+    pub(super) fn error(
+        &mut self,
+        node: &Node,
+        message: impl Into<String>,
+        hint: impl Into<String>,
+    ) {
         self.diagnostics.push(
             Diagnostic::error(self.document.span(node), message)
                 .in_model(self.label)
@@ -29,7 +34,7 @@ impl FieldReader<'_> {
         );
     }
 
-    fn text(&mut self, node: &Node, what: &str) -> Option<Text> {
+    pub(super) fn text(&mut self, node: &Node, what: &str) -> Option<Text> {
         match node.scalar_text(&self.file.text) {
             Some(text) if !text.is_empty() => Some(Spanned::new(text, self.document.span(node))),
             _ => {

@@ -18,6 +18,7 @@ pub enum Kind {
     Service,
     ServicePort,
     KubernetesResourceInstance,
+    Node,
 }
 
 /// The deprecated XOS spelling of [`Kind::KubernetesConfigVolumeMount`].
@@ -47,7 +48,7 @@ pub const XOS_FEEDBACK_FIELDS: &[&str] = &[
 ];
 
 impl Kind {
-    pub const ALL: [Kind; 14] = [
+    pub const ALL: [Kind; 15] = [
         Kind::KubernetesService,
         Kind::Site,
         Kind::Image,
@@ -62,6 +63,7 @@ impl Kind {
         Kind::Service,
         Kind::ServicePort,
         Kind::KubernetesResourceInstance,
+        Kind::Node,
     ];
 
     pub fn name(self) -> &'static str {
@@ -80,6 +82,7 @@ impl Kind {
             Kind::Service => "Service",
             Kind::ServicePort => "ServicePort",
             Kind::KubernetesResourceInstance => "KubernetesResourceInstance",
+            Kind::Node => "Node",
         }
     }
 
@@ -94,7 +97,7 @@ impl Kind {
     /// The fields a model of this kind may have, besides `kind` and `apiVersion`.
     pub fn fields(self) -> &'static [&'static str] {
         match self {
-            Kind::KubernetesService => &["name"],
+            Kind::KubernetesService => &["name", "enabled"],
             Kind::Site => &["name", "abbreviated_name", "site_url"],
             Kind::Image => &["name", "tag", "image_kind"],
             Kind::TrustDomain => &["name", "owner", "xos_managed"],
@@ -126,6 +129,7 @@ impl Kind {
                 "owner",
                 "xos_managed",
                 "pod_ip",
+                "node",
                 "depends_on",
             ],
             Kind::KubernetesConfigMap => &["name", "trust_domain", "data", "files"],
@@ -160,6 +164,7 @@ impl Kind {
                 "depends_on",
                 "ready_when",
             ],
+            Kind::Node => &["name", "labels", "taints", "locked"],
         }
     }
 

@@ -9,6 +9,7 @@
 mod data;
 mod depends;
 mod files;
+mod host;
 mod index;
 mod kind;
 mod object;
@@ -16,6 +17,7 @@ mod read;
 mod schema;
 
 pub use files::{data_file_paths, resolve_data_path};
+pub use host::LOCK_TAINT_KEY;
 pub use index::{Idx, PerModel, indexed};
 pub use kind::{CONFIG_MOUNT_ALIAS, Kind, XOS_FEEDBACK_FIELDS};
 pub use object::{ModelObject, object_key};
@@ -90,6 +92,16 @@ pub struct Origin {
 pub struct KubernetesService {
     pub origin: Origin,
     pub name: Text,
+    /// `enabled: false`: Kubernetes is switched off for this repository, and
+    /// `apply` and the daemon leave the cluster alone (StarlingX's rule that a
+    /// system without Kubernetes behaves as if the feature did not exist).
+    pub enabled: Option<Spanned<bool>>,
+}
+
+impl KubernetesService {
+    pub fn is_enabled(&self) -> bool {
+        self.enabled.as_ref().is_none_or(|e| e.value)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -288,6 +300,8 @@ pub struct KubernetesServiceInstance {
     pub owner: Option<Text>,
     pub xos_managed: Option<Spanned<bool>>,
     pub pod_ip: Option<Text>,
+    /// The node the pod runs on (read-only: discovery records it).
+    pub node: Option<Text>,
     pub depends_on: Vec<Dependency>,
 }
 
@@ -429,6 +443,59 @@ pub struct KubernetesResourceInstance {
     pub ready_when: Option<Spanned<ReadyWhen>>,
 }
 
+/// A host's Kubernetes node (`kind: Node`, named after the node): the labels and
+/// taints tether keeps on it, and whether the host is locked. tether never creates
+/// a node; it owns only what it set on one.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Host {
+    pub origin: Origin,
+    pub name: Text,
+    /// Keys and values in the order written.
+    pub labels: Vec<(Text, Text)>,
+    pub taints: Vec<Taint>,
+    /// true: cordoned, with tether's `NoExecute` lock taint, so pods that do not
+    /// tolerate it leave.
+    pub locked: Option<Spanned<bool>>,
+}
+
+impl Host {
+    pub fn is_locked(&self) -> bool {
+        self.locked.as_ref().is_some_and(|l| l.value)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Taint {
+    pub key: Text,
+    pub value: Option<Text>,
+    pub effect: Spanned<TaintEffect>,
+    /// The entry in the list.
+    pub span: Span,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum TaintEffect {
+    NoSchedule,
+    PreferNoSchedule,
+    NoExecute,
+}
+
+impl TaintEffect {
+    pub const ALL: [TaintEffect; 3] = [
+        TaintEffect::NoSchedule,
+        TaintEffect::PreferNoSchedule,
+        TaintEffect::NoExecute,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            TaintEffect::NoSchedule => "NoSchedule",
+            TaintEffect::PreferNoSchedule => "PreferNoSchedule",
+            TaintEffect::NoExecute => "NoExecute",
+        }
+    }
+}
+
 /// Every model of a repo, grouped by kind, each group in source order.
 #[derive(Clone, Debug, Default)]
 pub struct Models {
@@ -445,6 +512,7 @@ pub struct Models {
     pub services: Vec<Service>,
     pub ports: Vec<ServicePort>,
     pub resources: Vec<KubernetesResourceInstance>,
+    pub hosts: Vec<Host>,
 }
 
 impl Models {
@@ -461,6 +529,7 @@ impl Models {
             + self.services.len()
             + self.ports.len()
             + self.resources.len()
+            + self.hosts.len()
     }
 
     pub fn is_empty(&self) -> bool {

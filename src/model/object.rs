@@ -2,7 +2,9 @@
 //! these identities for collisions and render writes them into `metadata`, so what is
 //! checked is by construction what is rendered.
 
-use super::{DataModel, KubernetesServiceInstance, Principal, Service, Slice, Text, TrustDomain};
+use super::{
+    DataModel, Host, KubernetesServiceInstance, Principal, Service, Slice, Text, TrustDomain,
+};
 use crate::k8s::{ObjectKey, effective_namespace};
 
 /// A model that becomes a Kubernetes object of its own, with the namespace it is
@@ -19,6 +21,7 @@ pub enum ModelObject<'m> {
     Service(&'m Service, &'m str),
     /// One object of a KubernetesResourceInstance's `resource_definition`.
     Resource(&'m serde_json::Value),
+    Host(&'m Host),
 }
 
 /// The identity (group, kind, namespace, name) of the object `model` renders to;
@@ -47,6 +50,7 @@ pub fn object_key(model: ModelObject<'_>) -> Option<ObjectKey> {
                 &x.name,
             )
         }
+        ModelObject::Host(x) => key("v1", "Node", None, &x.name),
         ModelObject::Instance(x, namespace) => key("v1", "Pod", Some(namespace), &x.name),
         ModelObject::Service(x, namespace) => key("v1", "Service", Some(namespace), &x.name),
         ModelObject::Resource(object) => {

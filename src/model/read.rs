@@ -409,10 +409,14 @@ impl<'a> Reader<'a> {
         let origin = self.origin;
         match origin.kind {
             Kind::KubernetesService => {
-                if let Some(name) = self.required_text("name") {
-                    models
-                        .kubernetes_services
-                        .push(KubernetesService { origin, name });
+                let name = self.required_text("name");
+                let enabled = self.boolean("enabled");
+                if let Some(name) = name {
+                    models.kubernetes_services.push(KubernetesService {
+                        origin,
+                        name,
+                        enabled,
+                    });
                 }
             }
             Kind::Site => {
@@ -476,6 +480,29 @@ impl<'a> Reader<'a> {
             }
             Kind::ServicePort => self.read_port(models),
             Kind::KubernetesResourceInstance => self.read_resource(models),
+            Kind::Node => self.read_host(models),
+        }
+    }
+
+    fn read_host(&mut self, models: &mut Models) {
+        let name = self.required_text("name");
+        let labels = match self.present("labels") {
+            Some((_, node)) => self.field_reader().node_labels(node),
+            None => Vec::new(),
+        };
+        let taints = match self.present("taints") {
+            Some((_, node)) => self.field_reader().node_taints(node),
+            None => Vec::new(),
+        };
+        let locked = self.boolean("locked");
+        if let Some(name) = name {
+            models.hosts.push(Host {
+                origin: self.origin,
+                name,
+                labels,
+                taints,
+                locked,
+            });
         }
     }
 
@@ -506,11 +533,16 @@ impl<'a> Reader<'a> {
         let owner = self.text("owner");
         let xos_managed = self.boolean("xos_managed");
         let pod_ip = self.text("pod_ip");
+        let node = self.text("node");
         let depends_on = self.depends_on();
         if xos_managed.as_ref().is_none_or(|m| m.value) {
             self.read_only(
                 "pod_ip",
                 "the cluster assigns it; only discovered models (xos_managed: false) carry it",
+            );
+            self.read_only(
+                "node",
+                "the scheduler places the pod; only discovered models (xos_managed: false) carry it",
             );
         }
         if let (Some(name), Some(slice), Some(image)) = (name, slice, image) {
@@ -522,6 +554,7 @@ impl<'a> Reader<'a> {
                 owner,
                 xos_managed,
                 pod_ip,
+                node,
                 depends_on,
             });
         }
@@ -787,7 +820,9 @@ impl<'a> Reader<'a> {
 /// The fields in bold in the model reference (design.md).
 fn required_fields(kind: Kind) -> &'static [&'static str] {
     match kind {
-        Kind::KubernetesService | Kind::Site | Kind::Image | Kind::TrustDomain => &["name"],
+        Kind::KubernetesService | Kind::Site | Kind::Image | Kind::TrustDomain | Kind::Node => {
+            &["name"]
+        }
         Kind::Slice | Kind::Service => &["name"],
         Kind::Principal => &["name", "trust_domain"],
         Kind::KubernetesServiceInstance => &["name", "slice", "image"],

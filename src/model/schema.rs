@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::Deserialize;
 
-use super::{ControllerKind, Protocol, UpdateStrategy, XOS_FEEDBACK_FIELDS};
+use super::{ControllerKind, Protocol, TaintEffect, UpdateStrategy, XOS_FEEDBACK_FIELDS};
 
 /// The JSON Schema of one model document, pretty-printed.
 pub fn model_schema() -> String {
@@ -100,6 +100,7 @@ enum ModelDocument {
     Service(ServiceDoc),
     ServicePort(ServicePortDoc),
     KubernetesResourceInstance(ResourceInstanceDoc),
+    Node(NodeDoc),
 }
 
 /// A field value whose schema is given by hand-picked JSON (a choice from a model
@@ -228,6 +229,9 @@ struct KubernetesServiceDoc {
     api_version: Option<ApiVersion>,
     /// Always `kubernetes`.
     name: Scalar,
+    /// false: Kubernetes is off for this repository; `apply` and the daemon leave
+    /// the cluster alone.
+    enabled: Option<bool>,
 }
 
 /// A deployment site; slices name it.
@@ -334,6 +338,8 @@ struct ServiceInstanceDoc {
     xos_managed: Option<bool>,
     /// Read-only: the pod's IP, as discovery records it.
     pod_ip: Option<Scalar>,
+    /// Read-only: the node the pod runs on, as discovery records it.
+    node: Option<Scalar>,
     /// Models and objects that must be ready before the pod is applied.
     depends_on: Option<Vec<DependencyDoc>>,
 }
@@ -450,6 +456,41 @@ struct ResourceInstanceDoc {
     depends_on: Option<Vec<DependencyDoc>>,
     /// When its objects count as ready to the models that depend on it.
     ready_when: Option<ReadyWhenDoc>,
+}
+
+value_schema!(
+    /// A label's value: text (empty, or written as nothing, is allowed).
+    LabelValue,
+    json_schema!({"anyOf": [{"type": "string", "maxLength": 63}, {"const": null}]})
+);
+value_schema!(TaintEffectName, {
+    let names: Vec<&str> = TaintEffect::ALL.iter().map(|e| e.name()).collect();
+    json_schema!({"enum": names})
+});
+
+/// A host's Kubernetes node, named after it. tether never creates a node: it keeps
+/// its labels, taints and lock on one that joined the cluster.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct NodeDoc {
+    #[serde(rename = "apiVersion")]
+    api_version: Option<ApiVersion>,
+    /// The node's name in the cluster.
+    name: Scalar,
+    /// Labels tether keeps on the node; labels others set are left alone.
+    labels: Option<BTreeMap<String, LabelValue>>,
+    /// Taints tether keeps on the node; taints others set are left alone.
+    taints: Option<Vec<TaintDoc>>,
+    /// true: cordoned, with a NoExecute taint, so pods that do not tolerate it leave.
+    locked: Option<bool>,
+}
+
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct TaintDoc {
+    key: String,
+    value: Option<String>,
+    effect: TaintEffectName,
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PropagationPolicy};
 use tracing::instrument;
 
+use super::hosts;
 use super::live::CONCURRENCY;
 use super::outcome::{ApplyReport, BlockedWave, ObjectFailure, ObjectReport, Outcome};
 use super::{ApplyOptions, ApplyProgress, Planned, Step, wait};
@@ -30,13 +31,21 @@ pub const DEFAULT_WAVE_TIMEOUT: Duration = Duration::from_secs(300);
 /// How long the deletion of an object to replace may take.
 const REPLACE_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// The clients an apply uses: one for everything, one that lets a refused eviction
+/// through at once (see [`crate::cluster::connect_without_retries`]).
+pub(super) struct Clients<'c> {
+    pub client: &'c Client,
+    pub evictions: &'c Client,
+}
+
 pub(super) async fn apply(
-    client: &Client,
+    clients: Clients<'_>,
     inventory: &Inventory,
     planned: &Planned,
     options: &ApplyOptions,
     progress: &(dyn Fn(ApplyProgress<'_>) + Sync),
 ) -> Result<ApplyReport, ClusterError> {
+    let client = clients.client;
     let commit = planned.plan.revision.as_ref().map(|r| r.commit.clone());
     let applying = record_before_apply(client, inventory, planned).await?;
     let manager = inventory.field_manager();
@@ -102,16 +111,13 @@ pub(super) async fn apply(
     let mut removed = planned.forgotten.clone();
     // A blocked workflow prunes nothing: its later waves may still need what would go.
     if report.blocked.is_none() {
-        prune_all(
-            &resources,
-            planned,
+        let pruning = Pruning {
+            evictions: clients.evictions,
+            resources: &resources,
             manager,
             options,
-            &mut report,
-            &mut removed,
-            &applied,
-        )
-        .await?;
+        };
+        prune_all(&pruning, planned, &mut report, &mut removed, &applied).await?;
     }
     let succeeded = report.succeeded();
     update_inventory(client, inventory, |current| {
@@ -128,24 +134,32 @@ pub(super) async fn apply(
 }
 
 /// Prunes (or releases, or reports as prunable) the objects whose model is gone.
+/// What prune works with.
+struct Pruning<'a> {
+    evictions: &'a Client,
+    resources: &'a Resources,
+    manager: &'a str,
+    options: &'a ApplyOptions,
+}
+
 async fn prune_all(
-    resources: &Resources,
+    pruning: &Pruning<'_>,
     planned: &Planned,
-    manager: &str,
-    options: &ApplyOptions,
     report: &mut ApplyReport,
     removed: &mut BTreeSet<ObjectKey>,
     applied: &(dyn Fn(usize) + Sync),
 ) -> Result<(), ClusterError> {
-    let deletions = planned
-        .steps
-        .iter()
-        .filter(|s| matches!(s.change.action, Action::Delete | Action::Release));
+    let deletions = planned.steps.iter().filter(|s| {
+        matches!(
+            s.change.action,
+            Action::Delete | Action::Release | Action::RemoveHost
+        )
+    });
     let mut done = report.objects.len();
     for step in deletions {
         done += 1;
         applied(done);
-        let outcome = prune_step(resources, step, manager, options).await?;
+        let outcome = prune_step(pruning, step).await?;
         if matches!(
             outcome,
             None | Some(Outcome::Pruned) | Some(Outcome::Released)
@@ -304,14 +318,19 @@ async fn apply_batch(
 }
 
 /// What prune does with one object whose model is gone (`None`: it was gone).
-async fn prune_step(
-    resources: &Resources,
-    step: &Step,
-    manager: &str,
-    options: &ApplyOptions,
-) -> Result<Option<Outcome>, ClusterError> {
+async fn prune_step(pruning: &Pruning<'_>, step: &Step) -> Result<Option<Outcome>, ClusterError> {
+    let Pruning {
+        evictions,
+        resources,
+        manager,
+        options,
+    } = *pruning;
     Ok(match (options.prune, step.change.action) {
         (false, _) => Some(Outcome::Prunable),
+        (true, Action::RemoveHost) => {
+            let timeout = options.wave_timeout.unwrap_or(DEFAULT_WAVE_TIMEOUT);
+            hosts::remove_host(evictions, &step.change.key.name, manager, timeout).await?
+        }
         (true, Action::Release) if !options.delete_adopted => {
             release_one(resources, step, manager).await?
         }
@@ -540,6 +559,10 @@ async fn apply_one(
     }
     if step.change.action == Action::Replace {
         delete_and_wait(&api, key).await?;
+    }
+    if hosts::is_node(key) {
+        // Before the apply, which records the taints as set.
+        hosts::sync_taints(&api.clone().into_client(), &key.name, desired, manager).await?;
     }
     let switch_manager = format!("{manager}-strategy-switch");
     if let Some(patch) = &step.clear_rolling {

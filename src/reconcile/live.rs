@@ -18,9 +18,11 @@ use tracing::instrument;
 
 use super::cache::WatchCache;
 use super::contents::list_namespace;
+use super::hosts;
 use super::outcome::status_text;
 use super::{PlanOptions, Step};
 use crate::cluster::{ClusterError, Resources, record_of};
+use crate::host::{HostRemoval, merged_taints};
 use crate::inventory::{
     InventoryRecord, Provenance, PruneDecision, namespace_contents, prune_decisions,
 };
@@ -123,6 +125,13 @@ pub(super) async fn plan(
     steps.extend(prunes);
     for step in steps
         .iter_mut()
+        .filter(|s| s.change.action == Action::RemoveHost)
+    {
+        let pods = hosts::bound_pods(client, &step.change.key.name).await?;
+        step.change.diff = HostRemoval::of(&step.change.key.name, &pods).describe();
+    }
+    for step in steps
+        .iter_mut()
         .filter(|s| matches!(s.change.action, Action::Delete | Action::Release))
         .filter(|s| s.change.key.kind == "Namespace" && s.change.key.group.is_empty())
     {
@@ -160,6 +169,11 @@ fn prune_steps(
     {
         let key = entry.key();
         let action = match decision {
+            // A Node is always adopted (tether never creates one), and its model gone
+            // means the host is leaving.
+            PruneDecision::Delete | PruneDecision::Release if hosts::is_node(&key) => {
+                Action::RemoveHost
+            }
             PruneDecision::Delete => Action::Delete,
             PruneDecision::Release => Action::Release,
             PruneDecision::Forget(why) => {
@@ -390,6 +404,14 @@ impl ObjectPlanner<'_> {
         create
     }
 
+    /// A Node model whose node is not in the cluster: nothing to apply (tether never
+    /// creates a node) and nothing to record.
+    fn absent(&self) -> Step {
+        let mut absent = self.step(Action::Absent, String::new());
+        absent.desired = None;
+        absent
+    }
+
     /// A Job whose pod template changed: Kubernetes does not let it change, so it
     /// is deleted and created again.
     /// Another inventory's Job stays its own: a conflict, refused at apply like
@@ -497,6 +519,7 @@ impl ObjectPlanner<'_> {
             }
         };
         match live {
+            None if hosts::is_node(&self.key) => Ok(self.absent()),
             None => self.plan_new(&api).await,
             Some(live) if is_inventory_record(&live) => Ok(self.failed(
                 "this is the record of a tether inventory: tether never applies over an inventory"
@@ -558,7 +581,12 @@ impl ObjectPlanner<'_> {
         let adopted = Some(Provenance::adopted(
             live["metadata"]["uid"].as_str().map(str::to_string),
         ));
-        if provably_unchanged(&self.desired, live) && owned_by.is_none() {
+        // A node's taints are edited in place, beside the apply (see `crate::host`).
+        let taints = match hosts::is_node(&self.key) {
+            true => merged_taints(live, &self.desired),
+            false => None,
+        };
+        if provably_unchanged(&self.desired, live) && owned_by.is_none() && taints.is_none() {
             let mut unchanged = self.step(Action::Unchanged, String::new());
             unchanged.provenance = adopted;
             return Ok(unchanged);
@@ -590,12 +618,15 @@ impl ObjectPlanner<'_> {
             Err(e) => return Err(api_error(format!("dry-run apply {}", self.key))(e)),
         };
         let object = self.object;
-        let result = live_value(
+        let mut result = live_value(
             result,
             &object.api_version,
             &object.kind,
             self.context.manager,
         );
+        if let Some(taints) = taints {
+            result["spec"]["taints"] = Value::Array(taints);
+        }
         let hand_over = hand_over_patch(
             live,
             &self.desired,

@@ -8,6 +8,7 @@
 mod apply;
 pub mod cache;
 mod contents;
+mod hosts;
 mod live;
 pub mod outcome;
 mod wait;
@@ -20,14 +21,16 @@ use thiserror::Error;
 use tokio::sync::OnceCell;
 use tracing::instrument;
 
-use crate::cluster::{ClusterError, Resources, Target, connect, read_inventory_version};
+use crate::cluster::{
+    ClusterError, Resources, Target, connect, connect_without_retries, read_inventory_version,
+};
 use crate::config::settings::{self, Settings, SettingsError};
 use crate::confine::{self, Confinement};
 use crate::diagnostic::Diagnostics;
 use crate::inventory::Provenance;
 use crate::k8s::ObjectKey;
 use crate::ownership::Inventory;
-use crate::plan::{Change, Plan, WaveSummary};
+use crate::plan::{Action, Change, Plan, WaveSummary};
 use crate::render::{RenderedObject, render};
 use crate::repo::{LoadedModels, Repo, RepoError, SETTINGS_FILE};
 use crate::workflow::Workflow;
@@ -269,6 +272,16 @@ impl Reconciler {
                 planning.labelled
             ));
         }
+        for absent in planning
+            .steps
+            .iter()
+            .filter(|s| s.change.action == Action::Absent)
+        {
+            warnings.push(format!(
+                "node {} is not in the cluster: its model's labels, taints and lock are applied once it joins",
+                absent.change.key.name
+            ));
+        }
         let plan = Plan {
             warnings,
             source: models.loaded.label.clone(),
@@ -322,7 +335,15 @@ impl Reconciler {
             return Err(ReconcileError::PartialPrune);
         }
         let client = self.client().await?;
-        Ok(apply::apply(client, &self.inventory, planned, options, progress).await?)
+        let evictions = match options.prune && planned.plan.count(Action::RemoveHost) > 0 {
+            true => Some(connect_without_retries(&self.target).await?),
+            false => None,
+        };
+        let clients = apply::Clients {
+            client,
+            evictions: evictions.as_ref().unwrap_or(client),
+        };
+        Ok(apply::apply(clients, &self.inventory, planned, options, progress).await?)
     }
 
     /// Waits until the workloads of the plan are ready by [`crate::readiness`]

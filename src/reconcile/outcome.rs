@@ -54,6 +54,10 @@ pub enum ObjectFailure {
     /// The object could not be planned (its dry run was refused): it was not sent.
     #[error("not applied: {message}")]
     Unplanned { message: String },
+    /// A host removal stopped (a disruption budget that did not allow the eviction
+    /// in time, a refusal): the node stays, cordoned, for the next prune.
+    #[error("host removal: {message}")]
+    HostKept { message: String },
 }
 
 fn fields(conflicts: &[FieldConflict]) -> String {
@@ -68,7 +72,9 @@ impl ObjectFailure {
     /// Can the same apply, tried again later, succeed without anyone changing anything?
     pub fn retryable(&self) -> bool {
         match self {
-            ObjectFailure::Unavailable { .. } | ObjectFailure::Unreachable => true,
+            ObjectFailure::Unavailable { .. }
+            | ObjectFailure::Unreachable
+            | ObjectFailure::HostKept { .. } => true,
             ObjectFailure::Prune { retryable, .. } => *retryable,
             ObjectFailure::Conflict(_)
             | ObjectFailure::OwnedByInventory { .. }

@@ -96,6 +96,9 @@ impl Resolver<'_> {
             let kind = x.data_kind.model_kind();
             objects.extend(Rendered::of(ModelObject::Data(x), kind, &x.name));
         }
+        for x in &m.hosts {
+            objects.extend(Rendered::of(ModelObject::Host(x), Kind::Node, &x.name));
+        }
         for (x, l) in m.slices.iter().zip(slices) {
             if let (Some(td), true) = (l.as_ref().and_then(|l| l.trust_domain), x.is_managed()) {
                 let object = ModelObject::Slice(x, td_name(td));

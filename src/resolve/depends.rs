@@ -120,6 +120,15 @@ impl Resolver<'_> {
             Kind::Principal | Kind::KubernetesConfigMap | Kind::KubernetesSecret => {
                 self.namespaced_model(from, kind, reference)
             }
+            Kind::Node => {
+                self.error(
+                    from,
+                    reference.span,
+                    "a Node is a host, not a step of the workflow: there is nothing to wait for",
+                    Some("pods wait for a ready node by themselves (the scheduler places them once one is)".into()),
+                );
+                None
+            }
             Kind::KubernetesService
             | Kind::Site
             | Kind::Image
@@ -326,6 +335,11 @@ impl Resolver<'_> {
                 node.objects.extend(gate(key, api_version, rule.clone()));
             }
             members.push(node);
+        }
+        // Hosts wait for nothing and nothing waits for them; members so that
+        // `--only Node/name` selects one.
+        for (i, x) in m.hosts.iter().enumerate() {
+            members.push(member(Kind::Node, i, &x.name, x.origin.span, true));
         }
         link_members(&mut members, requires, bare_pods);
         members

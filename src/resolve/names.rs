@@ -87,6 +87,7 @@ impl<'m> NameIndex<'m> {
         index.add(&models.resources, |m| {
             (Kind::KubernetesResourceInstance, &m.name)
         });
+        index.add(&models.hosts, |m| (Kind::Node, &m.name));
         // ConfigMaps and Secrets share `models.data`; each is indexed under its kind.
         index.add(&models.data, |m| (m.data_kind.model_kind(), &m.name));
         index

@@ -60,6 +60,7 @@ impl<'m> Resolver<'m> {
                 .iter()
                 .map(|x| named(Kind::KubernetesResourceInstance, &x.name)),
         );
+        identities.extend(m.hosts.iter().map(|x| named(Kind::Node, &x.name)));
         for (kind, id, name) in identities {
             let span = name.span;
             match seen.get(&(kind, id.clone())) {
@@ -184,6 +185,14 @@ impl<'m> Resolver<'m> {
         }
         for x in &m.services {
             checks.push((Kind::Service, &x.name, k8s::is_dns1035_label, "a Service name: lowercase letters, digits and '-', starting with a letter, at most 63"));
+        }
+        for x in &m.hosts {
+            checks.push((
+                Kind::Node,
+                &x.name,
+                k8s::is_dns1123_subdomain,
+                "a node name: lowercase letters, digits, '-' and '.'",
+            ));
         }
         for x in &m.ports {
             checks.push((
