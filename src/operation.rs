@@ -10,9 +10,10 @@ use std::collections::BTreeMap;
 use thiserror::Error;
 
 use crate::diagnostic::suggestion;
+use crate::diagnostic::{Diagnostic, Diagnostics, Severity};
 use crate::edit::{self, EditError, ModelRef, Scalar};
-use crate::model::{ControllerKind, Models, Slice};
-use crate::source::SourceFiles;
+use crate::model::{ControllerKind, Host, Models, Slice};
+use crate::source::{SourceFile, SourceFiles};
 
 /// `tether scale`'s count: `3` sets it, `+1` and `-1` change it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,16 +55,18 @@ pub enum Operation {
         revision: String,
         documents: Vec<RestoredDocument>,
     },
+    /// A change of a host's Node model (StarlingX's host-label and lock actions).
+    Host { host: String, change: HostChange },
 }
 
-impl Operation {
-    pub fn slice(&self) -> &str {
-        match self {
-            Operation::Scale { slice, .. }
-            | Operation::Restart { slice, .. }
-            | Operation::Restore { slice, .. } => slice,
-        }
-    }
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HostChange {
+    /// Labels set (added, or given a new value).
+    Label(Vec<(String, String)>),
+    /// Labels removed, by key.
+    Unlabel(Vec<String>),
+    /// `locked: true` or `false`.
+    Lock(bool),
 }
 
 /// A model's document as it was.
@@ -111,6 +114,19 @@ pub enum OperationError {
     NegativeCount { slice: String, from: i64, by: i64 },
     #[error("Slice/{slice} is written twice in the models")]
     Duplicate { slice: String },
+    #[error(
+        "no Node model named \"{name}\" in the models{}",
+        hint_suffix(suggestion)
+    )]
+    UnknownHost {
+        name: String,
+        suggestion: Option<String>,
+    },
+    #[error("Node/{host} has no label {}", keys.join(", "))]
+    NoSuchLabel { host: String, keys: Vec<String> },
+    /// The edited models would not be valid: nothing is committed.
+    #[error("the change would make {path} invalid:\n{report}")]
+    Invalid { path: String, report: String },
     #[error("cannot edit {path}")]
     Edit {
         path: String,
@@ -135,8 +151,14 @@ fn controller_words(controller: Option<ControllerKind>) -> String {
 
 /// The edit that carries out `operation` on `files` (the branch's models now).
 pub fn plan(files: &SourceFiles, operation: &Operation) -> Result<Edit, OperationError> {
-    let models = models_of(files);
-    let slice = find_slice(&models, files, operation.slice())?;
+    let models = read_models(files);
+    let slice_name = match operation {
+        Operation::Scale { slice, .. }
+        | Operation::Restart { slice, .. }
+        | Operation::Restore { slice, .. } => slice,
+        Operation::Host { host, change } => return host_edit(&models, files, host, change),
+    };
+    let slice = find_slice(&models, files, slice_name)?;
     let path = files.get(slice.origin.span.file).path.clone();
     let text = &files.get(slice.origin.span.file).text;
     let name = slice.name.value.as_str();
@@ -209,6 +231,7 @@ pub fn plan(files: &SourceFiles, operation: &Operation) -> Result<Edit, Operatio
             documents,
             ..
         } => return restore(&models, files, name, revision, documents),
+        Operation::Host { .. } => unreachable!("planned by host_edit"),
     };
     Ok(Edit {
         writes: BTreeMap::from([(path.clone(), new_text)]),
@@ -216,9 +239,129 @@ pub fn plan(files: &SourceFiles, operation: &Operation) -> Result<Edit, Operatio
     })
 }
 
+/// The edit of a host's Node model, checked as the models are: a label key or value
+/// Kubernetes would refuse is reported at its place in the edited file, and
+/// nothing is committed.
+fn host_edit(
+    models: &Models,
+    files: &SourceFiles,
+    name: &str,
+    change: &HostChange,
+) -> Result<Edit, OperationError> {
+    let hosts: Vec<&Host> = models
+        .hosts
+        .iter()
+        .filter(|h| h.name.value == name)
+        .collect();
+    let host = match hosts.as_slice() {
+        [one] => *one,
+        [] => {
+            return Err(OperationError::UnknownHost {
+                name: name.to_string(),
+                suggestion: suggestion(name, models.hosts.iter().map(|h| h.name.value.as_str())),
+            });
+        }
+        _ => {
+            return Err(OperationError::Duplicate {
+                slice: name.to_string(),
+            });
+        }
+    };
+    let file = files.get(host.origin.span.file);
+    let path = file.path.clone();
+    let model = ModelRef { kind: "Node", name };
+    let edit_error = |source| OperationError::Edit {
+        path: path.clone(),
+        source,
+    };
+    let mut text = file.text.clone();
+    let summary = match change {
+        HostChange::Label(labels) => {
+            for (key, value) in labels {
+                let value = Scalar::Str(value.clone());
+                text =
+                    edit::set_field(&text, model, &["labels", key], &value).map_err(edit_error)?;
+            }
+            let pairs: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            format!("label: Node/{name} {}", pairs.join(" "))
+        }
+        HostChange::Unlabel(keys) => {
+            let mut missing = Vec::new();
+            for key in keys {
+                match edit::remove_field(&text, model, &["labels", key]).map_err(edit_error)? {
+                    Some(edited) => text = edited,
+                    None => missing.push(key.clone()),
+                }
+            }
+            if !missing.is_empty() {
+                return Err(OperationError::NoSuchLabel {
+                    host: name.to_string(),
+                    keys: missing,
+                });
+            }
+            format!("unlabel: Node/{name} {}", keys.join(" "))
+        }
+        HostChange::Lock(locked) => {
+            text = edit::set_field(&text, model, &["locked"], &Scalar::Bool(*locked))
+                .map_err(edit_error)?;
+            match locked {
+                true => format!("lock: Node/{name}"),
+                false => format!("unlock: Node/{name}"),
+            }
+        }
+    };
+    // Unlocking a host that is not locked (no `locked` written) changes nothing.
+    let same = text == file.text || matches!(change, HostChange::Lock(l) if *l == host.is_locked());
+    if same {
+        return Ok(Edit {
+            writes: BTreeMap::new(),
+            summary,
+        });
+    }
+    check_host_file(files, host, &text)?;
+    Ok(Edit {
+        writes: BTreeMap::from([(path, text)]),
+        summary,
+    })
+}
+
+/// The problems the edit brings into the host's model (those it had before aside).
+fn check_host_file(files: &SourceFiles, host: &Host, edited: &str) -> Result<(), OperationError> {
+    let file = files.get(host.origin.span.file);
+    let problems = |text: &str| {
+        let one = SourceFiles::from_files(vec![SourceFile::new(file.path.clone(), text)]);
+        let (documents, load) = crate::load::load(&one);
+        let (_, mut read) = crate::model::read_models(&one, &documents);
+        read.extend(load);
+        let label = format!("Node \"{}\"", host.name.value);
+        let mine: Vec<Diagnostic> = read
+            .sorted(&one)
+            .into_iter()
+            .filter(|d| d.severity == Severity::Error && d.model.as_deref() == Some(&label))
+            .cloned()
+            .collect();
+        (one, mine)
+    };
+    let (_, before) = problems(&file.text);
+    let (edited_files, after) = problems(edited);
+    let mut new = Diagnostics::default();
+    for problem in after {
+        if !before.iter().any(|b| b.message == problem.message) {
+            new.push(problem);
+        }
+    }
+    match new.has_errors() {
+        true => Err(OperationError::Invalid {
+            path: file.path.clone(),
+            report: new.render_plain(&edited_files),
+        }),
+        false => Ok(()),
+    }
+}
+
 /// The models of `files`, read as far as they read: an operation needs only the
-/// slice it names to be sound, and the apply after it validates the rest.
-fn models_of(files: &SourceFiles) -> Models {
+/// model it names to be sound, and the apply after it validates the rest.
+pub fn read_models(files: &SourceFiles) -> Models {
     let (documents, _) = crate::load::load(files);
     crate::model::read_models(files, &documents).0
 }
@@ -286,7 +429,7 @@ pub fn controller_of(
     files: &SourceFiles,
     name: &str,
 ) -> Result<(ControllerKind, String, String), OperationError> {
-    let models = models_of(files);
+    let models = read_models(files);
     let slice = find_slice(&models, files, name)?;
     match (&slice.controller_kind, &slice.trust_domain) {
         (Some(kind), Some(namespace)) if kind.value != ControllerKind::Job => Ok((
@@ -304,7 +447,7 @@ pub fn controller_of(
 
 /// Checks that `files` hold a Slice named `name` that tether owns.
 pub fn owned_slice(files: &SourceFiles, name: &str) -> Result<(), OperationError> {
-    let models = models_of(files);
+    let models = read_models(files);
     find_slice(&models, files, name).map(|_| ())
 }
 
@@ -347,7 +490,7 @@ pub fn find_slice<'m>(
 /// Image it runs when one Image has that name (several tags of one name are
 /// separate models a slice chooses between, and its own document says which).
 pub fn rollout_state(files: &SourceFiles, slice: &str) -> Option<Vec<RestoredDocument>> {
-    let models = models_of(files);
+    let models = read_models(files);
     let found = find_slice(&models, files, slice).ok()?;
     let document = |kind: &str, name: &str, file| {
         let text = &files.get(file).text;

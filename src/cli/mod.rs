@@ -3,6 +3,7 @@
 mod discover;
 mod events;
 mod models;
+mod node;
 mod operate;
 mod reconcile;
 mod report;
@@ -201,6 +202,18 @@ enum Command {
     /// pod is annotated and a Kubernetes Event records the action.
     #[command(after_help = "Example:\n  tether restart-containers web-0 -n shop -c web")]
     RestartContainers(operate::RestartContainersArgs),
+    /// A host's labels and lock, as commits to its Node model (StarlingX's
+    /// host-label-assign/list/remove and host-lock/unlock), then applied.
+    ///
+    /// tether owns only what its Node models set: labels and taints that the kubelet,
+    /// other tools or people put on the node are never touched. Deleting a Node model
+    /// means the host is leaving: `apply --prune` then cordons the node, evicts its
+    /// pods (disruption budgets respected), deletes the rest, and deletes the Node.
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  tether node label assign worker-1 sriov=enabled\n  tether node label list\n  tether node lock worker-1 --timeout 10m"
+    )]
+    Node(node::NodeCommand),
     /// Publish pod lifecycle events (created, updated, restarted, deleted) to sinks.
     ///
     /// Watches the pods (discovered and tether-managed alike) and publishes an event
@@ -514,6 +527,7 @@ pub async fn run(args: Args) -> miette::Result<ExitCode> {
         Command::Rollout(command) => operate::rollout(global, &command).await,
         Command::Recreate(args) => operate::recreate_pod(global, &args).await,
         Command::RestartContainers(args) => operate::restart_pod_containers(global, &args).await,
+        Command::Node(command) => node::run(global, &command).await,
         Command::Events(args) => events::run(global, &args).await,
         Command::Completions { shell } => {
             let mut out = std::io::stdout();

@@ -55,7 +55,7 @@ impl ModelsArgs {
     }
 
     /// The models as they are now (the branch of --repo, or the directory).
-    fn source(&self) -> Repo {
+    pub(super) fn source(&self) -> Repo {
         match &self.repo {
             Some(url) => Repo::Git {
                 url: url.clone(),
@@ -185,7 +185,8 @@ pub async fn scale(global: &GlobalArgs, args: &ScaleArgs) -> miette::Result<Exit
         slice: args.slice.clone(),
         change: args.count,
     };
-    commit_and_apply(global, &args.commit, &args.slice, Request::Now(operation)).await
+    let model = format!("Slice/{}", args.slice);
+    commit_and_apply(global, &args.commit, &model, Request::Now(operation)).await
 }
 
 pub async fn restart(global: &GlobalArgs, args: &RestartArgs) -> miette::Result<ExitCode> {
@@ -196,7 +197,8 @@ pub async fn restart(global: &GlobalArgs, args: &RestartArgs) -> miette::Result<
             .map_err(|e| miette!("{e}"))?
             .to_string(),
     };
-    commit_and_apply(global, &args.commit, &args.slice, Request::Now(operation)).await
+    let model = format!("Slice/{}", args.slice);
+    commit_and_apply(global, &args.commit, &model, Request::Now(operation)).await
 }
 
 pub async fn rollback(global: &GlobalArgs, args: &RollbackArgs) -> miette::Result<ExitCode> {
@@ -204,13 +206,16 @@ pub async fn rollback(global: &GlobalArgs, args: &RollbackArgs) -> miette::Resul
         slice: args.slice.clone(),
         to: args.to.clone(),
     };
-    commit_and_apply(global, &args.commit, &args.slice, request).await
+    let model = format!("Slice/{}", args.slice);
+    commit_and_apply(global, &args.commit, &model, request).await
 }
 
-async fn commit_and_apply(
+/// Commits `request`, then applies `model` (`Kind/name`) from the new revision;
+/// with --wait, follows a slice's rollout.
+pub(super) async fn commit_and_apply(
     global: &GlobalArgs,
     args: &CommitArgs,
-    slice: &str,
+    model: &str,
     request: Request,
 ) -> miette::Result<ExitCode> {
     let author = match &args.author {
@@ -236,18 +241,13 @@ async fn commit_and_apply(
         println!("nothing applied (--no-apply): the daemon, or the next apply, rolls it out");
         return Ok(ExitCode::SUCCESS);
     }
-    let code = apply_model(
-        global,
-        repo,
-        &args.inventory,
-        &format!("Slice/{slice}"),
-        args.timeout,
-    )
-    .await?;
-    if code != ExitCode::SUCCESS || !args.wait {
-        return Ok(code);
+    let code = apply_model(global, repo, &args.inventory, model, args.timeout).await?;
+    match model.strip_prefix("Slice/") {
+        Some(slice) if code == ExitCode::SUCCESS && args.wait => {
+            follow_rollout(global, &args.models, slice, args.timeout).await
+        }
+        _ => Ok(code),
     }
-    follow_rollout(global, &args.models, slice, args.timeout).await
 }
 
 fn print_commit(committed: &Committed) {

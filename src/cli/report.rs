@@ -193,6 +193,9 @@ fn flag_hint(error: &(dyn std::error::Error + 'static)) -> Option<String> {
         ActionError::Operation(OperationError::UnknownSlice { .. }) => {
             Some("tether validate lists the models; --path names the models root")
         }
+        ActionError::Operation(OperationError::UnknownHost { .. }) => Some(
+            "a host is managed once it has a Node model: add `kind: Node` with `name:` the node's name",
+        ),
         ActionError::Writeback(WritebackError::BranchExists { .. }) => {
             Some("pass another --propose branch")
         }
