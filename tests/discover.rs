@@ -37,6 +37,8 @@ fn pod(namespace: &str, name: &str, image: &str, ip: Option<&str>) -> PodFacts {
         service_account: "default".into(),
         image: image.into(),
         ip: ip.map(str::to_string),
+        // A scheduled pod (one with an IP) records its node.
+        node: ip.map(|_| "worker-1".to_string()),
         labels: BTreeMap::new(),
         controller: None,
     }

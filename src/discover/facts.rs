@@ -17,6 +17,8 @@ pub struct PodFacts {
     /// The first container's image, as written in the pod spec.
     pub image: String,
     pub ip: Option<String>,
+    /// The node it runs on, once scheduled.
+    pub node: Option<String>,
     pub labels: BTreeMap<String, String>,
     /// The top-level controller, found through controller ownerReferences.
     pub controller: Option<ControllerFacts>,
@@ -125,6 +127,7 @@ impl PodFacts {
                 .as_ref()
                 .and_then(|s| s.pod_ip.clone())
                 .filter(|ip| !ip.is_empty()),
+            node: spec.node_name.clone().filter(|n| !n.is_empty()),
             labels: pod.metadata.labels.clone().unwrap_or_default(),
             controller: controllers.top_controller(&pod.metadata),
         })

@@ -325,6 +325,7 @@ fn pod_file(draft: &PodDraft, slice: &str) -> String {
             ("image", Some(Scalar::Text(&draft.image))),
             ("xos_managed", Some(Scalar::Bool(false))),
             ("pod_ip", p.ip.as_deref().map(Scalar::Text)),
+            ("node", p.node.as_deref().map(Scalar::Text)),
         ],
     )));
     text
