@@ -3,7 +3,9 @@
 //! in-cluster variables pointing at an address that never answers, `validate`,
 //! `render`, `graph`, `schema` and `crd` finish at once.
 //! A command that does need the cluster (`diff`) is caught by the same trap, which
-//! shows the trap works.
+//! shows the trap works. A repository whose KubernetesService says `enabled: false`
+//! (or whose `.tether.yaml` does) is dormant: `diff` and `apply --prune` finish in
+//! the same trap, saying so.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -20,23 +22,32 @@ fn trapped(home: &Path, fifo: &Path, args: &[&str]) -> Child {
         .env("KUBECONFIG", fifo)
         .env("KUBERNETES_SERVICE_HOST", "10.255.255.1")
         .env("KUBERNETES_SERVICE_PORT", "443")
-        .stdout(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()
 }
 
 /// The exit code, or `None` when it did not end within `limit` (then it is killed).
-fn finish(mut child: Child, limit: Duration) -> Option<i32> {
+fn finish(child: Child, limit: Duration) -> Option<i32> {
+    finish_with_output(child, limit).0
+}
+
+/// The exit code (as [`finish`]) and what the command printed.
+fn finish_with_output(mut child: Child, limit: Duration) -> (Option<i32>, String) {
     let deadline = Instant::now() + limit;
     loop {
         if let Some(status) = child.try_wait().unwrap() {
-            return status.code();
+            let mut out = String::new();
+            if let Some(mut stdout) = child.stdout.take() {
+                std::io::Read::read_to_string(&mut stdout, &mut out).unwrap();
+            }
+            return (status.code(), out);
         }
         if Instant::now() >= deadline {
             let _ = child.kill();
             let _ = child.wait();
-            return None;
+            return (None, String::new());
         }
         std::thread::sleep(Duration::from_millis(50));
     }
@@ -68,4 +79,60 @@ fn offline_commands_never_read_a_kubeconfig_or_reach_a_cluster() {
         None,
         "diff should have blocked on the kubeconfig"
     );
+}
+
+#[test]
+fn a_repository_with_kubernetes_off_is_left_alone_without_a_cluster() {
+    let dir = tempfile::tempdir().unwrap();
+    let fifo = dir.path().join("kubeconfig");
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let home = dir.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    let models = "kind: TrustDomain\nname: shop\n---\nkind: Node\nname: worker-1\nlocked: true\n";
+    let by_model = dir.path().join("by-model");
+    std::fs::create_dir(&by_model).unwrap();
+    std::fs::write(
+        by_model.join("models.yaml"),
+        format!("kind: KubernetesService\nname: kubernetes\nenabled: false\n---\n{models}"),
+    )
+    .unwrap();
+    let by_setting = dir.path().join("by-setting");
+    std::fs::create_dir(&by_setting).unwrap();
+    std::fs::write(
+        by_setting.join("models.yaml"),
+        format!("kind: KubernetesService\nname: kubernetes\n---\n{models}"),
+    )
+    .unwrap();
+    std::fs::write(
+        by_setting.join(".tether.yaml"),
+        "kubernetes:\n  enabled: false\n",
+    )
+    .unwrap();
+    for (root, why) in [
+        (
+            &by_model,
+            "KubernetesService kubernetes has enabled: false, at models.yaml:3:10",
+        ),
+        (&by_setting, ".tether.yaml: kubernetes.enabled: false"),
+    ] {
+        let root = root.to_str().unwrap();
+        for args in [&["diff", root][..], &["apply", root, "--prune"]] {
+            let (code, out) =
+                finish_with_output(trapped(&home, &fifo, args), Duration::from_secs(20));
+            assert_eq!(code, Some(0), "tether {args:?} reached for the cluster");
+            assert_eq!(
+                out.trim(),
+                format!(
+                    "Kubernetes is off for this repository ({why}): nothing was compared or applied"
+                ),
+                "tether {args:?}"
+            );
+        }
+    }
 }

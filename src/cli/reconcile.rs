@@ -56,6 +56,10 @@ async fn plan(
             eprintln!("nothing was compared or applied: fix the models first");
             Ok(Err(ExitCode::from(EXIT_ERROR)))
         }
+        Err(error @ ReconcileError::Dormant(_)) => {
+            println!("{error}");
+            Ok(Err(ExitCode::SUCCESS))
+        }
         Err(error) => Err(report::error(error)),
     }
 }

@@ -14,6 +14,8 @@
 //!   jsonl: /var/log/tether/events.jsonl
 //!   kube_events: true
 //!   outbox: /var/lib/tether/outbox
+//! kubernetes:
+//!   enabled: false   # apply and the daemon leave the cluster alone
 //! ```
 
 use serde::Deserialize;
@@ -34,6 +36,16 @@ pub struct Settings {
     /// What this repository's models may make (see [`crate::confine`]).
     #[serde(default)]
     pub confine: Option<ConfineSettings>,
+    #[serde(default)]
+    pub kubernetes: KubernetesSettings,
+}
+
+/// Kubernetes for this repository: `enabled: false` turns it off, and `apply` and
+/// the daemon then leave the cluster alone.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct KubernetesSettings {
+    pub enabled: Option<bool>,
 }
 
 /// Limits on what a repository's models may make: the namespaces its objects may be

@@ -81,6 +81,8 @@ pub struct SourceLoop<S = NoStatus> {
     requested: Option<String>,
     /// The commit last applied without error.
     last_applied: Option<String>,
+    /// Why Kubernetes is off for the source, as last said (said once, not each pass).
+    dormant: Option<String>,
     /// The commit of the last pass that applied everything, with the watch cache's
     /// change count when it began: the state a quiet pass checks against.
     settled: Option<(String, u64)>,
@@ -140,6 +142,7 @@ impl<S: StatusSink> SourceLoop<S> {
             backoff: CorrectionBackoff::default(),
             requested: None,
             last_applied: None,
+            dormant: None,
             settled: None,
             directory: None,
             shared,
@@ -207,10 +210,30 @@ impl<S: StatusSink> SourceLoop<S> {
         }
         // Changes seen from here on make the next pass a full one.
         let mut changes = self.cache.as_ref().map(WatchCache::changes);
-        let planned = self
+        let planned = match self
             .reconciler
             .plan_cached(self.plan, self.cache.as_ref())
-            .await?;
+            .await
+        {
+            // Nothing to do, and nothing to retry: the next change of the source
+            // brings the next pass.
+            Err(ReconcileError::Dormant(reason)) => {
+                if self.dormant.as_ref() != Some(&reason) {
+                    tracing::info!(%reason, "Kubernetes is off: nothing is applied");
+                }
+                self.dormant = Some(reason);
+                return Ok(PassOutcome {
+                    revision: None,
+                    report: ApplyReport::default(),
+                    corrected: Vec::new(),
+                    reported: Vec::new(),
+                });
+            }
+            planned => {
+                self.dormant = None;
+                planned?
+            }
+        };
         let commit = planned.plan.revision.as_ref().map(|r| r.commit.clone());
         tracing::Span::current().record("revision", commit.as_deref().unwrap_or("-"));
         if let Some(took) = planned.models.loaded.fetch_took {
@@ -502,6 +525,7 @@ fn failure_kind(error: &ReconcileError) -> (&'static str, bool) {
         ReconcileError::Invalid(_) => ("InvalidModels", true),
         ReconcileError::Settings(_) => ("InvalidSettings", true),
         ReconcileError::NothingRendered => ("NothingRendered", true),
+        ReconcileError::Dormant(_) => ("KubernetesDisabled", true),
         ReconcileError::Selection(_) | ReconcileError::PartialPrune => ("InvalidSelection", true),
         ReconcileError::Source(RepoError::Git(error)) if error.is_permanent() => {
             ("GitRefused", true)

@@ -127,6 +127,11 @@ pub enum ReconcileError {
     /// A selection names no model, or several.
     #[error("{0}")]
     Selection(String),
+    /// Kubernetes is switched off for this repository (its KubernetesService says
+    /// `enabled: false`, or `.tether.yaml` does): nothing is compared or applied,
+    /// and the cluster is not contacted.
+    #[error("{0}: nothing was compared or applied")]
+    Dormant(String),
     /// A prune was asked of a plan of some models only.
     #[error("a plan of some models only cannot prune: what it leaves out is not gone")]
     PartialPrune,
@@ -139,6 +144,8 @@ pub struct CheckedModels {
     pub diagnostics: Diagnostics,
     /// How many models (documents) were read.
     pub documents: usize,
+    /// Why Kubernetes is off for these models, when it is.
+    pub dormant: Option<String>,
 }
 
 /// A plan, and what carrying it out needs.
@@ -232,28 +239,27 @@ impl Reconciler {
         options: PlanOptions,
         cache: Option<&WatchCache>,
     ) -> Result<Planned, ReconcileError> {
-        // The models and the cluster do not depend on each other: both at once.
-        let models = async {
-            let loaded = self.repo.load().await?;
-            check(loaded, &self.inventory)
+        // The models first: models with Kubernetes off never reach the cluster.
+        let loaded = self.repo.load().await?;
+        let (models, rendered) = check(loaded, &self.inventory)?;
+        let Some(Rendered { objects, workflow }) = rendered else {
+            return Err(ReconcileError::Invalid(Box::new(models)));
         };
+        if let Some(reason) = &models.dormant {
+            return Err(ReconcileError::Dormant(reason.clone()));
+        }
         let cluster = async {
             let client = self.client().await?;
             let (record, version) = read_inventory_version(client, &self.inventory).await?;
             tracing::debug!(recorded = record.entries.len(), "inventory read");
             Ok::<_, ReconcileError>((client, record, version.is_some()))
         };
-        let (models, cluster) = tokio::join!(models, cluster);
-        let (models, rendered) = models?;
-        let Some(Rendered { objects, workflow }) = rendered else {
-            return Err(ReconcileError::Invalid(Box::new(models)));
-        };
         let (mut objects, selected) = select(objects, &workflow, self.selection.as_ref())?;
         let options = PlanOptions {
             partial: selected.is_some(),
             ..options
         };
-        let (client, record, recorded) = cluster?;
+        let (client, record, recorded) = cluster.await?;
         let revision = models.loaded.revision.clone();
         let planning = live::plan(
             client,
@@ -415,6 +421,34 @@ fn wave_summaries(workflow: &Workflow, selected: Option<&BTreeSet<usize>>) -> Ve
         .collect()
 }
 
+/// Why Kubernetes is off for a repository: its settings say so, or a
+/// KubernetesService model does (StarlingX's "a system without Kubernetes behaves as
+/// if the feature did not exist").
+fn dormant(
+    settings: &Settings,
+    graph: Option<&crate::resolve::Graph>,
+    files: &crate::source::SourceFiles,
+) -> Option<String> {
+    if settings.kubernetes.enabled == Some(false) {
+        return Some(format!(
+            "Kubernetes is off for this repository ({SETTINGS_FILE}: kubernetes.enabled: false)"
+        ));
+    }
+    let service = graph?
+        .models
+        .kubernetes_services
+        .iter()
+        .find(|s| !s.is_enabled())?;
+    let at = service.enabled.as_ref().map(|e| e.span)?;
+    Some(format!(
+        "Kubernetes is off for this repository (KubernetesService {} has enabled: false, at {}:{}:{})",
+        service.name.value,
+        files.path(at.file),
+        at.line,
+        at.column
+    ))
+}
+
 /// The offline checks of loaded models (syntax to references, and the repository's
 /// confinement), and what they render when there is no error.
 #[instrument(skip_all)]
@@ -427,6 +461,7 @@ pub fn check(
         None => Settings::default(),
     };
     let analysis = crate::analyze(&loaded.files);
+    let dormant = dormant(&settings, analysis.graph.as_ref(), &loaded.files);
     let mut diagnostics = analysis.diagnostics;
     let mut objects = analysis.graph.map(|graph| Rendered {
         objects: render(&graph, &loaded.files, inventory),
@@ -445,6 +480,7 @@ pub fn check(
         loaded,
         diagnostics,
         documents: analysis.documents,
+        dormant,
     };
     Ok((checked, objects))
 }
