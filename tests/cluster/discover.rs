@@ -16,13 +16,18 @@ use crate::reconcile::{Repo, git, setup, stdout, tether};
 
 /// kubectl (the control plane's own build) for the test cluster.
 pub fn kubectl_command() -> Command {
+    kubectl_for(&cluster().kubeconfig)
+}
+
+/// kubectl for the control plane of `kubeconfig`.
+pub fn kubectl_for(kubeconfig: &Path) -> Command {
     let bin = Command::new(repo_root().join("scripts/local-cluster"))
         .arg("env")
         .output()
         .unwrap();
     let bin = PathBuf::from(String::from_utf8(bin.stdout).unwrap().trim());
     let mut command = Command::new(bin.join("kubectl"));
-    command.arg("--kubeconfig").arg(&cluster().kubeconfig);
+    command.arg("--kubeconfig").arg(kubeconfig);
     command
 }
 

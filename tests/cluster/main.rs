@@ -7,6 +7,7 @@ mod discover;
 mod events;
 mod fidelity;
 mod harness;
+mod nodes;
 mod nodesim;
 mod operations;
 mod ownership;

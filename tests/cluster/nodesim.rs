@@ -183,18 +183,18 @@ async fn jobs_pods_succeed_by_themselves_or_fail_with_their_exit_code() {
     assert_eq!(exited.exit_code, 3);
 }
 
-/// A control plane of this test's own with two simulated nodes: tainting and
-/// cordoning the shared one would disturb the tests running beside this one.
-struct TwoNodes {
+/// A control plane of this test's own with simulated nodes: tainting, cordoning and
+/// removing the shared one's would disturb the tests running beside this one.
+pub struct OwnCluster {
     state: tempfile::TempDir,
-    kubeconfig: PathBuf,
+    pub kubeconfig: PathBuf,
 }
 
-impl TwoNodes {
-    fn up() -> Self {
+impl OwnCluster {
+    pub fn up(nodes: usize) -> Self {
         let state = tempfile::tempdir().unwrap();
         let output = Command::new(repo_root().join("scripts/local-cluster"))
-            .args(["up", "--nodes", "2", "--owner-pid"])
+            .args(["up", "--nodes", &nodes.to_string(), "--owner-pid"])
             .arg(std::process::id().to_string())
             .arg("--state-dir")
             .arg(state.path())
@@ -207,11 +207,11 @@ impl TwoNodes {
             String::from_utf8_lossy(&output.stderr)
         );
         let kubeconfig = PathBuf::from(String::from_utf8(output.stdout).unwrap().trim());
-        TwoNodes { state, kubeconfig }
+        OwnCluster { state, kubeconfig }
     }
 }
 
-impl Drop for TwoNodes {
+impl Drop for OwnCluster {
     fn drop(&mut self) {
         let _ = Command::new(repo_root().join("scripts/local-cluster"))
             .args(["down", "--state-dir"])
@@ -234,7 +234,7 @@ async fn patch_node(client: &Client, name: &str, spec: serde_json::Value) {
 
 #[tokio::test]
 async fn selectors_cordons_and_taints_place_pods_and_no_execute_taints_evict_them() {
-    let own = TwoNodes::up();
+    let own = OwnCluster::up(2);
     let client = client_for(&own.kubeconfig).await.unwrap();
     pods_admitted(&client, "default").await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
