@@ -112,8 +112,9 @@ pub enum OperationError {
     },
     #[error("Slice/{slice} has {from} replicas, and {from} - {} would be {}: a replica count is 0 or more", -by, from + by)]
     NegativeCount { slice: String, from: i64, by: i64 },
-    #[error("Slice/{slice} is written twice in the models")]
-    Duplicate { slice: String },
+    /// `Kind/name` written twice.
+    #[error("{model} is written twice in the models")]
+    Duplicate { model: String },
     #[error(
         "no Node model named \"{name}\" in the models{}",
         hint_suffix(suggestion)
@@ -263,7 +264,7 @@ fn host_edit(
         }
         _ => {
             return Err(OperationError::Duplicate {
-                slice: name.to_string(),
+                model: format!("Node/{name}"),
             });
         }
     };
@@ -472,7 +473,7 @@ pub fn find_slice<'m>(
         }
         _ => {
             return Err(OperationError::Duplicate {
-                slice: name.to_string(),
+                model: format!("Slice/{name}"),
             });
         }
     };
