@@ -72,17 +72,6 @@ pub struct Target {
 
 /// A client for `target`, checked by asking the server for its version.
 pub async fn connect(target: &Target) -> Result<Client, ClusterError> {
-    connect_with(target, true).await
-}
-
-/// A client for `target` that does not retry refusals of "too many requests" by
-/// itself: an eviction that a disruption budget refuses (429) is an answer to act
-/// on, not a busy server to wait out.
-pub async fn connect_without_retries(target: &Target) -> Result<Client, ClusterError> {
-    connect_with(target, false).await
-}
-
-async fn connect_with(target: &Target, retries: bool) -> Result<Client, ClusterError> {
     let options = KubeConfigOptions {
         context: target.context.clone(),
         ..KubeConfigOptions::default()
@@ -108,7 +97,10 @@ async fn connect_with(target: &Target, retries: bool) -> Result<Client, ClusterE
             config.auth_info.impersonate_groups = Some(target.impersonate_groups.clone());
         }
     }
-    config.default_retry = retries;
+    // tether paces its own retries (`driver::Backoff`, per request where it helps):
+    // kube's built-in retry of 429s would also wait out answers that are final for
+    // now, such as an eviction a disruption budget refuses.
+    config.default_retry = false;
     let url = config.cluster_url.to_string();
     let timeout = target.request_timeout.unwrap_or(Duration::from_secs(30));
     config.connect_timeout = Some(timeout);

@@ -232,7 +232,7 @@ pub fn plan(files: &SourceFiles, operation: &Operation) -> Result<Edit, Operatio
             documents,
             ..
         } => return restore(&models, files, name, revision, documents),
-        Operation::Host { .. } => unreachable!("planned by host_edit"),
+        Operation::Host { host, change } => return host_edit(&models, files, host, change),
     };
     Ok(Edit {
         writes: BTreeMap::from([(path.clone(), new_text)]),

@@ -31,21 +31,13 @@ pub const DEFAULT_WAVE_TIMEOUT: Duration = Duration::from_secs(300);
 /// How long the deletion of an object to replace may take.
 const REPLACE_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// The clients an apply uses: one for everything, one that lets a refused eviction
-/// through at once (see [`crate::cluster::connect_without_retries`]).
-pub(super) struct Clients<'c> {
-    pub client: &'c Client,
-    pub evictions: &'c Client,
-}
-
 pub(super) async fn apply(
-    clients: Clients<'_>,
+    client: &Client,
     inventory: &Inventory,
     planned: &Planned,
     options: &ApplyOptions,
     progress: &(dyn Fn(ApplyProgress<'_>) + Sync),
 ) -> Result<ApplyReport, ClusterError> {
-    let client = clients.client;
     let commit = planned.plan.revision.as_ref().map(|r| r.commit.clone());
     let applying = record_before_apply(client, inventory, planned).await?;
     let manager = inventory.field_manager();
@@ -112,7 +104,7 @@ pub(super) async fn apply(
     // A blocked workflow prunes nothing: its later waves may still need what would go.
     if report.blocked.is_none() {
         let pruning = Pruning {
-            evictions: clients.evictions,
+            client,
             resources: &resources,
             manager,
             options,
@@ -136,7 +128,7 @@ pub(super) async fn apply(
 /// Prunes (or releases, or reports as prunable) the objects whose model is gone.
 /// What prune works with.
 struct Pruning<'a> {
-    evictions: &'a Client,
+    client: &'a Client,
     resources: &'a Resources,
     manager: &'a str,
     options: &'a ApplyOptions,
@@ -320,7 +312,7 @@ async fn apply_batch(
 /// What prune does with one object whose model is gone (`None`: it was gone).
 async fn prune_step(pruning: &Pruning<'_>, step: &Step) -> Result<Option<Outcome>, ClusterError> {
     let Pruning {
-        evictions,
+        client,
         resources,
         manager,
         options,
@@ -329,7 +321,7 @@ async fn prune_step(pruning: &Pruning<'_>, step: &Step) -> Result<Option<Outcome
         (false, _) => Some(Outcome::Prunable),
         (true, Action::RemoveHost) => {
             let timeout = options.wave_timeout.unwrap_or(DEFAULT_WAVE_TIMEOUT);
-            hosts::remove_host(evictions, &step.change.key.name, manager, timeout).await?
+            hosts::remove_host(client, &step.change.key.name, manager, timeout).await?
         }
         (true, Action::Release) if !options.delete_adopted => {
             release_one(resources, step, manager).await?

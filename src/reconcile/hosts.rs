@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
@@ -27,11 +27,8 @@ pub(super) fn is_node(key: &ObjectKey) -> bool {
     key.kind == "Node" && key.group.is_empty()
 }
 
-fn nodes(client: &Client) -> Api<DynamicObject> {
-    Api::all_with(
-        client.clone(),
-        &ApiResource::erase::<k8s_openapi::api::core::v1::Node>(&()),
-    )
+fn nodes(client: &Client) -> Api<Node> {
+    Api::all(client.clone())
 }
 
 /// The pods bound to node `node`, as JSON.

@@ -21,9 +21,7 @@ use thiserror::Error;
 use tokio::sync::OnceCell;
 use tracing::instrument;
 
-use crate::cluster::{
-    ClusterError, Resources, Target, connect, connect_without_retries, read_inventory_version,
-};
+use crate::cluster::{ClusterError, Resources, Target, connect, read_inventory_version};
 use crate::config::settings::{self, Settings, SettingsError};
 use crate::confine::{self, Confinement};
 use crate::diagnostic::Diagnostics;
@@ -341,15 +339,7 @@ impl Reconciler {
             return Err(ReconcileError::PartialPrune);
         }
         let client = self.client().await?;
-        let evictions = match options.prune && planned.plan.count(Action::RemoveHost) > 0 {
-            true => Some(connect_without_retries(&self.target).await?),
-            false => None,
-        };
-        let clients = apply::Clients {
-            client,
-            evictions: evictions.as_ref().unwrap_or(client),
-        };
-        Ok(apply::apply(clients, &self.inventory, planned, options, progress).await?)
+        Ok(apply::apply(client, &self.inventory, planned, options, progress).await?)
     }
 
     /// Waits until the workloads of the plan are ready by [`crate::readiness`]

@@ -252,6 +252,40 @@ async fn hosts_are_labelled_locked_and_removed_through_their_models() {
     let unlocked = node(&client, "tether-sim-2").await.unwrap().spec.unwrap();
     assert_ne!(unlocked.unschedulable, Some(true));
     assert!(unlocked.taints.unwrap_or_default().is_empty());
+    // A taint set with kubectl stays through a lock and an unlock: tether takes out
+    // only the taint it set.
+    kubectl(
+        &cluster,
+        &[
+            "taint",
+            "node",
+            "tether-sim-2",
+            "maintenance.example.com/window=night:PreferNoSchedule",
+        ],
+    );
+    for command in ["lock", "unlock"] {
+        let done = tether(&cluster, dir, &["node", command, "tether-sim-2"]);
+        assert!(done.status.success(), "{}", all_output(&done));
+    }
+    let taints = node(&client, "tether-sim-2")
+        .await
+        .unwrap()
+        .spec
+        .unwrap()
+        .taints
+        .unwrap_or_default();
+    let kept: Vec<(&str, Option<&str>, &str)> = taints
+        .iter()
+        .map(|t| (t.key.as_str(), t.value.as_deref(), t.effect.as_str()))
+        .collect();
+    assert_eq!(
+        kept,
+        [(
+            "maintenance.example.com/window",
+            Some("night"),
+            "PreferNoSchedule"
+        )]
+    );
 
     // Removal: a budget that allows no eviction stops it, with the node cordoned.
     kubectl(
