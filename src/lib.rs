@@ -40,6 +40,7 @@ pub mod repo;
 pub mod report;
 pub mod resolve;
 
+pub mod sops;
 pub mod source;
 pub mod watch;
 pub mod workflow;
