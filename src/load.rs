@@ -14,7 +14,7 @@
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
 use crate::diagnostic::{Diagnostic, Diagnostics, Span};
-use crate::source::{FileId, SourceFile, SourceFiles, to_u32};
+use crate::source::{FileId, Sealing, SourceFile, SourceFiles, to_u32};
 
 /// Where a node is, relative to the text it was parsed from.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -271,6 +271,16 @@ pub fn load(files: &SourceFiles) -> (Vec<Document>, Diagnostics) {
     let mut documents = Vec::new();
     let mut diagnostics = Diagnostics::default();
     for (id, file) in files.iter() {
+        if let Sealing::Closed(problem) = &file.sealing {
+            diagnostics.push(
+                Diagnostic::error(
+                    point_span(id, file, problem.line, problem.column),
+                    format!("cannot decrypt this file (sops): {}", problem.message),
+                )
+                .with_optional_hint(problem.hint.clone()),
+            );
+            continue;
+        }
         match parse_yaml(&file.text, Dialect::Models) {
             Ok(nodes) => {
                 documents.extend(nodes.into_iter().map(|root| Document { file: id, root }))

@@ -67,6 +67,24 @@ pub struct RenderedObject {
     pub body: serde_json::Value,
 }
 
+/// Stars the values of every Secret (`data`, `stringData`): what `render` prints of
+/// a repository with encrypted files unless asked for the values.
+pub fn hide_secret_values(objects: &mut [RenderedObject]) {
+    for object in objects.iter_mut().filter(|o| o.kind == "Secret") {
+        for field in ["data", "stringData"] {
+            if let Some(entries) = object
+                .body
+                .get_mut(field)
+                .and_then(serde_json::Value::as_object_mut)
+            {
+                for value in entries.values_mut() {
+                    *value = serde_json::Value::String("***".into());
+                }
+            }
+        }
+    }
+}
+
 impl RenderedObject {
     /// The object's identity, as plan and the inventory key it.
     pub fn key(&self) -> k8s::ObjectKey {

@@ -52,6 +52,11 @@ pub struct LoadedModels {
     pub settings: Option<String>,
     /// How long fetching the repository took; none when nothing was fetched.
     pub fetch_took: Option<std::time::Duration>,
+    /// Does the repository keep sops creation rules (`.sops.yaml` at the models root,
+    /// or above it in a directory)? Then a Secret's value in plain text is reported.
+    pub sops_rules: bool,
+    /// Is a Secret's value in plain text an error (rather than a warning)?
+    pub plain_secrets_are_errors: bool,
 }
 
 /// The settings file at the root of a models directory.
@@ -105,7 +110,7 @@ impl Repo {
                 cache,
                 credentials,
             } => {
-                let (files, revision, settings, fetch_took) = blocking(move || {
+                let loaded = blocking(move || {
                     let (files, revision, fetch_took) = fetch_models_timed(
                         &url,
                         reference.as_deref(),
@@ -115,19 +120,30 @@ impl Repo {
                     )?;
                     let settings =
                         read_file_at(&cache, &url, &revision.commit, &path.join(SETTINGS_FILE))?;
-                    Ok::<_, GitError>((files, revision, settings, fetch_took))
+                    let sops_rules = read_file_at(
+                        &cache,
+                        &url,
+                        &revision.commit,
+                        &path.join(crate::sops::config::CONFIG_FILE),
+                    )?
+                    .is_some();
+                    Ok::<_, GitError>((files, revision, settings, fetch_took, sops_rules))
                 })
                 .await??;
+                let (files, revision, settings, fetch_took, sops_rules) = loaded;
                 Ok(LoadedModels {
                     files,
                     label,
                     revision: Some(revision),
                     settings,
                     fetch_took,
+                    sops_rules,
+                    plain_secrets_are_errors: false,
                 })
             }
             Repo::Directory(path) => {
                 let settings_path = path.join(SETTINGS_FILE);
+                let path_for_rules = std::path::absolute(&path).unwrap_or_else(|_| path.clone());
                 let (files, revision, settings) = tokio::join!(
                     read_directory(path.clone()),
                     blocking(move || local_revision(&path)),
@@ -139,6 +155,8 @@ impl Repo {
                     revision: revision?,
                     settings: settings??,
                     fetch_took: None,
+                    sops_rules: crate::sops::config::find_config(&path_for_rules).is_some(),
+                    plain_secrets_are_errors: false,
                 })
             }
         }

@@ -16,6 +16,29 @@ pub struct SourceFile {
     pub text: String,
     /// Byte offset of the start of each line.
     line_starts: Vec<u32>,
+    /// How the file was stored, if it was encrypted (sops).
+    pub sealing: Sealing,
+}
+
+/// Whether a file was stored encrypted, and what became of it.
+#[derive(Clone, Debug, Default)]
+pub enum Sealing {
+    #[default]
+    Plain,
+    /// Decrypted in memory: `text` is the plain text, every line where it was;
+    /// `stored` is the file as written, which is what snippets show.
+    Opened { stored: String },
+    /// It could not be decrypted: the reason, at its place in the file.
+    Closed(SealingProblem),
+}
+
+/// Why an encrypted file stays closed. Never holds a decrypted value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SealingProblem {
+    pub line: u32,
+    pub column: u32,
+    pub message: String,
+    pub hint: Option<String>,
 }
 
 impl SourceFile {
@@ -33,6 +56,37 @@ impl SourceFile {
             path: path.into(),
             text,
             line_starts,
+            sealing: Sealing::Plain,
+        }
+    }
+
+    /// The text to show people: the stored (encrypted) text of a decrypted file.
+    pub fn shown_text(&self) -> &str {
+        match &self.sealing {
+            Sealing::Opened { stored } => stored,
+            Sealing::Plain | Sealing::Closed(_) => &self.text,
+        }
+    }
+
+    /// A span's byte range in [`SourceFile::shown_text`]: in a decrypted file the
+    /// same line and column, cut at the line's end (values have other lengths there).
+    pub fn shown_range(
+        &self,
+        line: u32,
+        column: u32,
+        offset: u32,
+        len: u32,
+    ) -> std::ops::Range<usize> {
+        match &self.sealing {
+            Sealing::Opened { stored } => {
+                let shown = SourceFile::new("", stored.as_str());
+                let start = shown.offset_of(line, column) as usize;
+                let line_end = stored[start..]
+                    .find('\n')
+                    .map_or(stored.len(), |i| start + i);
+                start..(start + len.max(1) as usize).min(line_end.max(start + 1))
+            }
+            Sealing::Plain | Sealing::Closed(_) => offset as usize..(offset + len.max(1)) as usize,
         }
     }
 
@@ -61,6 +115,8 @@ pub(crate) fn to_u32(n: usize) -> u32 {
 pub struct SourceFiles {
     files: Vec<SourceFile>,
     assets: Assets,
+    /// Values that were decrypted: kept out of what is shown (see [`SourceFiles::redact`]).
+    secrets: Vec<zeroize::Zeroizing<String>>,
 }
 
 /// Files of the repo that models take data from (a KubernetesConfigMap's `files`):
@@ -73,6 +129,7 @@ impl SourceFiles {
         SourceFiles {
             files,
             assets: Assets::new(),
+            secrets: Vec::new(),
         }
     }
 
@@ -84,7 +141,49 @@ impl SourceFiles {
             .into_iter()
             .filter(|f| !assets.contains_key(&f.path))
             .collect();
-        SourceFiles { files, assets }
+        SourceFiles {
+            files,
+            assets,
+            secrets: self.secrets,
+        }
+    }
+
+    /// The files, each replaced by what `open` makes of it, and the values it
+    /// decrypted (to keep out of messages).
+    pub fn map_files(
+        self,
+        mut open: impl FnMut(SourceFile) -> (SourceFile, Vec<zeroize::Zeroizing<String>>),
+    ) -> Self {
+        let mut secrets = self.secrets;
+        let files = self
+            .files
+            .into_iter()
+            .map(|file| {
+                let (file, values) = open(file);
+                secrets.extend(values);
+                file
+            })
+            .collect();
+        // Longest first, so that a value inside another is not half-replaced.
+        secrets.sort_by_key(|s| std::cmp::Reverse(s.len()));
+        secrets.dedup();
+        SourceFiles {
+            files,
+            assets: self.assets,
+            secrets,
+        }
+    }
+
+    /// `text` with every decrypted value starred: for messages and reports, which
+    /// may quote a value a model holds.
+    pub fn redact(&self, text: &str) -> String {
+        let mut text = text.to_string();
+        for secret in &self.secrets {
+            if text.contains(secret.as_str()) {
+                text = text.replace(secret.as_str(), "***");
+            }
+        }
+        text
     }
 
     pub fn assets(&self) -> &Assets {

@@ -413,3 +413,21 @@ fn debian_age_opens_the_data_key_tether_sealed() {
     );
     assert_eq!(output.stdout.len(), 32, "a data key is 32 bytes");
 }
+
+#[test]
+fn a_problem_in_an_encrypted_file_is_at_its_line_and_never_shows_the_value() {
+    use tether::source::{SourceFile, SourceFiles};
+    let (_, recipient, private) = test_recipient();
+    let model = "kind: KubernetesSecret\nname: Leaked_Name_Value\ntrust_domain: shop\ndata:\n  password: hunter2-very-secret\n";
+    let encrypted = encrypt(model, &encryption(&recipient, None), chrono::Utc::now()).unwrap();
+    let files = SourceFiles::from_files(vec![SourceFile::new("secret.yaml", encrypted.clone())]);
+    let files = tether::sops::open_files(files, &Keyring::parse(&private, "k").unwrap());
+    let analysis = tether::analyze(&files);
+    let shown = files.redact(&analysis.diagnostics.render_plain(&files));
+    assert!(shown.contains("secret.yaml:2:7: error:"), "{shown}");
+    for value in ["Leaked_Name_Value", "hunter2"] {
+        assert!(!shown.contains(value), "{value} in {shown}");
+    }
+    // What snippets show is the file as stored.
+    assert_eq!(files.get(tether::source::FileId(0)).shown_text(), encrypted);
+}

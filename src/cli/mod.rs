@@ -8,6 +8,7 @@ mod operate;
 mod reconcile;
 mod report;
 mod run;
+mod secret;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -48,8 +49,20 @@ pub struct GlobalArgs {
     /// Colour and graphics in reports: auto (when the output is a terminal), always, never.
     #[arg(long, global = true, env = "TETHER_COLOR", value_enum, default_value_t = Color::Auto)]
     pub color: Color,
+    /// A file of age private keys (as age-keygen writes it) that open the models
+    /// files encrypted with sops. Also read: TETHER_AGE_KEY and SOPS_AGE_KEY (key
+    /// text), SOPS_AGE_KEY_FILE, and sops' own ~/.config/sops/age/keys.txt.
+    #[arg(long, global = true, env = "TETHER_AGE_KEY_FILE", value_name = "FILE")]
+    pub age_key_file: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub cluster: ClusterFlags,
+}
+
+impl GlobalArgs {
+    /// The age keys that open encrypted models files.
+    pub fn keys(&self) -> miette::Result<tether::sops::Keyring> {
+        tether::sops::Keyring::from_environment(self.age_key_file.as_deref()).map_err(report::error)
+    }
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -214,6 +227,19 @@ enum Command {
         after_help = "Examples:\n  tether node label assign worker-1 sriov=enabled\n  tether node label list\n  tether node lock worker-1 --timeout 10m"
     )]
     Node(node::NodeCommand),
+    /// Secrets safe in Git: models files encrypted as sops does, with age keys.
+    ///
+    /// Compatible with the sops tool both ways, and with a team's `.sops.yaml`.
+    /// tether decrypts encrypted models files in memory when it reads them, with the
+    /// keys of --age-key-file, TETHER_AGE_KEY, SOPS_AGE_KEY or SOPS_AGE_KEY_FILE.
+    #[command(
+        subcommand,
+        after_help = "Examples:
+  tether secret keygen -o ~/.config/sops/age/keys.txt
+  tether secret encrypt -i models/db-credentials.yaml
+  tether secret edit models/db-credentials.yaml"
+    )]
+    Secret(secret::SecretCommand),
     /// Publish pod lifecycle events (created, updated, restarted, deleted) to sinks.
     ///
     /// Watches the pods (discovered and tether-managed alike) and publishes an event
@@ -248,6 +274,10 @@ pub struct ValidateArgs {
     /// Models root (a directory searched for *.yaml and *.yml, or one file).
     #[arg(default_value = ".", env = "TETHER_PATH")]
     pub path: PathBuf,
+    /// In a repository with a `.sops.yaml`, a KubernetesSecret value in plain text is
+    /// an error (a warning without this flag).
+    #[arg(long, env = "TETHER_REQUIRE_ENCRYPTED_SECRETS")]
+    pub require_encrypted_secrets: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -257,6 +287,10 @@ pub struct RenderArgs {
     /// Output format: multi-document YAML, or a JSON `v1` List.
     #[arg(short, long, env = "TETHER_OUTPUT", value_enum, default_value_t = OutputFormat::Yaml)]
     pub output: OutputFormat,
+    /// Print the values of Secrets decrypted from encrypted models files (shown as
+    /// *** without it).
+    #[arg(long)]
+    pub show_secrets: bool,
     #[command(flatten)]
     pub inventory: InventoryFlags,
 }
@@ -528,6 +562,7 @@ pub async fn run(args: Args) -> miette::Result<ExitCode> {
         Command::Recreate(args) => operate::recreate_pod(global, &args).await,
         Command::RestartContainers(args) => operate::restart_pod_containers(global, &args).await,
         Command::Node(command) => node::run(global, &command).await,
+        Command::Secret(command) => secret::run(global, &command).await,
         Command::Events(args) => events::run(global, &args).await,
         Command::Completions { shell } => {
             let mut out = std::io::stdout();

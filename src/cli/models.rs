@@ -15,10 +15,12 @@ use super::{
 };
 
 pub async fn validate(global: &GlobalArgs, args: &ValidateArgs) -> miette::Result<ExitCode> {
-    let loaded = Repo::Directory(args.path.clone())
+    let mut loaded = Repo::Directory(args.path.clone())
         .load()
         .await
         .map_err(report::error)?;
+    loaded.files = tether::sops::open_files(loaded.files, &global.keys()?);
+    loaded.plain_secrets_are_errors = args.require_encrypted_secrets;
     // The repository's confinement is checked too: validate renders (without an
     // inventory, whose labels do not change what is checked).
     let (models, objects) = check(loaded, &Inventory::default()).map_err(report::error)?;
@@ -42,6 +44,7 @@ async fn analysed(
     let files = read_directory(path.to_path_buf())
         .await
         .map_err(report::error)?;
+    let files = tether::sops::open_files(files, &global.keys()?);
     let analysis = tether::analyze(&files);
     let styled = report::use_graphics(global.color, std::io::stderr().is_terminal());
     eprint!(
@@ -86,8 +89,17 @@ pub async fn render(global: &GlobalArgs, args: &RenderArgs) -> miette::Result<Ex
         Err(code) => return Ok(code),
     };
     let graph = &graph;
-    let objects = render_objects(graph, &files, &args.inventory.inventory());
+    let mut objects = render_objects(graph, &files, &args.inventory.inventory());
     tracing::info!(objects = objects.len(), "rendered");
+    let encrypted = files
+        .iter()
+        .any(|(_, f)| matches!(f.sealing, tether::source::Sealing::Opened { .. }));
+    if encrypted && !args.show_secrets {
+        tether::render::hide_secret_values(&mut objects);
+        eprintln!(
+            "Secret values are shown as ***: the repository has encrypted files (--show-secrets prints them)"
+        );
+    }
     let text = match args.output {
         OutputFormat::Yaml => to_yaml(&objects).into_diagnostic()?,
         OutputFormat::Json => to_json_list(&objects),

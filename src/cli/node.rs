@@ -113,7 +113,8 @@ pub async fn run(global: &GlobalArgs, command: &NodeCommand) -> miette::Result<E
 /// carries each (`yes`, `no`, `other value`, or `?` offline or when the node is not
 /// in the cluster), then the pods discovery recorded on it.
 async fn list(global: &GlobalArgs, args: &ListArgs) -> miette::Result<ExitCode> {
-    let loaded = args.models.source().load().await.map_err(report::error)?;
+    let mut loaded = args.models.source().load().await.map_err(report::error)?;
+    loaded.files = tether::sops::open_files(loaded.files, &global.keys()?);
     let models = tether::operation::read_models(&loaded.files);
     let hosts: Vec<_> = models
         .hosts

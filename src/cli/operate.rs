@@ -307,7 +307,8 @@ async fn follow_rollout(
     slice: &str,
     timeout: Duration,
 ) -> miette::Result<ExitCode> {
-    let loaded = models.source().load().await.map_err(report::error)?;
+    let mut loaded = models.source().load().await.map_err(report::error)?;
+    loaded.files = tether::sops::open_files(loaded.files, &global.keys()?);
     let (kind, namespace, name) =
         tether::operation::controller_of(&loaded.files, slice).map_err(report::error)?;
     let client = connect(&global.cluster.target())

@@ -23,7 +23,8 @@ async fn plan(
     selection: Option<Selection>,
     options: PlanOptions,
 ) -> miette::Result<Result<(Reconciler, Planned), ExitCode>> {
-    let mut reconciler = Reconciler::new(repo, global.cluster.target(), inventory.inventory());
+    let mut reconciler = Reconciler::new(repo, global.cluster.target(), inventory.inventory())
+        .with_keys(std::sync::Arc::new(global.keys()?));
     if let Some(selection) = selection {
         reconciler = reconciler.with_selection(selection);
     }

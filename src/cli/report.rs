@@ -18,8 +18,9 @@ pub fn use_graphics(color: Color, is_terminal: bool) -> bool {
 }
 
 pub fn diagnostics(diagnostics: &Diagnostics, files: &SourceFiles, graphical: bool) -> String {
+    // A message may quote a value of the models: decrypted ones are starred.
     if !graphical {
-        return diagnostics.render_plain(files);
+        return files.redact(&diagnostics.render_plain(files));
     }
     let handler = GraphicalReportHandler::new_themed(GraphicalTheme::unicode());
     let mut out = String::new();
@@ -30,7 +31,7 @@ pub fn diagnostics(diagnostics: &Diagnostics, files: &SourceFiles, graphical: bo
         let file = files.get(d.span.file);
         let text = masked
             .entry(d.span.file)
-            .or_insert_with(|| tether::mask::masked(&file.text))
+            .or_insert_with(|| tether::mask::masked(file.shown_text()))
             .clone();
         let message = match &d.model {
             Some(model) => format!("{model}: {}", d.message),
@@ -41,9 +42,12 @@ pub fn diagnostics(diagnostics: &Diagnostics, files: &SourceFiles, graphical: bo
                 Severity::Error => miette::Severity::Error,
                 Severity::Warning => miette::Severity::Warning,
             })
-            .with_label(LabeledSpan::underline(
-                d.span.offset as usize..(d.span.offset + d.span.len.max(1)) as usize,
-            ));
+            .with_label(LabeledSpan::underline(file.shown_range(
+                d.span.line,
+                d.span.column,
+                d.span.offset,
+                d.span.len,
+            )));
         if let Some(hint) = &d.hint {
             diagnostic = diagnostic.with_help(hint.clone());
         }
@@ -54,7 +58,7 @@ pub fn diagnostics(diagnostics: &Diagnostics, files: &SourceFiles, graphical: bo
         }
         out.push('\n');
     }
-    out
+    files.redact(&out)
 }
 
 /// The closing line: what was checked and the verdict.

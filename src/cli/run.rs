@@ -96,7 +96,8 @@ async fn run_one(
 ) -> miette::Result<()> {
     let repo = args.source.repo();
     let id = repo.label();
-    let reconciler = Reconciler::new(repo, global.cluster.target(), args.inventory.inventory());
+    let reconciler = Reconciler::new(repo, global.cluster.target(), args.inventory.inventory())
+        .with_keys(std::sync::Arc::new(global.keys()?));
     let plan = PlanOptions {
         prune: args.prune,
         allow_empty: args.allow_empty,

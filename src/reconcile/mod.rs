@@ -45,6 +45,8 @@ pub struct Reconciler {
     inventory: Inventory,
     client: OnceCell<Client>,
     selection: Option<Selection>,
+    /// The age keys that open the repository's encrypted files.
+    keys: std::sync::Arc<crate::sops::Keyring>,
 }
 
 /// Some models only (`--only`): those and what they wait for and require, or with
@@ -196,7 +198,13 @@ impl Reconciler {
             inventory,
             client: OnceCell::new(),
             selection: None,
+            keys: Default::default(),
         }
+    }
+
+    /// Opens the repository's encrypted (sops) files with `keys`.
+    pub fn with_keys(self, keys: std::sync::Arc<crate::sops::Keyring>) -> Self {
+        Reconciler { keys, ..self }
     }
 
     /// Plans and applies only the models `selection` names.
@@ -238,7 +246,8 @@ impl Reconciler {
         cache: Option<&WatchCache>,
     ) -> Result<Planned, ReconcileError> {
         // The models first: models with Kubernetes off never reach the cluster.
-        let loaded = self.repo.load().await?;
+        let mut loaded = self.repo.load().await?;
+        loaded.files = crate::sops::open_files(loaded.files, &self.keys);
         let (models, rendered) = check(loaded, &self.inventory)?;
         let Some(Rendered { objects, workflow }) = rendered else {
             return Err(ReconcileError::Invalid(Box::new(models)));
@@ -453,6 +462,12 @@ pub fn check(
     let analysis = crate::analyze(&loaded.files);
     let dormant = dormant(&settings, analysis.graph.as_ref(), &loaded.files);
     let mut diagnostics = analysis.diagnostics;
+    if loaded.sops_rules {
+        diagnostics.extend(crate::sops::plain_secret_values(
+            &loaded.files,
+            loaded.plain_secrets_are_errors,
+        ));
+    }
     let mut objects = analysis.graph.map(|graph| Rendered {
         objects: render(&graph, &loaded.files, inventory),
         workflow: graph.workflow,
@@ -462,9 +477,9 @@ pub fn check(
             &rendered.objects,
             &Confinement::from(confine),
         ));
-        if diagnostics.has_errors() {
-            objects = None;
-        }
+    }
+    if diagnostics.has_errors() {
+        objects = None;
     }
     let checked = CheckedModels {
         loaded,

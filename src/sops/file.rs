@@ -171,7 +171,7 @@ fn data_key(meta: &Metadata, keys: &Keyring, sops_pos: Pos) -> Result<DataKey, S
             sops_pos,
             format!("this file is encrypted (sops, age: {}) and no age key was given", recipients.join(", ")),
         )
-        .hint("give the private key: --age-key-file FILE, TETHER_AGE_KEY, SOPS_AGE_KEY or SOPS_AGE_KEY_FILE"));
+        .hint("give tether the age private key: a key file, or TETHER_AGE_KEY, SOPS_AGE_KEY or SOPS_AGE_KEY_FILE"));
     }
     let mut malformed = false;
     for (_, enc) in &meta.age {
@@ -790,4 +790,36 @@ fn metadata_block(
     block.push_str(&format!("    {field}: '{}'\n", value.replace('\'', "''")));
     block.push_str(&format!("    version: {SOPS_VERSION}\n"));
     Ok(block)
+}
+
+/// How an encrypted file was encrypted (its recipients and selection), so that an
+/// edited copy is encrypted the same way.
+pub fn encryption_of(text: &str) -> Result<Encryption, SopsError> {
+    let docs = parse_yaml(text, Dialect::Kubernetes).map_err(|e| {
+        SopsError::at(
+            Pos {
+                line: e.line,
+                column: e.column,
+                ..Pos::default()
+            },
+            format!("YAML syntax error: {}", e.message),
+        )
+    })?;
+    let (key, sops) = docs.first().and_then(sops_entry).ok_or_else(|| {
+        SopsError::at(
+            Pos::default(),
+            "the file is not encrypted (no `sops` block)",
+        )
+    })?;
+    let meta = metadata(sops, key)?;
+    let recipients = meta
+        .age
+        .iter()
+        .map(|(r, _)| Recipient::parse(r).map_err(|e| SopsError::at(sops.pos, e.to_string())))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Encryption {
+        recipients,
+        selection: meta.selection,
+        mac_only_encrypted: meta.mac_only_encrypted,
+    })
 }
