@@ -8,7 +8,7 @@ use regex::Regex;
 use super::file::{Encryption, SopsError};
 use super::keys::Recipient;
 use super::tree::Selection;
-use crate::load::{Dialect, Node, Pos, Value, parse_yaml};
+use crate::load::{Node, Value};
 
 pub const CONFIG_FILE: &str = ".sops.yaml";
 
@@ -23,40 +23,27 @@ pub fn find_config(dir: &Path) -> Option<PathBuf> {
 /// path from the config's directory, `/`-separated) asks for; none when no rule
 /// matches.
 pub fn rule_for(config: &str, relative: &str) -> Result<Option<Encryption>, SopsError> {
-    let error = |pos: Pos, message: String| SopsError {
-        line: pos.line.max(1),
-        column: pos.column.max(1),
-        message,
-        hint: None,
-    };
-    let docs = parse_yaml(config, Dialect::Kubernetes).map_err(|e| {
-        error(
-            Pos {
-                line: e.line,
-                column: e.column,
-                ..Pos::default()
-            },
-            format!("YAML syntax error: {}", e.message),
-        )
-    })?;
+    let docs = super::file::parse(config)?;
     let Some(rules) = docs.first().and_then(|d| d.field("creation_rules")) else {
         return Ok(None);
     };
     let Value::Seq(rules) = &rules.value else {
-        return Err(error(rules.pos, "`creation_rules` is not a list".into()));
+        return Err(SopsError::at(rules.pos, "`creation_rules` is not a list"));
     };
     for rule in rules {
         let matches = match rule.field("path_regex").map(|n| (n, &n.value)) {
             None | Some((_, Value::Null)) => true,
             Some((node, Value::Str(pattern))) => Regex::new(pattern)
                 .map_err(|_| {
-                    error(
+                    SopsError::at(
                         node.pos,
                         format!("`path_regex` {pattern:?} is not a valid regular expression"),
                     )
                 })?
                 .is_match(relative),
-            Some((node, _)) => return Err(error(node.pos, "`path_regex` is not a string".into())),
+            Some((node, _)) => {
+                return Err(SopsError::at(node.pos, "`path_regex` is not a string"));
+            }
         };
         if matches {
             return read_rule(rule).map(Some);
@@ -66,12 +53,7 @@ pub fn rule_for(config: &str, relative: &str) -> Result<Option<Encryption>, Sops
 }
 
 fn read_rule(rule: &Node) -> Result<Encryption, SopsError> {
-    let at = |node: &Node, message: String| SopsError {
-        line: node.pos.line.max(1),
-        column: node.pos.column.max(1),
-        message,
-        hint: None,
-    };
+    let at = |node: &Node, message: String| SopsError::at(node.pos, message);
     let mut recipients = Vec::new();
     let mut age_nodes: Vec<&Node> = rule.field("age").into_iter().collect();
     if let Some(groups) = rule.field("key_groups") {

@@ -23,7 +23,7 @@ pub struct SopsError {
 }
 
 impl SopsError {
-    fn at(pos: Pos, message: impl Into<String>) -> Self {
+    pub(super) fn at(pos: Pos, message: impl Into<String>) -> Self {
         SopsError {
             line: pos.line.max(1),
             column: pos.column.max(1),
@@ -36,6 +36,20 @@ impl SopsError {
         self.hint = Some(hint.into());
         self
     }
+}
+
+/// Parses YAML as sops (Go's yaml.v3) types it: old-style octal, strict booleans.
+pub(super) fn parse(text: &str) -> Result<Vec<Node>, SopsError> {
+    parse_yaml(text, Dialect::Kubernetes).map_err(|e| {
+        SopsError::at(
+            Pos {
+                line: e.line,
+                column: e.column,
+                ..Pos::default()
+            },
+            format!("YAML syntax error: {}", e.message),
+        )
+    })
 }
 
 /// Is this text a file sops encrypted (its first document has a `sops:` mapping)?
@@ -355,16 +369,7 @@ fn check_mac(
 
 /// Decrypts a file in memory for reading models: same lines, values one line each.
 pub fn decrypt_in_place(text: &str, keys: &Keyring) -> Result<Decrypted, SopsError> {
-    let docs = parse_yaml(text, Dialect::Kubernetes).map_err(|e| {
-        SopsError::at(
-            Pos {
-                line: e.line,
-                column: e.column,
-                ..Pos::default()
-            },
-            format!("YAML syntax error: {}", e.message),
-        )
-    })?;
+    let docs = parse(text)?;
     let (opened, _, _) = open_all(&docs, keys)?;
     let mut edits: Vec<(usize, usize, String)> = Vec::new();
     let mut values = Vec::new();
@@ -498,16 +503,7 @@ fn bool_yaml(plain: &str) -> &'static str {
 /// Decrypts a file back to plain YAML (what `sops -d` prints): values as YAML
 /// scalars, comments decrypted, the `sops:` block removed.
 pub fn decrypt_to_plain(text: &str, keys: &Keyring) -> Result<Zeroizing<String>, SopsError> {
-    let docs = parse_yaml(text, Dialect::Kubernetes).map_err(|e| {
-        SopsError::at(
-            Pos {
-                line: e.line,
-                column: e.column,
-                ..Pos::default()
-            },
-            format!("YAML syntax error: {}", e.message),
-        )
-    })?;
+    let docs = parse(text)?;
     let (opened, _, key) = open_all(&docs, keys)?;
     let mut edits: Vec<(usize, usize, String)> = Vec::new();
     for value in &opened {
@@ -649,16 +645,7 @@ pub fn encrypt(
     how: &Encryption,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Result<String, SopsError> {
-    let docs = parse_yaml(text, Dialect::Kubernetes).map_err(|e| {
-        SopsError::at(
-            Pos {
-                line: e.line,
-                column: e.column,
-                ..Pos::default()
-            },
-            format!("YAML syntax error: {}", e.message),
-        )
-    })?;
+    let docs = parse(text)?;
     let first = docs.first().ok_or_else(|| {
         SopsError::at(
             Pos::default(),
@@ -795,16 +782,7 @@ fn metadata_block(
 /// How an encrypted file was encrypted (its recipients and selection), so that an
 /// edited copy is encrypted the same way.
 pub fn encryption_of(text: &str) -> Result<Encryption, SopsError> {
-    let docs = parse_yaml(text, Dialect::Kubernetes).map_err(|e| {
-        SopsError::at(
-            Pos {
-                line: e.line,
-                column: e.column,
-                ..Pos::default()
-            },
-            format!("YAML syntax error: {}", e.message),
-        )
-    })?;
+    let docs = parse(text)?;
     let (key, sops) = docs.first().and_then(sops_entry).ok_or_else(|| {
         SopsError::at(
             Pos::default(),
