@@ -431,3 +431,39 @@ fn a_problem_in_an_encrypted_file_is_at_its_line_and_never_shows_the_value() {
     // What snippets show is the file as stored.
     assert_eq!(files.get(tether::source::FileId(0)).shown_text(), encrypted);
 }
+
+/// An attacker with write access to the repository but not the key swaps two
+/// encrypted values (the password into the username): each value is bound to its
+/// key, so the file does not open.
+#[test]
+fn a_value_moved_to_another_key_does_not_open() {
+    let (_, recipient, private) = test_recipient();
+    let model = "kind: KubernetesSecret\nname: s\ntrust_domain: shop\ndata:\n  username: shop\n  password: hunter2-very-secret\n";
+    let encrypted = encrypt(
+        model,
+        &encryption(&recipient, Some("^data$")),
+        chrono::Utc::now(),
+    )
+    .unwrap();
+    let value_of = |key: &str| {
+        encrypted
+            .lines()
+            .find_map(|l| l.trim_start().strip_prefix(&format!("{key}: ")))
+            .unwrap()
+            .to_string()
+    };
+    let (user, password) = (value_of("username"), value_of("password"));
+    let swapped = encrypted
+        .replace(&user, "USER")
+        .replace(&password, &user)
+        .replace("USER", &password);
+    let error = decrypt_in_place(&swapped, &Keyring::parse(&private, "k").unwrap())
+        .err()
+        .unwrap();
+    assert_eq!(error.line, 5, "{error:?}");
+    assert!(
+        error.message.contains("moved here from another key"),
+        "{}",
+        error.message
+    );
+}

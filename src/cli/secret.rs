@@ -121,12 +121,10 @@ fn encryption_for(file: &Path, args: &EncryptArgs) -> miette::Result<Encryption>
             .map(Recipient::parse)
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| miette!("{e}"))?;
-        let base = how.take().unwrap_or(Encryption {
-            recipients: Vec::new(),
-            selection: Default::default(),
-            mac_only_encrypted: false,
+        how = Some(Encryption {
+            recipients,
+            ..how.unwrap_or_default()
         });
-        how = Some(Encryption { recipients, ..base });
     }
     let mut how = how.ok_or_else(|| {
         miette!(

@@ -631,7 +631,7 @@ fn comment_edits(text: &str, docs: &[Node], key: &DataKey) -> Vec<(usize, usize,
 }
 
 /// How a file is to be encrypted: from a `.sops.yaml` creation rule or flags.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Encryption {
     pub recipients: Vec<Recipient>,
     pub selection: Selection,
