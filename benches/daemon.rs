@@ -179,6 +179,7 @@ async fn run(
             suspend: false,
             inventory: None,
             secret_ref: None,
+            decryption: None,
             discovery: (pods > 0).then(DiscoverySpec::default),
         },
     );

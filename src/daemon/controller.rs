@@ -22,7 +22,8 @@ use tracing::Instrument;
 
 use super::Shared;
 use super::discovery::DiscoveryTarget;
-use super::runner::{PassError, PassOutcome, SourceLoop, StatusSink, Trigger};
+use super::keys::DecryptionSecret;
+use super::runner::{PassError, PassOutcome, SourceLoop, StatusSink, Trigger, failure_message};
 use super::source::{
     DiscoverySpec, RECONCILE_REQUESTED_ANNOTATION, Source, SourceSpec, SourceStatus, revision_name,
 };
@@ -312,6 +313,10 @@ async fn run_source(
     )
     .with_triggers(triggers)
     .with_drift_policy(settings.drift);
+    if let Some(decryption) = &source.spec.decryption {
+        let secret = DecryptionSecret::new(client.clone(), &namespace, &decryption.secret_ref.name);
+        work = work.with_decryption(secret);
+    }
     let trigger = work.trigger();
     shared.register(
         &id,
@@ -386,7 +391,7 @@ fn log_pass(outcome: &Result<PassOutcome, PassError>) {
             "pass done"
         ),
         Err(PassError::Reconcile(error)) => {
-            tracing::warn!(error = %crate::error_chain(error), "pass failed");
+            tracing::warn!(error = %failure_message(error), "pass failed");
         }
         Err(error) => tracing::warn!(%error, "pass failed"),
     }

@@ -10,6 +10,7 @@ pub mod controller;
 pub mod discovery;
 pub mod drift;
 pub mod http;
+pub mod keys;
 pub mod leader;
 pub mod metrics;
 pub mod runner;

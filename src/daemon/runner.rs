@@ -18,6 +18,7 @@ use tokio::time::Instant;
 
 use super::Shared;
 use super::drift::{CorrectionBackoff, Drift, reporter};
+use super::keys::{DecryptionKeysError, DecryptionSecret};
 use super::source::DriftPolicy;
 use super::status::PassResult;
 use crate::driver::Loop;
@@ -93,6 +94,9 @@ pub struct SourceLoop<S = NoStatus> {
     recorder: Option<Recorder>,
     /// Becomes true when the first pass has finished (whatever its result).
     first_pass: tokio::sync::watch::Sender<bool>,
+    /// Where the keys of the encrypted files are read before each pass that loads
+    /// the models (a Source's decryption Secret).
+    decryption: Option<DecryptionSecret>,
 }
 
 /// What one pass did.
@@ -114,6 +118,9 @@ pub enum PassError {
     /// Some objects failed for reasons that may pass (the server busy or away).
     #[error("{} objects failed; retrying", .0.report.failures().count())]
     ObjectsFailed(Box<PassOutcome>),
+    /// The keys of the encrypted files could not be read: nothing was applied.
+    #[error(transparent)]
+    DecryptionKeys(#[from] DecryptionKeysError),
 }
 
 impl<S: StatusSink> SourceLoop<S> {
@@ -149,6 +156,7 @@ impl<S: StatusSink> SourceLoop<S> {
             status,
             recorder: None,
             first_pass: tokio::sync::watch::Sender::new(false),
+            decryption: None,
         }
     }
 
@@ -164,6 +172,12 @@ impl<S: StatusSink> SourceLoop<S> {
 
     pub fn with_drift_policy(mut self, policy: DriftPolicy) -> Self {
         self.drift_policy = policy;
+        self
+    }
+
+    /// Opens the encrypted files with the keys of `secret`, read before each pass.
+    pub fn with_decryption(mut self, secret: DecryptionSecret) -> Self {
+        self.decryption = Some(secret);
         self
     }
 
@@ -207,6 +221,9 @@ impl<S: StatusSink> SourceLoop<S> {
     async fn reconcile(&mut self, requested: bool) -> Result<PassOutcome, PassError> {
         if !requested && let Some(quiet) = self.quiet_pass().await {
             return Ok(quiet);
+        }
+        if let Some(secret) = &self.decryption {
+            self.reconciler.set_keys(Arc::new(secret.read().await?));
         }
         // Changes seen from here on make the next pass a full one.
         let mut changes = self.cache.as_ref().map(WatchCache::changes);
@@ -480,10 +497,24 @@ fn pass_result<'r>(
             PassResult::Failed {
                 revision: name(revision.map(|r| r.commit.as_str())),
                 reason,
-                message: crate::error_chain(error),
+                message: failure_message(error),
                 stalled,
             }
         }
+        Err(PassError::DecryptionKeys(error)) => PassResult::Failed {
+            revision: None,
+            reason: "DecryptionKeysUnavailable",
+            message: crate::error_chain(error),
+            stalled: false,
+        },
+    }
+}
+
+/// A failed pass in a line: invalid models name their first errors (values starred).
+pub fn failure_message(error: &ReconcileError) -> String {
+    match error {
+        ReconcileError::Invalid(models) => models.error_summary(3),
+        _ => crate::error_chain(error),
     }
 }
 
@@ -560,7 +591,7 @@ impl<S: StatusSink> Loop for SourceLoop<S> {
         let report = match &result {
             Ok(outcome) => Some(&outcome.report),
             Err(PassError::ObjectsFailed(outcome)) => Some(&outcome.report),
-            Err(PassError::Reconcile(_)) => None,
+            Err(PassError::Reconcile(_) | PassError::DecryptionKeys(_)) => None,
         };
         self.shared
             .metrics

@@ -74,6 +74,30 @@ pub struct SourceSpec {
     /// `password` or `token`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<LocalObjectReference>,
+    /// Decrypt the repository's sops-encrypted files with the age keys of a Secret in
+    /// the Source's namespace (read before each pass, so a rotated key needs no
+    /// restart). Without it, an encrypted file is an error and nothing is applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decryption: Option<Decryption>,
+}
+
+/// How a Source's encrypted files are opened (Flux's `spec.decryption`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Decryption {
+    /// The format of the encrypted files: sops (the default and only one).
+    #[serde(default)]
+    pub provider: DecryptionProvider,
+    /// A Secret whose entries ending in `.agekey` hold age private keys
+    /// (`AGE-SECRET-KEY-1…`, one per line, as `age-keygen` writes them).
+    pub secret_ref: LocalObjectReference,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DecryptionProvider {
+    #[default]
+    Sops,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]

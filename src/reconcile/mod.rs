@@ -24,7 +24,7 @@ use tracing::instrument;
 use crate::cluster::{ClusterError, Resources, Target, connect, read_inventory_version};
 use crate::config::settings::{self, Settings, SettingsError};
 use crate::confine::{self, Confinement};
-use crate::diagnostic::Diagnostics;
+use crate::diagnostic::{Diagnostics, Severity};
 use crate::inventory::Provenance;
 use crate::k8s::ObjectKey;
 use crate::ownership::Inventory;
@@ -148,6 +148,32 @@ pub struct CheckedModels {
     pub dormant: Option<String>,
 }
 
+impl CheckedModels {
+    /// The first `limit` errors, a line each with values starred, and how many more:
+    /// what a Source's status and the daemon's log say of invalid models.
+    pub fn error_summary(&self, limit: usize) -> String {
+        let files = &self.loaded.files;
+        let errors: Vec<_> = self
+            .diagnostics
+            .sorted(files)
+            .into_iter()
+            .filter(|d| d.severity == Severity::Error)
+            .collect();
+        let mut lines: Vec<String> = errors
+            .iter()
+            .take(limit)
+            .map(|d| {
+                let plain = d.render_plain(files);
+                files.redact(plain.lines().next().unwrap_or_default())
+            })
+            .collect();
+        if errors.len() > limit {
+            lines.push(format!("and {} more errors", errors.len() - limit));
+        }
+        format!("the models are invalid: {}", lines.join("; "))
+    }
+}
+
 /// A plan, and what carrying it out needs.
 pub struct Planned {
     pub models: CheckedModels,
@@ -203,8 +229,14 @@ impl Reconciler {
     }
 
     /// Opens the repository's encrypted (sops) files with `keys`.
-    pub fn with_keys(self, keys: std::sync::Arc<crate::sops::Keyring>) -> Self {
-        Reconciler { keys, ..self }
+    pub fn with_keys(mut self, keys: std::sync::Arc<crate::sops::Keyring>) -> Self {
+        self.set_keys(keys);
+        self
+    }
+
+    /// Opens the encrypted files with `keys` from the next plan on (a rotated key).
+    pub fn set_keys(&mut self, keys: std::sync::Arc<crate::sops::Keyring>) {
+        self.keys = keys;
     }
 
     /// Plans and applies only the models `selection` names.

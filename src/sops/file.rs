@@ -185,7 +185,7 @@ fn data_key(meta: &Metadata, keys: &Keyring, sops_pos: Pos) -> Result<DataKey, S
             sops_pos,
             format!("this file is encrypted (sops, age: {}) and no age key was given", recipients.join(", ")),
         )
-        .hint("give tether the age private key: a key file, or TETHER_AGE_KEY, SOPS_AGE_KEY or SOPS_AGE_KEY_FILE"));
+        .hint("give tether the age private key: --age-key-file, TETHER_AGE_KEY, SOPS_AGE_KEY or SOPS_AGE_KEY_FILE; for a Source, a Secret named in spec.decryption.secretRef"));
     }
     let mut malformed = false;
     for (_, enc) in &meta.age {

@@ -27,14 +27,19 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn start(args: &[&str]) -> Daemon {
+        // TETHER_TEST_DAEMON_LOG=debug shows what each daemon did.
+        let level = std::env::var("TETHER_TEST_DAEMON_LOG").unwrap_or_else(|_| "warn".into());
+        Daemon::start_logging(args, &level, Stdio::inherit())
+    }
+
+    /// A daemon whose log, at `level`, goes to `log`.
+    pub fn start_logging(args: &[&str], level: &str, log: Stdio) -> Daemon {
         let port = free_port();
         let secret = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(secret.path(), format!("{SECRET}\n")).unwrap();
         let cache = tempfile::tempdir().unwrap().keep();
         let child = Command::new(env!("CARGO_BIN_EXE_tether"))
-            .args(["run", "--log-format", "json", "--log-level"])
-            // TETHER_TEST_DAEMON_LOG=debug shows what each daemon did.
-            .arg(std::env::var("TETHER_TEST_DAEMON_LOG").unwrap_or_else(|_| "warn".into()))
+            .args(["run", "--log-format", "json", "--log-level", level])
             .args(args)
             .arg(format!("--listen=127.0.0.1:{port}"))
             .arg("--webhook-secret-file")
@@ -45,7 +50,7 @@ impl Daemon {
             .arg(&cluster().kubeconfig)
             .env("TETHER_COLOR", "never")
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            .stderr(log)
             .spawn()
             .unwrap();
         let daemon = Daemon {
@@ -131,7 +136,7 @@ fn kubectl_ok(args: &[&str]) -> String {
     String::from_utf8(crate::discover::kubectl(args).stdout).unwrap()
 }
 
-fn kubectl_apply_text(yaml: &str) {
+pub fn kubectl_apply_text(yaml: &str) {
     let file = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(file.path(), yaml).unwrap();
     kubectl_ok(&["apply", "-f", file.path().to_str().unwrap()]);
@@ -162,13 +167,13 @@ pub fn source_yaml(name: &str, namespace: &str, url: &str, extra: &str) -> Strin
 }
 
 /// A Source's status as JSON.
-fn status(namespace: &str, name: &str) -> serde_json::Value {
+pub fn status(namespace: &str, name: &str) -> serde_json::Value {
     let text = kubectl_ok(&["get", "source", name, "-n", namespace, "-o", "json"]);
     let source: serde_json::Value = serde_json::from_str(&text).unwrap();
     source["status"].clone()
 }
 
-fn condition(status: &serde_json::Value, type_: &str) -> Option<(String, String)> {
+pub fn condition(status: &serde_json::Value, type_: &str) -> Option<(String, String)> {
     status["conditions"].as_array()?.iter().find_map(|c| {
         (c["type"] == type_).then(|| {
             (

@@ -13,6 +13,7 @@ mod operations;
 mod ownership;
 mod reconcile;
 mod run;
+mod secrets;
 mod workflow;
 
 use std::time::Duration;

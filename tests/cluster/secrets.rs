@@ -1,0 +1,404 @@
+//! Models files encrypted with sops and age, against the control plane: a file that
+//! does not open (tampered, or without its key) stops the whole repository, and the
+//! daemon decrypts with the key of the Secret its Source names, without a plain value
+//! in its trace-level log.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::Client;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+
+use crate::daemon::{
+    Daemon, Remote, condition, install_crd, kubectl_apply_text, source_yaml, status,
+};
+use crate::harness::{cluster, eventually};
+use crate::reconcile::{base, config_map, setup};
+
+/// The variables a key could come from, cleared so that only the test's keys count.
+const KEY_VARIABLES: [&str; 4] = [
+    "TETHER_AGE_KEY",
+    "TETHER_AGE_KEY_FILE",
+    "SOPS_AGE_KEY",
+    "SOPS_AGE_KEY_FILE",
+];
+
+/// tether against the test cluster, with no age key but `key_file` (a HOME of its own,
+/// so that sops' default key file is not read either).
+fn tether(home: &Path, key_file: Option<&Path>, args: &[&str]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tether"));
+    for variable in KEY_VARIABLES {
+        command.env_remove(variable);
+    }
+    if let Some(key_file) = key_file {
+        command.arg("--age-key-file").arg(key_file);
+    }
+    command
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(&cluster().kubeconfig)
+        .env("HOME", home)
+        .env("TETHER_COLOR", "never")
+        .output()
+        .unwrap()
+}
+
+fn all_output(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+/// `plain` encrypted by `tether secret encrypt` for `recipient`: every value, or those
+/// under the keys `regex` finds.
+fn encrypt(plain: &str, recipient: &str, regex: Option<&str>) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("plain.yaml");
+    std::fs::write(&file, plain).unwrap();
+    let mut args = vec!["secret", "encrypt", "--age", recipient];
+    if let Some(regex) = regex {
+        args.extend(["--encrypted-regex", regex]);
+    }
+    args.push(file.to_str().unwrap());
+    let output = tether(dir.path(), None, &args);
+    assert!(output.status.success(), "{}", all_output(&output));
+    String::from_utf8(output.stdout).unwrap()
+}
+
+fn secret_model(name: &str, namespace: &str, values: &[(&str, &str)]) -> String {
+    let mut text =
+        format!("kind: KubernetesSecret\nname: {name}\ntrust_domain: {namespace}\ndata:\n");
+    for (key, value) in values {
+        text.push_str(&format!("  {key}: {value}\n"));
+    }
+    text
+}
+
+/// A key file (0600) holding `private`.
+fn key_file(dir: &Path, name: &str, private: &str) -> std::path::PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, format!("{private}\n")).unwrap();
+    path
+}
+
+/// `text` with the first line containing `needle` replaced by what `change` makes of it.
+fn change_line(text: &str, needle: &str, change: impl Fn(&str) -> String) -> String {
+    let mut done = false;
+    let lines: Vec<String> = text
+        .lines()
+        .map(|line| match !done && line.contains(needle) {
+            true => {
+                done = true;
+                change(line)
+            }
+            false => line.to_string(),
+        })
+        .collect();
+    assert!(done, "no line holds {needle:?}");
+    lines.join("\n") + "\n"
+}
+
+/// A different base64 character at the start of an `ENC[…,data:` value.
+fn flip_first_data_character(line: &str) -> String {
+    let at = line.find("data:").unwrap() + "data:".len();
+    let old = &line[at..=at];
+    let new = if old == "A" { "B" } else { "A" };
+    format!("{}{new}{}", &line[..at], &line[at + 1..])
+}
+
+async fn nothing_applied(client: &Client, ns: &str, inventory: &str) {
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), ns);
+    assert!(config_maps.get_opt("settings").await.unwrap().is_none());
+    assert!(secrets.get_opt("db-credentials").await.unwrap().is_none());
+    let inventories: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    assert!(inventories.get_opt(inventory).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn an_encrypted_file_that_does_not_open_is_an_error_naming_it_and_nothing_is_applied() {
+    let (client, ns, inventory) = setup("sops-tamper").await;
+    let home = tempfile::tempdir().unwrap();
+    let (private, public) = tether::sops::keys::generate();
+    let (other_private, _) = tether::sops::keys::generate();
+    let right_key = key_file(home.path(), "right.txt", &private);
+    let wrong_key = key_file(home.path(), "wrong.txt", &other_private);
+    let password = format!("Pa55-{ns}-horse");
+    let username = format!("admin-{ns}");
+    let plain = secret_model(
+        "db-credentials",
+        &ns,
+        &[("username", &username), ("password", &password)],
+    );
+    let sealed = encrypt(&plain, &public, None);
+    let changed_value = change_line(&sealed, "password: ENC[", flip_first_data_character);
+    let removed_value = change_line(&sealed, "username: ENC[", |_| String::new());
+    let added_in_clear = change_line(&sealed, "password: ENC[", |line| {
+        let indent = &line[..line.len() - line.trim_start().len()];
+        format!("{line}\n{indent}extra: added-in-clear")
+    });
+    let changed_date = change_line(&sealed, "lastmodified:", |_| {
+        "    lastmodified: \"2020-01-01T00:00:00Z\"".into()
+    });
+    let changed_data_key = change_line(&sealed, "-----BEGIN AGE ENCRYPTED FILE-----", |line| {
+        format!(
+            "{line}\n            AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+        )
+    });
+    let cases: [(&str, &str, Option<&Path>, &str); 7] = [
+        (
+            "a changed value",
+            &changed_value,
+            Some(&right_key),
+            "`data.password` does not decrypt",
+        ),
+        (
+            "a removed value",
+            &removed_value,
+            Some(&right_key),
+            "MAC mismatch",
+        ),
+        (
+            "a value added in clear",
+            &added_in_clear,
+            Some(&right_key),
+            "`data.extra` should be encrypted and is in plain text",
+        ),
+        (
+            "a changed sops block (lastmodified)",
+            &changed_date,
+            Some(&right_key),
+            "the MAC does not decrypt",
+        ),
+        (
+            "a changed sops block (data key)",
+            &changed_data_key,
+            Some(&right_key),
+            "data key is damaged",
+        ),
+        (
+            "a wrong key",
+            &sealed,
+            Some(&wrong_key),
+            "no key given opens this file",
+        ),
+        ("no key", &sealed, None, "no age key was given"),
+    ];
+    let repo = crate::reconcile::Repo::new(&[
+        ("base.yaml", &base(&ns)),
+        ("settings.yaml", &config_map("settings", &ns, "v1")),
+    ]);
+    let path = repo.path().to_str().unwrap();
+    for (case, text, key, expected) in cases {
+        repo.write("credentials.yaml", text);
+        let output = tether(
+            home.path(),
+            key,
+            &[
+                "--log-level",
+                "trace",
+                "apply",
+                "--inventory-name",
+                &inventory,
+                path,
+            ],
+        );
+        let said = all_output(&output);
+        assert_eq!(output.status.code(), Some(2), "{case}: {said}");
+        assert!(
+            said.contains("credentials.yaml:") && said.contains(expected),
+            "{case}: the error names the file and says {expected:?}:\n{said}"
+        );
+        assert!(
+            !said.contains(&password) && !said.contains(&username),
+            "{case}: a value was printed:\n{said}"
+        );
+        nothing_applied(&client, &ns, &inventory).await;
+    }
+
+    // The same file, intact and with its key, applies.
+    repo.write("credentials.yaml", &sealed);
+    let output = tether(
+        home.path(),
+        Some(&right_key),
+        &["apply", "--inventory-name", &inventory, path],
+    );
+    assert_eq!(output.status.code(), Some(0), "{}", all_output(&output));
+    let live = Api::<Secret>::namespaced(client.clone(), &ns)
+        .get("db-credentials")
+        .await
+        .unwrap();
+    let data = live.data.unwrap();
+    assert_eq!(data["password"].0, password.as_bytes());
+    assert_eq!(data["username"].0, username.as_bytes());
+}
+
+/// The key Secret of the daemon's test: `age.agekey` holds `private`.
+fn age_key_secret(name: &str, private: &str) -> Secret {
+    let mut secret = Secret::default();
+    secret.metadata.name = Some(name.into());
+    secret.data = Some(
+        [
+            (
+                "age.agekey".to_string(),
+                ByteString(private.as_bytes().to_vec()),
+            ),
+            ("README".to_string(), ByteString(b"not a key".to_vec())),
+        ]
+        .into(),
+    );
+    secret
+}
+
+async fn ready_reason(ns: &str) -> Option<(String, String, String)> {
+    let status = status(ns, "web");
+    let (ready, reason) = condition(&status, "Ready")?;
+    let message = status["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Ready")?["message"]
+        .as_str()?
+        .to_string();
+    Some((ready, reason, message))
+}
+
+#[tokio::test]
+async fn the_daemon_decrypts_with_the_key_its_source_names_and_logs_no_plain_value() {
+    install_crd();
+    let (client, ns, _) = setup("sops-daemon").await;
+    let (private, public) = tether::sops::keys::generate();
+    let (other_private, _) = tether::sops::keys::generate();
+    let password = format!("Pa55-{ns}-staple");
+    let token = format!("tok-{ns}-battery");
+    // Every value encrypted (sops' default), and only `data` (a team's .sops.yaml).
+    let all_values = encrypt(
+        &secret_model("db-credentials", &ns, &[("password", &password)]),
+        &public,
+        None,
+    );
+    let data_only = encrypt(
+        &secret_model("api-token", &ns, &[("token", &token)]),
+        &public,
+        Some("^(data|stringData)$"),
+    );
+    let remote = Remote::new(&[
+        ("base.yaml", &base(&ns)),
+        ("settings.yaml", &config_map("settings", &ns, "v1")),
+        ("credentials.yaml", &all_values),
+        ("token.yaml", &data_only),
+    ]);
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    // A wrong key first.
+    secrets
+        .create(
+            &PostParams::default(),
+            &age_key_secret("sops-age", &other_private),
+        )
+        .await
+        .unwrap();
+    let log_dir = tempfile::tempdir().unwrap();
+    let log_path = log_dir.path().join("daemon.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut daemon = Daemon::start_logging(
+        &["--sources", "--sources-namespace", &ns],
+        "trace",
+        Stdio::from(log),
+    );
+    let decryption = "  decryption:\n    provider: sops\n    secretRef:\n      name: sops-age\n";
+    kubectl_apply_text(&source_yaml("web", &ns, &remote.url, decryption));
+
+    eventually(Duration::from_secs(30), || async {
+        ready_reason(&ns)
+            .await
+            .is_some_and(|(ready, reason, _)| ready == "False" && reason == "InvalidModels")
+    })
+    .await;
+    let (_, _, message) = ready_reason(&ns).await.unwrap();
+    assert!(
+        message.contains("credentials.yaml:6:1:")
+            && message.contains("no key given opens this file"),
+        "the status names the file and the problem: {message}"
+    );
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    assert!(
+        config_maps.get_opt("settings").await.unwrap().is_none(),
+        "nothing is applied"
+    );
+    assert!(secrets.get_opt("db-credentials").await.unwrap().is_none());
+
+    // The right key, and a reconcile asked for: no restart.
+    let right =
+        serde_json::json!({"data": {"age.agekey": ByteString(private.as_bytes().to_vec())}});
+    secrets
+        .patch("sops-age", &PatchParams::default(), &Patch::Merge(&right))
+        .await
+        .unwrap();
+    let sources: Api<tether::daemon::source::Source> = Api::namespaced(client.clone(), &ns);
+    tether::daemon::controller::request_reconcile(&sources, "web")
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(30), || async {
+        ready_reason(&ns)
+            .await
+            .is_some_and(|(ready, _, _)| ready == "True")
+    })
+    .await;
+    let live = |name: &'static str| {
+        let secrets = secrets.clone();
+        async move { secrets.get(name).await.unwrap().data.unwrap() }
+    };
+    assert_eq!(
+        live("db-credentials").await["password"].0,
+        password.as_bytes()
+    );
+    assert_eq!(live("api-token").await["token"].0, token.as_bytes());
+    assert!(config_maps.get_opt("settings").await.unwrap().is_some());
+
+    // Without its key Secret, a pass fails and says why; the objects stay.
+    secrets
+        .delete("sops-age", &DeleteParams::default())
+        .await
+        .unwrap();
+    tether::daemon::controller::request_reconcile(&sources, "web")
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(30), || async {
+        ready_reason(&ns)
+            .await
+            .is_some_and(|(_, reason, _)| reason == "DecryptionKeysUnavailable")
+    })
+    .await;
+    let (ready, _, message) = ready_reason(&ns).await.unwrap();
+    assert_eq!(ready, "False");
+    assert!(message.contains(&format!("{ns}/sops-age")), "{message}");
+    assert!(secrets.get_opt("db-credentials").await.unwrap().is_some());
+
+    let (code, _) = daemon.terminate();
+    assert_eq!(code, Some(0));
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    assert!(
+        log.lines().filter(|l| l.contains("\"TRACE\"")).count() > 100,
+        "the log is a trace-level log"
+    );
+    use base64::Engine as _;
+    let encode = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+    let source_status = status(&ns, "web").to_string();
+    for value in [
+        password.as_str(),
+        token.as_str(),
+        private.as_str(),
+        other_private.as_str(),
+    ] {
+        for text in [&log, &source_status] {
+            assert!(
+                !text.contains(value) && !text.contains(&encode(value)),
+                "a plain value is in the daemon's log or the Source's status"
+            );
+        }
+    }
+}
