@@ -467,3 +467,87 @@ fn a_value_moved_to_another_key_does_not_open() {
         error.message
     );
 }
+
+#[test]
+fn a_plain_value_edited_in_an_encrypted_file_is_signed_again_and_sops_reads_it() {
+    let tools = tools();
+    let dir = tempfile::tempdir().unwrap();
+    let (keys, recipient, private) = test_recipient();
+    let key_file = dir.path().join("keys.txt");
+    std::fs::write(&key_file, &private).unwrap();
+    let plain = "kind: Slice\nname: web\ncontroller_kind: Deployment\ncontroller_replica_count: 1\n---\n# credentials\nkind: KubernetesSecret\nname: db\ndata:\n  password: hunter2-very-secret\n";
+    let file = dir.path().join("models.yaml");
+    std::fs::write(&file, plain).unwrap();
+    // Encrypted by sops itself, as a team's .sops.yaml would have it.
+    let original = run_sops(
+        &tools,
+        dir.path(),
+        &key_file,
+        &[
+            "-e",
+            "--age",
+            &recipient.to_text(),
+            "--encrypted-regex",
+            "^(data|stringData)$",
+            file.to_str().unwrap(),
+        ],
+    );
+    let edited = replaced(
+        &original,
+        "controller_replica_count: 1",
+        "controller_replica_count: 3",
+    );
+    // A few seconds after sops wrote it (lastmodified counts whole seconds).
+    let later = chrono::Utc::now() + chrono::TimeDelta::seconds(5);
+    let signed = tether::sops::sign_edit(&original, &edited, &keys, later).unwrap();
+    let changed: Vec<(&str, &str)> = original
+        .lines()
+        .zip(signed.lines())
+        .filter(|(a, b)| a != b)
+        .collect();
+    assert_eq!(original.lines().count(), signed.lines().count());
+    // The edit, and each document's lastmodified and mac: no encrypted value moved.
+    assert_eq!(changed.len(), 5, "{changed:#?}");
+    assert!(
+        changed
+            .iter()
+            .all(|(a, _)| a.contains("controller_replica_count")
+                || a.contains("lastmodified:")
+                || a.contains("mac:")),
+        "{changed:#?}"
+    );
+    std::fs::write(&file, &signed).unwrap();
+    let by_sops = run_sops(
+        &tools,
+        dir.path(),
+        &key_file,
+        &["-d", file.to_str().unwrap()],
+    );
+    let expected = replaced(
+        plain,
+        "controller_replica_count: 1",
+        "controller_replica_count: 3",
+    );
+    assert_eq!(values(&by_sops), values(&expected), "{by_sops}");
+    let by_tether = decrypt_to_plain(&signed, &keys).unwrap();
+    assert_eq!(values(&by_tether), values(&expected));
+
+    // A file changed before the edit is not vouched for.
+    let tampered = replaced(&original, "name: web", "name: api");
+    let edited = replaced(
+        &tampered,
+        "controller_replica_count: 1",
+        "controller_replica_count: 3",
+    );
+    let refused =
+        tether::sops::sign_edit(&tampered, &edited, &keys, chrono::Utc::now()).unwrap_err();
+    assert!(refused.message.contains("MAC mismatch"), "{refused}");
+    // Nor without the key.
+    let (other, _, _) = test_recipient();
+    let refused =
+        tether::sops::sign_edit(&original, &edited, &other, chrono::Utc::now()).unwrap_err();
+    assert!(
+        refused.message.contains("no key given opens this file"),
+        "{refused}"
+    );
+}

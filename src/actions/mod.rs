@@ -7,11 +7,15 @@
 pub mod pods;
 pub mod rollout;
 
+use std::sync::Arc;
+
 use thiserror::Error;
 
 use crate::discoverer::Destination;
-use crate::operation::{Operation, OperationError};
+use crate::operation::{Edit, Operation, OperationError};
 use crate::repo::Repo;
+use crate::sops::Keyring;
+use crate::source::SourceFiles;
 use crate::writeback::{Author, Workspace, WritebackError};
 
 #[derive(Debug, Error)]
@@ -26,6 +30,17 @@ pub enum ActionError {
     NotAtRevision { slice: String, revision: String },
     #[error("the Git work stopped: {0}")]
     Interrupted(String),
+    /// An edited file is encrypted with sops, whose MAC covers the edited value too,
+    /// and it could not be signed again (no key, or the file did not check before).
+    #[error(
+        "{path}:{line}:{column}: the file is encrypted (sops) and the edit cannot be signed again: {message}"
+    )]
+    Sign {
+        path: String,
+        line: u32,
+        column: u32,
+        message: String,
+    },
 }
 
 /// What to change, as the user asked for it.
@@ -49,6 +64,8 @@ pub struct CommitTo {
     pub propose: Option<String>,
     /// Default: the repository's `user.name` and `user.email`, else tether.
     pub author: Option<Author>,
+    /// The keys that sign an edit of a sops-encrypted file again.
+    pub keys: Arc<Keyring>,
 }
 
 /// A commit made for an operation.
@@ -108,7 +125,7 @@ fn commit_blocking(to: CommitTo, request: Request) -> Result<Committed, ActionEr
         Request::Rollback { slice, to } => rollback(&workspace, &slice, to.as_deref())?,
     };
     let synced = workspace.sync(
-        |files| crate::operation::plan(files, &operation).map_err(ActionError::from),
+        |files| sign_encrypted(files, crate::operation::plan(files, &operation)?, &to.keys),
         &author,
         push,
     )?;
@@ -120,6 +137,35 @@ fn commit_blocking(to: CommitTo, request: Request) -> Result<Committed, ActionEr
         proposed: to.propose.is_some(),
         apply_from: to.propose.is_none().then_some(apply_from),
     })
+}
+
+/// Signs again each edited file that is encrypted with sops: its MAC covers the plain
+/// values the edit changed. Its encrypted values stay as they were.
+fn sign_encrypted(
+    files: &SourceFiles,
+    mut edit: Edit,
+    keys: &Keyring,
+) -> Result<Edit, ActionError> {
+    for (path, text) in &mut edit.writes {
+        let Some((_, original)) = files.iter().find(|(_, file)| file.path == *path) else {
+            continue;
+        };
+        if !crate::sops::is_encrypted(&original.text) {
+            continue;
+        }
+        *text = crate::sops::sign_edit(&original.text, text, keys, chrono::Utc::now()).map_err(
+            |error| ActionError::Sign {
+                path: path.clone(),
+                line: error.line,
+                column: error.column,
+                message: match &error.hint {
+                    Some(hint) => format!("{} ({hint})", error.message),
+                    None => error.message.clone(),
+                },
+            },
+        )?;
+    }
+    Ok(edit)
 }
 
 /// The operation that puts the slice back as it was.

@@ -227,6 +227,7 @@ pub(super) async fn commit_and_apply(
         branch: args.models.branch.clone(),
         propose: args.propose.clone(),
         author,
+        keys: std::sync::Arc::new(global.keys()?),
     };
     let committed = commit(to, request).await.map_err(report::error)?;
     print_commit(&committed);

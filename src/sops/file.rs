@@ -231,21 +231,35 @@ fn open_all<'n>(
     docs: &'n [Node],
     keys: &Keyring,
 ) -> Result<(Vec<Opened>, Metadata<'n>, DataKey), SopsError> {
+    let (sops_key, meta) = first_metadata(docs)?;
+    let key = data_key(&meta, keys, sops_key.pos)?;
+    let (opened, mac) = open_values(docs, &meta, &key)?;
+    check_mac(&meta, &key, mac, sops_key.pos)?;
+    Ok((opened, meta, key))
+}
+
+/// The `sops` key of the first document, and what its block says.
+fn first_metadata(docs: &[Node]) -> Result<(&Node, Metadata<'_>), SopsError> {
     let first = docs
         .first()
         .ok_or_else(|| SopsError::at(Pos::default(), "the file is empty"))?;
-    let Value::Map(entries) = &first.value else {
+    if !matches!(&first.value, Value::Map(_)) {
         return Err(SopsError::at(
             first.pos,
             "the first document is not a mapping",
         ));
-    };
-    let (sops_key, sops) = entries
-        .iter()
-        .find(|(k, _)| matches!(&k.value, Value::Str(s) if s == "sops"))
+    }
+    let (sops_key, sops) = sops_entry(first)
         .ok_or_else(|| SopsError::at(first.pos, "no `sops` metadata in the first document"))?;
-    let meta = metadata(sops, sops_key)?;
-    let key = data_key(&meta, keys, sops_key.pos)?;
+    Ok((sops_key, metadata(sops, sops_key)?))
+}
+
+/// Opens every encrypted value; returns them with the MAC of the values as they are.
+fn open_values(
+    docs: &[Node],
+    meta: &Metadata,
+    key: &DataKey,
+) -> Result<(Vec<Opened>, String), SopsError> {
     let mut mac = Mac::new(meta.mac_only_encrypted);
     let mut opened = Vec::new();
     for doc in docs {
@@ -257,7 +271,7 @@ fn open_all<'n>(
                 (Value::Null, _) => {}
                 (Value::Str(s), true) if s.is_empty() => {}
                 (Value::Str(s), true) if is_sealed(s) => {
-                    let value = open_leaf(&leaf, s, &key)?;
+                    let value = open_leaf(&leaf, s, key)?;
                     if value.value_type != ValueType::Comment {
                         mac.add(&value.plain, true);
                     }
@@ -278,8 +292,39 @@ fn open_all<'n>(
             }
         }
     }
-    check_mac(&meta, &key, mac.finish(), sops_key.pos)?;
-    Ok((opened, meta, key))
+    Ok((opened, mac.finish()))
+}
+
+/// Signs `edited` again: a copy of the encrypted file `original` whose unencrypted
+/// values tether changed in place (a day-2 operation's edit), which sops' MAC covers
+/// too. `original` must open and check (an edit never vouches for a tampered file);
+/// the encrypted values stay as they are, so the change shows alone in a diff, with a
+/// new `lastmodified` and `mac`.
+pub fn sign_edit(
+    original: &str,
+    edited: &str,
+    keys: &Keyring,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<String, SopsError> {
+    open_all(&parse(original)?, keys)?;
+    let docs = parse(edited)?;
+    let (sops_key, meta) = first_metadata(&docs)?;
+    let key = data_key(&meta, keys, sops_key.pos)?;
+    let (_, mac) = open_values(&docs, &meta, &key)?;
+    let lastmodified = now.to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    let mac = Sealed::seal(&key, &mac, ValueType::Str, &lastmodified).to_text();
+    let mut edits = Vec::new();
+    for (sops_key, sops) in docs.iter().filter_map(sops_entry) {
+        let meta = metadata(sops, sops_key)?;
+        let (Some(old_mac), Some(old_date)) = (meta.mac, meta.lastmodified) else {
+            return Err(unsigned(sops_key.pos));
+        };
+        let (start, end) = value_range(edited, old_date.pos);
+        edits.push((start, end, format!("\"{lastmodified}\"")));
+        let (start, end) = value_range(edited, old_mac.pos);
+        edits.push((start, end, mac.clone()));
+    }
+    Ok(apply_edits(edited, edits))
 }
 
 fn open_leaf(leaf: &Leaf, text: &str, key: &DataKey) -> Result<Opened, SopsError> {
@@ -334,6 +379,13 @@ fn open_leaf(leaf: &Leaf, text: &str, key: &DataKey) -> Result<Opened, SopsError
     })
 }
 
+fn unsigned(sops_pos: Pos) -> SopsError {
+    SopsError::at(
+        sops_pos,
+        "the `sops` metadata has no MAC or no lastmodified: the file cannot be checked",
+    )
+}
+
 fn check_mac(
     meta: &Metadata,
     key: &DataKey,
@@ -342,10 +394,7 @@ fn check_mac(
 ) -> Result<(), SopsError> {
     let at = meta.mac.map_or(sops_pos, |m| m.pos);
     let (Some(mac), Some(lastmodified)) = (meta.mac, meta.lastmodified) else {
-        return Err(SopsError::at(
-            sops_pos,
-            "the `sops` metadata has no MAC or no lastmodified: the file cannot be checked",
-        ));
+        return Err(unsigned(sops_pos));
     };
     let Some(aad) = lastmodified_text(lastmodified) else {
         return Err(SopsError::at(

@@ -8,7 +8,7 @@ pub mod tree;
 
 pub use file::{
     Decrypted, Encryption, SopsError, decrypt_in_place, decrypt_to_plain, encrypt, encryption_of,
-    is_encrypted,
+    is_encrypted, sign_edit,
 };
 pub use keys::{KeyError, Keyring, Recipient};
 

@@ -402,3 +402,120 @@ async fn the_daemon_decrypts_with_the_key_its_source_names_and_logs_no_plain_val
         }
     }
 }
+
+#[tokio::test]
+async fn scaling_a_slice_in_an_encrypted_file_commits_a_file_that_still_opens() {
+    let (client, ns, inventory) = setup("sops-scale").await;
+    let home = tempfile::tempdir().unwrap();
+    let (private, public) = tether::sops::keys::generate();
+    let key = key_file(home.path(), "key.txt", &private);
+    let password = format!("Pa55-{ns}-scale");
+    let plain = format!(
+        "{}---\nkind: Image\nname: nginx\ntag: \"1.25\"\n---\nkind: Slice\nname: web\ntrust_domain: {ns}\ncontroller_kind: Deployment\ncontroller_replica_count: 1\ndefault_image: nginx\n---\n{}",
+        base(&ns),
+        secret_model("db-credentials", &ns, &[("password", &password)])
+    );
+    let repo = tempfile::tempdir().unwrap();
+    let models = repo.path().join("models.yaml");
+    std::fs::write(
+        &models,
+        encrypt(&plain, &public, Some("^(data|stringData)$")),
+    )
+    .unwrap();
+    let git = |args: &[&str]| crate::reconcile::git(repo.path(), args);
+    git(&["init", "-q"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "models"]);
+    let path = repo.path().to_str().unwrap();
+    let applied = tether(
+        home.path(),
+        Some(&key),
+        &["apply", "--inventory-name", &inventory, path],
+    );
+    assert_eq!(applied.status.code(), Some(0), "{}", all_output(&applied));
+
+    // Without the key, the edit cannot be signed: nothing is committed.
+    let head = git(&["rev-parse", "HEAD"]);
+    let refused = tether(
+        home.path(),
+        None,
+        &[
+            "scale",
+            "web",
+            "2",
+            "-C",
+            path,
+            "--inventory-name",
+            &inventory,
+        ],
+    );
+    assert_eq!(refused.status.code(), Some(2), "{}", all_output(&refused));
+    // The error as one line (the terminal report wraps it).
+    let said = all_output(&refused)
+        .replace('│', " ")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        said.contains("models.yaml:")
+            && said.contains("the edit cannot be signed again")
+            && said.contains("no age key was given"),
+        "{said}"
+    );
+    assert_eq!(git(&["rev-parse", "HEAD"]), head);
+    assert_eq!(git(&["status", "--porcelain"]), "");
+
+    let scaled = tether(
+        home.path(),
+        Some(&key),
+        &[
+            "scale",
+            "web",
+            "3",
+            "-C",
+            path,
+            "--inventory-name",
+            &inventory,
+        ],
+    );
+    assert_eq!(scaled.status.code(), Some(0), "{}", all_output(&scaled));
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(client.clone(), &ns);
+    let replicas = deployments.get("web").await.unwrap().spec.unwrap().replicas;
+    assert_eq!(replicas, Some(3));
+    // The commit changes the count and each document's signature, no encrypted value.
+    let changed = git(&["diff", "--unified=0", "HEAD~1", "HEAD"]);
+    let removed: Vec<&str> = changed
+        .lines()
+        .filter(|l| l.starts_with('-') && !l.starts_with("---"))
+        .collect();
+    assert!(
+        removed
+            .iter()
+            .all(|l| l.contains("controller_replica_count: 1")
+                || l.contains("lastmodified:")
+                || l.contains("mac: ENC[")),
+        "{changed}"
+    );
+    assert!(
+        removed
+            .iter()
+            .any(|l| l.contains("controller_replica_count"))
+    );
+    let validated = tether(home.path(), Some(&key), &["validate", path]);
+    assert_eq!(
+        validated.status.code(),
+        Some(0),
+        "{}",
+        all_output(&validated)
+    );
+    let again = tether(
+        home.path(),
+        Some(&key),
+        &["diff", "--inventory-name", &inventory, path],
+    );
+    assert_eq!(again.status.code(), Some(0), "{}", all_output(&again));
+    for output in [&refused, &scaled, &validated, &again] {
+        assert!(!all_output(output).contains(&password));
+    }
+}
