@@ -267,6 +267,24 @@ async fn ready_reason(ns: &str) -> Option<(String, String, String)> {
     Some((ready, reason, message))
 }
 
+/// Asks for a pass of the Source `web` and waits until its Ready condition (status,
+/// reason) is as `wanted`.
+async fn reconcile_until(
+    sources: &Api<tether::daemon::source::Source>,
+    ns: &str,
+    wanted: impl Fn(&str, &str) -> bool,
+) {
+    tether::daemon::controller::request_reconcile(sources, "web")
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(30), || async {
+        ready_reason(ns)
+            .await
+            .is_some_and(|(ready, reason, _)| wanted(&ready, &reason))
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn the_daemon_decrypts_with_the_key_its_source_names_and_logs_no_plain_value() {
     install_crd();
@@ -339,15 +357,7 @@ async fn the_daemon_decrypts_with_the_key_its_source_names_and_logs_no_plain_val
         .await
         .unwrap();
     let sources: Api<tether::daemon::source::Source> = Api::namespaced(client.clone(), &ns);
-    tether::daemon::controller::request_reconcile(&sources, "web")
-        .await
-        .unwrap();
-    eventually(Duration::from_secs(30), || async {
-        ready_reason(&ns)
-            .await
-            .is_some_and(|(ready, _, _)| ready == "True")
-    })
-    .await;
+    reconcile_until(&sources, &ns, |ready, _| ready == "True").await;
     let live = |name: &'static str| {
         let secrets = secrets.clone();
         async move { secrets.get(name).await.unwrap().data.unwrap() }
@@ -364,13 +374,8 @@ async fn the_daemon_decrypts_with_the_key_its_source_names_and_logs_no_plain_val
         .delete("sops-age", &DeleteParams::default())
         .await
         .unwrap();
-    tether::daemon::controller::request_reconcile(&sources, "web")
-        .await
-        .unwrap();
-    eventually(Duration::from_secs(30), || async {
-        ready_reason(&ns)
-            .await
-            .is_some_and(|(_, reason, _)| reason == "DecryptionKeysUnavailable")
+    reconcile_until(&sources, &ns, |_, reason| {
+        reason == "DecryptionKeysUnavailable"
     })
     .await;
     let (ready, _, message) = ready_reason(&ns).await.unwrap();
