@@ -173,7 +173,7 @@ pub fn status(namespace: &str, name: &str) -> serde_json::Value {
     source["status"].clone()
 }
 
-pub fn condition(status: &serde_json::Value, type_: &str) -> Option<(String, String)> {
+fn condition(status: &serde_json::Value, type_: &str) -> Option<(String, String)> {
     status["conditions"].as_array()?.iter().find_map(|c| {
         (c["type"] == type_).then(|| {
             (

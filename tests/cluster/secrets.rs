@@ -7,14 +7,11 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Client;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams};
 
-use crate::daemon::{
-    Daemon, Remote, condition, install_crd, kubectl_apply_text, source_yaml, status,
-};
+use crate::daemon::{Daemon, Remote, install_crd, kubectl_apply_text, source_yaml, status};
 use crate::harness::{cluster, eventually};
 use crate::reconcile::{base, config_map, setup};
 
@@ -238,33 +235,60 @@ async fn an_encrypted_file_that_does_not_open_is_an_error_naming_it_and_nothing_
     assert_eq!(data["username"].0, username.as_bytes());
 }
 
-/// The key Secret of the daemon's test: `age.agekey` holds `private`.
-fn age_key_secret(name: &str, private: &str) -> Secret {
-    let mut secret = Secret::default();
-    secret.metadata.name = Some(name.into());
-    secret.data = Some(
-        [
-            (
-                "age.agekey".to_string(),
-                ByteString(private.as_bytes().to_vec()),
-            ),
-            ("README".to_string(), ByteString(b"not a key".to_vec())),
-        ]
-        .into(),
+/// A key file as `tether secret keygen -o` (and age-keygen) writes it: comments, then
+/// the key. Returns its path, the private key and the public key.
+fn keygen(dir: &Path, name: &str) -> (std::path::PathBuf, String, String) {
+    let path = dir.join(name);
+    let output = tether(
+        dir,
+        None,
+        &["secret", "keygen", "-o", path.to_str().unwrap()],
     );
-    secret
+    assert!(output.status.success(), "{}", all_output(&output));
+    let text = std::fs::read_to_string(&path).unwrap();
+    let public = text
+        .lines()
+        .find_map(|l| l.strip_prefix("# public key: "))
+        .unwrap()
+        .to_string();
+    let private = text
+        .lines()
+        .find(|l| l.starts_with("AGE-SECRET-KEY-1"))
+        .unwrap()
+        .to_string();
+    (path, private, public)
 }
 
-async fn ready_reason(ns: &str) -> Option<(String, String, String)> {
+/// The Secret `sops-age` made (or replaced) as its docs say: `kubectl create secret
+/// generic --from-file=age.agekey=KEYFILE`, piped to `kubectl apply`.
+fn key_secret_from_file(ns: &str, key_file: &Path) {
+    let from_file = format!("--from-file=age.agekey={}", key_file.display());
+    let yaml = crate::discover::kubectl(&[
+        "create",
+        "secret",
+        "generic",
+        "sops-age",
+        "-n",
+        ns,
+        &from_file,
+        "--from-literal=README=not a key",
+        "--dry-run=client",
+        "-o",
+        "yaml",
+    ])
+    .stdout;
+    kubectl_apply_text(&String::from_utf8(yaml).unwrap());
+}
+
+/// The Ready condition of the Source `web`: status, reason, message.
+fn ready_reason(ns: &str) -> Option<(String, String, String)> {
     let status = status(ns, "web");
-    let (ready, reason) = condition(&status, "Ready")?;
-    let message = status["conditions"]
+    let ready = status["conditions"]
         .as_array()?
         .iter()
-        .find(|c| c["type"] == "Ready")?["message"]
-        .as_str()?
-        .to_string();
-    Some((ready, reason, message))
+        .find(|c| c["type"] == "Ready")?;
+    let text = |field: &str| ready[field].as_str().unwrap_or_default().to_string();
+    Some((text("status"), text("reason"), text("message")))
 }
 
 /// Asks for a pass of the Source `web` and waits until its Ready condition (status,
@@ -278,9 +302,7 @@ async fn reconcile_until(
         .await
         .unwrap();
     eventually(Duration::from_secs(30), || async {
-        ready_reason(ns)
-            .await
-            .is_some_and(|(ready, reason, _)| wanted(&ready, &reason))
+        ready_reason(ns).is_some_and(|(ready, reason, _)| wanted(&ready, &reason))
     })
     .await;
 }
@@ -289,8 +311,9 @@ async fn reconcile_until(
 async fn the_daemon_decrypts_with_the_key_its_source_names_and_logs_no_plain_value() {
     install_crd();
     let (client, ns, _) = setup("sops-daemon").await;
-    let (private, public) = tether::sops::keys::generate();
-    let (other_private, _) = tether::sops::keys::generate();
+    let keys = tempfile::tempdir().unwrap();
+    let (right_key, private, public) = keygen(keys.path(), "right.txt");
+    let (wrong_key, other_private, _) = keygen(keys.path(), "wrong.txt");
     let password = format!("Pa55-{ns}-staple");
     let token = format!("tok-{ns}-battery");
     // Every value encrypted (sops' default), and only `data` (a team's .sops.yaml).
@@ -312,13 +335,7 @@ async fn the_daemon_decrypts_with_the_key_its_source_names_and_logs_no_plain_val
     ]);
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
     // A wrong key first.
-    secrets
-        .create(
-            &PostParams::default(),
-            &age_key_secret("sops-age", &other_private),
-        )
-        .await
-        .unwrap();
+    key_secret_from_file(&ns, &wrong_key);
     let log_dir = tempfile::tempdir().unwrap();
     let log_path = log_dir.path().join("daemon.log");
     let log = std::fs::File::create(&log_path).unwrap();
@@ -332,11 +349,10 @@ async fn the_daemon_decrypts_with_the_key_its_source_names_and_logs_no_plain_val
 
     eventually(Duration::from_secs(30), || async {
         ready_reason(&ns)
-            .await
             .is_some_and(|(ready, reason, _)| ready == "False" && reason == "InvalidModels")
     })
     .await;
-    let (_, _, message) = ready_reason(&ns).await.unwrap();
+    let (_, _, message) = ready_reason(&ns).unwrap();
     assert!(
         message.contains("credentials.yaml:6:1:")
             && message.contains("no key given opens this file"),
@@ -350,12 +366,7 @@ async fn the_daemon_decrypts_with_the_key_its_source_names_and_logs_no_plain_val
     assert!(secrets.get_opt("db-credentials").await.unwrap().is_none());
 
     // The right key, and a reconcile asked for: no restart.
-    let right =
-        serde_json::json!({"data": {"age.agekey": ByteString(private.as_bytes().to_vec())}});
-    secrets
-        .patch("sops-age", &PatchParams::default(), &Patch::Merge(&right))
-        .await
-        .unwrap();
+    key_secret_from_file(&ns, &right_key);
     let sources: Api<tether::daemon::source::Source> = Api::namespaced(client.clone(), &ns);
     reconcile_until(&sources, &ns, |ready, _| ready == "True").await;
     let live = |name: &'static str| {
@@ -378,7 +389,7 @@ async fn the_daemon_decrypts_with_the_key_its_source_names_and_logs_no_plain_val
         reason == "DecryptionKeysUnavailable"
     })
     .await;
-    let (ready, _, message) = ready_reason(&ns).await.unwrap();
+    let (ready, _, message) = ready_reason(&ns).unwrap();
     assert_eq!(ready, "False");
     assert!(message.contains(&format!("{ns}/sops-age")), "{message}");
     assert!(secrets.get_opt("db-credentials").await.unwrap().is_some());
