@@ -23,7 +23,7 @@ use tracing::Instrument;
 use super::Shared;
 use super::discovery::DiscoveryTarget;
 use super::keys::DecryptionSecret;
-use super::runner::{PassError, PassOutcome, SourceLoop, StatusSink, Trigger, failure_message};
+use super::runner::{PassError, PassOutcome, SourceLoop, StatusSink, Trigger};
 use super::source::{
     DiscoverySpec, RECONCILE_REQUESTED_ANNOTATION, Source, SourceSpec, SourceStatus, revision_name,
 };
@@ -391,7 +391,7 @@ fn log_pass(outcome: &Result<PassOutcome, PassError>) {
             "pass done"
         ),
         Err(PassError::Reconcile(error)) => {
-            tracing::warn!(error = %failure_message(error), "pass failed");
+            tracing::warn!(error = %crate::error_chain(error), "pass failed");
         }
         Err(error) => tracing::warn!(%error, "pass failed"),
     }

@@ -497,7 +497,7 @@ fn pass_result<'r>(
             PassResult::Failed {
                 revision: name(revision.map(|r| r.commit.as_str())),
                 reason,
-                message: failure_message(error),
+                message: crate::error_chain(error),
                 stalled,
             }
         }
@@ -507,14 +507,6 @@ fn pass_result<'r>(
             message: crate::error_chain(error),
             stalled: false,
         },
-    }
-}
-
-/// A failed pass in a line: invalid models name their first errors (values starred).
-pub fn failure_message(error: &ReconcileError) -> String {
-    match error {
-        ReconcileError::Invalid(models) => models.error_summary(3),
-        _ => crate::error_chain(error),
     }
 }
 

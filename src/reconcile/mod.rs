@@ -116,7 +116,8 @@ pub enum ReconcileError {
     #[error("{}: {}", .0.path, .0.message)]
     Settings(#[from] SettingsError),
     /// The models have errors: nothing is compared or applied.
-    #[error("the models are invalid")]
+    /// Said with its first errors, values starred (a Source's status, the logs).
+    #[error("{}", .0.error_summary(3))]
     Invalid(Box<CheckedModels>),
     #[error(transparent)]
     Cluster(#[from] ClusterError),
@@ -149,8 +150,7 @@ pub struct CheckedModels {
 }
 
 impl CheckedModels {
-    /// The first `limit` errors, a line each with values starred, and how many more:
-    /// what a Source's status and the daemon's log say of invalid models.
+    /// The first `limit` errors, a line each with values starred, and how many more.
     pub fn error_summary(&self, limit: usize) -> String {
         let files = &self.loaded.files;
         let errors: Vec<_> = self
