@@ -26,8 +26,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
 use kube::{Client, CustomResourceExt};
-use tether::daemon::source::{DiscoverySpec, Source, SourceSpec};
-use tether::daemon::webhook::sign;
+use tether_daemon::source::{DiscoverySpec, Source, SourceSpec};
+use tether_daemon::webhook::sign;
 
 use kube_helpers::{arg, client};
 use remote::{Remote, free_port, http};

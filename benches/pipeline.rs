@@ -7,9 +7,9 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use tether::ownership::Inventory;
-use tether::render::{render, to_yaml};
-use tether::source::read_models_dir;
+use tether_core::ownership::Inventory;
+use tether_core::render::{render, to_yaml};
+use tether_engine::directory::read_models_dir;
 
 /// Models per trust domain in [`write_trust_domain`].
 const MODELS_PER_DOMAIN: usize = 50;
@@ -36,7 +36,7 @@ fn main() {
         let before = reset_peak_rss();
         let start = Instant::now();
         let files = read_models_dir(dir.path()).expect("read models");
-        let (documents, load_diagnostics) = tether::load::load(&files);
+        let (documents, load_diagnostics) = tether_core::load::load(&files);
         times[0].push(start.elapsed());
         if run == 0 {
             memory[0] = (before, peak_rss_kib());
@@ -44,8 +44,8 @@ fn main() {
 
         let before = reset_peak_rss();
         let start = Instant::now();
-        let (models, model_diagnostics) = tether::model::read_models(&files, &documents);
-        let (graph, resolve_diagnostics) = tether::resolve::resolve(models, &files);
+        let (models, model_diagnostics) = tether_core::model::read_models(&files, &documents);
+        let (graph, resolve_diagnostics) = tether_core::resolve::resolve(models, &files);
         times[1].push(start.elapsed());
         if run == 0 {
             memory[1] = (before, peak_rss_kib());

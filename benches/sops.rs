@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use tether::sops::tree::Selection;
-use tether::sops::{Encryption, Keyring, Recipient, decrypt_in_place, encrypt};
-use tether::source::read_models_dir;
+use tether_engine::directory::read_models_dir;
+use tether_sops::tree::Selection;
+use tether_sops::{Encryption, Keyring, Recipient, decrypt_in_place, encrypt};
 
 const VALUES_PER_FILE: usize = 10;
 
@@ -28,7 +28,7 @@ fn main() {
     let (plain_dir, sealed_dir) = (dir.path().join("plain"), dir.path().join("sealed"));
     std::fs::create_dir_all(&plain_dir).expect("mkdir");
     std::fs::create_dir_all(&sealed_dir).expect("mkdir");
-    let (private, public) = tether::sops::keys::generate();
+    let (private, public) = tether_sops::keys::generate(chrono::Utc::now());
     let key_file = dir.path().join("keys.txt");
     std::fs::write(&key_file, private.as_str()).expect("key file");
     let keys = Keyring::parse(&private, "bench").expect("key");
@@ -61,8 +61,8 @@ fn main() {
         }
     });
     let validate = |dir: &Path, keys: &Keyring| {
-        let files = tether::sops::open_files(read_models_dir(dir).expect("read"), keys);
-        let analysis = tether::analyze(&files);
+        let files = tether_sops::open_files(read_models_dir(dir).expect("read"), keys);
+        let analysis = tether_core::analyze(&files);
         assert!(
             !analysis.diagnostics.has_errors(),
             "the bench repo is valid"

@@ -6,14 +6,14 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use tether::ownership::Inventory;
-use tether::render::{render, to_yaml};
-use tether::repo::read_directory_blocking;
+use tether_core::ownership::Inventory;
+use tether_core::render::{render, to_yaml};
+use tether_engine::repo::read_directory_blocking;
 
 /// Diagnostics, then the rendered YAML when the repo is valid.
 fn snapshot_of(root: &Path) -> (String, bool) {
     let files = read_directory_blocking(root).unwrap();
-    let analysis = tether::analyze(&files);
+    let analysis = tether_core::analyze(&files);
     let mut out = analysis.diagnostics.render_plain(&files);
     let valid = analysis.graph.is_some();
     if let Some(graph) = &analysis.graph {

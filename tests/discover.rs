@@ -7,11 +7,12 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
-use tether::discover::{ControllerFacts, Outcome, PodFacts, plan};
-use tether::ownership::Inventory;
-use tether::render::render;
-use tether::source::{SourceFile, SourceFiles, read_models_dir};
-use tether::watch::Scope;
+use tether_core::discover::{ControllerFacts, Outcome, PodFacts, plan};
+use tether_core::k8s::Scope;
+use tether_core::ownership::Inventory;
+use tether_core::render::render;
+use tether_core::source::{SourceFile, SourceFiles};
+use tether_engine::directory::read_models_dir;
 
 fn inventory() -> Inventory {
     Inventory {
@@ -170,23 +171,25 @@ fn discovered_files_match_the_snapshot_and_validate_with_the_users_models() {
     );
 
     let after = apply(&files, &outcome);
-    let analysis = tether::analyze(&after);
+    let analysis = tether_core::analyze(&after);
     let graph = analysis
         .graph
         .unwrap_or_else(|| panic!("{}", analysis.diagnostics.render_plain(&after)));
     // Not even a warning is added to the user's own.
     assert_eq!(
         analysis.diagnostics.render_plain(&after),
-        tether::analyze(&files).diagnostics.render_plain(&files)
+        tether_core::analyze(&files)
+            .diagnostics
+            .render_plain(&files)
     );
     // Discovered models render nothing: tether never applies what others run. (The
     // objects are compared without their models' positions, whose file numbers shift
     // with the discovered files.)
-    let bodies = |objects: Vec<tether::render::RenderedObject>| -> Vec<serde_json::Value> {
+    let bodies = |objects: Vec<tether_core::render::RenderedObject>| -> Vec<serde_json::Value> {
         objects.into_iter().map(|o| o.body).collect()
     };
     let before = render(
-        &tether::analyze(&files).graph.unwrap(),
+        &tether_core::analyze(&files).graph.unwrap(),
         &files,
         &inventory(),
     );
@@ -225,7 +228,7 @@ fn a_vanished_pod_takes_the_models_only_it_needed_along() {
         outcome.commit_message().lines().next().unwrap(),
         "discover: -2 pods in team-a, -1 pods in team-b"
     );
-    let analysis = tether::analyze(&apply(&after, &outcome));
+    let analysis = tether_core::analyze(&apply(&after, &outcome));
     assert!(analysis.graph.is_some());
 }
 
@@ -251,7 +254,11 @@ fn a_namespace_scope_leaves_other_namespaces_and_their_images_alone() {
         images.contains("postgres") && !images.contains("nginx"),
         "{images}"
     );
-    assert!(tether::analyze(&apply(&after, &outcome)).graph.is_some());
+    assert!(
+        tether_core::analyze(&apply(&after, &outcome))
+            .graph
+            .is_some()
+    );
 }
 
 #[test]
@@ -277,7 +284,7 @@ fn a_discovered_trust_domain_stays_while_a_users_model_needs_it() {
          kind: TrustDomain\nname: team-a\nxos_managed: false\n"
     );
     let final_files = apply(&with_user_model, &outcome);
-    let analysis = tether::analyze(&final_files);
+    let analysis = tether_core::analyze(&final_files);
     assert!(
         analysis.graph.is_some(),
         "{}",

@@ -9,8 +9,8 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value as Json};
-use tether::edit::{self, ModelRef, Scalar};
-use tether::load::{Dialect, Node, Value, parse_yaml};
+use tether_core::edit::{self, ModelRef, Scalar};
+use tether_core::load::{Dialect, Node, Value, parse_yaml};
 
 fn json(node: &Node) -> Json {
     match &node.value {

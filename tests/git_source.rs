@@ -3,13 +3,13 @@
 
 use std::path::Path;
 
-use tether::git::{Credentials, fetch_models, local_revision};
+use tether_engine::git::{Credentials, fetch_models, local_revision};
 
 #[path = "common/git.rs"]
 mod git_cli;
 use git_cli::git;
 
-fn paths(files: &tether::source::SourceFiles) -> Vec<String> {
+fn paths(files: &tether_core::source::SourceFiles) -> Vec<String> {
     files.iter().map(|(_, f)| f.path.clone()).collect()
 }
 

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use tether::source::{SourceFile, SourceFiles};
+use tether_core::source::{SourceFile, SourceFiles};
 
 /// The classic "billion laughs": ten aliases per level, `levels` levels deep.
 fn laughs(levels: usize, indent: &str) -> String {
@@ -24,7 +24,7 @@ fn laughs(levels: usize, indent: &str) -> String {
 fn refused(name: &str, text: &str, limit: &str) {
     let files = SourceFiles::from_files(vec![SourceFile::new("models.yaml", text)]);
     let started = Instant::now();
-    let analysis = tether::analyze(&files);
+    let analysis = tether_core::analyze(&files);
     let elapsed = started.elapsed();
     let report = analysis.diagnostics.render_plain(&files);
     assert!(analysis.graph.is_none(), "{name}: refused");

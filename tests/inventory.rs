@@ -11,11 +11,13 @@ use std::fmt::Write;
 #[path = "common/snapshots.rs"]
 mod snapshots;
 
-use tether::inventory::{
+use tether_core::inventory::{
     InventoryEntry, InventoryRecord, Provenance, PruneDecision, by_rank, prune_decisions,
 };
-use tether::k8s::ObjectKey;
-use tether::ownership::{Inventory, MANAGED_BY_LABEL, MANAGER, PART_OF_LABEL, ownership_labels};
+use tether_core::k8s::ObjectKey;
+use tether_core::ownership::{
+    Inventory, MANAGED_BY_LABEL, MANAGER, PART_OF_LABEL, ownership_labels,
+};
 
 struct Case {
     record: InventoryRecord,

@@ -3,9 +3,9 @@
 //! raised with PROPTEST_CASES.
 
 use proptest::prelude::*;
-use tether::ownership::Inventory;
-use tether::render::render;
-use tether::source::{SourceFile, SourceFiles};
+use tether_core::ownership::Inventory;
+use tether_core::render::render;
+use tether_core::source::{SourceFile, SourceFiles};
 
 fn run(texts: &[String]) {
     let files = SourceFiles::from_files(
@@ -15,7 +15,7 @@ fn run(texts: &[String]) {
             .map(|(i, t)| SourceFile::new(format!("f{i}.yaml"), t.clone()))
             .collect(),
     );
-    let analysis = tether::analyze(&files);
+    let analysis = tether_core::analyze(&files);
     // Every diagnostic points inside its file.
     let plain = analysis.diagnostics.render_plain(&files);
     for line in plain.lines().filter(|l| !l.starts_with(' ')) {
@@ -152,7 +152,7 @@ proptest! {
         file in 0usize..7,
         edits in prop::collection::vec((any::<prop::sample::Index>(), any::<char>(), any::<bool>()), 1..8),
     ) {
-        let files = tether::source::read_models_dir(
+        let files = tether_engine::directory::read_models_dir(
             &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/models"),
         ).unwrap();
         let mut texts: Vec<String> = files.iter().map(|(_, f)| f.text.clone()).collect();

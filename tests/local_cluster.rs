@@ -52,7 +52,7 @@ fn run(args: &[&str], state_dir: &Path) -> String {
         .args(args)
         .arg("--state-dir")
         .arg(state_dir)
-        .env("TETHER_NODESIM", env!("CARGO_BIN_EXE_tether-nodesim"))
+        .envs(tether_testkit::nodesim_binary().map(|path| ("TETHER_NODESIM", path)))
         .stderr(std::process::Stdio::inherit())
         .output()
         .unwrap();
@@ -327,7 +327,7 @@ fn the_watchdog_stops_the_control_plane_when_its_owner_dies_even_without_its_sta
                 "--state-dir",
             ])
             .arg(&state)
-            .env("TETHER_NODESIM", env!("CARGO_BIN_EXE_tether-nodesim"))
+            .envs(tether_testkit::nodesim_binary().map(|path| ("TETHER_NODESIM", path)))
             .output()
             .unwrap();
         assert!(

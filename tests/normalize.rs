@@ -7,7 +7,7 @@
 mod snapshots;
 
 use serde_json::Value;
-use tether::normalize::{canonical_quantity, normalize, place};
+use tether_core::normalize::{canonical_quantity, normalize, place};
 
 /// Each document normalized, then placed as discovery would for its kind (a
 /// `# namespaced: false` line in the document says the kind is cluster-scoped).
@@ -65,7 +65,7 @@ fn what_is_not_a_quantity_is_left_to_the_server() {
 
 #[test]
 fn quantities_compare_by_value() {
-    use tether::normalize::same_quantity;
+    use tether_core::normalize::same_quantity;
     for (a, b) in [
         ("1e+09", "1G"),
         ("0.5", "500m"),

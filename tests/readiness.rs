@@ -7,8 +7,8 @@
 use std::path::Path;
 
 use serde_json::Value;
-use tether::readiness::{Readiness, assess, rollout};
-use tether::workflow::Rule;
+use tether_core::readiness::{Readiness, assess, rollout};
+use tether_core::workflow::Rule;
 
 fn rule_of(case: &Value) -> Rule {
     let rule = &case["rule"];

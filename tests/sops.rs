@@ -9,8 +9,8 @@
 
 use std::path::Path;
 
-use tether::load::{Dialect, Node, Value, parse_yaml};
-use tether::sops::{Encryption, Keyring, Recipient, decrypt_in_place, decrypt_to_plain, encrypt};
+use tether_core::load::{Dialect, Node, Value, parse_yaml};
+use tether_sops::{Encryption, Keyring, Recipient, decrypt_in_place, decrypt_to_plain, encrypt};
 
 fn reference(name: &str) -> String {
     std::fs::read_to_string(Path::new("tests/sops/reference").join(name)).unwrap()
@@ -108,7 +108,7 @@ fn encrypted_comments_come_back_as_comments() {
 }
 
 fn test_recipient() -> (Keyring, Recipient, String) {
-    let (private, public) = tether::sops::keys::generate();
+    let (private, public) = tether_sops::keys::generate(chrono::Utc::now());
     (
         Keyring::parse(&private, "generated").unwrap(),
         Recipient::parse(&public).unwrap(),
@@ -124,7 +124,7 @@ fn encryption(recipient: &Recipient, regex: Option<&str>) -> Encryption {
     Encryption {
         recipients: vec![recipient.clone()],
         selection: regex.map_or_else(Default::default, |r| {
-            tether::sops::tree::Selection::EncryptedRegex(regex::Regex::new(r).unwrap())
+            tether_sops::tree::Selection::EncryptedRegex(regex::Regex::new(r).unwrap())
         }),
         mac_only_encrypted: false,
     }
@@ -416,20 +416,23 @@ fn debian_age_opens_the_data_key_tether_sealed() {
 
 #[test]
 fn a_problem_in_an_encrypted_file_is_at_its_line_and_never_shows_the_value() {
-    use tether::source::{SourceFile, SourceFiles};
+    use tether_core::source::{SourceFile, SourceFiles};
     let (_, recipient, private) = test_recipient();
     let model = "kind: KubernetesSecret\nname: Leaked_Name_Value\ntrust_domain: shop\ndata:\n  password: hunter2-very-secret\n";
     let encrypted = encrypt(model, &encryption(&recipient, None), chrono::Utc::now()).unwrap();
     let files = SourceFiles::from_files(vec![SourceFile::new("secret.yaml", encrypted.clone())]);
-    let files = tether::sops::open_files(files, &Keyring::parse(&private, "k").unwrap());
-    let analysis = tether::analyze(&files);
+    let files = tether_sops::open_files(files, &Keyring::parse(&private, "k").unwrap());
+    let analysis = tether_core::analyze(&files);
     let shown = files.redact(&analysis.diagnostics.render_plain(&files));
     assert!(shown.contains("secret.yaml:2:7: error:"), "{shown}");
     for value in ["Leaked_Name_Value", "hunter2"] {
         assert!(!shown.contains(value), "{value} in {shown}");
     }
     // What snippets show is the file as stored.
-    assert_eq!(files.get(tether::source::FileId(0)).shown_text(), encrypted);
+    assert_eq!(
+        files.get(tether_core::source::FileId(0)).shown_text(),
+        encrypted
+    );
 }
 
 /// An attacker with write access to the repository but not the key swaps two
@@ -499,7 +502,7 @@ fn a_plain_value_edited_in_an_encrypted_file_is_signed_again_and_sops_reads_it()
     );
     // A few seconds after sops wrote it (lastmodified counts whole seconds).
     let later = chrono::Utc::now() + chrono::TimeDelta::seconds(5);
-    let signed = tether::sops::sign_edit(&original, &edited, &keys, later).unwrap();
+    let signed = tether_sops::sign_edit(&original, &edited, &keys, later).unwrap();
     let changed: Vec<(&str, &str)> = original
         .lines()
         .zip(signed.lines())
@@ -540,12 +543,12 @@ fn a_plain_value_edited_in_an_encrypted_file_is_signed_again_and_sops_reads_it()
         "controller_replica_count: 3",
     );
     let refused =
-        tether::sops::sign_edit(&tampered, &edited, &keys, chrono::Utc::now()).unwrap_err();
+        tether_sops::sign_edit(&tampered, &edited, &keys, chrono::Utc::now()).unwrap_err();
     assert!(refused.message.contains("MAC mismatch"), "{refused}");
     // Nor without the key.
     let (other, _, _) = test_recipient();
     let refused =
-        tether::sops::sign_edit(&original, &edited, &other, chrono::Utc::now()).unwrap_err();
+        tether_sops::sign_edit(&original, &edited, &other, chrono::Utc::now()).unwrap_err();
     assert!(
         refused.message.contains("no key given opens this file"),
         "{refused}"

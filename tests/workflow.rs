@@ -8,10 +8,10 @@ mod common;
 use std::fmt::Write;
 use std::path::Path;
 
-use tether::ownership::Inventory;
-use tether::render::render;
-use tether::repo::read_directory_blocking;
-use tether::workflow::{Rule, Workflow};
+use tether_core::ownership::Inventory;
+use tether_core::render::render;
+use tether_core::workflow::{Rule, Workflow};
+use tether_engine::repo::read_directory_blocking;
 
 fn rule(rule: &Rule) -> String {
     match rule {
@@ -43,7 +43,7 @@ fn selections(workflow: &Workflow, out: &mut String) {
 
 fn snapshot_of(root: &Path) -> String {
     let files = read_directory_blocking(root).unwrap();
-    let analysis = tether::analyze(&files);
+    let analysis = tether_core::analyze(&files);
     let mut out = analysis.diagnostics.render_plain(&files);
     let Some(graph) = &analysis.graph else {
         return out;
@@ -112,7 +112,7 @@ fn waves_gates_selections_and_graphs() {
 fn the_example_applies_in_the_order_kolla_deploys_keystone() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workflow/kolla-keystone");
     let files = read_directory_blocking(&root).unwrap();
-    let graph = tether::analyze(&files).graph.unwrap();
+    let graph = tether_core::analyze(&files).graph.unwrap();
     let objects = render(&graph, &files, &Inventory::default());
     let wave_of = |kind: &str, name: &str| {
         objects

@@ -5,13 +5,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use miette::{IntoDiagnostic, WrapErr, miette};
-use tether::cluster::connect;
-use tether::config::{DiscoverConfig, EventsConfig, SETTINGS_FILE};
-use tether::discover::Outcome;
-use tether::discover::watch::ClusterWatch;
-use tether::discoverer::{Destination, Discoverer, PassReport, open_workspace};
-use tether::driver::{Backoff, Schedule, drive, shutdown_on_signal};
-use tether::events::watch::EventPipeline;
+use tether_core::discover::Outcome;
+use tether_engine::cluster::connect;
+use tether_engine::config::{DiscoverConfig, EventsConfig, SETTINGS_FILE};
+use tether_engine::discovery::watch::ClusterWatch;
+use tether_engine::discovery::{Destination, Discoverer, PassReport, open_workspace};
+use tether_engine::driver::{Backoff, Schedule, drive, shutdown_on_signal};
+use tether_engine::events::pipeline::EventPipeline;
 
 use super::{DiscoverArgs, GlobalArgs, report};
 
@@ -40,9 +40,13 @@ pub async fn run(global: &GlobalArgs, args: &DiscoverArgs) -> miette::Result<Exi
             "event sinks need --watch: events are changes over time"
         ));
     }
-    let events = EventsConfig::resolve(&args.events, &settings.events);
-    let config = DiscoverConfig::resolve(&args.discover, &settings.discover, SETTINGS_FILE)
-        .map_err(report::error)?;
+    let events = EventsConfig::resolve(&args.events.overrides(), &settings.events);
+    let config = DiscoverConfig::resolve(
+        &args.discover.overrides()?,
+        &settings.discover,
+        SETTINGS_FILE,
+    )
+    .map_err(report::error)?;
     let client = client.map_err(report::error)?;
     // Events come from discovery's own pod watch.
     let (_events, pod_events) = match args.watch && !events.sinks.is_empty() {

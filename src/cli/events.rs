@@ -4,11 +4,11 @@
 use std::process::ExitCode;
 
 use miette::{WrapErr, miette};
-use tether::cluster::connect;
-use tether::config::{EventsConfig, Settings, read_settings};
-use tether::driver::shutdown_on_signal;
-use tether::events::watch::EventPipeline;
-use tether::watch::Scope;
+use tether_core::k8s::Scope;
+use tether_engine::cluster::connect;
+use tether_engine::config::{EventsConfig, Settings, read_settings};
+use tether_engine::driver::shutdown_on_signal;
+use tether_engine::events::pipeline::EventPipeline;
 
 use super::{EventsArgs, GlobalArgs, report};
 
@@ -23,7 +23,7 @@ pub async fn run(global: &GlobalArgs, args: &EventsArgs) -> miette::Result<ExitC
         }
         None => Settings::default(),
     };
-    let config = EventsConfig::resolve(&args.events, &settings.events);
+    let config = EventsConfig::resolve(&args.events.overrides(), &settings.events);
     if config.sinks.is_empty() {
         return Err(miette!(
             help = "add --kafka-brokers, --events-jsonl or --kube-events",

@@ -2,6 +2,7 @@
 
 mod discover;
 mod events;
+mod flags;
 mod models;
 mod node;
 mod operate;
@@ -18,10 +19,10 @@ use miette::IntoDiagnostic;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use tether::config::flags::{
+use crate::cli::flags::{
     ClusterFlags, DiscoverFlags, EventFlags, GitFlags, InventoryFlags, SourceFlags,
 };
-use tether::config::parse_duration;
+use tether_core::settings::parse_duration;
 
 /// Exit code for invalid models or differences found.
 pub const EXIT_INVALID: u8 = 1;
@@ -60,8 +61,9 @@ pub struct GlobalArgs {
 
 impl GlobalArgs {
     /// The age keys that open encrypted models files.
-    pub fn keys(&self) -> miette::Result<tether::sops::Keyring> {
-        tether::sops::Keyring::from_environment(self.age_key_file.as_deref()).map_err(report::error)
+    pub fn keys(&self) -> miette::Result<tether_sops::Keyring> {
+        tether_engine::keys::keyring_from_environment(self.age_key_file.as_deref())
+            .map_err(report::error)
     }
 }
 
@@ -326,8 +328,8 @@ pub struct SelectionArgs {
 }
 
 impl SelectionArgs {
-    pub fn selection(&self) -> Option<tether::reconcile::Selection> {
-        (!self.only.is_empty()).then(|| tether::reconcile::Selection {
+    pub fn selection(&self) -> Option<tether_engine::reconcile::Selection> {
+        (!self.only.is_empty()).then(|| tether_engine::reconcile::Selection {
             models: self.only.clone(),
             skip_dependencies: self.skip_dependencies,
         })
@@ -551,7 +553,7 @@ pub async fn run(args: Args) -> miette::Result<ExitCode> {
         Command::Reconcile(args) => run::reconcile(global, &args).await,
         Command::Crd => run::crd(),
         Command::Schema => {
-            print!("{}", tether::model::model_schema());
+            print!("{}", tether_core::model::model_schema());
             Ok(ExitCode::SUCCESS)
         }
         Command::Discover(args) => discover::run(global, &args).await,

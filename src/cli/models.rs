@@ -4,10 +4,10 @@ use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
 use miette::IntoDiagnostic;
-use tether::ownership::Inventory;
-use tether::reconcile::check;
-use tether::render::{render as render_objects, to_json_list, to_yaml};
-use tether::repo::{Repo, read_directory};
+use tether_core::ownership::Inventory;
+use tether_core::render::{render as render_objects, to_json_list, to_yaml};
+use tether_engine::reconcile::check;
+use tether_engine::repo::{Repo, read_directory};
 
 use super::{
     EXIT_INVALID, GlobalArgs, GraphArgs, GraphFormat, OutputFormat, RenderArgs, ValidateArgs,
@@ -19,7 +19,7 @@ pub async fn validate(global: &GlobalArgs, args: &ValidateArgs) -> miette::Resul
         .load()
         .await
         .map_err(report::error)?;
-    loaded.files = tether::sops::open_files(loaded.files, &global.keys()?);
+    loaded.files = tether_sops::open_files(loaded.files, &global.keys()?);
     loaded.plain_secrets_are_errors = args.require_encrypted_secrets;
     // The repository's confinement is checked too: validate renders (without an
     // inventory, whose labels do not change what is checked).
@@ -40,12 +40,20 @@ pub async fn validate(global: &GlobalArgs, args: &ValidateArgs) -> miette::Resul
 async fn analysed(
     global: &GlobalArgs,
     path: &std::path::Path,
-) -> miette::Result<Result<(tether::source::SourceFiles, tether::resolve::Graph), ExitCode>> {
+) -> miette::Result<
+    Result<
+        (
+            tether_core::source::SourceFiles,
+            tether_core::resolve::Graph,
+        ),
+        ExitCode,
+    >,
+> {
     let files = read_directory(path.to_path_buf())
         .await
         .map_err(report::error)?;
-    let files = tether::sops::open_files(files, &global.keys()?);
-    let analysis = tether::analyze(&files);
+    let files = tether_sops::open_files(files, &global.keys()?);
+    let analysis = tether_core::analyze(&files);
     let styled = report::use_graphics(global.color, std::io::stderr().is_terminal());
     eprint!(
         "{}",
@@ -93,9 +101,9 @@ pub async fn render(global: &GlobalArgs, args: &RenderArgs) -> miette::Result<Ex
     tracing::info!(objects = objects.len(), "rendered");
     let encrypted = files
         .iter()
-        .any(|(_, f)| matches!(f.sealing, tether::source::Sealing::Opened { .. }));
+        .any(|(_, f)| matches!(f.sealing, tether_core::source::Sealing::Opened { .. }));
     if encrypted && !args.show_secrets {
-        tether::render::hide_secret_values(&mut objects);
+        tether_core::render::hide_secret_values(&mut objects);
         eprintln!(
             "Secret values are shown as ***: the repository has encrypted files (--show-secrets prints them)"
         );

@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 
 use kube::Api;
-use tether::actions::Request;
-use tether::cluster::connect;
-use tether::model::Models;
-use tether::operation::{HostChange, Operation};
+use tether_core::model::Models;
+use tether_core::operation::{HostChange, Operation};
+use tether_engine::actions::Request;
+use tether_engine::cluster::connect;
 
 use super::operate::{CommitArgs, ModelsArgs, commit_and_apply};
 use super::{GlobalArgs, report};
@@ -114,8 +114,8 @@ pub async fn run(global: &GlobalArgs, command: &NodeCommand) -> miette::Result<E
 /// in the cluster), then the pods discovery recorded on it.
 async fn list(global: &GlobalArgs, args: &ListArgs) -> miette::Result<ExitCode> {
     let mut loaded = args.models.source().load().await.map_err(report::error)?;
-    loaded.files = tether::sops::open_files(loaded.files, &global.keys()?);
-    let models = tether::operation::read_models(&loaded.files);
+    loaded.files = tether_sops::open_files(loaded.files, &global.keys()?);
+    let models = tether_core::operation::read_models(&loaded.files);
     let hosts: Vec<_> = models
         .hosts
         .iter()
@@ -123,7 +123,7 @@ async fn list(global: &GlobalArgs, args: &ListArgs) -> miette::Result<ExitCode> 
         .collect();
     if let (Some(name), true) = (&args.host, hosts.is_empty()) {
         return Err(report::error(
-            tether::operation::OperationError::UnknownHost {
+            tether_core::operation::OperationError::UnknownHost {
                 name: name.clone(),
                 suggestion: None,
             },

@@ -6,17 +6,17 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use crate::cli::flags::{GitFlags, InventoryFlags};
 use miette::miette;
-use tether::actions::pods::{Maker, recreate, restart_containers};
-use tether::actions::{CommitTo, Committed, Request, commit, rollout};
-use tether::cluster::connect;
-use tether::config::flags::{GitFlags, InventoryFlags};
-use tether::config::parse_duration;
-use tether::discoverer::Destination;
-use tether::operation::{Operation, ReplicaChange};
-use tether::reconcile::{ApplyOptions, PlanOptions, Selection};
-use tether::repo::Repo;
-use tether::writeback::Author;
+use tether_core::operation::{Operation, ReplicaChange};
+use tether_core::settings::parse_duration;
+use tether_engine::actions::pods::{Maker, recreate, restart_containers};
+use tether_engine::actions::{CommitTo, Committed, Request, commit, rollout};
+use tether_engine::cluster::connect;
+use tether_engine::discovery::Destination;
+use tether_engine::reconcile::{ApplyOptions, PlanOptions, Selection};
+use tether_engine::repo::Repo;
+use tether_engine::writeback::Author;
 
 use super::reconcile::{ApplyRun, run_apply};
 use super::{EXIT_ERROR, GlobalArgs, report};
@@ -309,9 +309,9 @@ async fn follow_rollout(
     timeout: Duration,
 ) -> miette::Result<ExitCode> {
     let mut loaded = models.source().load().await.map_err(report::error)?;
-    loaded.files = tether::sops::open_files(loaded.files, &global.keys()?);
+    loaded.files = tether_sops::open_files(loaded.files, &global.keys()?);
     let (kind, namespace, name) =
-        tether::operation::controller_of(&loaded.files, slice).map_err(report::error)?;
+        tether_core::operation::controller_of(&loaded.files, slice).map_err(report::error)?;
     let client = connect(&global.cluster.target())
         .await
         .map_err(report::error)?;
@@ -323,7 +323,7 @@ async fn follow_rollout(
             Ok(ExitCode::SUCCESS)
         }
         Err(error) => {
-            eprintln!("error: {}", tether::error_chain(&error));
+            eprintln!("error: {}", tether_core::error_chain(&error));
             Ok(ExitCode::from(EXIT_ERROR))
         }
     }

@@ -4,16 +4,16 @@ use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
 use miette::{IntoDiagnostic, WrapErr};
-use tether::reconcile::{
+use tether_engine::reconcile::{
     ApplyOptions, ApplyProgress, ApplyReport, BlockedWave, ObjectFailure, PlanOptions, Planned,
     ReconcileError, Reconciler,
 };
 
 use super::{ApplyArgs, DiffArgs, EXIT_ERROR, EXIT_INVALID, GlobalArgs, ReportFormat, report};
-use tether::config::flags::InventoryFlags;
-use tether::k8s::ObjectKey;
-use tether::reconcile::Selection;
-use tether::repo::Repo;
+use crate::cli::flags::InventoryFlags;
+use tether_core::k8s::ObjectKey;
+use tether_engine::reconcile::Selection;
+use tether_engine::repo::Repo;
 
 /// The plan, or the exit code after the models' problems were printed.
 async fn plan(
@@ -83,12 +83,12 @@ pub async fn diff(global: &GlobalArgs, args: &DiffArgs) -> miette::Result<ExitCo
     };
     let plan = &planned.plan;
     let text = match args.output {
-        ReportFormat::Text => tether::report::text(
+        ReportFormat::Text => tether_core::report::text(
             plan,
             report::use_graphics(global.color, std::io::stdout().is_terminal()),
         ),
-        ReportFormat::Markdown => tether::report::markdown(plan),
-        ReportFormat::Json => tether::report::json(plan),
+        ReportFormat::Markdown => tether_core::report::markdown(plan),
+        ReportFormat::Json => tether_core::report::json(plan),
     };
     std::io::stdout()
         .lock()
@@ -150,7 +150,7 @@ pub(super) async fn run_apply(global: &GlobalArgs, args: ApplyRun<'_>) -> miette
         };
     if args.dry_run {
         let colour = report::use_graphics(global.color, std::io::stdout().is_terminal());
-        print!("{}", tether::report::text(&planned.plan, colour));
+        print!("{}", tether_core::report::text(&planned.plan, colour));
         return Ok(ExitCode::SUCCESS);
     }
     let terminal = std::io::stderr().is_terminal();

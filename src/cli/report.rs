@@ -4,8 +4,8 @@
 use std::path::Path;
 
 use miette::{GraphicalReportHandler, GraphicalTheme, LabeledSpan, MietteDiagnostic, NamedSource};
-use tether::diagnostic::{Diagnostics, Severity};
-use tether::source::{FileId, SourceFiles};
+use tether_core::diagnostic::{Diagnostics, Severity};
+use tether_core::source::{FileId, SourceFiles};
 
 use super::Color;
 
@@ -31,7 +31,7 @@ pub fn diagnostics(diagnostics: &Diagnostics, files: &SourceFiles, graphical: bo
         let file = files.get(d.span.file);
         let text = masked
             .entry(d.span.file)
-            .or_insert_with(|| tether::mask::masked(file.shown_text()))
+            .or_insert_with(|| tether_core::mask::masked(file.shown_text()))
             .clone();
         let message = match &d.model {
             Some(model) => format!("{model}: {}", d.message),
@@ -122,14 +122,14 @@ pub fn error<E: std::error::Error + 'static>(error: E) -> miette::Report {
 
 /// A message cut to what an error line can hold.
 fn cut(message: &str) -> String {
-    tether::report::cut(message, 500)
+    tether_core::report::cut(message, 500)
 }
 
 /// Will the same apply fail the same way if run again? Then saying "run it again" is
 /// wrong: what to fix is in the message.
-pub fn is_permanent(error: &tether::reconcile::ReconcileError) -> bool {
-    use tether::cluster::ClusterError;
-    use tether::reconcile::ReconcileError;
+pub fn is_permanent(error: &tether_engine::reconcile::ReconcileError) -> bool {
+    use tether_engine::cluster::ClusterError;
+    use tether_engine::reconcile::ReconcileError;
     match error {
         ReconcileError::NothingRendered | ReconcileError::Invalid(_) => true,
         ReconcileError::Cluster(
@@ -145,15 +145,15 @@ pub fn is_permanent(error: &tether::reconcile::ReconcileError) -> bool {
 
 /// The flag that solves a library error, if one does.
 fn flag_hint(error: &(dyn std::error::Error + 'static)) -> Option<String> {
-    use tether::actions::ActionError;
-    use tether::actions::pods::PodActionError;
-    use tether::cluster::ClusterError;
-    use tether::discoverer::DiscoverError;
-    use tether::git::GitError;
-    use tether::operation::OperationError;
-    use tether::reconcile::ReconcileError;
-    use tether::repo::RepoError;
-    use tether::writeback::WritebackError;
+    use tether_core::operation::OperationError;
+    use tether_engine::actions::ActionError;
+    use tether_engine::actions::pods::PodActionError;
+    use tether_engine::cluster::ClusterError;
+    use tether_engine::discovery::DiscoverError;
+    use tether_engine::git::GitError;
+    use tether_engine::reconcile::ReconcileError;
+    use tether_engine::repo::RepoError;
+    use tether_engine::writeback::WritebackError;
     let cluster = |e: &ClusterError| match e {
         ClusterError::NoCluster => Some("pass --kubeconfig"),
         ClusterError::ForeignInventory { .. } => Some("choose another --inventory-name"),

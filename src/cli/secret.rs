@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use miette::{IntoDiagnostic, miette};
-use tether::sops::{Encryption, Recipient, SopsError};
+use tether_sops::{Encryption, Recipient, SopsError};
 use zeroize::Zeroizing;
 
 use super::GlobalArgs;
@@ -103,12 +103,12 @@ fn located(path: &Path, error: SopsError) -> miette::Report {
 fn encryption_for(file: &Path, args: &EncryptArgs) -> miette::Result<Encryption> {
     let absolute = std::path::absolute(file).into_diagnostic()?;
     let dir = absolute.parent().unwrap_or(Path::new("/"));
-    let mut how = match tether::sops::config::find_config(dir) {
+    let mut how = match tether_engine::directory::find_sops_config(dir) {
         Some(config) => {
             let root = config.parent().unwrap_or(Path::new("/"));
             let relative = absolute.strip_prefix(root).unwrap_or(&absolute);
             let relative = relative.to_string_lossy().replace('\\', "/");
-            tether::sops::config::rule_for(&read(&config)?, &relative)
+            tether_sops::config::rule_for(&read(&config)?, &relative)
                 .map_err(|e| located(&config, e))?
         }
         None => None,
@@ -133,7 +133,7 @@ fn encryption_for(file: &Path, args: &EncryptArgs) -> miette::Result<Encryption>
         )
     })?;
     if let Some(regex) = &args.encrypted_regex {
-        how.selection = tether::sops::tree::Selection::EncryptedRegex(
+        how.selection = tether_sops::tree::Selection::EncryptedRegex(
             regex::Regex::new(regex).map_err(|e| miette!("--encrypted-regex: {e}"))?,
         );
     }
@@ -143,14 +143,14 @@ fn encryption_for(file: &Path, args: &EncryptArgs) -> miette::Result<Encryption>
 fn encrypt(args: &EncryptArgs) -> miette::Result<ExitCode> {
     let plain = Zeroizing::new(read(&args.file)?);
     let how = encryption_for(&args.file, args)?;
-    let encrypted = tether::sops::encrypt(&plain, &how, chrono::Utc::now())
+    let encrypted = tether_sops::encrypt(&plain, &how, chrono::Utc::now())
         .map_err(|e| located(&args.file, e))?;
     output(&args.file, args.in_place, &encrypted, None)
 }
 
 fn decrypt(global: &GlobalArgs, args: &DecryptArgs) -> miette::Result<ExitCode> {
     let text = read(&args.file)?;
-    let plain = tether::sops::decrypt_to_plain(&text, &global.keys()?)
+    let plain = tether_sops::decrypt_to_plain(&text, &global.keys()?)
         .map_err(|e| located(&args.file, e))?;
     output(&args.file, args.in_place, &plain, Some(0o600))
 }
@@ -243,8 +243,8 @@ impl Drop for PrivateCopy {
 
 fn edit(global: &GlobalArgs, args: &EditArgs) -> miette::Result<ExitCode> {
     let text = read(&args.file)?;
-    let how = tether::sops::encryption_of(&text).map_err(|e| located(&args.file, e))?;
-    let plain = tether::sops::decrypt_to_plain(&text, &global.keys()?)
+    let how = tether_sops::encryption_of(&text).map_err(|e| located(&args.file, e))?;
+    let plain = tether_sops::decrypt_to_plain(&text, &global.keys()?)
         .map_err(|e| located(&args.file, e))?;
     let name = args
         .file
@@ -272,7 +272,7 @@ fn edit(global: &GlobalArgs, args: &EditArgs) -> miette::Result<ExitCode> {
             eprintln!("{}: no change", args.file.display());
             return Ok(ExitCode::SUCCESS);
         }
-        match tether::sops::encrypt(&edited, &how, chrono::Utc::now()) {
+        match tether_sops::encrypt(&edited, &how, chrono::Utc::now()) {
             Ok(encrypted) => {
                 let mode = std::fs::metadata(&args.file)
                     .into_diagnostic()?
@@ -298,7 +298,7 @@ fn edit(global: &GlobalArgs, args: &EditArgs) -> miette::Result<ExitCode> {
 }
 
 fn keygen(args: &KeygenArgs) -> miette::Result<ExitCode> {
-    let (private, public) = tether::sops::keys::generate();
+    let (private, public) = tether_sops::keys::generate(chrono::Utc::now());
     match &args.output {
         Some(path) => {
             let mut out = std::fs::OpenOptions::new()

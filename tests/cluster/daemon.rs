@@ -113,7 +113,7 @@ pub fn push_hook(
     let body = serde_json::json!({"repository": url, "ref": reference})
         .to_string()
         .into_bytes();
-    let signature = tether::daemon::webhook::sign(&body, secret.as_bytes());
+    let signature = tether_daemon::webhook::sign(&body, secret.as_bytes());
     (
         vec![
             ("X-Signature-256", signature),
@@ -214,7 +214,7 @@ pub fn writes_since(offset: u64, namespace: &str) -> Vec<String> {
 }
 
 /// The LIST requests for objects labelled for `inventory` since `offset`.
-pub fn lists_since(offset: u64, inventory: &tether::ownership::Inventory) -> Vec<String> {
+pub fn lists_since(offset: u64, inventory: &tether_core::ownership::Inventory) -> Vec<String> {
     let selector = format!("part-of%3D{}", inventory.applyset_id());
     audited_since(offset, |entry| {
         entry["verb"] == "list"
@@ -369,7 +369,7 @@ async fn a_source_follows_pushes_webhooks_and_requests_and_says_so_in_its_status
             ("X-GitHub-Event", "push".to_string()),
             (
                 "X-Hub-Signature-256",
-                tether::daemon::webhook::sign(github.as_bytes(), SECRET.as_bytes()),
+                tether_daemon::webhook::sign(github.as_bytes(), SECRET.as_bytes()),
             ),
         ];
         let (code, answer) = daemon.post("/hook/github", &signed, github.as_bytes());
@@ -736,7 +736,7 @@ async fn a_pass_over_an_unchanged_source_fetches_nothing_and_writes_nothing() {
         fetched,
         "an unmoved ref was fetched"
     );
-    let inventory = tether::ownership::Inventory {
+    let inventory = tether_core::ownership::Inventory {
         name: "web".into(),
         namespace: ns.clone(),
     };

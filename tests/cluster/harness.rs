@@ -36,7 +36,7 @@ pub fn cluster() -> &'static Cluster {
             .arg(&state_dir)
             .arg("--owner-pid")
             .arg(std::process::id().to_string())
-            .env("TETHER_NODESIM", env!("CARGO_BIN_EXE_tether-nodesim"))
+            .envs(tether_testkit::nodesim_binary().map(|path| ("TETHER_NODESIM", path)))
             .stderr(std::process::Stdio::inherit())
             .output()
             .expect("run scripts/local-cluster");
@@ -88,7 +88,7 @@ impl Cluster {
                 "--state-dir",
             ])
             .arg(&self.state_dir)
-            .env("TETHER_NODESIM", env!("CARGO_BIN_EXE_tether-nodesim"))
+            .envs(tether_testkit::nodesim_binary().map(|path| ("TETHER_NODESIM", path)))
             .output()
             .await
             .expect("run scripts/local-cluster pod");

@@ -24,12 +24,13 @@ use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::{Discovery, Scope};
 use kube::{Client, ResourceExt};
-use tether::ownership::Inventory;
-use tether::render::{RenderedObject, render};
-use tether::source::{SourceFiles, read_models_dir};
+use tether_core::ownership::Inventory;
+use tether_core::render::{RenderedObject, render};
+use tether_core::source::SourceFiles;
+use tether_engine::directory::read_models_dir;
 
 fn render_files(files: &SourceFiles, inventory: &str) -> Vec<RenderedObject> {
-    let analysis = tether::analyze(files);
+    let analysis = tether_core::analyze(files);
     let graph = analysis
         .graph
         .unwrap_or_else(|| panic!("{}", analysis.diagnostics.render_plain(files)));

@@ -198,7 +198,7 @@ impl OwnCluster {
             .arg(std::process::id().to_string())
             .arg("--state-dir")
             .arg(state.path())
-            .env("TETHER_NODESIM", env!("CARGO_BIN_EXE_tether-nodesim"))
+            .envs(tether_testkit::nodesim_binary().map(|path| ("TETHER_NODESIM", path)))
             .output()
             .unwrap();
         assert!(

@@ -7,7 +7,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::Client;
 use kube::api::{Api, PostParams};
-use tether::ownership::{Inventory, PART_OF_LABEL, ownership_labels};
+use tether_core::ownership::{Inventory, PART_OF_LABEL, ownership_labels};
 
 use crate::reconcile::{
     Repo, all_output, base, config_map, live_config_map, setup, stdout, tether,
@@ -584,22 +584,25 @@ async fn an_inventory_of_twenty_thousand_objects_is_stored_and_read_back() {
         namespace: "default".into(),
     };
     let entries = (0..20_000).map(|i| {
-        let entry = tether::inventory::InventoryEntry::parse(&format!(
+        let entry = tether_core::inventory::InventoryEntry::parse(&format!(
             "apps/v1 Deployment team-{} web-{i}",
             i % 50
         ))
         .unwrap();
         let uid = format!("{:08x}-7d1c-4f0e-9b2a-{:012x}", i * 7919, i);
-        (entry, tether::inventory::Provenance::adopted(Some(uid)))
+        (
+            entry,
+            tether_core::inventory::Provenance::adopted(Some(uid)),
+        )
     });
-    let record = tether::inventory::InventoryRecord {
+    let record = tether_core::inventory::InventoryRecord {
         entries: entries.collect(),
         commit: Some("0123456789abcdef0123456789abcdef01234567".into()),
     };
-    let written = tether::cluster::update_inventory(&client, &inventory, |_| record.clone())
+    let written = tether_engine::cluster::update_inventory(&client, &inventory, |_| record.clone())
         .await
         .expect("the API server takes it");
-    let read = tether::cluster::read_inventory(&client, &inventory)
+    let read = tether_engine::cluster::read_inventory(&client, &inventory)
         .await
         .unwrap();
     assert_eq!(read, written);

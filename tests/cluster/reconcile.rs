@@ -243,7 +243,7 @@ async fn prune_deletes_only_what_tether_applied_and_no_longer_renders() {
     assert_eq!(updated.data.unwrap()["a"], "2");
 
     // An object made by hand, with tether's labels copied onto it.
-    let applyset = tether::ownership::Inventory {
+    let applyset = tether_core::ownership::Inventory {
         name: inventory.clone(),
         namespace: "default".into(),
     }

@@ -121,8 +121,8 @@ async fn nothing_applied(client: &Client, ns: &str, inventory: &str) {
 async fn an_encrypted_file_that_does_not_open_is_an_error_naming_it_and_nothing_is_applied() {
     let (client, ns, inventory) = setup("sops-tamper").await;
     let home = tempfile::tempdir().unwrap();
-    let (private, public) = tether::sops::keys::generate();
-    let (other_private, _) = tether::sops::keys::generate();
+    let (private, public) = tether_sops::keys::generate(chrono::Utc::now());
+    let (other_private, _) = tether_sops::keys::generate(chrono::Utc::now());
     let right_key = key_file(home.path(), "right.txt", &private);
     let wrong_key = key_file(home.path(), "wrong.txt", &other_private);
     let password = format!("Pa55-{ns}-horse");
@@ -294,11 +294,11 @@ fn ready_reason(ns: &str) -> Option<(String, String, String)> {
 /// Asks for a pass of the Source `web` and waits until its Ready condition (status,
 /// reason) is as `wanted`.
 async fn reconcile_until(
-    sources: &Api<tether::daemon::source::Source>,
+    sources: &Api<tether_daemon::source::Source>,
     ns: &str,
     wanted: impl Fn(&str, &str) -> bool,
 ) {
-    tether::daemon::controller::request_reconcile(sources, "web")
+    tether_daemon::controller::request_reconcile(sources, "web")
         .await
         .unwrap();
     eventually(Duration::from_secs(30), || async {
@@ -367,7 +367,7 @@ async fn the_daemon_decrypts_with_the_key_its_source_names_and_logs_no_plain_val
 
     // The right key, and a reconcile asked for: no restart.
     key_secret_from_file(&ns, &right_key);
-    let sources: Api<tether::daemon::source::Source> = Api::namespaced(client.clone(), &ns);
+    let sources: Api<tether_daemon::source::Source> = Api::namespaced(client.clone(), &ns);
     reconcile_until(&sources, &ns, |ready, _| ready == "True").await;
     let live = |name: &'static str| {
         let secrets = secrets.clone();
@@ -423,7 +423,7 @@ async fn the_daemon_decrypts_with_the_key_its_source_names_and_logs_no_plain_val
 async fn scaling_a_slice_in_an_encrypted_file_commits_a_file_that_still_opens() {
     let (client, ns, inventory) = setup("sops-scale").await;
     let home = tempfile::tempdir().unwrap();
-    let (private, public) = tether::sops::keys::generate();
+    let (private, public) = tether_sops::keys::generate(chrono::Utc::now());
     let key = key_file(home.path(), "key.txt", &private);
     let password = format!("Pa55-{ns}-scale");
     let plain = format!(

@@ -1,0 +1,184 @@
+//! Drift: another writer changing (or deleting) an object tether applied. The source's
+//! watch cache ([`tether_engine::reconcile::WatchCache`]) tells the loop at once which object
+//! changed and who changed it; the loop's next pass judges whether a
+//! field tether owns differs (and corrects or reports it). Against a writer that keeps
+//! fighting, each object's corrections back off (from 2 s, ×3, up to 5 min).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use tether_core::k8s::ObjectKey;
+use tether_engine::reconcile::cache::OnChange;
+
+/// An object someone other than tether changed or deleted.
+#[derive(Clone, Debug)]
+pub struct Drift {
+    pub key: ObjectKey,
+    /// The field manager of the newest write (or "a deletion").
+    pub manager: String,
+    pub reference: ObjectReference,
+}
+
+/// The field manager of the object's newest write to its main resource (status
+/// writes go through a subresource and are not drift). Times have whole seconds: of
+/// writes in the same second, another manager's is taken as the newer, since a pass
+/// that finds nothing to correct costs little and a missed drift stays.
+pub fn newest_writer<'o>(object: &'o DynamicObject, ours: &str) -> Option<&'o str> {
+    object
+        .managed_fields()
+        .iter()
+        .filter(|entry| entry.subresource.as_deref().unwrap_or_default().is_empty())
+        .max_by_key(|entry| {
+            (
+                entry.time.as_ref().map(|t| t.0),
+                entry.manager.as_deref() != Some(ours),
+            )
+        })
+        .and_then(|entry| entry.manager.as_deref())
+}
+
+/// What a reconciler's watch cache calls on each change: a write by anyone but
+/// `manager`, or a deletion, is sent to `drift`. A full channel drops the report: the
+/// passes it would trigger are already due.
+pub fn reporter(manager: String, drift: mpsc::Sender<Drift>) -> OnChange {
+    Arc::new(move |api_version, kind, object, deleted| {
+        let writer = match deleted {
+            true => "a deletion".to_string(),
+            false => match newest_writer(object, &manager) {
+                Some(writer) if writer != manager => writer.to_string(),
+                _ => return,
+            },
+        };
+        let reference = ObjectReference {
+            api_version: Some(api_version.to_string()),
+            kind: Some(kind.to_string()),
+            name: object.metadata.name.clone(),
+            namespace: object.metadata.namespace.clone(),
+            uid: object.metadata.uid.clone(),
+            ..ObjectReference::default()
+        };
+        let seen = Drift {
+            key: ObjectKey::new(
+                api_version,
+                kind,
+                object.metadata.namespace.as_deref(),
+                &object.name_any(),
+            ),
+            manager: writer,
+            reference,
+        };
+        let _ = drift.try_send(seen);
+    })
+}
+
+/// When each object may be corrected again.
+#[derive(Debug, Default)]
+pub struct CorrectionBackoff {
+    objects: HashMap<ObjectKey, Corrections>,
+}
+
+#[derive(Debug)]
+struct Corrections {
+    count: u32,
+    last: Instant,
+}
+
+const FIRST_DELAY: Duration = Duration::from_secs(2);
+const MAX_DELAY: Duration = Duration::from_secs(300);
+/// After this long without a correction, an object starts from the first delay again.
+const FORGET_AFTER: Duration = Duration::from_secs(600);
+
+impl CorrectionBackoff {
+    /// When `key` may be corrected next; `None`: now.
+    pub fn not_before(&self, key: &ObjectKey, now: Instant) -> Option<Instant> {
+        let corrections = self.objects.get(key)?;
+        if now.duration_since(corrections.last) > FORGET_AFTER {
+            return None;
+        }
+        let exponent = corrections.count.saturating_sub(1).min(10);
+        let delay = FIRST_DELAY
+            .saturating_mul(3u32.saturating_pow(exponent))
+            .min(MAX_DELAY);
+        let at = corrections.last + delay;
+        (at > now).then_some(at)
+    }
+
+    /// `key` was corrected at `now`.
+    pub fn corrected(&mut self, key: &ObjectKey, now: Instant) {
+        let forgotten = self
+            .objects
+            .get(key)
+            .is_some_and(|c| now.duration_since(c.last) > FORGET_AFTER);
+        let entry = self.objects.entry(key.clone()).or_insert(Corrections {
+            count: 0,
+            last: now,
+        });
+        if forgotten {
+            entry.count = 0;
+        }
+        entry.count += 1;
+        entry.last = now;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn corrections_of_one_object_back_off_from_two_seconds_by_three_up_to_five_minutes() {
+        let key = ObjectKey::new("v1", "ConfigMap", Some("n"), "c");
+        let other = ObjectKey::new("v1", "ConfigMap", Some("n"), "d");
+        let mut backoff = CorrectionBackoff::default();
+        let start = Instant::now();
+        assert_eq!(
+            backoff.not_before(&key, start),
+            None,
+            "the first drift is corrected at once"
+        );
+        let mut now = start;
+        let mut delays = Vec::new();
+        for _ in 0..7 {
+            backoff.corrected(&key, now);
+            let next = backoff.not_before(&key, now).unwrap();
+            delays.push((next - now).as_secs());
+            now = next;
+        }
+        assert_eq!(delays, [2, 6, 18, 54, 162, 300, 300]);
+        assert_eq!(
+            backoff.not_before(&other, now),
+            None,
+            "objects back off alone"
+        );
+        let later = now + FORGET_AFTER + Duration::from_secs(1);
+        assert_eq!(backoff.not_before(&key, later), None);
+        backoff.corrected(&key, later);
+        assert_eq!(
+            backoff.not_before(&key, later),
+            Some(later + FIRST_DELAY),
+            "a quiet object starts over"
+        );
+    }
+
+    #[test]
+    fn the_newest_write_to_the_main_resource_names_the_writer() {
+        let object: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "managedFields": [
+                {"manager": "tether:abc", "operation": "Apply", "time": "2026-11-22T10:00:00Z"},
+                {"manager": "kubectl-patch", "operation": "Update", "time": "2026-11-22T10:05:00Z"},
+                {"manager": "kube-controller-manager", "operation": "Update",
+                 "subresource": "status", "time": "2026-11-22T10:09:00Z"}
+            ]}
+        }))
+        .unwrap();
+        assert_eq!(newest_writer(&object, "tether:abc"), Some("kubectl-patch"));
+    }
+}

@@ -1,0 +1,201 @@
+//! `tether run`: the continuous reconciler. Each source runs as its own loop
+//! ([`runner::SourceLoop`] under [`tether_engine::driver::drive`], one task each, so that a
+//! slow or failing source never delays another); sources come from flags or from
+//! `Source` custom resources ([`controller`]), with leader election ([`leader`]) when
+//! replicas run side by side. Drift is seen by watches ([`drift`]), pushes arrive by
+//! webhook ([`webhook`]), and [`http`] serves them with `/metrics`, `/readyz` and
+//! `/healthz`.
+
+pub mod controller;
+pub mod discovery;
+pub mod drift;
+pub mod http;
+pub mod keys;
+pub mod leader;
+pub mod metrics;
+pub mod runner;
+pub mod source;
+pub mod status;
+pub mod webhook;
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
+
+use self::metrics::Metrics;
+use self::runner::Trigger;
+
+/// What the loops of one process share with its HTTP endpoints.
+pub struct Shared {
+    pub metrics: Metrics,
+    /// The secret webhooks must prove they know; without one they are refused.
+    pub webhook_secret: Option<Vec<u8>>,
+    ready: AtomicBool,
+    sources: Mutex<BTreeMap<String, Registered>>,
+    /// Where a webhook for a source this process does not run goes (a follower
+    /// replica asks the leader through the Source's annotation).
+    forward: Mutex<Option<controller::Forwarder>>,
+}
+
+/// A source loop of this process, as webhooks and health checks see it.
+struct Registered {
+    url: Option<String>,
+    reference: Option<String>,
+    interval: Duration,
+    trigger: mpsc::Sender<Trigger>,
+    last_pass: Instant,
+}
+
+impl Shared {
+    pub fn new(webhook_secret: Option<Vec<u8>>) -> Self {
+        Shared {
+            metrics: Metrics::default(),
+            webhook_secret,
+            ready: AtomicBool::new(false),
+            sources: Mutex::new(BTreeMap::new()),
+            forward: Mutex::new(None),
+        }
+    }
+
+    /// The caches are synced and the loops started: `/readyz` says yes.
+    pub fn set_ready(&self) {
+        self.ready.store(true, Ordering::Release);
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// A source loop started.
+    pub fn register(
+        &self,
+        id: &str,
+        url: Option<String>,
+        reference: Option<String>,
+        interval: Duration,
+        trigger: mpsc::Sender<Trigger>,
+    ) {
+        let registered = Registered {
+            url,
+            reference,
+            interval,
+            trigger,
+            last_pass: Instant::now(),
+        };
+        self.lock_sources().insert(id.to_string(), registered);
+    }
+
+    pub fn unregister(&self, id: &str) {
+        self.lock_sources().remove(id);
+    }
+
+    /// A pass of `id` finished (whatever its result): the loop is alive.
+    pub fn passed(&self, id: &str) {
+        if let Some(source) = self.lock_sources().get_mut(id) {
+            source.last_pass = Instant::now();
+        }
+    }
+
+    /// The sources whose loop finished no pass for three intervals (and a minute, for
+    /// a long pass): wedged.
+    pub fn wedged(&self) -> Vec<String> {
+        self.lock_sources()
+            .iter()
+            .filter(|(_, s)| s.last_pass.elapsed() > s.interval * 3 + Duration::from_secs(60))
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+
+    /// Nudges every source of this process that `concerns` picks; returns how many.
+    pub fn trigger_matching(&self, concerns: impl Fn(&str, Option<&str>) -> bool) -> usize {
+        self.lock_sources()
+            .values()
+            .filter(|s| {
+                s.url
+                    .as_deref()
+                    .is_some_and(|url| concerns(url, s.reference.as_deref()))
+            })
+            // A full channel already holds a trigger: the pass will see this push.
+            .map(|s| {
+                let _ = s.trigger.try_send(Trigger::Changed);
+            })
+            .count()
+    }
+
+    pub fn set_forwarder(&self, forwarder: controller::Forwarder) {
+        if let Ok(mut forward) = self.forward.lock() {
+            *forward = Some(forwarder);
+        }
+    }
+
+    pub fn forwarder(&self) -> Option<controller::Forwarder> {
+        self.forward.lock().ok().and_then(|f| f.clone())
+    }
+
+    fn lock_sources(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Registered>> {
+        // A panic while holding the lock leaves plain data behind: go on with it.
+        self.sources
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_source_that_finished_no_pass_for_three_intervals_is_wedged() {
+        let shared = Shared::new(None);
+        let (trigger, _triggers) = mpsc::channel(1);
+        let interval = Duration::from_secs(10);
+        shared.register("team/web", None, None, interval, trigger.clone());
+        shared.register("team/db", None, None, interval, trigger);
+        assert!(shared.wedged().is_empty());
+        let long_ago = Instant::now().checked_sub(interval * 3 + Duration::from_secs(61));
+        if let Some(source) = shared.lock_sources().get_mut("team/db") {
+            source.last_pass = long_ago.unwrap_or_else(Instant::now);
+        }
+        assert_eq!(shared.wedged(), ["team/db"]);
+        shared.passed("team/db");
+        assert!(
+            shared.wedged().is_empty(),
+            "a finished pass, even a failed one, is life"
+        );
+    }
+
+    #[test]
+    fn webhooks_nudge_only_the_sources_of_the_pushed_repository() {
+        let shared = Shared::new(None);
+        let (web, mut web_triggers) = mpsc::channel(1);
+        let (other, mut other_triggers) = mpsc::channel(1);
+        let interval = Duration::from_secs(60);
+        shared.register(
+            "a/web",
+            Some("https://git.example.org/web".into()),
+            Some("main".into()),
+            interval,
+            web,
+        );
+        shared.register(
+            "a/other",
+            Some("https://git.example.org/other".into()),
+            None,
+            interval,
+            other,
+        );
+        let nudged = shared.trigger_matching(|url, _| url.ends_with("/web"));
+        assert_eq!(nudged, 1);
+        assert!(matches!(web_triggers.try_recv(), Ok(Trigger::Changed)));
+        assert!(other_triggers.try_recv().is_err());
+        // A burst: the channel holds one trigger, the rest add nothing.
+        for _ in 0..10 {
+            shared.trigger_matching(|url, _| url.ends_with("/web"));
+        }
+        assert!(web_triggers.try_recv().is_ok());
+        assert!(web_triggers.try_recv().is_err());
+    }
+}

@@ -1,0 +1,682 @@
+//! One source, reconciled continuously: a pass plans and applies (and prunes, when
+//! asked); the next pass comes after the interval (with jitter), at once when
+//! something triggers it (a saved model file, a webhook, a requested reconcile), or
+//! when a watch sees drift on an object the source applied. Each pass is recorded:
+//! metrics, the Source's status, and an Event on each object whose drift it
+//! corrected or reported.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use notify::{EventKind, RecursiveMode, Watcher};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::Shared;
+use super::drift::{CorrectionBackoff, Drift, reporter};
+use super::keys::{DecryptionKeysError, DecryptionSecret};
+use super::source::DriftPolicy;
+use super::status::PassResult;
+use tether_core::k8s::ObjectKey;
+use tether_core::plan::{Action, Change};
+use tether_core::source::is_model_path;
+use tether_engine::driver::Loop;
+use tether_engine::reconcile::{
+    ApplyOptions, ApplyReport, Outcome, PlanOptions, Planned, ReconcileError, Reconciler,
+    WatchCache,
+};
+use tether_engine::repo::RepoError;
+
+/// Why a pass should come now.
+#[derive(Debug)]
+pub enum Trigger {
+    /// The source may have changed (a saved file, a webhook).
+    Changed,
+    /// Someone asked for a pass (the Source's annotation, with its value).
+    Requested(String),
+}
+
+/// Where a loop records each pass's result for its users (a Source's status).
+pub trait StatusSink: Send {
+    /// `ref@sha1:commit`, as the status names a revision.
+    fn revision_name(&self, commit: &str) -> String;
+    fn record(
+        &mut self,
+        result: &PassResult<'_>,
+        handled_request: Option<String>,
+    ) -> impl Future<Output = ()> + Send;
+}
+
+/// No status beyond metrics and logs (a source from flags).
+pub struct NoStatus;
+
+impl StatusSink for NoStatus {
+    fn revision_name(&self, commit: &str) -> String {
+        commit.to_string()
+    }
+
+    async fn record(&mut self, _: &PassResult<'_>, _: Option<String>) {}
+}
+
+/// One source, reconciled pass after pass.
+pub struct SourceLoop<S = NoStatus> {
+    id: String,
+    reconciler: Reconciler,
+    plan: PlanOptions,
+    apply: ApplyOptions,
+    drift_policy: DriftPolicy,
+    interval: Duration,
+    triggers: (mpsc::Sender<Trigger>, mpsc::Receiver<Trigger>),
+    drift: (mpsc::Sender<Drift>, mpsc::Receiver<Drift>),
+    /// The watch cache of the kinds the source applies (started after the first
+    /// plan, which finds them): passes plan from it, and it reports drift.
+    cache: Option<WatchCache>,
+    /// Drift seen since the last pass, by object.
+    drifted: BTreeMap<ObjectKey, Drift>,
+    backoff: CorrectionBackoff,
+    /// A requested reconcile the next pass handles.
+    requested: Option<String>,
+    /// The commit last applied without error.
+    last_applied: Option<String>,
+    /// Why Kubernetes is off for the source, as last said (said once, not each pass).
+    dormant: Option<String>,
+    /// The commit of the last pass that applied everything, with the watch cache's
+    /// change count when it began: the state a quiet pass checks against.
+    settled: Option<(String, u64)>,
+    /// File changes of a models directory (the watcher is kept alive beside it).
+    directory: Option<notify::RecommendedWatcher>,
+    shared: Arc<Shared>,
+    status: S,
+    recorder: Option<Recorder>,
+    /// Becomes true when the first pass has finished (whatever its result).
+    first_pass: tokio::sync::watch::Sender<bool>,
+    /// Where the keys of the encrypted files are read before each pass that loads
+    /// the models (a Source's decryption Secret).
+    decryption: Option<DecryptionSecret>,
+}
+
+/// What one pass did.
+#[derive(Debug)]
+pub struct PassOutcome {
+    /// The commit applied, for a Git source or a directory in a checkout.
+    pub revision: Option<String>,
+    pub report: ApplyReport,
+    /// Objects whose drift this pass corrected, and by whom it was made.
+    pub corrected: Vec<(ObjectKey, String)>,
+    /// Objects found drifted and left so (the source reports drift only).
+    pub reported: Vec<ObjectKey>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PassError {
+    #[error(transparent)]
+    Reconcile(#[from] ReconcileError),
+    /// Some objects failed for reasons that may pass (the server busy or away).
+    #[error("{} objects failed; retrying", .0.report.failures().count())]
+    ObjectsFailed(Box<PassOutcome>),
+    /// The keys of the encrypted files could not be read: nothing was applied.
+    #[error(transparent)]
+    DecryptionKeys(#[from] DecryptionKeysError),
+}
+
+impl<S: StatusSink> SourceLoop<S> {
+    /// A loop that records each pass's result in `status`.
+    pub fn new(
+        id: &str,
+        reconciler: Reconciler,
+        plan: PlanOptions,
+        apply: ApplyOptions,
+        interval: Duration,
+        shared: Arc<Shared>,
+        status: S,
+    ) -> Self {
+        SourceLoop {
+            id: id.to_string(),
+            reconciler,
+            plan,
+            apply,
+            drift_policy: DriftPolicy::Correct,
+            interval,
+            // One pending trigger is enough: a pass reads the whole source.
+            triggers: mpsc::channel(1),
+            drift: mpsc::channel(256),
+            cache: None,
+            drifted: BTreeMap::new(),
+            backoff: CorrectionBackoff::default(),
+            requested: None,
+            last_applied: None,
+            dormant: None,
+            settled: None,
+            directory: None,
+            shared,
+            status,
+            recorder: None,
+            first_pass: tokio::sync::watch::Sender::new(false),
+            decryption: None,
+        }
+    }
+
+    /// Takes its triggers from this channel (made before the loop, so that a trigger
+    /// sent while it starts is not lost).
+    pub fn with_triggers(
+        mut self,
+        triggers: (mpsc::Sender<Trigger>, mpsc::Receiver<Trigger>),
+    ) -> Self {
+        self.triggers = triggers;
+        self
+    }
+
+    pub fn with_drift_policy(mut self, policy: DriftPolicy) -> Self {
+        self.drift_policy = policy;
+        self
+    }
+
+    /// Opens the encrypted files with the keys of `secret`, read before each pass.
+    pub fn with_decryption(mut self, secret: DecryptionSecret) -> Self {
+        self.decryption = Some(secret);
+        self
+    }
+
+    /// Says when the first pass has finished: work that can wait (discovery's first
+    /// large commit) starts then, so that start-up does not hold both at once.
+    pub fn first_pass(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.first_pass.subscribe()
+    }
+
+    /// The inventory the source records in.
+    pub fn inventory(&self) -> &tether_core::ownership::Inventory {
+        self.reconciler.inventory()
+    }
+
+    /// Where webhooks and requests send their triggers.
+    pub fn trigger(&self) -> mpsc::Sender<Trigger> {
+        self.triggers.0.clone()
+    }
+
+    /// Also pass as soon as a model file (or the settings file) under `directory`
+    /// changes. Editors' temporary and backup files are ignored.
+    pub fn watch_directory(mut self, directory: &Path) -> Result<Self, notify::Error> {
+        let sender = self.triggers.0.clone();
+        let mut watcher =
+            notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+                let Ok(event) = event else {
+                    return;
+                };
+                let relevant = !matches!(event.kind, EventKind::Access(_))
+                    && event.paths.iter().any(|p| is_models_change(p.as_path()));
+                if relevant {
+                    let _ = sender.try_send(Trigger::Changed);
+                }
+            })?;
+        watcher.watch(directory, RecursiveMode::Recursive)?;
+        self.directory = Some(watcher);
+        Ok(self)
+    }
+
+    /// Plans, and applies unless only drift is to be reported.
+    async fn reconcile(&mut self, requested: bool) -> Result<PassOutcome, PassError> {
+        if !requested && let Some(quiet) = self.quiet_pass().await {
+            return Ok(quiet);
+        }
+        if let Some(secret) = &self.decryption {
+            self.reconciler.set_keys(Arc::new(secret.read().await?));
+        }
+        // Changes seen from here on make the next pass a full one.
+        let mut changes = self.cache.as_ref().map(WatchCache::changes);
+        let planned = match self
+            .reconciler
+            .plan_cached(self.plan, self.cache.as_ref())
+            .await
+        {
+            // Nothing to do, and nothing to retry: the next change of the source
+            // brings the next pass.
+            Err(ReconcileError::Dormant(reason)) => {
+                if self.dormant.as_ref() != Some(&reason) {
+                    tracing::info!(%reason, "Kubernetes is off: nothing is applied");
+                }
+                self.dormant = Some(reason);
+                return Ok(PassOutcome {
+                    revision: None,
+                    report: ApplyReport::default(),
+                    corrected: Vec::new(),
+                    reported: Vec::new(),
+                });
+            }
+            planned => {
+                self.dormant = None;
+                planned?
+            }
+        };
+        let commit = planned.plan.revision.as_ref().map(|r| r.commit.clone());
+        tracing::Span::current().record("revision", commit.as_deref().unwrap_or("-"));
+        if let Some(took) = planned.models.loaded.fetch_took {
+            self.shared.metrics.fetched(&self.id, took);
+        }
+        if self.keep_watch_cache(&planned).await {
+            // A new cache counts from zero: the next pass is a full one.
+            changes = None;
+        }
+        let revision = planned.plan.revision.as_ref().map(|r| r.to_string());
+        if self.drift_policy == DriftPolicy::Report
+            && commit.is_some()
+            && commit == self.last_applied
+        {
+            return Ok(self.report_drift(&planned, revision).await);
+        }
+        if let Some(commit) = commit
+            .as_deref()
+            .filter(|c| Some(*c) != self.last_applied.as_deref())
+        {
+            let revision = self.status.revision_name(commit);
+            self.status
+                .record(&PassResult::Progressing { revision }, None)
+                .await;
+        }
+        for change in planned
+            .plan
+            .changes
+            .iter()
+            .filter(|c| c.action != Action::Unchanged)
+        {
+            tracing::debug!(object = %change.key, action = change.action.name(), drift = change.drift, "planned");
+        }
+        // A source that reports drift still applies a new commit whole.
+        let options = ApplyOptions {
+            correct_drift: self.apply.correct_drift || self.drift_policy == DriftPolicy::Report,
+            ..self.apply.clone()
+        };
+        let report = self.reconciler.apply(&planned, &options, &|_| {}).await?;
+        let corrected = self.corrections(&planned, &report).await;
+        let waiting = report
+            .blocked
+            .as_ref()
+            .is_some_and(|b| !b.blockers.iter().any(|x| x.failed));
+        let retryable = waiting || report.failures().any(|(_, f)| f.retryable());
+        self.settled = match (report.succeeded(), &commit, changes) {
+            (true, Some(commit), Some(changes))
+                if self.cache.as_ref().is_some_and(WatchCache::synced) =>
+            {
+                Some((commit.clone(), changes))
+            }
+            _ => None,
+        };
+        if report.succeeded() {
+            self.last_applied = commit;
+        }
+        let outcome = PassOutcome {
+            revision,
+            report,
+            corrected,
+            reported: Vec::new(),
+        };
+        match retryable {
+            true => Err(PassError::ObjectsFailed(Box::new(outcome))),
+            false => Ok(outcome),
+        }
+    }
+
+    /// A pass with nothing to do, known without reading the models: the remote's ref
+    /// still names the commit the last pass applied completely, and the watch cache
+    /// saw no change (no drift, deletion or re-listing) since that pass began. Costs
+    /// one listing of the remote's refs.
+    async fn quiet_pass(&mut self) -> Option<PassOutcome> {
+        let (commit, changes) = self.settled.clone()?;
+        let unchanged = self.drifted.is_empty()
+            && self
+                .cache
+                .as_ref()
+                .is_some_and(|c| c.changes() == changes && c.synced());
+        if !unchanged || self.reconciler.unmoved_commit().await.as_ref() != Some(&commit) {
+            return None;
+        }
+        tracing::Span::current().record("revision", commit.as_str());
+        Some(PassOutcome {
+            revision: Some(commit),
+            report: ApplyReport::default(),
+            corrected: Vec::new(),
+            reported: Vec::new(),
+        })
+    }
+
+    /// Starts (or restarts, when the kinds changed) the watch cache; says whether it
+    /// did.
+    async fn keep_watch_cache(&mut self, planned: &Planned) -> bool {
+        let kinds: BTreeSet<(String, String)> = planned
+            .objects
+            .iter()
+            .filter(|o| {
+                planned
+                    .resources()
+                    .namespaced(&o.api_version, &o.kind)
+                    .is_some()
+            })
+            .map(|o| (o.api_version.clone(), o.kind.clone()))
+            .collect();
+        if self.cache.as_ref().is_some_and(|c| *c.kinds() == kinds) {
+            return false;
+        }
+        let Ok(client) = self.reconciler.client().await else {
+            return false;
+        };
+        let inventory = self.reconciler.inventory();
+        let on_change = reporter(inventory.field_manager(), self.drift.0.clone());
+        self.cache = Some(WatchCache::start(
+            client,
+            planned.resources().clone(),
+            kinds,
+            inventory,
+            on_change,
+        ));
+        true
+    }
+
+    /// The drifted objects the apply changed back: an Event on each, a metric, and
+    /// the next correction of each backs off.
+    async fn corrections(
+        &mut self,
+        planned: &Planned,
+        report: &ApplyReport,
+    ) -> Vec<(ObjectKey, String)> {
+        let seen = std::mem::take(&mut self.drifted);
+        let changes: BTreeMap<&ObjectKey, &Change> =
+            planned.plan.changes.iter().map(|c| (&c.key, c)).collect();
+        let now = Instant::now();
+        let mut corrected = Vec::new();
+        for object in &report.objects {
+            if !matches!(object.outcome, Outcome::Configured | Outcome::Created) {
+                continue;
+            }
+            let Some(drift) = changes.get(&object.key).and_then(|c| drift_of(c, &seen)) else {
+                continue;
+            };
+            self.backoff.corrected(&object.key, now);
+            let note = format!(
+                "{} changed fields tether applied; restored from the models",
+                drift.manager
+            );
+            self.publish(&drift, "DriftCorrected", EventType::Normal, note)
+                .await;
+            corrected.push((object.key.clone(), drift.manager));
+        }
+        self.shared
+            .metrics
+            .drift(&self.id, "corrected", corrected.len() as u64);
+        corrected
+    }
+
+    /// A source that only reports drift, at the revision it applied: the planned
+    /// changes are drift, reported once per object and writer, not applied.
+    async fn report_drift(&mut self, planned: &Planned, revision: Option<String>) -> PassOutcome {
+        let seen = std::mem::take(&mut self.drifted);
+        let mut reported = Vec::new();
+        for change in &planned.plan.changes {
+            let Some(drift) = drift_of(change, &seen) else {
+                continue;
+            };
+            let note = format!(
+                "{} changed fields tether applied; left so (this source reports drift only)",
+                drift.manager
+            );
+            self.publish(&drift, "DriftDetected", EventType::Warning, note)
+                .await;
+            reported.push(change.key.clone());
+        }
+        self.shared
+            .metrics
+            .drift(&self.id, "reported", reported.len() as u64);
+        PassOutcome {
+            revision,
+            report: ApplyReport::default(),
+            corrected: Vec::new(),
+            reported,
+        }
+    }
+
+    async fn publish(&mut self, drift: &Drift, reason: &str, type_: EventType, note: String) {
+        if self.recorder.is_none() {
+            let Ok(client) = self.reconciler.client().await else {
+                return;
+            };
+            let reporter = Reporter {
+                controller: "tether".into(),
+                instance: std::env::var("POD_NAME").ok(),
+            };
+            self.recorder = Some(Recorder::new(client.clone(), reporter));
+        }
+        let Some(recorder) = &self.recorder else {
+            return;
+        };
+        let event = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: "Apply".into(),
+            secondary: None,
+        };
+        if let Err(error) = recorder.publish(&event, &drift.reference).await {
+            tracing::warn!(%error, object = %drift.key, "cannot record the drift event");
+        }
+    }
+
+    /// Records a pass's result in the status.
+    async fn record(&mut self, result: &Result<PassOutcome, PassError>, requested: Option<String>) {
+        let pass_result = pass_result(&self.status, result);
+        self.status.record(&pass_result, requested).await;
+    }
+}
+
+/// What the status says of a pass's result.
+fn pass_result<'r>(
+    status: &impl StatusSink,
+    result: &'r Result<PassOutcome, PassError>,
+) -> PassResult<'r> {
+    let name = |revision: Option<&str>| revision.map(|commit| status.revision_name(commit));
+    match result {
+        Ok(outcome) if outcome.report.succeeded() => PassResult::Applied {
+            revision: name(outcome.revision.as_deref()).unwrap_or_default(),
+            report: &outcome.report,
+        },
+        Ok(outcome) => PassResult::ObjectsFailed {
+            revision: name(outcome.revision.as_deref()).unwrap_or_default(),
+            report: &outcome.report,
+        },
+        Err(PassError::ObjectsFailed(outcome)) => PassResult::ObjectsFailed {
+            revision: name(outcome.revision.as_deref()).unwrap_or_default(),
+            report: &outcome.report,
+        },
+        Err(PassError::Reconcile(error)) => {
+            let (reason, stalled) = failure_kind(error);
+            let revision = match error {
+                ReconcileError::Invalid(models) => models.loaded.revision.as_ref(),
+                _ => None,
+            };
+            PassResult::Failed {
+                revision: name(revision.map(|r| r.commit.as_str())),
+                reason,
+                message: tether_core::error_chain(error),
+                stalled,
+            }
+        }
+        Err(PassError::DecryptionKeys(error)) => PassResult::Failed {
+            revision: None,
+            reason: "DecryptionKeysUnavailable",
+            message: tether_core::error_chain(error),
+            stalled: false,
+        },
+    }
+}
+
+/// The drift a planned change undoes, if any: fields written in place by others on an
+/// object this inventory applied (the plan says so, and names them), or an object
+/// someone deleted (the watch saw it) that is made again.
+fn drift_of(change: &Change, seen: &BTreeMap<ObjectKey, Drift>) -> Option<Drift> {
+    if change.drift {
+        let managers: BTreeSet<&str> = change
+            .conflicts
+            .iter()
+            .map(|c| c.manager.as_str())
+            .collect();
+        let reference = seen.get(&change.key).map_or_else(
+            || ObjectReference {
+                api_version: Some(change.api_version.clone()),
+                kind: Some(change.key.kind.clone()),
+                name: Some(change.key.name.clone()),
+                namespace: change.key.namespace.clone(),
+                ..ObjectReference::default()
+            },
+            |d| d.reference.clone(),
+        );
+        return Some(Drift {
+            key: change.key.clone(),
+            manager: managers.into_iter().collect::<Vec<_>>().join(", "),
+            reference,
+        });
+    }
+    match change.action {
+        Action::Create => seen.get(&change.key).cloned(),
+        _ => None,
+    }
+}
+
+/// A failed pass's reason in the status, and whether retrying cannot help.
+fn failure_kind(error: &ReconcileError) -> (&'static str, bool) {
+    match error {
+        ReconcileError::Invalid(_) => ("InvalidModels", true),
+        ReconcileError::Settings(_) => ("InvalidSettings", true),
+        ReconcileError::NothingRendered => ("NothingRendered", true),
+        ReconcileError::Dormant(_) => ("KubernetesDisabled", true),
+        ReconcileError::Selection(_) | ReconcileError::PartialPrune => ("InvalidSelection", true),
+        ReconcileError::Source(RepoError::Git(error)) if error.is_permanent() => {
+            ("GitRefused", true)
+        }
+        ReconcileError::Source(_) => ("GitFailed", false),
+        ReconcileError::Cluster(_) => ("ClusterUnavailable", false),
+    }
+}
+
+/// A model file or the settings file. Editors' temporary and backup files (`.#x.yaml`,
+/// `x.yaml~`, `.x.yaml.swp`) are neither: hidden, or not `.yaml`/`.yml`.
+fn is_models_change(path: &Path) -> bool {
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
+    is_model_path(path) || name == tether_engine::repo::SETTINGS_FILE
+}
+
+impl<S: StatusSink> Loop for SourceLoop<S> {
+    type Output = PassOutcome;
+    type Error = PassError;
+
+    async fn pass(&mut self) -> Result<PassOutcome, PassError> {
+        let started = std::time::Instant::now();
+        let requested = self.requested.take();
+        let result = self.reconcile(requested.is_some()).await;
+        let label = match &result {
+            Ok(outcome) if outcome.report.succeeded() => "success",
+            _ => "failure",
+        };
+        let report = match &result {
+            Ok(outcome) => Some(&outcome.report),
+            Err(PassError::ObjectsFailed(outcome)) => Some(&outcome.report),
+            Err(PassError::Reconcile(_) | PassError::DecryptionKeys(_)) => None,
+        };
+        self.shared
+            .metrics
+            .pass(&self.id, label, started.elapsed(), report);
+        self.record(&result, requested).await;
+        self.shared.passed(&self.id);
+        self.first_pass.send_replace(true);
+        result
+    }
+
+    async fn changed(&mut self) {
+        // ±10% jitter, so that many sources started together do not pass together.
+        let jitter = 0.9 + fastrand::f64() * 0.2;
+        let tick = Instant::now() + self.interval.mul_f64(jitter);
+        // Drift on an object that is backing off waits for its turn.
+        let mut deferred: Option<Instant> = None;
+        loop {
+            let wake = deferred.map_or(tick, |d| d.min(tick));
+            tokio::select! {
+                () = tokio::time::sleep_until(wake) => return,
+                Some(trigger) = self.triggers.1.recv() => {
+                    if let Trigger::Requested(value) = trigger {
+                        self.requested = Some(value);
+                    }
+                    return;
+                }
+                Some(drift) = self.drift.1.recv() => {
+                    tracing::debug!(object = %drift.key, by = %drift.manager, "drift seen");
+                    let not_before = self.backoff.not_before(&drift.key, Instant::now());
+                    self.drifted.insert(drift.key.clone(), drift);
+                    match not_before {
+                        None => return,
+                        Some(at) => deferred = Some(deferred.map_or(at, |d| d.min(at))),
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tether_core::plan::FieldConflict;
+
+    fn change(action: Action, drift: bool, managers: &[&str]) -> Change {
+        Change {
+            key: ObjectKey::new("v1", "ConfigMap", Some("team"), "settings"),
+            api_version: "v1".into(),
+            action,
+            wave: Some(0),
+            model: None,
+            source: None,
+            diff: String::new(),
+            conflicts: managers
+                .iter()
+                .map(|m| FieldConflict {
+                    manager: (*m).into(),
+                    field: ".data.key".into(),
+                })
+                .collect(),
+            error: None,
+            owned_by: None,
+            drift,
+            contents: None,
+        }
+    }
+
+    #[test]
+    fn the_plan_names_the_drift_it_undoes_whether_or_not_the_watch_saw_it_first() {
+        let none = BTreeMap::new();
+        let patched = change(
+            Action::Conflict,
+            true,
+            &["kubectl-patch", "kubectl-edit", "kubectl-patch"],
+        );
+        let drift = drift_of(&patched, &none).unwrap();
+        assert_eq!(drift.manager, "kubectl-edit, kubectl-patch");
+        assert_eq!(drift.reference.name.as_deref(), Some("settings"));
+        // Another applier's fields are a conflict, not drift; a plain update neither.
+        assert!(drift_of(&change(Action::Conflict, false, &["helm"]), &none).is_none());
+        assert!(drift_of(&change(Action::Update, false, &[]), &none).is_none());
+        // A deleted object made again: drift only when the watch saw the deletion.
+        let created = change(Action::Create, false, &[]);
+        assert!(drift_of(&created, &none).is_none());
+        let seen = BTreeMap::from([(
+            created.key.clone(),
+            Drift {
+                key: created.key.clone(),
+                manager: "a deletion".into(),
+                reference: ObjectReference::default(),
+            },
+        )]);
+        assert_eq!(drift_of(&created, &seen).unwrap().manager, "a deletion");
+    }
+}

@@ -1,0 +1,310 @@
+//! The `Source` custom resource (`tether.dev/v1alpha1`): a Git repository, a ref and a
+//! path that the daemon keeps applied, with the status a GitOps user reads
+//! (`kubectl get sources`): revisions, kstatus conditions, the last plan's counts.
+//! Its CRD is generated from these types (`tether crd`, `deploy/crd.yaml`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use tether_core::ownership::Inventory;
+use tether_engine::git::Credentials;
+use tether_engine::reconcile::{ApplyOptions, PlanOptions};
+use tether_engine::repo::Repo;
+
+/// The annotation `tether reconcile` sets (to the time of the request) for a pass now;
+/// the status echoes the value it handled.
+pub const RECONCILE_REQUESTED_ANNOTATION: &str = "tether.dev/reconcile-requested-at";
+
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "tether.dev",
+    version = "v1alpha1",
+    kind = "Source",
+    namespaced,
+    status = "SourceStatus",
+    shortname = "tsrc",
+    category = "tether",
+    doc = "A Git repository of tether models that the daemon keeps applied",
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Status","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].message"}"#,
+    printcolumn = r#"{"name":"Revision","type":"string","jsonPath":".status.lastAppliedRevision"}"#,
+    printcolumn = r#"{"name":"Last Success","type":"date","jsonPath":".status.lastSuccessTime"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceSpec {
+    /// The repository: https://, ssh:// or file:// URL.
+    pub url: String,
+    /// Branch, tag or full commit id (default: the remote's default branch).
+    #[serde(default, rename = "ref", skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
+    /// The models directory inside the repository.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// How often the remote is asked for its ref (e.g. 30s, 5m; default 1m). Webhooks
+    /// and drift trigger passes in between.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<String>,
+    /// Delete what the inventory recorded and the models no longer render.
+    #[serde(default)]
+    pub prune: bool,
+    /// With prune, let a revision that renders nothing prune everything.
+    #[serde(default)]
+    pub allow_empty: bool,
+    /// What to do when someone changes a field tether applied: Correct it (default) or
+    /// only Report it (an Event and a metric).
+    #[serde(default)]
+    pub drift: DriftPolicy,
+    /// Stop reconciling (the objects stay as they are).
+    #[serde(default)]
+    pub suspend: bool,
+    /// The inventory ConfigMap (in the Source's namespace); default: the Source's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inventory: Option<String>,
+    /// Commit the cluster's pods that tether did not create back to the repository
+    /// (under `discovered/` of `path`) and publish pod events to the sinks its
+    /// `.tether.yaml` names. The credentials must allow a push.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub discovery: Option<DiscoverySpec>,
+    /// A Secret in the Source's namespace with Git credentials: `username`, and
+    /// `password` or `token`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<LocalObjectReference>,
+    /// Decrypt the repository's sops-encrypted files with the age keys of a Secret in
+    /// the Source's namespace (read before each pass, so a rotated key needs no
+    /// restart). Without it, an encrypted file is an error and nothing is applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decryption: Option<Decryption>,
+}
+
+/// How a Source's encrypted files are opened (Flux's `spec.decryption`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Decryption {
+    /// The format of the encrypted files: sops (the default and only one).
+    #[serde(default)]
+    pub provider: DecryptionProvider,
+    /// A Secret whose entries ending in `.agekey` hold age private keys
+    /// (`AGE-SECRET-KEY-1…`, one per line, as `age-keygen` writes them).
+    pub secret_ref: LocalObjectReference,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DecryptionProvider {
+    #[default]
+    Sops,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum DriftPolicy {
+    #[default]
+    Correct,
+    Report,
+}
+
+/// Where discovered models are committed.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct DiscoverySpec {
+    /// The branch to commit to (default: the Source's ref when it is a branch, else
+    /// main).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+pub struct LocalObjectReference {
+    pub name: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceStatus {
+    /// The generation of the spec the status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// The revision of the last pass, applied or not: `<ref>@sha1:<commit>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_attempted_revision: Option<String>,
+    /// The revision last applied without error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_applied_revision: Option<String>,
+    /// The value of the reconcile-requested annotation last handled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_reconcile_at: Option<String>,
+    /// When a revision was last applied without error (RFC 3339). A pass that finds
+    /// nothing to do writes nothing, so this is the last success that changed state;
+    /// the metric `tether_source_last_success_timestamp_seconds` has every pass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_success_time: Option<String>,
+    /// The counts of the last applied plan.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_plan: Option<PlanCounts>,
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+}
+
+/// What the last apply did, by action.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanCounts {
+    pub created: u32,
+    pub configured: u32,
+    pub unchanged: u32,
+    pub pruned: u32,
+    pub released: u32,
+    pub failed: u32,
+}
+
+/// A kstatus condition (`Ready`, `Reconciling`, `Stalled`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// True, False or Unknown.
+    pub status: String,
+    pub reason: String,
+    pub message: String,
+    pub last_transition_time: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// A Source's spec that cannot be run, said in the Source's status.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum SpecError {
+    #[error("spec.interval: {0}")]
+    Interval(String),
+    #[error("spec.path: {0:?} leaves the repository")]
+    Path(String),
+}
+
+/// What a Source asks the loop to do, checked.
+#[derive(Clone, Debug)]
+pub struct SourceSettings {
+    pub repo: Repo,
+    pub inventory: Inventory,
+    pub interval: Duration,
+    pub plan: PlanOptions,
+    pub apply: ApplyOptions,
+    pub drift: DriftPolicy,
+}
+
+/// The default interval of a Source.
+pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(60);
+
+impl SourceSpec {
+    /// The inventory of the Source `namespace`/`name`: `spec.inventory`, else the
+    /// Source's name, in its namespace.
+    pub fn inventory_of(&self, namespace: &str, name: &str) -> Inventory {
+        Inventory {
+            name: self.inventory.clone().unwrap_or_else(|| name.to_string()),
+            namespace: namespace.to_string(),
+        }
+    }
+
+    /// The loop's settings, given the Source's namespace and name, the Git cache and the
+    /// credentials read from `secretRef`.
+    pub fn settings(
+        &self,
+        namespace: &str,
+        name: &str,
+        cache: PathBuf,
+        credentials: Credentials,
+    ) -> Result<SourceSettings, SpecError> {
+        let interval = match &self.interval {
+            Some(text) => {
+                tether_core::settings::parse_duration(text).map_err(SpecError::Interval)?
+            }
+            None => DEFAULT_INTERVAL,
+        };
+        if interval < Duration::from_secs(1) {
+            return Err(SpecError::Interval(
+                "must be at least 1s (webhooks and drift trigger passes in between)".into(),
+            ));
+        }
+        let path = PathBuf::from(self.path.as_deref().unwrap_or("."));
+        if path.is_absolute()
+            || path
+                .components()
+                .any(|c| matches!(c, std::path::Component::ParentDir))
+        {
+            return Err(SpecError::Path(path.display().to_string()));
+        }
+        Ok(SourceSettings {
+            repo: Repo::Git {
+                url: self.url.clone(),
+                reference: self.reference.clone(),
+                path,
+                cache,
+                credentials,
+            },
+            inventory: self.inventory_of(namespace, name),
+            interval,
+            plan: PlanOptions {
+                prune: self.prune,
+                allow_empty: self.allow_empty,
+                dry_run_new: false,
+                partial: false,
+            },
+            apply: ApplyOptions {
+                prune: self.prune,
+                correct_drift: self.drift == DriftPolicy::Correct,
+                ..ApplyOptions::default()
+            },
+            drift: self.drift,
+        })
+    }
+}
+
+/// How a revision is named in the status: `<ref>@sha1:<hex>` (`HEAD` for the remote's
+/// default branch).
+pub fn revision_name(reference: Option<&str>, commit: &str) -> String {
+    format!("{}@sha1:{commit}", reference.unwrap_or("HEAD"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(yaml: &str) -> SourceSpec {
+        serde_json::from_value(serde_saphyr::from_str::<serde_json::Value>(yaml).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_minimal_spec_gets_the_defaults() {
+        let spec = spec("url: https://example.com/models.git\n");
+        let settings = spec
+            .settings("team", "web", "/cache".into(), Credentials::default())
+            .unwrap();
+        assert_eq!(settings.interval, DEFAULT_INTERVAL);
+        assert_eq!(settings.inventory.display(), "team/web");
+        assert_eq!(settings.drift, DriftPolicy::Correct);
+        assert!(!settings.plan.prune && !settings.apply.prune);
+        assert_eq!(
+            revision_name(spec.reference.as_deref(), "abc"),
+            "HEAD@sha1:abc"
+        );
+    }
+
+    #[test]
+    fn bad_intervals_and_escaping_paths_are_refused() {
+        let short = spec("url: u\ninterval: 10ms\n");
+        assert!(matches!(
+            short.settings("n", "s", "/c".into(), Credentials::default()),
+            Err(SpecError::Interval(_))
+        ));
+        let escaping = spec("url: u\npath: ../other\n");
+        assert_eq!(
+            escaping
+                .settings("n", "s", "/c".into(), Credentials::default())
+                .unwrap_err(),
+            SpecError::Path("../other".into())
+        );
+    }
+}

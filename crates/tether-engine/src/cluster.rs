@@ -1,0 +1,348 @@
+//! The cluster edge: a client from a kubeconfig, the API resources of the kinds we
+//! render (discovery, so newer servers work the same), and tether's inventory, the
+//! ApplySet parent ConfigMap that records which objects tether applied.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DynamicObject, ObjectMeta, PostParams};
+use kube::client::ClientBuilder;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::discovery::{Discovery, Scope};
+use kube::{Client, Config};
+use thiserror::Error;
+
+use crate::driver::Backoff;
+use tether_core::inventory::InventoryRecord;
+use tether_core::k8s::api_group;
+use tether_core::ownership::{APPLYSET_ID_LABEL, Inventory, MANAGED_BY_LABEL, MANAGER};
+
+#[derive(Debug, Error)]
+pub enum ClusterError {
+    #[error("cannot load the kubeconfig")]
+    Kubeconfig(#[source] kube::config::KubeconfigError),
+    #[error(
+        "no cluster is configured: no KUBECONFIG, no ~/.kube/config, and not running in a cluster"
+    )]
+    NoCluster,
+    #[error("cannot create a client")]
+    Client(#[source] kube::Error),
+    #[error("the API server at {url} did not answer")]
+    Unreachable {
+        url: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error(
+        "the server does not serve {api_version} {kind} (is its CustomResourceDefinition installed?)"
+    )]
+    UnknownKind { api_version: String, kind: String },
+    #[error("cannot {action}")]
+    Api {
+        action: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error(
+        "the inventory {namespace}/{name} exists but is not tether's (no matching applyset.kubernetes.io/id label)"
+    )]
+    ForeignInventory { namespace: String, name: String },
+    #[error("the inventory {namespace}/{name} is unreadable: {reason}")]
+    BadInventory {
+        namespace: String,
+        name: String,
+        reason: String,
+    },
+}
+
+/// Where to find the cluster: the kubeconfig and context to use, and how long a
+/// request may take.
+#[derive(Clone, Debug, Default)]
+pub struct Target {
+    pub kubeconfig: Option<PathBuf>,
+    pub context: Option<String>,
+    pub request_timeout: Option<Duration>,
+    /// The user to act as (impersonation), so that RBAC confines what a run changes.
+    pub impersonate: Option<String>,
+    pub impersonate_groups: Vec<String>,
+}
+
+/// A client for `target`, checked by asking the server for its version.
+pub async fn connect(target: &Target) -> Result<Client, ClusterError> {
+    let options = KubeConfigOptions {
+        context: target.context.clone(),
+        ..KubeConfigOptions::default()
+    };
+    let mut config = match &target.kubeconfig {
+        Some(path) => {
+            let kubeconfig = Kubeconfig::read_from(path).map_err(ClusterError::Kubeconfig)?;
+            Config::from_custom_kubeconfig(kubeconfig, &options)
+                .await
+                .map_err(ClusterError::Kubeconfig)?
+        }
+        None if target.context.is_some() => Config::from_kubeconfig(&options)
+            .await
+            .map_err(ClusterError::Kubeconfig)?,
+        None => Config::infer().await.map_err(|e| {
+            tracing::debug!(error = %e, "no cluster configuration");
+            ClusterError::NoCluster
+        })?,
+    };
+    if let Some(user) = &target.impersonate {
+        config.auth_info.impersonate = Some(user.clone());
+        if !target.impersonate_groups.is_empty() {
+            config.auth_info.impersonate_groups = Some(target.impersonate_groups.clone());
+        }
+    }
+    // tether paces its own retries (`driver::Backoff`, per request where it helps):
+    // kube's built-in retry of 429s would also wait out answers that are final for
+    // now, such as an eviction a disruption budget refuses.
+    config.default_retry = false;
+    let url = config.cluster_url.to_string();
+    let timeout = target.request_timeout.unwrap_or(Duration::from_secs(30));
+    config.connect_timeout = Some(timeout);
+    // A whole request, not only a socket read, is bounded: a server that accepts
+    // connections but stops answering (overloaded, paused) must not hang tether.
+    let client = ClientBuilder::try_from(config)
+        .map_err(ClusterError::Client)?
+        .with_layer(&tower::timeout::TimeoutLayer::new(timeout))
+        .build();
+    client
+        .apiserver_version()
+        .await
+        .map_err(|source| ClusterError::Unreachable { url, source })?;
+    Ok(client)
+}
+
+/// API resources by apiVersion and kind, found through discovery of only the groups
+/// needed.
+#[derive(Clone)]
+pub struct Resources {
+    client: Client,
+    found: HashMap<(String, String), (ApiResource, bool)>,
+}
+
+impl Resources {
+    pub async fn discover(
+        client: &Client,
+        kinds: &BTreeSet<(String, String)>,
+    ) -> Result<Self, ClusterError> {
+        let groups: BTreeSet<&str> = kinds.iter().map(|(v, _)| api_group(v)).collect();
+        let groups: Vec<&str> = groups.into_iter().collect();
+        let discovery = Discovery::new(client.clone())
+            .filter(&groups)
+            .run()
+            .await
+            .map_err(|source| ClusterError::Api {
+                action: "discover the server's API".into(),
+                source,
+            })?;
+        let mut found = HashMap::new();
+        for (api_version, kind) in kinds {
+            let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+            if let Some((resource, capabilities)) =
+                discovery.resolve_gvk(&GroupVersionKind::gvk(group, version, kind))
+            {
+                found.insert(
+                    (api_version.clone(), kind.clone()),
+                    (resource, capabilities.scope == Scope::Namespaced),
+                );
+            }
+        }
+        Ok(Resources {
+            client: client.clone(),
+            found,
+        })
+    }
+
+    /// Every kind the server serves, with its API resource.
+    pub fn served(&self) -> impl Iterator<Item = (&str, &str, &ApiResource)> {
+        self.found
+            .iter()
+            .map(|((api_version, kind), (resource, _))| {
+                (api_version.as_str(), kind.as_str(), resource)
+            })
+    }
+
+    /// Is the kind served, and is it namespaced?
+    pub fn namespaced(&self, api_version: &str, kind: &str) -> Option<bool> {
+        self.found
+            .get(&(api_version.to_string(), kind.to_string()))
+            .map(|(_, n)| *n)
+    }
+
+    /// An API for one object (namespaced or not, as the server says).
+    pub fn api(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: Option<&str>,
+    ) -> Result<Api<DynamicObject>, ClusterError> {
+        let (resource, namespaced) = self
+            .found
+            .get(&(api_version.to_string(), kind.to_string()))
+            .ok_or_else(|| ClusterError::UnknownKind {
+                api_version: api_version.into(),
+                kind: kind.into(),
+            })?;
+        Ok(match (namespaced, namespace) {
+            (true, Some(ns)) => Api::namespaced_with(self.client.clone(), ns, resource),
+            _ => Api::all_with(self.client.clone(), resource),
+        })
+    }
+
+    /// An API over all namespaces, for listing.
+    pub fn api_all(
+        &self,
+        api_version: &str,
+        kind: &str,
+    ) -> Result<Api<DynamicObject>, ClusterError> {
+        self.api(api_version, kind, None)
+    }
+}
+
+/// A failed request as a [`ClusterError`] that says what was asked (`action`).
+pub fn api_error(action: String) -> impl FnOnce(kube::Error) -> ClusterError {
+    move |source| ClusterError::Api { action, source }
+}
+
+fn inventory_error(verb: &str, inventory: &Inventory) -> impl FnOnce(kube::Error) -> ClusterError {
+    api_error(format!(
+        "{verb} the inventory {}/{}",
+        inventory.namespace, inventory.name
+    ))
+}
+
+/// Reads the inventory; a missing inventory is an empty one.
+pub async fn read_inventory(
+    client: &Client,
+    inventory: &Inventory,
+) -> Result<InventoryRecord, ClusterError> {
+    Ok(read_inventory_version(client, inventory).await?.0)
+}
+
+/// The inventory and the resourceVersion it was read at (none when it does not exist).
+pub async fn read_inventory_version(
+    client: &Client,
+    inventory: &Inventory,
+) -> Result<(InventoryRecord, Option<String>), ClusterError> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &inventory.namespace);
+    let Some(config_map) = api
+        .get_opt(&inventory.name)
+        .await
+        .map_err(inventory_error("read", inventory))?
+    else {
+        return Ok((InventoryRecord::default(), None));
+    };
+    let labels = config_map.metadata.labels.clone().unwrap_or_default();
+    if labels.get(APPLYSET_ID_LABEL) != Some(&inventory.applyset_id()) {
+        return Err(ClusterError::ForeignInventory {
+            namespace: inventory.namespace.clone(),
+            name: inventory.name.clone(),
+        });
+    }
+    let record = record_of(&config_map).map_err(|reason| ClusterError::BadInventory {
+        namespace: inventory.namespace.clone(),
+        name: inventory.name.clone(),
+        reason,
+    })?;
+    Ok((record, config_map.metadata.resource_version))
+}
+
+/// The record an inventory ConfigMap holds (its data, and its packed lines in
+/// binaryData); the error says what is unreadable.
+pub fn record_of(config_map: &ConfigMap) -> Result<InventoryRecord, String> {
+    let binary: BTreeMap<String, Vec<u8>> = config_map
+        .binary_data
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), v.0.clone()))
+        .collect();
+    InventoryRecord::from_config(&config_map.data.clone().unwrap_or_default(), &binary)
+}
+
+/// How often an inventory update is tried when another apply wrote it meanwhile.
+const INVENTORY_UPDATE_ATTEMPTS: u32 = 20;
+
+/// Updates the inventory: reads it, applies `update` to what it holds, and writes the
+/// result only if nobody wrote it in between (its resourceVersion), reading again
+/// otherwise. Two applies of one inventory at once therefore never drop each other's
+/// entries: each update is made to the record as the other left it.
+pub async fn update_inventory(
+    client: &Client,
+    inventory: &Inventory,
+    update: impl Fn(&InventoryRecord) -> InventoryRecord,
+) -> Result<InventoryRecord, ClusterError> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &inventory.namespace);
+    let params = PostParams {
+        field_manager: Some(inventory.field_manager()),
+        ..PostParams::default()
+    };
+    let mut backoff = Backoff::request();
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let (current, version) = read_inventory_version(client, inventory).await?;
+        let record = update(&current);
+        // An unchanged record is not written: a pass that changed nothing writes nothing.
+        if version.is_some() && record == current {
+            return Ok(record);
+        }
+        let mut config_map = inventory_config_map(inventory, &record);
+        let written = match version {
+            Some(version) => {
+                config_map.metadata.resource_version = Some(version);
+                api.replace(&inventory.name, &params, &config_map).await
+            }
+            None => api.create(&params, &config_map).await,
+        };
+        match written {
+            Ok(_) => return Ok(record),
+            Err(kube::Error::Api(status))
+                if (status.is_conflict() || status.reason == "AlreadyExists")
+                    && attempt < INVENTORY_UPDATE_ATTEMPTS =>
+            {
+                tracing::debug!(attempt, "the inventory changed meanwhile; merging again");
+                tokio::time::sleep(backoff.next_delay()).await;
+            }
+            Err(e) => return Err(inventory_error("write", inventory)(e)),
+        }
+    }
+}
+
+/// The inventory's ConfigMap holding `record`.
+fn inventory_config_map(inventory: &Inventory, record: &InventoryRecord) -> ConfigMap {
+    let (data, binary) = record.to_config();
+    ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(inventory.name.clone()),
+            namespace: Some(inventory.namespace.clone()),
+            labels: Some(BTreeMap::from([
+                (APPLYSET_ID_LABEL.to_string(), inventory.applyset_id()),
+                (MANAGED_BY_LABEL.to_string(), MANAGER.to_string()),
+            ])),
+            annotations: Some(BTreeMap::from([
+                (
+                    "applyset.kubernetes.io/tooling".to_string(),
+                    format!("tether/v{}", env!("CARGO_PKG_VERSION")),
+                ),
+                (
+                    "applyset.kubernetes.io/contains-group-kinds".to_string(),
+                    record.group_kinds(),
+                ),
+            ])),
+            ..ObjectMeta::default()
+        },
+        data: Some(data),
+        binary_data: Some(
+            binary
+                .into_iter()
+                .map(|(k, v)| (k, k8s_openapi::ByteString(v)))
+                .collect(),
+        ),
+        ..ConfigMap::default()
+    }
+}

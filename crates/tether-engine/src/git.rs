@@ -1,0 +1,448 @@
+//! Models from Git: fetch a repository into a cache and read the model files of one
+//! exact commit straight from its tree (no checkout, so no working-tree state), or
+//! note the commit of a local checkout. Blocking (git2): call off the async runtime.
+
+use std::path::{Path, PathBuf};
+
+use git2::{
+    Cred, CredentialType, FetchOptions, ObjectType, Oid, RemoteCallbacks, Repository, TreeWalkMode,
+    TreeWalkResult,
+};
+use sha2::{Digest, Sha256};
+use thiserror::Error;
+
+use crate::driver::Backoff;
+
+use tether_core::source::{Revision, SourceFile, SourceFiles, is_model_path};
+
+#[derive(Debug, Error)]
+pub enum GitError {
+    #[error("cannot fetch {url}")]
+    Fetch {
+        url: String,
+        #[source]
+        source: git2::Error,
+    },
+    #[error("{url} has no branch, tag or commit \"{reference}\"")]
+    UnknownReference { url: String, reference: String },
+    #[error(
+        "\"{reference}\" is not a branch, a tag or a full commit id (revision expressions such as HEAD~1 are not taken)"
+    )]
+    BadReference { reference: String },
+    #[error("git failed")]
+    Git(#[from] git2::Error),
+    #[error("cannot prepare the cache directory {path}")]
+    Cache {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path} in commit {commit} is not UTF-8 text")]
+    NotUtf8 { path: String, commit: String },
+}
+
+impl GitError {
+    /// Will the same read fail again until someone changes the remote or the source
+    /// (a ref that does not exist or is ambiguous, a file that is not text)?
+    pub fn is_permanent(&self) -> bool {
+        matches!(
+            self,
+            GitError::UnknownReference { .. }
+                | GitError::BadReference { .. }
+                | GitError::NotUtf8 { .. }
+        )
+    }
+}
+
+/// How to authenticate to a remote. Its `Debug` never shows the token.
+#[derive(Clone, Default)]
+pub struct Credentials {
+    /// For https: sent as the password (GitHub, GitLab and Gitea accept tokens so).
+    pub token: Option<String>,
+    pub username: Option<String>,
+    /// For ssh: a private key file; without one, the ssh agent.
+    pub ssh_key: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("token", &self.token.as_ref().map(|_| "***"))
+            .field("username", &self.username)
+            .field("ssh_key", &self.ssh_key)
+            .finish()
+    }
+}
+
+impl Credentials {
+    pub fn callbacks(&self) -> RemoteCallbacks<'_> {
+        let mut callbacks = RemoteCallbacks::new();
+        let mut attempts = 0;
+        callbacks.credentials(move |_url, username_from_url, allowed| {
+            // libgit2 asks again after a refusal; give up rather than loop.
+            attempts += 1;
+            if attempts > 3 {
+                return Err(git2::Error::from_str("authentication failed"));
+            }
+            let username = self
+                .username
+                .as_deref()
+                .or(username_from_url)
+                .unwrap_or("git");
+            if allowed.contains(CredentialType::SSH_KEY) {
+                return match &self.ssh_key {
+                    Some(key) => Cred::ssh_key(username, None, key, None),
+                    None => Cred::ssh_key_from_agent(username),
+                };
+            }
+            if allowed.contains(CredentialType::USER_PASS_PLAINTEXT)
+                && let Some(token) = &self.token
+            {
+                return Cred::userpass_plaintext(
+                    self.username.as_deref().unwrap_or("x-access-token"),
+                    token,
+                );
+            }
+            Cred::default()
+        });
+        callbacks
+    }
+}
+
+/// Where a remote's objects are cached: one bare repository per URL.
+fn cache_path(cache_dir: &Path, url: &str) -> PathBuf {
+    let digest = Sha256::digest(url.as_bytes());
+    let name: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+    cache_dir.join(format!("{name}.git"))
+}
+
+/// Fetches `url` (retrying network failures) and reads the models below `subdir` of
+/// the commit that `reference` names: a branch, a tag, a commit id, or the remote's
+/// default branch when `None`.
+pub fn fetch_models(
+    url: &str,
+    reference: Option<&str>,
+    subdir: Option<&Path>,
+    cache_dir: &Path,
+    credentials: &Credentials,
+) -> Result<(SourceFiles, Revision), GitError> {
+    fetch_models_timed(url, reference, subdir, cache_dir, credentials)
+        .map(|(files, revision, _)| (files, revision))
+}
+
+/// [`fetch_models`], also saying how long the fetch took (none when the cache was
+/// current and nothing was fetched).
+pub fn fetch_models_timed(
+    url: &str,
+    reference: Option<&str>,
+    subdir: Option<&Path>,
+    cache_dir: &Path,
+    credentials: &Credentials,
+) -> Result<(SourceFiles, Revision, Option<std::time::Duration>), GitError> {
+    let repo = open_cache(cache_dir, url)?;
+    let mut fetched = None;
+    if !cached_is_current(&repo, url, reference, credentials) {
+        let started = std::time::Instant::now();
+        fetch(&repo, url, credentials)?;
+        fetched = Some(started.elapsed());
+    }
+    let commit = resolve(&repo, url, reference)?;
+    let files = read_tree(&repo, commit, subdir)?;
+    let revision = Revision {
+        commit: commit.to_string(),
+        dirty: false,
+    };
+    Ok((files, revision, fetched))
+}
+
+/// The commit `reference` names at the remote when the cache already holds it (one
+/// round trip listing the remote's refs, nothing fetched); `None` when it moved or
+/// anything is uncertain.
+pub fn unmoved_commit(
+    url: &str,
+    reference: Option<&str>,
+    cache_dir: &Path,
+    credentials: &Credentials,
+) -> Option<String> {
+    let repo = open_cache(cache_dir, url).ok()?;
+    if !cached_is_current(&repo, url, reference, credentials) {
+        return None;
+    }
+    resolve(&repo, url, reference)
+        .ok()
+        .map(|oid| oid.to_string())
+}
+
+/// Does the cache already hold what `reference` names at the remote? A full commit id
+/// never moves; a branch or tag is compared with the remote's refs, listed in one
+/// round trip without any object, so that a source that did not move costs no fetch.
+/// Anything uncertain (the remote unreachable, the ref unknown) says no, and the
+/// fetch that follows reports it.
+fn cached_is_current(
+    repo: &Repository,
+    url: &str,
+    reference: Option<&str>,
+    credentials: &Credentials,
+) -> bool {
+    if let Some(r) = reference.filter(|r| is_full_commit_id(r)) {
+        return Oid::from_str(r).is_ok_and(|oid| repo.find_commit(oid).is_ok());
+    }
+    let Ok(mut remote) = repo.remote_anonymous(url) else {
+        return false;
+    };
+    if remote
+        .connect_auth(git2::Direction::Fetch, Some(credentials.callbacks()), None)
+        .is_err()
+    {
+        return false;
+    }
+    let Ok(advertised) = remote.list() else {
+        return false;
+    };
+    let candidates: Vec<(String, String)> = match reference {
+        None => vec![("HEAD".into(), "refs/remotes/origin/HEAD".into())],
+        Some(r) => vec![
+            (
+                format!("refs/heads/{r}"),
+                format!("refs/remotes/origin/{r}"),
+            ),
+            (format!("refs/tags/{r}"), format!("refs/tags/{r}")),
+        ],
+    };
+    candidates.iter().any(|(theirs, ours)| {
+        let remote_oid = advertised
+            .iter()
+            .find(|h| h.name() == theirs)
+            .map(|h| h.oid());
+        let cached_oid = repo.find_reference(ours).ok().and_then(|r| r.target());
+        remote_oid.is_some() && remote_oid == cached_oid
+    })
+}
+
+/// The bare repository that caches `url`'s objects, created when missing.
+pub(crate) fn open_cache(cache_dir: &Path, url: &str) -> Result<Repository, GitError> {
+    let path = cache_path(cache_dir, url);
+    std::fs::create_dir_all(cache_dir).map_err(|source| GitError::Cache {
+        path: cache_dir.to_path_buf(),
+        source,
+    })?;
+    match Repository::open_bare(&path) {
+        Ok(repo) => Ok(repo),
+        Err(_) => Ok(Repository::init_bare(&path)?),
+    }
+}
+
+/// Fetches every branch and tag of `url` into `refs/remotes/origin/*` and `refs/tags/*`,
+/// retrying network failures.
+pub(crate) fn fetch(
+    repo: &Repository,
+    url: &str,
+    credentials: &Credentials,
+) -> Result<(), GitError> {
+    let refspecs = [
+        "+refs/heads/*:refs/remotes/origin/*",
+        "+refs/tags/*:refs/tags/*",
+        "+HEAD:refs/remotes/origin/HEAD",
+    ];
+    let mut backoff = Backoff::request();
+    for attempt in 1.. {
+        let mut remote = repo.remote_anonymous(url)?;
+        let mut options = FetchOptions::new();
+        options.remote_callbacks(credentials.callbacks());
+        // A branch or tag deleted at the remote is deleted from the cache too, so that
+        // it is an unknown reference, never the commit it last pointed to.
+        options.prune(git2::FetchPrune::On);
+        match remote.fetch(&refspecs, Some(&mut options), None) {
+            Ok(()) => break,
+            Err(e) if attempt < 3 && is_transient(&e) => {
+                tracing::warn!(url, attempt, error = %e, "fetch failed; retrying");
+                std::thread::sleep(backoff.next_delay());
+            }
+            Err(source) => {
+                return Err(GitError::Fetch {
+                    url: url.to_string(),
+                    source,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn is_transient(error: &git2::Error) -> bool {
+    matches!(
+        error.class(),
+        git2::ErrorClass::Net | git2::ErrorClass::Http | git2::ErrorClass::Os
+    ) && error.code() != git2::ErrorCode::Auth
+}
+
+/// The commit a reference names: a branch or a tag of the remote (as last fetched),
+/// or a full commit id; anything else, such as a revision expression, is refused.
+fn resolve(repo: &Repository, url: &str, reference: Option<&str>) -> Result<Oid, GitError> {
+    let reference_name = |r: &str| {
+        git2::Reference::is_valid_name(&format!("refs/heads/{r}"))
+            .then(|| vec![format!("refs/remotes/origin/{r}"), format!("refs/tags/{r}")])
+    };
+    let candidates: Vec<String> = match reference {
+        None => vec!["refs/remotes/origin/HEAD".into()],
+        Some(r) if is_full_commit_id(r) => {
+            let commit = Oid::from_str(r)
+                .ok()
+                .and_then(|oid| repo.find_commit(oid).ok());
+            return commit
+                .map(|c| c.id())
+                .ok_or_else(|| GitError::UnknownReference {
+                    url: url.to_string(),
+                    reference: r.to_string(),
+                });
+        }
+        Some(r) => reference_name(r).ok_or_else(|| GitError::BadReference {
+            reference: r.to_string(),
+        })?,
+    };
+    for candidate in &candidates {
+        if let Ok(reference) = repo.find_reference(candidate)
+            && let Ok(commit) = reference.peel_to_commit()
+        {
+            return Ok(commit.id());
+        }
+    }
+    Err(GitError::UnknownReference {
+        url: url.to_string(),
+        reference: reference.unwrap_or("HEAD").to_string(),
+    })
+}
+
+/// The text of the file at `path` in a cached commit's tree, if there is one.
+pub fn read_file_at(
+    cache_dir: &Path,
+    url: &str,
+    commit: &str,
+    path: &Path,
+) -> Result<Option<String>, GitError> {
+    let repo = open_cache(cache_dir, url)?;
+    let tree = repo.find_commit(Oid::from_str(commit)?)?.tree()?;
+    let Ok(entry) = tree.get_path(path) else {
+        return Ok(None);
+    };
+    let blob = repo.find_blob(entry.id())?;
+    match std::str::from_utf8(blob.content()) {
+        Ok(text) => Ok(Some(text.to_string())),
+        Err(_) => Err(GitError::NotUtf8 {
+            path: path.display().to_string(),
+            commit: commit.to_string(),
+        }),
+    }
+}
+
+/// 40 hexadecimal digits (SHA-1) or 64 (SHA-256).
+pub fn is_full_commit_id(text: &str) -> bool {
+    matches!(text.len(), 40 | 64) && text.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// The model files of a commit's tree, below `subdir`, paths relative to it.
+pub(crate) fn read_tree(
+    repo: &Repository,
+    commit: Oid,
+    subdir: Option<&Path>,
+) -> Result<SourceFiles, GitError> {
+    let tree = repo.find_commit(commit)?.tree()?;
+    let tree = match subdir.filter(|s| !s.as_os_str().is_empty() && *s != Path::new(".")) {
+        Some(dir) => repo.find_tree(tree.get_path(dir)?.id())?,
+        None => tree,
+    };
+    let mut blobs = Vec::new();
+    tree.walk(TreeWalkMode::PreOrder, |parent, entry| {
+        let name = entry.name().unwrap_or_default();
+        match entry.kind() {
+            Some(ObjectType::Tree) if name.starts_with('.') => TreeWalkResult::Skip,
+            Some(ObjectType::Blob) => {
+                let path = format!("{parent}{name}");
+                if is_model_path(Path::new(&path)) {
+                    blobs.push((path, entry.id()));
+                }
+                TreeWalkResult::Ok
+            }
+            _ => TreeWalkResult::Ok,
+        }
+    })?;
+    let mut files = Vec::with_capacity(blobs.len());
+    for (path, id) in blobs {
+        let blob = repo.find_blob(id)?;
+        let text = String::from_utf8(blob.content().to_vec()).map_err(|_| GitError::NotUtf8 {
+            path: path.clone(),
+            commit: commit.to_string(),
+        })?;
+        files.push(SourceFile::new(path, text));
+    }
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    let files = SourceFiles::from_files(files);
+    let wanted = tether_core::model::data_file_paths(&files);
+    if wanted.is_empty() {
+        return Ok(files);
+    }
+    let assets = read_assets(repo, &tree, &wanted)?;
+    Ok(files.with_assets(assets))
+}
+
+/// The files models take data from, in `tree` (the models root): each path a
+/// file, or a directory whose files (not hidden, not in subdirectories) are read.
+fn read_assets(
+    repo: &Repository,
+    tree: &git2::Tree<'_>,
+    paths: &[String],
+) -> Result<tether_core::source::Assets, GitError> {
+    let mut assets = tether_core::source::Assets::new();
+    for relative in paths {
+        let Ok(entry) = tree.get_path(Path::new(relative)) else {
+            continue;
+        };
+        match entry.kind() {
+            Some(ObjectType::Blob) => {
+                let blob = repo.find_blob(entry.id())?;
+                assets.insert(relative.clone(), blob.content().to_vec());
+            }
+            Some(ObjectType::Tree) => {
+                let dir = repo.find_tree(entry.id())?;
+                for file in dir.iter() {
+                    let name = file.name().unwrap_or_default();
+                    if name.starts_with('.') || file.kind() != Some(ObjectType::Blob) {
+                        continue;
+                    }
+                    let blob = repo.find_blob(file.id())?;
+                    assets.insert(format!("{relative}/{name}"), blob.content().to_vec());
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(assets)
+}
+
+/// The commit checked out where `path` lives, if it is in a Git repository, and
+/// whether the models below `path` have uncommitted changes.
+pub fn local_revision(path: &Path) -> Option<Revision> {
+    let repo = Repository::discover(path).ok()?;
+    let commit = repo.head().ok()?.peel_to_commit().ok()?.id().to_string();
+    let workdir = repo.workdir()?.canonicalize().ok()?;
+    let relative = path
+        .canonicalize()
+        .ok()?
+        .strip_prefix(&workdir)
+        .ok()?
+        .to_path_buf();
+    let mut options = git2::StatusOptions::new();
+    options.include_untracked(true).recurse_untracked_dirs(true);
+    if !relative.as_os_str().is_empty() {
+        options.pathspec(relative.to_string_lossy().as_ref());
+    }
+    let dirty = repo
+        .statuses(Some(&mut options))
+        .map(|statuses| {
+            statuses
+                .iter()
+                .any(|s| s.path().is_ok_and(|p| is_model_path(Path::new(p))))
+        })
+        .unwrap_or(false);
+    Some(Revision { commit, dirty })
+}

@@ -1,0 +1,21 @@
+//! tether's I/O edges, thin around the pure core (`tether_core`): the cluster
+//! ([`cluster`], [`watch`]), Git ([`git`], [`writeback`]), the models' sources
+//! ([`repo`], [`directory`]), and the long-running work built from them: the one loop
+//! driver ([`driver`]), a reconcile pass ([`reconcile`]), a discovery session
+//! ([`discovery`]), the event pipeline ([`events`]) and day-2 actions ([`actions`]).
+//! [`config`] resolves the CLI's and `.tether.yaml`'s settings into typed
+//! configurations. The CLI and the daemon call the same entry points here.
+
+pub mod actions;
+pub mod cluster;
+pub mod config;
+pub mod directory;
+pub mod discovery;
+pub mod driver;
+pub mod events;
+pub mod git;
+pub mod keys;
+pub mod reconcile;
+pub mod repo;
+pub mod watch;
+pub mod writeback;

@@ -1,0 +1,618 @@
+//! Carrying out a plan: the inventory written first, server-side apply rank by rank
+//! (independent objects in parallel), prune, and the inventory written again.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::Client;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PropagationPolicy};
+use tracing::instrument;
+
+use super::hosts;
+use super::live::CONCURRENCY;
+use super::outcome::{ApplyReport, BlockedWave, ObjectFailure, ObjectReport, Outcome};
+use super::{ApplyOptions, ApplyProgress, Planned, Step, wait};
+use crate::cluster::{ClusterError, Resources, update_inventory};
+use crate::driver::Backoff;
+use tether_core::inventory::{InventoryEntry, Provenance, by_rank};
+use tether_core::k8s::ObjectKey;
+use tether_core::ownership::{
+    Inventory, MANAGED_BY_LABEL, MANAGER, MODEL_ANNOTATION, PART_OF_LABEL, SOURCE_ANNOTATION,
+};
+use tether_core::plan::APPLIED_HASH_ANNOTATION;
+use tether_core::plan::{Action, conflicts_of};
+
+/// How often one object's apply is tried when the server is busy or not ready for it.
+const ATTEMPTS: u32 = 6;
+/// How long a wave waits for what it needs, unless told otherwise.
+pub const DEFAULT_WAVE_TIMEOUT: Duration = Duration::from_secs(300);
+/// How long the deletion of an object to replace may take.
+const REPLACE_TIMEOUT: Duration = Duration::from_secs(120);
+
+pub(super) async fn apply(
+    client: &Client,
+    inventory: &Inventory,
+    planned: &Planned,
+    options: &ApplyOptions,
+    progress: &(dyn Fn(ApplyProgress<'_>) + Sync),
+) -> Result<ApplyReport, ClusterError> {
+    let commit = planned.plan.revision.as_ref().map(|r| r.commit.clone());
+    let applying = record_before_apply(client, inventory, planned).await?;
+    let manager = inventory.field_manager();
+    let manager = manager.as_str();
+    let total = planned.steps.len();
+    let applied = |done: usize| progress(ApplyProgress::Applied { done, total });
+    let mut report = ApplyReport::default();
+    let mut resources = planned.resources.clone();
+    let unreachable = &AtomicBool::new(false);
+    // The uids of the objects: as planned, then as the applies returned them.
+    let mut uids = planned.uids.clone();
+    let waves = by_wave(applying);
+    let mut failed_here: HashMap<ObjectKey, String> = HashMap::new();
+    let mut remaining: usize = waves.values().map(Vec::len).sum();
+    for (wave, steps) in waves {
+        if let Err(blocked) = await_wave(
+            client,
+            planned,
+            wave,
+            &steps,
+            options,
+            &failed_here,
+            progress,
+        )
+        .await
+        {
+            report.blocked = Some(BlockedWave {
+                not_applied: remaining,
+                ..blocked
+            });
+            break;
+        }
+        remaining -= steps.len();
+        for (_, batch) in by_rank(steps, |s| &s.change.key.kind) {
+            resources = await_definitions(client, resources, planned, &batch).await?;
+            let resources = &resources;
+            let results = apply_batch(resources, batch, manager, options, unreachable).await;
+            for (result, uid) in results {
+                if let Some(uid) = uid {
+                    uids.insert(result.key.clone(), uid);
+                }
+                if let Outcome::Failed(failure) = &result.outcome {
+                    failed_here.insert(result.key.clone(), failure.to_string());
+                }
+                report.objects.push(result);
+                applied(report.objects.len());
+            }
+        }
+    }
+    for step in planned
+        .steps
+        .iter()
+        .filter(|s| s.change.action == Action::Error)
+    {
+        report.objects.push(ObjectReport {
+            key: step.change.key.clone(),
+            outcome: Outcome::Failed(ObjectFailure::Unplanned {
+                message: step.change.error.clone().unwrap_or_default(),
+            }),
+        });
+        applied(report.objects.len());
+    }
+    let mut removed = planned.forgotten.clone();
+    // A blocked workflow prunes nothing: its later waves may still need what would go.
+    if report.blocked.is_none() {
+        let pruning = Pruning {
+            client,
+            resources: &resources,
+            manager,
+            options,
+        };
+        prune_all(&pruning, planned, &mut report, &mut removed, &applied).await?;
+    }
+    let succeeded = report.succeeded();
+    update_inventory(client, inventory, |current| {
+        current.after_apply(
+            &removed,
+            &uids,
+            commit.clone(),
+            current.commit.clone(),
+            succeeded,
+        )
+    })
+    .await?;
+    Ok(report)
+}
+
+/// Prunes (or releases, or reports as prunable) the objects whose model is gone.
+/// What prune works with.
+struct Pruning<'a> {
+    client: &'a Client,
+    resources: &'a Resources,
+    manager: &'a str,
+    options: &'a ApplyOptions,
+}
+
+async fn prune_all(
+    pruning: &Pruning<'_>,
+    planned: &Planned,
+    report: &mut ApplyReport,
+    removed: &mut BTreeSet<ObjectKey>,
+    applied: &(dyn Fn(usize) + Sync),
+) -> Result<(), ClusterError> {
+    let deletions = planned.steps.iter().filter(|s| {
+        matches!(
+            s.change.action,
+            Action::Delete | Action::Release | Action::RemoveHost
+        )
+    });
+    let mut done = report.objects.len();
+    for step in deletions {
+        done += 1;
+        applied(done);
+        let outcome = prune_step(pruning, step).await?;
+        if matches!(
+            outcome,
+            None | Some(Outcome::Pruned) | Some(Outcome::Released)
+        ) {
+            removed.insert(step.change.key.clone());
+        }
+        // An object found gone was deleted by someone else: not counted as pruned.
+        if let Some(outcome) = outcome {
+            report.objects.push(ObjectReport {
+                key: step.change.key.clone(),
+                outcome,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The steps by the wave of the workflow they are applied in.
+fn by_wave(steps: Vec<&Step>) -> BTreeMap<usize, Vec<&Step>> {
+    let mut waves: BTreeMap<usize, Vec<&Step>> = BTreeMap::new();
+    for step in steps {
+        waves
+            .entry(step.change.wave.unwrap_or(0))
+            .or_default()
+            .push(step);
+    }
+    waves
+}
+
+/// Records every object about to be applied in the inventory before any is applied;
+/// returns the steps that apply.
+async fn record_before_apply<'p>(
+    client: &Client,
+    inventory: &Inventory,
+    planned: &'p Planned,
+) -> Result<Vec<&'p Step>, ClusterError> {
+    let applying = planned.steps.iter().filter(|s| s.desired.is_some());
+    let recording: Vec<(InventoryEntry, Provenance)> = applying
+        .clone()
+        .filter_map(|s| {
+            let entry = InventoryEntry {
+                api_version: s.change.api_version.clone(),
+                kind: s.change.key.kind.clone(),
+                namespace: s.change.key.namespace.clone(),
+                name: s.change.key.name.clone(),
+            };
+            Some((entry, s.provenance.clone()?))
+        })
+        .collect();
+    update_inventory(client, inventory, |current| {
+        current.before_apply(recording.iter().cloned())
+    })
+    .await?;
+
+    Ok(applying.collect())
+}
+
+/// Waits until what wave `wave` waits for is ready, unless the wave changes
+/// nothing (then there is nothing to hold back).
+async fn await_wave(
+    client: &Client,
+    planned: &Planned,
+    wave: usize,
+    steps: &[&Step],
+    options: &ApplyOptions,
+    failed_here: &HashMap<ObjectKey, String>,
+    progress: &(dyn Fn(ApplyProgress<'_>) + Sync),
+) -> Result<(), BlockedWave> {
+    let changes = steps
+        .iter()
+        .any(|s| s.change.action != Action::Unchanged || s.force);
+    let gates = planned.workflow.gates(wave, planned.selected.as_ref());
+    if !changes || gates.is_empty() {
+        return Ok(());
+    }
+    let waves = planned.workflow.wave_count();
+    tracing::info!(
+        wave = wave + 1,
+        waves,
+        gates = gates.len(),
+        "waiting for what the wave needs"
+    );
+    let shown = |not_ready: &[(ObjectKey, String)]| {
+        progress(ApplyProgress::Waiting {
+            wave,
+            waves,
+            not_ready,
+        })
+    };
+    let timeout = options.wave_timeout.unwrap_or(DEFAULT_WAVE_TIMEOUT);
+    wait::wait_for(client, &gates, timeout, failed_here, &shown)
+        .await
+        .map_err(|blockers| BlockedWave {
+            wave,
+            waves,
+            blockers,
+            not_applied: 0,
+        })
+}
+
+/// The API of a step's object.
+fn api_of(resources: &Resources, step: &Step) -> Result<Api<DynamicObject>, ClusterError> {
+    let key = &step.change.key;
+    resources.api(
+        &step.change.api_version,
+        &key.kind,
+        key.namespace.as_deref(),
+    )
+}
+
+/// How many objects this inventory did not create a Namespace to delete holds.
+fn not_created_here(step: &Step) -> usize {
+    step.change
+        .contents
+        .as_ref()
+        .map_or(0, |c| c.not_created_here.len())
+}
+
+/// Applies the objects of one rank, 16 at a time: each one's report, and the uid
+/// the server gave it.
+async fn apply_batch(
+    resources: &Resources,
+    batch: Vec<&Step>,
+    manager: &str,
+    options: &ApplyOptions,
+    unreachable: &AtomicBool,
+) -> Vec<(ObjectReport, Option<String>)> {
+    // The futures are made first (see `live::plan`).
+    let applies: Vec<_> = batch
+        .into_iter()
+        .map(|step| async move {
+            let (outcome, uid) =
+                match apply_one(resources, step, manager, options, unreachable).await {
+                    Ok(uid) => {
+                        let outcome = match step.change.action {
+                            Action::Create => Outcome::Created,
+                            Action::Replace => Outcome::Replaced,
+                            Action::Update | Action::Conflict => Outcome::Configured,
+                            _ => Outcome::Unchanged,
+                        };
+                        (outcome, uid)
+                    }
+                    Err(failure) => (Outcome::Failed(failure), None),
+                };
+            let report = ObjectReport {
+                key: step.change.key.clone(),
+                outcome,
+            };
+            (report, uid)
+        })
+        .collect();
+    futures::stream::iter(applies)
+        .buffer_unordered(CONCURRENCY)
+        .collect()
+        .await
+}
+
+/// What prune does with one object whose model is gone (`None`: it was gone).
+async fn prune_step(pruning: &Pruning<'_>, step: &Step) -> Result<Option<Outcome>, ClusterError> {
+    let Pruning {
+        client,
+        resources,
+        manager,
+        options,
+    } = *pruning;
+    Ok(match (options.prune, step.change.action) {
+        (false, _) => Some(Outcome::Prunable),
+        (true, Action::RemoveHost) => {
+            let timeout = options.wave_timeout.unwrap_or(DEFAULT_WAVE_TIMEOUT);
+            hosts::remove_host(client, &step.change.key.name, manager, timeout).await?
+        }
+        (true, Action::Release) if !options.delete_adopted => {
+            release_one(resources, step, manager).await?
+        }
+        (true, _) if not_created_here(step) > 0 && !options.delete_foreign_objects => {
+            Some(Outcome::Failed(ObjectFailure::NamespaceKept {
+                not_created_here: not_created_here(step),
+            }))
+        }
+        (true, _) => prune_one(resources, step).await?,
+    })
+}
+
+/// Releases an adopted object whose model is gone: tether's labels and annotations
+/// removed, its field manager's entry dropped (so no field is removed with it), the
+/// object kept. `None` when it was gone already.
+async fn release_one(
+    resources: &Resources,
+    step: &Step,
+    manager: &str,
+) -> Result<Option<Outcome>, ClusterError> {
+    let key = &step.change.key;
+    let api = api_of(resources, step)?;
+    let failed = |e: kube::Error| {
+        Some(Outcome::Failed(ObjectFailure::Prune {
+            retryable: ObjectFailure::of_kube_error(&e).retryable(),
+            message: format!("release: {}", ObjectFailure::of_kube_error(&e)),
+        }))
+    };
+    let live = match api.get_opt(&key.name).await {
+        Ok(Some(live)) => live,
+        Ok(None) => return Ok(None),
+        Err(e) => return Ok(failed(e)),
+    };
+    let mut kept: Vec<_> = live
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|e| !matches!(e.manager.as_deref(), Some(m) if m == manager || m == MANAGER))
+        .collect();
+    if kept.is_empty() {
+        // An empty list would leave the server's tracking as it is: one empty entry
+        // clears it.
+        kept.push(Default::default());
+    }
+    let nothing = serde_json::Value::Null;
+    let patch = serde_json::json!({"metadata": {
+        "resourceVersion": live.metadata.resource_version,
+        "labels": {MANAGED_BY_LABEL: nothing, PART_OF_LABEL: nothing},
+        "annotations": {
+            MODEL_ANNOTATION: nothing,
+            SOURCE_ANNOTATION: nothing,
+            APPLIED_HASH_ANNOTATION: nothing,
+        },
+        "managedFields": kept,
+    }});
+    Ok(
+        match api
+            .patch(&key.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => Some(Outcome::Released),
+            Err(kube::Error::Api(status)) if status.is_not_found() => None,
+            Err(e) => failed(e),
+        },
+    )
+}
+
+/// Deletes one object whose model is gone; `None` when it was gone already.
+async fn prune_one(resources: &Resources, step: &Step) -> Result<Option<Outcome>, ClusterError> {
+    let key = &step.change.key;
+    let api = api_of(resources, step)?;
+    let params = DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Background),
+        ..DeleteParams::default()
+    };
+    Ok(match api.delete(&key.name, &params).await {
+        Ok(_) => Some(Outcome::Pruned),
+        Err(kube::Error::Api(status)) if status.is_not_found() => None,
+        Err(e) => Some(Outcome::Failed(ObjectFailure::Prune {
+            retryable: ObjectFailure::of_kube_error(&e).retryable(),
+            message: e.to_string(),
+        })),
+    })
+}
+
+/// Deletes an object to replace (its pods first, as `kubectl replace --force` does)
+/// and waits until it is gone.
+async fn delete_and_wait(api: &Api<DynamicObject>, key: &ObjectKey) -> Result<(), ObjectFailure> {
+    let params = DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Foreground),
+        ..DeleteParams::default()
+    };
+    let failed = |e: kube::Error| ObjectFailure::Request {
+        message: format!("replace: {}", ObjectFailure::of_kube_error(&e)),
+    };
+    match api.delete(&key.name, &params).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.is_not_found() => return Ok(()),
+        Err(e) => return Err(failed(e)),
+    }
+    let deadline = tokio::time::Instant::now() + REPLACE_TIMEOUT;
+    loop {
+        match api.get_opt(&key.name).await {
+            Ok(None) => return Ok(()),
+            Ok(Some(_)) if tokio::time::Instant::now() >= deadline => {
+                return Err(ObjectFailure::Request {
+                    message: format!(
+                        "replace: still being deleted after {}s",
+                        REPLACE_TIMEOUT.as_secs()
+                    ),
+                });
+            }
+            Ok(Some(_)) => tokio::time::sleep(Duration::from_millis(250)).await,
+            Err(e) => return Err(failed(e)),
+        }
+    }
+}
+
+/// Waits (up to a minute) until the server serves the kinds of `batch`, which
+/// CustomResourceDefinitions applied moments ago define; returns the refreshed
+/// resources. Kinds still not served then fail when their objects are applied.
+async fn await_definitions(
+    client: &Client,
+    mut resources: Resources,
+    planned: &Planned,
+    batch: &[&Step],
+) -> Result<Resources, ClusterError> {
+    let unserved = |resources: &Resources| {
+        batch.iter().any(|s| {
+            resources
+                .namespaced(&s.change.api_version, &s.change.key.kind)
+                .is_none()
+        })
+    };
+    if !unserved(&resources) {
+        return Ok(resources);
+    }
+    let all_kinds: BTreeSet<(String, String)> = planned
+        .steps
+        .iter()
+        .map(|s| (s.change.api_version.clone(), s.change.key.kind.clone()))
+        .collect();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while unserved(&resources) && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        resources = Resources::discover(client, &all_kinds).await?;
+    }
+    Ok(resources)
+}
+
+/// Server-side apply of one object, retrying what may pass on a second try (the
+/// server busy, a namespace's service account token not made yet). When the server
+/// stops answering altogether, `unreachable` is set and the remaining objects fail
+/// at once instead of each waiting out its own retries.
+/// Drops `manager`'s entry from the object's managed fields, on the object's
+/// resourceVersion (looked up again when a controller's status write came first).
+async fn forget_manager(api: &Api<DynamicObject>, object: &DynamicObject, manager: &str) {
+    let name = object.metadata.name.clone().unwrap_or_default();
+    let mut object = object.clone();
+    for _ in 0..5 {
+        let entries = object.metadata.managed_fields.clone().unwrap_or_default();
+        let kept: Vec<_> = entries
+            .iter()
+            .filter(|e| e.manager.as_deref() != Some(manager))
+            .cloned()
+            .collect();
+        if kept.len() == entries.len() || kept.is_empty() {
+            return;
+        }
+        let patch = serde_json::json!({"metadata": {
+            "resourceVersion": object.metadata.resource_version,
+            "managedFields": kept,
+        }});
+        match api
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Err(kube::Error::Api(status)) if status.is_conflict() => {}
+            Err(error) => {
+                // The type stays co-owned: a later switch back is refused by the server.
+                tracing::warn!(%error, "could not forget the strategy switch's field manager");
+                return;
+            }
+            Ok(_) => return,
+        }
+        object = match api.get(&name).await {
+            Ok(object) => object,
+            Err(_) => return,
+        };
+    }
+}
+
+#[instrument(skip_all, fields(object = %step.change.key))]
+async fn apply_one(
+    resources: &Resources,
+    step: &Step,
+    manager: &str,
+    options: &ApplyOptions,
+    unreachable: &AtomicBool,
+) -> Result<Option<String>, ObjectFailure> {
+    let Some(desired) = &step.desired else {
+        return Ok(None);
+    };
+    let correcting = options.correct_drift && step.change.drift;
+    match (&step.change.owned_by, step.change.action) {
+        (Some(inventory), _) if !options.take_ownership => {
+            return Err(ObjectFailure::OwnedByInventory {
+                inventory: inventory.clone(),
+            });
+        }
+        (None, Action::Unchanged) if !step.force => return Ok(None),
+        (None, Action::Conflict) if !options.force_conflicts && !correcting => {
+            return Err(ObjectFailure::Conflict(step.change.conflicts.clone()));
+        }
+        _ => {}
+    }
+    let key: &ObjectKey = &step.change.key;
+    let api = api_of(resources, step).map_err(|e| ObjectFailure::Request {
+        message: e.to_string(),
+    })?;
+    let mut params = PatchParams::apply(manager);
+    let taking = step.change.owned_by.is_some() && options.take_ownership;
+    if options.force_conflicts || step.force || taking || correcting {
+        params = params.force();
+    }
+    if step.change.action == Action::Replace {
+        delete_and_wait(&api, key).await?;
+    }
+    if hosts::is_node(key) {
+        // Before the apply, which records the taints as set.
+        hosts::sync_taints(&api.clone().into_client(), &key.name, desired, manager).await?;
+    }
+    let switch_manager = format!("{manager}-strategy-switch");
+    if let Some(patch) = &step.clear_rolling {
+        // A failure shows as the apply's own refusal.
+        let switch = PatchParams {
+            field_manager: Some(switch_manager.clone()),
+            ..PatchParams::default()
+        };
+        if let Err(error) = api.patch(&key.name, &switch, &Patch::Merge(patch)).await {
+            tracing::debug!(%error, "could not clear the rolling update parameters");
+        }
+    }
+    if let Some(hand_over) = &step.hand_over {
+        // Without it the apply still succeeds; kubectl's manager then keeps co-owning
+        // the fields, and a later change of them is a conflict.
+        if let Err(error) = api
+            .patch(&key.name, &PatchParams::default(), &Patch::Merge(hand_over))
+            .await
+        {
+            tracing::warn!(%error, "could not take over the fields kubectl applied client-side");
+        }
+    }
+    let mut backoff = Backoff::request();
+    for attempt in 1.. {
+        if unreachable.load(Ordering::Relaxed) {
+            return Err(ObjectFailure::Unreachable);
+        }
+        let error = match api.patch(&key.name, &params, &Patch::Apply(desired)).await {
+            Ok(applied) if step.clear_rolling.is_some() => {
+                // The switch's manager co-owns the type it set: forgotten, so that
+                // the type is the apply's alone (and goes with it later).
+                forget_manager(&api, &applied, &switch_manager).await;
+                return Ok(applied.metadata.uid);
+            }
+            Ok(applied) => return Ok(applied.metadata.uid),
+            Err(error) => error,
+        };
+        let retry = match &error {
+            kube::Error::Api(status) if status.is_conflict() => {
+                return Err(ObjectFailure::Conflict(conflicts_of(status)));
+            }
+            // The server answered: busy, or not ready for this object yet.
+            kube::Error::Api(status) => ObjectFailure::may_pass_later(status) && attempt < ATTEMPTS,
+            // No answer (timeout, connection refused): one more try, then give up on
+            // the server for every object.
+            kube::Error::HyperError(_) | kube::Error::Service(_) => {
+                if attempt >= 2 {
+                    unreachable.store(true, Ordering::Relaxed);
+                }
+                attempt < 2
+            }
+            _ => false,
+        };
+        if !retry {
+            return Err(ObjectFailure::of_kube_error(&error));
+        }
+        tracing::debug!(attempt, error = %error, "apply failed; retrying");
+        tokio::time::sleep(backoff.next_delay()).await;
+    }
+    Ok(None)
+}

@@ -1,0 +1,757 @@
+//! Planning against the cluster: the live objects (one list per kind, by the
+//! inventory's label), and a server-side dry run for each object that is not provably
+//! unchanged. The comparisons themselves are in the pure `tether_core::plan`.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use tokio::sync::OnceCell;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, Time};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use serde_json::Value;
+use tracing::instrument;
+
+use super::cache::WatchCache;
+use super::contents::list_namespace;
+use super::hosts;
+use super::outcome::status_text;
+use super::{PlanOptions, Step};
+use crate::cluster::{ClusterError, Resources, api_error, record_of};
+use tether_core::host::{HostRemoval, merged_taints};
+use tether_core::inventory::{
+    InventoryRecord, Provenance, PruneDecision, namespace_contents, prune_decisions,
+};
+use tether_core::k8s::{ObjectKey, api_group};
+use tether_core::managed_fields::{self, live_value};
+use tether_core::normalize::place;
+use tether_core::ownership::{
+    APPLYSET_ID_LABEL, Inventory, MANAGER, MODEL_ANNOTATION, PART_OF_LABEL, SOURCE_ANNOTATION,
+    annotation, is_inventory_record, is_ownership_mark, other_inventory,
+};
+use tether_core::plan::{
+    Action, Change, FieldConflict, change_diff, conflicts_of, provably_unchanged, replace_diff,
+    same_value_at, with_applied_hash,
+};
+use tether_core::render::RenderedObject;
+
+/// How many requests are in flight at once.
+pub(super) const CONCURRENCY: usize = 16;
+
+/// The steps of a plan, with what they were planned from.
+pub(super) struct Planning {
+    pub steps: Vec<Step>,
+    /// Recorded objects that are not tether's to touch any more.
+    pub forgotten: BTreeSet<ObjectKey>,
+    /// The uids of the live objects labelled for the inventory.
+    pub uids: BTreeMap<ObjectKey, String>,
+    /// How many live objects carry the inventory's labels.
+    pub labelled: usize,
+    pub resources: Resources,
+}
+
+/// Compares the rendered objects with the cluster; deletions (last, in reverse apply
+/// order) are the inventory's prune candidates. Objects are first placed as the server
+/// scopes their kind (see [`place_all`]). One object the server refuses is an
+/// [`Action::Error`] step; only a server that does not answer fails the plan.
+#[instrument(skip_all, fields(objects = objects.len(), recorded = record.entries.len()))]
+pub(super) async fn plan(
+    client: &Client,
+    inventory: &Inventory,
+    objects: &mut [RenderedObject],
+    record: InventoryRecord,
+    options: PlanOptions,
+    cache: Option<&WatchCache>,
+) -> Result<Planning, ClusterError> {
+    let mut kinds: BTreeSet<(String, String)> = objects
+        .iter()
+        .map(|o| (o.api_version.clone(), o.kind.clone()))
+        .collect();
+    kinds.extend(record.kinds());
+    let resources = match cache.and_then(|c| c.resources_covering(&kinds)) {
+        Some(resources) => resources.clone(),
+        None => Resources::discover(client, &kinds).await?,
+    };
+    let defined_here = place_all(&resources, objects);
+    let manager = inventory.field_manager();
+    let selector = Labelled {
+        applyset: &inventory.applyset_id(),
+        manager: &manager,
+        cache,
+    };
+    let live = list_labelled(&resources, &kinds, &selector).await?;
+    let counts = RequestCounts::default();
+    let context = ObjectContext {
+        client,
+        inventory,
+        manager: &manager,
+        resources: &resources,
+        labelled: &live,
+        defined_here: &defined_here,
+        counts: &counts,
+        dry_run_new: options.dry_run_new,
+        others: OnceCell::new(),
+    };
+    // The futures are made first: a stream over a borrowing closure would not be
+    // `Send` for every lifetime, which a long-running caller's task needs.
+    let planning: Vec<_> = objects
+        .iter()
+        .map(|object| plan_object(&context, object))
+        .collect();
+    let mut steps: Vec<Step> = futures::stream::iter(planning)
+        .buffered(CONCURRENCY)
+        .try_collect()
+        .await?;
+    tracing::info!(
+        objects = objects.len(),
+        listed_kinds = kinds.len(),
+        reads = counts.reads.load(Ordering::Relaxed),
+        dry_runs = counts.dry_runs.load(Ordering::Relaxed),
+        "planned"
+    );
+    let rendered: BTreeSet<ObjectKey> = objects.iter().map(RenderedObject::key).collect();
+    let (prunes, forgotten) = match options.partial {
+        true => (Vec::new(), BTreeSet::new()),
+        false => prune_steps(&record, &rendered, &live, inventory, options),
+    };
+    steps.extend(prunes);
+    for step in steps
+        .iter_mut()
+        .filter(|s| s.change.action == Action::RemoveHost)
+    {
+        let pods = hosts::bound_pods(client, &step.change.key.name).await?;
+        step.change.diff = HostRemoval::of(&step.change.key.name, &pods).describe();
+    }
+    for step in steps
+        .iter_mut()
+        .filter(|s| matches!(s.change.action, Action::Delete | Action::Release))
+        .filter(|s| s.change.key.kind == "Namespace" && s.change.key.group.is_empty())
+    {
+        let objects = list_namespace(client, &step.change.key.name).await?;
+        step.change.contents = Some(namespace_contents(&objects, &record));
+    }
+    let uids = live
+        .iter()
+        .filter_map(|(key, object)| {
+            Some((key.clone(), object["metadata"]["uid"].as_str()?.to_string()))
+        })
+        .collect();
+    Ok(Planning {
+        labelled: live.len(),
+        steps,
+        forgotten,
+        uids,
+        resources,
+    })
+}
+
+/// The deletions and releases of what no model renders any more (in reverse apply
+/// order), and the entries to forget.
+fn prune_steps(
+    record: &InventoryRecord,
+    rendered: &BTreeSet<ObjectKey>,
+    live: &HashMap<ObjectKey, Value>,
+    inventory: &Inventory,
+    options: PlanOptions,
+) -> (Vec<Step>, BTreeSet<ObjectKey>) {
+    let applyset = inventory.applyset_id();
+    let mut steps = Vec::new();
+    let mut forgotten = BTreeSet::new();
+    for (entry, decision) in prune_decisions(record, rendered, live, &applyset, options.allow_empty)
+    {
+        let key = entry.key();
+        let action = match decision {
+            // A Node is always adopted (tether never creates one), and its model gone
+            // means the host is leaving.
+            PruneDecision::Delete | PruneDecision::Release if hosts::is_node(&key) => {
+                Action::RemoveHost
+            }
+            PruneDecision::Delete => Action::Delete,
+            PruneDecision::Release => Action::Release,
+            PruneDecision::Forget(why) => {
+                tracing::info!(object = %key, why, "dropped from the inventory");
+                forgotten.insert(key);
+                continue;
+            }
+        };
+        let Some(object) = live.get(&key) else {
+            continue;
+        };
+        // A release changes no value: the diff is only for deletions.
+        let diff = match action {
+            Action::Delete => change_diff(&entry.kind, Some(object), None),
+            _ => String::new(),
+        };
+        steps.push(Step {
+            change: Change {
+                diff,
+                model: annotation(object, MODEL_ANNOTATION),
+                source: annotation(object, SOURCE_ANNOTATION),
+                key,
+                api_version: entry.api_version.clone(),
+                action,
+                wave: None,
+                conflicts: Vec::new(),
+                error: None,
+                owned_by: None,
+                drift: false,
+                contents: None,
+            },
+            desired: None,
+            force: false,
+            hand_over: None,
+            clear_rolling: None,
+            provenance: None,
+        });
+    }
+    (steps, forgotten)
+}
+
+/// Requests a plan made beyond the lists: single reads and server-side dry runs. A
+/// steady-state plan makes none.
+#[derive(Default)]
+struct RequestCounts {
+    reads: AtomicUsize,
+    dry_runs: AtomicUsize,
+}
+
+/// What planning one object reads.
+struct ObjectContext<'p> {
+    client: &'p Client,
+    inventory: &'p Inventory,
+    /// The inventory's field manager.
+    manager: &'p str,
+    resources: &'p Resources,
+    labelled: &'p HashMap<ObjectKey, Value>,
+    /// Kinds that CustomResourceDefinitions of this apply define: namespaced or not.
+    defined_here: &'p HashMap<(String, String), bool>,
+    counts: &'p RequestCounts,
+    /// Dry-run new objects too.
+    dry_run_new: bool,
+    /// The other tether inventories of the cluster: read when first needed.
+    others: OnceCell<OtherInventories>,
+}
+
+/// Places every object as the server scopes its kind (or as a CustomResourceDefinition
+/// of this apply scopes it): a namespaced object without a namespace goes to
+/// `default`, as kubectl puts it; a cluster-scoped one loses a written namespace.
+/// Returns the kinds defined here, by (group, kind).
+fn place_all(
+    resources: &Resources,
+    objects: &mut [RenderedObject],
+) -> HashMap<(String, String), bool> {
+    let defined_here: HashMap<(String, String), bool> = objects
+        .iter()
+        .filter(|o| o.kind == "CustomResourceDefinition")
+        .filter_map(|o| {
+            let spec = &o.body["spec"];
+            Some((
+                (
+                    spec["group"].as_str()?.to_string(),
+                    spec["names"]["kind"].as_str()?.to_string(),
+                ),
+                spec["scope"].as_str() != Some("Cluster"),
+            ))
+        })
+        .collect();
+    for object in objects.iter_mut() {
+        let namespaced = resources
+            .namespaced(&object.api_version, &object.kind)
+            .or_else(|| {
+                let group = api_group(&object.api_version).to_string();
+                defined_here.get(&(group, object.kind.clone())).copied()
+            });
+        if let Some(namespaced) = namespaced {
+            object.namespace = place(&mut object.body, namespaced);
+        }
+    }
+    defined_here
+}
+
+/// What is labelled for an inventory, and where its kinds may be cached.
+struct Labelled<'l> {
+    applyset: &'l str,
+    manager: &'l str,
+    cache: Option<&'l WatchCache>,
+}
+
+/// Everything labelled for this inventory: from the watch cache for the kinds it has
+/// synced, else one list per kind.
+#[instrument(skip_all)]
+async fn list_labelled(
+    resources: &Resources,
+    kinds: &BTreeSet<(String, String)>,
+    labelled: &Labelled<'_>,
+) -> Result<HashMap<ObjectKey, Value>, ClusterError> {
+    let Labelled {
+        applyset,
+        manager,
+        cache,
+    } = labelled;
+    let selector = ListParams::default().labels(&format!("{PART_OF_LABEL}={applyset}"));
+    let mut live = HashMap::new();
+    for (api_version, kind) in kinds {
+        if resources.namespaced(api_version, kind).is_none() {
+            continue; // a kind only the inventory knows, no longer served: nothing to list
+        }
+        if let Some(cached) = cache.and_then(|c| c.listed(api_version, kind)) {
+            live.extend(cached);
+            continue;
+        }
+        let list = resources
+            .api_all(api_version, kind)?
+            .list(&selector)
+            .await
+            .map_err(api_error(format!("list {kind} objects")))?;
+        for item in list.items {
+            let key = ObjectKey::new(
+                api_version,
+                kind,
+                item.namespace().as_deref(),
+                &item.name_any(),
+            );
+            live.insert(key, live_value(item, api_version, kind, manager));
+        }
+    }
+    Ok(live)
+}
+
+/// Plans one object: the steps it can end in, and the reads and dry runs that decide.
+struct ObjectPlanner<'p> {
+    context: &'p ObjectContext<'p>,
+    object: &'p RenderedObject,
+    key: ObjectKey,
+    desired: Value,
+}
+
+impl ObjectPlanner<'_> {
+    fn step(&self, action: Action, diff: String) -> Step {
+        Step {
+            change: Change {
+                key: self.key.clone(),
+                api_version: self.object.api_version.clone(),
+                action,
+                wave: Some(self.object.wave),
+                model: Some(self.object.model.clone()),
+                source: Some(self.object.source.clone()),
+                diff,
+                conflicts: Vec::new(),
+                error: None,
+                owned_by: None,
+                drift: false,
+                contents: None,
+            },
+            desired: Some(self.desired.clone()),
+            force: false,
+            hand_over: None,
+            clear_rolling: None,
+            provenance: None,
+        }
+    }
+
+    fn failed(&self, message: String) -> Step {
+        let mut failed = self.step(Action::Error, String::new());
+        failed.change.error = Some(message);
+        failed.desired = None;
+        failed
+    }
+
+    fn create(&self) -> Step {
+        let diff = change_diff(&self.object.kind, None, Some(&self.object.body));
+        let mut create = self.step(Action::Create, diff);
+        create.provenance = Some(Provenance::created());
+        create
+    }
+
+    /// A Node model whose node is not in the cluster: nothing to apply (tether never
+    /// creates a node) and nothing to record.
+    fn absent(&self) -> Step {
+        let mut absent = self.step(Action::Absent, String::new());
+        absent.desired = None;
+        absent
+    }
+
+    /// A Job whose pod template changed: Kubernetes does not let it change, so it
+    /// is deleted and created again.
+    /// Another inventory's Job stays its own: a conflict, refused at apply like
+    /// any apply over it, and never deleted.
+    fn replace(&self, live: &Value, owned_by: Option<String>) -> Step {
+        let diff = replace_diff(&self.object.kind, live, &self.object.body);
+        let mut replace = self.step(Action::Replace, diff);
+        replace.provenance = Some(Provenance::created());
+        if let Some(owner) = owned_by {
+            replace.change.action = Action::Conflict;
+            replace.change.conflicts = vec![owner_conflict(&owner)];
+            replace.change.owned_by = Some(owner);
+        }
+        replace
+    }
+
+    /// A controller whose update strategy changes to one without rolling
+    /// parameters: the server's dry run cannot show the result (it refuses the
+    /// parameters it defaulted itself), so the diff compares the fields tether sets.
+    fn switch_strategy(&self, live: &Value, owned_by: Option<String>, patch: Value) -> Step {
+        let diff = replace_diff(&self.object.kind, live, &self.object.body);
+        let mut switch = self.step(Action::Update, diff);
+        switch.clear_rolling = Some(patch);
+        if let Some(owner) = owned_by {
+            switch.change.action = Action::Conflict;
+            switch.change.conflicts = vec![owner_conflict(&owner)];
+            switch.change.owned_by = Some(owner);
+        }
+        switch
+    }
+
+    /// A server-side dry run of the apply (counted).
+    async fn dry_run(
+        &self,
+        api: &Api<DynamicObject>,
+        force: bool,
+    ) -> Result<DynamicObject, kube::Error> {
+        self.context.counts.dry_runs.fetch_add(1, Ordering::Relaxed);
+        let mut params = PatchParams::apply(self.context.manager).dry_run();
+        if force {
+            params = params.force();
+        }
+        api.patch(&self.object.name, &params, &Patch::Apply(&self.desired))
+            .await
+    }
+
+    async fn plan(&self) -> Result<Step, ClusterError> {
+        let (context, object, inventory) = (self.context, self.object, self.context.inventory);
+        let group = api_group(&object.api_version).to_string();
+        match context
+            .resources
+            .namespaced(&object.api_version, &object.kind)
+        {
+            Some(_) => {}
+            // Defined by a CustomResourceDefinition of this apply: new by definition.
+            None if context
+                .defined_here
+                .contains_key(&(group, object.kind.clone())) =>
+            {
+                return Ok(self.create());
+            }
+            None => {
+                return Ok(self.failed(format!(
+                    "the server does not serve {} {} (is its CustomResourceDefinition installed?)",
+                    object.api_version, object.kind
+                )));
+            }
+        }
+        let own_record = ObjectKey::new(
+            "v1",
+            "ConfigMap",
+            Some(&inventory.namespace),
+            &inventory.name,
+        );
+        if self.key == own_record {
+            return Ok(self.failed(format!(
+                "this is the record of the inventory {}: tether never applies over an inventory",
+                inventory.display()
+            )));
+        }
+        let api = context.resources.api(
+            &object.api_version,
+            &object.kind,
+            object.namespace.as_deref(),
+        )?;
+        let live: Option<Cow<'_, Value>> = match context.labelled.get(&self.key) {
+            Some(live) => Some(Cow::Borrowed(live)),
+            // Not labelled for us: new, or someone else's object with the same name.
+            None => {
+                context.counts.reads.fetch_add(1, Ordering::Relaxed);
+                match api.get_opt(&object.name).await {
+                    Ok(found) => found.map(|o| {
+                        Cow::Owned(live_value(
+                            o,
+                            &object.api_version,
+                            &object.kind,
+                            context.manager,
+                        ))
+                    }),
+                    Err(kube::Error::Api(status)) => {
+                        return Ok(self.failed(format!("cannot read it: {}", status_text(&status))));
+                    }
+                    Err(e) => return Err(api_error(format!("read {}", self.key))(e)),
+                }
+            }
+        };
+        match live {
+            None if hosts::is_node(&self.key) => Ok(self.absent()),
+            None => self.plan_new(&api).await,
+            Some(live) if is_inventory_record(&live) => Ok(self.failed(
+                "this is the record of a tether inventory: tether never applies over an inventory"
+                    .into(),
+            )),
+            Some(live) => self.plan_existing(&api, &live).await,
+        }
+    }
+
+    /// A new object: for a review, the dry run checks the server would take it, so a
+    /// refusal shows before the merge (an apply learns it from the apply itself). Its
+    /// namespace may be one this apply makes.
+    async fn plan_new(&self, api: &Api<DynamicObject>) -> Result<Step, ClusterError> {
+        if !self.context.dry_run_new {
+            return Ok(self.create());
+        }
+        Ok(match self.dry_run(api, false).await {
+            Ok(_) => self.create(),
+            Err(kube::Error::Api(status)) if awaits_its_namespace(&status) => self.create(),
+            Err(kube::Error::Api(status)) => self.failed(status_text(&status)),
+            Err(e) => return Err(api_error(format!("dry-run apply {}", self.key))(e)),
+        })
+    }
+
+    /// The other tether inventory a live object belongs to: by its labels, or, when
+    /// not labelled for this one, by another inventory's record (labels removed by
+    /// hand). The other inventories are read once per plan, and only for objects
+    /// that are not plainly this inventory's.
+    async fn owner(&self, live: &Value) -> Result<Option<String>, ClusterError> {
+        let context = self.context;
+        let labelled_elsewhere = other_inventory(live, &context.inventory.applyset_id());
+        if labelled_elsewhere.is_none() && context.labelled.contains_key(&self.key) {
+            return Ok(None);
+        }
+        let others = context
+            .others
+            .get_or_try_init(|| other_inventories(context.client, context.inventory))
+            .await?;
+        Ok(match labelled_elsewhere {
+            // An id whose inventory is not found is named by the id.
+            Some(applyset) => Some(
+                others
+                    .by_applyset
+                    .get(applyset)
+                    .cloned()
+                    .unwrap_or_else(|| applyset.to_string()),
+            ),
+            None => others.recorded.get(&self.key).cloned(),
+        })
+    }
+
+    async fn plan_existing(
+        &self,
+        api: &Api<DynamicObject>,
+        live: &Value,
+    ) -> Result<Step, ClusterError> {
+        let owned_by = self.owner(live).await?;
+        // If it is not recorded yet, tether adopts this object.
+        let adopted = Some(Provenance::adopted(
+            live["metadata"]["uid"].as_str().map(str::to_string),
+        ));
+        // A node's taints are edited in place, beside the apply (see `tether_core::host`).
+        let taints = match hosts::is_node(&self.key) {
+            true => merged_taints(live, &self.desired),
+            false => None,
+        };
+        if provably_unchanged(&self.desired, live) && owned_by.is_none() && taints.is_none() {
+            let mut unchanged = self.step(Action::Unchanged, String::new());
+            unchanged.provenance = adopted;
+            return Ok(unchanged);
+        }
+        let attempt = match self.dry_run(api, false).await {
+            // Show what taking the fields would change, too.
+            Err(kube::Error::Api(status)) if status.is_conflict() => self
+                .dry_run(api, true)
+                .await
+                .map(|forced| (forced, conflicts_of(&status))),
+            other => other.map(|result| (result, Vec::new())),
+        };
+        let (result, conflicts) = match attempt {
+            Ok(done) => done,
+            Err(kube::Error::Api(status))
+                if is_immutable_job_change(&self.object.kind, &status) =>
+            {
+                return Ok(self.replace(live, owned_by));
+            }
+            Err(kube::Error::Api(status))
+                if status.code == 422 && status.message.contains("rollingUpdate") =>
+            {
+                if let Some(patch) = strategy_switch(&self.desired) {
+                    return Ok(self.switch_strategy(live, owned_by, patch));
+                }
+                return Ok(self.failed(status_text(&status)));
+            }
+            Err(kube::Error::Api(status)) => return Ok(self.failed(status_text(&status))),
+            Err(e) => return Err(api_error(format!("dry-run apply {}", self.key))(e)),
+        };
+        let object = self.object;
+        let mut result = live_value(
+            result,
+            &object.api_version,
+            &object.kind,
+            self.context.manager,
+        );
+        if let Some(taints) = taints {
+            result["spec"]["taints"] = Value::Array(taints);
+        }
+        let hand_over = hand_over_patch(
+            live,
+            &self.desired,
+            self.context.manager,
+            &object.api_version,
+        );
+        // A field another manager owns, set to the value it already has (spelled
+        // differently, or defaulted by the server), is taken quietly: no conflict. So
+        // are tether's own labels and annotations (the diff shows their change), and
+        // fields handed over to this inventory before the apply.
+        let handed_over = |c: &FieldConflict| hand_over.is_some() && c.manager == MANAGER;
+        let (taken_quietly, mut conflicts): (Vec<FieldConflict>, Vec<FieldConflict>) =
+            conflicts.into_iter().partition(|c| {
+                is_ownership_mark(&c.field)
+                    || handed_over(c)
+                    || same_value_at(live, &result, &c.field)
+            });
+        if let Some(owner) = &owned_by {
+            conflicts.insert(0, owner_conflict(owner));
+        }
+        let diff = change_diff(&object.kind, Some(live), Some(&result));
+        let action = match (conflicts.is_empty(), diff.is_empty()) {
+            (false, _) => Action::Conflict,
+            (true, true) => Action::Unchanged,
+            (true, false) => Action::Update,
+        };
+        // Taking the fields changes no value, so a plan with nothing else is
+        // unchanged; the apply still makes that write.
+        let ours = owned_by.is_none() && self.context.labelled.contains_key(&self.key);
+        let drift = ours
+            && !conflicts.is_empty()
+            && conflicts.iter().all(|c| written_in_place(live, &c.manager));
+        let mut planned = self.step(action, diff);
+        planned.change.drift = drift;
+        planned.change.conflicts = conflicts;
+        planned.force = !taken_quietly.is_empty();
+        planned.hand_over = hand_over;
+        planned.change.owned_by = owned_by;
+        planned.provenance = adopted;
+        Ok(planned)
+    }
+}
+
+/// The conflict that an object of another tether inventory is.
+fn owner_conflict(owner: &str) -> FieldConflict {
+    FieldConflict {
+        manager: format!("the tether inventory {owner}"),
+        field: format!(".metadata.labels.{PART_OF_LABEL}"),
+    }
+}
+
+/// Did the server refuse a change of a Job's immutable fields (its pod template,
+/// selector, completions)?
+fn is_immutable_job_change(kind: &str, status: &kube::core::Status) -> bool {
+    kind == "Job" && status.code == 422 && status.message.contains("field is immutable")
+}
+
+/// A controller switched to an update strategy without rolling parameters
+/// (Deployment `Recreate`, StatefulSet or DaemonSet `OnDelete`) keeps those the server
+/// defaulted while it rolled: they belong to no field manager, so an apply cannot
+/// remove them, and validation refuses them beside the new type. This merge patch
+/// sets the type and drops them in one step.
+fn strategy_switch(desired: &Value) -> Option<Value> {
+    let (field, without_rolling) = match desired["kind"].as_str()? {
+        "Deployment" => ("strategy", "Recreate"),
+        "StatefulSet" | "DaemonSet" => ("updateStrategy", "OnDelete"),
+        _ => return None,
+    };
+    (desired["spec"][field]["type"].as_str() == Some(without_rolling)).then(
+        || serde_json::json!({"spec": {field: {"type": without_rolling, "rollingUpdate": null}}}),
+    )
+}
+
+/// Did `manager` write the object only in place (Update operations), never by apply?
+fn written_in_place(live: &Value, manager: &str) -> bool {
+    let entries: Vec<&Value> = live["metadata"]["managedFields"]
+        .as_array()
+        .map(|entries| entries.iter().filter(|e| e["manager"] == manager).collect())
+        .unwrap_or_default();
+    !entries.is_empty() && entries.iter().all(|e| e["operation"] == "Update")
+}
+
+async fn plan_object(
+    context: &ObjectContext<'_>,
+    object: &RenderedObject,
+) -> Result<Step, ClusterError> {
+    let planner = ObjectPlanner {
+        context,
+        object,
+        key: object.key(),
+        desired: with_applied_hash(&object.body),
+    };
+    planner.plan().await
+}
+
+/// The refusal of an object whose namespace does not exist yet.
+fn awaits_its_namespace(status: &kube::core::Status) -> bool {
+    status.is_not_found() && status.message.starts_with("namespaces ")
+}
+
+/// A merge patch of an object's managed fields that hands its client-side-applied
+/// fields that tether sets over to tether (conditional on the object's
+/// resourceVersion); `None` when there are none.
+fn hand_over_patch(
+    live: &Value,
+    desired: &Value,
+    manager: &str,
+    api_version: &str,
+) -> Option<Value> {
+    let entries: Vec<ManagedFieldsEntry> =
+        serde_json::from_value(live["metadata"]["managedFields"].clone()).ok()?;
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let handed = managed_fields::hand_over(&entries, desired, manager, api_version, now)?;
+    Some(serde_json::json!({"metadata": {
+        "resourceVersion": live["metadata"]["resourceVersion"],
+        "managedFields": handed,
+    }}))
+}
+
+/// The other tether inventories of the cluster, each named `namespace/name`.
+#[derive(Default)]
+struct OtherInventories {
+    /// By ApplySet id.
+    by_applyset: HashMap<String, String>,
+    /// The objects they record.
+    recorded: HashMap<ObjectKey, String>,
+}
+
+/// Reads the other tether inventories of the cluster. One this client may not read,
+/// or cannot read, is left out: the labels remain the first sign of ownership.
+async fn other_inventories(
+    client: &Client,
+    ours: &Inventory,
+) -> Result<OtherInventories, ClusterError> {
+    let parents: kube::Api<ConfigMap> = kube::Api::all(client.clone());
+    let list = match parents
+        .list(&ListParams::default().labels(APPLYSET_ID_LABEL))
+        .await
+    {
+        Ok(list) => list,
+        Err(kube::Error::Api(status)) => {
+            tracing::debug!(reason = %status.message, "the other inventories are not readable");
+            return Ok(OtherInventories::default());
+        }
+        Err(e) => return Err(api_error("read the other inventories".into())(e)),
+    };
+    let mut others = OtherInventories::default();
+    for parent in list.items {
+        let (namespace, name) = (parent.namespace().unwrap_or_default(), parent.name_any());
+        if namespace == ours.namespace && name == ours.name {
+            continue;
+        }
+        let display = format!("{namespace}/{name}");
+        if let Some(id) = parent.labels().get(APPLYSET_ID_LABEL) {
+            others.by_applyset.insert(id.clone(), display.clone());
+        }
+        let Ok(record) = record_of(&parent) else {
+            continue;
+        };
+        for entry in record.entries.keys() {
+            others.recorded.insert(entry.key(), display.clone());
+        }
+    }
+    Ok(others)
+}

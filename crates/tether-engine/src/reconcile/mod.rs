@@ -1,0 +1,523 @@
+//! The reconcile pass, as a library type the CLI and the daemon drive alike: a
+//! [`Reconciler`] reads its source, checks and renders the models, plans against the
+//! cluster ([`live`]: list, compare, dry-run), and applies the plan ([`apply`]:
+//! server-side apply in dependency order, then prune), reporting each object's
+//! [`outcome`]. What to record and what to prune is decided by the pure
+//! [`tether_core::inventory`]; this module carries it out.
+
+mod apply;
+pub mod cache;
+mod contents;
+mod hosts;
+mod live;
+pub mod outcome;
+mod wait;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use kube::Client;
+use thiserror::Error;
+use tokio::sync::OnceCell;
+use tracing::instrument;
+
+use crate::cluster::{ClusterError, Resources, Target, connect, read_inventory_version};
+use crate::repo::{LoadedModels, Repo, RepoError, SETTINGS_FILE};
+pub use apply::DEFAULT_WAVE_TIMEOUT;
+pub use cache::WatchCache;
+pub use outcome::{ApplyReport, BlockedWave, Blocker, ObjectFailure, ObjectReport, Outcome};
+use tether_core::confine::{self, Confinement};
+use tether_core::diagnostic::{Diagnostics, Severity};
+use tether_core::inventory::Provenance;
+use tether_core::k8s::ObjectKey;
+use tether_core::ownership::Inventory;
+use tether_core::plan::{Action, Change, Plan, WaveSummary};
+use tether_core::render::{RenderedObject, render};
+use tether_core::settings::{self, Settings, SettingsError};
+use tether_core::workflow::Workflow;
+pub use wait::WaitProgress;
+
+/// Reconciles one source with one cluster, recording in one inventory. Holds its
+/// client once connected, so a long-running caller connects once.
+pub struct Reconciler {
+    repo: Repo,
+    target: Target,
+    inventory: Inventory,
+    client: OnceCell<Client>,
+    selection: Option<Selection>,
+    /// The age keys that open the repository's encrypted files.
+    keys: std::sync::Arc<tether_sops::Keyring>,
+}
+
+/// Some models only (`--only`): those and what they wait for and require, or with
+/// `skip_dependencies`, those alone (what they wait for must still be ready).
+#[derive(Clone, Debug, Default)]
+pub struct Selection {
+    /// `Kind/name`, or `name` when one model has it.
+    pub models: Vec<String>,
+    pub skip_dependencies: bool,
+}
+
+/// What an apply tells its caller as it goes.
+#[derive(Clone, Copy, Debug)]
+pub enum ApplyProgress<'a> {
+    /// `done` of `total` objects applied or pruned.
+    Applied { done: usize, total: usize },
+    /// Before wave `wave` (0-based) of `waves`: what is not ready yet, and why.
+    Waiting {
+        wave: usize,
+        waves: usize,
+        not_ready: &'a [(ObjectKey, String)],
+    },
+}
+
+/// How an apply treats what the plan found.
+#[derive(Clone, Debug, Default)]
+pub struct ApplyOptions {
+    /// Delete the objects whose model is gone.
+    pub prune: bool,
+    /// Take fields that other field managers own.
+    pub force_conflicts: bool,
+    /// Take back the fields of drift (see [`tether_core::plan::Change::drift`]): changed in
+    /// place by another writer on an object this inventory applied.
+    pub correct_drift: bool,
+    /// Take objects that belong to another tether inventory (dangerous: that
+    /// inventory loses them).
+    pub take_ownership: bool,
+    /// Delete a Namespace even when it holds objects this inventory did not create
+    /// (dangerous: they go with it).
+    pub delete_foreign_objects: bool,
+    /// Delete adopted objects whose model is gone, instead of releasing them.
+    pub delete_adopted: bool,
+    /// How long a wave of the workflow waits for what it needs (default five
+    /// minutes); then the apply stops there.
+    pub wave_timeout: Option<Duration>,
+}
+
+/// How a plan treats what the inventory recorded and the source no longer renders.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PlanOptions {
+    /// Deletions will be carried out (the reports say so).
+    pub prune: bool,
+    /// Only some models are planned (a [`Selection`]): nothing is planned for
+    /// deletion, since what is not selected is not gone.
+    pub partial: bool,
+    /// A source that renders nothing may prune everything the inventory recorded.
+    pub allow_empty: bool,
+    /// Ask the server's dry run about new objects too, so that a refusal shows in the
+    /// plan (for a review); an apply learns it from the apply and saves the round trips.
+    pub dry_run_new: bool,
+}
+
+#[derive(Debug, Error)]
+pub enum ReconcileError {
+    #[error(transparent)]
+    Source(#[from] RepoError),
+    #[error("{}: {}", .0.path, .0.message)]
+    Settings(#[from] SettingsError),
+    /// The models have errors: nothing is compared or applied.
+    /// Said with its first errors, values starred (a Source's status, the logs).
+    #[error("{}", .0.error_summary(3))]
+    Invalid(Box<CheckedModels>),
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    /// A prune was asked of a source that renders no object: a wrong path more often
+    /// than a wish to delete everything.
+    #[error("the source renders no object, so nothing was applied or pruned")]
+    NothingRendered,
+    /// A selection names no model, or several.
+    #[error("{0}")]
+    Selection(String),
+    /// Kubernetes is switched off for this repository (its KubernetesService says
+    /// `enabled: false`, or `.tether.yaml` does): nothing is compared or applied,
+    /// and the cluster is not contacted.
+    #[error("{0}: nothing was compared or applied")]
+    Dormant(String),
+    /// A prune was asked of a plan of some models only.
+    #[error("a plan of some models only cannot prune: what it leaves out is not gone")]
+    PartialPrune,
+}
+
+/// Models read and checked: the files, every diagnostic, and where they came from.
+#[derive(Debug)]
+pub struct CheckedModels {
+    pub loaded: LoadedModels,
+    pub diagnostics: Diagnostics,
+    /// How many models (documents) were read.
+    pub documents: usize,
+    /// Why Kubernetes is off for these models, when it is.
+    pub dormant: Option<String>,
+}
+
+impl CheckedModels {
+    /// The first `limit` errors, a line each with values starred, and how many more.
+    pub fn error_summary(&self, limit: usize) -> String {
+        let files = &self.loaded.files;
+        let errors: Vec<_> = self
+            .diagnostics
+            .sorted(files)
+            .into_iter()
+            .filter(|d| d.severity == Severity::Error)
+            .collect();
+        let mut lines: Vec<String> = errors
+            .iter()
+            .take(limit)
+            .map(|d| {
+                let plain = d.render_plain(files);
+                files.redact(plain.lines().next().unwrap_or_default())
+            })
+            .collect();
+        if errors.len() > limit {
+            lines.push(format!("and {} more errors", errors.len() - limit));
+        }
+        format!("the models are invalid: {}", lines.join("; "))
+    }
+}
+
+/// A plan, and what carrying it out needs.
+pub struct Planned {
+    pub models: CheckedModels,
+    pub plan: Plan,
+    /// The rendered objects, in apply order.
+    pub objects: Vec<RenderedObject>,
+    /// Which models wait for which.
+    pub workflow: Workflow,
+    /// The workflow's members planned, with a selection.
+    selected: Option<BTreeSet<usize>>,
+    steps: Vec<Step>,
+    forgotten: BTreeSet<ObjectKey>,
+    uids: BTreeMap<ObjectKey, String>,
+    resources: Resources,
+    allow_empty: bool,
+}
+
+impl Planned {
+    /// The API resources of the kinds the plan touches (as discovery found them).
+    pub fn resources(&self) -> &Resources {
+        &self.resources
+    }
+}
+
+/// One change and the body to apply (none for deletions and errors).
+struct Step {
+    change: Change,
+    desired: Option<serde_json::Value>,
+    /// Apply with force: fields other managers own are set to the values they have.
+    force: bool,
+    /// A merge patch of the object's managed fields to send before applying: the
+    /// hand-over of fields `kubectl apply` set client-side (see
+    /// [`tether_core::managed_fields`]).
+    hand_over: Option<serde_json::Value>,
+    /// A merge patch that switches a controller's update strategy and drops the
+    /// rolling parameters the server defaulted, sent before the apply (which the
+    /// server refuses while they are there).
+    clear_rolling: Option<serde_json::Value>,
+    /// How the object comes into the inventory if it is not recorded yet.
+    provenance: Option<Provenance>,
+}
+
+impl Reconciler {
+    pub fn new(repo: Repo, target: Target, inventory: Inventory) -> Self {
+        Reconciler {
+            repo,
+            target,
+            inventory,
+            client: OnceCell::new(),
+            selection: None,
+            keys: Default::default(),
+        }
+    }
+
+    /// Opens the repository's encrypted (sops) files with `keys`.
+    pub fn with_keys(mut self, keys: std::sync::Arc<tether_sops::Keyring>) -> Self {
+        self.set_keys(keys);
+        self
+    }
+
+    /// Opens the encrypted files with `keys` from the next plan on (a rotated key).
+    pub fn set_keys(&mut self, keys: std::sync::Arc<tether_sops::Keyring>) {
+        self.keys = keys;
+    }
+
+    /// Plans and applies only the models `selection` names.
+    pub fn with_selection(self, selection: Selection) -> Self {
+        Reconciler {
+            selection: Some(selection),
+            ..self
+        }
+    }
+
+    /// Uses `client` instead of connecting to the target (a daemon shares one client
+    /// among its sources).
+    pub fn with_client(self, client: Client) -> Self {
+        Reconciler {
+            client: OnceCell::new_with(Some(client)),
+            ..self
+        }
+    }
+
+    /// The client, connecting on first use.
+    pub async fn client(&self) -> Result<&Client, ClusterError> {
+        self.client.get_or_try_init(|| connect(&self.target)).await
+    }
+
+    /// Reads and checks the models, and compares what they render with the cluster.
+    /// `prune` only tells the plan's reports whether deletions will be carried out.
+    /// Invalid models are reported before any cluster error: they make the cluster
+    /// irrelevant.
+    pub async fn plan(&self, options: PlanOptions) -> Result<Planned, ReconcileError> {
+        self.plan_cached(options, None).await
+    }
+
+    /// [`Reconciler::plan`], reading the live objects of the kinds `cache` watches
+    /// from it instead of listing them.
+    #[instrument(skip_all, fields(source = %self.repo.label()))]
+    pub async fn plan_cached(
+        &self,
+        options: PlanOptions,
+        cache: Option<&WatchCache>,
+    ) -> Result<Planned, ReconcileError> {
+        // The models first: models with Kubernetes off never reach the cluster.
+        let mut loaded = self.repo.load().await?;
+        loaded.files = tether_sops::open_files(loaded.files, &self.keys);
+        let (models, rendered) = check(loaded, &self.inventory)?;
+        let Some(Rendered { objects, workflow }) = rendered else {
+            return Err(ReconcileError::Invalid(Box::new(models)));
+        };
+        if let Some(reason) = &models.dormant {
+            return Err(ReconcileError::Dormant(reason.clone()));
+        }
+        let cluster = async {
+            let client = self.client().await?;
+            let (record, version) = read_inventory_version(client, &self.inventory).await?;
+            tracing::debug!(recorded = record.entries.len(), "inventory read");
+            Ok::<_, ReconcileError>((client, record, version.is_some()))
+        };
+        let (mut objects, selected) = select(objects, &workflow, self.selection.as_ref())?;
+        let options = PlanOptions {
+            partial: selected.is_some(),
+            ..options
+        };
+        let (client, record, recorded) = cluster.await?;
+        let revision = models.loaded.revision.clone();
+        let planning = live::plan(
+            client,
+            &self.inventory,
+            &mut objects,
+            record,
+            options,
+            cache,
+        )
+        .await?;
+        let mut warnings = Vec::new();
+        if !recorded && planning.labelled > 0 {
+            warnings.push(format!(
+                "the inventory {} does not exist, but {} objects carry its labels: was it deleted? What it recorded and no model renders is not pruned",
+                self.inventory.display(),
+                planning.labelled
+            ));
+        }
+        for absent in planning
+            .steps
+            .iter()
+            .filter(|s| s.change.action == Action::Absent)
+        {
+            warnings.push(format!(
+                "node {} is not in the cluster: its model's labels, taints and lock are applied once it joins",
+                absent.change.key.name
+            ));
+        }
+        let plan = Plan {
+            warnings,
+            source: models.loaded.label.clone(),
+            revision,
+            changes: planning.steps.iter().map(|s| s.change.clone()).collect(),
+            prune: options.prune,
+            waves: wave_summaries(&workflow, selected.as_ref()),
+            graph: workflow.has_dependencies().then(|| workflow.mermaid()),
+        };
+        Ok(Planned {
+            models,
+            plan,
+            objects,
+            workflow,
+            selected,
+            steps: planning.steps,
+            forgotten: planning.forgotten,
+            uids: planning.uids,
+            resources: planning.resources,
+            allow_empty: options.allow_empty,
+        })
+    }
+
+    /// The source's commit, when the remote says it did not move since the cache
+    /// last fetched (see [`Repo::unmoved_commit`]).
+    pub async fn unmoved_commit(&self) -> Option<String> {
+        self.repo.unmoved_commit().await
+    }
+
+    /// The inventory the reconciler records in.
+    pub fn inventory(&self) -> &Inventory {
+        &self.inventory
+    }
+
+    /// Carries out a plan: records every object about to be applied in the inventory,
+    /// applies rank by rank, prunes (with `options.prune`), and records the outcome.
+    /// `progress` is called after each object with (done, total). An error means the
+    /// apply stopped (the inventory could not be written); failures of single objects
+    /// are in the report.
+    #[instrument(skip_all, fields(changes = planned.steps.len()))]
+    pub async fn apply(
+        &self,
+        planned: &Planned,
+        options: &ApplyOptions,
+        progress: &(dyn Fn(ApplyProgress<'_>) + Sync),
+    ) -> Result<ApplyReport, ReconcileError> {
+        if options.prune && planned.objects.is_empty() && !planned.allow_empty {
+            return Err(ReconcileError::NothingRendered);
+        }
+        if options.prune && planned.selected.is_some() {
+            return Err(ReconcileError::PartialPrune);
+        }
+        let client = self.client().await?;
+        Ok(apply::apply(client, &self.inventory, planned, options, progress).await?)
+    }
+
+    /// Waits until the workloads of the plan are ready by [`tether_core::readiness`]
+    /// (Deployments available, StatefulSets and DaemonSets ready, Pods Ready, Jobs
+    /// complete); returns those that were not when `timeout` ran out or that failed,
+    /// with their state. `progress` gets those
+    /// still waited for, and the number of workloads, after each look.
+    pub async fn wait_ready(
+        &self,
+        planned: &Planned,
+        timeout: Duration,
+        progress: &wait::WaitProgress<'_>,
+    ) -> Result<Vec<(ObjectKey, String)>, ReconcileError> {
+        let client = self.client().await?;
+        Ok(wait::wait_ready(client, &planned.objects, timeout, progress).await)
+    }
+}
+
+/// What valid models render: the objects in apply order, and the workflow.
+pub struct Rendered {
+    pub objects: Vec<RenderedObject>,
+    pub workflow: Workflow,
+}
+
+/// The objects of the selected models, and the members of the workflow they come
+/// from; all objects without a selection.
+fn select(
+    objects: Vec<RenderedObject>,
+    workflow: &Workflow,
+    selection: Option<&Selection>,
+) -> Result<(Vec<RenderedObject>, Option<BTreeSet<usize>>), ReconcileError> {
+    let Some(selection) = selection.filter(|s| !s.models.is_empty()) else {
+        return Ok((objects, None));
+    };
+    let named = selection
+        .models
+        .iter()
+        .map(|m| workflow.find(m))
+        .collect::<Result<Vec<usize>, String>>()
+        .map_err(ReconcileError::Selection)?;
+    let taken = workflow.closure(&named, selection.skip_dependencies);
+    let objects = objects
+        .into_iter()
+        .filter(|o| {
+            workflow
+                .member(o.model_id)
+                .is_some_and(|m| taken.contains(&m))
+        })
+        .collect();
+    Ok((objects, Some(taken)))
+}
+
+/// What each wave waits for, as reports show it; none when no model waits.
+fn wave_summaries(workflow: &Workflow, selected: Option<&BTreeSet<usize>>) -> Vec<WaveSummary> {
+    if !workflow.has_dependencies() {
+        return Vec::new();
+    }
+    (0..workflow.wave_count())
+        .map(|wave| WaveSummary {
+            waits_for: workflow
+                .gates(wave, selected)
+                .iter()
+                .map(|g| match g.external {
+                    true => format!("{} (in the cluster)", g.gate.describe()),
+                    false => g.gate.describe(),
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// Why Kubernetes is off for a repository: its settings say so, or a
+/// KubernetesService model does (StarlingX's "a system without Kubernetes behaves as
+/// if the feature did not exist").
+fn dormant(
+    settings: &Settings,
+    graph: Option<&tether_core::resolve::Graph>,
+    files: &tether_core::source::SourceFiles,
+) -> Option<String> {
+    if settings.kubernetes.enabled == Some(false) {
+        return Some(format!(
+            "Kubernetes is off for this repository ({SETTINGS_FILE}: kubernetes.enabled: false)"
+        ));
+    }
+    let service = graph?
+        .models
+        .kubernetes_services
+        .iter()
+        .find(|s| !s.is_enabled())?;
+    let at = service.enabled.as_ref().map(|e| e.span)?;
+    Some(format!(
+        "Kubernetes is off for this repository (KubernetesService {} has enabled: false, at {}:{}:{})",
+        service.name.value,
+        files.path(at.file),
+        at.line,
+        at.column
+    ))
+}
+
+/// The offline checks of loaded models (syntax to references, and the repository's
+/// confinement), and what they render when there is no error.
+#[instrument(skip_all)]
+pub fn check(
+    loaded: LoadedModels,
+    inventory: &Inventory,
+) -> Result<(CheckedModels, Option<Rendered>), ReconcileError> {
+    let settings = match &loaded.settings {
+        Some(text) => settings::parse(SETTINGS_FILE, text)?,
+        None => Settings::default(),
+    };
+    let analysis = tether_core::analyze(&loaded.files);
+    let dormant = dormant(&settings, analysis.graph.as_ref(), &loaded.files);
+    let mut diagnostics = analysis.diagnostics;
+    if loaded.sops_rules {
+        diagnostics.extend(tether_sops::plain_secret_values(
+            &loaded.files,
+            loaded.plain_secrets_are_errors,
+        ));
+    }
+    let mut objects = analysis.graph.map(|graph| Rendered {
+        objects: render(&graph, &loaded.files, inventory),
+        workflow: graph.workflow,
+    });
+    if let (Some(confine), Some(rendered)) = (&settings.confine, &objects) {
+        diagnostics.extend(confine::check(
+            &rendered.objects,
+            &Confinement::from(confine),
+        ));
+    }
+    if diagnostics.has_errors() {
+        objects = None;
+    }
+    let checked = CheckedModels {
+        loaded,
+        diagnostics,
+        documents: analysis.documents,
+        dormant,
+    };
+    Ok((checked, objects))
+}

@@ -1,0 +1,265 @@
+//! What an apply did, object by object: the typed report that the CLI prints and the
+//! daemon will put in a Source's status. Pure.
+
+use thiserror::Error;
+
+use tether_core::k8s::ObjectKey;
+use tether_core::plan::FieldConflict;
+
+/// What happened to one object.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Created,
+    Configured,
+    Unchanged,
+    Pruned,
+    /// Its model is gone and tether had adopted it: tether's labels and field
+    /// ownership were removed, the object kept.
+    Released,
+    /// Its model is gone, but the apply did not prune.
+    Prunable,
+    /// Deleted and created again: a field the server does not let change changed.
+    Replaced,
+    Failed(ObjectFailure),
+}
+
+/// Why an object was not applied or pruned.
+#[derive(Clone, Debug, Error, PartialEq, Eq)]
+pub enum ObjectFailure {
+    /// Another field manager owns fields the apply would set; forcing takes them.
+    #[error("conflict: {}", fields(.0))]
+    Conflict(Vec<FieldConflict>),
+    /// The server refused the object (invalid, forbidden): the same apply fails again.
+    #[error("{message}")]
+    Refused { code: u16, message: String },
+    /// The server was busy or not ready for it after every retry.
+    #[error("{message}")]
+    Unavailable { message: String },
+    /// The server stopped answering; the object was not sent.
+    #[error("not applied: the API server stopped answering")]
+    Unreachable,
+    /// The request failed on tether's side (a kind the server does not serve, a
+    /// body it could not send).
+    #[error("{message}")]
+    Request { message: String },
+    /// The deletion of a pruned object failed.
+    #[error("prune: {message}")]
+    Prune { message: String, retryable: bool },
+    /// The object belongs to another tether inventory: it was not sent.
+    #[error("owned by the tether inventory {inventory}")]
+    OwnedByInventory { inventory: String },
+    /// A Namespace to prune that holds objects this inventory did not create: kept.
+    #[error("kept: it holds {not_created_here} objects this inventory did not create")]
+    NamespaceKept { not_created_here: usize },
+    /// The object could not be planned (its dry run was refused): it was not sent.
+    #[error("not applied: {message}")]
+    Unplanned { message: String },
+    /// A host removal stopped (a disruption budget that did not allow the eviction
+    /// in time, a refusal): the node stays, cordoned, for the next prune.
+    #[error("host removal: {message}")]
+    HostKept { message: String },
+}
+
+fn fields(conflicts: &[FieldConflict]) -> String {
+    conflicts
+        .iter()
+        .map(|c| format!("{} (owned by {})", c.field, c.manager))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl ObjectFailure {
+    /// Can the same apply, tried again later, succeed without anyone changing anything?
+    pub fn retryable(&self) -> bool {
+        match self {
+            ObjectFailure::Unavailable { .. }
+            | ObjectFailure::Unreachable
+            | ObjectFailure::HostKept { .. } => true,
+            ObjectFailure::Prune { retryable, .. } => *retryable,
+            ObjectFailure::Conflict(_)
+            | ObjectFailure::OwnedByInventory { .. }
+            | ObjectFailure::NamespaceKept { .. }
+            | ObjectFailure::Refused { .. }
+            | ObjectFailure::Request { .. }
+            | ObjectFailure::Unplanned { .. } => false,
+        }
+    }
+
+    /// Can a request the server refused pass when tried again? When the server was
+    /// busy (429, most 5xx), or not ready for the object yet (a namespace's `default`
+    /// service account, made by a controller moments after the namespace). Not a
+    /// body the server cannot read ("failed to create typed patch object", a 500):
+    /// it refuses the same body every time.
+    pub(super) fn may_pass_later(status: &kube::core::Status) -> bool {
+        let unreadable_body = status
+            .message
+            .contains("failed to create typed patch object");
+        let awaits_service_account =
+            status.code == 403 && status.message.contains("error looking up service account");
+        ((status.code >= 500 || status.code == 429) && !unreadable_body) || awaits_service_account
+    }
+
+    /// The failure of a request the server answered or did not.
+    pub(super) fn of_kube_error(error: &kube::Error) -> Self {
+        match error {
+            kube::Error::Api(status) if Self::may_pass_later(status) => {
+                ObjectFailure::Unavailable {
+                    message: status_text(status),
+                }
+            }
+            kube::Error::Api(status) => ObjectFailure::Refused {
+                code: status.code,
+                message: status_text(status),
+            },
+            kube::Error::HyperError(_) | kube::Error::Service(_) => ObjectFailure::Unavailable {
+                message: error.to_string(),
+            },
+            _ => ObjectFailure::Request {
+                message: error.to_string(),
+            },
+        }
+    }
+}
+
+/// The server's refusal in words: its message, without the raw status.
+pub(super) fn status_text(status: &kube::core::Status) -> String {
+    match status.message.is_empty() {
+        true => format!("the server refused it ({} {})", status.code, status.reason),
+        false => status.message.clone(),
+    }
+}
+
+/// One object of an apply.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectReport {
+    pub key: ObjectKey,
+    pub outcome: Outcome,
+}
+
+/// What an apply did, in the order objects were done (apply order, deletions last).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ApplyReport {
+    pub objects: Vec<ObjectReport>,
+    /// The wave that did not start: what it waited for was not ready in time, or
+    /// failed. Nothing after it was applied or pruned.
+    pub blocked: Option<BlockedWave>,
+}
+
+/// A wave that did not start, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlockedWave {
+    /// 0-based.
+    pub wave: usize,
+    pub waves: usize,
+    /// What was not ready.
+    pub blockers: Vec<Blocker>,
+    /// The objects of this wave and the later ones that were not applied.
+    pub not_applied: usize,
+}
+
+/// An object a wave waited for that was not ready.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Blocker {
+    pub key: ObjectKey,
+    /// Its state, or why it will not become ready.
+    pub state: String,
+    /// It failed (a failed Job, an object whose apply failed): waiting longer does
+    /// not help.
+    pub failed: bool,
+    /// Not made by a model of the repo.
+    pub external: bool,
+    /// The models that wait for it.
+    pub needed_by: Vec<String>,
+}
+
+impl ApplyReport {
+    pub fn count(&self, outcome: fn(&Outcome) -> bool) -> usize {
+        self.objects.iter().filter(|o| outcome(&o.outcome)).count()
+    }
+
+    pub fn created(&self) -> usize {
+        self.count(|o| *o == Outcome::Created)
+    }
+
+    pub fn configured(&self) -> usize {
+        self.count(|o| *o == Outcome::Configured)
+    }
+
+    pub fn unchanged(&self) -> usize {
+        self.count(|o| *o == Outcome::Unchanged)
+    }
+
+    pub fn pruned(&self) -> usize {
+        self.count(|o| *o == Outcome::Pruned)
+    }
+
+    pub fn released(&self) -> usize {
+        self.count(|o| *o == Outcome::Released)
+    }
+
+    pub fn prunable(&self) -> usize {
+        self.count(|o| *o == Outcome::Prunable)
+    }
+
+    pub fn replaced(&self) -> usize {
+        self.count(|o| *o == Outcome::Replaced)
+    }
+
+    /// The objects that failed, with why.
+    pub fn failures(&self) -> impl Iterator<Item = (&ObjectKey, &ObjectFailure)> {
+        self.objects.iter().filter_map(|o| match &o.outcome {
+            Outcome::Failed(failure) => Some((&o.key, failure)),
+            _ => None,
+        })
+    }
+
+    pub fn succeeded(&self) -> bool {
+        self.failures().next().is_none() && self.blocked.is_none()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_say_whether_a_retry_can_help() {
+        let conflict = ObjectFailure::Conflict(vec![FieldConflict {
+            manager: "helm".into(),
+            field: ".data.key".into(),
+        }]);
+        assert_eq!(conflict.to_string(), "conflict: .data.key (owned by helm)");
+        assert!(!conflict.retryable());
+        assert!(ObjectFailure::Unreachable.retryable());
+        assert!(
+            !ObjectFailure::Refused {
+                code: 422,
+                message: "invalid".into()
+            }
+            .retryable()
+        );
+    }
+
+    #[test]
+    fn counts_by_outcome() {
+        let key = ObjectKey::new("v1", "ConfigMap", Some("a"), "b");
+        let report = ApplyReport {
+            objects: [
+                Outcome::Created,
+                Outcome::Created,
+                Outcome::Pruned,
+                Outcome::Failed(ObjectFailure::Unreachable),
+            ]
+            .into_iter()
+            .map(|outcome| ObjectReport {
+                key: key.clone(),
+                outcome,
+            })
+            .collect(),
+            blocked: None,
+        };
+        assert_eq!((report.created(), report.pruned()), (2, 1));
+        assert!(!report.succeeded());
+        assert_eq!(report.failures().count(), 1);
+    }
+}

@@ -1,0 +1,211 @@
+//! Where the models come from, and reading them: a directory (with the commit of the
+//! Git checkout around it, if any), or a Git repository at a branch, tag or commit,
+//! read from that commit's tree. Reading is blocking (file walks, git2) and runs off
+//! the async runtime.
+
+use std::path::PathBuf;
+
+use thiserror::Error;
+use tracing::instrument;
+
+use crate::directory::{SourceError, read_models_dir};
+use crate::git::{Credentials, GitError, fetch_models_timed, local_revision, read_file_at};
+use tether_core::source::{Revision, SourceFiles};
+
+/// A models source.
+#[derive(Clone, Debug)]
+pub enum Repo {
+    /// A models directory (or one file).
+    Directory(PathBuf),
+    /// A remote repository, fetched into `cache`.
+    Git {
+        url: String,
+        /// Branch, tag or commit; the remote's default branch when absent.
+        reference: Option<String>,
+        /// The models directory inside the repository.
+        path: PathBuf,
+        cache: PathBuf,
+        credentials: Credentials,
+    },
+}
+
+#[derive(Debug, Error)]
+pub enum RepoError {
+    #[error("cannot read the models")]
+    Read(#[from] SourceError),
+    #[error(transparent)]
+    Git(#[from] GitError),
+    #[error("reading the models stopped: {0}")]
+    Interrupted(String),
+}
+
+/// The models of a source, with where they came from.
+#[derive(Debug)]
+pub struct LoadedModels {
+    pub files: SourceFiles,
+    /// The path or URL (and ref), as reports name the source.
+    pub label: String,
+    /// The commit the models were read at, if they come from Git.
+    pub revision: Option<Revision>,
+    /// The text of the settings file (`.tether.yaml`) at the models root, if any.
+    pub settings: Option<String>,
+    /// How long fetching the repository took; none when nothing was fetched.
+    pub fetch_took: Option<std::time::Duration>,
+    /// Does the repository keep sops creation rules (`.sops.yaml` at the models root,
+    /// or above it in a directory)? Then a Secret's value in plain text is reported.
+    pub sops_rules: bool,
+    /// Is a Secret's value in plain text an error (rather than a warning)?
+    pub plain_secrets_are_errors: bool,
+}
+
+/// The settings file at the root of a models directory.
+pub const SETTINGS_FILE: &str = ".tether.yaml";
+
+impl Repo {
+    /// The path or URL (and ref), as reports name the source.
+    pub fn label(&self) -> String {
+        match self {
+            Repo::Directory(path) => path.display().to_string(),
+            Repo::Git {
+                url,
+                reference: Some(r),
+                ..
+            } => format!("{url} ({r})"),
+            Repo::Git { url, .. } => url.clone(),
+        }
+    }
+
+    /// For a Git source: the commit its ref names, if the remote says it did not move
+    /// from what the cache holds (nothing is fetched). `None` for a directory, or when
+    /// the ref moved or the remote could not be asked.
+    pub async fn unmoved_commit(&self) -> Option<String> {
+        let Repo::Git {
+            url,
+            reference,
+            cache,
+            credentials,
+            ..
+        } = self.clone()
+        else {
+            return None;
+        };
+        blocking(move || {
+            crate::git::unmoved_commit(&url, reference.as_deref(), &cache, &credentials)
+        })
+        .await
+        .ok()
+        .flatten()
+    }
+
+    /// Reads the models; a directory's files and its checkout's commit at once.
+    #[instrument(skip_all, fields(source = %self.label()))]
+    pub async fn load(&self) -> Result<LoadedModels, RepoError> {
+        let label = self.label();
+        match self.clone() {
+            Repo::Git {
+                url,
+                reference,
+                path,
+                cache,
+                credentials,
+            } => {
+                let loaded = blocking(move || {
+                    let (files, revision, fetch_took) = fetch_models_timed(
+                        &url,
+                        reference.as_deref(),
+                        Some(&path),
+                        &cache,
+                        &credentials,
+                    )?;
+                    let settings =
+                        read_file_at(&cache, &url, &revision.commit, &path.join(SETTINGS_FILE))?;
+                    let sops_rules = read_file_at(
+                        &cache,
+                        &url,
+                        &revision.commit,
+                        &path.join(tether_sops::config::CONFIG_FILE),
+                    )?
+                    .is_some();
+                    Ok::<_, GitError>((files, revision, settings, fetch_took, sops_rules))
+                })
+                .await??;
+                let (files, revision, settings, fetch_took, sops_rules) = loaded;
+                Ok(LoadedModels {
+                    files,
+                    label,
+                    revision: Some(revision),
+                    settings,
+                    fetch_took,
+                    sops_rules,
+                    plain_secrets_are_errors: false,
+                })
+            }
+            Repo::Directory(path) => {
+                let settings_path = path.join(SETTINGS_FILE);
+                let path_for_rules = std::path::absolute(&path).unwrap_or_else(|_| path.clone());
+                let (files, revision, settings) = tokio::join!(
+                    read_directory(path.clone()),
+                    blocking(move || local_revision(&path)),
+                    blocking(move || read_settings_file(&settings_path))
+                );
+                Ok(LoadedModels {
+                    files: files?,
+                    label,
+                    revision: revision?,
+                    settings: settings??,
+                    fetch_took: None,
+                    sops_rules: crate::directory::find_sops_config(&path_for_rules).is_some(),
+                    plain_secrets_are_errors: false,
+                })
+            }
+        }
+    }
+}
+
+/// The settings file's text; none when the models root has none (or is one file).
+fn read_settings_file(path: &std::path::Path) -> Result<Option<String>, RepoError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(Some(text)),
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+            ) =>
+        {
+            Ok(None)
+        }
+        Err(source) => Err(RepoError::Read(SourceError::Read {
+            path: path.to_path_buf(),
+            source,
+        })),
+    }
+}
+
+/// Reads a models directory off the async runtime.
+pub async fn read_directory(path: PathBuf) -> Result<SourceFiles, RepoError> {
+    blocking(move || read_directory_blocking(&path)).await?
+}
+
+/// Reads a models directory and the files its models take data from. Blocking.
+pub fn read_directory_blocking(path: &std::path::Path) -> Result<SourceFiles, RepoError> {
+    let files = read_models_dir(path)?;
+    let wanted = tether_core::model::data_file_paths(&files);
+    if wanted.is_empty() {
+        return Ok(files);
+    }
+    let root = if path.is_file() {
+        path.parent().unwrap_or(path)
+    } else {
+        path
+    };
+    let assets = crate::directory::read_assets_dir(root, &wanted)?;
+    Ok(files.with_assets(assets))
+}
+
+async fn blocking<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, RepoError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| RepoError::Interrupted(e.to_string()))
+}

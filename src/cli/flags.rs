@@ -1,0 +1,224 @@
+//! The raw layer from the command line: flag groups as clap parses them (each flag
+//! also read from its `TETHER_*` variable). Nothing here is checked beyond its type;
+//! `tether_engine::config` resolves them, with the settings file, into typed
+//! configurations.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::parse_duration;
+use tether_core::ownership::Inventory;
+use tether_engine::config::{DiscoverOverrides, EventOverrides, cache_home};
+use tether_engine::repo::Repo;
+use tether_engine::writeback::WritebackError;
+
+/// How to reach the cluster.
+#[derive(Clone, Debug, clap::Args)]
+pub struct ClusterFlags {
+    /// Kubeconfig file (default: KUBECONFIG, then ~/.kube/config, then in-cluster).
+    #[arg(long, global = true, env = "TETHER_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context (default: the current context).
+    #[arg(long, global = true, env = "TETHER_CONTEXT")]
+    pub context: Option<String>,
+    /// How long one request to the API server may take, e.g. 30s, 2m.
+    #[arg(long, global = true, env = "TETHER_REQUEST_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    pub request_timeout: Duration,
+    /// Act as this user or service account
+    /// (`system:serviceaccount:<namespace>:<name>`), as kubectl's --as does, so that
+    /// the API server's RBAC decides what this run may change.
+    #[arg(long = "as", global = true, env = "TETHER_AS", value_name = "USER")]
+    pub impersonate: Option<String>,
+    /// With --as, act as a member of this group too (repeatable).
+    #[arg(
+        long = "as-group",
+        global = true,
+        requires = "impersonate",
+        value_name = "GROUP"
+    )]
+    pub impersonate_groups: Vec<String>,
+}
+
+/// Where the models come from: a directory, or a Git repository.
+#[derive(Clone, Debug, clap::Args)]
+pub struct SourceFlags {
+    /// Models root: a directory searched for *.yaml and *.yml, or one file; with
+    /// --repo, a directory inside the repository.
+    #[arg(default_value = ".", env = "TETHER_PATH")]
+    pub path: PathBuf,
+    /// Git repository to read the models from: file://, https:// or ssh:// URL.
+    #[arg(long, env = "TETHER_REPO")]
+    pub repo: Option<String>,
+    /// Branch, tag or commit of --repo (default: the remote's default branch).
+    #[arg(long = "ref", env = "TETHER_REF", requires = "repo")]
+    pub reference: Option<String>,
+    #[command(flatten)]
+    pub git: GitFlags,
+}
+
+/// How to reach a remote Git repository.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct GitFlags {
+    /// Token for https remotes.
+    #[arg(long, env = "TETHER_GIT_TOKEN", hide_env_values = true)]
+    pub git_token: Option<String>,
+    /// User name for https remotes (default: x-access-token with a token).
+    #[arg(long, env = "TETHER_GIT_USERNAME")]
+    pub git_username: Option<String>,
+    /// Private key for ssh remotes (default: the ssh agent).
+    #[arg(long, env = "TETHER_SSH_KEY")]
+    pub ssh_key: Option<PathBuf>,
+    /// Where fetched repositories are cached (default: ~/.cache/tether/repos).
+    #[arg(long, env = "TETHER_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+}
+
+/// The inventory (ApplySet parent) that records what tether applied.
+#[derive(Clone, Debug, clap::Args)]
+pub struct InventoryFlags {
+    /// Name of the inventory ConfigMap; its id labels every object.
+    #[arg(long, env = "TETHER_INVENTORY_NAME", default_value = "tether")]
+    pub inventory_name: String,
+    /// Namespace of the inventory ConfigMap.
+    #[arg(long, env = "TETHER_INVENTORY_NAMESPACE", default_value = "default")]
+    pub inventory_namespace: String,
+}
+
+/// Where pod events go. Each flag may also come from the `events:` section of the
+/// settings file (.tether.yaml, or `events --config`); flags win.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct EventFlags {
+    /// Kafka brokers (host:port, comma-separated) to publish pod events to.
+    #[arg(long, env = "TETHER_KAFKA_BROKERS", value_delimiter = ',')]
+    pub kafka_brokers: Vec<String>,
+    /// Kafka topic, made with one partition if the broker lacks it (default:
+    /// xos.kubernetes.pod-details).
+    #[arg(long, env = "TETHER_KAFKA_TOPIC")]
+    pub kafka_topic: Option<String>,
+    /// Append events as JSON lines to this file ("-": standard output).
+    #[arg(long, env = "TETHER_EVENTS_JSONL")]
+    pub events_jsonl: Option<PathBuf>,
+    /// Record events as Kubernetes Events on the pods (`kubectl describe pod`).
+    #[arg(long, env = "TETHER_KUBE_EVENTS")]
+    pub kube_events: bool,
+    /// Directory of the outbox that keeps undelivered events (default:
+    /// ~/.cache/tether/outbox; in a cluster, a persistent volume).
+    #[arg(long, env = "TETHER_OUTBOX")]
+    pub outbox: Option<PathBuf>,
+}
+
+impl EventFlags {
+    /// Does any flag name a sink?
+    pub fn any_sink(&self) -> bool {
+        !self.kafka_brokers.is_empty() || self.events_jsonl.is_some() || self.kube_events
+    }
+}
+
+/// Discovery's settings that `.tether.yaml` may also give (`discover:`); flags win.
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct DiscoverFlags {
+    /// Branch to commit to (default: .tether.yaml's `discover.branch`, else the
+    /// checked-out branch; with --repo, main).
+    #[arg(long, env = "TETHER_DISCOVER_BRANCH")]
+    pub branch: Option<String>,
+    /// With --watch, how long to gather changes into one commit (default 2s).
+    #[arg(long, env = "TETHER_DISCOVER_DEBOUNCE", value_parser = parse_duration)]
+    pub debounce: Option<Duration>,
+    /// Only these namespaces (repeat the flag; default: all namespaces).
+    #[arg(
+        short,
+        long = "namespace",
+        env = "TETHER_DISCOVER_NAMESPACES",
+        value_delimiter = ','
+    )]
+    pub namespaces: Vec<String>,
+    /// Commit author, "Name <email>" (default: tether <tether@localhost>).
+    #[arg(long, env = "TETHER_DISCOVER_AUTHOR")]
+    pub author: Option<String>,
+}
+
+impl SourceFlags {
+    /// The models source: `--repo` (with `--ref` and the path inside it), else the
+    /// path as a directory.
+    pub fn repo(&self) -> Repo {
+        match &self.repo {
+            Some(url) => Repo::Git {
+                url: url.clone(),
+                reference: self.reference.clone(),
+                path: self.path.clone(),
+                cache: self.git.cache_dir(),
+                credentials: self.git.credentials(),
+            },
+            None => Repo::Directory(self.path.clone()),
+        }
+    }
+}
+
+impl GitFlags {
+    pub fn credentials(&self) -> tether_engine::git::Credentials {
+        tether_engine::git::Credentials {
+            token: self.git_token.clone(),
+            username: self.git_username.clone(),
+            ssh_key: self.ssh_key.clone(),
+        }
+    }
+
+    pub fn cache_dir(&self) -> PathBuf {
+        self.cache_dir
+            .clone()
+            .unwrap_or_else(|| cache_home().join("repos"))
+    }
+}
+
+impl InventoryFlags {
+    pub fn inventory(&self) -> Inventory {
+        Inventory {
+            name: self.inventory_name.clone(),
+            namespace: self.inventory_namespace.clone(),
+        }
+    }
+}
+
+impl ClusterFlags {
+    pub fn target(&self) -> tether_engine::cluster::Target {
+        tether_engine::cluster::Target {
+            kubeconfig: self.kubeconfig.clone(),
+            context: self.context.clone(),
+            request_timeout: Some(self.request_timeout),
+            impersonate: self.impersonate.clone(),
+            impersonate_groups: self.impersonate_groups.clone(),
+        }
+    }
+}
+
+impl DiscoverFlags {
+    /// What these flags set, for `DiscoverConfig::resolve`.
+    pub fn overrides(&self) -> miette::Result<DiscoverOverrides> {
+        let author = match &self.author {
+            Some(text) => Some(
+                text.parse()
+                    .map_err(|e: WritebackError| miette::miette!("--author: {e}"))?,
+            ),
+            None => None,
+        };
+        Ok(DiscoverOverrides {
+            branch: self.branch.clone(),
+            debounce: self.debounce,
+            namespaces: self.namespaces.clone(),
+            author,
+        })
+    }
+}
+
+impl EventFlags {
+    /// What these flags set, for `EventsConfig::resolve`.
+    pub fn overrides(&self) -> EventOverrides {
+        EventOverrides {
+            kafka_brokers: self.kafka_brokers.clone(),
+            kafka_topic: self.kafka_topic.clone(),
+            events_jsonl: self.events_jsonl.clone(),
+            kube_events: self.kube_events,
+            outbox: self.outbox.clone(),
+        }
+    }
+}

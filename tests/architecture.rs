@@ -1,0 +1,318 @@
+//! The architecture's rules that the compiler cannot check by itself, checked on the
+//! workspace's own files: what the pure core may depend on, and that no crate has an
+//! import circle between its modules. (The core's other rule, no clock, environment
+//! or filesystem, is `crates/tether-core/clippy.toml`, which `.ci/run`'s clippy
+//! enforces.)
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Crates that would let the core do I/O, wait or spawn: a client, a runtime, Git,
+/// file walks and watches, a server, a broker.
+const FORBIDDEN_IN_CORE: &[&str] = &[
+    "kube",
+    "kube-client",
+    "kube-runtime",
+    "tokio",
+    "tokio-util",
+    "futures",
+    "futures-util",
+    "git2",
+    "walkdir",
+    "notify",
+    "axum",
+    "hyper",
+    "rskafka",
+    "tower",
+];
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The packages a crate depends on (normal dependencies, all the way down).
+fn normal_dependencies(package: &str) -> BTreeSet<String> {
+    let output = Command::new(env!("CARGO"))
+        .current_dir(root())
+        .args(["tree", "--offline", "-p", package, "-e", "normal"])
+        .args(["--prefix", "none", "--format", "{p}"])
+        .output()
+        .expect("run cargo tree");
+    assert!(
+        output.status.success(),
+        "cargo tree: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn the_core_depends_on_no_client_runtime_git_or_file_walker() {
+    let dependencies = normal_dependencies("tether-core");
+    assert!(
+        dependencies.contains("serde_json") && dependencies.contains("k8s-openapi"),
+        "cargo tree listed {dependencies:?}"
+    );
+    let found: Vec<&str> = FORBIDDEN_IN_CORE
+        .iter()
+        .copied()
+        .filter(|name| dependencies.contains(*name))
+        .collect();
+    assert!(
+        found.is_empty(),
+        "tether-core depends on {found:?}: the core is pure; move the I/O to tether-engine"
+    );
+}
+
+/// The sops crate uses age, whose localization brings `futures` (through
+/// cookie-factory) and `walkdir` (through rust-embed) along, neither of which tether's
+/// sops code uses; everything else the core may not have, it may not have either.
+#[test]
+fn the_sops_crate_depends_on_no_client_runtime_or_git() {
+    let dependencies = normal_dependencies("tether-sops");
+    let found: Vec<&str> = FORBIDDEN_IN_CORE
+        .iter()
+        .copied()
+        .filter(|name| !matches!(*name, "futures" | "futures-util" | "walkdir"))
+        .filter(|name| dependencies.contains(*name))
+        .collect();
+    assert!(found.is_empty(), "tether-sops depends on {found:?}");
+}
+
+#[test]
+fn the_node_simulator_does_not_link_tether() {
+    let dependencies = normal_dependencies("tether-nodesim");
+    let tether: Vec<&String> = dependencies
+        .iter()
+        .filter(|name| name.starts_with("tether") && *name != "tether-nodesim")
+        .collect();
+    assert!(tether.is_empty(), "tether-nodesim depends on {tether:?}");
+}
+
+/// One module of a crate: `model::read` for `src/model/read.rs`.
+type ModulePath = Vec<String>;
+
+/// Every module file of a crate's `src/`, by its module path.
+fn modules(src: &Path) -> BTreeMap<ModulePath, String> {
+    let mut found = BTreeMap::new();
+    let mut pending = vec![src.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                pending.push(path);
+                continue;
+            }
+            if path.extension().and_then(|e| e.to_str()) != Some("rs") {
+                continue;
+            }
+            let relative = path.strip_prefix(src).unwrap().with_extension("");
+            let mut module: ModulePath = relative
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect();
+            if matches!(
+                module.last().map(String::as_str),
+                Some("mod" | "lib" | "main")
+            ) {
+                module.pop();
+            }
+            let text = std::fs::read_to_string(&path).unwrap();
+            found.insert(module, text);
+        }
+    }
+    found
+}
+
+/// The code before the first `#[cfg(test)]`, without comments: what the module
+/// itself uses (a doc link is no dependency).
+fn non_test_code(text: &str) -> String {
+    let code = text.split("#[cfg(test)]").next().unwrap_or(text);
+    code.lines()
+        .map(|line| line.split("//").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The modules `text` (the module `at`) refers to through `crate::`, `super::` and
+/// `self::` paths, each resolved to the longest module path that is a file, leaving
+/// out `at` itself and its ancestors (a folder's `mod.rs` re-exports what it holds).
+fn references(at: &ModulePath, text: &str, known: &BTreeSet<ModulePath>) -> BTreeSet<ModulePath> {
+    let mut found = BTreeSet::new();
+    let text = non_test_code(text);
+    let tokens: Vec<&str> = text
+        .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+        .filter(|t| t.contains("::"))
+        .collect();
+    for token in tokens {
+        let parts: Vec<&str> = token.split("::").filter(|p| !p.is_empty()).collect();
+        let Some((&first, rest)) = parts.split_first() else {
+            continue;
+        };
+        let mut path: ModulePath = match first {
+            "crate" => Vec::new(),
+            "super" => at[..at.len().saturating_sub(1)].to_vec(),
+            "self" => at.clone(),
+            _ => continue,
+        };
+        let mut rest = rest.iter().peekable();
+        while rest.peek() == Some(&&"super") {
+            rest.next();
+            path.pop();
+        }
+        let mut longest = None;
+        for part in rest {
+            path.push((*part).to_string());
+            if known.contains(&path) {
+                longest = Some(path.clone());
+            }
+        }
+        if let Some(module) = longest
+            && !at.starts_with(&module)
+        {
+            found.insert(module);
+        }
+    }
+    found
+}
+
+/// A circle in the graph, if there is one: the modules along it.
+fn find_circle(graph: &BTreeMap<ModulePath, BTreeSet<ModulePath>>) -> Option<Vec<ModulePath>> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mark {
+        Open,
+        Done,
+    }
+    fn visit(
+        node: &ModulePath,
+        graph: &BTreeMap<ModulePath, BTreeSet<ModulePath>>,
+        marks: &mut BTreeMap<ModulePath, Mark>,
+        stack: &mut Vec<ModulePath>,
+    ) -> Option<Vec<ModulePath>> {
+        match marks.get(node) {
+            Some(Mark::Done) => return None,
+            Some(Mark::Open) => {
+                let start = stack.iter().position(|n| n == node).unwrap_or(0);
+                let mut circle = stack[start..].to_vec();
+                circle.push(node.clone());
+                return Some(circle);
+            }
+            None => {}
+        }
+        marks.insert(node.clone(), Mark::Open);
+        stack.push(node.clone());
+        for next in graph.get(node).into_iter().flatten() {
+            if let Some(circle) = visit(next, graph, marks, stack) {
+                return Some(circle);
+            }
+        }
+        stack.pop();
+        marks.insert(node.clone(), Mark::Done);
+        None
+    }
+    let mut marks = BTreeMap::new();
+    for node in graph.keys() {
+        if let Some(circle) = visit(node, graph, &mut marks, &mut Vec::new()) {
+            return Some(circle);
+        }
+    }
+    None
+}
+
+/// Which module depends on which, for every module of a crate, between the children
+/// of the nearest folder the two share: `model::read` using `model::data` is an edge
+/// between those two, `resolve::names` using `model` is one between `resolve` and
+/// `model` (a folder stands for what it holds, as seen from outside it). A module
+/// using its own ancestors or children (a folder's `mod.rs` re-exports) is no edge.
+fn import_graph(src: &Path) -> BTreeMap<ModulePath, BTreeSet<ModulePath>> {
+    let modules = modules(src);
+    let known: BTreeSet<ModulePath> = modules.keys().cloned().collect();
+    let mut graph: BTreeMap<ModulePath, BTreeSet<ModulePath>> = BTreeMap::new();
+    for (module, text) in &modules {
+        for target in references(module, text, &known) {
+            let shared = module
+                .iter()
+                .zip(&target)
+                .take_while(|(a, b)| a == b)
+                .count();
+            if shared == module.len() || shared == target.len() {
+                continue;
+            }
+            graph
+                .entry(module[..=shared].to_vec())
+                .or_default()
+                .insert(target[..=shared].to_vec());
+        }
+    }
+    graph
+}
+
+fn crates() -> Vec<PathBuf> {
+    let mut sources = vec![root().join("src")];
+    for entry in std::fs::read_dir(root().join("crates")).unwrap() {
+        let src = entry.unwrap().path().join("src");
+        if src.is_dir() {
+            sources.push(src);
+        }
+    }
+    sources.sort();
+    sources
+}
+
+#[test]
+fn no_crate_has_an_import_circle_between_its_modules() {
+    let mut circles = Vec::new();
+    for src in crates() {
+        let graph = import_graph(&src);
+        if let Some(circle) = find_circle(&graph) {
+            let shown: Vec<String> = circle.iter().map(|m| m.join("::")).collect();
+            circles.push(format!("{}: {}", src.display(), shown.join(" → ")));
+        }
+    }
+    assert!(
+        circles.is_empty(),
+        "import circles:\n{}",
+        circles.join("\n")
+    );
+}
+
+#[test]
+fn a_circle_is_found_where_there_is_one() {
+    let graph = BTreeMap::from([
+        (
+            vec!["a".to_string()],
+            BTreeSet::from([vec!["b".to_string()]]),
+        ),
+        (
+            vec!["b".to_string()],
+            BTreeSet::from([vec!["c".to_string()]]),
+        ),
+        (
+            vec!["c".to_string()],
+            BTreeSet::from([vec!["a".to_string()]]),
+        ),
+    ]);
+    let circle = find_circle(&graph).expect("a circle");
+    assert_eq!(circle.first(), circle.last());
+    assert_eq!(circle.len(), 4);
+    let known: BTreeSet<ModulePath> = [
+        vec!["model".to_string()],
+        vec!["model".into(), "read".into()],
+        vec!["model".into(), "data".into()],
+    ]
+    .into();
+    let at = vec!["model".to_string(), "data".to_string()];
+    assert_eq!(
+        references(
+            &at,
+            "use super::read::Field;\nuse crate::model::Kind;\n",
+            &known
+        ),
+        BTreeSet::from([vec!["model".to_string(), "read".to_string()]])
+    );
+}
