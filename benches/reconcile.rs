@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
@@ -99,7 +99,13 @@ fn median(mut f: impl FnMut() -> Duration) -> Duration {
     times[1]
 }
 
-fn models(namespace: &str, size: usize, changed: Option<usize>) -> String {
+/// ConfigMaps in one models file: a repository spreads its models over files, and
+/// tether reads at most `limits::DOCUMENTS` documents from one.
+const PER_FILE: usize = 1_000;
+
+/// Writes `size` objects' models into `dir` (a namespace and `size - 1` ConfigMaps,
+/// the one at `changed` with another value), `PER_FILE` ConfigMaps a file.
+fn write_models(dir: &Path, namespace: &str, size: usize, changed: Option<usize>) {
     let mut text = format!(
         "kind: KubernetesService\nname: kubernetes\n---\nkind: TrustDomain\nname: {namespace}\n"
     );
@@ -112,8 +118,11 @@ fn models(namespace: &str, size: usize, changed: Option<usize>) -> String {
         text.push_str(&format!(
             "---\nkind: KubernetesConfigMap\nname: cm-{i}\ntrust_domain: {namespace}\ndata:\n  index: \"{i}\"\n  value: {value}\n"
         ));
+        if (i + 1) % PER_FILE == 0 || i == size - 2 {
+            let file = dir.join(format!("models-{:03}.yaml", i / PER_FILE));
+            std::fs::write(file, std::mem::take(&mut text)).expect("write");
+        }
     }
-    text
 }
 
 impl Bench {
@@ -150,8 +159,7 @@ impl Bench {
         let write_manifests = |changed: Option<usize>| {
             let source = dir.path().join("for-kubectl");
             std::fs::create_dir_all(&source).expect("mkdir");
-            std::fs::write(source.join("models.yaml"), models(&theirs, size, changed))
-                .expect("write");
+            write_models(&source, &theirs, size, changed);
             let rendered = self.tether(&[
                 "render",
                 source.to_str().expect("utf-8"),
@@ -162,7 +170,7 @@ impl Bench {
             std::fs::write(manifests.join("objects.yaml"), &rendered.stdout).expect("write");
         };
         write_manifests(None);
-        std::fs::write(models_dir.join("models.yaml"), models(&ours, size, None)).expect("write");
+        write_models(&models_dir, &ours, size, None);
         let path = models_dir.to_str().expect("utf-8");
         let inventory = format!("bench-{size}");
         let manifests_path = manifests.to_str().expect("utf-8");
@@ -216,11 +224,7 @@ impl Bench {
         let (tether_none, kubectl_none) = (tether_diff(0), kubectl_diff(0));
         row(size, "no-change diff", tether_none, kubectl_none);
 
-        std::fs::write(
-            models_dir.join("models.yaml"),
-            models(&ours, size, Some(size / 2)),
-        )
-        .expect("write");
+        write_models(&models_dir, &ours, size, Some(size / 2));
         write_manifests(Some(size / 2));
         let (tether_one, kubectl_one) = (tether_diff(1), kubectl_diff(1));
         row(size, "one-change diff", tether_one, kubectl_one);

@@ -316,3 +316,131 @@ fn a_circle_is_found_where_there_is_one() {
         BTreeSet::from([vec!["model".to_string(), "read".to_string()]])
     );
 }
+
+/// Every long flag of the `tether` binary, from its help, command by command.
+fn tether_flags() -> BTreeSet<String> {
+    let mut flags = BTreeSet::new();
+    let mut pending: Vec<Vec<String>> = vec![Vec::new()];
+    while let Some(command) = pending.pop() {
+        let output = Command::new(env!("CARGO_BIN_EXE_tether"))
+            .args(&command)
+            .arg("--help")
+            .output()
+            .expect("run tether --help");
+        assert!(output.status.success(), "tether {command:?} --help");
+        let help = String::from_utf8_lossy(&output.stdout).into_owned();
+        let mut in_commands = false;
+        for line in help.lines() {
+            if line.ends_with(':') && !line.starts_with(' ') {
+                in_commands = line == "Commands:";
+                continue;
+            }
+            let trimmed = line.trim_start();
+            if in_commands && line.starts_with("  ") && !line.starts_with("   ") {
+                let name = trimmed.split_whitespace().next().unwrap_or("");
+                if !name.is_empty() && name != "help" {
+                    let mut sub = command.clone();
+                    sub.push(name.to_string());
+                    pending.push(sub);
+                }
+            }
+            if trimmed.starts_with('-') {
+                for word in trimmed.split(|c: char| c.is_whitespace() || c == ',') {
+                    if let Some(flag) = word.strip_prefix("--") {
+                        let flag: String = flag
+                            .chars()
+                            .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                            .collect();
+                        if !flag.is_empty() && flag != "help" && flag != "version" {
+                            flags.insert(flag);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    flags
+}
+
+/// The string literals of a module's code before its tests, with their line numbers.
+fn string_literals(text: &str) -> Vec<(usize, String)> {
+    let code = text.split("#[cfg(test)]").next().unwrap_or(text);
+    let mut found = Vec::new();
+    for (index, line) in code.lines().enumerate() {
+        let line = line.trim_start();
+        if line.starts_with("//") {
+            continue;
+        }
+        // A quote as a char literal starts no string.
+        let line = line.replace("'\"'", "'_'").replace("'\\\"'", "'_'");
+        let mut inside = false;
+        let mut escaped = false;
+        let mut current = String::new();
+        let mut previous = ' ';
+        for c in line.chars() {
+            if !inside && previous == '/' && c == '/' {
+                break;
+            }
+            previous = c;
+            match (inside, c) {
+                (true, '\\') if !escaped => escaped = true,
+                (true, '"') if !escaped => {
+                    inside = false;
+                    found.push((index + 1, std::mem::take(&mut current)));
+                }
+                (true, c) => {
+                    escaped = false;
+                    current.push(c);
+                }
+                (false, '"') => inside = true,
+                (false, _) => {}
+            }
+        }
+        if inside {
+            found.push((index + 1, current));
+        }
+    }
+    found
+}
+
+/// Only the CLI names its flags: the libraries carry typed reasons and remedies
+/// (`tether_core::report::Remedy`, a keyring's `given_by`) that the CLI words.
+#[test]
+fn nothing_below_the_cli_names_a_flag() {
+    let flags = tether_flags();
+    assert!(
+        flags.contains("prune") && flags.contains("age-key-file") && flags.contains("kubeconfig"),
+        "flags read from the help: {flags:?}"
+    );
+    let mut named = Vec::new();
+    for library in [
+        "tether-core",
+        "tether-sops",
+        "tether-engine",
+        "tether-daemon",
+    ] {
+        let src = root().join("crates").join(library).join("src");
+        for (module, text) in modules(&src) {
+            for (line, literal) in string_literals(&text) {
+                for word in literal.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-')) {
+                    if let Some(flag) = word.strip_prefix("--")
+                        && flags.contains(flag)
+                    {
+                        named.push(format!("{library} {}:{line}: --{flag}", module.join("::")));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        named.is_empty(),
+        "flags named below the CLI:\n{}",
+        named.join("\n")
+    );
+}
+
+#[test]
+fn a_flag_in_a_string_is_found() {
+    let literals = string_literals("let a = \"delete (with --prune)\"; // \"--x\"\n");
+    assert_eq!(literals, [(1, "delete (with --prune)".to_string())]);
+}

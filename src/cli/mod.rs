@@ -62,8 +62,9 @@ pub struct GlobalArgs {
 impl GlobalArgs {
     /// The age keys that open encrypted models files.
     pub fn keys(&self) -> miette::Result<tether_sops::Keyring> {
-        tether_engine::keys::keyring_from_environment(self.age_key_file.as_deref())
-            .map_err(report::error)
+        let keys = tether_engine::keys::keyring_from_environment(self.age_key_file.as_deref())
+            .map_err(report::error)?;
+        Ok(keys.given_by("--age-key-file, TETHER_AGE_KEY, SOPS_AGE_KEY or SOPS_AGE_KEY_FILE"))
     }
 }
 

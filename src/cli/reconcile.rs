@@ -86,8 +86,9 @@ pub async fn diff(global: &GlobalArgs, args: &DiffArgs) -> miette::Result<ExitCo
         ReportFormat::Text => tether_core::report::text(
             plan,
             report::use_graphics(global.color, std::io::stdout().is_terminal()),
+            report::remedy_flag,
         ),
-        ReportFormat::Markdown => tether_core::report::markdown(plan),
+        ReportFormat::Markdown => tether_core::report::markdown(plan, report::remedy_flag),
         ReportFormat::Json => tether_core::report::json(plan),
     };
     std::io::stdout()
@@ -150,7 +151,10 @@ pub(super) async fn run_apply(global: &GlobalArgs, args: ApplyRun<'_>) -> miette
         };
     if args.dry_run {
         let colour = report::use_graphics(global.color, std::io::stdout().is_terminal());
-        print!("{}", tether_core::report::text(&planned.plan, colour));
+        print!(
+            "{}",
+            tether_core::report::text(&planned.plan, colour, report::remedy_flag)
+        );
         return Ok(ExitCode::SUCCESS);
     }
     let terminal = std::io::stderr().is_terminal();

@@ -5,9 +5,20 @@ use std::path::Path;
 
 use miette::{GraphicalReportHandler, GraphicalTheme, LabeledSpan, MietteDiagnostic, NamedSource};
 use tether_core::diagnostic::{Diagnostics, Severity};
+use tether_core::report::Remedy;
 use tether_core::source::{FileId, SourceFiles};
 
 use super::Color;
+
+/// The flag that carries out each remedy a plan's report names.
+pub fn remedy_flag(remedy: Remedy) -> &'static str {
+    match remedy {
+        Remedy::Prune => "--prune",
+        Remedy::DeleteNamespacesWithForeignObjects => {
+            "--dangerous-delete-namespaces-with-foreign-objects"
+        }
+    }
+}
 
 pub fn use_graphics(color: Color, is_terminal: bool) -> bool {
     match color {

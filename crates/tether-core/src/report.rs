@@ -30,6 +30,19 @@ const ABSENT_NOTE: &str = "the node is not in the cluster: nothing is applied un
 const RELEASE_NOTE: &str =
     "tether adopted this object: it removes its labels and field ownership and keeps the object";
 
+/// What a reader can do about what a report shows, which only the front end that
+/// prints the report can name: the CLI as its flags (`src/cli/report.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Remedy {
+    /// Deletions, releases and host removals happen only when pruning is asked for.
+    Prune,
+    /// A namespace that holds objects of others is deleted only when asked for by name.
+    DeleteNamespacesWithForeignObjects,
+}
+
+/// How a front end names each [`Remedy`].
+pub type RemedyNames = fn(Remedy) -> &'static str;
+
 fn headline(plan: &Plan) -> String {
     let revision = plan
         .revision
@@ -131,7 +144,7 @@ fn origin(change: &Change) -> String {
 }
 
 /// Plain or coloured text, one block per changed object.
-pub fn text(plan: &Plan, colour: bool) -> String {
+pub fn text(plan: &Plan, colour: bool, remedies: RemedyNames) -> String {
     let paint = |code: &str, s: &str| {
         if colour {
             format!("\x1b[{code}m{s}\x1b[0m")
@@ -139,6 +152,7 @@ pub fn text(plan: &Plan, colour: bool) -> String {
             s.to_string()
         }
     };
+    let with_prune = format!("(with {})", remedies(Remedy::Prune));
     let mut out = format!("tether diff: {}\n", headline(plan));
     for warning in &plan.warnings {
         let _ = writeln!(out, "{} {warning}", paint("33;1", "warning:"));
@@ -151,14 +165,14 @@ pub fn text(plan: &Plan, colour: bool) -> String {
             Action::Create => paint("32;1", "create"),
             Action::Update => paint("33;1", "update"),
             Action::Delete if plan.prune => paint("31;1", "delete"),
-            Action::Delete => paint("31;1", "delete (with --prune)"),
+            Action::Delete => paint("31;1", &format!("delete {with_prune}")),
             Action::Conflict => paint("35;1", "conflict"),
             Action::Error => paint("31;1", "error"),
             Action::Release if plan.prune => paint("33;1", "release"),
-            Action::Release => paint("33;1", "release (with --prune)"),
+            Action::Release => paint("33;1", &format!("release {with_prune}")),
             Action::Replace => paint("33;1", "replace"),
             Action::RemoveHost if plan.prune => paint("31;1", "remove host"),
-            Action::RemoveHost => paint("31;1", "remove host (with --prune)"),
+            Action::RemoveHost => paint("31;1", &format!("remove host {with_prune}")),
             Action::Absent => paint("33;1", "absent"),
             Action::Unchanged => String::new(),
         };
@@ -170,7 +184,11 @@ pub fn text(plan: &Plan, colour: bool) -> String {
             let _ = writeln!(out, "  {note}");
         }
         if let Some(contents) = &change.contents {
-            let _ = writeln!(out, "  {}", contents_text(contents, change.action));
+            let _ = writeln!(
+                out,
+                "  {}",
+                contents_text(contents, change.action, remedies)
+            );
         }
         for conflict in &change.conflicts {
             let _ = writeln!(
@@ -196,7 +214,7 @@ pub fn text(plan: &Plan, colour: bool) -> String {
 
 /// A pull request comment: a summary table per kind, then each change in a
 /// collapsible block.
-pub fn markdown(plan: &Plan) -> String {
+pub fn markdown(plan: &Plan, remedies: RemedyNames) -> String {
     let mut out = format!("### tether diff\n\n`{}`\n\n", headline(plan));
     for warning in &plan.warnings {
         let _ = writeln!(out, "> **Warning:** {warning}\n");
@@ -242,7 +260,11 @@ pub fn markdown(plan: &Plan) -> String {
     }
     let _ = writeln!(out, "\n{}.", counts(plan));
     if plan.count(Action::Delete) + plan.count(Action::RemoveHost) > 0 && !plan.prune {
-        out.push_str("Deletions happen only with `tether apply --prune`.\n");
+        let _ = writeln!(
+            out,
+            "Deletions happen only with `tether apply {}`.",
+            remedies(Remedy::Prune)
+        );
     }
     for (heading, change) in shown_changes(plan) {
         if let Some(heading) = heading {
@@ -266,7 +288,11 @@ pub fn markdown(plan: &Plan) -> String {
             let _ = writeln!(out, "{note}\n");
         }
         if let Some(contents) = &change.contents {
-            let _ = writeln!(out, "{}\n", contents_text(contents, change.action));
+            let _ = writeln!(
+                out,
+                "{}\n",
+                contents_text(contents, change.action, remedies)
+            );
         }
         if !change.conflicts.is_empty() {
             out.push('\n');
@@ -289,7 +315,7 @@ fn note(action: Action) -> Option<&'static str> {
 }
 
 /// What a namespace to delete or release holds, and whether that keeps it.
-fn contents_text(contents: &NamespaceContents, action: Action) -> String {
+fn contents_text(contents: &NamespaceContents, action: Action, remedies: RemedyNames) -> String {
     let counts: Vec<String> = contents
         .by_kind
         .iter()
@@ -314,10 +340,11 @@ fn contents_text(contents: &NamespaceContents, action: Action) -> String {
         n => format!(" and {n} more"),
     };
     let kept = match action {
-        Action::Delete => {
-            ". It is kept unless apply is given --dangerous-delete-namespaces-with-foreign-objects"
-        }
-        _ => "",
+        Action::Delete => format!(
+            ". It is kept unless apply is given {}",
+            remedies(Remedy::DeleteNamespacesWithForeignObjects)
+        ),
+        _ => String::new(),
     };
     format!(
         "{holds}; not created by this inventory: {}{more}{kept}",

@@ -15,6 +15,7 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, ResourceExt};
+use tether_sops::Keyring;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -300,8 +301,11 @@ async fn run_source(
             return;
         }
     };
+    // Until its decryption Secret is read (if it names one), a Source has no key.
+    let no_keys = Keyring::default().given_by(crate::keys::GIVEN_BY);
     let reconciler = Reconciler::new(settings.repo, Target::default(), settings.inventory)
-        .with_client(client.clone());
+        .with_client(client.clone())
+        .with_keys(Arc::new(no_keys));
     let mut work = SourceLoop::new(
         &id,
         reconciler,

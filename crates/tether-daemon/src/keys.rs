@@ -61,6 +61,9 @@ impl DecryptionSecret {
     }
 }
 
+/// How a Source is given its keys, for the hint of a file no key was given for.
+pub const GIVEN_BY: &str = "a Secret named in the Source's spec.decryption.secretRef";
+
 /// The keys of a Secret's `.agekey` entries; `display` names the Secret in errors.
 pub fn keyring_of(secret: &Secret, display: &str) -> Result<Keyring, DecryptionKeysError> {
     let data = secret.data.as_ref();
@@ -89,7 +92,7 @@ pub fn keyring_of(secret: &Secret, display: &str) -> Result<Keyring, DecryptionK
             },
         });
     }
-    Ok(keyring)
+    Ok(keyring.given_by(GIVEN_BY))
 }
 
 #[cfg(test)]

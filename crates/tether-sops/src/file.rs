@@ -177,15 +177,21 @@ fn data_key(meta: &Metadata, keys: &Keyring, sops_pos: Pos) -> Result<DataKey, S
             sops_pos,
             format!("this file is encrypted with {others}, not to an age recipient"),
         )
-        .hint("tether decrypts files encrypted with age keys: re-encrypt with `tether secret encrypt` or `sops -e --age …`"));
+        .hint("tether decrypts files encrypted with age keys: re-encrypt with `tether secret encrypt`, or with sops for an age recipient"));
     }
     let recipients: Vec<&str> = meta.age.iter().map(|(r, _)| r.as_str()).collect();
     if keys.is_empty() {
         return Err(SopsError::at(
             sops_pos,
-            format!("this file is encrypted (sops, age: {}) and no age key was given", recipients.join(", ")),
+            format!(
+                "this file is encrypted (sops, age: {}) and no age key was given",
+                recipients.join(", ")
+            ),
         )
-        .hint("give tether the age private key: --age-key-file, TETHER_AGE_KEY, SOPS_AGE_KEY or SOPS_AGE_KEY_FILE; for a Source, a Secret named in spec.decryption.secretRef"));
+        .hint(match keys.how_to_give() {
+            Some(how) => format!("give tether the age private key: {how}"),
+            None => "give tether the age private key".to_string(),
+        }));
     }
     let mut malformed = false;
     for (_, enc) in &meta.age {

@@ -14,6 +14,8 @@ use super::cipher::DataKey;
 pub struct Keyring {
     identities: Vec<age::x25519::Identity>,
     origins: Vec<String>,
+    /// How a user gives keys, in the words of the front end that made the keyring.
+    given_by: Option<String>,
 }
 
 impl std::fmt::Debug for Keyring {
@@ -86,6 +88,19 @@ impl Keyring {
     /// Where the keys came from, for a message that says which were tried.
     pub fn origins(&self) -> &[String] {
         &self.origins
+    }
+
+    /// Says how a user gives this keyring its keys, in the words of the front end
+    /// that made it (the CLI's flags and variables; a Source's Secret): the hint of a
+    /// file that no key was given for.
+    pub fn given_by(mut self, how: impl Into<String>) -> Self {
+        self.given_by = Some(how.into());
+        self
+    }
+
+    /// How a user gives keys, when the front end said so.
+    pub fn how_to_give(&self) -> Option<&str> {
+        self.given_by.as_deref()
     }
 
     /// The data key sealed for one of these identities in an armored age file.
