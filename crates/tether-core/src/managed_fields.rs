@@ -259,6 +259,16 @@ mod tests {
             .map(|f| f.0)
     }
 
+    /// The hand-over at a fixed time (the time is only stamped on tether's entry).
+    fn handed_at_epoch(
+        entries: &[ManagedFieldsEntry],
+        desired: &Value,
+        manager: &str,
+    ) -> Option<Vec<ManagedFieldsEntry>> {
+        let epoch = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+        hand_over(entries, desired, manager, "v1", epoch)
+    }
+
     #[test]
     fn fields_tether_sets_move_and_the_rest_stays() {
         let kubectl = entry(
@@ -273,14 +283,7 @@ mod tests {
             json!({"f:data": {"f:x": {}}}),
         );
         let desired = json!({"data": {"key": "b"}, "metadata": {"name": "cm"}});
-        let after = hand_over(
-            &[kubectl, controller],
-            &desired,
-            OURS,
-            "v1",
-            Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
-        )
-        .unwrap();
+        let after = handed_at_epoch(&[kubectl, controller], &desired, OURS).unwrap();
         assert_eq!(
             fields(&after, OURS),
             Some(json!({"f:data": {".": {}, "f:key": {}}}))
@@ -313,14 +316,7 @@ mod tests {
         );
         let desired =
             json!({"spec": {"ports": [{"port": 80, "protocol": "TCP", "targetPort": 8080}]}});
-        let after = hand_over(
-            &[kubectl, ours],
-            &desired,
-            OURS,
-            "v1",
-            Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
-        )
-        .unwrap();
+        let after = handed_at_epoch(&[kubectl, ours], &desired, OURS).unwrap();
         assert_eq!(
             fields(&after, OURS),
             Some(json!({"f:metadata": {"f:labels": {"f:a": {}}},
@@ -341,13 +337,7 @@ mod tests {
         let kubectl_ssa = entry("kubectl", "Apply", json!({"f:data": {"f:key": {}}}));
         let desired = json!({"data": {"key": "b"}});
         assert_eq!(
-            hand_over(
-                &[helm, kubectl_ssa],
-                &desired,
-                "tether",
-                "v1",
-                Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)
-            ),
+            handed_at_epoch(&[helm, kubectl_ssa], &desired, "tether"),
             None
         );
     }
