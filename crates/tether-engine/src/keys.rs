@@ -40,7 +40,7 @@ fn default_key_file() -> Option<PathBuf> {
     Some(config.join("sops/age/keys.txt"))
 }
 
-pub fn read_key_file(path: &Path) -> Result<Keyring, KeyError> {
+fn read_key_file(path: &Path) -> Result<Keyring, KeyError> {
     let text = std::fs::read_to_string(path).map_err(|source| KeyError::Read {
         path: path.to_path_buf(),
         source,

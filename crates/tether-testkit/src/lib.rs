@@ -1,15 +1,7 @@
-//! What tether's tests and benchmarks share (a dev-dependency only): where the
-//! workspace and the binaries under test are.
+//! What tether's tests and benchmarks share (a dev-dependency only): for now, where
+//! the binaries under test are that their own package does not build.
 
 use std::path::PathBuf;
-
-/// The workspace root (where `scripts/` and `examples/` are).
-pub fn repo_root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap_or_else(|_| PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../..")))
-}
 
 /// The node simulator `cargo test` built beside the running test binary
 /// (`target/<profile>/tether-nodesim`); `None` when it was not built, and then
