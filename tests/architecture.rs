@@ -1,6 +1,7 @@
 //! The architecture's rules that the compiler cannot check by itself, checked on the
-//! workspace's own files: what the pure core may depend on, and that no crate has an
-//! import circle between its modules. (The core's other rule, no clock, environment
+//! workspace's own files: what the pure core may depend on, that no crate has an
+//! import circle between its modules, that nothing below the CLI names a flag, and
+//! that only the engine's `driver` paces a retry or a wait. (The core's other rule, no clock, environment
 //! or filesystem, is `crates/tether-core/clippy.toml`, which `.ci/run`'s clippy
 //! enforces.)
 
@@ -443,4 +444,160 @@ fn nothing_below_the_cli_names_a_flag() {
 fn a_flag_in_a_string_is_found() {
     let literals = string_literals("let a = \"delete (with --prune)\"; // \"--x\"\n");
     assert_eq!(literals, [(1, "delete (with --prune)".to_string())]);
+}
+
+/// Calls that sleep: a loop that makes one paces a retry or a wait by hand.
+const SLEEPS: &[&str] = &["sleep", "sleep_until", "interval", "interval_at"];
+
+/// The loops (`loop`, `while`, `for`) whose code calls a sleep, by line, outside test
+/// code (`#[cfg(test)]`, `#[test]`).
+#[derive(Default)]
+struct HandPacedLoops {
+    lines: Vec<usize>,
+}
+
+fn is_test_code(attributes: &[syn::Attribute]) -> bool {
+    attributes.iter().any(|attribute| {
+        let text = quote::ToTokens::to_token_stream(attribute).to_string();
+        text.contains("cfg (test)")
+            || attribute
+                .path()
+                .segments
+                .last()
+                .is_some_and(|s| s.ident == "test")
+    })
+}
+
+fn calls_a_sleep(tokens: proc_macro2::TokenStream) -> bool {
+    tokens.into_iter().any(|token| match token {
+        proc_macro2::TokenTree::Ident(ident) => SLEEPS.iter().any(|sleep| ident == sleep),
+        proc_macro2::TokenTree::Group(group) => calls_a_sleep(group.stream()),
+        _ => false,
+    })
+}
+
+impl HandPacedLoops {
+    fn check(&mut self, line: usize, code: &impl quote::ToTokens) {
+        if calls_a_sleep(code.to_token_stream()) {
+            self.lines.push(line);
+        }
+    }
+}
+
+impl<'ast> syn::visit::Visit<'ast> for HandPacedLoops {
+    fn visit_item_mod(&mut self, item: &'ast syn::ItemMod) {
+        if !is_test_code(&item.attrs) {
+            syn::visit::visit_item_mod(self, item);
+        }
+    }
+
+    fn visit_item_fn(&mut self, item: &'ast syn::ItemFn) {
+        if !is_test_code(&item.attrs) {
+            syn::visit::visit_item_fn(self, item);
+        }
+    }
+
+    fn visit_expr_loop(&mut self, expr: &'ast syn::ExprLoop) {
+        self.check(expr.loop_token.span.start().line, &expr.body);
+        syn::visit::visit_expr_loop(self, expr);
+    }
+
+    fn visit_expr_while(&mut self, expr: &'ast syn::ExprWhile) {
+        self.check(expr.while_token.span.start().line, expr);
+        syn::visit::visit_expr_while(self, expr);
+    }
+
+    fn visit_expr_for_loop(&mut self, expr: &'ast syn::ExprForLoop) {
+        self.check(expr.for_token.span.start().line, &expr.body);
+        syn::visit::visit_expr_for_loop(self, expr);
+    }
+}
+
+fn hand_paced_loops(code: &str) -> Vec<usize> {
+    let file = syn::parse_file(code).expect("the workspace's code parses");
+    let mut found = HandPacedLoops::default();
+    syn::visit::Visit::visit_file(&mut found, &file);
+    found.lines
+}
+
+/// Every retry and every wait is paced by `tether_engine::driver` (its `Backoff`'s
+/// delays are readable nowhere else); a loop elsewhere that sleeps is a retry or a
+/// poll written by hand. The node simulator is a program of its own, with no tether
+/// dependency, and paces its simulated kubelet itself.
+#[test]
+fn only_the_driver_paces_retries_and_waits() {
+    let driver = root().join("crates/tether-engine/src/driver");
+    let mut found = Vec::new();
+    for src in crates() {
+        if src.starts_with(root().join("crates/tether-nodesim")) {
+            continue;
+        }
+        for entry in walkdir::WalkDir::new(&src) {
+            let path = entry.unwrap().into_path();
+            if path.starts_with(&driver) || path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let code = std::fs::read_to_string(&path).unwrap();
+            for line in hand_paced_loops(&code) {
+                let shown = path
+                    .strip_prefix(root())
+                    .unwrap_or(&path)
+                    .display()
+                    .to_string();
+                found.push(format!("{shown}:{line}"));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "loops that sleep outside tether_engine::driver (use its Retries or Poll):\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn a_loop_that_sleeps_is_found() {
+    let code = r#"
+async fn hand_written() {
+    loop {
+        if ready().await {
+            return;
+        }
+        tokio::time::sleep(EVERY).await;
+    }
+}
+
+fn blocking() {
+    for attempt in 1..3 {
+        std::thread::sleep(delay(attempt));
+    }
+}
+
+async fn in_a_select(stop: &CancellationToken) {
+    while busy() {
+        tokio::select! {
+            () = tokio::time::sleep(EVERY) => {}
+            () = stop.cancelled() => return,
+        }
+    }
+}
+
+async fn paced(mut poll: Poll) {
+    while !ready().await {
+        if !poll.next().await {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    async fn a_test_may_wait() {
+        loop {
+            tokio::time::sleep(EVERY).await;
+        }
+    }
+}
+"#;
+    assert_eq!(hand_paced_loops(code), [3, 12, 18]);
 }

@@ -1,21 +1,26 @@
-//! `discover`: flags and `.tether.yaml` to a `Discoverer`, run once, previewed, or
-//! driven on every change until shutdown.
+//! `discover`: flags to a discovery session, run once, previewed, or on every change
+//! until shutdown.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
-use miette::{IntoDiagnostic, WrapErr, miette};
+use miette::miette;
 use tether_core::discover::Outcome;
 use tether_engine::cluster::connect;
-use tether_engine::config::{DiscoverConfig, EventsConfig, SETTINGS_FILE};
-use tether_engine::discovery::watch::ClusterWatch;
-use tether_engine::discovery::{Destination, Discoverer, PassReport, open_workspace};
-use tether_engine::driver::{Backoff, Schedule, drive, shutdown_on_signal};
-use tether_engine::events::pipeline::EventPipeline;
+use tether_engine::discovery::session::{DiscoverySession, SessionOptions};
+use tether_engine::discovery::{Destination, PassReport};
+use tether_engine::driver::shutdown_on_signal;
 
 use super::{DiscoverArgs, GlobalArgs, report};
 
 pub async fn run(global: &GlobalArgs, args: &DiscoverArgs) -> miette::Result<ExitCode> {
+    // Sinks given as flags need --watch; those of the settings file serve --watch only.
+    if args.events.any_sink() && !args.watch {
+        return Err(miette!(
+            help = "add --watch, or run `tether events --watch`",
+            "event sinks need --watch: events are changes over time"
+        ));
+    }
     let destination = match &args.repo {
         Some(url) => Destination::Remote {
             url: url.clone(),
@@ -27,79 +32,36 @@ pub async fn run(global: &GlobalArgs, args: &DiscoverArgs) -> miette::Result<Exi
             path: args.path.clone(),
         },
     };
-    let target = global.cluster.target();
-    let (opened, client) = tokio::join!(
-        open_workspace(destination, args.discover.branch.clone()),
-        connect(&target)
-    );
-    let (workspace, settings) = opened.map_err(report::error)?;
-    // Sinks given as flags need --watch; those of the settings file serve --watch only.
-    if args.events.any_sink() && !args.watch {
-        return Err(miette!(
-            help = "add --watch, or run `tether events --watch`",
-            "event sinks need --watch: events are changes over time"
-        ));
-    }
-    let events = EventsConfig::resolve(&args.events.overrides(), &settings.events);
-    let config = DiscoverConfig::resolve(
-        &args.discover.overrides()?,
-        &settings.discover,
-        SETTINGS_FILE,
-    )
-    .map_err(report::error)?;
-    let client = client.map_err(report::error)?;
-    // Events come from discovery's own pod watch.
-    let (_events, pod_events) = match args.watch && !events.sinks.is_empty() {
-        true => {
-            let (pipeline, feed) = EventPipeline::open_fed(&events, &client)
-                .await
-                .map_err(report::error)
-                .wrap_err("cannot open the event outbox")?;
-            (Some(pipeline), Some(feed))
-        }
-        false => (None, None),
+    let options = SessionOptions {
+        destination,
+        discover: args.discover.overrides()?,
+        events: args.events.overrides(),
+        publish_events: args.watch,
+        default_outbox: None,
+        applyset: args.inventory.inventory().applyset_id(),
+        push: args.push,
+        list_timeout: global.cluster.request_timeout * 2,
     };
-    let watch = ClusterWatch::start(&client, &config.scope, pod_events);
-    watch
-        .ready(global.cluster.request_timeout * 2)
+    let target = global.cluster.target();
+    let mut session = DiscoverySession::open(options, connect(&target))
         .await
-        .into_diagnostic()
-        .wrap_err("cannot list the pods")?;
-    let applyset = args.inventory.inventory().applyset_id();
-    let mut discoverer = Discoverer::new(
-        workspace,
-        watch,
-        config.scope.clone(),
-        applyset,
-        config.author.clone(),
-        args.push,
-    );
+        .map_err(report::error)?;
     if args.dry_run {
-        print_preview(&discoverer.preview().await.map_err(report::error)?);
+        let preview = session.discoverer().preview().await;
+        print_preview(&preview.map_err(report::error)?);
         return Ok(ExitCode::SUCCESS);
     }
     if !args.watch {
-        print_pass(&discoverer.pass().await.map_err(report::error)?);
+        print_pass(&session.discoverer().pass().await.map_err(report::error)?);
         return Ok(ExitCode::SUCCESS);
     }
-    let schedule = Schedule {
-        name: "discovery",
-        debounce: config.debounce,
-        backoff: Backoff::pass(),
-        // A commit being pushed is finished, not left to the next start.
-        grace: Duration::from_secs(10),
-    };
-    drive(
-        &mut discoverer,
-        &schedule,
-        &shutdown_on_signal(),
-        |outcome| {
+    session
+        .run(&shutdown_on_signal(), |outcome| {
             if let Ok(pass) = outcome {
                 print_pass(pass);
             }
-        },
-    )
-    .await;
+        })
+        .await;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -173,7 +173,7 @@ pub(super) async fn run_apply(global: &GlobalArgs, args: ApplyRun<'_>) -> miette
     };
     let applied = match reconciler.apply(&planned, &args.options, &progress).await {
         Ok(applied) => applied,
-        Err(error) if report::is_permanent(&error) => return Err(report::error(error)),
+        Err(error) if error.is_permanent() => return Err(report::error(error)),
         Err(error) => {
             return Err(report::error(error))
                 .wrap_err("apply stopped; run it again to complete it");

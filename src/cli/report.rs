@@ -136,24 +136,6 @@ fn cut(message: &str) -> String {
     tether_core::report::cut(message, 500)
 }
 
-/// Will the same apply fail the same way if run again? Then saying "run it again" is
-/// wrong: what to fix is in the message.
-pub fn is_permanent(error: &tether_engine::reconcile::ReconcileError) -> bool {
-    use tether_engine::cluster::ClusterError;
-    use tether_engine::reconcile::ReconcileError;
-    match error {
-        ReconcileError::NothingRendered | ReconcileError::Invalid(_) => true,
-        ReconcileError::Cluster(
-            ClusterError::ForeignInventory { .. } | ClusterError::BadInventory { .. },
-        ) => true,
-        ReconcileError::Cluster(ClusterError::Api {
-            source: kube::Error::Api(status),
-            ..
-        }) => (400..500).contains(&status.code) && status.code != 409 && status.code != 429,
-        _ => false,
-    }
-}
-
 /// The flag that solves a library error, if one does.
 fn flag_hint(error: &(dyn std::error::Error + 'static)) -> Option<String> {
     use tether_core::operation::OperationError;

@@ -12,12 +12,12 @@ use kube::{Client, CustomResourceExt};
 use miette::{IntoDiagnostic, WrapErr, miette};
 use tether_daemon::controller::{Controller, request_reconcile};
 use tether_daemon::leader::{self, Election};
-use tether_daemon::runner::{NoStatus, PassError, SourceLoop};
+use tether_daemon::runner::{NoStatus, Origin, PassError, PassOutcome, SourceLoop};
 use tether_daemon::source::{DriftPolicy, Source};
 use tether_daemon::webhook::MIN_SECRET;
 use tether_daemon::{Shared, http};
 use tether_engine::cluster::connect;
-use tether_engine::driver::{Backoff, Schedule, drive, shutdown_on_signal};
+use tether_engine::driver::{Poll, shutdown_on_signal};
 use tether_engine::reconcile::{ApplyOptions, PlanOptions, ReconcileError, Reconciler};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -126,25 +126,15 @@ async fn run_one(
     if args.source.repo.is_none() && args.source.path.is_dir() {
         work = work.watch_directory(&args.source.path).into_diagnostic()?;
     }
-    shared.register(
-        &id,
-        args.source.repo.clone(),
-        args.source.reference.clone(),
-        args.interval,
-        work.trigger(),
-    );
     shared.metrics.set_leader(true);
     shared.set_ready();
-    let schedule = Schedule {
-        name: "run",
-        // Saving several files at once is one pass.
-        debounce: Duration::from_millis(200),
-        backoff: Backoff::pass(),
-        grace: args.shutdown_timeout,
+    let origin = Origin {
+        url: args.source.repo.clone(),
+        reference: args.source.reference.clone(),
     };
     let graphical = report::use_graphics(global.color, std::io::stderr().is_terminal());
     let span = tracing::info_span!("source", source = %id, revision = tracing::field::Empty);
-    drive(&mut work, &schedule, shutdown, |outcome| match outcome {
+    let printed = |outcome: &Result<PassOutcome, PassError>| match outcome {
         Ok(pass) => {
             let at = pass.revision.as_deref().unwrap_or("the working tree");
             print!("applied {at}: {}", report_text(&pass.report));
@@ -159,9 +149,10 @@ async fn run_one(
         ),
         // The driver logs other errors.
         Err(_) => {}
-    })
-    .instrument(span)
-    .await;
+    };
+    work.run(origin, args.shutdown_timeout, shutdown, printed)
+        .instrument(span)
+        .await;
     Ok(())
 }
 
@@ -245,7 +236,7 @@ pub async fn reconcile(
         "requested a pass of {}/{}; waiting for the daemon",
         args.namespace, args.source
     );
-    let deadline = tokio::time::Instant::now() + args.timeout;
+    let mut poll = Poll::new(Duration::from_millis(250), args.timeout);
     loop {
         let source = api.get(&args.source).await.into_diagnostic()?;
         let status = source.status.unwrap_or_default();
@@ -270,14 +261,13 @@ pub async fn reconcile(
                 None => ExitCode::from(2),
             });
         }
-        if tokio::time::Instant::now() > deadline {
+        if !poll.next().await {
             return Err(miette!(
                 help = "is the daemon running (tether run --sources), and does it watch this namespace?",
                 "the daemon did not handle the request within {:?}",
                 args.timeout
             ));
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
 

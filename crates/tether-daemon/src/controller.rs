@@ -24,14 +24,14 @@ use tracing::Instrument;
 use super::Shared;
 use super::discovery::DiscoveryTarget;
 use super::keys::DecryptionSecret;
-use super::runner::{PassError, PassOutcome, SourceLoop, StatusSink, Trigger};
+use super::runner::{Origin, PassError, PassOutcome, SourceLoop, StatusSink, Trigger};
 use super::source::{
     DiscoverySpec, RECONCILE_REQUESTED_ANNOTATION, Source, SourceSpec, SourceStatus, revision_name,
 };
 use super::status::{PassResult, next_status, worth_writing};
 use super::webhook::Push;
 use tether_engine::cluster::Target;
-use tether_engine::driver::{Backoff, Schedule, drive};
+use tether_engine::driver::{Backoff, Retries};
 use tether_engine::git::{Credentials, is_full_commit_id};
 use tether_engine::reconcile::Reconciler;
 
@@ -322,13 +322,6 @@ async fn run_source(
         work = work.with_decryption(secret);
     }
     let trigger = work.trigger();
-    shared.register(
-        &id,
-        Some(source.spec.url.clone()),
-        source.spec.reference.clone(),
-        settings.interval,
-        trigger.clone(),
-    );
     let handled = source
         .status
         .as_ref()
@@ -342,18 +335,18 @@ async fn run_source(
     }
     let discovery =
         discovery.map(|target| spawn_discovery(client, target, work.first_pass(), stop.clone()));
-    let schedule = Schedule {
-        name: "source",
-        debounce: Duration::from_millis(100),
-        backoff: Backoff::pass(),
-        grace: shutdown_timeout,
+    let origin = Origin {
+        url: Some(source.spec.url.clone()),
+        reference: source.spec.reference.clone(),
     };
-    drive(&mut work, &schedule, &stop, log_pass).await;
+    work.run(origin, shutdown_timeout, &stop, log_pass).await;
     if let Some(discovery) = discovery {
         let _ = discovery.await;
     }
-    shared.unregister(&id);
 }
+
+/// How often a Source's unreadable credentials Secret is read again.
+const CREDENTIALS_RETRY: Duration = Duration::from_secs(30);
 
 /// The Source's Git credentials, waited for (and said in the status) while its
 /// Secret cannot be read; `None` when stopped first.
@@ -364,6 +357,7 @@ async fn wait_for_credentials(
     stop: &CancellationToken,
 ) -> Option<Credentials> {
     let namespace = source.namespace().unwrap_or_default();
+    let mut retries = Retries::endless(Backoff::fixed(CREDENTIALS_RETRY));
     loop {
         match credentials(client, &namespace, &source.spec).await {
             Ok(credentials) => return Some(credentials),
@@ -375,9 +369,8 @@ async fn wait_for_credentials(
                     stalled: false,
                 };
                 status.record(&result, None).await;
-                tokio::select! {
-                    () = tokio::time::sleep(Duration::from_secs(30)) => {}
-                    () = stop.cancelled() => return None,
+                if !retries.again_unless(stop).await {
+                    return None;
                 }
             }
         }

@@ -1,8 +1,8 @@
 //! A Source's discovery, beside its loop (`spec.discovery: true`): the cluster's pods
 //! that tether did not create are committed back to the Source's repository (under
 //! `discovered/`, pushed to its branch), and pod events go to the sinks its
-//! `.tether.yaml` names (`events:`). One pod watch feeds both, as in `discover
-//! --watch`; both are driven by the shared driver.
+//! `.tether.yaml` names (`events:`): the discovery session `discover --watch` runs,
+//! retried until it starts.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -10,13 +10,10 @@ use std::time::Duration;
 use kube::Client;
 use tokio_util::sync::CancellationToken;
 
-use tether_engine::config::{
-    DiscoverConfig, DiscoverOverrides, EventOverrides, EventsConfig, SETTINGS_FILE,
-};
-use tether_engine::discovery::watch::ClusterWatch;
-use tether_engine::discovery::{Destination, Discoverer, open_workspace};
-use tether_engine::driver::{Backoff, Schedule, drive};
-use tether_engine::events::pipeline::EventPipeline;
+use tether_engine::config::{DiscoverOverrides, EventOverrides};
+use tether_engine::discovery::Destination;
+use tether_engine::discovery::session::{DiscoverySession, SessionOptions};
+use tether_engine::driver::{Backoff, Retries};
 use tether_engine::git::Credentials;
 
 /// Where a Source's discovery writes.
@@ -35,21 +32,16 @@ pub struct DiscoveryTarget {
     pub outbox: PathBuf,
 }
 
-/// How long events still in the outbox may take to be delivered at shutdown.
-const FLUSH: Duration = Duration::from_secs(5);
-
 /// Runs discovery (and event delivery) until `stop`; a failure to start is retried.
 pub async fn run(client: Client, target: DiscoveryTarget, stop: CancellationToken) {
-    let mut backoff = Backoff::pass();
+    let mut retries = Retries::endless(Backoff::pass());
     loop {
         match run_once(&client, &target, &stop).await {
             Ok(()) => return,
             Err(error) => {
-                let retry = backoff.next_delay();
-                tracing::warn!(%error, ?retry, "discovery could not start; retrying");
-                tokio::select! {
-                    () = tokio::time::sleep(retry) => {}
-                    () = stop.cancelled() => return,
+                tracing::warn!(%error, attempt = retries.attempt(), "discovery could not start; retrying");
+                if !retries.again_unless(&stop).await {
+                    return;
                 }
             }
         }
@@ -61,65 +53,39 @@ async fn run_once(
     target: &DiscoveryTarget,
     stop: &CancellationToken,
 ) -> Result<(), String> {
-    let destination = Destination::Remote {
-        url: target.url.clone(),
-        path: target.path.clone(),
-        cache: target.cache.clone(),
-        credentials: target.credentials.clone(),
+    let options = SessionOptions {
+        destination: Destination::Remote {
+            url: target.url.clone(),
+            path: target.path.clone(),
+            cache: target.cache.clone(),
+            credentials: target.credentials.clone(),
+        },
+        discover: DiscoverOverrides {
+            branch: Some(target.branch.clone()),
+            ..DiscoverOverrides::default()
+        },
+        events: EventOverrides::default(),
+        publish_events: true,
+        default_outbox: Some(target.outbox.clone()),
+        applyset: target.applyset.clone(),
+        push: true,
+        list_timeout: Duration::from_secs(60),
     };
-    let (workspace, settings) = open_workspace(destination, Some(target.branch.clone()))
+    let session = DiscoverySession::open(options, async { Ok(client.clone()) })
         .await
         .map_err(|e| tether_core::error_chain(&e))?;
-    let config = DiscoverConfig::resolve(
-        &DiscoverOverrides::default(),
-        &settings.discover,
-        SETTINGS_FILE,
-    )
-    .map_err(|e| e.to_string())?;
-    let mut events = EventsConfig::resolve(&EventOverrides::default(), &settings.events);
-    if settings.events.outbox.is_none() {
-        events.outbox = target.outbox.clone();
-    }
-    let (pipeline, feed) = match events.sinks.is_empty() {
-        true => (None, None),
-        false => {
-            let (pipeline, feed) = EventPipeline::open_fed(&events, client)
-                .await
-                .map_err(|e| e.to_string())?;
-            (Some(pipeline), Some(feed))
-        }
-    };
-    let watch = ClusterWatch::start(client, &config.scope, feed);
-    watch
-        .ready(Duration::from_secs(60))
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut discoverer = Discoverer::new(
-        workspace,
-        watch,
-        config.scope.clone(),
-        target.applyset.clone(),
-        config.author.clone(),
-        true,
-    );
-    let schedule = Schedule {
-        name: "discovery",
-        debounce: config.debounce,
-        backoff: Backoff::pass(),
-        grace: Duration::from_secs(10),
-    };
-    drive(&mut discoverer, &schedule, stop, |outcome| match outcome {
-        Ok(pass) => match &pass.synced.commit {
-            Some(commit) => tracing::info!(commit, pods = pass.pods, "discovered pods committed"),
-            None => tracing::debug!(pods = pass.pods, "discovery: no changes"),
-        },
-        Err(error) => {
-            tracing::warn!(error = %tether_core::error_chain(error), "discovery pass failed")
-        }
-    })
-    .await;
-    if let Some(pipeline) = pipeline {
-        pipeline.close(FLUSH).await;
-    }
+    session
+        .run(stop, |outcome| match outcome {
+            Ok(pass) => match &pass.synced.commit {
+                Some(commit) => {
+                    tracing::info!(commit, pods = pass.pods, "discovered pods committed")
+                }
+                None => tracing::debug!(pods = pass.pods, "discovery: no changes"),
+            },
+            Err(error) => {
+                tracing::warn!(error = %tether_core::error_chain(error), "discovery pass failed")
+            }
+        })
+        .await;
     Ok(())
 }

@@ -14,6 +14,7 @@ use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube_lease_manager::{LeaseManager, LeaseManagerBuilder};
+use tether_engine::driver::{Backoff, Retries};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -44,17 +45,22 @@ pub async fn run(
         .default_backoff()
         .boxed();
     let mut manager: Option<LeaseManager> = None;
+    let mut retries =
+        Retries::endless(Backoff::new(Duration::from_secs(1), Duration::from_secs(2)));
     loop {
         let current = match &manager {
             Some(current) => current,
             None => match build(&client, &election).await {
-                Ok(built) => manager.insert(built),
+                Ok(built) => {
+                    retries.succeeded();
+                    manager.insert(built)
+                }
                 Err(error) => {
                     tracing::warn!(%error, "cannot prepare the leader election; retrying");
-                    tokio::select! {
-                        () = tokio::time::sleep(Duration::from_secs(2)) => continue,
-                        () = release.cancelled() => return,
+                    if retries.again_unless(&release).await {
+                        continue;
                     }
+                    return;
                 }
             },
         };
@@ -70,7 +76,7 @@ pub async fn run(
                     let _ = leading.send(false);
                     shared.metrics.set_leader(false);
                     manager = None;
-                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    retries.again().await;
                 }
             },
             Some(event) = lease_events.next() => {

@@ -24,12 +24,12 @@ use super::status::PassResult;
 use tether_core::k8s::ObjectKey;
 use tether_core::plan::{Action, Change};
 use tether_core::source::is_model_path;
-use tether_engine::driver::Loop;
+use tether_engine::driver::{Backoff, Loop, Schedule, drive};
 use tether_engine::reconcile::{
     ApplyOptions, ApplyReport, Outcome, PlanOptions, Planned, ReconcileError, Reconciler,
     WatchCache,
 };
-use tether_engine::repo::RepoError;
+use tokio_util::sync::CancellationToken;
 
 /// Why a pass should come now.
 #[derive(Debug)]
@@ -61,6 +61,19 @@ impl StatusSink for NoStatus {
 
     async fn record(&mut self, _: &PassResult<'_>, _: Option<String>) {}
 }
+
+/// Where a source's models come from, as the daemon's endpoints show it (webhooks
+/// find their sources by it).
+#[derive(Clone, Debug, Default)]
+pub struct Origin {
+    /// The Git repository's URL; `None` for a directory.
+    pub url: Option<String>,
+    pub reference: Option<String>,
+}
+
+/// After a change, how long more changes are gathered into the same pass: saving
+/// several files at once, or a burst of webhooks, is one pass.
+const DEBOUNCE: Duration = Duration::from_millis(200);
 
 /// One source, reconciled pass after pass.
 pub struct SourceLoop<S = NoStatus> {
@@ -179,6 +192,37 @@ impl<S: StatusSink> SourceLoop<S> {
     pub fn with_decryption(mut self, secret: DecryptionSecret) -> Self {
         self.decryption = Some(secret);
         self
+    }
+
+    /// Runs the loop until `shutdown`, registered with the daemon's endpoints
+    /// (webhooks, requests, the source list) meanwhile; each pass's outcome goes to
+    /// `observe`. The one way a source runs: `tether run` runs one from flags with it,
+    /// the controller each Source. On shutdown, a pass in progress may finish within
+    /// `grace`.
+    pub async fn run(
+        mut self,
+        origin: Origin,
+        grace: Duration,
+        shutdown: &CancellationToken,
+        observe: impl FnMut(&Result<PassOutcome, PassError>),
+    ) {
+        let shared = self.shared.clone();
+        let id = self.id.clone();
+        shared.register(
+            &id,
+            origin.url,
+            origin.reference,
+            self.interval,
+            self.trigger(),
+        );
+        let schedule = Schedule {
+            name: "source",
+            debounce: DEBOUNCE,
+            backoff: Backoff::pass(),
+            grace,
+        };
+        drive(&mut self, &schedule, shutdown, observe).await;
+        shared.unregister(&id);
     }
 
     /// Says when the first pass has finished: work that can wait (discovery's first
@@ -489,7 +533,7 @@ fn pass_result<'r>(
             report: &outcome.report,
         },
         Err(PassError::Reconcile(error)) => {
-            let (reason, stalled) = failure_kind(error);
+            let (reason, stalled) = (error.reason(), error.is_permanent());
             let revision = match error {
                 ReconcileError::Invalid(models) => models.loaded.revision.as_ref(),
                 _ => None,
@@ -542,22 +586,6 @@ fn drift_of(change: &Change, seen: &BTreeMap<ObjectKey, Drift>) -> Option<Drift>
     }
 }
 
-/// A failed pass's reason in the status, and whether retrying cannot help.
-fn failure_kind(error: &ReconcileError) -> (&'static str, bool) {
-    match error {
-        ReconcileError::Invalid(_) => ("InvalidModels", true),
-        ReconcileError::Settings(_) => ("InvalidSettings", true),
-        ReconcileError::NothingRendered => ("NothingRendered", true),
-        ReconcileError::Dormant(_) => ("KubernetesDisabled", true),
-        ReconcileError::Selection(_) | ReconcileError::PartialPrune => ("InvalidSelection", true),
-        ReconcileError::Source(RepoError::Git(error)) if error.is_permanent() => {
-            ("GitRefused", true)
-        }
-        ReconcileError::Source(_) => ("GitFailed", false),
-        ReconcileError::Cluster(_) => ("ClusterUnavailable", false),
-    }
-}
-
 /// A model file or the settings file. Editors' temporary and backup files (`.#x.yaml`,
 /// `x.yaml~`, `.x.yaml.swp`) are neither: hidden, or not `.yaml`/`.yml`.
 fn is_models_change(path: &Path) -> bool {
@@ -598,12 +626,13 @@ impl<S: StatusSink> Loop for SourceLoop<S> {
         // ±10% jitter, so that many sources started together do not pass together.
         let jitter = 0.9 + fastrand::f64() * 0.2;
         let tick = Instant::now() + self.interval.mul_f64(jitter);
-        // Drift on an object that is backing off waits for its turn.
-        let mut deferred: Option<Instant> = None;
+        // The one timer of this wait: the interval's tick, moved sooner by drift on an
+        // object that is backing off, which waits for its turn.
+        let wake = tokio::time::sleep_until(tick);
+        tokio::pin!(wake);
         loop {
-            let wake = deferred.map_or(tick, |d| d.min(tick));
             tokio::select! {
-                () = tokio::time::sleep_until(wake) => return,
+                () = &mut wake => return,
                 Some(trigger) = self.triggers.1.recv() => {
                     if let Trigger::Requested(value) = trigger {
                         self.requested = Some(value);
@@ -616,7 +645,8 @@ impl<S: StatusSink> Loop for SourceLoop<S> {
                     self.drifted.insert(drift.key.clone(), drift);
                     match not_before {
                         None => return,
-                        Some(at) => deferred = Some(deferred.map_or(at, |d| d.min(at))),
+                        Some(at) if at < wake.deadline() => wake.as_mut().reset(at),
+                        Some(_) => {}
                     }
                 }
             }

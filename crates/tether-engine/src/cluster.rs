@@ -15,7 +15,7 @@ use kube::discovery::{Discovery, Scope};
 use kube::{Client, Config};
 use thiserror::Error;
 
-use crate::driver::Backoff;
+use crate::driver::{Backoff, Retries};
 use tether_core::inventory::InventoryRecord;
 use tether_core::k8s::api_group;
 use tether_core::ownership::{APPLYSET_ID_LABEL, Inventory, MANAGED_BY_LABEL, MANAGER};
@@ -56,6 +56,22 @@ pub enum ClusterError {
         name: String,
         reason: String,
     },
+}
+
+impl ClusterError {
+    /// Whether the server refused the request for what it is, so that sending it
+    /// again cannot help: another inventory's or a malformed record, or a 4xx answer
+    /// other than a conflict (409) or a rate limit (429).
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            ClusterError::ForeignInventory { .. } | ClusterError::BadInventory { .. } => true,
+            ClusterError::Api {
+                source: kube::Error::Api(status),
+                ..
+            } => (400..500).contains(&status.code) && status.code != 409 && status.code != 429,
+            _ => false,
+        }
+    }
 }
 
 /// Where to find the cluster: the kubeconfig and context to use, and how long a
@@ -281,10 +297,8 @@ pub async fn update_inventory(
         field_manager: Some(inventory.field_manager()),
         ..PostParams::default()
     };
-    let mut backoff = Backoff::request();
-    let mut attempt = 0;
+    let mut retries = Retries::new(Backoff::request(), INVENTORY_UPDATE_ATTEMPTS);
     loop {
-        attempt += 1;
         let (current, version) = read_inventory_version(client, inventory).await?;
         let record = update(&current);
         // An unchanged record is not written: a pass that changed nothing writes nothing.
@@ -302,11 +316,13 @@ pub async fn update_inventory(
         match written {
             Ok(_) => return Ok(record),
             Err(kube::Error::Api(status))
-                if (status.is_conflict() || status.reason == "AlreadyExists")
-                    && attempt < INVENTORY_UPDATE_ATTEMPTS =>
+                if (status.is_conflict() || status.reason == "AlreadyExists") && retries.left() =>
             {
-                tracing::debug!(attempt, "the inventory changed meanwhile; merging again");
-                tokio::time::sleep(backoff.next_delay()).await;
+                tracing::debug!(
+                    attempt = retries.attempt(),
+                    "the inventory changed meanwhile; merging again"
+                );
+                retries.again().await;
             }
             Err(e) => return Err(inventory_error("write", inventory)(e)),
         }

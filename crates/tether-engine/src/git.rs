@@ -11,7 +11,7 @@ use git2::{
 use sha2::{Digest, Sha256};
 use thiserror::Error;
 
-use crate::driver::Backoff;
+use crate::driver::{Backoff, Retries};
 
 use tether_core::source::{Revision, SourceFile, SourceFiles, is_model_path};
 
@@ -244,8 +244,8 @@ pub(crate) fn fetch(
         "+refs/tags/*:refs/tags/*",
         "+HEAD:refs/remotes/origin/HEAD",
     ];
-    let mut backoff = Backoff::request();
-    for attempt in 1.. {
+    let mut retries = Retries::new(Backoff::request(), 3);
+    loop {
         let mut remote = repo.remote_anonymous(url)?;
         let mut options = FetchOptions::new();
         options.remote_callbacks(credentials.callbacks());
@@ -253,10 +253,10 @@ pub(crate) fn fetch(
         // it is an unknown reference, never the commit it last pointed to.
         options.prune(git2::FetchPrune::On);
         match remote.fetch(&refspecs, Some(&mut options), None) {
-            Ok(()) => break,
-            Err(e) if attempt < 3 && is_transient(&e) => {
-                tracing::warn!(url, attempt, error = %e, "fetch failed; retrying");
-                std::thread::sleep(backoff.next_delay());
+            Ok(()) => return Ok(()),
+            Err(e) if is_transient(&e) && retries.left() => {
+                tracing::warn!(url, attempt = retries.attempt(), error = %e, "fetch failed; retrying");
+                retries.again_blocking();
             }
             Err(source) => {
                 return Err(GitError::Fetch {
@@ -266,7 +266,6 @@ pub(crate) fn fetch(
             }
         }
     }
-    Ok(())
 }
 
 pub(crate) fn is_transient(error: &git2::Error) -> bool {

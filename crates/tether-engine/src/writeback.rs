@@ -18,7 +18,7 @@ use git2::{
 };
 use thiserror::Error;
 
-use crate::driver::Backoff;
+use crate::driver::{Backoff, Retries};
 use crate::git::{Credentials, GitError, fetch, open_cache, read_tree};
 use tether_core::discover::{DISCOVERED_DIR, Outcome};
 use tether_core::operation::{RestoredDocument, rollout_state, same_state};
@@ -425,11 +425,8 @@ impl Workspace {
         author: &Author,
         push: bool,
     ) -> Result<Synced<T>, E> {
-        const ATTEMPTS: u32 = 8;
-        let mut backoff = Backoff::request();
-        let mut attempt = 0;
+        let mut retries = Retries::new(Backoff::request(), 8);
         loop {
-            attempt += 1;
             let base = self.base();
             let outcome = plan(&self.models_at(base)?)?;
             let commit = if outcome.is_empty() {
@@ -465,15 +462,15 @@ impl Workspace {
                     }
                     return Err(WritebackError::BranchExists { branch }.into());
                 }
-                Some(reason) if attempt < ATTEMPTS => {
-                    tracing::info!(%url, branch = %self.branch, %reason, attempt, "push rejected; fetching and planning again");
-                    std::thread::sleep(backoff.next_delay());
+                Some(reason) if retries.left() => {
+                    tracing::info!(%url, branch = %self.branch, %reason, attempt = retries.attempt(), "push rejected; fetching and planning again");
+                    retries.again_blocking();
                     fetch(&self.repo, &url, &self.credentials).map_err(WritebackError::from)?;
                 }
                 Some(reason) => {
                     return Err(WritebackError::PushRejected {
                         url,
-                        attempts: attempt,
+                        attempts: retries.attempt(),
                         reason,
                     }
                     .into());

@@ -11,6 +11,7 @@ use kube::Client;
 use kube::api::{Api, AttachParams, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use thiserror::Error;
 
+use crate::driver::Poll;
 use crate::events::sink::{PodRef, pod_event};
 use tether_core::events::ACTION_ANNOTATION;
 use tether_core::ownership::{MANAGED_BY_LABEL, MANAGER, MODEL_ANNOTATION};
@@ -226,7 +227,7 @@ pub async fn restart_containers(
         }
         let _ = process.join().await;
     }
-    let deadline = tokio::time::Instant::now() + timeout;
+    let mut poll = Poll::new(Duration::from_millis(500), timeout);
     loop {
         let now = restart_counts(&get(&pods, namespace, name).await?);
         if chosen
@@ -235,7 +236,7 @@ pub async fn restart_containers(
         {
             return Ok(chosen);
         }
-        if tokio::time::Instant::now() >= deadline {
+        if !poll.next().await {
             return Err(PodActionError::Timeout {
                 what: format!(
                     "a restart of {} in pod {namespace}/{name}",
@@ -244,7 +245,6 @@ pub async fn restart_containers(
                 timeout,
             });
         }
-        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 
@@ -359,7 +359,7 @@ async fn replacement(
     before: &[(String, String)],
     timeout: Duration,
 ) -> Result<(String, String), PodActionError> {
-    let deadline = tokio::time::Instant::now() + timeout;
+    let mut poll = Poll::new(Duration::from_millis(250), timeout);
     loop {
         let new = owned_by(pods, owner)
             .await?
@@ -368,13 +368,12 @@ async fn replacement(
         if let Some(new) = new {
             return Ok(new);
         }
-        if tokio::time::Instant::now() >= deadline {
+        if !poll.next().await {
             return Err(PodActionError::Timeout {
                 what: "a pod in place of the recreated one".into(),
                 timeout,
             });
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
 
@@ -385,18 +384,17 @@ async fn gone(
     uid: &str,
     timeout: Duration,
 ) -> Result<(), PodActionError> {
-    let deadline = tokio::time::Instant::now() + timeout;
+    let mut poll = Poll::new(Duration::from_millis(250), timeout);
     loop {
         match pods.get_opt(name).await? {
             Some(p) if p.metadata.uid.as_deref() == Some(uid) => {}
             _ => return Ok(()),
         }
-        if tokio::time::Instant::now() >= deadline {
+        if !poll.next().await {
             return Err(PodActionError::Timeout {
                 what: format!("the deletion of pod {name}"),
                 timeout,
             });
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }

@@ -8,6 +8,7 @@ use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject};
 use thiserror::Error;
 
+use crate::driver::Poll;
 use tether_core::model::ControllerKind;
 use tether_core::readiness::{Readiness, rollout};
 
@@ -62,7 +63,7 @@ pub async fn status(
     };
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
     let kind_name = kind.name();
-    let deadline = tokio::time::Instant::now() + timeout;
+    let mut poll = Poll::new(LOOK_EVERY, timeout);
     let mut last = String::new();
     loop {
         let object = api
@@ -89,7 +90,7 @@ pub async fn status(
             progress(&state);
             last = state;
         }
-        if tokio::time::Instant::now() >= deadline {
+        if !poll.next().await {
             return Err(RolloutError::Timeout {
                 kind: kind_name,
                 namespace: namespace.to_string(),
@@ -98,6 +99,5 @@ pub async fn status(
                 state: last,
             });
         }
-        tokio::time::sleep(LOOK_EVERY).await;
     }
 }

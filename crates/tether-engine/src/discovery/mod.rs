@@ -3,6 +3,7 @@
 //! branch's models → `writeback` commit (and push). Git work runs off the async
 //! runtime.
 
+pub mod session;
 pub mod watch;
 
 use std::path::PathBuf;

@@ -15,7 +15,7 @@ use super::live::CONCURRENCY;
 use super::outcome::{ApplyReport, BlockedWave, ObjectFailure, ObjectReport, Outcome};
 use super::{ApplyOptions, ApplyProgress, Planned, Step, wait};
 use crate::cluster::{ClusterError, Resources, update_inventory};
-use crate::driver::Backoff;
+use crate::driver::{Backoff, Poll, Retries};
 use tether_core::inventory::{InventoryEntry, Provenance, by_rank};
 use tether_core::k8s::ObjectKey;
 use tether_core::ownership::{
@@ -424,11 +424,12 @@ async fn delete_and_wait(api: &Api<DynamicObject>, key: &ObjectKey) -> Result<()
         Err(kube::Error::Api(status)) if status.is_not_found() => return Ok(()),
         Err(e) => return Err(failed(e)),
     }
-    let deadline = tokio::time::Instant::now() + REPLACE_TIMEOUT;
+    let mut poll = Poll::new(Duration::from_millis(250), REPLACE_TIMEOUT);
     loop {
         match api.get_opt(&key.name).await {
             Ok(None) => return Ok(()),
-            Ok(Some(_)) if tokio::time::Instant::now() >= deadline => {
+            Ok(Some(_)) if poll.next().await => {}
+            Ok(Some(_)) => {
                 return Err(ObjectFailure::Request {
                     message: format!(
                         "replace: still being deleted after {}s",
@@ -436,7 +437,6 @@ async fn delete_and_wait(api: &Api<DynamicObject>, key: &ObjectKey) -> Result<()
                     ),
                 });
             }
-            Ok(Some(_)) => tokio::time::sleep(Duration::from_millis(250)).await,
             Err(e) => return Err(failed(e)),
         }
     }
@@ -466,9 +466,8 @@ async fn await_definitions(
         .iter()
         .map(|s| (s.change.api_version.clone(), s.change.key.kind.clone()))
         .collect();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while unserved(&resources) && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut poll = Poll::new(Duration::from_millis(500), Duration::from_secs(60));
+    while unserved(&resources) && poll.next().await {
         resources = Resources::discover(client, &all_kinds).await?;
     }
     Ok(resources)
@@ -577,8 +576,9 @@ async fn apply_one(
             tracing::warn!(%error, "could not take over the fields kubectl applied client-side");
         }
     }
-    let mut backoff = Backoff::request();
-    for attempt in 1.. {
+    let mut retries = Retries::new(Backoff::request(), ATTEMPTS);
+    loop {
+        let attempt = retries.attempt();
         if unreachable.load(Ordering::Relaxed) {
             return Err(ObjectFailure::Unreachable);
         }
@@ -597,7 +597,7 @@ async fn apply_one(
                 return Err(ObjectFailure::Conflict(conflicts_of(status)));
             }
             // The server answered: busy, or not ready for this object yet.
-            kube::Error::Api(status) => ObjectFailure::may_pass_later(status) && attempt < ATTEMPTS,
+            kube::Error::Api(status) => ObjectFailure::may_pass_later(status) && retries.left(),
             // No answer (timeout, connection refused): one more try, then give up on
             // the server for every object.
             kube::Error::HyperError(_) | kube::Error::Service(_) => {
@@ -612,7 +612,6 @@ async fn apply_one(
             return Err(ObjectFailure::of_kube_error(&error));
         }
         tracing::debug!(attempt, error = %error, "apply failed; retrying");
-        tokio::time::sleep(backoff.next_delay()).await;
+        retries.again().await;
     }
-    Ok(None)
 }

@@ -9,11 +9,11 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
-use tokio::time::Instant;
 
 use super::outcome::{ObjectFailure, Outcome, status_text};
 use crate::cluster::ClusterError;
 use crate::cluster::api_error;
+use crate::driver::Poll;
 use tether_core::host::{BoundPod, HostRemoval, merged_taints, selector_query};
 use tether_core::k8s::ObjectKey;
 
@@ -105,7 +105,7 @@ pub(super) async fn remove_host(
         Err(e) => return Ok(Some(failed(format!("cordon: {}", kube_text(&e))))),
     }
     tracing::info!(node = name, "host leaving: node cordoned");
-    let deadline = Instant::now() + timeout;
+    let mut poll = Poll::new(REMOVAL_POLL, timeout);
     // The refusals of the last round: each budget's (namespace, cause) and the pods
     // it kept.
     let mut blocked: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
@@ -132,7 +132,7 @@ pub(super) async fn remove_host(
                 }
             }
         }
-        if Instant::now() >= deadline {
+        if !poll.next().await {
             let reason = match blocked.is_empty() {
                 true => format!("{terminating} pods still terminating"),
                 false => budget_refusals(client, &blocked).await,
@@ -142,7 +142,6 @@ pub(super) async fn remove_host(
                 timeout.as_secs()
             ))));
         }
-        tokio::time::sleep(REMOVAL_POLL).await;
     }
 }
 

@@ -138,6 +138,32 @@ pub enum ReconcileError {
     PartialPrune,
 }
 
+impl ReconcileError {
+    /// Why a pass failed, in a word: a Source's status reason, and what the CLI and
+    /// the daemon's logs classify by.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ReconcileError::Invalid(_) => "InvalidModels",
+            ReconcileError::Settings(_) => "InvalidSettings",
+            ReconcileError::NothingRendered => "NothingRendered",
+            ReconcileError::Dormant(_) => "KubernetesDisabled",
+            ReconcileError::Selection(_) | ReconcileError::PartialPrune => "InvalidSelection",
+            ReconcileError::Source(RepoError::Git(error)) if error.is_permanent() => "GitRefused",
+            ReconcileError::Source(_) => "GitFailed",
+            ReconcileError::Cluster(error) if error.is_permanent() => "ClusterRefused",
+            ReconcileError::Cluster(_) => "ClusterUnavailable",
+        }
+    }
+
+    /// Whether trying again cannot help until something changes (the models, the
+    /// settings, the request): the daemon says the Source is stalled, and the CLI
+    /// does not suggest running again. Git and the cluster being unreachable, busy or
+    /// in a conflict pass with time.
+    pub fn is_permanent(&self) -> bool {
+        !matches!(self.reason(), "GitFailed" | "ClusterUnavailable")
+    }
+}
+
 /// Models read and checked: the files, every diagnostic, and where they came from.
 #[derive(Debug)]
 pub struct CheckedModels {

@@ -10,6 +10,7 @@ use kube::Client;
 
 use super::outcome::Blocker;
 use crate::cluster::Resources;
+use crate::driver::Poll;
 use tether_core::k8s::ObjectKey;
 use tether_core::readiness::{Readiness, assess};
 use tether_core::render::RenderedObject;
@@ -35,7 +36,7 @@ pub(super) async fn wait_for(
     failed_here: &HashMap<ObjectKey, String>,
     progress: &NotReady<'_>,
 ) -> Result<(), Vec<Blocker>> {
-    let deadline = tokio::time::Instant::now() + timeout;
+    let mut poll = Poll::new(LOOK_EVERY, timeout);
     let mut kinds: BTreeSet<(String, String)> = gates
         .iter()
         .map(|g| (g.gate.api_version.clone(), g.gate.key.kind.clone()))
@@ -62,14 +63,13 @@ pub(super) async fn wait_for(
             .map(|(g, why)| (g.gate.key.clone(), why.clone()))
             .collect();
         progress(&not_ready);
-        if !failed.is_empty() || (!still.is_empty() && tokio::time::Instant::now() >= deadline) {
+        if failed.is_empty() && still.is_empty() {
+            return Ok(());
+        }
+        if !failed.is_empty() || !poll.next().await {
             failed.extend(still.into_iter().map(|(g, why)| blocker(g, why, false)));
             return Err(failed);
         }
-        if still.is_empty() {
-            return Ok(());
-        }
-        tokio::time::sleep(LOOK_EVERY).await;
         // A kind the server did not serve may be defined by now (a CRD of this apply).
         if resources.is_none() || still.iter().any(|(_, why)| why.starts_with(UNSERVED)) {
             resources = Resources::discover(client, &kinds).await.ok();

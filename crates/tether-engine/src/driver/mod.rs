@@ -1,59 +1,30 @@
-//! The one driver of every long-running loop (`discover --watch`, event delivery, and
-//! the daemon's reconcile loop): a pass runs at start and again when something
-//! changed, changes that come close together are gathered for one pass (debounce), a
-//! failed pass is retried with exponential backoff and jitter, and the loop stops at
-//! once on shutdown. The same [`Backoff`] paces retries of a single request.
+//! Every retry, every wait and every long-running loop of tether, paced in one place.
+//!
+//! - [`drive`] runs a long-running loop (`discover --watch`, event delivery, the
+//!   daemon's reconcile loop): a pass runs at start and again when something changed,
+//!   changes that come close together are gathered for one pass (debounce), a failed
+//!   pass is retried with exponential backoff and jitter, and the loop stops at once
+//!   on shutdown.
+//! - [`Retries`] paces the retries of one request or operation with a [`Backoff`]
+//!   (an apply, a fetch, a push, an inventory write, a task that could not start).
+//! - [`Poll`] paces the looks of a wait for a condition, each a fixed time apart,
+//!   until a timeout (objects ready, a pod gone, a rollout done): what kube-runtime's
+//!   `await_condition` wrapped in `tokio::time::timeout` does for one object, for
+//!   conditions over several objects and kinds.
+//!
+//! Nothing outside this module sleeps in a loop: `tests/architecture.rs` fails on a
+//! loop elsewhere that calls a sleep, and [`Backoff`]'s delays are readable only here.
+
+mod backoff;
+mod pace;
 
 use std::future::Future;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-/// Exponential backoff with jitter: each delay doubles up to a cap, and is spread by
-/// ±20% so that many clients retrying at once do not stay in step.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Backoff {
-    initial: Duration,
-    max: Duration,
-    next: Duration,
-}
-
-/// How far a delay is spread around its nominal value.
-const JITTER: f64 = 0.2;
-
-impl Backoff {
-    pub const fn new(initial: Duration, max: Duration) -> Self {
-        Backoff {
-            initial,
-            max,
-            next: initial,
-        }
-    }
-
-    /// Retrying one request or operation in place (an apply, a fetch, a push): short
-    /// delays, a few seconds at most.
-    pub const fn request() -> Self {
-        Backoff::new(Duration::from_millis(250), Duration::from_secs(5))
-    }
-
-    /// Retrying a failed pass of a loop (a sink that is down, a remote that refuses):
-    /// from half a second up to half a minute, so that recovery is noticed quickly.
-    pub const fn pass() -> Self {
-        Backoff::new(Duration::from_millis(500), Duration::from_secs(30))
-    }
-
-    /// The delay before the next retry; each call doubles the one after, up to the cap.
-    pub fn next_delay(&mut self) -> Duration {
-        let nominal = self.next;
-        self.next = (self.next * 2).min(self.max);
-        nominal.mul_f64(1.0 - JITTER + 2.0 * JITTER * fastrand::f64())
-    }
-
-    /// After a success: the next failure starts from the initial delay again.
-    pub fn reset(&mut self) {
-        self.next = self.initial;
-    }
-}
+pub use backoff::Backoff;
+pub use pace::{Poll, Retries};
 
 /// Work that a [`drive`]n loop repeats.
 pub trait Loop {
@@ -177,20 +148,6 @@ mod tests {
     use tokio::time::Instant;
 
     use super::*;
-
-    #[test]
-    fn backoff_doubles_up_to_its_cap_with_bounded_jitter() {
-        let mut backoff = Backoff::new(Duration::from_secs(1), Duration::from_secs(8));
-        for nominal in [1.0, 2.0, 4.0, 8.0, 8.0, 8.0] {
-            let delay = backoff.next_delay().as_secs_f64();
-            assert!(
-                (nominal * 0.8..=nominal * 1.2).contains(&delay),
-                "{delay} is not {nominal} ± 20%"
-            );
-        }
-        backoff.reset();
-        assert!(backoff.next_delay() <= Duration::from_millis(1200));
-    }
 
     /// A loop whose passes fail a given number of times, recording when each ran. A
     /// pass sees every change made before it started, as a snapshot of a watch cache.
