@@ -34,10 +34,11 @@ pub async fn run(global: &GlobalArgs, args: &EventsArgs) -> miette::Result<ExitC
         .await
         .map_err(report::error)?;
     let scope = Scope::from_names(args.namespaces.iter().cloned());
-    let _pipeline = EventPipeline::open(&config, &client, &scope)
+    let pipeline = EventPipeline::open(&config, &client, &scope)
         .await
         .map_err(report::error)
         .wrap_err("cannot open the event outbox")?;
     shutdown_on_signal().cancelled().await;
+    pipeline.close().await;
     Ok(ExitCode::SUCCESS)
 }

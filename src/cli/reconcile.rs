@@ -86,9 +86,9 @@ pub async fn diff(global: &GlobalArgs, args: &DiffArgs) -> miette::Result<ExitCo
         ReportFormat::Text => tether_core::report::text(
             plan,
             report::use_graphics(global.color, std::io::stdout().is_terminal()),
-            report::remedy_flag,
+            report::remedy_text,
         ),
-        ReportFormat::Markdown => tether_core::report::markdown(plan, report::remedy_flag),
+        ReportFormat::Markdown => tether_core::report::markdown(plan, report::remedy_text),
         ReportFormat::Json => tether_core::report::json(plan),
     };
     std::io::stdout()
@@ -153,7 +153,7 @@ pub(super) async fn run_apply(global: &GlobalArgs, args: ApplyRun<'_>) -> miette
         let colour = report::use_graphics(global.color, std::io::stdout().is_terminal());
         print!(
             "{}",
-            tether_core::report::text(&planned.plan, colour, report::remedy_flag)
+            tether_core::report::text(&planned.plan, colour, report::remedy_text)
         );
         return Ok(ExitCode::SUCCESS);
     }

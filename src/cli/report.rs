@@ -5,17 +5,43 @@ use std::path::Path;
 
 use miette::{GraphicalReportHandler, GraphicalTheme, LabeledSpan, MietteDiagnostic, NamedSource};
 use tether_core::diagnostic::{Diagnostics, Severity};
-use tether_core::report::Remedy;
+use tether_core::remedy::Remedy;
 use tether_core::source::{FileId, SourceFiles};
 
 use super::Color;
 
-/// The flag that carries out each remedy a plan's report names.
-pub fn remedy_flag(remedy: Remedy) -> &'static str {
+/// Each remedy in the CLI's words: a flag where a report names it inside a sentence
+/// (`(with --prune)`), else the hint under an error.
+pub fn remedy_text(remedy: Remedy) -> &'static str {
     match remedy {
         Remedy::Prune => "--prune",
         Remedy::DeleteNamespacesWithForeignObjects => {
             "--dangerous-delete-namespaces-with-foreign-objects"
+        }
+        Remedy::AllowEmpty => "pass --allow-empty to prune every object of the inventory",
+        Remedy::GiveCluster => "pass --kubeconfig",
+        Remedy::ChooseAnotherInventory => "choose another --inventory-name",
+        Remedy::CreateInventoryNamespace => {
+            "the inventory's namespace must exist: create it, or pass --inventory-namespace"
+        }
+        Remedy::ValidInventoryName => {
+            "--inventory-name must be a valid ConfigMap name (lower case, digits, '-' and '.')"
+        }
+        Remedy::GiveBranchTagOrCommit => {
+            "--ref takes a branch, a tag or a full commit id of the repository"
+        }
+        Remedy::GiveBranch => "pass --branch",
+        Remedy::ChooseAnotherProposalBranch => "pass another --propose branch",
+        Remedy::RecreateInstead => {
+            "restart-containers needs the pods/exec permission, a kubelet that serves exec, and a kill command in the image; tether recreate makes the pod again instead"
+        }
+        Remedy::DeleteItYourself => "delete it with kubectl if it should go for good",
+        Remedy::ChangeWhereManaged => {
+            "change it where it is managed; or take it over: move its model out of discovered/ and set xos_managed: true"
+        }
+        Remedy::ListModels => "tether validate lists the models; --path names the models root",
+        Remedy::AddNodeModel => {
+            "a host is managed once it has a Node model: add `kind: Node` with `name:` the node's name"
         }
     }
 }
@@ -103,7 +129,7 @@ pub fn summary(
 /// A library error for people: its message and causes, plus which flag helps where
 /// one does (the library does not know its flags).
 pub fn error<E: std::error::Error + 'static>(error: E) -> miette::Report {
-    let help = flag_hint(&error);
+    let help = remedy_of(&error).map(|remedy| remedy_text(remedy).to_string());
     let mut causes = Vec::new();
     let mut source = error.source();
     while let Some(cause) = source {
@@ -136,99 +162,28 @@ fn cut(message: &str) -> String {
     tether_core::report::cut(message, 500)
 }
 
-/// The flag that solves a library error, if one does.
-fn flag_hint(error: &(dyn std::error::Error + 'static)) -> Option<String> {
-    use tether_core::operation::OperationError;
+/// The remedy a library error names, looked for along its causes (each library
+/// error says its own, and those of the errors it wraps).
+fn remedy_of(error: &(dyn std::error::Error + 'static)) -> Option<Remedy> {
     use tether_engine::actions::ActionError;
     use tether_engine::actions::pods::PodActionError;
     use tether_engine::cluster::ClusterError;
     use tether_engine::discovery::DiscoverError;
+    use tether_engine::discovery::session::SessionError;
     use tether_engine::git::GitError;
     use tether_engine::reconcile::ReconcileError;
-    use tether_engine::repo::RepoError;
     use tether_engine::writeback::WritebackError;
-    let cluster = |e: &ClusterError| match e {
-        ClusterError::NoCluster => Some("pass --kubeconfig"),
-        ClusterError::ForeignInventory { .. } => Some("choose another --inventory-name"),
-        ClusterError::Api {
-            action,
-            source: kube::Error::Api(status),
-        } if action.contains("the inventory") => match status.code {
-            404 => Some(
-                "the inventory's namespace must exist: create it, or pass --inventory-namespace",
-            ),
-            422 => Some(
-                "--inventory-name must be a valid ConfigMap name (lower case, digits, '-' and '.')",
-            ),
-            _ => None,
-        },
-        _ => None,
+    let own = |e: &(dyn std::error::Error + 'static)| {
+        None.or_else(|| e.downcast_ref::<ReconcileError>()?.remedy())
+            .or_else(|| e.downcast_ref::<ActionError>()?.remedy())
+            .or_else(|| e.downcast_ref::<PodActionError>()?.remedy())
+            .or_else(|| e.downcast_ref::<SessionError>()?.remedy())
+            .or_else(|| e.downcast_ref::<DiscoverError>()?.remedy())
+            .or_else(|| e.downcast_ref::<ClusterError>()?.remedy())
+            .or_else(|| e.downcast_ref::<WritebackError>()?.remedy())
+            .or_else(|| e.downcast_ref::<GitError>()?.remedy())
     };
-    let git = |e: &GitError| match e {
-        GitError::BadReference { .. } | GitError::UnknownReference { .. } => {
-            Some("--ref takes a branch, a tag or a full commit id of the repository")
-        }
-        _ => None,
-    };
-    let writeback = |e: &WritebackError| match e {
-        WritebackError::DetachedHead { .. } => Some("pass --branch"),
-        _ => None,
-    };
-    let pod = |e: &PodActionError| match e {
-        PodActionError::Exec { .. } => Some(
-            "restart-containers needs the pods/exec permission, a kubelet that serves exec, and a kill command in the image; tether recreate makes the pod again instead",
-        ),
-        PodActionError::NothingRemakes { .. } => {
-            Some("delete it with kubectl if it should go for good")
-        }
-        _ => None,
-    };
-    let action = |e: &ActionError| match e {
-        ActionError::Operation(OperationError::NotOwned { .. }) => Some(
-            "change it where it is managed; or take it over: move its model out of discovered/ and set xos_managed: true",
-        ),
-        ActionError::Operation(OperationError::UnknownSlice { .. }) => {
-            Some("tether validate lists the models; --path names the models root")
-        }
-        ActionError::Operation(OperationError::UnknownHost { .. }) => Some(
-            "a host is managed once it has a Node model: add `kind: Node` with `name:` the node's name",
-        ),
-        ActionError::Writeback(WritebackError::BranchExists { .. }) => {
-            Some("pass another --propose branch")
-        }
-        _ => None,
-    };
-    let mut current = Some(error);
-    while let Some(e) = current {
-        let hint = if let Some(e) = e.downcast_ref::<ActionError>() {
-            action(e)
-        } else if let Some(e) = e.downcast_ref::<PodActionError>() {
-            pod(e)
-        } else if let Some(e) = e.downcast_ref::<ClusterError>() {
-            cluster(e)
-        } else if let Some(ReconcileError::Cluster(e)) = e.downcast_ref::<ReconcileError>() {
-            cluster(e)
-        } else if let Some(e) = e.downcast_ref::<WritebackError>() {
-            writeback(e)
-        } else if let Some(e) = e.downcast_ref::<GitError>() {
-            git(e)
-        } else if let Some(ReconcileError::Source(RepoError::Git(e))) =
-            e.downcast_ref::<ReconcileError>()
-        {
-            git(e)
-        } else if let Some(ReconcileError::NothingRendered) = e.downcast_ref::<ReconcileError>() {
-            Some("pass --allow-empty to prune every object of the inventory")
-        } else if let Some(DiscoverError::Writeback(e)) = e.downcast_ref::<DiscoverError>() {
-            writeback(e)
-        } else {
-            None
-        };
-        if let Some(hint) = hint {
-            return Some(hint.to_string());
-        }
-        current = e.source();
-    }
-    None
+    std::iter::successors(Some(error), |e| e.source()).find_map(own)
 }
 
 #[derive(Debug, thiserror::Error, miette::Diagnostic)]
@@ -247,4 +202,57 @@ struct Cause {
     message: String,
     #[source]
     next: Option<Box<Cause>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use tether_engine::actions::ActionError;
+    use tether_engine::cluster::ClusterError;
+    use tether_engine::discovery::DiscoverError;
+    use tether_engine::discovery::session::SessionError;
+    use tether_engine::reconcile::ReconcileError;
+    use tether_engine::writeback::WritebackError;
+
+    use super::*;
+
+    fn help(report: &miette::Report) -> Option<String> {
+        report.help().map(|help| help.to_string())
+    }
+
+    /// The remedy is found however deep the library wrapped the error that names it,
+    /// through transparent wrappers (whose causes skip the wrapped error) as well.
+    #[test]
+    fn a_wrapped_library_error_is_worded_as_the_flag_that_solves_it() {
+        let cases: Vec<(miette::Report, &str)> = vec![
+            (
+                error(ReconcileError::Cluster(ClusterError::NoCluster)),
+                "pass --kubeconfig",
+            ),
+            (
+                error(ReconcileError::NothingRendered),
+                "pass --allow-empty to prune every object of the inventory",
+            ),
+            (
+                error(ActionError::Writeback(WritebackError::BranchExists {
+                    branch: "tether/scale".into(),
+                })),
+                "pass another --propose branch",
+            ),
+            (
+                error(SessionError::Discover(DiscoverError::Writeback(
+                    WritebackError::DetachedHead {
+                        path: PathBuf::from("models"),
+                    },
+                ))),
+                "pass --branch",
+            ),
+        ];
+        for (report, expected) in cases {
+            assert_eq!(help(&report).as_deref(), Some(expected), "{report:?}");
+        }
+        let unhelped = error(ReconcileError::Selection("no model named x".into()));
+        assert_eq!(help(&unhelped), None);
+    }
 }

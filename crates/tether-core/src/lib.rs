@@ -31,6 +31,7 @@ pub mod operation;
 pub mod ownership;
 pub mod plan;
 pub mod readiness;
+pub mod remedy;
 pub mod render;
 pub mod report;
 pub mod resolve;

@@ -13,6 +13,7 @@ use crate::diagnostic::suggestion;
 use crate::diagnostic::{Diagnostic, Diagnostics, Severity};
 use crate::edit::{self, EditError, ModelRef, Scalar};
 use crate::model::{ControllerKind, Host, Models, Slice};
+use crate::remedy::Remedy;
 use crate::source::{SourceFile, SourceFiles};
 
 /// `tether scale`'s count: `3` sets it, `+1` and `-1` change it.
@@ -134,6 +135,18 @@ pub enum OperationError {
         #[source]
         source: EditError,
     },
+}
+
+impl OperationError {
+    /// What the user can do about it, when something can.
+    pub fn remedy(&self) -> Option<Remedy> {
+        match self {
+            OperationError::NotOwned { .. } => Some(Remedy::ChangeWhereManaged),
+            OperationError::UnknownSlice { .. } => Some(Remedy::ListModels),
+            OperationError::UnknownHost { .. } => Some(Remedy::AddNodeModel),
+            _ => None,
+        }
+    }
 }
 
 fn hint_suffix(suggestion: &Option<String>) -> String {

@@ -9,6 +9,7 @@ use serde_json::json;
 
 use crate::inventory::NamespaceContents;
 use crate::plan::{Action, Change, Plan};
+use crate::remedy::{Remedy, RemedyNames};
 
 const ACTIONS: [Action; 8] = [
     Action::Create,
@@ -29,19 +30,6 @@ const ABSENT_NOTE: &str = "the node is not in the cluster: nothing is applied un
 /// What a release does, for the reviewer.
 const RELEASE_NOTE: &str =
     "tether adopted this object: it removes its labels and field ownership and keeps the object";
-
-/// What a reader can do about what a report shows, which only the front end that
-/// prints the report can name: the CLI as its flags (`src/cli/report.rs`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Remedy {
-    /// Deletions, releases and host removals happen only when pruning is asked for.
-    Prune,
-    /// A namespace that holds objects of others is deleted only when asked for by name.
-    DeleteNamespacesWithForeignObjects,
-}
-
-/// How a front end names each [`Remedy`].
-pub type RemedyNames = fn(Remedy) -> &'static str;
 
 fn headline(plan: &Plan) -> String {
     let revision = plan

@@ -19,6 +19,7 @@ use crate::driver::{Backoff, Retries};
 use tether_core::inventory::InventoryRecord;
 use tether_core::k8s::api_group;
 use tether_core::ownership::{APPLYSET_ID_LABEL, Inventory, MANAGED_BY_LABEL, MANAGER};
+use tether_core::remedy::Remedy;
 
 #[derive(Debug, Error)]
 pub enum ClusterError {
@@ -59,6 +60,23 @@ pub enum ClusterError {
 }
 
 impl ClusterError {
+    /// What the user can do about it, when something can.
+    pub fn remedy(&self) -> Option<Remedy> {
+        match self {
+            ClusterError::NoCluster => Some(Remedy::GiveCluster),
+            ClusterError::ForeignInventory { .. } => Some(Remedy::ChooseAnotherInventory),
+            ClusterError::Api {
+                action,
+                source: kube::Error::Api(status),
+            } if action.contains("the inventory") => match status.code {
+                404 => Some(Remedy::CreateInventoryNamespace),
+                422 => Some(Remedy::ValidInventoryName),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
     /// Whether the server refused the request for what it is, so that sending it
     /// again cannot help: another inventory's or a malformed record, or a 4xx answer
     /// other than a conflict (409) or a rate limit (429).

@@ -13,6 +13,7 @@ use thiserror::Error;
 
 use crate::driver::{Backoff, Retries};
 
+use tether_core::remedy::Remedy;
 use tether_core::source::{Revision, SourceFile, SourceFiles, is_model_path};
 
 #[derive(Debug, Error)]
@@ -39,6 +40,18 @@ pub enum GitError {
     },
     #[error("{path} in commit {commit} is not UTF-8 text")]
     NotUtf8 { path: String, commit: String },
+}
+
+impl GitError {
+    /// What the user can do about it, when something can.
+    pub fn remedy(&self) -> Option<Remedy> {
+        match self {
+            GitError::BadReference { .. } | GitError::UnknownReference { .. } => {
+                Some(Remedy::GiveBranchTagOrCommit)
+            }
+            _ => None,
+        }
+    }
 }
 
 impl GitError {

@@ -10,6 +10,7 @@ use tracing::instrument;
 
 use crate::directory::{SourceError, read_models_dir};
 use crate::git::{Credentials, GitError, fetch_models_timed, local_revision, read_file_at};
+use tether_core::remedy::Remedy;
 use tether_core::source::{Revision, SourceFiles};
 
 /// A models source.
@@ -37,6 +38,16 @@ pub enum RepoError {
     Git(#[from] GitError),
     #[error("reading the models stopped: {0}")]
     Interrupted(String),
+}
+
+impl RepoError {
+    /// What the user can do about it, when something can.
+    pub fn remedy(&self) -> Option<Remedy> {
+        match self {
+            RepoError::Git(error) => error.remedy(),
+            _ => None,
+        }
+    }
 }
 
 /// The models of a source, with where they came from.

@@ -22,6 +22,7 @@ use crate::driver::{Backoff, Retries};
 use crate::git::{Credentials, GitError, fetch, open_cache, read_tree};
 use tether_core::discover::{DISCOVERED_DIR, Outcome};
 use tether_core::operation::{RestoredDocument, rollout_state, same_state};
+use tether_core::remedy::Remedy;
 use tether_core::source::SourceFiles;
 
 #[derive(Debug, Error)]
@@ -52,6 +53,16 @@ pub enum WritebackError {
     Uncommitted { path: PathBuf },
     #[error("branch {branch} exists already; name a new branch for the proposal")]
     BranchExists { branch: String },
+}
+
+impl WritebackError {
+    /// What the user can do about it, when something can.
+    pub fn remedy(&self) -> Option<Remedy> {
+        match self {
+            WritebackError::DetachedHead { .. } => Some(Remedy::GiveBranch),
+            _ => None,
+        }
+    }
 }
 
 /// What one commit changes below the models root, and what it says.

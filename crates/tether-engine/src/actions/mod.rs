@@ -15,6 +15,7 @@ use crate::discovery::Destination;
 use crate::repo::Repo;
 use crate::writeback::{Author, Workspace, WritebackError};
 use tether_core::operation::{Edit, Operation, OperationError};
+use tether_core::remedy::Remedy;
 use tether_core::source::SourceFiles;
 use tether_sops::Keyring;
 
@@ -41,6 +42,19 @@ pub enum ActionError {
         column: u32,
         message: String,
     },
+}
+
+impl ActionError {
+    /// What the user can do about it, when something can.
+    pub fn remedy(&self) -> Option<Remedy> {
+        match self {
+            ActionError::Operation(error) => error.remedy(),
+            ActionError::Writeback(WritebackError::BranchExists { .. }) => {
+                Some(Remedy::ChooseAnotherProposalBranch)
+            }
+            _ => None,
+        }
+    }
 }
 
 /// What to change, as the user asked for it.

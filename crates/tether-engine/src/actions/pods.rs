@@ -15,6 +15,7 @@ use crate::driver::Poll;
 use crate::events::sink::{PodRef, pod_event};
 use tether_core::events::ACTION_ANNOTATION;
 use tether_core::ownership::{MANAGED_BY_LABEL, MANAGER, MODEL_ANNOTATION};
+use tether_core::remedy::Remedy;
 
 #[derive(Debug, Error)]
 pub enum PodActionError {
@@ -52,6 +53,17 @@ pub enum PodActionError {
     Timeout { what: String, timeout: Duration },
     #[error("the API server refused: {0}")]
     Kube(#[from] kube::Error),
+}
+
+impl PodActionError {
+    /// What the user can do about it, when something can.
+    pub fn remedy(&self) -> Option<Remedy> {
+        match self {
+            PodActionError::Exec { .. } => Some(Remedy::RecreateInstead),
+            PodActionError::NothingRemakes { .. } => Some(Remedy::DeleteItYourself),
+            _ => None,
+        }
+    }
 }
 
 /// Who makes a recreated pod again.

@@ -20,6 +20,7 @@ use crate::git::Credentials;
 use crate::writeback::{Author, Synced, Workspace, WritebackError};
 use tether_core::discover::{Outcome, plan};
 use tether_core::k8s::Scope;
+use tether_core::remedy::Remedy;
 use tether_core::settings;
 
 #[derive(Debug, Error)]
@@ -32,6 +33,16 @@ pub enum DiscoverError {
     Writeback(#[from] WritebackError),
     #[error("discovery stopped: {0}")]
     Interrupted(String),
+}
+
+impl DiscoverError {
+    /// What the user can do about it, when something can.
+    pub fn remedy(&self) -> Option<Remedy> {
+        match self {
+            DiscoverError::Open(error) | DiscoverError::Writeback(error) => error.remedy(),
+            _ => None,
+        }
+    }
 }
 
 /// Where discovered models are committed.

@@ -20,6 +20,7 @@ use crate::config::{
 use crate::driver::{Backoff, Schedule, drive};
 use crate::events::outbox::OutboxError;
 use crate::events::pipeline::EventPipeline;
+use tether_core::remedy::Remedy;
 
 /// What a discovery session starts from.
 #[derive(Clone, Debug)]
@@ -52,8 +53,16 @@ pub enum SessionError {
     List(#[source] WatchError),
 }
 
-/// How long events still in the outbox may take to be delivered at shutdown.
-const FLUSH: Duration = Duration::from_secs(5);
+impl SessionError {
+    /// What the user can do about it, when something can.
+    pub fn remedy(&self) -> Option<Remedy> {
+        match self {
+            SessionError::Discover(error) => error.remedy(),
+            SessionError::Cluster(error) => error.remedy(),
+            _ => None,
+        }
+    }
+}
 
 /// A session opened: one pass, a preview, or passes until shutdown.
 pub struct DiscoverySession {
@@ -136,7 +145,7 @@ impl DiscoverySession {
         };
         drive(&mut self.discoverer, &schedule, shutdown, observe).await;
         if let Some(pipeline) = self.pipeline {
-            pipeline.close(FLUSH).await;
+            pipeline.close().await;
         }
     }
 }

@@ -41,14 +41,17 @@ impl Drop for EventPipeline {
     }
 }
 
+/// How long the events still in the outbox may take to be delivered at shutdown.
+const FLUSH: Duration = Duration::from_secs(5);
+
 impl EventPipeline {
     /// Stops: the deliveries in progress finish (the outbox is flushed to the sinks
-    /// that take it) within `timeout`; what is left stays in the outbox for the next
-    /// start.
-    pub async fn close(mut self, timeout: Duration) {
+    /// that take it) within a few seconds; what is left stays in the outbox for the
+    /// next start.
+    pub async fn close(mut self) {
         self.stop.cancel();
         let tasks = std::mem::take(&mut self.tasks);
-        let _ = tokio::time::timeout(timeout, futures::future::join_all(tasks)).await;
+        let _ = tokio::time::timeout(FLUSH, futures::future::join_all(tasks)).await;
     }
 
     /// The pipeline of `config`'s sinks and outbox, with a pod watch of its own.

@@ -32,6 +32,7 @@ use tether_core::inventory::Provenance;
 use tether_core::k8s::ObjectKey;
 use tether_core::ownership::Inventory;
 use tether_core::plan::{Action, Change, Plan, WaveSummary};
+use tether_core::remedy::Remedy;
 use tether_core::render::{RenderedObject, render};
 use tether_core::settings::{self, Settings, SettingsError};
 use tether_core::workflow::Workflow;
@@ -139,6 +140,16 @@ pub enum ReconcileError {
 }
 
 impl ReconcileError {
+    /// What the user can do about it, when something can.
+    pub fn remedy(&self) -> Option<Remedy> {
+        match self {
+            ReconcileError::NothingRendered => Some(Remedy::AllowEmpty),
+            ReconcileError::Cluster(error) => error.remedy(),
+            ReconcileError::Source(error) => error.remedy(),
+            _ => None,
+        }
+    }
+
     /// Why a pass failed, in a word: a Source's status reason, and what the CLI and
     /// the daemon's logs classify by.
     pub fn reason(&self) -> &'static str {
