@@ -164,6 +164,10 @@ fn controller_words(controller: Option<ControllerKind>) -> String {
 }
 
 /// The edit that carries out `operation` on `files` (the branch's models now).
+#[expect(
+    clippy::too_many_lines,
+    reason = "one edit of one slice: find it, then the same few steps for each operation"
+)]
 pub fn plan(files: &SourceFiles, operation: &Operation) -> Result<Edit, OperationError> {
     let models = read_models(files);
     let slice_name = match operation {

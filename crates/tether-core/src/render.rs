@@ -538,6 +538,10 @@ impl Renderer<'_> {
         }
     }
 
+    #[expect(
+        clippy::too_many_lines,
+        reason = "a slice's controller object written top to bottom as Kubernetes lays it out"
+    )]
     fn render_slice(&mut self, index: Idx<Slice>) {
         let g = self.graph;
         let slice = &g.models.slices[index];

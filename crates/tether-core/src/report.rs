@@ -202,6 +202,10 @@ pub fn text(plan: &Plan, colour: bool, remedies: RemedyNames) -> String {
 
 /// A pull request comment: a summary table per kind, then each change in a
 /// collapsible block.
+#[expect(
+    clippy::too_many_lines,
+    reason = "the comment written top to bottom: summary, graph, waves, changes"
+)]
 pub fn markdown(plan: &Plan, remedies: RemedyNames) -> String {
     let mut out = format!("### tether diff\n\n`{}`\n\n", headline(plan));
     for warning in &plan.warnings {

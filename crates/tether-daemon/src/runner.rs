@@ -124,6 +124,18 @@ pub struct PassOutcome {
     pub reported: Vec<ObjectKey>,
 }
 
+impl PassOutcome {
+    /// A pass that applied nothing (at `revision`, when known).
+    fn nothing(revision: Option<String>) -> Self {
+        PassOutcome {
+            revision,
+            report: ApplyReport::default(),
+            corrected: Vec::new(),
+            reported: Vec::new(),
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum PassError {
     #[error(transparent)]
@@ -261,7 +273,8 @@ impl<S: StatusSink> SourceLoop<S> {
         Ok(self)
     }
 
-    /// Plans, and applies unless only drift is to be reported.
+    /// One pass: a quiet one when nothing can have changed; else plan, then report
+    /// drift or apply, each step's decision a named function below.
     async fn reconcile(&mut self, requested: bool) -> Result<PassOutcome, PassError> {
         if !requested && let Some(quiet) = self.quiet_pass().await {
             return Ok(quiet);
@@ -271,29 +284,8 @@ impl<S: StatusSink> SourceLoop<S> {
         }
         // Changes seen from here on make the next pass a full one.
         let mut changes = self.cache.as_ref().map(WatchCache::changes);
-        let planned = match self
-            .reconciler
-            .plan_cached(self.plan, self.cache.as_ref())
-            .await
-        {
-            // Nothing to do, and nothing to retry: the next change of the source
-            // brings the next pass.
-            Err(ReconcileError::Dormant(reason)) => {
-                if self.dormant.as_ref() != Some(&reason) {
-                    tracing::info!(%reason, "Kubernetes is off: nothing is applied");
-                }
-                self.dormant = Some(reason);
-                return Ok(PassOutcome {
-                    revision: None,
-                    report: ApplyReport::default(),
-                    corrected: Vec::new(),
-                    reported: Vec::new(),
-                });
-            }
-            planned => {
-                self.dormant = None;
-                planned?
-            }
+        let Some(planned) = self.plan_unless_dormant().await? else {
+            return Ok(PassOutcome::nothing(None));
         };
         let commit = planned.plan.revision.as_ref().map(|r| r.commit.clone());
         tracing::Span::current().record("revision", commit.as_deref().unwrap_or("-"));
@@ -305,16 +297,65 @@ impl<S: StatusSink> SourceLoop<S> {
             changes = None;
         }
         let revision = planned.plan.revision.as_ref().map(|r| r.to_string());
-        if self.drift_policy == DriftPolicy::Report
-            && commit.is_some()
-            && commit == self.last_applied
-        {
+        if reports_drift_only(
+            self.drift_policy,
+            commit.as_deref(),
+            self.last_applied.as_deref(),
+        ) {
             return Ok(self.report_drift(&planned, revision).await);
         }
-        if let Some(commit) = commit
-            .as_deref()
-            .filter(|c| Some(*c) != self.last_applied.as_deref())
-        {
+        self.say_progressing(&planned, commit.as_deref()).await;
+        // A source that reports drift still applies a new commit whole.
+        let options = ApplyOptions {
+            correct_drift: self.apply.correct_drift || self.drift_policy == DriftPolicy::Report,
+            ..self.apply.clone()
+        };
+        let report = self.reconciler.apply(&planned, &options, &|_| {}).await?;
+        let corrected = self.corrections(&planned, &report).await;
+        let cache_synced = self.cache.as_ref().is_some_and(WatchCache::synced);
+        self.settled = settled_after(&report, commit.as_deref(), changes, cache_synced);
+        if report.succeeded() {
+            self.last_applied = commit;
+        }
+        let retry = retries_soon(&report);
+        let outcome = PassOutcome {
+            revision,
+            report,
+            corrected,
+            reported: Vec::new(),
+        };
+        match retry {
+            true => Err(PassError::ObjectsFailed(Box::new(outcome))),
+            false => Ok(outcome),
+        }
+    }
+
+    /// The plan of the source; `None` when Kubernetes is off for it (said once, not
+    /// each pass): nothing to do and nothing to retry, the next change of the source
+    /// brings the next pass.
+    async fn plan_unless_dormant(&mut self) -> Result<Option<Planned>, ReconcileError> {
+        let planned = self
+            .reconciler
+            .plan_cached(self.plan, self.cache.as_ref())
+            .await;
+        match planned {
+            Err(ReconcileError::Dormant(reason)) => {
+                if self.dormant.as_ref() != Some(&reason) {
+                    tracing::info!(%reason, "Kubernetes is off: nothing is applied");
+                }
+                self.dormant = Some(reason);
+                Ok(None)
+            }
+            planned => {
+                self.dormant = None;
+                planned.map(Some)
+            }
+        }
+    }
+
+    /// A new commit is being applied: the status says so, the log has each change.
+    async fn say_progressing(&mut self, planned: &Planned, commit: Option<&str>) {
+        if let Some(commit) = commit.filter(|c| Some(*c) != self.last_applied.as_deref()) {
             let revision = self.status.revision_name(commit);
             self.status
                 .record(&PassResult::Progressing { revision }, None)
@@ -327,39 +368,6 @@ impl<S: StatusSink> SourceLoop<S> {
             .filter(|c| c.action != Action::Unchanged)
         {
             tracing::debug!(object = %change.key, action = change.action.name(), drift = change.drift, "planned");
-        }
-        // A source that reports drift still applies a new commit whole.
-        let options = ApplyOptions {
-            correct_drift: self.apply.correct_drift || self.drift_policy == DriftPolicy::Report,
-            ..self.apply.clone()
-        };
-        let report = self.reconciler.apply(&planned, &options, &|_| {}).await?;
-        let corrected = self.corrections(&planned, &report).await;
-        let waiting = report
-            .blocked
-            .as_ref()
-            .is_some_and(|b| !b.blockers.iter().any(|x| x.failed));
-        let retryable = waiting || report.failures().any(|(_, f)| f.retryable());
-        self.settled = match (report.succeeded(), &commit, changes) {
-            (true, Some(commit), Some(changes))
-                if self.cache.as_ref().is_some_and(WatchCache::synced) =>
-            {
-                Some((commit.clone(), changes))
-            }
-            _ => None,
-        };
-        if report.succeeded() {
-            self.last_applied = commit;
-        }
-        let outcome = PassOutcome {
-            revision,
-            report,
-            corrected,
-            reported: Vec::new(),
-        };
-        match retryable {
-            true => Err(PassError::ObjectsFailed(Box::new(outcome))),
-            false => Ok(outcome),
         }
     }
 
@@ -378,12 +386,7 @@ impl<S: StatusSink> SourceLoop<S> {
             return None;
         }
         tracing::Span::current().record("revision", commit.as_str());
-        Some(PassOutcome {
-            revision: Some(commit),
-            report: ApplyReport::default(),
-            corrected: Vec::new(),
-            reported: Vec::new(),
-        })
+        Some(PassOutcome::nothing(Some(commit)))
     }
 
     /// Starts (or restarts, when the kinds changed) the watch cache; says whether it
@@ -596,6 +599,42 @@ fn is_models_change(path: &Path) -> bool {
     is_model_path(path) || name == tether_engine::repo::SETTINGS_FILE
 }
 
+/// Whether the pass only reports drift: the source reports drift rather than
+/// correct it, and its commit is the one last applied (a new commit is applied whole).
+fn reports_drift_only(
+    policy: DriftPolicy,
+    commit: Option<&str>,
+    last_applied: Option<&str>,
+) -> bool {
+    policy == DriftPolicy::Report && commit.is_some() && commit == last_applied
+}
+
+/// Whether a pass is retried soon (with the driver's backoff) rather than at the next
+/// interval: what a wave waits for may be ready later, and some failures pass (the
+/// server busy or away). A failed dependency or a refused object waits for a change.
+fn retries_soon(report: &ApplyReport) -> bool {
+    let waiting = report
+        .blocked
+        .as_ref()
+        .is_some_and(|b| !b.blockers.iter().any(|x| x.failed));
+    waiting || report.failures().any(|(_, f)| f.retryable())
+}
+
+/// What the next quiet pass checks against: the commit and the watch cache's change
+/// count when this pass began, if this pass applied everything of a commit and the
+/// cache is synced; otherwise the next pass is a full one.
+fn settled_after(
+    report: &ApplyReport,
+    commit: Option<&str>,
+    changes: Option<u64>,
+    cache_synced: bool,
+) -> Option<(String, u64)> {
+    match (report.succeeded(), commit, changes) {
+        (true, Some(commit), Some(changes)) if cache_synced => Some((commit.to_string(), changes)),
+        _ => None,
+    }
+}
+
 impl<S: StatusSink> Loop for SourceLoop<S> {
     type Output = PassOutcome;
     type Error = PassError;
@@ -658,6 +697,68 @@ impl<S: StatusSink> Loop for SourceLoop<S> {
 mod tests {
     use super::*;
     use tether_core::plan::FieldConflict;
+    use tether_engine::reconcile::{BlockedWave, Blocker};
+
+    #[test]
+    fn a_source_that_reports_drift_applies_only_a_new_commit() {
+        use DriftPolicy::{Correct, Report};
+        let cases = [
+            (Report, Some("b"), Some("b"), true),
+            (Report, Some("c"), Some("b"), false),
+            (Report, Some("b"), None, false),
+            // A directory has no commit: each pass applies.
+            (Report, None, None, false),
+            (Correct, Some("b"), Some("b"), false),
+        ];
+        for (policy, commit, last_applied, expected) in cases {
+            assert_eq!(
+                reports_drift_only(policy, commit, last_applied),
+                expected,
+                "{policy:?} {commit:?} {last_applied:?}"
+            );
+        }
+    }
+
+    fn blocked(failed: bool) -> ApplyReport {
+        ApplyReport {
+            objects: Vec::new(),
+            blocked: Some(BlockedWave {
+                wave: 1,
+                waves: 2,
+                blockers: vec![Blocker {
+                    key: ObjectKey::new("batch/v1", "Job", Some("n"), "init"),
+                    state: "running".into(),
+                    failed,
+                    external: false,
+                    needed_by: Vec::new(),
+                }],
+                not_applied: 1,
+            }),
+        }
+    }
+
+    #[test]
+    fn a_pass_waiting_for_a_dependency_retries_soon_and_one_that_failed_waits_for_a_change() {
+        assert!(!retries_soon(&ApplyReport::default()));
+        assert!(retries_soon(&blocked(false)));
+        assert!(!retries_soon(&blocked(true)));
+    }
+
+    #[test]
+    fn only_a_complete_pass_of_a_commit_with_a_synced_cache_settles() {
+        let done = ApplyReport::default();
+        assert_eq!(
+            settled_after(&done, Some("c"), Some(7), true),
+            Some(("c".to_string(), 7))
+        );
+        assert_eq!(settled_after(&done, Some("c"), Some(7), false), None);
+        assert_eq!(settled_after(&done, None, Some(7), true), None);
+        assert_eq!(settled_after(&done, Some("c"), None, true), None);
+        assert_eq!(
+            settled_after(&blocked(false), Some("c"), Some(7), true),
+            None
+        );
+    }
 
     fn change(action: Action, drift: bool, managers: &[&str]) -> Change {
         Change {

@@ -1,6 +1,11 @@
 //! What tether's tests and benchmarks share (a dev-dependency only): for now, where
 //! the binaries under test are that their own package does not build.
 
+// A function longer than clippy.toml's threshold is shaped along its concepts, or says
+// why it is one (`#[expect(clippy::too_many_lines, reason = "…")]`). Tests are exempt:
+// a scenario reads top to bottom as the user's steps.
+#![warn(clippy::too_many_lines)]
+
 use std::path::PathBuf;
 
 /// The node simulator `cargo test` built beside the running test binary

@@ -222,6 +222,10 @@ fn check_data_keys(
     ok
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "one model's fields read in the order they are written, each checked where it stands"
+)]
 pub(super) fn read_resource_definition(
     file: &SourceFile,
     document: &Document,

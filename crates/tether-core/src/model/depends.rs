@@ -135,6 +135,10 @@ impl FieldReader<'_> {
         })
     }
 
+    #[expect(
+        clippy::too_many_lines,
+        reason = "one dependency entry's fields read in turn, each checked where it stands"
+    )]
     fn object_dependency(&mut self, entry: &Node, fields: &[(Node, Node)]) -> Option<Dependency> {
         let mut ok = true;
         for (key, _) in fields {

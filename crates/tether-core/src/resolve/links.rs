@@ -164,6 +164,10 @@ impl Resolver<'_> {
 
     /// The rollout fields a controller has (as its Kubernetes kind has them); an error
     /// for each it lacks, since it would be ignored.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "a table: which rollout fields each controller kind has"
+    )]
     fn check_rollout(&mut self, from: &str, rollout: &Rollout, controller: ControllerKind) -> bool {
         use ControllerKind::{DaemonSet, Deployment, StatefulSet};
         let mut ok = true;

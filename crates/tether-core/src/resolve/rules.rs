@@ -132,6 +132,10 @@ impl<'m> Resolver<'m> {
     }
 
     /// Names that become Kubernetes names follow Kubernetes' rules.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "a table: the naming rule of each kind of model, one entry each"
+    )]
     pub(super) fn check_names(&mut self) {
         let m = self.models;
         let mut checks: Vec<NameRule> = Vec::new();

@@ -169,6 +169,10 @@ pub async fn recreate(
 /// Ends the main process (PID 1) of each container (or of `container`) with
 /// SIGTERM through the exec API, and waits until each restart count rose: the pod,
 /// its uid, IP and volumes stay; what a container wrote outside volumes is lost.
+#[expect(
+    clippy::too_many_lines,
+    reason = "one action: choose the containers, end each, wait for every restart, in that order"
+)]
 pub async fn restart_containers(
     client: &Client,
     namespace: &str,

@@ -31,6 +31,10 @@ pub const DEFAULT_WAVE_TIMEOUT: Duration = Duration::from_secs(300);
 /// How long the deletion of an object to replace may take.
 const REPLACE_TIMEOUT: Duration = Duration::from_secs(120);
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "the apply's steps in their order (record, each wave: wait then apply by rank, prune, record), each a call"
+)]
 pub(super) async fn apply(
     client: &Client,
     inventory: &Inventory,
@@ -515,6 +519,78 @@ async fn forget_manager(api: &Api<DynamicObject>, object: &DynamicObject, manage
     }
 }
 
+/// What to do with one planned step, decided before any request (Flux's
+/// `shouldSkipApply` and `shouldForceApply`).
+#[derive(Debug, PartialEq)]
+enum ApplyDecision {
+    /// Nothing to write: no object, or one unchanged that takes no field.
+    Skip,
+    /// Not written, for this reason.
+    Refuse(ObjectFailure),
+    /// Written; `force` takes the fields other managers own.
+    Apply { force: bool },
+}
+
+fn decide_apply(step: &Step, options: &ApplyOptions) -> ApplyDecision {
+    if step.desired.is_none() {
+        return ApplyDecision::Skip;
+    }
+    let correcting = options.correct_drift && step.change.drift;
+    match (&step.change.owned_by, step.change.action) {
+        (Some(inventory), _) if !options.take_ownership => {
+            return ApplyDecision::Refuse(ObjectFailure::OwnedByInventory {
+                inventory: inventory.clone(),
+            });
+        }
+        (None, Action::Unchanged) if !step.force => return ApplyDecision::Skip,
+        (None, Action::Conflict) if !options.force_conflicts && !correcting => {
+            return ApplyDecision::Refuse(ObjectFailure::Conflict(step.change.conflicts.clone()));
+        }
+        _ => {}
+    }
+    let taking = step.change.owned_by.is_some() && options.take_ownership;
+    ApplyDecision::Apply {
+        force: options.force_conflicts || step.force || taking || correcting,
+    }
+}
+
+/// What follows a failed apply request.
+#[derive(Debug, PartialEq)]
+enum AfterFailure {
+    /// Try again after the backoff: the server was busy, or not ready for the object.
+    Retry,
+    /// The object fails.
+    Fail,
+    /// The object fails, and the server is taken as gone for every object left.
+    ServerGone,
+}
+
+/// Decides what follows a failed apply, the `attempt`th (`left`: more are allowed).
+/// A server that answered is retried only when its answer may pass; one that did
+/// not answer (a timeout, a refused connection) is tried once more, then given up
+/// on for every object, so that each does not wait out its own retries.
+fn after_failure(error: &kube::Error, attempt: u32, left: bool) -> AfterFailure {
+    match error {
+        kube::Error::Api(status) if status.is_conflict() => AfterFailure::Fail,
+        kube::Error::Api(status) if ObjectFailure::may_pass_later(status) && left => {
+            AfterFailure::Retry
+        }
+        kube::Error::HyperError(_) | kube::Error::Service(_) if attempt < 2 => AfterFailure::Retry,
+        kube::Error::HyperError(_) | kube::Error::Service(_) => AfterFailure::ServerGone,
+        _ => AfterFailure::Fail,
+    }
+}
+
+/// How a failed apply request shows in the report.
+fn failure_of(error: &kube::Error) -> ObjectFailure {
+    match error {
+        kube::Error::Api(status) if status.is_conflict() => {
+            ObjectFailure::Conflict(conflicts_of(status))
+        }
+        other => ObjectFailure::of_kube_error(other),
+    }
+}
+
 #[instrument(skip_all, fields(object = %step.change.key))]
 async fn apply_one(
     resources: &Resources,
@@ -523,29 +599,19 @@ async fn apply_one(
     options: &ApplyOptions,
     unreachable: &AtomicBool,
 ) -> Result<Option<String>, ObjectFailure> {
-    let Some(desired) = &step.desired else {
+    let force = match decide_apply(step, options) {
+        ApplyDecision::Skip => return Ok(None),
+        ApplyDecision::Refuse(failure) => return Err(failure),
+        ApplyDecision::Apply { force } => force,
+    };
+    let (Some(desired), key) = (&step.desired, &step.change.key) else {
         return Ok(None);
     };
-    let correcting = options.correct_drift && step.change.drift;
-    match (&step.change.owned_by, step.change.action) {
-        (Some(inventory), _) if !options.take_ownership => {
-            return Err(ObjectFailure::OwnedByInventory {
-                inventory: inventory.clone(),
-            });
-        }
-        (None, Action::Unchanged) if !step.force => return Ok(None),
-        (None, Action::Conflict) if !options.force_conflicts && !correcting => {
-            return Err(ObjectFailure::Conflict(step.change.conflicts.clone()));
-        }
-        _ => {}
-    }
-    let key: &ObjectKey = &step.change.key;
     let api = api_of(resources, step).map_err(|e| ObjectFailure::Request {
         message: e.to_string(),
     })?;
     let mut params = PatchParams::apply(manager);
-    let taking = step.change.owned_by.is_some() && options.take_ownership;
-    if options.force_conflicts || step.force || taking || correcting {
+    if force {
         params = params.force();
     }
     if step.change.action == Action::Replace {
@@ -556,10 +622,46 @@ async fn apply_one(
         hosts::sync_taints(&api.clone().into_client(), &key.name, desired, manager).await?;
     }
     let switch_manager = format!("{manager}-strategy-switch");
+    prepare(&api, step, &switch_manager).await;
+    let mut retries = Retries::new(Backoff::request(), ATTEMPTS);
+    loop {
+        if unreachable.load(Ordering::Relaxed) {
+            return Err(ObjectFailure::Unreachable);
+        }
+        let error = match api.patch(&key.name, &params, &Patch::Apply(desired)).await {
+            Ok(applied) => {
+                if step.clear_rolling.is_some() {
+                    // The switch's manager co-owns the type it set: forgotten, so that
+                    // the type is the apply's alone (and goes with it later).
+                    forget_manager(&api, &applied, &switch_manager).await;
+                }
+                return Ok(applied.metadata.uid);
+            }
+            Err(error) => error,
+        };
+        match after_failure(&error, retries.attempt(), retries.left()) {
+            AfterFailure::Retry => {
+                tracing::debug!(attempt = retries.attempt(), error = %error, "apply failed; retrying");
+                retries.again().await;
+            }
+            AfterFailure::ServerGone => {
+                unreachable.store(true, Ordering::Relaxed);
+                return Err(failure_of(&error));
+            }
+            AfterFailure::Fail => return Err(failure_of(&error)),
+        }
+    }
+}
+
+/// The writes a step needs before its apply: the rolling update parameters cleared
+/// (a strategy switch, as `switch_manager`), and the fields kubectl applied
+/// client-side handed over. Either failing is logged: the apply then says why.
+async fn prepare(api: &Api<DynamicObject>, step: &Step, switch_manager: &str) {
+    let key = &step.change.key;
     if let Some(patch) = &step.clear_rolling {
         // A failure shows as the apply's own refusal.
         let switch = PatchParams {
-            field_manager: Some(switch_manager.clone()),
+            field_manager: Some(switch_manager.to_string()),
             ..PatchParams::default()
         };
         if let Err(error) = api.patch(&key.name, &switch, &Patch::Merge(patch)).await {
@@ -576,42 +678,149 @@ async fn apply_one(
             tracing::warn!(%error, "could not take over the fields kubectl applied client-side");
         }
     }
-    let mut retries = Retries::new(Backoff::request(), ATTEMPTS);
-    loop {
-        let attempt = retries.attempt();
-        if unreachable.load(Ordering::Relaxed) {
-            return Err(ObjectFailure::Unreachable);
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+    use tether_core::plan::{Change, FieldConflict};
+
+    use super::*;
+
+    fn step(action: Action, owned_by: Option<&str>, drift: bool, force: bool) -> Step {
+        Step {
+            change: Change {
+                key: ObjectKey::new("v1", "ConfigMap", Some("team"), "settings"),
+                api_version: "v1".into(),
+                action,
+                wave: Some(0),
+                model: None,
+                source: None,
+                diff: String::new(),
+                conflicts: vec![FieldConflict {
+                    manager: "kubectl-edit".into(),
+                    field: ".data.key".into(),
+                }],
+                error: None,
+                owned_by: owned_by.map(str::to_string),
+                drift,
+                contents: None,
+            },
+            desired: Some(json!({"kind": "ConfigMap"})),
+            force,
+            hand_over: None,
+            clear_rolling: None,
+            provenance: None,
         }
-        let error = match api.patch(&key.name, &params, &Patch::Apply(desired)).await {
-            Ok(applied) if step.clear_rolling.is_some() => {
-                // The switch's manager co-owns the type it set: forgotten, so that
-                // the type is the apply's alone (and goes with it later).
-                forget_manager(&api, &applied, &switch_manager).await;
-                return Ok(applied.metadata.uid);
-            }
-            Ok(applied) => return Ok(applied.metadata.uid),
-            Err(error) => error,
+    }
+
+    #[test]
+    fn a_step_is_skipped_refused_or_applied_with_force_only_when_asked() {
+        let plain = ApplyOptions::default();
+        let correcting = ApplyOptions {
+            correct_drift: true,
+            ..ApplyOptions::default()
         };
-        let retry = match &error {
-            kube::Error::Api(status) if status.is_conflict() => {
-                return Err(ObjectFailure::Conflict(conflicts_of(status)));
-            }
-            // The server answered: busy, or not ready for this object yet.
-            kube::Error::Api(status) => ObjectFailure::may_pass_later(status) && retries.left(),
-            // No answer (timeout, connection refused): one more try, then give up on
-            // the server for every object.
-            kube::Error::HyperError(_) | kube::Error::Service(_) => {
-                if attempt >= 2 {
-                    unreachable.store(true, Ordering::Relaxed);
-                }
-                attempt < 2
-            }
-            _ => false,
+        let forcing = ApplyOptions {
+            force_conflicts: true,
+            ..ApplyOptions::default()
         };
-        if !retry {
-            return Err(ObjectFailure::of_kube_error(&error));
+        let taking = ApplyOptions {
+            take_ownership: true,
+            ..ApplyOptions::default()
+        };
+        use ApplyDecision::{Apply, Refuse, Skip};
+        let other = Some("team-b/tether");
+        let cases = [
+            (step(Action::Unchanged, None, false, false), &plain, Skip),
+            (
+                step(Action::Unchanged, None, false, true),
+                &plain,
+                Apply { force: true },
+            ),
+            (
+                step(Action::Update, None, false, false),
+                &plain,
+                Apply { force: false },
+            ),
+            (
+                step(Action::Create, None, false, false),
+                &forcing,
+                Apply { force: true },
+            ),
+            (
+                step(Action::Conflict, None, true, false),
+                &correcting,
+                Apply { force: true },
+            ),
+            (
+                step(Action::Conflict, None, false, false),
+                &forcing,
+                Apply { force: true },
+            ),
+            (
+                step(Action::Update, other, false, false),
+                &taking,
+                Apply { force: true },
+            ),
+        ];
+        for (step, options, expected) in cases {
+            assert_eq!(
+                decide_apply(&step, options),
+                expected,
+                "{:?}",
+                step.change.action
+            );
         }
-        tracing::debug!(attempt, error = %error, "apply failed; retrying");
-        retries.again().await;
+        assert!(matches!(
+            decide_apply(&step(Action::Conflict, None, true, false), &plain),
+            Refuse(ObjectFailure::Conflict(_))
+        ));
+        assert!(matches!(
+            decide_apply(&step(Action::Update, other, false, false), &correcting),
+            Refuse(ObjectFailure::OwnedByInventory { .. })
+        ));
+        let deletion = Step {
+            desired: None,
+            ..step(Action::Delete, None, false, false)
+        };
+        assert_eq!(decide_apply(&deletion, &forcing), Skip);
+    }
+
+    /// The server's answer, with the reason it gives with each code.
+    fn answered(code: u16, message: &str) -> kube::Error {
+        let reason = match code {
+            409 => "Conflict",
+            422 => "Invalid",
+            _ => "",
+        };
+        kube::Error::Api(Box::new(kube::core::Status {
+            code,
+            reason: reason.into(),
+            message: message.into(),
+            ..kube::core::Status::default()
+        }))
+    }
+
+    #[test]
+    fn a_busy_server_is_retried_a_refusal_is_not_and_a_silent_one_is_given_up_on() {
+        use AfterFailure::{Fail, Retry};
+        assert_eq!(after_failure(&answered(503, "busy"), 1, true), Retry);
+        assert_eq!(after_failure(&answered(429, "slow down"), 5, true), Retry);
+        assert_eq!(after_failure(&answered(503, "busy"), 6, false), Fail);
+        assert_eq!(after_failure(&answered(409, "conflict"), 1, true), Fail);
+        assert_eq!(after_failure(&answered(422, "invalid"), 1, true), Fail);
+        assert_eq!(
+            after_failure(
+                &answered(403, "error looking up service account team/default"),
+                1,
+                true
+            ),
+            Retry
+        );
+        assert!(matches!(
+            failure_of(&answered(409, "conflict")),
+            ObjectFailure::Conflict(_)
+        ));
     }
 }

@@ -564,20 +564,17 @@ impl ObjectPlanner<'_> {
         };
         let (result, conflicts) = match attempt {
             Ok(done) => done,
-            Err(kube::Error::Api(status))
-                if is_immutable_job_change(&self.object.kind, &status) =>
-            {
-                return Ok(self.replace(live, owned_by));
+            Err(kube::Error::Api(status)) => {
+                return Ok(
+                    match on_refusal(&self.object.kind, &self.desired, &status) {
+                        Refusal::Replace => self.replace(live, owned_by),
+                        Refusal::SwitchStrategy(patch) => {
+                            self.switch_strategy(live, owned_by, patch)
+                        }
+                        Refusal::Fail(message) => self.failed(message),
+                    },
+                );
             }
-            Err(kube::Error::Api(status))
-                if status.code == 422 && status.message.contains("rollingUpdate") =>
-            {
-                if let Some(patch) = strategy_switch(&self.desired) {
-                    return Ok(self.switch_strategy(live, owned_by, patch));
-                }
-                return Ok(self.failed(status_text(&status)));
-            }
-            Err(kube::Error::Api(status)) => return Ok(self.failed(status_text(&status))),
             Err(e) => return Err(api_error(format!("dry-run apply {}", self.key))(e)),
         };
         let object = self.object;
@@ -596,40 +593,121 @@ impl ObjectPlanner<'_> {
             self.context.manager,
             &object.api_version,
         );
-        // A field another manager owns, set to the value it already has (spelled
-        // differently, or defaulted by the server), is taken quietly: no conflict. So
-        // are tether's own labels and annotations (the diff shows their change), and
-        // fields handed over to this inventory before the apply.
-        let handed_over = |c: &FieldConflict| hand_over.is_some() && c.manager == MANAGER;
-        let (taken_quietly, mut conflicts): (Vec<FieldConflict>, Vec<FieldConflict>) =
-            conflicts.into_iter().partition(|c| {
-                is_ownership_mark(&c.field)
-                    || handed_over(c)
-                    || same_value_at(live, &result, &c.field)
-            });
-        if let Some(owner) = &owned_by {
-            conflicts.insert(0, owner_conflict(owner));
-        }
-        let diff = change_diff(&object.kind, Some(live), Some(&result));
-        let action = match (conflicts.is_empty(), diff.is_empty()) {
-            (false, _) => Action::Conflict,
-            (true, true) => Action::Unchanged,
-            (true, false) => Action::Update,
-        };
-        // Taking the fields changes no value, so a plan with nothing else is
-        // unchanged; the apply still makes that write.
         let ours = owned_by.is_none() && self.context.labelled.contains_key(&self.key);
-        let drift = ours
-            && !conflicts.is_empty()
-            && conflicts.iter().all(|c| written_in_place(live, &c.manager));
-        let mut planned = self.step(action, diff);
-        planned.change.drift = drift;
-        planned.change.conflicts = conflicts;
-        planned.force = !taken_quietly.is_empty();
+        let judged = judge_update(UpdateFacts {
+            kind: &object.kind,
+            live,
+            result: &result,
+            conflicts,
+            owned_by: owned_by.as_deref(),
+            handed_over: hand_over.is_some(),
+            ours,
+        });
+        let mut planned = self.step(judged.action, judged.diff);
+        planned.change.drift = judged.drift;
+        planned.change.conflicts = judged.conflicts;
+        planned.force = judged.force;
         planned.hand_over = hand_over;
         planned.change.owned_by = owned_by;
         planned.provenance = adopted;
         Ok(planned)
+    }
+}
+
+/// What a dry run the server refused means for the object.
+#[derive(Debug, PartialEq)]
+enum Refusal {
+    /// A change a Job cannot take in place: the Job is made again.
+    Replace,
+    /// A Deployment moving to `Recreate` while its live object still has rolling
+    /// update parameters: this merge patch clears them first.
+    SwitchStrategy(Value),
+    /// The object fails, with the server's words.
+    Fail(String),
+}
+
+/// Decides what a refused dry run of `kind` means, from the server's answer.
+fn on_refusal(kind: &str, desired: &Value, status: &kube::core::Status) -> Refusal {
+    if is_immutable_job_change(kind, status) {
+        return Refusal::Replace;
+    }
+    if status.code == 422
+        && status.message.contains("rollingUpdate")
+        && let Some(patch) = strategy_switch(desired)
+    {
+        return Refusal::SwitchStrategy(patch);
+    }
+    Refusal::Fail(status_text(status))
+}
+
+/// What a dry-run apply of an existing object came to, beside the live object.
+struct UpdateFacts<'a> {
+    kind: &'a str,
+    live: &'a Value,
+    /// The object as the dry run would leave it.
+    result: &'a Value,
+    /// The fields other managers own that the apply would take.
+    conflicts: Vec<FieldConflict>,
+    /// The other tether inventory the object belongs to, if any.
+    owned_by: Option<&'a str>,
+    /// Fields applied client-side by kubectl are handed over to this inventory first.
+    handed_over: bool,
+    /// The object is labelled as this inventory's.
+    ours: bool,
+}
+
+/// The planned change of an existing object.
+#[derive(Debug, PartialEq)]
+struct Judged {
+    action: Action,
+    diff: String,
+    conflicts: Vec<FieldConflict>,
+    /// Another manager wrote fields in place on an object of this inventory.
+    drift: bool,
+    /// The apply takes fields quietly (it forces).
+    force: bool,
+}
+
+/// Decides the change of an existing object from its dry run. A field another
+/// manager owns, set to the value it already has (spelled differently, or defaulted
+/// by the server), is taken quietly: no conflict. So are tether's own labels and
+/// annotations (the diff shows their change), and fields handed over to this
+/// inventory before the apply. Taking fields changes no value, so a plan with
+/// nothing else is unchanged; the apply still makes that write.
+fn judge_update(facts: UpdateFacts<'_>) -> Judged {
+    let UpdateFacts {
+        kind,
+        live,
+        result,
+        conflicts,
+        owned_by,
+        handed_over,
+        ours,
+    } = facts;
+    let (taken_quietly, mut conflicts): (Vec<FieldConflict>, Vec<FieldConflict>) =
+        conflicts.into_iter().partition(|c| {
+            is_ownership_mark(&c.field)
+                || (handed_over && c.manager == MANAGER)
+                || same_value_at(live, result, &c.field)
+        });
+    if let Some(owner) = owned_by {
+        conflicts.insert(0, owner_conflict(owner));
+    }
+    let diff = change_diff(kind, Some(live), Some(result));
+    let action = match (conflicts.is_empty(), diff.is_empty()) {
+        (false, _) => Action::Conflict,
+        (true, true) => Action::Unchanged,
+        (true, false) => Action::Update,
+    };
+    let drift = ours
+        && !conflicts.is_empty()
+        && conflicts.iter().all(|c| written_in_place(live, &c.manager));
+    Judged {
+        action,
+        diff,
+        conflicts,
+        drift,
+        force: !taken_quietly.is_empty(),
     }
 }
 
@@ -754,4 +832,120 @@ async fn other_inventories(
         }
     }
     Ok(others)
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn refused(code: u16, message: &str) -> kube::core::Status {
+        kube::core::Status {
+            code,
+            message: message.into(),
+            ..kube::core::Status::default()
+        }
+    }
+
+    #[test]
+    fn a_refused_dry_run_replaces_a_job_switches_a_strategy_or_fails() {
+        let job = json!({"kind": "Job"});
+        let immutable = refused(422, "spec.template: Invalid value: field is immutable");
+        assert_eq!(on_refusal("Job", &job, &immutable), Refusal::Replace);
+        let recreate = json!({"kind": "Deployment", "spec": {"strategy": {"type": "Recreate"}}});
+        let rolling = refused(422, "spec.strategy.rollingUpdate: Forbidden");
+        assert_eq!(
+            on_refusal("Deployment", &recreate, &rolling),
+            Refusal::SwitchStrategy(
+                json!({"spec": {"strategy": {"type": "Recreate", "rollingUpdate": null}}})
+            )
+        );
+        let rolling_wanted = json!({"kind": "Deployment", "spec": {}});
+        assert!(matches!(
+            on_refusal("Deployment", &rolling_wanted, &rolling),
+            Refusal::Fail(_)
+        ));
+        assert!(matches!(
+            on_refusal("Job", &job, &refused(403, "forbidden")),
+            Refusal::Fail(_)
+        ));
+    }
+
+    fn deployment(replicas: u32, editor: &str) -> Value {
+        json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {
+                "name": "web",
+                "managedFields": [{"manager": editor, "operation": "Update"}]
+            },
+            "spec": {"replicas": replicas}
+        })
+    }
+
+    fn facts<'a>(
+        live: &'a Value,
+        result: &'a Value,
+        conflicts: Vec<FieldConflict>,
+    ) -> UpdateFacts<'a> {
+        UpdateFacts {
+            kind: "Deployment",
+            live,
+            result,
+            conflicts,
+            owned_by: None,
+            handed_over: false,
+            ours: true,
+        }
+    }
+
+    fn conflict(manager: &str, field: &str) -> FieldConflict {
+        FieldConflict {
+            manager: manager.into(),
+            field: field.into(),
+        }
+    }
+
+    #[test]
+    fn a_field_taken_at_the_value_it_has_is_no_conflict_and_no_change() {
+        let live = deployment(2, "kubectl-edit");
+        let judged = judge_update(facts(
+            &live,
+            &live,
+            vec![conflict("kubectl-edit", ".spec.replicas")],
+        ));
+        assert_eq!(judged.action, Action::Unchanged);
+        assert!(judged.conflicts.is_empty() && judged.force && !judged.drift);
+    }
+
+    #[test]
+    fn a_field_another_changed_in_place_on_our_object_is_drift() {
+        let live = deployment(5, "kubectl-edit");
+        let result = deployment(2, "kubectl-edit");
+        let judged = judge_update(facts(
+            &live,
+            &result,
+            vec![conflict("kubectl-edit", ".spec.replicas")],
+        ));
+        assert_eq!(judged.action, Action::Conflict);
+        assert!(judged.drift && !judged.force);
+        assert!(judged.diff.contains("replicas"), "{}", judged.diff);
+    }
+
+    #[test]
+    fn another_inventorys_object_is_a_conflict_naming_it_first() {
+        let live = deployment(2, "kubectl-edit");
+        let judged = judge_update(UpdateFacts {
+            owned_by: Some("team-b/tether"),
+            ours: false,
+            ..facts(&live, &live, Vec::new())
+        });
+        assert_eq!(judged.action, Action::Conflict);
+        assert_eq!(
+            judged.conflicts[0].manager,
+            "the tether inventory team-b/tether"
+        );
+        assert!(!judged.drift);
+    }
 }
