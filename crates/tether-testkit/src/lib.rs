@@ -1,5 +1,10 @@
-//! What tether's tests and benchmarks share (a dev-dependency only): for now, where
-//! the binaries under test are that their own package does not build.
+//! What tether's tests and benchmarks share (a dev-dependency only):
+//!
+//! - [`snapshot`]: a snapshot file per test ([`snapshot::check`]) and directories of
+//!   data-driven cases ([`snapshot::Cases`]), rewritten with `TETHER_BLESS=1`;
+//! - [`nodesim_binary`]: where the node simulator is that `cargo test` built.
+
+pub mod snapshot;
 
 use std::path::PathBuf;
 
