@@ -36,7 +36,7 @@ fn tether(home: &Path, key_file: Option<&Path>, args: &[&str]) -> Output {
     command
         .args(args)
         .arg("--kubeconfig")
-        .arg(&cluster().kubeconfig)
+        .arg(cluster().kubeconfig())
         .env("HOME", home)
         .env("TETHER_COLOR", "never")
         .output()

@@ -2,11 +2,32 @@
 //!
 //! - [`snapshot`]: a snapshot file per test ([`snapshot::check`]) and directories of
 //!   data-driven cases ([`snapshot::Cases`]), rewritten with `TETHER_BLESS=1`;
+//! - [`git`] and [`remote`]: the `git` CLI as the tests' second Git client, a remote
+//!   served by `git daemon`, a plain HTTP client;
+//! - [`broker`]: a Kafka-protocol broker and an independent consumer;
+//! - [`cluster`] (feature `cluster`): local control planes (`scripts/local-cluster`),
+//!   a client for a kubeconfig, polling until a condition holds;
 //! - [`nodesim_binary`]: where the node simulator is that `cargo test` built.
+//!
+//! Without the feature `cluster` the kit depends on no kube, Git library or TLS, so
+//! that the pure core's tests stay pure.
 
+pub mod broker;
+#[cfg(feature = "cluster")]
+pub mod cluster;
+pub mod git;
+pub mod remote;
 pub mod snapshot;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+/// The workspace's root, where `scripts/` and the shared test data are.
+fn workspace_root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("crates/tether-testkit is two levels below the workspace's root")
+}
 
 /// The node simulator `cargo test` built beside the running test binary
 /// (`target/<profile>/tether-nodesim`); `None` when it was not built, and then
