@@ -12,11 +12,25 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
 /// `scripts/local-cluster`, given the node simulator `cargo test` built
-/// ([`crate::nodesim_binary`], as `TETHER_NODESIM`) so that it does not build one.
+/// (as `TETHER_NODESIM`) so that it does not build one.
 pub fn script() -> Command {
     let mut command = Command::new(crate::workspace_root().join("scripts/local-cluster"));
-    command.envs(crate::nodesim_binary().map(|path| ("TETHER_NODESIM", path)));
+    command.envs(nodesim_binary().map(|path| ("TETHER_NODESIM", path)));
     command
+}
+
+/// The node simulator `cargo test` built beside the running test binary
+/// (`target/<profile>/tether-nodesim`); `None` when it was not built, and then
+/// `scripts/local-cluster` builds it itself.
+fn nodesim_binary() -> Option<PathBuf> {
+    let test_binary = std::env::current_exe().ok()?;
+    // target/<profile>/deps/<test> or target/<profile>/<test>
+    test_binary
+        .ancestors()
+        .skip(1)
+        .take(2)
+        .map(|dir| dir.join("tether-nodesim"))
+        .find(|path| path.is_file())
 }
 
 /// The directory of the control plane's binaries, kubectl among them

@@ -6,8 +6,7 @@
 //!   served by `git daemon`, a plain HTTP client;
 //! - [`broker`]: a Kafka-protocol broker and an independent consumer;
 //! - [`cluster`] (feature `cluster`): local control planes (`scripts/local-cluster`),
-//!   a client for a kubeconfig, polling until a condition holds;
-//! - [`nodesim_binary`]: where the node simulator is that `cargo test` built.
+//!   a client for a kubeconfig, polling until a condition holds.
 //!
 //! Without the feature `cluster` the kit depends on no kube, Git library or TLS, so
 //! that the pure core's tests stay pure.
@@ -19,7 +18,7 @@ pub mod git;
 pub mod remote;
 pub mod snapshot;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// The workspace's root, where `scripts/` and the shared test data are.
 fn workspace_root() -> &'static Path {
@@ -27,18 +26,4 @@ fn workspace_root() -> &'static Path {
         .ancestors()
         .nth(2)
         .expect("crates/tether-testkit is two levels below the workspace's root")
-}
-
-/// The node simulator `cargo test` built beside the running test binary
-/// (`target/<profile>/tether-nodesim`); `None` when it was not built, and then
-/// `scripts/local-cluster` builds it itself.
-pub fn nodesim_binary() -> Option<PathBuf> {
-    let test_binary = std::env::current_exe().ok()?;
-    // target/<profile>/deps/<test> or target/<profile>/<test>
-    test_binary
-        .ancestors()
-        .skip(1)
-        .take(2)
-        .map(|dir| dir.join("tether-nodesim"))
-        .find(|path| path.is_file())
 }
