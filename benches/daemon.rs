@@ -7,17 +7,10 @@
 //! Run with `cargo bench --bench daemon` (`-- --objects 1000 --namespaces 40 --pods
 //! 200 --pushes 10`).
 
-mod common;
-#[path = "../tests/common/git.rs"]
-mod git;
 // Shared by the benchmarks; each uses part of it.
 #[allow(dead_code)]
 #[path = "common/kube.rs"]
 mod kube_helpers;
-// Shared with the daemon's tests, which use more of it.
-#[allow(dead_code)]
-#[path = "../tests/common/remote.rs"]
-mod remote;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -26,11 +19,12 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
 use kube::{Client, CustomResourceExt};
-use tether_daemon::source::{DiscoverySpec, Source, SourceSpec};
+use tether_daemon::crd::{DiscoverySpec, Source, SourceSpec};
 use tether_daemon::webhook::sign;
 
-use kube_helpers::{arg, client};
-use remote::{Remote, free_port, http};
+use kube_helpers::arg;
+use tether_testkit::cluster::LocalCluster;
+use tether_testkit::remote::{Remote, free_port, http};
 
 const SECRET: &str = "a-webhook-secret-for-the-benchmark";
 const SOURCE_NAMESPACE: &str = "tether-bench";
@@ -41,9 +35,10 @@ fn main() {
     let namespaces = arg("--namespaces", 200).max(1);
     let pushes = arg("--pushes", 20);
     let pods = arg("--pods", 1000);
-    let cluster = common::start_cluster();
+    // No simulated nodes: the benchmark measures tether, not pods starting.
+    let cluster = LocalCluster::start(0);
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    runtime.block_on(run(&cluster.kubeconfig, objects, namespaces, pushes, pods));
+    runtime.block_on(run(cluster.kubeconfig(), objects, namespaces, pushes, pods));
 }
 
 /// The models: a KubernetesService, `namespaces` TrustDomains, and `objects`
@@ -129,7 +124,9 @@ async fn run(
     pushes: usize,
     pods: usize,
 ) {
-    let client = client(kubeconfig).await;
+    let client = tether_testkit::cluster::client(kubeconfig)
+        .await
+        .expect("client");
     install_crd(&client).await;
     kube_helpers::namespace(&client, SOURCE_NAMESPACE).await;
     if pods > 0 {

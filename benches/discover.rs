@@ -9,7 +9,6 @@
 //! benchmark, standing in for a kubelet. Run with `cargo bench --bench discover`
 //! (`-- --pods 1000 --samples 20` to change the sizes).
 
-mod common;
 // Shared by the benchmarks; each uses part of it.
 #[allow(dead_code)]
 #[path = "common/kube.rs"]
@@ -22,14 +21,16 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::Api;
+use tether_testkit::cluster::LocalCluster;
 
 fn main() {
     let pods = kube_helpers::arg("--pods", 1000);
     let samples = kube_helpers::arg("--samples", 20);
-    let cluster = common::start_cluster();
-    let kubeconfig = cluster.kubeconfig.clone();
+    // No simulated nodes: the benchmark measures tether, not pods starting.
+    let cluster = LocalCluster::start(0);
+    let kubeconfig = cluster.kubeconfig().to_path_buf();
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let client = runtime.block_on(kube_helpers::client(&kubeconfig));
+    let client = runtime.block_on(cluster.client());
     println!("tether discover on a local kube-apiserver 1.20.2 (2 cores)");
 
     runtime.block_on(kube_helpers::namespace(&client, "bench-watch"));

@@ -6,11 +6,6 @@
 //! Pods sit on a node nobody runs; the benchmark writes their status as a kubelet
 //! would. Run with `cargo bench --bench events` (`-- --pods 1000 --samples 20`).
 
-// Shared with the tests, which use all of it; the benchmark does not stop brokers.
-#[allow(dead_code)]
-#[path = "../tests/cluster/broker.rs"]
-mod broker;
-mod common;
 // Shared by the benchmarks; each uses part of it.
 #[allow(dead_code)]
 #[path = "common/kube.rs"]
@@ -25,14 +20,17 @@ use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
+use tether_testkit::broker::Broker;
+use tether_testkit::cluster::LocalCluster;
 
 fn main() {
     let pods = kube_helpers::arg("--pods", 1000);
     let samples = kube_helpers::arg("--samples", 20);
-    let cluster = common::start_cluster();
-    let broker = broker::Broker::start();
+    // No simulated nodes: the benchmark measures tether, not pods starting.
+    let cluster = LocalCluster::start(0);
+    let broker = Broker::start();
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let client = runtime.block_on(kube_helpers::client(&cluster.kubeconfig));
+    let client = runtime.block_on(cluster.client());
     let ns = "bench-events";
     runtime.block_on(kube_helpers::namespace(&client, ns));
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
@@ -46,7 +44,7 @@ fn main() {
         .arg("--outbox")
         .arg(outbox.path())
         .arg("--kubeconfig")
-        .arg(&cluster.kubeconfig)
+        .arg(cluster.kubeconfig())
         .spawn()
         .expect("tether");
     // The consumer reads every message as it comes; each is stamped on arrival.

@@ -3,11 +3,11 @@
 //! 5,000 ConfigMaps: first apply, a diff with no change, a diff with one change.
 //! Run with `cargo bench --bench reconcile` (`-- --sizes 1000` to pick sizes).
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
+
+use tether_testkit::cluster::LocalCluster;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -17,21 +17,11 @@ fn main() {
         .and_then(|i| args.get(i + 1))
         .map(|s| s.split(',').filter_map(|n| n.parse().ok()).collect())
         .unwrap_or_else(|| vec![1000, 5000]);
-    let cluster = common::start_cluster();
-    let script = common::script();
+    // No simulated nodes: the benchmark measures tether, not pods starting.
+    let cluster = LocalCluster::start(0);
     // The newest kubectl at hand: kubectl 1.20 throttles itself to 5 requests a second,
     // which would make the comparison unfair to kubectl; newer ones do not.
-    let built = PathBuf::from(
-        String::from_utf8_lossy(
-            &Command::new(&script)
-                .arg("env")
-                .output()
-                .expect("env")
-                .stdout,
-        )
-        .trim(),
-    )
-    .join("kubectl");
+    let built = tether_testkit::cluster::binaries().join("kubectl");
     let kubectl = std::env::var_os("KUBECTL")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
@@ -55,7 +45,7 @@ fn main() {
         .unwrap_or_default()
         .to_string();
     let bench = Bench {
-        kubeconfig: cluster.kubeconfig.clone(),
+        kubeconfig: cluster.kubeconfig().to_path_buf(),
         kubectl,
         tether: PathBuf::from(env!("CARGO_BIN_EXE_tether")),
     };

@@ -1,23 +1,13 @@
-//! For the benchmarks that make pods: a client for their control plane, namespaces
-//! ready for pods, pods reported Running, and their `-- --name N` arguments.
+//! For the benchmarks that make pods: namespaces ready for pods, pods reported
+//! Running, and their `-- --name N` arguments.
 
-use std::path::Path;
 use std::time::Duration;
 
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
 use serde_json::json;
-
-pub async fn client(kubeconfig: &Path) -> Client {
-    let kubeconfig = Kubeconfig::read_from(kubeconfig).expect("kubeconfig");
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .expect("config");
-    Client::try_from(config).expect("client")
-}
 
 /// A namespace, once pods may be made in it (its service account has its token).
 pub async fn namespace(client: &Client, name: &str) {

@@ -11,10 +11,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use crate::harness::{Running, cluster, eventually, repo_root};
 use crate::reconcile::{base, config_map, live_config_map, setup};
 
-use crate::reconcile::git_cli as git;
-#[path = "../common/remote.rs"]
-mod remote;
-pub use remote::{GitDaemon, Remote, free_port, http};
+pub use tether_testkit::remote::{GitDaemon, Remote, free_port, http};
 
 pub const SECRET: &str = "the-webhook-secret-of-the-tests";
 
@@ -47,7 +44,7 @@ impl Daemon {
             .arg("--cache-dir")
             .arg(&cache)
             .arg("--kubeconfig")
-            .arg(&cluster().kubeconfig)
+            .arg(cluster().kubeconfig())
             .env("TETHER_COLOR", "never")
             .stdout(Stdio::null())
             .stderr(log)
@@ -225,7 +222,7 @@ pub fn lists_since(offset: u64, inventory: &tether_core::ownership::Inventory) -
 }
 
 fn audited_since(offset: u64, wanted: impl Fn(&serde_json::Value) -> bool) -> Vec<String> {
-    let log = cluster().state_dir.join("logs/audit.log");
+    let log = cluster().state_dir().join("logs/audit.log");
     let text = std::fs::read(&log).unwrap_or_default();
     let start = usize::try_from(offset).unwrap().min(text.len());
     String::from_utf8_lossy(&text[start..])
@@ -245,7 +242,7 @@ fn audited_since(offset: u64, wanted: impl Fn(&serde_json::Value) -> bool) -> Ve
 }
 
 pub fn audit_offset() -> u64 {
-    std::fs::metadata(cluster().state_dir.join("logs/audit.log"))
+    std::fs::metadata(cluster().state_dir().join("logs/audit.log"))
         .map(|m| m.len())
         .unwrap_or(0)
 }
@@ -448,7 +445,7 @@ async fn a_source_follows_pushes_webhooks_and_requests_and_says_so_in_its_status
             "30s",
             "--kubeconfig",
         ])
-        .arg(&cluster().kubeconfig)
+        .arg(cluster().kubeconfig())
         .output()
         .unwrap();
     let said = String::from_utf8_lossy(&reconcile.stdout);

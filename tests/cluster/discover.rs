@@ -11,22 +11,17 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{Api, ListParams};
 
-use crate::harness::{Running, cluster, repo_root};
+use crate::harness::{Running, cluster};
 use crate::reconcile::{Repo, git, setup, stdout, tether};
 
 /// kubectl (the control plane's own build) for the test cluster.
 pub fn kubectl_command() -> Command {
-    kubectl_for(&cluster().kubeconfig)
+    kubectl_for(cluster().kubeconfig())
 }
 
 /// kubectl for the control plane of `kubeconfig`.
 pub fn kubectl_for(kubeconfig: &Path) -> Command {
-    let bin = Command::new(repo_root().join("scripts/local-cluster"))
-        .arg("env")
-        .output()
-        .unwrap();
-    let bin = PathBuf::from(String::from_utf8(bin.stdout).unwrap().trim());
-    let mut command = Command::new(bin.join("kubectl"));
+    let mut command = Command::new(tether_testkit::cluster::binaries().join("kubectl"));
     command.arg("--kubeconfig").arg(kubeconfig);
     command
 }
@@ -583,7 +578,7 @@ async fn watch_batches_a_rollout_into_few_commits_and_a_killed_watch_converges_o
             .arg("--outbox")
             .arg(&outbox)
             .arg("--kubeconfig")
-            .arg(&cluster().kubeconfig)
+            .arg(cluster().kubeconfig())
             .args(["--inventory-name", &inventory])
             .stdout(std::process::Stdio::null())
             .spawn()

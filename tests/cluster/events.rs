@@ -8,8 +8,8 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::{Api, ListParams};
 use serde_json::Value;
+use tether_testkit::broker::Broker;
 
-use crate::broker::Broker;
 use crate::discover::kubectl;
 use crate::harness::{Running, cluster};
 use crate::reconcile::setup;
@@ -32,7 +32,7 @@ fn events(ns: &str, jsonl: &Path, outbox: &Path) -> Running {
             .args(["events", "--watch", "-n", ns, "--config"])
             .arg(&config)
             .arg("--kubeconfig")
-            .arg(&cluster().kubeconfig)
+            .arg(cluster().kubeconfig())
             .spawn()
             .unwrap(),
     )
@@ -133,9 +133,7 @@ async fn a_pods_life_is_four_events_in_order_in_every_sink() {
         "--labels=app=web",
     ]);
     let pod = running_pod(&pods, "web").await;
-    let restarts = cluster()
-        .pod_action(&client, "restart", &ns, "web", "web")
-        .await;
+    let restarts = crate::harness::pod_action(&client, "restart", &ns, "web", "web").await;
     events_of(&jsonl, "web", 3).await;
     kubectl(&["-n", &ns, "delete", "pod", "web", "--wait=false"]);
     gone(&pods, "web").await;
@@ -245,7 +243,7 @@ fn kafka_events(ns: &str, broker: &Broker, topic: &str, outbox: &Path) -> Runnin
             .arg("--outbox")
             .arg(outbox)
             .arg("--kubeconfig")
-            .arg(&cluster().kubeconfig)
+            .arg(cluster().kubeconfig())
             .spawn()
             .unwrap(),
     )
@@ -290,9 +288,7 @@ async fn kafka_gets_the_four_events_keyed_by_pod_and_those_of_an_outage_after_it
 
     kubectl(&["-n", &ns, "run", "web", "--image=nginx:1.25"]);
     let pod = running_pod(&pods, "web").await;
-    let restarts = cluster()
-        .pod_action(&client, "restart", &ns, "web", "web")
-        .await;
+    let restarts = crate::harness::pod_action(&client, "restart", &ns, "web", "web").await;
     kubectl(&["-n", &ns, "delete", "pod", "web", "--wait=false"]);
     gone(&pods, "web").await;
     let messages = messages_of(&broker, &topic, "web", 4);

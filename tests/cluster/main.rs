@@ -1,12 +1,18 @@
 //! Tests against a real kube-apiserver and kube-controller-manager (1.20, from
-//! scripts/local-cluster), with the node simulator standing in for a kubelet.
+//! scripts/local-cluster), with the node simulator standing in for a kubelet, in one
+//! test binary. Most share the run's control plane (`harness::cluster`), each in
+//! namespaces of its own; a test starts one of its own only when it changes what the
+//! others would see or tests the control plane itself: `nodes` and `nodesim`'s
+//! placement (nodes tainted, cordoned, removed), `local_cluster` (the script's up,
+//! down and watchdog; an API server stopped mid-apply) and `demo` (`scripts/demo`).
 
-mod broker;
 mod daemon;
+mod demo;
 mod discover;
 mod events;
 mod fidelity;
 mod harness;
+mod local_cluster;
 mod nodes;
 mod nodesim;
 mod operations;
@@ -150,7 +156,7 @@ async fn examples_apply_read_back_and_then_show_no_changes() {
 async fn a_deployment_becomes_running_pods_with_ips() {
     let cluster = cluster();
     let client = cluster.client().await;
-    let namespace = cluster.namespace(&client, "deployment-running").await;
+    let namespace = crate::harness::fresh_namespace(&client, "deployment-running").await;
     let models = format!(
         "kind: KubernetesService\nname: kubernetes\n---\nkind: TrustDomain\nname: {namespace}\n---\n\
          kind: Image\nname: k8s.gcr.io/pause-amd64\ntag: \"3.0\"\n---\n\
@@ -217,9 +223,7 @@ async fn a_deployment_becomes_running_pods_with_ips() {
 
     // The simulator restarts a container on request: the restart count rises.
     let first = pods_now[0].name_any();
-    let count = cluster
-        .pod_action(&client, "restart", &namespace, &first, "web")
-        .await;
+    let count = crate::harness::pod_action(&client, "restart", &namespace, &first, "web").await;
     assert_eq!(count, 1);
     let pod = pods.get(&first).await.unwrap();
     assert_eq!(
@@ -255,12 +259,7 @@ async fn kubectl_accepts_the_rendered_yaml() {
         .output()
         .unwrap();
     assert!(render.status.success());
-    let bin_dir = std::process::Command::new(repo_root().join("scripts/local-cluster"))
-        .arg("env")
-        .output()
-        .unwrap();
-    let kubectl =
-        std::path::PathBuf::from(String::from_utf8(bin_dir.stdout).unwrap().trim()).join("kubectl");
+    let kubectl = tether_testkit::cluster::binaries().join("kubectl");
     let mut child = std::process::Command::new(kubectl)
         .args([
             "apply",
@@ -271,7 +270,7 @@ async fn kubectl_accepts_the_rendered_yaml() {
             "-",
             "--kubeconfig",
         ])
-        .arg(&cluster.kubeconfig)
+        .arg(cluster.kubeconfig())
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())

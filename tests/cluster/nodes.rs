@@ -13,23 +13,22 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
-use crate::harness::{client_for, eventually};
-use crate::nodesim::OwnCluster;
+use crate::harness::{LocalCluster, eventually};
 use crate::reconcile::{all_output, git};
 
-fn tether(cluster: &OwnCluster, dir: &Path, args: &[&str]) -> Output {
+fn tether(cluster: &LocalCluster, dir: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tether"))
         .args(args)
         .arg("--kubeconfig")
-        .arg(&cluster.kubeconfig)
+        .arg(cluster.kubeconfig())
         .current_dir(dir)
         .env("TETHER_COLOR", "never")
         .output()
         .unwrap()
 }
 
-fn kubectl(cluster: &OwnCluster, args: &[&str]) -> Output {
-    let output = crate::discover::kubectl_for(&cluster.kubeconfig)
+fn kubectl(cluster: &LocalCluster, args: &[&str]) -> Output {
+    let output = crate::discover::kubectl_for(cluster.kubeconfig())
         .args(args)
         .output()
         .unwrap();
@@ -94,8 +93,8 @@ name: tether-sim-3
 
 #[tokio::test]
 async fn hosts_are_labelled_locked_and_removed_through_their_models() {
-    let cluster = OwnCluster::up(3);
-    let client = client_for(&cluster.kubeconfig).await.unwrap();
+    let cluster = LocalCluster::start(3);
+    let client = cluster.client().await;
     crate::harness::pods_admitted(&client, "default").await;
     // Someone else's labels on a managed node and on an unmanaged one.
     kubectl(

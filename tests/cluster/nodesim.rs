@@ -3,8 +3,6 @@
 //! Jobs' pods completing, and placement by selectors, cordons and taints, with
 //! `NoExecute` taints evicting.
 
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
@@ -13,7 +11,7 @@ use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use crate::harness::{client_for, cluster, eventually, pods_admitted, repo_root};
+use crate::harness::{LocalCluster, cluster, eventually, pods_admitted};
 
 fn pod(name: &str, spec: serde_json::Value) -> Pod {
     let mut spec = spec;
@@ -57,7 +55,7 @@ fn main_container(pod: &Pod) -> k8s_openapi::api::core::v1::ContainerStatus {
 #[tokio::test]
 async fn pods_run_and_their_containers_restart_fail_and_finish_on_request() {
     let client = cluster().client().await;
-    let ns = cluster().namespace(&client, "sim-lifecycle").await;
+    let ns = crate::harness::fresh_namespace(&client, "sim-lifecycle").await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
     pods.create(&PostParams::default(), &pod("server", json!({})))
         .await
@@ -74,13 +72,9 @@ async fn pods_run_and_their_containers_restart_fail_and_finish_on_request() {
     assert_eq!(status.host_ip.as_deref(), Some("10.0.0.1"));
     assert!(main_container(&running).ready);
 
-    let count = cluster()
-        .pod_action(&client, "restart", &ns, "server", "main")
-        .await;
+    let count = crate::harness::pod_action(&client, "restart", &ns, "server", "main").await;
     assert_eq!(count, 1);
-    let count = cluster()
-        .pod_action(&client, "fail", &ns, "server", "main")
-        .await;
+    let count = crate::harness::pod_action(&client, "fail", &ns, "server", "main").await;
     assert_eq!(
         count, 2,
         "a failing container under restartPolicy Always is restarted"
@@ -98,9 +92,7 @@ async fn pods_run_and_their_containers_restart_fail_and_finish_on_request() {
     .await
     .unwrap();
     pod_when(&pods, "once", |p| phase(p) == "Running").await;
-    cluster()
-        .pod_action(&client, "finish", &ns, "once", "main")
-        .await;
+    crate::harness::pod_action(&client, "finish", &ns, "once", "main").await;
     let done = pods.get("once").await.unwrap();
     assert_eq!(phase(&done), "Succeeded");
     let exited = main_container(&done).state.unwrap().terminated.unwrap();
@@ -118,9 +110,7 @@ async fn pods_run_and_their_containers_restart_fail_and_finish_on_request() {
     assert!(!main_container(&unready).ready);
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(!main_container(&pods.get("warming").await.unwrap()).ready);
-    cluster()
-        .pod_action(&client, "ready", &ns, "warming", "main")
-        .await;
+    crate::harness::pod_action(&client, "ready", &ns, "warming", "main").await;
     let ready = pods.get("warming").await.unwrap();
     assert!(main_container(&ready).ready);
     let conditions = ready.status.unwrap().conditions.unwrap();
@@ -153,7 +143,7 @@ fn job_condition(job: &Job) -> Option<String> {
 #[tokio::test]
 async fn jobs_pods_succeed_by_themselves_or_fail_with_their_exit_code() {
     let client = cluster().client().await;
-    let ns = cluster().namespace(&client, "sim-jobs").await;
+    let ns = crate::harness::fresh_namespace(&client, "sim-jobs").await;
     let jobs: Api<Job> = Api::namespaced(client.clone(), &ns);
     jobs.create(&PostParams::default(), &job("migrate", json!({})))
         .await
@@ -183,43 +173,6 @@ async fn jobs_pods_succeed_by_themselves_or_fail_with_their_exit_code() {
     assert_eq!(exited.exit_code, 3);
 }
 
-/// A control plane of this test's own with simulated nodes: tainting, cordoning and
-/// removing the shared one's would disturb the tests running beside this one.
-pub struct OwnCluster {
-    state: tempfile::TempDir,
-    pub kubeconfig: PathBuf,
-}
-
-impl OwnCluster {
-    pub fn up(nodes: usize) -> Self {
-        let state = tempfile::tempdir().unwrap();
-        let output = Command::new(repo_root().join("scripts/local-cluster"))
-            .args(["up", "--nodes", &nodes.to_string(), "--owner-pid"])
-            .arg(std::process::id().to_string())
-            .arg("--state-dir")
-            .arg(state.path())
-            .envs(tether_testkit::nodesim_binary().map(|path| ("TETHER_NODESIM", path)))
-            .output()
-            .unwrap();
-        assert!(
-            output.status.success(),
-            "{}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let kubeconfig = PathBuf::from(String::from_utf8(output.stdout).unwrap().trim());
-        OwnCluster { state, kubeconfig }
-    }
-}
-
-impl Drop for OwnCluster {
-    fn drop(&mut self) {
-        let _ = Command::new(repo_root().join("scripts/local-cluster"))
-            .args(["down", "--state-dir"])
-            .arg(self.state.path())
-            .output();
-    }
-}
-
 async fn patch_node(client: &Client, name: &str, spec: serde_json::Value) {
     let nodes: Api<Node> = Api::all(client.clone());
     nodes
@@ -234,8 +187,10 @@ async fn patch_node(client: &Client, name: &str, spec: serde_json::Value) {
 
 #[tokio::test]
 async fn selectors_cordons_and_taints_place_pods_and_no_execute_taints_evict_them() {
-    let own = OwnCluster::up(2);
-    let client = client_for(&own.kubeconfig).await.unwrap();
+    // A control plane of this test's own with two simulated nodes: tainting and
+    // cordoning the shared one's would disturb the tests running beside this one.
+    let own = LocalCluster::start(2);
+    let client = own.client().await;
     pods_admitted(&client, "default").await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let post = PostParams::default();

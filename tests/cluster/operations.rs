@@ -43,7 +43,7 @@ fn tether_plain(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tether"))
         .args(args)
         .arg("--kubeconfig")
-        .arg(&cluster().kubeconfig)
+        .arg(cluster().kubeconfig())
         .env("TETHER_COLOR", "never")
         .output()
         .unwrap()
@@ -431,7 +431,7 @@ async fn recreate_gives_the_pod_a_new_uid_and_its_event_reaches_the_sinks() {
             .arg("--outbox")
             .arg(repo.path().join("outbox"))
             .arg("--kubeconfig")
-            .arg(&cluster().kubeconfig)
+            .arg(cluster().kubeconfig())
             .spawn()
             .unwrap(),
     );

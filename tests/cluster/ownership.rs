@@ -680,7 +680,7 @@ async fn a_prune_killed_midway_leaves_no_entry_that_could_delete_a_newcomer() {
     let mut prune = std::process::Command::new(env!("CARGO_BIN_EXE_tether"))
         .args(["apply", "--prune", &path, "--inventory-name", &inventory])
         .arg("--kubeconfig")
-        .arg(&crate::harness::cluster().kubeconfig)
+        .arg(crate::harness::cluster().kubeconfig())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()

@@ -10,9 +10,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 
 use crate::harness::cluster;
 
-#[path = "../common/git.rs"]
-pub mod git_cli;
-pub use git_cli::git;
+pub use tether_testkit::git::git;
 
 /// A models repo in a temporary directory, edited between runs.
 pub struct Repo {
@@ -48,7 +46,7 @@ pub fn tether(inventory: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tether"))
         .args(args)
         .arg("--kubeconfig")
-        .arg(&cluster().kubeconfig)
+        .arg(cluster().kubeconfig())
         .args(["--inventory-name", inventory])
         .env("TETHER_COLOR", "never")
         .output()
@@ -70,7 +68,7 @@ pub fn all_output(output: &Output) -> String {
 /// A client, a fresh namespace for the test, and an inventory of its own.
 pub async fn setup(test: &str) -> (Client, String, String) {
     let client = cluster().client().await;
-    let namespace = cluster().namespace(&client, test).await;
+    let namespace = crate::harness::fresh_namespace(&client, test).await;
     let inventory = format!("inv-{namespace}");
     (client, namespace, inventory)
 }

@@ -19,7 +19,7 @@ async fn run_applies_at_once_then_each_saved_model_within_seconds_and_stops_on_s
     let mut run = Command::new(env!("CARGO_BIN_EXE_tether"))
         .args(["run", "--interval", "1h", "--inventory-name", &inventory])
         .arg("--kubeconfig")
-        .arg(&cluster().kubeconfig)
+        .arg(cluster().kubeconfig())
         .arg(repo.path())
         .env("TETHER_COLOR", "never")
         .stdout(Stdio::piped())

@@ -36,7 +36,7 @@ fn tether(home: &Path, key_file: Option<&Path>, args: &[&str]) -> Output {
     command
         .args(args)
         .arg("--kubeconfig")
-        .arg(&cluster().kubeconfig)
+        .arg(cluster().kubeconfig())
         .env("HOME", home)
         .env("TETHER_COLOR", "never")
         .output()
@@ -294,7 +294,7 @@ fn ready_reason(ns: &str) -> Option<(String, String, String)> {
 /// Asks for a pass of the Source `web` and waits until its Ready condition (status,
 /// reason) is as `wanted`.
 async fn reconcile_until(
-    sources: &Api<tether_daemon::source::Source>,
+    sources: &Api<tether_daemon::crd::Source>,
     ns: &str,
     wanted: impl Fn(&str, &str) -> bool,
 ) {
@@ -367,7 +367,7 @@ async fn the_daemon_decrypts_with_the_key_its_source_names_and_logs_no_plain_val
 
     // The right key, and a reconcile asked for: no restart.
     key_secret_from_file(&ns, &right_key);
-    let sources: Api<tether_daemon::source::Source> = Api::namespaced(client.clone(), &ns);
+    let sources: Api<tether_daemon::crd::Source> = Api::namespaced(client.clone(), &ns);
     reconcile_until(&sources, &ns, |ready, _| ready == "True").await;
     let live = |name: &'static str| {
         let secrets = secrets.clone();

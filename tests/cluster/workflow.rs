@@ -7,7 +7,6 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use kube::Api;
 
-use crate::harness::cluster;
 use crate::reconcile::{Repo, all_output, base, setup, stdout, tether};
 
 const IMAGES: &str = "---\nkind: Image\nname: mariadb\ntag: \"10.11\"\n---\nkind: Image\nname: keystone\ntag: \"25.0\"\n";
@@ -260,9 +259,7 @@ async fn a_dependency_not_ready_in_time_is_named_and_the_next_apply_resumes() {
     assert!(deployments.get_opt("keystone").await.unwrap().is_none());
 
     // The pod gets ready, the Service exists with an endpoint: the next apply goes on.
-    cluster()
-        .pod_action(&client, "ready", &ns, "mariadb", "mariadb")
-        .await;
+    crate::harness::pod_action(&client, "ready", &ns, "mariadb", "mariadb").await;
     let service = serde_json::json!({
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": "memcached", "namespace": ns},

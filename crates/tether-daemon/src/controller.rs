@@ -22,12 +22,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::Shared;
+use super::crd::{
+    DiscoverySpec, RECONCILE_REQUESTED_ANNOTATION, Source, SourceSpec, SourceStatus, revision_name,
+};
 use super::discovery::DiscoveryTarget;
 use super::keys::DecryptionSecret;
 use super::runner::{Origin, PassError, PassOutcome, SourceLoop, StatusSink, Trigger};
-use super::source::{
-    DiscoverySpec, RECONCILE_REQUESTED_ANNOTATION, Source, SourceSpec, SourceStatus, revision_name,
-};
 use super::status::{PassResult, next_status, worth_writing};
 use super::webhook::Push;
 use tether_engine::cluster::Target;

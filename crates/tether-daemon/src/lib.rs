@@ -12,6 +12,7 @@
 #![warn(clippy::too_many_lines)]
 
 pub mod controller;
+pub mod crd;
 pub mod discovery;
 pub mod drift;
 pub mod http;
@@ -19,7 +20,6 @@ pub mod keys;
 pub mod leader;
 pub mod metrics;
 pub mod runner;
-pub mod source;
 pub mod status;
 pub mod webhook;
 

@@ -17,9 +17,9 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::Shared;
+use super::crd::DriftPolicy;
 use super::drift::{CorrectionBackoff, Drift, reporter};
 use super::keys::{DecryptionKeysError, DecryptionSecret};
-use super::source::DriftPolicy;
 use super::status::PassResult;
 use tether_core::k8s::ObjectKey;
 use tether_core::plan::{Action, Change};

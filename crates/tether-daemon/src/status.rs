@@ -3,7 +3,7 @@
 //! revision is being applied or a failure is retried; `Stalled` when retrying cannot
 //! help until someone changes the models or the cluster.
 
-use super::source::{Condition, PlanCounts, SourceStatus};
+use super::crd::{Condition, PlanCounts, SourceStatus};
 use tether_engine::reconcile::outcome::ApplyReport;
 
 /// What the pass came to, as the status tells it.

@@ -1,23 +1,34 @@
-//! What tether's tests and benchmarks share (a dev-dependency only): for now, where
-//! the binaries under test are that their own package does not build.
+//! What tether's tests and benchmarks share (a dev-dependency only):
+//!
+//! - [`snapshot`]: a snapshot file per test ([`snapshot::check`]) and directories of
+//!   data-driven cases ([`snapshot::Cases`]), rewritten with `TETHER_BLESS=1`;
+//! - [`git`] and [`remote`]: the `git` CLI as the tests' second Git client, a remote
+//!   served by `git daemon`, a plain HTTP client;
+//! - [`broker`]: a Kafka-protocol broker and an independent consumer;
+//! - [`cluster`] (feature `cluster`): local control planes (`scripts/local-cluster`),
+//!   a client for a kubeconfig, polling until a condition holds.
+//!
+//! Without the feature `cluster` the kit depends on no kube, Git library or TLS, so
+//! that the pure core's tests stay pure.
 
 // A function longer than clippy.toml's threshold is shaped along its concepts, or says
 // why it is one (`#[expect(clippy::too_many_lines, reason = "…")]`). Tests are exempt:
 // a scenario reads top to bottom as the user's steps.
 #![warn(clippy::too_many_lines)]
 
-use std::path::PathBuf;
+pub mod broker;
+#[cfg(feature = "cluster")]
+pub mod cluster;
+pub mod git;
+pub mod remote;
+pub mod snapshot;
 
-/// The node simulator `cargo test` built beside the running test binary
-/// (`target/<profile>/tether-nodesim`); `None` when it was not built, and then
-/// `scripts/local-cluster` builds it itself.
-pub fn nodesim_binary() -> Option<PathBuf> {
-    let test_binary = std::env::current_exe().ok()?;
-    // target/<profile>/deps/<test> or target/<profile>/<test>
-    test_binary
+use std::path::Path;
+
+/// The workspace's root, where `scripts/` and the shared test data are.
+fn workspace_root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
         .ancestors()
-        .skip(1)
-        .take(2)
-        .map(|dir| dir.join("tether-nodesim"))
-        .find(|path| path.is_file())
+        .nth(2)
+        .expect("crates/tether-testkit is two levels below the workspace's root")
 }

@@ -1,5 +1,5 @@
 //! What discovery needs to know about pods and their controllers, taken from the
-//! Kubernetes objects. Pure: the watch in [`super::watch`] feeds it.
+//! Kubernetes objects. Pure: the watch in `tether_engine::discovery::caches` feeds it.
 
 use std::collections::{BTreeMap, HashMap};
 

@@ -9,17 +9,17 @@
 mod data;
 mod depends;
 mod files;
-mod host;
 mod index;
 mod kind;
+mod node;
 mod object;
 mod read;
 mod schema;
 
 pub use files::{data_file_paths, resolve_data_path};
-pub use host::LOCK_TAINT_KEY;
 pub use index::{Idx, PerModel, indexed};
 pub use kind::{CONFIG_MOUNT_ALIAS, Kind, XOS_FEEDBACK_FIELDS};
+pub use node::LOCK_TAINT_KEY;
 pub use object::{ModelObject, object_key};
 pub use schema::model_schema;
 

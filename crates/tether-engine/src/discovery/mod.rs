@@ -3,8 +3,8 @@
 //! branch's models → `writeback` commit (and push). Git work runs off the async
 //! runtime.
 
+pub mod caches;
 pub mod session;
-pub mod watch;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -14,7 +14,7 @@ use thiserror::Error;
 use tracing::instrument;
 
 use crate::config::{SETTINGS_FILE, Settings};
-use crate::discovery::watch::ClusterWatch;
+use crate::discovery::caches::ClusterWatch;
 use crate::driver::Loop;
 use crate::git::Credentials;
 use crate::writeback::{Author, Synced, Workspace, WritebackError};

@@ -11,7 +11,7 @@ use kube::Client;
 use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
-use super::watch::{ClusterWatch, WatchError};
+use super::caches::{ClusterWatch, WatchError};
 use super::{Destination, DiscoverError, Discoverer, PassReport, open_workspace};
 use crate::cluster::ClusterError;
 use crate::config::{

@@ -10,8 +10,8 @@ use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PropagationPolicy};
 use tracing::instrument;
 
-use super::hosts;
 use super::live::CONCURRENCY;
+use super::nodes;
 use super::outcome::{ApplyReport, BlockedWave, ObjectFailure, ObjectReport, Outcome};
 use super::{ApplyOptions, ApplyProgress, Planned, Step, wait};
 use crate::cluster::{ClusterError, Resources, update_inventory};
@@ -325,7 +325,7 @@ async fn prune_step(pruning: &Pruning<'_>, step: &Step) -> Result<Option<Outcome
         (false, _) => Some(Outcome::Prunable),
         (true, Action::RemoveHost) => {
             let timeout = options.wave_timeout.unwrap_or(DEFAULT_WAVE_TIMEOUT);
-            hosts::remove_host(client, &step.change.key.name, manager, timeout).await?
+            nodes::remove_host(client, &step.change.key.name, manager, timeout).await?
         }
         (true, Action::Release) if !options.delete_adopted => {
             release_one(resources, step, manager).await?
@@ -617,9 +617,9 @@ async fn apply_one(
     if step.change.action == Action::Replace {
         delete_and_wait(&api, key).await?;
     }
-    if hosts::is_node(key) {
+    if nodes::is_node(key) {
         // Before the apply, which records the taints as set.
-        hosts::sync_taints(&api.clone().into_client(), &key.name, desired, manager).await?;
+        nodes::sync_taints(&api.clone().into_client(), &key.name, desired, manager).await?;
     }
     let switch_manager = format!("{manager}-strategy-switch");
     prepare(&api, step, &switch_manager).await;

@@ -18,7 +18,7 @@ use tracing::instrument;
 
 use super::cache::WatchCache;
 use super::contents::list_namespace;
-use super::hosts;
+use super::nodes;
 use super::outcome::status_text;
 use super::{PlanOptions, Step};
 use crate::cluster::{ClusterError, Resources, api_error, record_of};
@@ -123,7 +123,7 @@ pub(super) async fn plan(
         .iter_mut()
         .filter(|s| s.change.action == Action::RemoveHost)
     {
-        let pods = hosts::bound_pods(client, &step.change.key.name).await?;
+        let pods = nodes::bound_pods(client, &step.change.key.name).await?;
         step.change.diff = HostRemoval::of(&step.change.key.name, &pods).describe();
     }
     for step in steps
@@ -167,7 +167,7 @@ fn prune_steps(
         let action = match decision {
             // A Node is always adopted (tether never creates one), and its model gone
             // means the host is leaving.
-            PruneDecision::Delete | PruneDecision::Release if hosts::is_node(&key) => {
+            PruneDecision::Delete | PruneDecision::Release if nodes::is_node(&key) => {
                 Action::RemoveHost
             }
             PruneDecision::Delete => Action::Delete,
@@ -482,7 +482,7 @@ impl ObjectPlanner<'_> {
             }
         };
         match live {
-            None if hosts::is_node(&self.key) => Ok(self.absent()),
+            None if nodes::is_node(&self.key) => Ok(self.absent()),
             None => self.plan_new(&api).await,
             Some(live) if is_inventory_record(&live) => Ok(self.failed(
                 "this is the record of a tether inventory: tether never applies over an inventory"
@@ -545,7 +545,7 @@ impl ObjectPlanner<'_> {
             live["metadata"]["uid"].as_str().map(str::to_string),
         ));
         // A node's taints are edited in place, beside the apply (see `tether_core::host`).
-        let taints = match hosts::is_node(&self.key) {
+        let taints = match nodes::is_node(&self.key) {
             true => merged_taints(live, &self.desired),
             false => None,
         };

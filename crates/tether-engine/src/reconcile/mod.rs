@@ -8,8 +8,8 @@
 mod apply;
 pub mod cache;
 mod contents;
-mod hosts;
 mod live;
+mod nodes;
 pub mod outcome;
 mod wait;
 

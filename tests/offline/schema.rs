@@ -5,6 +5,8 @@ use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+use tether_testkit::snapshot;
+
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
@@ -69,16 +71,8 @@ fn documents_under(dir: &Path) -> Vec<(String, serde_json::Value)> {
 
 #[test]
 fn the_schema_output_is_stable() {
-    let snapshot = root().join("tests/snapshots/model.schema.json");
-    let schema = schema();
-    if std::env::var_os("TETHER_BLESS").is_some() {
-        std::fs::write(&snapshot, &schema).unwrap();
-    }
-    assert_eq!(
-        schema,
-        std::fs::read_to_string(&snapshot).unwrap(),
-        "tether schema changed: review, then TETHER_BLESS=1 cargo test --test schema"
-    );
+    // A change fails with its diff: review it, then TETHER_BLESS=1 rewrites the file.
+    snapshot::check(&root().join("tests/snapshots/model.schema.json"), &schema());
 }
 
 #[test]

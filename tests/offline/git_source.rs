@@ -4,10 +4,7 @@
 use std::path::Path;
 
 use tether_engine::git::{Credentials, fetch_models, local_revision};
-
-#[path = "common/git.rs"]
-mod git_cli;
-use git_cli::git;
+use tether_testkit::git::git;
 
 fn paths(files: &tether_core::source::SourceFiles) -> Vec<String> {
     files.iter().map(|(_, f)| f.path.clone()).collect()

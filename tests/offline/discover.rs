@@ -2,8 +2,6 @@
 //! examples' own models. Snapshot: tests/snapshots/discover.txt (bless with
 //! TETHER_BLESS=1).
 
-mod common;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
@@ -13,6 +11,7 @@ use tether_core::ownership::Inventory;
 use tether_core::render::render;
 use tether_core::source::{SourceFile, SourceFiles};
 use tether_engine::directory::read_models_dir;
+use tether_testkit::snapshot;
 
 fn inventory() -> Inventory {
     Inventory {
@@ -165,7 +164,7 @@ fn discovered_files_match_the_snapshot_and_validate_with_the_users_models() {
     let files = examples();
     let applyset = inventory().applyset_id();
     let outcome = plan(&cluster(), &files, &Scope::All, &applyset);
-    common::assert_snapshot(
+    snapshot::check(
         &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots/discover.txt"),
         &describe(&outcome),
     );

@@ -7,9 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write;
-
-#[path = "common/snapshots.rs"]
-mod snapshots;
+use std::path::Path;
 
 use tether_core::inventory::{
     InventoryEntry, InventoryRecord, Provenance, PruneDecision, by_rank, prune_decisions,
@@ -18,6 +16,7 @@ use tether_core::k8s::ObjectKey;
 use tether_core::ownership::{
     Inventory, MANAGED_BY_LABEL, MANAGER, PART_OF_LABEL, ownership_labels,
 };
+use tether_testkit::snapshot::Cases;
 
 struct Case {
     record: InventoryRecord,
@@ -170,5 +169,8 @@ fn run(case: &Case) -> String {
 
 #[test]
 fn inventory_decisions_match_their_expectations() {
-    snapshots::check("tests/inventory", "txt", 4, |text| run(&parse(text)));
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/inventory");
+    Cases::files(dir, "txt")
+        .at_least(4)
+        .check(|case| run(&parse(&std::fs::read_to_string(case).unwrap())));
 }

@@ -4,13 +4,12 @@
 //! exactly the value it names: the parsed documents before and after are equal but
 //! for that value (`TETHER_BLESS=1` rewrites the snapshots).
 
-mod common;
-
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value as Json};
 use tether_core::edit::{self, ModelRef, Scalar};
 use tether_core::load::{Dialect, Node, Value, parse_yaml};
+use tether_testkit::snapshot::Cases;
 
 fn json(node: &Node) -> Json {
     match &node.value {
@@ -152,15 +151,5 @@ fn run_case(ops_file: &Path) -> String {
 #[test]
 fn edits_change_exactly_the_value_they_name() {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/edit");
-    let mut cases: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "ops"))
-        .collect();
-    cases.sort();
-    assert!(cases.len() >= 5, "cases: {cases:?}");
-    for case in cases {
-        let report = run_case(&case);
-        common::assert_snapshot(&case.with_extension("expected"), &report);
-    }
+    Cases::files(dir, "ops").at_least(5).check(run_case);
 }

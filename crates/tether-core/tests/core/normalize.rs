@@ -3,11 +3,11 @@
 //! `tests/normalize/quantities.txt` holds quantities and the spelling the API server
 //! itself stored for them.
 
-#[path = "common/snapshots.rs"]
-mod snapshots;
+use std::path::Path;
 
 use serde_json::Value;
 use tether_core::normalize::{canonical_quantity, normalize, place};
+use tether_testkit::snapshot::Cases;
 
 /// Each document normalized, then placed as discovery would for its kind (a
 /// `# namespaced: false` line in the document says the kind is cluster-scoped).
@@ -30,7 +30,10 @@ fn run(text: &str) -> String {
 
 #[test]
 fn hand_written_objects_normalize_to_their_expectations() {
-    snapshots::check("tests/normalize", "yaml", 5, run);
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/normalize");
+    Cases::files(dir, "yaml")
+        .at_least(5)
+        .check(|case| run(&std::fs::read_to_string(case).unwrap()));
 }
 
 #[test]

@@ -2,57 +2,17 @@
 //! planes in different state directories run side by side.
 
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/local-cluster")
-}
-
-/// A control plane in its own state directory, stopped and removed when dropped
-/// (also when the test panics), and by the watchdog if the test process dies.
-struct LocalCluster {
-    dir: tempfile::TempDir,
-}
-
-impl LocalCluster {
-    fn new() -> Self {
-        LocalCluster {
-            dir: tempfile::tempdir().unwrap(),
-        }
-    }
-
-    fn up(&self) -> PathBuf {
-        let pid = std::process::id().to_string();
-        PathBuf::from(run(&["up", "--owner-pid", &pid], self.dir.path()).trim())
-    }
-
-    fn down(&self) {
-        run(&["down"], self.dir.path());
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-}
-
-impl Drop for LocalCluster {
-    fn drop(&mut self) {
-        let _ = Command::new(script())
-            .arg("down")
-            .arg("--state-dir")
-            .arg(self.dir.path())
-            .output();
-    }
-}
+use tether_testkit::cluster::{LocalCluster, binaries, script};
 
 fn run(args: &[&str], state_dir: &Path) -> String {
-    let output = Command::new(script())
+    let output = script()
         .args(args)
         .arg("--state-dir")
         .arg(state_dir)
-        .envs(tether_testkit::nodesim_binary().map(|path| ("TETHER_NODESIM", path)))
         .stderr(std::process::Stdio::inherit())
         .output()
         .unwrap();
@@ -148,21 +108,23 @@ fn up_and_down_ten_times_leave_no_process_and_no_port() {
 
 #[test]
 fn two_control_planes_in_different_state_dirs_do_not_collide() {
-    let (a, b) = (LocalCluster::new(), LocalCluster::new());
-    std::thread::scope(|scope| {
-        scope.spawn(|| a.up());
-        b.up();
+    // Each in its own state directory, stopped and removed when dropped (also when
+    // the test panics), and by the watchdog if the test process dies.
+    let (a, b) = std::thread::scope(|scope| {
+        let a = scope.spawn(|| LocalCluster::start(1));
+        let b = LocalCluster::start(1);
+        (a.join().unwrap(), b)
     });
-    let (pids_a, ports_a) = started(a.path());
-    let (pids_b, ports_b) = started(b.path());
+    let (pids_a, ports_a) = started(a.state_dir());
+    let (pids_b, ports_b) = started(b.state_dir());
     assert!(
         ports_a.iter().all(|p| !ports_b.contains(p)),
         "{ports_a:?} vs {ports_b:?}"
     );
-    let status = Command::new(script())
+    let status = script()
         .arg("status")
         .arg("--state-dir")
-        .arg(a.path())
+        .arg(a.state_dir())
         .output()
         .unwrap();
     assert!(
@@ -191,9 +153,9 @@ fn tether(kubeconfig: &Path, args: &[&str]) -> std::process::Output {
 
 #[test]
 fn an_api_server_stopped_mid_apply_gives_exit_2_and_the_next_apply_converges() {
-    let cluster = LocalCluster::new();
-    let kubeconfig = cluster.up();
-    let apiserver: u32 = std::fs::read_to_string(cluster.path().join("pids"))
+    let cluster = LocalCluster::start(1);
+    let kubeconfig = cluster.kubeconfig();
+    let apiserver: u32 = std::fs::read_to_string(cluster.state_dir().join("pids"))
         .unwrap()
         .lines()
         .find(|l| l.ends_with(" kube-apiserver"))
@@ -214,18 +176,13 @@ fn an_api_server_stopped_mid_apply_gives_exit_2_and_the_next_apply_converges() {
 
     let child = Command::new(env!("CARGO_BIN_EXE_tether"))
         .args(["apply", path, "--request-timeout", "3s", "--kubeconfig"])
-        .arg(&kubeconfig)
+        .arg(kubeconfig)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
     // Stop the API server once the first objects exist.
-    let kubectl = PathBuf::from(
-        String::from_utf8(Command::new(script()).arg("env").output().unwrap().stdout)
-            .unwrap()
-            .trim(),
-    )
-    .join("kubectl");
+    let kubectl = binaries().join("kubectl");
     let started = std::time::Instant::now();
     loop {
         let count = Command::new(&kubectl)
@@ -238,7 +195,7 @@ fn an_api_server_stopped_mid_apply_gives_exit_2_and_the_next_apply_converges() {
                 "name",
                 "--kubeconfig",
             ])
-            .arg(&kubeconfig)
+            .arg(kubeconfig)
             .output()
             .unwrap();
         if String::from_utf8_lossy(&count.stdout).lines().count() > 10 {
@@ -274,14 +231,14 @@ fn an_api_server_stopped_mid_apply_gives_exit_2_and_the_next_apply_converges() {
         "stdout: {stdout}\nstderr: {stderr}"
     );
 
-    let again = tether(&kubeconfig, &["apply", path]);
+    let again = tether(kubeconfig, &["apply", path]);
     assert_eq!(
         again.status.code(),
         Some(0),
         "{}",
         String::from_utf8_lossy(&again.stderr)
     );
-    let diff = tether(&kubeconfig, &["diff", path]);
+    let diff = tether(kubeconfig, &["diff", path]);
     assert_eq!(
         diff.status.code(),
         Some(0),
@@ -319,7 +276,7 @@ fn the_watchdog_stops_the_control_plane_when_its_owner_dies_even_without_its_sta
         let dir = tempfile::tempdir().unwrap();
         let state = dir.path().join("state");
         let mut owner = Owner(Command::new("sleep").arg("600").spawn().unwrap());
-        let up = Command::new(script())
+        let up = script()
             .args([
                 "up",
                 "--owner-pid",
@@ -327,7 +284,6 @@ fn the_watchdog_stops_the_control_plane_when_its_owner_dies_even_without_its_sta
                 "--state-dir",
             ])
             .arg(&state)
-            .envs(tether_testkit::nodesim_binary().map(|path| ("TETHER_NODESIM", path)))
             .output()
             .unwrap();
         assert!(

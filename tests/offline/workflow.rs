@@ -3,8 +3,6 @@
 //! first), the selections of `--only`, and the Mermaid and DOT graphs.
 //! `TETHER_BLESS=1` rewrites them.
 
-mod common;
-
 use std::fmt::Write;
 use std::path::Path;
 
@@ -12,6 +10,7 @@ use tether_core::ownership::Inventory;
 use tether_core::render::render;
 use tether_core::workflow::{Rule, Workflow};
 use tether_engine::repo::read_directory_blocking;
+use tether_testkit::snapshot::{self, Cases};
 
 fn rule(rule: &Rule) -> String {
     match rule {
@@ -90,19 +89,12 @@ fn snapshot_of(root: &Path) -> String {
 #[test]
 fn waves_gates_selections_and_graphs() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/workflow");
-    let mut cases: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.is_dir())
-        .collect();
-    cases.sort();
-    assert!(cases.len() >= 2);
-    for case in cases {
-        common::assert_snapshot(&case.join("expected.txt"), &snapshot_of(&case));
-    }
+    Cases::dirs(dir, "expected.txt")
+        .at_least(2)
+        .check(snapshot_of);
     // The example of the README, with its configuration files.
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    common::assert_snapshot(
+    snapshot::check(
         &root.join("tests/snapshots/openstack.workflow.txt"),
         &snapshot_of(&root.join("examples/openstack")),
     );

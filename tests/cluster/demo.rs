@@ -141,7 +141,7 @@ fn the_demo_shows_every_step_and_stops_what_it_started() {
     assert!(step(&text, 12).contains("DriftCorrected"), "{text}");
 
     // Nothing is left running: the demo stopped the control plane it started.
-    let status = Command::new(root.join("scripts/local-cluster"))
+    let status = tether_testkit::cluster::script()
         .arg("status")
         .env("TETHER_CLUSTER_STATE", state.path())
         .output()

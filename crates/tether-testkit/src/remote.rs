@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use super::git::git;
+use crate::git::git;
 
 /// A bare repository served by `git daemon`, and a work tree that pushes to it.
 pub struct Remote {

@@ -1,16 +1,12 @@
 //! A real Kafka-protocol broker (tansu, from scripts/kafka-broker) on a loopback port,
-//! and kafka-python as the independent client that reads the events back. Shared by
-//! the tests and `benches/events.rs`.
+//! and kafka-python (`tests/kafka/consume.py`) as the independent client that reads
+//! the events back. Shared by the tests and `benches/events.rs`.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
-
-fn repo_root() -> &'static std::path::Path {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-}
 
 pub struct Broker {
     tansu: PathBuf,
@@ -22,7 +18,7 @@ pub struct Broker {
 impl Broker {
     /// Installs (first time only) and starts a broker with in-memory storage.
     pub fn start() -> Broker {
-        let output = Command::new(repo_root().join("scripts/kafka-broker"))
+        let output = Command::new(crate::workspace_root().join("scripts/kafka-broker"))
             .arg("env")
             .stderr(Stdio::inherit())
             .output()
@@ -87,7 +83,7 @@ impl Broker {
     pub fn consumer(&self, topic: &str, count: usize, timeout: Duration) -> Command {
         let mut command = Command::new(&self.python);
         command
-            .arg(repo_root().join("tests/kafka/consume.py"))
+            .arg(crate::workspace_root().join("tests/kafka/consume.py"))
             .args([&self.address(), topic])
             .arg(count.to_string())
             .arg(timeout.as_secs_f64().to_string());

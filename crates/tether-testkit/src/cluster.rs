@@ -1,0 +1,169 @@
+//! Local control planes (`scripts/local-cluster`: etcd, kube-apiserver,
+//! kube-controller-manager and the node simulator on loopback) and clients for them.
+//! Every control plane started here is owned by the test process (`--owner-pid`): the
+//! script's watchdog stops it when the process exits, however it exits.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+/// `scripts/local-cluster`, given the node simulator `cargo test` built
+/// (as `TETHER_NODESIM`) so that it does not build one.
+pub fn script() -> Command {
+    let mut command = Command::new(crate::workspace_root().join("scripts/local-cluster"));
+    command.envs(nodesim_binary().map(|path| ("TETHER_NODESIM", path)));
+    command
+}
+
+/// The node simulator `cargo test` built beside the running test binary
+/// (`target/<profile>/tether-nodesim`); `None` when it was not built, and then
+/// `scripts/local-cluster` builds it itself.
+fn nodesim_binary() -> Option<PathBuf> {
+    let test_binary = std::env::current_exe().ok()?;
+    // target/<profile>/deps/<test> or target/<profile>/<test>
+    test_binary
+        .ancestors()
+        .skip(1)
+        .take(2)
+        .map(|dir| dir.join("tether-nodesim"))
+        .find(|path| path.is_file())
+}
+
+/// The directory of the control plane's binaries, kubectl among them
+/// (`scripts/local-cluster env`).
+pub fn binaries() -> PathBuf {
+    let output = script()
+        .arg("env")
+        .output()
+        .expect("run scripts/local-cluster env");
+    PathBuf::from(String::from_utf8(output.stdout).expect("utf-8").trim())
+}
+
+/// A control plane: the shared one of the test process ([`LocalCluster::shared`]), or
+/// one of the caller's own ([`LocalCluster::start`]), stopped and removed when dropped.
+pub struct LocalCluster {
+    kubeconfig: PathBuf,
+    state_dir: PathBuf,
+    /// An own control plane's state directory, removed when dropped.
+    own: Option<tempfile::TempDir>,
+}
+
+static SHARED: OnceLock<LocalCluster> = OnceLock::new();
+
+impl LocalCluster {
+    /// The test process's control plane with one simulated node, started (and, on a
+    /// fresh machine, installed) on first use; the tests share it, each in namespaces
+    /// of its own. It runs until the process exits.
+    pub fn shared() -> &'static LocalCluster {
+        SHARED.get_or_init(|| {
+            let state_dir =
+                std::env::temp_dir().join(format!("tether-test-cluster-{}", std::process::id()));
+            let kubeconfig = up(&state_dir, 1);
+            LocalCluster {
+                kubeconfig,
+                state_dir,
+                own: None,
+            }
+        })
+    }
+
+    /// A control plane of the caller's own with `nodes` simulated nodes (0: none), for
+    /// a test that changes what others would see (nodes, the API server itself) or a
+    /// benchmark; stopped and its state directory removed when dropped.
+    pub fn start(nodes: usize) -> LocalCluster {
+        let state = tempfile::tempdir().expect("a state directory");
+        let kubeconfig = up(state.path(), nodes);
+        LocalCluster {
+            kubeconfig,
+            state_dir: state.path().to_path_buf(),
+            own: Some(state),
+        }
+    }
+
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// The control plane's files; `logs/audit.log` has every write request, `pids`
+    /// the processes `up` started.
+    pub fn state_dir(&self) -> &Path {
+        &self.state_dir
+    }
+
+    /// A client on the calling test's runtime.
+    pub async fn client(&self) -> Client {
+        client(&self.kubeconfig)
+            .await
+            .expect("a client for the local control plane")
+    }
+
+    /// Stops the control plane (`scripts/local-cluster down`), which must succeed.
+    pub fn down(&self) {
+        let output = script()
+            .args(["down", "--state-dir"])
+            .arg(&self.state_dir)
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("run scripts/local-cluster down");
+        assert!(output.status.success(), "scripts/local-cluster down failed");
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        if self.own.is_some() {
+            let _ = script()
+                .args(["down", "--state-dir"])
+                .arg(&self.state_dir)
+                .output();
+        }
+    }
+}
+
+/// `scripts/local-cluster up` in `state_dir`, owned by this process; the kubeconfig's
+/// path.
+fn up(state_dir: &Path, nodes: usize) -> PathBuf {
+    let output = script()
+        .args(["up", "--nodes", &nodes.to_string(), "--owner-pid"])
+        .arg(std::process::id().to_string())
+        .arg("--state-dir")
+        .arg(state_dir)
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run scripts/local-cluster");
+    assert!(
+        output.status.success(),
+        "scripts/local-cluster up failed (its messages are above)"
+    );
+    let stdout = String::from_utf8(output.stdout).expect("utf-8");
+    PathBuf::from(stdout.lines().last().expect("the kubeconfig's path").trim())
+}
+
+/// A client for the cluster of a kubeconfig file.
+pub async fn client(kubeconfig: &Path) -> Result<Client, kube::Error> {
+    let kubeconfig = Kubeconfig::read_from(kubeconfig).map_err(kube::Error::InferKubeconfig)?;
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(kube::Error::InferKubeconfig)?;
+    Client::try_from(config)
+}
+
+/// Polls `check` every 200 ms until it holds; panics after `timeout`.
+pub async fn eventually<F, Fut>(timeout: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    while !check().await {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "condition not met within {timeout:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

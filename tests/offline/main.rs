@@ -1,0 +1,20 @@
+//! tether without a control plane, in one test binary: the binary as a user runs it
+//! (`cli`), the offline commands caught in a trap that any reach for a cluster would
+//! fall into (`no_cluster`), the snapshot corpus (`corpus`), discovery's and the
+//! workflow's pure stages on whole repositories (`discover`, `workflow`), the loader's
+//! properties (`loader_props`), `tether schema` (`schema`), sops compatibility
+//! (`sops`) and the Git source (`git_source`). Snapshots and data-driven cases go
+//! through `tether_testkit::snapshot` (`TETHER_BLESS=1` rewrites them).
+//!
+//! The core's own data tests are `crates/tether-core/tests/core`; the tests against a
+//! control plane are `tests/cluster`.
+
+mod cli;
+mod corpus;
+mod discover;
+mod git_source;
+mod loader_props;
+mod no_cluster;
+mod schema;
+mod sops;
+mod workflow;
