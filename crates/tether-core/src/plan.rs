@@ -101,6 +101,27 @@ pub struct Change {
     pub contents: Option<NamespaceContents>,
 }
 
+impl Change {
+    /// A change of `key` with nothing else known yet: no wave, model, diff,
+    /// conflict, error, owner or drift.
+    pub fn new(key: ObjectKey, api_version: String, action: Action) -> Self {
+        Change {
+            key,
+            api_version,
+            action,
+            wave: None,
+            model: None,
+            source: None,
+            diff: String::new(),
+            conflicts: Vec::new(),
+            error: None,
+            owned_by: None,
+            drift: false,
+            contents: None,
+        }
+    }
+}
+
 /// The changes in apply order, deletions last (in reverse apply order).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Plan {

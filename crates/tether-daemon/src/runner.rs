@@ -72,8 +72,9 @@ pub struct Origin {
 }
 
 /// After a change, how long more changes are gathered into the same pass: saving
-/// several files at once, or a burst of webhooks, is one pass.
-const DEBOUNCE: Duration = Duration::from_millis(200);
+/// several files at once, or a burst of webhooks, is one pass. Short, since it is
+/// the least time from a push to its apply.
+const DEBOUNCE: Duration = Duration::from_millis(100);
 
 /// One source, reconciled pass after pass.
 pub struct SourceLoop<S = NoStatus> {
@@ -762,13 +763,7 @@ mod tests {
 
     fn change(action: Action, drift: bool, managers: &[&str]) -> Change {
         Change {
-            key: ObjectKey::new("v1", "ConfigMap", Some("team"), "settings"),
-            api_version: "v1".into(),
-            action,
             wave: Some(0),
-            model: None,
-            source: None,
-            diff: String::new(),
             conflicts: managers
                 .iter()
                 .map(|m| FieldConflict {
@@ -776,10 +771,12 @@ mod tests {
                     field: ".data.key".into(),
                 })
                 .collect(),
-            error: None,
-            owned_by: None,
             drift,
-            contents: None,
+            ..Change::new(
+                ObjectKey::new("v1", "ConfigMap", Some("team"), "settings"),
+                "v1".into(),
+                action,
+            )
         }
     }
 

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use crate::git::git;
+use crate::git::{git, try_git};
 
 /// A bare repository served by `git daemon`, and a work tree that pushes to it.
 pub struct Remote {
@@ -129,6 +129,17 @@ impl Remote {
         }
         git(&work, &["add", "-A"]);
         git(&work, &["commit", "-qm", "change"]);
+        // The daemon under test pushes to the remote too (discovery's commits): a
+        // push it beat is rebased on its commit and pushed again, as a user would.
+        for _ in 0..5 {
+            if try_git(&work, &["push", "-q", "origin", branch])
+                .status
+                .success()
+            {
+                break;
+            }
+            git(&work, &["pull", "-q", "--rebase", "origin", branch]);
+        }
         git(&work, &["push", "-q", "origin", branch]);
         let head = git(&work, &["rev-parse", "HEAD"]);
         git(&work, &["checkout", "-q", "main"]);

@@ -690,21 +690,17 @@ mod tests {
     fn step(action: Action, owned_by: Option<&str>, drift: bool, force: bool) -> Step {
         Step {
             change: Change {
-                key: ObjectKey::new("v1", "ConfigMap", Some("team"), "settings"),
-                api_version: "v1".into(),
-                action,
-                wave: Some(0),
-                model: None,
-                source: None,
-                diff: String::new(),
                 conflicts: vec![FieldConflict {
                     manager: "kubectl-edit".into(),
                     field: ".data.key".into(),
                 }],
-                error: None,
                 owned_by: owned_by.map(str::to_string),
                 drift,
-                contents: None,
+                ..Change::new(
+                    ObjectKey::new("v1", "ConfigMap", Some("team"), "settings"),
+                    "v1".into(),
+                    action,
+                )
             },
             desired: Some(json!({"kind": "ConfigMap"})),
             force,

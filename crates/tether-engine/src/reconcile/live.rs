@@ -191,15 +191,7 @@ fn prune_steps(
                 diff,
                 model: annotation(object, MODEL_ANNOTATION),
                 source: annotation(object, SOURCE_ANNOTATION),
-                key,
-                api_version: entry.api_version.clone(),
-                action,
-                wave: None,
-                conflicts: Vec::new(),
-                error: None,
-                owned_by: None,
-                drift: false,
-                contents: None,
+                ..Change::new(key, entry.api_version.clone(), action)
             },
             desired: None,
             force: false,
@@ -332,18 +324,11 @@ impl ObjectPlanner<'_> {
     fn step(&self, action: Action, diff: String) -> Step {
         Step {
             change: Change {
-                key: self.key.clone(),
-                api_version: self.object.api_version.clone(),
-                action,
                 wave: Some(self.object.wave),
                 model: Some(self.object.model.clone()),
                 source: Some(self.object.source.clone()),
                 diff,
-                conflicts: Vec::new(),
-                error: None,
-                owned_by: None,
-                drift: false,
-                contents: None,
+                ..Change::new(self.key.clone(), self.object.api_version.clone(), action)
             },
             desired: Some(self.desired.clone()),
             force: false,
