@@ -12,14 +12,13 @@ use kube::{Client, CustomResourceExt};
 use miette::{IntoDiagnostic, WrapErr, miette};
 use tether_daemon::controller::{Controller, request_reconcile};
 use tether_daemon::crd::{DriftPolicy, Source};
-use tether_daemon::leader::{self, Election};
+use tether_daemon::leader::Election;
 use tether_daemon::runner::{NoStatus, Origin, PassError, PassOutcome, SourceLoop};
 use tether_daemon::webhook::MIN_SECRET;
 use tether_daemon::{Shared, http};
 use tether_engine::cluster::connect;
 use tether_engine::driver::{Poll, shutdown_on_signal};
 use tether_engine::reconcile::{ApplyOptions, PlanOptions, ReconcileError, Reconciler};
-use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -166,29 +165,12 @@ async fn run_sources(
     let client = connect(&global.cluster.target())
         .await
         .map_err(report::error)?;
-    let (leading_tx, leading) = watch::channel(!args.leader_elect);
-    let release = CancellationToken::new();
-    let election = match args.leader_elect {
-        true => {
-            let election = Election {
-                namespace: args.lease_namespace.clone(),
-                lease: args.lease_name.clone(),
-                identity: identity(),
-                duration: args.lease_duration,
-            };
-            Some(tokio::spawn(leader::run(
-                client.clone(),
-                election,
-                shared.clone(),
-                leading_tx,
-                release.clone(),
-            )))
-        }
-        false => {
-            shared.metrics.set_leader(true);
-            None
-        }
-    };
+    let election = args.leader_elect.then(|| Election {
+        namespace: args.lease_namespace.clone(),
+        lease: args.lease_name.clone(),
+        identity: identity(),
+        duration: args.lease_duration,
+    });
     let controller = Controller {
         client,
         namespace: args.sources_namespace.clone(),
@@ -196,13 +178,7 @@ async fn run_sources(
         shared,
         shutdown_timeout: args.shutdown_timeout,
     };
-    // The loops stop (passes finish within the timeout) before the Lease is released,
-    // so that the next leader never writes beside this one.
-    controller.run(leading, shutdown.clone()).await;
-    release.cancel();
-    if let Some(election) = election {
-        let _ = election.await;
-    }
+    controller.run_elected(election, shutdown.clone()).await;
     Ok(())
 }
 

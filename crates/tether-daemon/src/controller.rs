@@ -27,6 +27,7 @@ use super::crd::{
 };
 use super::discovery::DiscoveryTarget;
 use super::keys::DecryptionSecret;
+use super::leader::{self, Election};
 use super::runner::{Origin, PassError, PassOutcome, SourceLoop, StatusSink, Trigger};
 use super::status::{PassResult, next_status, worth_writing};
 use super::webhook::Push;
@@ -104,6 +105,33 @@ pub fn now() -> String {
 }
 
 impl Controller {
+    /// The daemon over the cluster's Sources until `shutdown`: with an `election`,
+    /// their loops run only while this replica holds the Lease; the loops stop
+    /// (passes finish within the timeout) before the Lease is released, so that the
+    /// next leader never writes beside this one.
+    pub async fn run_elected(self, election: Option<Election>, shutdown: CancellationToken) {
+        let (leading_tx, leading) = watch::channel(election.is_none());
+        let release = CancellationToken::new();
+        let election = match election {
+            Some(election) => Some(tokio::spawn(leader::run(
+                self.client.clone(),
+                election,
+                self.shared.clone(),
+                leading_tx,
+                release.clone(),
+            ))),
+            None => {
+                self.shared.metrics.set_leader(true);
+                None
+            }
+        };
+        self.run(leading, shutdown).await;
+        release.cancel();
+        if let Some(election) = election {
+            let _ = election.await;
+        }
+    }
+
     /// Watches the Sources until `shutdown`; runs their loops while `leading` says so.
     pub async fn run(self, mut leading: watch::Receiver<bool>, shutdown: CancellationToken) {
         let api: Api<Source> = match &self.namespace {

@@ -2,7 +2,7 @@
 //! ([`runner::SourceLoop`] under [`tether_engine::driver::drive`], one task each, so that a
 //! slow or failing source never delays another); sources come from flags or from
 //! `Source` custom resources ([`controller`]), with leader election ([`leader`]) when
-//! replicas run side by side. Drift is seen by watches ([`drift`]), pushes arrive by
+//! replicas run side by side. Drift is seen by watches (`drift`), pushes arrive by
 //! webhook ([`webhook`]), and [`http`] serves them with `/metrics`, `/readyz` and
 //! `/healthz`.
 
@@ -13,14 +13,14 @@
 
 pub mod controller;
 pub mod crd;
-pub mod discovery;
-pub mod drift;
+mod discovery;
+mod drift;
 pub mod http;
-pub mod keys;
+mod keys;
 pub mod leader;
-pub mod metrics;
+mod metrics;
 pub mod runner;
-pub mod status;
+mod status;
 pub mod webhook;
 
 use std::collections::BTreeMap;

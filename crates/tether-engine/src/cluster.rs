@@ -229,7 +229,7 @@ impl Resources {
     }
 
     /// An API over all namespaces, for listing.
-    pub fn api_all(
+    pub(crate) fn api_all(
         &self,
         api_version: &str,
         kind: &str,
@@ -239,7 +239,7 @@ impl Resources {
 }
 
 /// A failed request as a [`ClusterError`] that says what was asked (`action`).
-pub fn api_error(action: String) -> impl FnOnce(kube::Error) -> ClusterError {
+pub(crate) fn api_error(action: String) -> impl FnOnce(kube::Error) -> ClusterError {
     move |source| ClusterError::Api { action, source }
 }
 
@@ -259,7 +259,7 @@ pub async fn read_inventory(
 }
 
 /// The inventory and the resourceVersion it was read at (none when it does not exist).
-pub async fn read_inventory_version(
+pub(crate) async fn read_inventory_version(
     client: &Client,
     inventory: &Inventory,
 ) -> Result<(InventoryRecord, Option<String>), ClusterError> {
@@ -288,7 +288,7 @@ pub async fn read_inventory_version(
 
 /// The record an inventory ConfigMap holds (its data, and its packed lines in
 /// binaryData); the error says what is unreadable.
-pub fn record_of(config_map: &ConfigMap) -> Result<InventoryRecord, String> {
+pub(crate) fn record_of(config_map: &ConfigMap) -> Result<InventoryRecord, String> {
     let binary: BTreeMap<String, Vec<u8>> = config_map
         .binary_data
         .iter()

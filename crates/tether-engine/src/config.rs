@@ -41,7 +41,7 @@ pub enum ConfigError {
 }
 
 /// The Kafka topic of pod events when none is set: the XOS synchronizer's.
-pub const DEFAULT_TOPIC: &str = "xos.kubernetes.pod-details";
+pub(crate) const DEFAULT_TOPIC: &str = "xos.kubernetes.pod-details";
 
 /// `$XDG_CACHE_HOME/tether`, else `~/.cache/tether`: fetched repositories, the outbox.
 pub fn cache_home() -> PathBuf {

@@ -70,7 +70,7 @@ pub fn read_models_dir(root: &Path) -> Result<SourceFiles, SourceError> {
 /// Reads the files models take data from: each path (relative to `root`) a file, or
 /// a directory whose files (not hidden, not in subdirectories) are read. Paths that
 /// do not exist are left out (the models' check reports them).
-pub fn read_assets_dir(root: &Path, paths: &[String]) -> Result<Assets, SourceError> {
+pub(crate) fn read_assets_dir(root: &Path, paths: &[String]) -> Result<Assets, SourceError> {
     let mut assets = Assets::new();
     let read = |path: &Path| {
         std::fs::read(path).map_err(|source| SourceError::Read {

@@ -88,7 +88,7 @@ impl std::fmt::Debug for Credentials {
 }
 
 impl Credentials {
-    pub fn callbacks(&self) -> RemoteCallbacks<'_> {
+    pub(crate) fn callbacks(&self) -> RemoteCallbacks<'_> {
         let mut callbacks = RemoteCallbacks::new();
         let mut attempts = 0;
         callbacks.credentials(move |_url, username_from_url, allowed| {
@@ -145,7 +145,7 @@ pub fn fetch_models(
 
 /// [`fetch_models`], also saying how long the fetch took (none when the cache was
 /// current and nothing was fetched).
-pub fn fetch_models_timed(
+pub(crate) fn fetch_models_timed(
     url: &str,
     reference: Option<&str>,
     subdir: Option<&Path>,
@@ -326,7 +326,7 @@ fn resolve(repo: &Repository, url: &str, reference: Option<&str>) -> Result<Oid,
 }
 
 /// The text of the file at `path` in a cached commit's tree, if there is one.
-pub fn read_file_at(
+pub(crate) fn read_file_at(
     cache_dir: &Path,
     url: &str,
     commit: &str,

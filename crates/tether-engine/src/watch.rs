@@ -84,14 +84,14 @@ impl WatchStatus {
         self.changes.subscribe()
     }
 
-    pub fn last_error(&self) -> Option<String> {
+    pub(crate) fn last_error(&self) -> Option<String> {
         self.last_error.lock().ok().and_then(|e| e.clone())
     }
 }
 
 /// Starts a reflector of `K`: a watch cache kept up to date by a task, which counts
 /// each change in `status` and hands each event to `forward`. Abort the task to stop.
-pub fn reflect<K: Watchable>(
+pub(crate) fn reflect<K: Watchable>(
     client: &Client,
     namespace: Option<&str>,
     status: std::sync::Arc<WatchStatus>,

@@ -103,7 +103,7 @@ impl Change for Outcome {
 }
 
 /// How many commits back a rollback looks for a slice's previous state.
-pub const HISTORY_DEPTH: usize = 1_000;
+pub(crate) const HISTORY_DEPTH: usize = 1_000;
 
 /// Who tether commits as.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -176,7 +176,10 @@ pub struct Synced<T = Outcome> {
 impl Workspace {
     /// The repository that holds `models_root`, writing to `branch` (default: the
     /// checked-out one).
-    pub fn open_local(models_root: &Path, branch: Option<&str>) -> Result<Self, WritebackError> {
+    pub(crate) fn open_local(
+        models_root: &Path,
+        branch: Option<&str>,
+    ) -> Result<Self, WritebackError> {
         let not_a_repo = || WritebackError::NotARepository {
             path: models_root.to_path_buf(),
         };
@@ -228,7 +231,7 @@ impl Workspace {
 
     /// tether's clone of `url` in `cache_dir`, fetched now, writing to `branch` below
     /// `subdir`.
-    pub fn open_clone(
+    pub(crate) fn open_clone(
         url: &str,
         branch: &str,
         subdir: &Path,
@@ -257,7 +260,7 @@ impl Workspace {
     }
 
     /// Writes to `branch` instead (a default read from the settings file).
-    pub fn set_branch(&mut self, branch: &str) {
+    pub(crate) fn set_branch(&mut self, branch: &str) {
         self.branch = branch.to_string();
     }
 
@@ -268,7 +271,7 @@ impl Workspace {
     }
 
     /// The branch commits go to.
-    pub fn target_branch(&self) -> &str {
+    pub(crate) fn target_branch(&self) -> &str {
         self.proposal.as_deref().unwrap_or(&self.branch)
     }
 
@@ -278,18 +281,18 @@ impl Workspace {
     }
 
     /// The repository's own directory (`.git`, or a bare repository's).
-    pub fn repository_path(&self) -> &Path {
+    pub(crate) fn repository_path(&self) -> &Path {
         self.repo.path()
     }
 
     /// Whether commits change the files of a working tree (its checked-out branch).
-    pub fn is_checked_out(&self) -> bool {
+    pub(crate) fn is_checked_out(&self) -> bool {
         self.checked_out()
     }
 
     /// The author Git is configured with for this repository (`user.name`,
     /// `user.email`), for a person's own checkout.
-    pub fn configured_author(&self) -> Option<Author> {
+    pub(crate) fn configured_author(&self) -> Option<Author> {
         if !matches!(self.place, Place::Local { .. }) {
             return None;
         }
@@ -302,7 +305,7 @@ impl Workspace {
 
     /// The text of `name` in the models root of the base commit, or of the remote's
     /// default branch when the branch does not exist yet.
-    pub fn committed_text(&self, name: &str) -> Option<String> {
+    pub(crate) fn committed_text(&self, name: &str) -> Option<String> {
         let commit = self
             .base()
             .or_else(|| self.tip("refs/remotes/origin/HEAD"))?;
@@ -349,7 +352,7 @@ impl Workspace {
     /// A slice's rollout state to go back to, and the revision it is from: the state
     /// at `to` (a commit, tag or branch), or else the one before its latest change
     /// (first parents only, as far as [`HISTORY_DEPTH`] commits back).
-    pub fn earlier_state(
+    pub(crate) fn earlier_state(
         &self,
         slice: &str,
         to: Option<&str>,
@@ -591,7 +594,7 @@ impl Workspace {
     /// Makes a checked-out `discovered/` match the branch (files and index), leaving
     /// every other path of the working tree alone. Idempotent, so it also repairs a
     /// process killed between its commit and this step.
-    pub fn update_working_tree(&self) -> Result<(), WritebackError> {
+    pub(crate) fn update_working_tree(&self) -> Result<(), WritebackError> {
         self.check_out(&[self.root.join(DISCOVERED_DIR)])
     }
 

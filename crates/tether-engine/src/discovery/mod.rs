@@ -83,7 +83,7 @@ impl Destination {
 
 /// Opens the workspace on `branch` (else the settings file's `discover.branch`, else
 /// the checked-out branch, or main for a remote) and reads its settings file.
-pub async fn open_workspace(
+pub(crate) async fn open_workspace(
     destination: Destination,
     branch: Option<String>,
 ) -> Result<(Workspace, Settings), DiscoverError> {

@@ -87,7 +87,7 @@ impl Retries {
 
     /// As [`Retries::again`], for blocking code (Git's fetch and push, which run off
     /// the async runtime).
-    pub fn again_blocking(&mut self) -> bool {
+    pub(crate) fn again_blocking(&mut self) -> bool {
         match self.next_delay() {
             Some(delay) => {
                 std::thread::sleep(delay);

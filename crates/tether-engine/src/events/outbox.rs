@@ -192,7 +192,7 @@ impl Outbox {
 
     /// Records a full listing of the pods of `in_scope` namespaces: pods known before
     /// but not listed are deleted. What happened while tether was stopped is told so.
-    pub fn observe_all(
+    pub(crate) fn observe_all(
         &self,
         pods: Vec<PodState>,
         in_scope: impl Fn(&str) -> bool,
@@ -260,7 +260,7 @@ impl Outbox {
     }
 
     /// `sink` has delivered every event up to `sequence`.
-    pub fn acknowledge(&self, sink: &str, sequence: u64) -> Result<(), OutboxError> {
+    pub(crate) fn acknowledge(&self, sink: &str, sequence: u64) -> Result<(), OutboxError> {
         let mut inner = self.lock();
         replace(
             &self.dir.join("delivered").join(sink),
@@ -304,7 +304,7 @@ impl Outbox {
     }
 
     /// Events not yet delivered by every sink.
-    pub fn backlog(&self) -> usize {
+    pub(crate) fn backlog(&self) -> usize {
         self.lock().records.len()
     }
 }

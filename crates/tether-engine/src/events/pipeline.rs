@@ -67,7 +67,7 @@ impl EventPipeline {
 
     /// The pipeline of `config`'s sinks and outbox, fed by a watch that runs
     /// elsewhere (discovery's) through the returned sender.
-    pub async fn open_fed(
+    pub(crate) async fn open_fed(
         config: &EventsConfig,
         client: &Client,
     ) -> Result<(Self, mpsc::UnboundedSender<PodWatchEvent>), OutboxError> {
@@ -101,7 +101,7 @@ impl EventPipeline {
 
     /// Starts delivering to `sinks` what is fed to the returned sender: the pod watch
     /// events of a watch that runs elsewhere (discovery's).
-    pub fn fed(
+    pub(crate) fn fed(
         outbox: Arc<Outbox>,
         sinks: Vec<Sink>,
     ) -> (Self, mpsc::UnboundedSender<PodWatchEvent>) {

@@ -54,7 +54,7 @@ impl Sink {
         }
     }
 
-    pub async fn deliver(&mut self, records: &[Record]) -> Result<(), SinkError> {
+    pub(crate) async fn deliver(&mut self, records: &[Record]) -> Result<(), SinkError> {
         match self {
             Sink::Kafka(s) => s.deliver(records).await,
             Sink::JsonLines(s) => s.deliver(records).await,
@@ -330,7 +330,7 @@ pub struct PodRef<'a> {
 }
 
 /// A Normal Event named `name` on a pod, reported by tether.
-pub fn pod_event(
+pub(crate) fn pod_event(
     pod: &PodRef<'_>,
     name: String,
     reason: &str,

@@ -23,7 +23,6 @@ use tracing::instrument;
 
 use crate::cluster::{ClusterError, Resources, Target, connect, read_inventory_version};
 use crate::repo::{LoadedModels, Repo, RepoError, SETTINGS_FILE};
-pub use apply::DEFAULT_WAVE_TIMEOUT;
 pub use cache::WatchCache;
 pub use outcome::{ApplyReport, BlockedWave, Blocker, ObjectFailure, ObjectReport, Outcome};
 use tether_core::confine::{self, Confinement};
@@ -188,7 +187,7 @@ pub struct CheckedModels {
 
 impl CheckedModels {
     /// The first `limit` errors, a line each with values starred, and how many more.
-    pub fn error_summary(&self, limit: usize) -> String {
+    pub(crate) fn error_summary(&self, limit: usize) -> String {
         let files = &self.loaded.files;
         let errors: Vec<_> = self
             .diagnostics
