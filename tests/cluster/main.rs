@@ -2,17 +2,14 @@
 //! scripts/local-cluster), with the node simulator standing in for a kubelet, in one
 //! test binary. Most share the run's control plane (`harness::cluster`), each in
 //! namespaces of its own; a test starts one of its own only when it changes what the
-//! others would see or tests the control plane itself: `nodes` and `nodesim`'s
-//! placement (nodes tainted, cordoned, removed), `local_cluster` (the script's up,
-//! down and watchdog; an API server stopped mid-apply) and `demo` (`scripts/demo`).
+//! others would see: `nodes` and `nodesim`'s placement (nodes tainted, cordoned,
+//! removed). The tests of the control plane itself are `tests/control_plane`.
 
 mod daemon;
-mod demo;
 mod discover;
 mod events;
 mod fidelity;
 mod harness;
-mod local_cluster;
 mod nodes;
 mod nodesim;
 mod operations;
