@@ -47,6 +47,10 @@ struct Kubelet {
     timers: Mutex<HashSet<String>>,
     /// The node of each pod bound here, by uid, before the watch shows the binding.
     bindings: Mutex<HashMap<String, String>>,
+    /// The pods this simulator started, by uid, before the watch shows them Running:
+    /// a pod seen again as Pending from a stale cache is not started a second time
+    /// (which would move its Ready condition's transition time).
+    started: Mutex<HashSet<String>>,
 }
 
 /// Registers `count` nodes and keeps pods moving until the watch ends.
@@ -77,6 +81,7 @@ pub async fn run(client: Client, count: usize) -> Result<(), kube::Error> {
         ips: Mutex::default(),
         timers: Mutex::default(),
         bindings: Mutex::default(),
+        started: Mutex::default(),
     });
     let mut events = std::pin::pin!(futures::stream::select(pod_events, node_events));
     while let Some(seen) = events.next().await {
@@ -180,6 +185,9 @@ impl Kubelet {
             if let Ok(mut ips) = self.ips.lock() {
                 ips.release(&namespace, &name);
             }
+            if let Ok(mut started) = self.started.lock() {
+                started.remove(&pod.uid().unwrap_or_default());
+            }
             let now = DeleteParams {
                 grace_period_seconds: Some(0),
                 ..DeleteParams::default()
@@ -196,8 +204,9 @@ impl Kubelet {
             Eviction::Never => {}
         }
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+        let first_start = |uid: String| self.started.lock().is_ok_and(|mut s| s.insert(uid));
         match phase {
-            None | Some("Pending") => {
+            None | Some("Pending") if first_start(pod.uid().unwrap_or_default()) => {
                 // IPs of pods this simulator did not start (before a restart of it).
                 let in_use: HashSet<String> = self
                     .pods
@@ -212,8 +221,16 @@ impl Kubelet {
                 let host_ip = node_address(node);
                 let ready = pod.annotations().get(READY).is_none_or(|v| v != "false");
                 let status = lifecycle::started(pod, &host_ip, &ip, ready);
-                api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
-                    .await?;
+                let patched = api
+                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+                    .await;
+                if let Err(error) = patched {
+                    // Not started after all: the next look tries again.
+                    if let Ok(mut started) = self.started.lock() {
+                        started.remove(&pod.uid().unwrap_or_default());
+                    }
+                    return Err(error);
+                }
             }
             Some("Running") => {
                 if let Some(run_for) = run_time(pod) {
