@@ -131,16 +131,18 @@ impl Remote {
         git(&work, &["commit", "-qm", "change"]);
         // The daemon under test pushes to the remote too (discovery's commits): a
         // push it beat is rebased on its commit and pushed again, as a user would.
-        for _ in 0..5 {
-            if try_git(&work, &["push", "-q", "origin", branch])
-                .status
-                .success()
-            {
-                break;
-            }
+        let mut rejected = 0;
+        while !try_git(&work, &["push", "-q", "origin", branch])
+            .status
+            .success()
+        {
+            rejected += 1;
+            assert!(
+                rejected < 5,
+                "the push to {branch} was rejected {rejected} times"
+            );
             git(&work, &["pull", "-q", "--rebase", "origin", branch]);
         }
-        git(&work, &["push", "-q", "origin", branch]);
         let head = git(&work, &["rev-parse", "HEAD"]);
         git(&work, &["checkout", "-q", "main"]);
         head
