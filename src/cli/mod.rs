@@ -1,8 +1,10 @@
 //! Commands: parse flags, run the library, print, and pick the exit code.
 
+mod check;
 mod discover;
 mod events;
 mod flags;
+mod install;
 mod models;
 mod node;
 mod operate;
@@ -10,6 +12,7 @@ mod reconcile;
 mod report;
 mod run;
 mod secret;
+mod sources;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -144,6 +147,49 @@ enum Command {
         after_help = "Examples:\n  tether graph examples/openstack\n  tether graph examples/openstack --format dot | dot -Tsvg > workflow.svg"
     )]
     Graph(GraphArgs),
+    /// Install the daemon: its namespace, the Source CRD (waited for until
+    /// established), RBAC, a StatefulSet of two replicas, a Service, a disruption
+    /// budget of the server's version and a webhook Secret of random bytes.
+    ///
+    /// Server-side apply: run it again to upgrade, or to see that nothing changed
+    /// (each object is printed created, configured or unchanged). --export prints the
+    /// same objects as YAML for a GitOps repository (deploy/ holds them, for
+    /// `kubectl apply -k deploy/`). Exits 0 when installed, 2 on error.
+    #[command(
+        after_help = "Examples:\n  tether install\n  tether install --export > tether.yaml\n  tether install --export --kubernetes-version 1.20"
+    )]
+    Install(install::InstallArgs),
+    /// Remove the daemon and the Source CRD (and so every Source). The objects the
+    /// Sources applied stay, with their inventories.
+    ///
+    /// The namespace is deleted too unless it holds objects install did not make.
+    /// Exits 0 when nothing of tether is left, 2 on error.
+    #[command(after_help = "Example:\n  tether uninstall")]
+    Uninstall(install::UninstallArgs),
+    /// Is the cluster fit for tether (--pre), and is its install sound?
+    ///
+    /// --pre: the server's version against the supported range, and your right to
+    /// install. Without it: also the Source CRD established, the daemon ready and its
+    /// version, the webhook's secret and endpoints, and for each Source whether its
+    /// identity may do what its inventory needs (as `kubectl auth can-i` answers).
+    /// Exits 0 when every check passes (warnings allowed), 1 when one fails, 2 on error.
+    #[command(after_help = "Examples:\n  tether check --pre\n  tether check")]
+    Check(check::CheckArgs),
+    /// Print this client's version, the server's, and the daemon's.
+    #[command(after_help = "Examples:\n  tether version\n  tether version --client")]
+    Version(check::VersionArgs),
+    /// Stop reconciling a Source (spec.suspend): its objects stay as they are.
+    #[command(after_help = "Example:\n  tether suspend web -n team-a")]
+    Suspend(sources::SourceArgs),
+    /// Reconcile a suspended Source again.
+    #[command(after_help = "Example:\n  tether resume web -n team-a")]
+    Resume(sources::SourceArgs),
+    /// Print what a Source's inventory holds: the objects it applied, by namespace.
+    ///
+    /// Each object is marked when it was adopted (it existed before the Source applied
+    /// it) and when it is missing from the cluster.
+    #[command(after_help = "Example:\n  tether tree web -n team-a")]
+    Tree(sources::SourceArgs),
     /// Print the CustomResourceDefinition of `Source` (as deploy/crd.yaml holds it).
     #[command(after_help = "Example:\n  tether crd | kubectl apply --server-side -f -")]
     Crd,
@@ -394,6 +440,11 @@ pub struct RunArgs {
     /// webhooks are off. TETHER_WEBHOOK_SECRET may hold it instead.
     #[arg(long, env = "TETHER_WEBHOOK_SECRET_FILE")]
     pub webhook_secret_file: Option<PathBuf>,
+    /// With --sources, where the daemon keeps what must outlive its process: the
+    /// Sources' event outboxes (default: the cache directory). In a cluster, a volume
+    /// that stays with the pod (`tether install` gives each replica one).
+    #[arg(long, env = "TETHER_STATE_DIR", requires = "sources")]
+    pub state_dir: Option<PathBuf>,
     /// Report drift (a field tether applied changed in place by someone else) without
     /// correcting it; by default it is taken back within seconds.
     #[arg(long, env = "TETHER_REPORT_DRIFT", conflicts_with = "sources")]
@@ -553,6 +604,13 @@ pub async fn run(args: Args) -> miette::Result<ExitCode> {
         Command::Run(args) => run::run(global, &args).await,
         Command::Reconcile(args) => run::reconcile(global, &args).await,
         Command::Crd => run::crd(),
+        Command::Install(args) => install::install(global, &args).await,
+        Command::Uninstall(args) => install::uninstall(global, &args).await,
+        Command::Suspend(args) => sources::set_suspend(global, &args, true).await,
+        Command::Resume(args) => sources::set_suspend(global, &args, false).await,
+        Command::Tree(args) => sources::tree(global, &args).await,
+        Command::Check(args) => check::check(global, &args).await,
+        Command::Version(args) => check::version(global, &args).await,
         Command::Schema => {
             print!("{}", tether_core::model::model_schema());
             Ok(ExitCode::SUCCESS)

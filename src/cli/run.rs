@@ -7,14 +7,15 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kube::Client;
 use kube::api::Api;
-use kube::{Client, CustomResourceExt};
 use miette::{IntoDiagnostic, WrapErr, miette};
+use tether_daemon::controller::Directories;
 use tether_daemon::controller::{Controller, request_reconcile};
 use tether_daemon::crd::{DriftPolicy, Source};
 use tether_daemon::leader::Election;
 use tether_daemon::runner::{NoStatus, Origin, PassError, PassOutcome, SourceLoop};
-use tether_daemon::webhook::MIN_SECRET;
+use tether_daemon::webhook::judge_secret;
 use tether_daemon::{Shared, http};
 use tether_engine::cluster::connect;
 use tether_engine::driver::{Poll, shutdown_on_signal};
@@ -76,13 +77,12 @@ fn webhook_secret(args: &RunArgs) -> miette::Result<Option<Vec<u8>>> {
         }
         s
     });
-    match secret {
-        Some(s) if s.len() < MIN_SECRET => Err(miette!(
-            help = "make one with: openssl rand -hex 32",
-            "the webhook secret is {} bytes long; at least {MIN_SECRET} are needed",
-            s.len()
+    match secret.as_deref().map(judge_secret) {
+        Some(Err(weak)) => Err(miette!(
+            help = "make one with `openssl rand -hex 32` (`tether install` makes the Secret tether-webhook with one)",
+            "{weak}"
         )),
-        secret => Ok(secret),
+        _ => Ok(secret),
     }
 }
 
@@ -174,7 +174,13 @@ async fn run_sources(
     let controller = Controller {
         client,
         namespace: args.sources_namespace.clone(),
-        cache: args.source.git.cache_dir(),
+        directories: Directories {
+            cache: args.source.git.cache_dir(),
+            state: args
+                .state_dir
+                .clone()
+                .unwrap_or_else(|| args.source.git.cache_dir()),
+        },
         shared,
         shutdown_timeout: args.shutdown_timeout,
     };
@@ -249,7 +255,8 @@ pub async fn reconcile(
 
 /// `tether crd`: the Source CRD as YAML.
 pub fn crd() -> miette::Result<ExitCode> {
-    let yaml = serde_saphyr::to_string(&Source::crd()).into_diagnostic()?;
+    let yaml =
+        serde_saphyr::to_string(&tether_daemon::install::manifests::crd()).into_diagnostic()?;
     print!("{yaml}");
     Ok(ExitCode::SUCCESS)
 }

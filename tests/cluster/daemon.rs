@@ -141,7 +141,7 @@ pub fn kubectl_apply_text(yaml: &str) {
 
 /// The CRD of deploy/, applied and established.
 pub fn install_crd() {
-    let crd = repo_root().join("deploy/crd.yaml");
+    let crd = repo_root().join("deploy/base/crd.yaml");
     kubectl_ok(&[
         "apply",
         "--server-side",

@@ -268,20 +268,6 @@ fn graphical_diagnostics_never_show_a_secrets_value() {
 }
 
 #[test]
-fn the_crd_in_deploy_is_the_one_the_binary_generates() {
-    let output = tether(&["crd"]);
-    assert!(output.status.success());
-    let generated = text(&output.stdout);
-    let shipped = std::fs::read_to_string(root().join("deploy/crd.yaml")).unwrap();
-    assert_eq!(
-        shipped, generated,
-        "deploy/crd.yaml is stale: run `cargo run -q -- crd > deploy/crd.yaml`"
-    );
-    assert!(generated.contains("name: sources.tether.dev"));
-    assert!(generated.contains("jsonPath: .status.lastAppliedRevision"));
-}
-
-#[test]
 fn a_short_webhook_secret_is_refused_before_anything_runs() {
     let secret = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(secret.path(), "short\n").unwrap();

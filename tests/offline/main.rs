@@ -13,6 +13,7 @@ mod cli;
 mod corpus;
 mod discover;
 mod git_source;
+mod install;
 mod loader_props;
 mod no_cluster;
 mod schema;

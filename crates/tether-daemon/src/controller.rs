@@ -4,7 +4,7 @@
 //! objects stay). A Source's status is written by its loop ([`SourceStatusWriter`]).
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,8 +40,8 @@ use tether_engine::reconcile::Reconciler;
 pub struct Controller {
     pub client: Client,
     pub namespace: Option<String>,
-    /// Where Git repositories are cached.
-    pub cache: PathBuf,
+    /// Where Git repositories are cached and the outboxes kept.
+    pub directories: Directories,
     pub shared: Arc<Shared>,
     /// How long a pass in progress may go on after shutdown.
     pub shutdown_timeout: Duration,
@@ -238,7 +238,7 @@ impl Controller {
             run_source(
                 self.client.clone(),
                 source.clone(),
-                self.cache.clone(),
+                self.directories.clone(),
                 self.shared.clone(),
                 self.shutdown_timeout,
                 stop.clone(),
@@ -276,6 +276,16 @@ impl Controller {
     }
 }
 
+/// The daemon's directories: a cache it may lose, and state it must not.
+#[derive(Clone, Debug)]
+pub struct Directories {
+    /// Git clones, fetched again when lost.
+    pub cache: PathBuf,
+    /// The Sources' event outboxes: events recorded and not yet delivered, which a
+    /// restart on the same volume delivers.
+    pub state: PathBuf,
+}
+
 fn id_of(source: &Source) -> String {
     format!(
         "{}/{}",
@@ -288,7 +298,7 @@ fn id_of(source: &Source) -> String {
 async fn run_source(
     client: Client,
     source: Source,
-    cache: PathBuf,
+    directories: Directories,
     shared: Arc<Shared>,
     shutdown_timeout: Duration,
     stop: CancellationToken,
@@ -315,7 +325,8 @@ async fn run_source(
         .spec
         .discovery
         .as_ref()
-        .map(|discovery| discovery_target(&source, discovery, &cache, &credentials));
+        .map(|discovery| discovery_target(&source, discovery, &directories, &credentials));
+    let cache = directories.cache;
     let settings = match source.spec.settings(&namespace, &name, cache, credentials) {
         Ok(settings) => settings,
         Err(error) => {
@@ -428,7 +439,7 @@ fn log_pass(outcome: &Result<PassOutcome, PassError>) {
 fn discovery_target(
     source: &Source,
     discovery: &DiscoverySpec,
-    cache: &Path,
+    directories: &Directories,
     credentials: &Credentials,
 ) -> DiscoveryTarget {
     let namespace = source.namespace().unwrap_or_default();
@@ -442,10 +453,13 @@ fn discovery_target(
             .or_else(|| spec.reference.clone().filter(|r| !is_full_commit_id(r)))
             .unwrap_or_else(|| "main".into()),
         path: PathBuf::from(spec.path.as_deref().unwrap_or(".")),
-        cache: cache.join("discovery"),
+        cache: directories.cache.join("discovery"),
         credentials: credentials.clone(),
         applyset: spec.inventory_of(&namespace, &name).applyset_id(),
-        outbox: cache.join("outbox").join(format!("{namespace}-{name}")),
+        outbox: directories
+            .state
+            .join("outbox")
+            .join(format!("{namespace}-{name}")),
     }
 }
 

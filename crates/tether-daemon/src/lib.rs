@@ -11,11 +11,13 @@
 // a scenario reads top to bottom as the user's steps.
 #![warn(clippy::too_many_lines)]
 
+pub mod check;
 pub mod controller;
 pub mod crd;
 mod discovery;
 mod drift;
 pub mod http;
+pub mod install;
 mod keys;
 pub mod leader;
 mod metrics;

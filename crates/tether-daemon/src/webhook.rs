@@ -15,6 +15,42 @@ pub const MAX_BODY: usize = 1024 * 1024;
 /// The shortest webhook secret accepted: a guessable secret is no secret.
 pub const MIN_SECRET: usize = 16;
 
+/// Why a webhook secret is refused: anyone could prove it.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum WeakSecret {
+    #[error("the webhook secret is {0} bytes long; at least {MIN_SECRET} are needed")]
+    Short(usize),
+    #[error("the webhook secret is a template's placeholder ({0:?}), known to anyone who read it")]
+    Placeholder(String),
+    #[error("the webhook secret repeats a few characters ({0} distinct); it is guessable")]
+    Repetitive(usize),
+}
+
+/// Words that mark a value a template asks to replace: earlier deploy/ files shipped
+/// `REPLACE-WITH-openssl-rand-hex-32`, long enough to pass the length check.
+const PLACEHOLDER_WORDS: [&str; 5] = ["replace", "changeme", "change-me", "example", "placeholder"];
+
+/// Checks a webhook secret before the daemon trusts it.
+pub fn judge_secret(secret: &[u8]) -> Result<(), WeakSecret> {
+    if secret.len() < MIN_SECRET {
+        return Err(WeakSecret::Short(secret.len()));
+    }
+    let text = String::from_utf8_lossy(secret).to_ascii_lowercase();
+    if PLACEHOLDER_WORDS.iter().any(|word| text.contains(word)) {
+        return Err(WeakSecret::Placeholder(
+            String::from_utf8_lossy(secret).into_owned(),
+        ));
+    }
+    let distinct = secret
+        .iter()
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    if distinct < 6 {
+        return Err(WeakSecret::Repetitive(distinct));
+    }
+    Ok(())
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Provider {
     GitHub,
@@ -237,6 +273,26 @@ pub fn sign(body: &[u8], secret: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn placeholders_and_guessable_secrets_are_refused() {
+        assert_eq!(
+            judge_secret(b"REPLACE-WITH-openssl-rand-hex-32"),
+            Err(WeakSecret::Placeholder(
+                "REPLACE-WITH-openssl-rand-hex-32".into()
+            ))
+        );
+        assert!(matches!(
+            judge_secret(b"changeme-changeme-1"),
+            Err(WeakSecret::Placeholder(_))
+        ));
+        assert_eq!(judge_secret(b"short"), Err(WeakSecret::Short(5)));
+        assert_eq!(
+            judge_secret(b"abababababababababab"),
+            Err(WeakSecret::Repetitive(2))
+        );
+        assert_eq!(judge_secret(b"3f9c1e0a77d24b6e9a51c0ffee4d2b18"), Ok(()));
+    }
     use std::collections::HashMap;
 
     impl Headers for HashMap<&str, String> {

@@ -1,0 +1,155 @@
+//! `install`, `uninstall`: the daemon into a cluster and out of it.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use miette::IntoDiagnostic;
+use serde_json::Value;
+use tether_daemon::install::{
+    self, InstallOptions, NEWEST_SUPPORTED, ServerVersion, Support, manifests,
+};
+use tether_engine::cluster::connect;
+
+use super::{GlobalArgs, report};
+
+#[derive(Debug, clap::Args)]
+pub struct InstallArgs {
+    /// Print the objects as YAML instead of applying them (for a GitOps repository);
+    /// the webhook Secret is left out: no secret goes to Git.
+    #[arg(long)]
+    pub export: bool,
+    /// With --export, the Kubernetes version to write for, e.g. 1.20 (it decides the
+    /// PodDisruptionBudget's apiVersion; default: the newest supported).
+    #[arg(long, requires = "export", value_parser = parse_version)]
+    pub kubernetes_version: Option<ServerVersion>,
+    /// The daemon's namespace.
+    #[arg(long, default_value = "tether-system")]
+    pub namespace: String,
+    /// The daemon's image (default: the release image of this version).
+    #[arg(long)]
+    pub image: Option<String>,
+    /// How many replicas run (one leads; the others wait to take over).
+    #[arg(long, default_value_t = 2)]
+    pub replicas: u32,
+    /// The StorageClass of each replica's state volume (default: the cluster's).
+    #[arg(long)]
+    pub storage_class: Option<String>,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct UninstallArgs {
+    /// The daemon's namespace.
+    #[arg(long, default_value = "tether-system")]
+    pub namespace: String,
+}
+
+fn parse_version(text: &str) -> Result<ServerVersion, String> {
+    let (major, minor) = text
+        .trim_start_matches('v')
+        .split_once('.')
+        .ok_or_else(|| format!("{text:?} is not MAJOR.MINOR, e.g. 1.28"))?;
+    ServerVersion::parse(major, minor).ok_or_else(|| format!("{text:?} is not MAJOR.MINOR"))
+}
+
+fn options(args: &InstallArgs, server: ServerVersion) -> InstallOptions {
+    let mut options = InstallOptions::new(server);
+    options.namespace = args.namespace.clone();
+    options.replicas = args.replicas;
+    options.storage_class = args.storage_class.clone();
+    if let Some(image) = &args.image {
+        options.image = image.clone();
+    }
+    options
+}
+
+/// The objects as a YAML stream.
+pub fn to_yaml(objects: &[Value]) -> miette::Result<String> {
+    let mut text = String::new();
+    for object in objects {
+        text.push_str("---\n");
+        text.push_str(&serde_saphyr::to_string(object).into_diagnostic()?);
+    }
+    Ok(text)
+}
+
+pub async fn install(global: &GlobalArgs, args: &InstallArgs) -> miette::Result<ExitCode> {
+    if args.export {
+        let server = args.kubernetes_version.unwrap_or(NEWEST_SUPPORTED);
+        let text = to_yaml(&manifests(&options(args, server)))?;
+        std::io::stdout()
+            .lock()
+            .write_all(text.as_bytes())
+            .into_diagnostic()?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let client = connect(&global.cluster.target())
+        .await
+        .map_err(report::error)?;
+    let server = install::server_version(&client)
+        .await
+        .map_err(report::error)?;
+    if server.support() == Support::Newer {
+        eprintln!(
+            "warning: Kubernetes {server} is newer than {NEWEST_SUPPORTED}, the newest tether was built for"
+        );
+    }
+    let secret = install::random_webhook_secret().map_err(report::error)?;
+    let applied = install::install(&client, &options(args, server), &secret)
+        .await
+        .map_err(report::error)?;
+    let mut out = std::io::stdout().lock();
+    for object in &applied {
+        writeln!(out, "{} {}", object.object, object.outcome.word()).into_diagnostic()?;
+    }
+    let changed = applied
+        .iter()
+        .filter(|a| a.outcome != install::Outcome::Unchanged)
+        .count();
+    writeln!(
+        out,
+        "tether {} installed in {} on Kubernetes {server}: {changed} of {} objects changed\nnext: tether check",
+        env!("CARGO_PKG_VERSION"),
+        args.namespace,
+        applied.len()
+    )
+    .into_diagnostic()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub async fn uninstall(global: &GlobalArgs, args: &UninstallArgs) -> miette::Result<ExitCode> {
+    let client = connect(&global.cluster.target())
+        .await
+        .map_err(report::error)?;
+    let removal = install::uninstall(&client, &args.namespace)
+        .await
+        .map_err(report::error)?;
+    let mut out = std::io::stdout().lock();
+    for object in &removal.deleted {
+        writeln!(out, "{object} deleted").into_diagnostic()?;
+    }
+    if !removal.kept_namespace_for.is_empty() {
+        writeln!(
+            out,
+            "Namespace/{} kept: it holds {} tether did not install ({}); delete it with kubectl when they can go",
+            args.namespace,
+            removal.kept_namespace_for.len(),
+            removal.kept_namespace_for.join(", ")
+        )
+        .into_diagnostic()?;
+    }
+    if removal.deleted.is_empty() {
+        writeln!(
+            out,
+            "nothing of tether was found in {} (installed in another namespace? --namespace)",
+            args.namespace
+        )
+        .into_diagnostic()?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    writeln!(
+        out,
+        "tether uninstalled; the objects its Sources applied stay, with their inventories"
+    )
+    .into_diagnostic()?;
+    Ok(ExitCode::SUCCESS)
+}
