@@ -121,13 +121,6 @@ pub fn push_hook(
 }
 
 /// kubectl (the control plane's own build); its output, success or not.
-pub fn kubectl(args: &[&str]) -> std::process::Output {
-    crate::discover::kubectl_command()
-        .args(args)
-        .output()
-        .unwrap()
-}
-
 /// kubectl's standard output; it must succeed.
 fn kubectl_ok(args: &[&str]) -> String {
     String::from_utf8(crate::discover::kubectl(args).stdout).unwrap()
@@ -803,6 +796,67 @@ async fn a_source_with_discovery_commits_the_pods_others_made_and_publishes_thei
     );
 }
 
+/// At least once survives the process: events recorded in a Source's outbox while
+/// its sink was broken, then the daemon killed (SIGKILL, nothing flushed), are
+/// delivered by a new process on the same state directory, as a replica's volume
+/// gives its next pod.
+#[tokio::test]
+async fn events_a_killed_daemon_recorded_are_delivered_by_the_next_process_on_its_state() {
+    install_crd();
+    let (_client, ns, _) = setup("daemon-outbox").await;
+    let sink = tempfile::tempdir().unwrap();
+    let jsonl = sink.path().join("events.jsonl");
+    // The sink is broken: its file's place is taken by a directory.
+    std::fs::create_dir(&jsonl).unwrap();
+    let settings = format!(
+        "discover:\n  namespaces: [{ns}]\nevents:\n  jsonl: {}\n",
+        jsonl.display()
+    );
+    let remote = Remote::new(&[("base.yaml", &base(&ns)), (".tether.yaml", &settings)]);
+    let state = tempfile::tempdir().unwrap();
+    let state_dir = state.path().display().to_string();
+    let args = [
+        "--sources",
+        "--sources-namespace",
+        &ns,
+        "--state-dir",
+        &state_dir,
+    ];
+    let daemon = Daemon::start(&args);
+    kubectl_apply_text(&source_yaml(
+        "web",
+        &ns,
+        &remote.file_url(),
+        "  interval: 1h\n  discovery: {}\n",
+    ));
+    kubectl_ok(&["-n", &ns, "run", "solo", "--image=busybox:1.36"]);
+    let log = state
+        .path()
+        .join("outbox")
+        .join(format!("{ns}-web"))
+        .join("log.jsonl");
+    eventually(Duration::from_secs(30), || async {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.contains("\"name\":\"solo\""))
+    })
+    .await;
+    drop(daemon); // SIGKILL
+    assert!(
+        jsonl.is_dir(),
+        "nothing was delivered while the sink was broken"
+    );
+
+    std::fs::remove_dir(&jsonl).unwrap();
+    let _daemon = Daemon::start(&args);
+    eventually(Duration::from_secs(30), || async {
+        std::fs::read_to_string(&jsonl).is_ok_and(|events| {
+            events.lines().any(|line| {
+                line.contains("\"name\":\"solo\"") && line.contains("\"status\":\"created\"")
+            })
+        })
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn of_two_replicas_one_leads_and_the_other_takes_over_after_sigterm_and_sigkill() {
     install_crd();
@@ -948,126 +1002,4 @@ async fn sigterm_in_the_middle_of_a_pass_exits_cleanly_and_the_next_leader_conve
         .unwrap_or_default();
     let recorded = objects.lines().filter(|l| l.contains("ConfigMap")).count();
     assert_eq!(recorded, OBJECTS, "{objects}");
-}
-
-/// deploy/ as an operator applies it: server-side dry run, then for real; its RBAC
-/// grants no wildcard and suffices for the daemon, which runs as its ServiceAccount.
-#[tokio::test]
-async fn deploy_applies_and_its_service_account_suffices_without_wildcards() {
-    install_crd();
-    let (client, ns, _) = setup("daemon-deploy").await;
-    let deploy = repo_root().join("deploy");
-    let files: Vec<String> = ["namespace", "crd", "rbac", "service", "deployment"]
-        .iter()
-        .map(|f| deploy.join(format!("{f}.yaml")).display().to_string())
-        .collect();
-    // The namespace first: a dry run of what goes in it needs it to exist.
-    kubectl_ok(&[
-        "apply",
-        "--server-side",
-        "--force-conflicts",
-        "-f",
-        &files[0],
-    ]);
-    for file in &files {
-        kubectl_ok(&[
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "--dry-run=server",
-            "-f",
-            file,
-        ]);
-    }
-    for file in &files {
-        kubectl_ok(&["apply", "--server-side", "--force-conflicts", "-f", file]);
-    }
-    // policy/v1 came with 1.21; on this 1.20 server the same fields are checked as v1beta1.
-    let pdb = std::fs::read_to_string(deploy.join("pdb.yaml")).unwrap();
-    assert!(pdb.contains("apiVersion: policy/v1\n"));
-    let beta = pdb.replace("apiVersion: policy/v1\n", "apiVersion: policy/v1beta1\n");
-    let beta_file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(beta_file.path(), beta).unwrap();
-    kubectl_ok(&[
-        "apply",
-        "--dry-run=server",
-        "-f",
-        &beta_file.path().display().to_string(),
-    ]);
-
-    let account = "system:serviceaccount:tether-system:tether";
-    let rules = kubectl_ok(&["auth", "can-i", "--list", "--as", account]);
-    for line in rules.lines().skip(1) {
-        let resource = line.split_whitespace().next().unwrap_or_default();
-        if resource.starts_with("[/") || resource.is_empty() {
-            continue; // non-resource URLs every authenticated user has (/api/*, /healthz)
-        }
-        assert!(!line.contains('*'), "a wildcard grant: {line}");
-    }
-    for (verb, resource) in [
-        ("create", "clusterroles"),
-        ("delete", "nodes"),
-        ("get", "nodes"),
-    ] {
-        let can = kubectl(&["auth", "can-i", verb, resource, "--as", account]);
-        assert!(!can.status.success(), "the daemon may {verb} {resource}");
-    }
-
-    // The pod template follows the restricted Pod Security profile (1.20 has no
-    // admission to enforce it, so its fields are checked here).
-    let deployment: serde_json::Value = serde_json::from_str(&kubectl_ok(&[
-        "get",
-        "deployment",
-        "tether",
-        "-n",
-        "tether-system",
-        "-o",
-        "json",
-    ]))
-    .unwrap();
-    let pod = &deployment["spec"]["template"]["spec"];
-    assert_eq!(deployment["spec"]["replicas"], 2);
-    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
-    assert_eq!(
-        pod["securityContext"]["seccompProfile"]["type"],
-        "RuntimeDefault"
-    );
-    for container in pod["containers"].as_array().unwrap() {
-        let security = &container["securityContext"];
-        assert_eq!(security["allowPrivilegeEscalation"], false);
-        assert_eq!(security["readOnlyRootFilesystem"], true);
-        assert_eq!(security["capabilities"]["drop"], serde_json::json!(["ALL"]));
-        assert!(container["readinessProbe"]["httpGet"]["path"] == "/readyz");
-        assert!(container["livenessProbe"]["httpGet"]["path"] == "/healthz");
-        assert!(container["resources"]["requests"]["memory"].is_string());
-    }
-
-    // The daemon, as the ServiceAccount, reconciles a Source and corrects drift.
-    let remote = Remote::new(&[
-        ("base.yaml", &base(&ns)),
-        ("cm.yaml", &config_map("settings", &ns, "v1")),
-    ]);
-    let lease = format!("lease-{ns}");
-    let _daemon = Daemon::start(&[
-        "--sources",
-        "--sources-namespace",
-        &ns,
-        "--leader-elect",
-        "--lease-namespace",
-        "tether-system",
-        "--lease-name",
-        &lease,
-        "--as",
-        account,
-    ]);
-    apply_web_source(&client, &ns, &remote.url, "  interval: 1h\n").await;
-    eventually(Duration::from_secs(10), || async {
-        condition(&status(&ns, "web"), "Ready").is_some_and(|c| c.0 == "True")
-    })
-    .await;
-    edit_by_hand(&ns, "x");
-    eventually(Duration::from_secs(10), || async {
-        value_of(&client, &ns).await.as_deref() == Some("v1")
-    })
-    .await;
 }

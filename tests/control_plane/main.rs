@@ -6,4 +6,5 @@
 //! made the timing of the cluster tests' waves and placements flaky.
 
 mod demo;
+mod install;
 mod local_cluster;

@@ -214,12 +214,18 @@ fn service(ns: &str) -> Value {
 /// outboxes on it are delivered by the replica that recorded them, after any restart.
 /// The Lease's holder runs the Sources; the other takes over when it stops.
 fn stateful_set(options: &InstallOptions) -> Value {
+    // Written as the server stores it, defaults included: the list is atomic, so a
+    // template short of them would differ at every apply and count as a change.
     let mut claim = json!({
-        "metadata": { "name": "state" },
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": { "name": "state", "creationTimestamp": null },
         "spec": {
             "accessModes": ["ReadWriteOnce"],
             "resources": { "requests": { "storage": "1Gi" } },
+            "volumeMode": "Filesystem",
         },
+        "status": { "phase": "Pending" },
     });
     if let Some(class) = &options.storage_class {
         claim["spec"]["storageClassName"] = json!(class);

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
 use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::Value;
@@ -127,12 +128,17 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    /// From the object's resourceVersion before and after: the server keeps it when an
-    /// apply changes nothing.
-    pub fn of(before: Option<&str>, after: Option<&str>) -> Outcome {
+    /// From install's own field-manager entry before and after the apply (`None`
+    /// before: no object): the server keeps the entry, its time included, when an
+    /// apply changes nothing. (The resourceVersion would not do: a controller's status
+    /// update moves it.)
+    pub fn of(
+        before: Option<Option<&ManagedFieldsEntry>>,
+        after: Option<&ManagedFieldsEntry>,
+    ) -> Outcome {
         match before {
             None => Outcome::Created,
-            Some(before) if Some(before) == after => Outcome::Unchanged,
+            Some(before) if before == after => Outcome::Unchanged,
             Some(_) => Outcome::Configured,
         }
     }
@@ -218,13 +224,16 @@ async fn apply(resources: &Resources, object: &Value) -> Result<Applied, Install
         .patch(name, &params, &Patch::Apply(object))
         .await
         .map_err(request(format!("apply {object_name}")))?;
-    let version = |o: &DynamicObject| o.metadata.resource_version.clone();
     Ok(Applied {
-        outcome: Outcome::of(
-            before.as_ref().and_then(version).as_deref(),
-            version(&after).as_deref(),
-        ),
+        outcome: Outcome::of(before.as_ref().map(installs_entry), installs_entry(&after)),
         object: object_name,
+    })
+}
+
+/// Install's field-manager entry of an object.
+fn installs_entry(object: &DynamicObject) -> Option<&ManagedFieldsEntry> {
+    object.metadata.managed_fields.iter().flatten().find(|e| {
+        e.manager.as_deref() == Some(FIELD_MANAGER) && e.operation.as_deref() == Some("Apply")
     })
 }
 
@@ -378,14 +387,14 @@ async fn foreign_objects(client: &Client, namespace: &str) -> Result<Vec<String>
     Ok(foreign)
 }
 
-/// The kinds a user puts in a namespace that uninstall looks for.
-const NAMESPACE_CONTENTS: [(&str, &str, &str); 6] = [
+/// The kinds a user puts in a namespace that uninstall looks for (Sources go with
+/// their CRD; their inventories, ConfigMaps, stay, and keep the namespace).
+const NAMESPACE_CONTENTS: [(&str, &str, &str); 5] = [
     ("v1", "ConfigMap", "configmaps"),
     ("v1", "Secret", "secrets"),
     ("v1", "Service", "services"),
     ("apps/v1", "Deployment", "deployments"),
     ("apps/v1", "StatefulSet", "statefulsets"),
-    ("tether.dev/v1alpha1", "Source", "sources"),
 ];
 
 /// Whether an object in the daemon's namespace is install's or Kubernetes' own.
@@ -424,10 +433,27 @@ mod tests {
     }
 
     #[test]
-    fn an_apply_that_keeps_the_resource_version_changed_nothing() {
-        assert_eq!(Outcome::of(None, Some("5")), Outcome::Created);
-        assert_eq!(Outcome::of(Some("5"), Some("5")), Outcome::Unchanged);
-        assert_eq!(Outcome::of(Some("5"), Some("6")), Outcome::Configured);
+    fn an_apply_that_keeps_installs_entry_changed_nothing() {
+        let entry = |time: &str| ManagedFieldsEntry {
+            manager: Some(FIELD_MANAGER.into()),
+            operation: Some("Apply".into()),
+            time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                time.parse().unwrap(),
+            )),
+            ..Default::default()
+        };
+        let (early, late) = (entry("2026-11-24T10:00:00Z"), entry("2026-11-24T10:05:00Z"));
+        assert_eq!(Outcome::of(None, Some(&early)), Outcome::Created);
+        assert_eq!(
+            Outcome::of(Some(Some(&early)), Some(&early)),
+            Outcome::Unchanged
+        );
+        assert_eq!(
+            Outcome::of(Some(Some(&early)), Some(&late)),
+            Outcome::Configured
+        );
+        // Made by someone else first: install's apply takes it over.
+        assert_eq!(Outcome::of(Some(None), Some(&early)), Outcome::Configured);
     }
 
     #[test]

@@ -1,0 +1,466 @@
+//! `tether install`, `check`, `uninstall` and `kubectl apply -k deploy/` from an empty
+//! cluster, on a control plane of its own (uninstall removes the Source CRD, which
+//! the shared control plane's tests use).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use tether_testkit::cluster::{LocalCluster, binaries};
+use tether_testkit::remote::{Remote, free_port};
+
+const NS: &str = "tether-system";
+const ACCOUNT: &str = "system:serviceaccount:tether-system:tether";
+
+struct Cli<'a> {
+    kubeconfig: &'a Path,
+}
+
+impl Cli<'_> {
+    fn tether(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_tether"))
+            .args(args)
+            .env("KUBECONFIG", self.kubeconfig)
+            .env("TETHER_COLOR", "never")
+            .output()
+            .unwrap()
+    }
+
+    fn kubectl(&self, args: &[&str]) -> Output {
+        Command::new(binaries().join("kubectl"))
+            .arg("--kubeconfig")
+            .arg(self.kubeconfig)
+            .args(args)
+            .output()
+            .unwrap()
+    }
+
+    fn kubectl_ok(&self, args: &[&str]) -> String {
+        let out = self.kubectl(args);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    /// Every object install made, by `kind/namespace/name`, with the time of install's
+    /// last write to it (its field manager's entry; a controller's status update moves
+    /// the resourceVersion, not that).
+    fn installed(&self) -> BTreeMap<String, String> {
+        let kinds = "namespaces,customresourcedefinitions,serviceaccounts,clusterroles,clusterrolebindings,roles,rolebindings,services,statefulsets,poddisruptionbudgets";
+        let text = self.kubectl_ok(&[
+            "get",
+            kinds,
+            "-A",
+            "-l",
+            "app.kubernetes.io/part-of=tether",
+            "-o",
+            "json",
+        ]);
+        let list: serde_json::Value = serde_json::from_str(&text).unwrap();
+        list["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| {
+                let m = &o["metadata"];
+                (
+                    format!(
+                        "{}/{}/{}",
+                        o["kind"].as_str().unwrap(),
+                        m["namespace"].as_str().unwrap_or("-"),
+                        m["name"].as_str().unwrap()
+                    ),
+                    m["managedFields"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .filter(|e| e["manager"] == "tether-install")
+                        .map(|e| e["time"].to_string())
+                        .collect::<String>(),
+                )
+            })
+            .collect()
+    }
+
+    fn eventually(&self, what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+        let deadline = Instant::now() + timeout;
+        while !done() {
+            assert!(Instant::now() < deadline, "timed out: {what}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The daemon as a process impersonating the installed ServiceAccount (the local
+/// control plane runs no container), killed when dropped.
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn daemon(kubeconfig: &Path, state: &Path) -> Daemon {
+    let port = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args([
+            "run",
+            "--sources",
+            "--leader-elect",
+            "--lease-namespace",
+            NS,
+        ])
+        .arg(format!("--listen=127.0.0.1:{port}"))
+        .args(["--as", ACCOUNT, "--cache-dir"])
+        .arg(state.join("cache"))
+        .arg("--state-dir")
+        .arg(state.join("state"))
+        .env("KUBECONFIG", kubeconfig)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    Daemon(child)
+}
+
+#[test]
+fn install_check_tree_suspend_uninstall_and_kustomize_from_an_empty_cluster() {
+    let cluster = LocalCluster::start(1);
+    let cli = Cli {
+        kubeconfig: cluster.kubeconfig(),
+    };
+
+    // Before installing: the server is in the supported range, and we may install.
+    let pre = cli.tether(&["check", "--pre"]);
+    let pre_text = text(&pre.stdout);
+    assert_eq!(
+        pre.status.code(),
+        Some(0),
+        "{pre_text}{}",
+        text(&pre.stderr)
+    );
+    assert!(
+        pre_text.contains("✔ Kubernetes 1.20 (supported: 1.20 to 1.33)"),
+        "{pre_text}"
+    );
+    assert!(pre_text.contains("✔ you may install tether"), "{pre_text}");
+
+    // Install: every object created, the CRD established.
+    let first = cli.tether(&["install"]);
+    let first_text = text(&first.stdout);
+    assert_eq!(
+        first.status.code(),
+        Some(0),
+        "{first_text}{}",
+        text(&first.stderr)
+    );
+    for object in [
+        "Namespace/tether-system created",
+        "CustomResourceDefinition/sources.tether.dev created",
+        "StatefulSet/tether-system/tether created",
+        "PodDisruptionBudget/tether-system/tether created",
+        "Secret/tether-system/tether-webhook created",
+    ] {
+        assert!(first_text.contains(object), "{first_text}");
+    }
+    let installed = cli.installed();
+    assert_eq!(installed.len(), 10, "{installed:#?}");
+    assert!(installed.contains_key("PodDisruptionBudget/tether-system/tether"));
+    let established = cli.kubectl_ok(&[
+        "get",
+        "crd",
+        "sources.tether.dev",
+        "-o",
+        "jsonpath={.status.conditions[?(@.type==\"Established\")].status}",
+    ]);
+    assert_eq!(established, "True");
+    // The webhook secret is random, not a placeholder.
+    let secret = cli.kubectl_ok(&[
+        "get",
+        "secret",
+        "tether-webhook",
+        "-n",
+        NS,
+        "-o",
+        "jsonpath={.data.secret}",
+    ]);
+    assert_eq!(secret.len(), 88, "64 hex digits, base64-encoded: {secret}");
+
+    // A second install changes nothing, and keeps the webhook secret.
+    let second = cli.tether(&["install"]);
+    let second_text = text(&second.stdout);
+    assert_eq!(second.status.code(), Some(0), "{second_text}");
+    assert!(
+        second_text.contains("0 of 11 objects changed"),
+        "{second_text}"
+    );
+    assert!(
+        !second_text.contains(" created\n") && !second_text.contains(" configured\n"),
+        "{second_text}"
+    );
+    assert_eq!(cli.installed(), installed, "a second install wrote");
+    let again = cli.kubectl_ok(&[
+        "get",
+        "secret",
+        "tether-webhook",
+        "-n",
+        NS,
+        "-o",
+        "jsonpath={.data.secret}",
+    ]);
+    assert_eq!(again, secret);
+
+    // The RBAC grants no wildcard, nor anything over the cluster's own RBAC.
+    let rules = cli.kubectl_ok(&["auth", "can-i", "--list", "--as", ACCOUNT]);
+    for line in rules.lines().skip(1) {
+        let resource = line.split_whitespace().next().unwrap_or_default();
+        if resource.starts_with("[/") || resource.is_empty() {
+            continue; // non-resource URLs every authenticated user has
+        }
+        assert!(!line.contains('*'), "a wildcard grant: {line}");
+    }
+    for (verb, resource, allowed) in [
+        ("create", "clusterroles", false),
+        ("patch", "nodes", true),
+        ("create", "pods --subresource=eviction", true),
+        ("create", "networkpolicies.networking.k8s.io", true),
+        ("create", "resourcequotas", true),
+        ("create", "limitranges", true),
+    ] {
+        let mut args = vec!["auth", "can-i", verb];
+        args.extend(resource.split(' '));
+        args.extend(["--as", ACCOUNT]);
+        let can = cli.kubectl(&args);
+        assert_eq!(can.status.success(), allowed, "{verb} {resource}");
+    }
+
+    // The pod template follows the restricted Pod Security profile, and each replica
+    // has a volume of its own for its outboxes.
+    let set: serde_json::Value = serde_json::from_str(&cli.kubectl_ok(&[
+        "get",
+        "statefulset",
+        "tether",
+        "-n",
+        NS,
+        "-o",
+        "json",
+    ]))
+    .unwrap();
+    let pod = &set["spec"]["template"]["spec"];
+    assert_eq!(set["spec"]["replicas"], 2);
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    let container = &pod["containers"][0];
+    assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(
+        container["securityContext"]["capabilities"]["drop"],
+        serde_json::json!(["ALL"])
+    );
+    assert_eq!(
+        container["image"],
+        format!("ghcr.io/tether-dev/tether:{}", env!("CARGO_PKG_VERSION"))
+    );
+    assert_eq!(
+        set["spec"]["volumeClaimTemplates"][0]["metadata"]["name"],
+        "state"
+    );
+    assert!(container["env"].to_string().contains("TETHER_STATE_DIR"));
+
+    // The daemon, as the installed ServiceAccount, applies a Source's repository.
+    let state = tempfile::tempdir().unwrap();
+    let _daemon = daemon(cli.kubeconfig, state.path());
+    let remote = Remote::new(&[(
+        "shop.yaml",
+        "kind: KubernetesService\nname: kubernetes\n---\nkind: TrustDomain\nname: shop\n---\nkind: KubernetesConfigMap\nname: settings\ntrust_domain: shop\ndata:\n  key: v1\n",
+    )]);
+    let source = format!(
+        "apiVersion: tether.dev/v1alpha1\nkind: Source\nmetadata:\n  name: shop\n  namespace: {NS}\nspec:\n  url: {}\n  ref: main\n  path: models\n  interval: 1h\n  prune: true\n",
+        remote.url
+    );
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), source).unwrap();
+    cli.kubectl_ok(&["apply", "-f", file.path().to_str().unwrap()]);
+    cli.eventually("the Source applied", Duration::from_secs(60), || {
+        cli.kubectl(&["get", "configmap", "settings", "-n", "shop"])
+            .status
+            .success()
+    });
+
+    // check passes: the daemon's pods ready (the simulated node runs them), the
+    // webhook's endpoints, the Source's identity may do what its inventory needs.
+    cli.eventually(
+        "the daemon's replicas ready",
+        Duration::from_secs(60),
+        || cli.tether(&["check"]).status.success(),
+    );
+    let check = cli.tether(&["check"]);
+    let check_text = text(&check.stdout);
+    for line in [
+        "✔ CustomResourceDefinition sources.tether.dev established",
+        &format!(
+            "✔ daemon {}: 2 of 2 replicas ready",
+            env!("CARGO_PKG_VERSION")
+        ),
+        "✔ webhook secret set",
+        "✔ Source tether-system/shop: system:serviceaccount:tether-system:tether may apply its",
+        "all checks passed",
+    ] {
+        assert!(check_text.contains(line), "{check_text}");
+    }
+    let version = text(&cli.tether(&["version"]).stdout);
+    assert!(
+        version.contains(&format!(
+            "daemon: {} (ghcr.io/tether-dev/tether:",
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{version}"
+    );
+
+    // tree: what the Source's inventory holds.
+    let tree = text(&cli.tether(&["tree", "shop", "-n", NS]).stdout);
+    assert!(
+        tree.starts_with("Source/tether-system/shop (main@sha1:"),
+        "{tree}"
+    );
+    assert!(
+        tree.contains("│   └── Namespace/shop (v1)") || tree.contains("├── Namespace/shop (v1)"),
+        "{tree}"
+    );
+    assert!(tree.contains("└── ConfigMap/settings (v1)"), "{tree}");
+
+    // suspend and resume set spec.suspend; the daemon says so in the status.
+    let suspend = cli.tether(&["suspend", "shop", "-n", NS]);
+    assert_eq!(
+        text(&suspend.stdout),
+        "Source tether-system/shop suspended\n"
+    );
+    cli.eventually("the status says suspended", Duration::from_secs(30), || {
+        cli.kubectl_ok(&[
+            "get",
+            "source",
+            "shop",
+            "-n",
+            NS,
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Ready\")].reason}",
+        ]) == "Suspended"
+    });
+    assert_eq!(
+        cli.kubectl_ok(&[
+            "get",
+            "source",
+            "shop",
+            "-n",
+            NS,
+            "-o",
+            "jsonpath={.spec.suspend}"
+        ]),
+        "true"
+    );
+    let resume = cli.tether(&["resume", "shop", "-n", NS]);
+    assert_eq!(text(&resume.stdout), "Source tether-system/shop resumed\n");
+    assert_eq!(
+        cli.kubectl_ok(&[
+            "get",
+            "source",
+            "shop",
+            "-n",
+            NS,
+            "-o",
+            "jsonpath={.spec.suspend}"
+        ]),
+        "false"
+    );
+    let missing = cli.tether(&["suspend", "nothing", "-n", NS]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(
+        text(&missing.stderr).contains("cannot update the Source tether-system/nothing"),
+        "{}",
+        text(&missing.stderr)
+    );
+    drop(_daemon);
+
+    // Uninstall removes the daemon and the CRD; the applied workload stays.
+    let uninstall = cli.tether(&["uninstall"]);
+    let uninstall_text = text(&uninstall.stdout);
+    assert_eq!(
+        uninstall.status.code(),
+        Some(0),
+        "{uninstall_text}{}",
+        text(&uninstall.stderr)
+    );
+    assert!(
+        uninstall_text.contains("CustomResourceDefinition/sources.tether.dev deleted"),
+        "{uninstall_text}"
+    );
+    // The namespace stays: it holds the Source's inventory, the record of what it
+    // applied (a Source installed later in its place takes the objects up again).
+    assert!(
+        uninstall_text.contains(
+            "Namespace/tether-system kept: it holds 1 tether did not install (ConfigMap/shop)"
+        ),
+        "{uninstall_text}"
+    );
+    cli.eventually(
+        "everything else installed gone",
+        Duration::from_secs(60),
+        || cli.installed().into_keys().collect::<Vec<_>>() == ["Namespace/-/tether-system"],
+    );
+    assert!(
+        cli.kubectl(&["get", "configmap", "shop", "-n", NS])
+            .status
+            .success()
+    );
+    assert!(
+        cli.kubectl(&["get", "configmap", "settings", "-n", "shop"])
+            .status
+            .success()
+    );
+    let nothing = cli.tether(&["uninstall"]);
+    assert_eq!(nothing.status.code(), Some(0));
+    assert!(text(&nothing.stdout).contains("nothing of tether was found in tether-system"));
+
+    // kubectl apply -k installs the same set (this server is 1.20: its overlay).
+    let overlay = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes-1.20");
+    cli.kubectl_ok(&["apply", "-k", &overlay.display().to_string()]);
+    cli.eventually(
+        "the kustomization's CRD established",
+        Duration::from_secs(30),
+        || {
+            cli.kubectl(&["get", "crd", "sources.tether.dev"])
+                .status
+                .success()
+        },
+    );
+    let kustomized: Vec<String> = cli.installed().into_keys().collect();
+    let installed: Vec<String> = installed.into_keys().collect();
+    assert_eq!(kustomized, installed);
+
+    // A webhook Secret holding the old template's placeholder fails the check.
+    cli.kubectl_ok(&[
+        "-n",
+        NS,
+        "create",
+        "secret",
+        "generic",
+        "tether-webhook",
+        "--from-literal=secret=REPLACE-WITH-openssl-rand-hex-32",
+    ]);
+    let weak = cli.tether(&["check"]);
+    let weak_text = text(&weak.stdout);
+    assert_eq!(weak.status.code(), Some(1), "{weak_text}");
+    assert!(
+        weak_text.contains("✗ the webhook secret is a template's placeholder"),
+        "{weak_text}"
+    );
+    assert!(!weak_text.contains("all checks passed"));
+}
