@@ -117,6 +117,46 @@ pub fn hand_over(
     Some(result)
 }
 
+/// The managed fields after `from`'s entries are given to `to` (a handover between
+/// inventories): renamed, or merged into `to`'s entry of the same apiVersion. `None`
+/// when `from` owns nothing.
+pub fn rename_manager(
+    entries: &[ManagedFieldsEntry],
+    from: &str,
+    to: &str,
+) -> Option<Vec<ManagedFieldsEntry>> {
+    let owned_by = |e: &ManagedFieldsEntry, manager: &str| {
+        e.manager.as_deref() == Some(manager) && e.operation.as_deref() == Some("Apply")
+    };
+    if !entries.iter().any(|e| owned_by(e, from)) {
+        return None;
+    }
+    let (given, mut result): (Vec<_>, Vec<_>) =
+        entries.iter().cloned().partition(|e| owned_by(e, from));
+    for entry in given {
+        let same_version =
+            |e: &&mut ManagedFieldsEntry| owned_by(e, to) && e.api_version == entry.api_version;
+        let fields = entry.fields_v1.as_ref().and_then(|f| f.0.as_object());
+        match (result.iter_mut().find(same_version), fields) {
+            (Some(ours), Some(fields)) => {
+                let mut merged = ours
+                    .fields_v1
+                    .as_ref()
+                    .and_then(|f| f.0.as_object().cloned())
+                    .unwrap_or_default();
+                union_into(&mut merged, fields);
+                ours.fields_v1 = Some(FieldsV1(Value::Object(merged)));
+            }
+            _ => {
+                let mut renamed = entry.clone();
+                renamed.manager = Some(to.to_string());
+                result.push(renamed);
+            }
+        }
+    }
+    Some(result)
+}
+
 /// A live object as JSON, with the apiVersion and kind that list items come without.
 /// Its managedFields (never compared, and the bulk of a listed object) keep only who
 /// wrote and how (to tell drift), unless they hold fields to hand over to `manager`.
@@ -235,6 +275,34 @@ fn union_into(into: &mut Map<String, Value>, from: &Map<String, Value>) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_handover_renames_the_givers_entries_and_merges_into_the_takers() {
+        let entry = |manager: &str, operation: &str, fields: serde_json::Value| ManagedFieldsEntry {
+            api_version: Some("v1".into()),
+            fields_type: Some("FieldsV1".into()),
+            fields_v1: Some(FieldsV1(fields)),
+            manager: Some(manager.into()),
+            operation: Some(operation.into()),
+            subresource: None,
+            time: None,
+        };
+        let kubectl = entry("kubectl", "Update", serde_json::json!({"f:data": {"f:x": {}}}));
+        let from = entry("tether:default/tether", "Apply", serde_json::json!({"f:data": {"f:a": {}}}));
+        let to = entry("tether:shop/web", "Apply", serde_json::json!({"f:data": {"f:b": {}}}));
+        // Renamed when the taker owns nothing yet; others' entries untouched.
+        let renamed = super::rename_manager(&[kubectl.clone(), from.clone()], "tether:default/tether", "tether:shop/web").unwrap();
+        assert_eq!(renamed.len(), 2);
+        assert_eq!(renamed[0], kubectl);
+        assert_eq!(renamed[1].manager.as_deref(), Some("tether:shop/web"));
+        assert_eq!(renamed[1].fields_v1, from.fields_v1);
+        // Merged into the taker's entry, wherever it stands.
+        let merged = super::rename_manager(&[from.clone(), to], "tether:default/tether", "tether:shop/web").unwrap();
+        assert_eq!(merged.len(), 1);
+        assert_eq!(merged[0].fields_v1.as_ref().unwrap().0, serde_json::json!({"f:data": {"f:b": {}, "f:a": {}}}));
+        // Nothing to give: nothing to write.
+        assert_eq!(super::rename_manager(&[kubectl], "tether:default/tether", "tether:shop/web"), None);
+    }
+
     use super::*;
     use serde_json::json;
 
