@@ -30,10 +30,27 @@ fn run(command: &mut Command) -> String {
     String::from_utf8(output.stdout).unwrap()
 }
 
+/// `scripts/image build`, in the environment of the user's shell: without the
+/// variables cargo sets for a test process (ring's build script reruns when
+/// CARGO_MANIFEST_DIR changes, which rebuilt half the release build in every test run).
 fn build_image(out: &Path) -> String {
-    run(Command::new(root().join("scripts/image"))
-        .args(["build", "--out"])
-        .arg(out))
+    let mut command = Command::new(root().join("scripts/image"));
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if [
+            "CARGO",
+            "CARGO_MANIFEST_DIR",
+            "CARGO_MANIFEST_PATH",
+            "CARGO_CRATE_NAME",
+        ]
+        .contains(&name.as_ref())
+            || name.starts_with("CARGO_PKG_")
+            || name.starts_with("CARGO_PRIMARY_PACKAGE")
+        {
+            command.env_remove(name.as_ref());
+        }
+    }
+    run(command.args(["build", "--out"]).arg(out))
 }
 
 /// The image layout of `scripts/image build`, built once per test binary: the release
