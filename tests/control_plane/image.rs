@@ -73,7 +73,7 @@ pub(crate) fn release_image() -> &'static Path {
 /// Debian's docker-registry on a free loopback port, storing into a temporary
 /// directory; stopped when dropped.
 struct Registry {
-    process: Child,
+    _process: KillOnDrop,
     port: u16,
     _storage: tempfile::TempDir,
 }
@@ -98,7 +98,7 @@ impl Registry {
             .spawn()
             .expect("docker-registry is installed (scripts/test-tools install)");
         let registry = Registry {
-            process,
+            _process: KillOnDrop(process),
             port,
             _storage: storage,
         };
@@ -118,10 +118,74 @@ impl Registry {
     }
 }
 
-impl Drop for Registry {
+/// A process of the test's, stopped when dropped.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
     fn drop(&mut self) {
-        let _ = self.process.kill();
-        let _ = self.process.wait();
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// An HTTPS server on localhost (python3's http.server, a certificate for `localhost`
+/// made here) that answers every Git request with 404: enough to show that a client
+/// resolved the name, verified the certificate and read the answer.
+struct HttpsServer {
+    _process: KillOnDrop,
+    port: u16,
+    certificate: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl HttpsServer {
+    fn start() -> HttpsServer {
+        let dir = tempfile::tempdir().unwrap();
+        let (certificate, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+        run(Command::new("openssl")
+            .args([
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+            ])
+            .args([
+                "-subj",
+                "/CN=localhost",
+                "-addext",
+                "subjectAltName=DNS:localhost",
+            ])
+            .arg("-keyout")
+            .arg(&key)
+            .arg("-out")
+            .arg(&certificate));
+        let mut process = Command::new("python3")
+            .args([
+                "-c",
+                "import http.server, ssl, sys\n\
+                 server = http.server.HTTPServer(('127.0.0.1', 0), http.server.SimpleHTTPRequestHandler)\n\
+                 tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)\n\
+                 tls.load_cert_chain(sys.argv[1], sys.argv[2])\n\
+                 server.socket = tls.wrap_socket(server.socket, server_side=True)\n\
+                 print(server.server_address[1], flush=True)\n\
+                 server.serve_forever()",
+            ])
+            .arg(&certificate)
+            .arg(&key)
+            .current_dir(dir.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut port = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(process.stdout.take().unwrap()),
+            &mut port,
+        )
+        .unwrap();
+        HttpsServer {
+            port: port.trim().parse().unwrap(),
+            _process: KillOnDrop(process),
+            certificate,
+            _dir: dir,
+        }
     }
 }
 
@@ -320,6 +384,42 @@ fn the_image_is_pushed_inspected_copied_back_and_runs_with_no_host_library() {
             format!("tether {}", env!("CARGO_PKG_VERSION"))
         );
     }
+    assert_git_https_works_in_rootfs(&rootfs, env);
+}
+
+/// Git over HTTPS from inside the image: the name resolved by the static glibc
+/// (nsswitch.conf, /etc/hosts as Kubernetes mounts it), the server's certificate
+/// verified against the image's CA bundle (SSL_CERT_FILE). The server's certificate is
+/// added to the bundle as a cluster's private CA would be.
+fn assert_git_https_works_in_rootfs(rootfs: &Path, env: &[Value]) {
+    let server = HttpsServer::start();
+    std::fs::write(rootfs.join("etc/hosts"), "127.0.0.1 localhost\n").unwrap();
+    let fetch = |rootfs: &Path| {
+        let url = format!("https://localhost:{}/models.git", server.port);
+        let output = run_in_rootfs(
+            rootfs,
+            "65532:65532",
+            env,
+            &["/usr/local/bin/tether", "diff", "--repo", &url],
+        );
+        assert!(!output.status.success(), "there is no repository at {url}");
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let untrusted = fetch(rootfs);
+    assert!(
+        untrusted.contains("certificate"),
+        "a certificate not in the bundle is refused: {untrusted}"
+    );
+
+    let bundle = rootfs.join("etc/ssl/certs/ca-certificates.crt");
+    let mut trusted = std::fs::read(&bundle).unwrap();
+    trusted.extend(std::fs::read(&server.certificate).unwrap());
+    std::fs::write(&bundle, trusted).unwrap();
+    let answered = fetch(rootfs);
+    assert!(
+        answered.contains("unexpected http status code: 404"),
+        "resolved, verified and answered: {answered}"
+    );
 }
 
 #[test]
