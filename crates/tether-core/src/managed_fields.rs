@@ -277,30 +277,59 @@ fn union_into(into: &mut Map<String, Value>, from: &Map<String, Value>) {
 mod tests {
     #[test]
     fn a_handover_renames_the_givers_entries_and_merges_into_the_takers() {
-        let entry = |manager: &str, operation: &str, fields: serde_json::Value| ManagedFieldsEntry {
-            api_version: Some("v1".into()),
-            fields_type: Some("FieldsV1".into()),
-            fields_v1: Some(FieldsV1(fields)),
-            manager: Some(manager.into()),
-            operation: Some(operation.into()),
-            subresource: None,
-            time: None,
-        };
-        let kubectl = entry("kubectl", "Update", serde_json::json!({"f:data": {"f:x": {}}}));
-        let from = entry("tether:default/tether", "Apply", serde_json::json!({"f:data": {"f:a": {}}}));
-        let to = entry("tether:shop/web", "Apply", serde_json::json!({"f:data": {"f:b": {}}}));
+        let entry =
+            |manager: &str, operation: &str, fields: serde_json::Value| ManagedFieldsEntry {
+                api_version: Some("v1".into()),
+                fields_type: Some("FieldsV1".into()),
+                fields_v1: Some(FieldsV1(fields)),
+                manager: Some(manager.into()),
+                operation: Some(operation.into()),
+                subresource: None,
+                time: None,
+            };
+        let kubectl = entry(
+            "kubectl",
+            "Update",
+            serde_json::json!({"f:data": {"f:x": {}}}),
+        );
+        let from = entry(
+            "tether:default/tether",
+            "Apply",
+            serde_json::json!({"f:data": {"f:a": {}}}),
+        );
+        let to = entry(
+            "tether:shop/web",
+            "Apply",
+            serde_json::json!({"f:data": {"f:b": {}}}),
+        );
         // Renamed when the taker owns nothing yet; others' entries untouched.
-        let renamed = super::rename_manager(&[kubectl.clone(), from.clone()], "tether:default/tether", "tether:shop/web").unwrap();
+        let renamed = super::rename_manager(
+            &[kubectl.clone(), from.clone()],
+            "tether:default/tether",
+            "tether:shop/web",
+        )
+        .unwrap();
         assert_eq!(renamed.len(), 2);
         assert_eq!(renamed[0], kubectl);
         assert_eq!(renamed[1].manager.as_deref(), Some("tether:shop/web"));
         assert_eq!(renamed[1].fields_v1, from.fields_v1);
         // Merged into the taker's entry, wherever it stands.
-        let merged = super::rename_manager(&[from.clone(), to], "tether:default/tether", "tether:shop/web").unwrap();
+        let merged = super::rename_manager(
+            &[from.clone(), to],
+            "tether:default/tether",
+            "tether:shop/web",
+        )
+        .unwrap();
         assert_eq!(merged.len(), 1);
-        assert_eq!(merged[0].fields_v1.as_ref().unwrap().0, serde_json::json!({"f:data": {"f:b": {}, "f:a": {}}}));
+        assert_eq!(
+            merged[0].fields_v1.as_ref().unwrap().0,
+            serde_json::json!({"f:data": {"f:b": {}, "f:a": {}}})
+        );
         // Nothing to give: nothing to write.
-        assert_eq!(super::rename_manager(&[kubectl], "tether:default/tether", "tether:shop/web"), None);
+        assert_eq!(
+            super::rename_manager(&[kubectl], "tether:default/tether", "tether:shop/web"),
+            None
+        );
     }
 
     use super::*;
