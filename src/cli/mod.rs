@@ -190,7 +190,18 @@ enum Command {
     /// it) and when it is missing from the cluster.
     #[command(after_help = "Example:\n  tether tree web -n team-a")]
     Tree(sources::SourceArgs),
-    /// Print the CustomResourceDefinition of `Source` (as deploy/crd.yaml holds it).
+    /// Hand what `tether apply` applied over to a Source, which then updates and
+    /// prunes it (instead of refusing it as another inventory's).
+    ///
+    /// The Source's inventory records the objects, each object gets its membership
+    /// label and field ownership, and the giving inventory (default: default/tether)
+    /// forgets them. Safe to run again after an interruption. Objects another
+    /// inventory took are left. Exits 0 when handed over, 2 on error.
+    #[command(
+        after_help = "Example:\n  tether handover web -n team-a --from-inventory-namespace default"
+    )]
+    Handover(sources::HandoverArgs),
+    /// Print the CustomResourceDefinition of `Source` (as deploy/base/crd.yaml holds it).
     #[command(after_help = "Example:\n  tether crd | kubectl apply --server-side -f -")]
     Crd,
     /// Write models for the pods running in the cluster and commit them to Git.
@@ -609,6 +620,7 @@ pub async fn run(args: Args) -> miette::Result<ExitCode> {
         Command::Suspend(args) => sources::set_suspend(global, &args, true).await,
         Command::Resume(args) => sources::set_suspend(global, &args, false).await,
         Command::Tree(args) => sources::tree(global, &args).await,
+        Command::Handover(args) => sources::handover(global, &args).await,
         Command::Check(args) => check::check(global, &args).await,
         Command::Version(args) => check::version(global, &args).await,
         Command::Schema => {

@@ -8,8 +8,10 @@ use kube::Api;
 use kube::api::{Patch, PatchParams};
 use miette::{IntoDiagnostic, WrapErr};
 use tether_core::inventory::{InventoryEntry, InventoryRecord, Origin, Provenance};
+use tether_core::ownership::Inventory;
 use tether_daemon::crd::Source;
 use tether_engine::cluster::{Resources, connect, read_inventory};
+use tether_engine::handover::{Left, hand_over};
 
 use super::{GlobalArgs, report};
 
@@ -33,6 +35,73 @@ async fn source_api(global: &GlobalArgs, args: &SourceArgs) -> miette::Result<Ap
         .await
         .map_err(report::error)?;
     Ok(Api::namespaced(client, &args.namespace))
+}
+
+#[derive(Debug, clap::Args)]
+pub struct HandoverArgs {
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// The inventory that recorded the objects (`tether apply`'s --inventory-name).
+    #[arg(long, default_value = "tether")]
+    pub from_inventory_name: String,
+    /// Its namespace (`tether apply`'s --inventory-namespace).
+    #[arg(long, default_value = "default")]
+    pub from_inventory_namespace: String,
+}
+
+/// `handover`: what `tether apply` applied becomes the Source's.
+pub async fn handover(global: &GlobalArgs, args: &HandoverArgs) -> miette::Result<ExitCode> {
+    let api = source_api(global, &args.source).await?;
+    let source = api
+        .get(&args.source.source)
+        .await
+        .map_err(report::error)
+        .wrap_err_with(|| format!("cannot read the Source {}", args.source.id()))?;
+    let receiver = source
+        .spec
+        .inventory_of(&args.source.namespace, &args.source.source);
+    let giver = Inventory {
+        name: args.from_inventory_name.clone(),
+        namespace: args.from_inventory_namespace.clone(),
+    };
+    if giver == receiver {
+        return Err(miette::miette!(
+            "the Source's inventory is {}: there is nothing to hand over",
+            giver.display()
+        ));
+    }
+    let handover = hand_over(&api.into_client(), &giver, &receiver)
+        .await
+        .map_err(report::error)?;
+    let mut out = std::io::stdout().lock();
+    for entry in &handover.moved {
+        writeln!(out, "{} handed over", describe(entry)).into_diagnostic()?;
+    }
+    for (entry, why) in &handover.left {
+        let why = match why {
+            Left::Gone => "not in the cluster any more: forgotten".to_string(),
+            Left::OwnedElsewhere(id) => format!("left: labelled as another inventory's ({id})"),
+        };
+        writeln!(out, "{} {why}", describe(entry)).into_diagnostic()?;
+    }
+    writeln!(
+        out,
+        "{} objects handed over from {} to the Source {} (inventory {})",
+        handover.moved.len(),
+        giver.display(),
+        args.source.id(),
+        receiver.display()
+    )
+    .into_diagnostic()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `Kind namespace/name`, or `Kind name`.
+fn describe(entry: &InventoryEntry) -> String {
+    match &entry.namespace {
+        Some(ns) => format!("{} {ns}/{}", entry.kind, entry.name),
+        None => format!("{} {}", entry.kind, entry.name),
+    }
 }
 
 /// `suspend` (true) and `resume` (false): sets spec.suspend; the daemon stops the

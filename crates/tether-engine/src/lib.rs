@@ -19,6 +19,7 @@ pub mod discovery;
 pub mod driver;
 pub mod events;
 pub mod git;
+pub mod handover;
 pub mod keys;
 pub mod reconcile;
 pub mod repo;
