@@ -270,6 +270,7 @@ pub fn point_span(file_id: FileId, file: &SourceFile, line: u32, column: u32) ->
 pub fn load(files: &SourceFiles) -> (Vec<Document>, Diagnostics) {
     let mut documents = Vec::new();
     let mut diagnostics = Diagnostics::default();
+    unopened_files_warning(files, &mut diagnostics);
     for (id, file) in files.iter() {
         if let Sealing::Closed(problem) = &file.sealing {
             diagnostics.push(
@@ -295,6 +296,34 @@ pub fn load(files: &SourceFiles) -> (Vec<Document>, Diagnostics) {
         }
     }
     (documents, diagnostics)
+}
+
+/// One warning for all the encrypted files read without their key (their structure
+/// is checked, their values are not), at the first of them, with how to give a key.
+fn unopened_files_warning(files: &SourceFiles, diagnostics: &mut Diagnostics) {
+    let mut unopened = files.iter().filter_map(|(id, file)| match &file.sealing {
+        Sealing::Unopened { problem, .. } => Some((id, file, problem)),
+        _ => None,
+    });
+    let Some((id, file, problem)) = unopened.next() else {
+        return;
+    };
+    let others = unopened.count();
+    let which = match others {
+        0 => "this encrypted file was".to_string(),
+        1 => "this encrypted file and 1 other were".to_string(),
+        n => format!("this encrypted file and {n} others were"),
+    };
+    diagnostics.push(
+        Diagnostic::warning(
+            point_span(id, file, problem.line, problem.column),
+            format!(
+                "{which} checked without their key: models and references, not the encrypted values ({})",
+                problem.message
+            ),
+        )
+        .with_optional_hint(problem.hint.clone()),
+    );
 }
 
 impl<'de> Deserialize<'de> for Node {
