@@ -308,21 +308,20 @@ fn unopened_files_warning(files: &SourceFiles, diagnostics: &mut Diagnostics) {
     let Some((id, file, problem)) = unopened.next() else {
         return;
     };
-    let others = unopened.count();
-    let which = match others {
-        0 => "this encrypted file was".to_string(),
-        1 => "this encrypted file and 1 other were".to_string(),
-        n => format!("this encrypted file and {n} others were"),
+    let message = match unopened.count() {
+        0 => format!(
+            "this encrypted file was read without its key: its models and references were checked, not its encrypted values ({})",
+            problem.message
+        ),
+        others => format!(
+            "this encrypted file and {others} other{} were read without their key: their models and references were checked, not their encrypted values ({})",
+            if others == 1 { "" } else { "s" },
+            problem.message
+        ),
     };
     diagnostics.push(
-        Diagnostic::warning(
-            point_span(id, file, problem.line, problem.column),
-            format!(
-                "{which} checked without their key: models and references, not the encrypted values ({})",
-                problem.message
-            ),
-        )
-        .with_optional_hint(problem.hint.clone()),
+        Diagnostic::warning(point_span(id, file, problem.line, problem.column), message)
+            .with_optional_hint(problem.hint.clone()),
     );
 }
 
