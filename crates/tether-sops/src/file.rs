@@ -517,7 +517,7 @@ pub fn structure_in_place(text: &str) -> Result<String, SopsError> {
                     leaf.node.pos,
                     format!("the model's `{}` is encrypted: without the key, this file's models cannot be read", leaf.path[0]),
                 )
-                .hint("encrypt only the values (`tether secret encrypt --encrypted-regex '^(data|stringData)$'`, or that encrypted_regex in .sops.yaml), so that models are checked without the key"));
+                .hint("encrypt only the values (a .sops.yaml creation rule with `encrypted_regex: ^(data|stringData)$`), so that models are checked without the key"));
             }
             let value_type = Sealed::parse(value)
                 .map_err(|e| SopsError::at(leaf.node.pos, e.to_string()))?

@@ -202,3 +202,49 @@ pub(super) fn object_shape<'n>(
     };
     Some((*first_key, hint))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A spelling whose model field no kind has would never be offered.
+    #[test]
+    fn every_spelling_names_a_field_a_kind_has() {
+        for spelling in SPELLINGS {
+            let kinds: Vec<Kind> = Kind::ALL
+                .into_iter()
+                .filter(|kind| spelling.only.is_none_or(|only| only == *kind))
+                .filter(|kind| kind.fields().contains(&spelling.field))
+                .collect();
+            assert!(
+                !kinds.is_empty(),
+                "{} → {}",
+                spelling.kubernetes,
+                spelling.field
+            );
+            assert!(
+                kinds
+                    .iter()
+                    .any(|kind| !kind.fields().contains(&spelling.kubernetes)),
+                "{} is a field of every kind that has {}",
+                spelling.kubernetes,
+                spelling.field
+            );
+        }
+    }
+
+    #[test]
+    fn a_namespace_is_answered_by_what_each_kind_names_it_with() {
+        let field = |kind, name| model_field(kind, name).map(|s| s.field);
+        assert_eq!(field(Kind::Slice, "namespace"), Some("trust_domain"));
+        assert_eq!(
+            field(Kind::KubernetesServiceInstance, "namespace"),
+            Some("slice")
+        );
+        assert_eq!(field(Kind::TrustDomain, "namespace"), Some("name"));
+        assert_eq!(field(Kind::Site, "namespace"), None);
+        assert_eq!(field(Kind::Slice, "image"), Some("default_image"));
+        // A KubernetesServiceInstance has an image field of its own.
+        assert_eq!(field(Kind::KubernetesServiceInstance, "image"), None);
+    }
+}
