@@ -88,9 +88,11 @@ pub enum Color {
 enum Command {
     /// Check every model and reference; report all problems with file:line:column.
     ///
-    /// Exits 0 when the models are valid (warnings allowed), 1 when they are not,
-    /// 2 when they cannot be read.
-    #[command(after_help = "Example:\n  tether validate examples/models/xos-demo")]
+    /// Exits 0 when the models are valid (warnings allowed), 1 when they are not or
+    /// when no model was found (--allow-empty), 2 when they cannot be read.
+    #[command(
+        after_help = "Examples:\n  tether validate examples/models/xos-demo\n  tether validate models --output-format github   # annotations in a GitHub Actions job\n  tether validate models -o json | jq '.diagnostics[] | select(.severity == \"error\")'"
+    )]
     Validate(ValidateArgs),
     /// Print the Kubernetes objects the models describe, in apply order.
     ///
@@ -338,6 +340,18 @@ pub struct ValidateArgs {
     /// an error (a warning without this flag).
     #[arg(long, env = "TETHER_REQUIRE_ENCRYPTED_SECRETS")]
     pub require_encrypted_secrets: bool,
+    /// How problems are printed: for people, as GitHub Actions annotations, or as one
+    /// JSON object.
+    #[arg(short, long, value_enum, default_value_t = report::ProblemFormat::Human, visible_alias = "error-format")]
+    pub output_format: report::ProblemFormat,
+    /// Print at most this many errors, and as many warnings (0: all); the summary
+    /// still counts every one, and the exit code does not change.
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub max_errors: usize,
+    /// A models root with no model is valid (without it, finding no model is an
+    /// error: the path is likely wrong).
+    #[arg(long)]
+    pub allow_empty: bool,
 }
 
 #[derive(Debug, clap::Args)]

@@ -9,6 +9,7 @@ use tether_core::render::{render as render_objects, to_json_list, to_yaml};
 use tether_engine::reconcile::check;
 use tether_engine::repo::{Repo, read_directory};
 
+use super::report::ProblemFormat;
 use super::{
     EXIT_INVALID, GlobalArgs, GraphArgs, GraphFormat, OutputFormat, RenderArgs, ValidateArgs,
     report,
@@ -19,20 +20,64 @@ pub async fn validate(global: &GlobalArgs, args: &ValidateArgs) -> miette::Resul
         .load()
         .await
         .map_err(report::error)?;
-    loaded.files = tether_sops::open_files(loaded.files, &global.keys()?);
+    // Without its key, an encrypted file is checked for its structure only.
+    loaded.files = tether_sops::open_files_for_checking(loaded.files, &global.keys()?);
     loaded.plain_secrets_are_errors = args.require_encrypted_secrets;
     // The repository's confinement is checked too: validate renders (without an
     // inventory, whose labels do not change what is checked).
     let (models, objects) = check(loaded, &Inventory::default()).map_err(report::error)?;
     let files = &models.loaded.files;
-    let styled = report::use_graphics(global.color, std::io::stdout().is_terminal());
-    let text = report::diagnostics(&models.diagnostics, files, styled);
-    let summary = report::summary(&models.diagnostics, models.documents, files, &args.path);
-    write!(std::io::stdout().lock(), "{text}{summary}").into_diagnostic()?;
+    let diagnostics = &models.diagnostics;
+    let failure = (models.documents == 0 && !diagnostics.has_errors() && !args.allow_empty)
+        .then(|| no_models(&args.path, files.len()));
+    let mut out = String::new();
+    match args.output_format {
+        ProblemFormat::Json => out.push_str(&report::json_report(
+            diagnostics,
+            files,
+            models.documents,
+            &args.path,
+            failure.as_ref().map(|(message, _)| message.as_str()),
+        )),
+        format => {
+            let styled = report::use_graphics(global.color, std::io::stdout().is_terminal());
+            let (shown, more_errors, more_warnings) =
+                report::capped(diagnostics, files, args.max_errors);
+            out.push_str(&report::problems(&shown, files, format, styled));
+            out.extend(report::left_out(more_errors, more_warnings));
+            // The failure is the verdict: a summary would call nothing "valid".
+            out.push_str(&match (&failure, format) {
+                (Some((message, hint)), ProblemFormat::Github) => format!(
+                    "::error title=tether%3A no models::{}\n",
+                    report::github_data(&format!("{message}\nhint: {hint}"))
+                ),
+                (Some((message, hint)), _) => format!("error: {message}\n    hint: {hint}\n"),
+                (None, _) => report::summary(diagnostics, models.documents, files, &args.path),
+            });
+        }
+    }
+    std::io::stdout()
+        .lock()
+        .write_all(out.as_bytes())
+        .into_diagnostic()?;
     Ok(match objects {
-        Some(_) => ExitCode::SUCCESS,
-        None => ExitCode::from(EXIT_INVALID),
+        Some(_) if failure.is_none() => ExitCode::SUCCESS,
+        _ => ExitCode::from(EXIT_INVALID),
     })
+}
+
+/// Why finding no model fails validation, and what to do: the path is most likely
+/// wrong (a typo, or a CI step run from another directory).
+fn no_models(root: &std::path::Path, files: usize) -> (String, String) {
+    let found = match files {
+        0 => "no *.yaml or *.yml file (dot-files and dot-directories are skipped)".to_string(),
+        1 => "its one *.yaml/*.yml file holds no model".to_string(),
+        n => format!("its {n} *.yaml/*.yml files hold no model"),
+    };
+    (
+        format!("no models found in {}: {found}", root.display()),
+        "check the path (relative to the working directory); pass --allow-empty if a models root without models is intended".to_string(),
+    )
 }
 
 /// The models of a directory, analysed; their problems printed on standard error.
@@ -51,7 +96,8 @@ async fn analysed(
 > {
     let files = read_directory(path.to_path_buf())
         .await
-        .map_err(report::error)?;
+        .map_err(report::error)?
+        .with_shown_root(tether_core::source::shown_root_of(path, path.is_file()));
     let files = tether_sops::open_files(files, &global.keys()?);
     let analysis = tether_core::analyze(&files);
     let styled = report::use_graphics(global.color, std::io::stderr().is_terminal());

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use miette::{GraphicalReportHandler, GraphicalTheme, LabeledSpan, MietteDiagnostic, NamedSource};
-use tether_core::diagnostic::{Diagnostics, Severity};
+use tether_core::diagnostic::{Diagnostic, Diagnostics, Severity};
 use tether_core::remedy::Remedy;
 use tether_core::source::{FileId, SourceFiles};
 
@@ -55,16 +55,23 @@ pub fn use_graphics(color: Color, is_terminal: bool) -> bool {
 }
 
 pub fn diagnostics(diagnostics: &Diagnostics, files: &SourceFiles, graphical: bool) -> String {
+    shown(&diagnostics.sorted(files), files, graphical)
+}
+
+/// Some diagnostics, in the order given: graphical with snippets, or a plain line
+/// each.
+fn shown(items: &[&Diagnostic], files: &SourceFiles, graphical: bool) -> String {
     // A message may quote a value of the models: decrypted ones are starred.
     if !graphical {
-        return files.redact(&diagnostics.render_plain(files));
+        let plain: String = items.iter().map(|d| d.render_plain(files)).collect();
+        return files.redact(&plain);
     }
     let handler = GraphicalReportHandler::new_themed(GraphicalTheme::unicode());
     let mut out = String::new();
     // The snippets show the lines around each problem: never a Secret's value. Each
     // file is masked once, however many problems it has.
     let mut masked: std::collections::HashMap<FileId, String> = Default::default();
-    for d in diagnostics.sorted(files) {
+    for d in items {
         let file = files.get(d.span.file);
         let text = masked
             .entry(d.span.file)
@@ -88,14 +95,194 @@ pub fn diagnostics(diagnostics: &Diagnostics, files: &SourceFiles, graphical: bo
         if let Some(hint) = &d.hint {
             diagnostic = diagnostic.with_help(hint.clone());
         }
-        let report =
-            miette::Report::new(diagnostic).with_source_code(NamedSource::new(&file.path, text));
+        let report = miette::Report::new(diagnostic)
+            .with_source_code(NamedSource::new(files.shown_path(d.span.file), text));
         if handler.render_report(&mut out, report.as_ref()).is_err() {
             out.push_str(&d.render_plain(files));
         }
         out.push('\n');
     }
     files.redact(&out)
+}
+
+/// How `validate` prints the problems it found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ProblemFormat {
+    /// For people: snippets on a terminal, `path:line:column: error: …` lines when
+    /// piped.
+    Human,
+    /// GitHub Actions workflow commands (`::error file=…,line=…::…`): annotations on
+    /// the pull request's lines.
+    Github,
+    /// One JSON object: the verdict, the counts and every diagnostic (never capped).
+    Json,
+}
+
+/// The sorted diagnostics, at most `max` of each severity (`0`: all of them), and how
+/// many errors and warnings were left out.
+pub fn capped<'d>(
+    diagnostics: &'d Diagnostics,
+    files: &SourceFiles,
+    max: usize,
+) -> (Vec<&'d Diagnostic>, usize, usize) {
+    let sorted = diagnostics.sorted(files);
+    if max == 0 {
+        return (sorted, 0, 0);
+    }
+    let (mut errors, mut warnings) = (0, 0);
+    let kept = sorted
+        .into_iter()
+        .filter(|d| {
+            let seen = match d.severity {
+                Severity::Error => &mut errors,
+                Severity::Warning => &mut warnings,
+            };
+            *seen += 1;
+            *seen <= max
+        })
+        .collect();
+    (
+        kept,
+        errors.saturating_sub(max),
+        warnings.saturating_sub(max),
+    )
+}
+
+/// `… and 640 more errors and 3 more warnings`, when any were left out.
+pub fn left_out(errors: usize, warnings: usize) -> Option<String> {
+    let plural = |n: usize, word: &str| format!("{n} more {word}{}", if n == 1 { "" } else { "s" });
+    let parts: Vec<String> = [(errors, "error"), (warnings, "warning")]
+        .into_iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, word)| plural(n, word))
+        .collect();
+    (!parts.is_empty()).then(|| {
+        format!(
+            "… and {} (--max-errors 0 shows every one)\n",
+            parts.join(" and ")
+        )
+    })
+}
+
+/// Problems as they are shown in `format` (JSON is [`json_report`]'s).
+pub fn problems(
+    items: &[&Diagnostic],
+    files: &SourceFiles,
+    format: ProblemFormat,
+    graphical: bool,
+) -> String {
+    match format {
+        ProblemFormat::Github => files.redact(
+            &items
+                .iter()
+                .map(|d| github_command(d, files))
+                .collect::<String>(),
+        ),
+        ProblemFormat::Human | ProblemFormat::Json => shown(items, files, graphical),
+    }
+}
+
+/// A GitHub Actions workflow command for one diagnostic:
+/// `::error file=…,line=…,col=…,title=…::message` (the hint on a line of its own in
+/// the message).
+fn github_command(d: &Diagnostic, files: &SourceFiles) -> String {
+    let command = match d.severity {
+        Severity::Error => "error",
+        Severity::Warning => "warning",
+    };
+    let title = match &d.model {
+        Some(model) => format!("tether: {model}"),
+        None => "tether".to_string(),
+    };
+    let mut message = d.message.clone();
+    if let Some(hint) = &d.hint {
+        message.push_str(&format!("\nhint: {hint}"));
+    }
+    format!(
+        "::{command} file={},line={},col={},title={}::{}\n",
+        github_property(&files.shown_path(d.span.file)),
+        d.span.line,
+        d.span.column,
+        github_property(&title),
+        github_data(&message)
+    )
+}
+
+/// A workflow command's message, escaped as GitHub's toolkit does (`escapeData`).
+pub fn github_data(text: &str) -> String {
+    text.replace('%', "%25")
+        .replace('\r', "%0D")
+        .replace('\n', "%0A")
+}
+
+/// A workflow command's property value, escaped as GitHub's toolkit does
+/// (`escapeProperty`).
+pub fn github_property(text: &str) -> String {
+    github_data(text).replace(':', "%3A").replace(',', "%2C")
+}
+
+/// `validate`'s verdict as one JSON object, every diagnostic in it (see README,
+/// "validate in CI"). Decrypted values are starred, as everywhere.
+pub fn json_report(
+    diagnostics: &Diagnostics,
+    files: &SourceFiles,
+    models: usize,
+    root: &Path,
+    failure: Option<&str>,
+) -> String {
+    let items: Vec<serde_json::Value> = diagnostics
+        .sorted(files)
+        .into_iter()
+        .map(|d| json_diagnostic(d, files))
+        .collect();
+    let report = serde_json::json!({
+        "path": root.display().to_string(),
+        "valid": failure.is_none() && !diagnostics.has_errors(),
+        "models": models,
+        "files": files.len(),
+        "errors": diagnostics.count(Severity::Error),
+        "warnings": diagnostics.count(Severity::Warning),
+        "failure": failure,
+        "diagnostics": items,
+    });
+    let text = serde_json::to_string_pretty(&report).unwrap_or_default();
+    files.redact(&format!("{text}\n"))
+}
+
+fn json_diagnostic(d: &Diagnostic, files: &SourceFiles) -> serde_json::Value {
+    // The model as `Kind "name"` (or the kind alone), as the core labels it.
+    let model = d.model.as_deref().map(|label| match label.split_once(' ') {
+        Some((kind, name)) => serde_json::json!({
+            "kind": kind,
+            "name": name.strip_prefix('"').and_then(|n| n.strip_suffix('"')).unwrap_or(name),
+        }),
+        None => serde_json::json!({ "kind": label, "name": null }),
+    });
+    let end = span_end(files.get(d.span.file), d.span.offset, d.span.len);
+    serde_json::json!({
+        "severity": d.severity.to_string(),
+        "file": files.shown_path(d.span.file),
+        "line": d.span.line,
+        "column": d.span.column,
+        "end_line": end.map(|(line, _)| line),
+        "end_column": end.map(|(_, column)| column),
+        "message": d.message,
+        "hint": d.hint,
+        "model": model,
+    })
+}
+
+/// The line and column (1-based, characters) just past a span, in a plain file
+/// (in an encrypted one the stored values have other lengths: unknown).
+fn span_end(file: &tether_core::source::SourceFile, offset: u32, len: u32) -> Option<(u32, u32)> {
+    if len == 0 || !matches!(file.sealing, tether_core::source::Sealing::Plain) {
+        return None;
+    }
+    let before = file.text.get(..(offset + len) as usize)?;
+    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+    let line = before.matches('\n').count() + 1;
+    let column = before[line_start..].chars().count() + 1;
+    Some((u32::try_from(line).ok()?, u32::try_from(column).ok()?))
 }
 
 /// The closing line: what was checked and the verdict.

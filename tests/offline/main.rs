@@ -3,7 +3,8 @@
 //! fall into (`no_cluster`), the snapshot corpus (`corpus`), discovery's and the
 //! workflow's pure stages on whole repositories (`discover`, `workflow`), the loader's
 //! properties (`loader_props`), `tether schema` (`schema`), sops compatibility
-//! (`sops`) and the Git source (`git_source`). Snapshots and data-driven cases go
+//! (`sops`), the Git source (`git_source`) and `tether validate` as CI runs it
+//! (`validate`). Snapshots and data-driven cases go
 //! through `tether_testkit::snapshot` (`TETHER_BLESS=1` rewrites them).
 //!
 //! The core's own data tests are `crates/tether-core/tests/core`; the tests against a
@@ -18,4 +19,5 @@ mod loader_props;
 mod no_cluster;
 mod schema;
 mod sops;
+mod validate;
 mod workflow;

@@ -117,9 +117,16 @@ fn a_repository_with_kubernetes_off_is_left_alone_without_a_cluster() {
     for (root, why) in [
         (
             &by_model,
-            "KubernetesService kubernetes has enabled: false, at models.yaml:3:10",
+            // The file as named from where tether ran (the root as given).
+            format!(
+                "KubernetesService kubernetes has enabled: false, at {}/models.yaml:3:10",
+                by_model.display()
+            ),
         ),
-        (&by_setting, ".tether.yaml: kubernetes.enabled: false"),
+        (
+            &by_setting,
+            ".tether.yaml: kubernetes.enabled: false".to_string(),
+        ),
     ] {
         let root = root.to_str().unwrap();
         for args in [&["diff", root][..], &["apply", root, "--prune"]] {

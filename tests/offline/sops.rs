@@ -107,7 +107,7 @@ fn encrypted_comments_come_back_as_comments() {
     assert!(!plain.contains("ENC["), "{}", plain.as_str());
 }
 
-fn test_recipient() -> (Keyring, Recipient, String) {
+pub(crate) fn test_recipient() -> (Keyring, Recipient, String) {
     let (private, public) = tether_sops::keys::generate(chrono::Utc::now());
     (
         Keyring::parse(&private, "generated").unwrap(),
@@ -247,12 +247,12 @@ fn tampering_is_an_error_at_its_place_and_never_shows_a_value() {
 }
 
 /// The Go sops and Debian's age, installed by `scripts/sops-tools` if missing.
-struct Tools {
+pub(crate) struct Tools {
     sops: std::path::PathBuf,
     age: std::path::PathBuf,
 }
 
-fn tools() -> Tools {
+pub(crate) fn tools() -> Tools {
     let output = std::process::Command::new("scripts/sops-tools")
         .output()
         .unwrap();
@@ -276,7 +276,7 @@ fn tools() -> Tools {
 }
 
 /// Runs the Go sops in `dir` (so no `.sops.yaml` of ours applies), with `key_file`.
-fn run_sops(tools: &Tools, dir: &Path, key_file: &Path, args: &[&str]) -> String {
+pub(crate) fn run_sops(tools: &Tools, dir: &Path, key_file: &Path, args: &[&str]) -> String {
     let output = std::process::Command::new(&tools.sops)
         .args(args)
         .current_dir(dir)

@@ -148,7 +148,7 @@ impl Diagnostic {
     pub fn render_plain(&self, files: &SourceFiles) -> String {
         let mut out = format!(
             "{}:{}:{}: {}: ",
-            files.path(self.span.file),
+            files.shown_path(self.span.file),
             self.span.line,
             self.span.column,
             self.severity

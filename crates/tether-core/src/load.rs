@@ -270,6 +270,7 @@ pub fn point_span(file_id: FileId, file: &SourceFile, line: u32, column: u32) ->
 pub fn load(files: &SourceFiles) -> (Vec<Document>, Diagnostics) {
     let mut documents = Vec::new();
     let mut diagnostics = Diagnostics::default();
+    unopened_files_warning(files, &mut diagnostics);
     for (id, file) in files.iter() {
         if let Sealing::Closed(problem) = &file.sealing {
             diagnostics.push(
@@ -295,6 +296,33 @@ pub fn load(files: &SourceFiles) -> (Vec<Document>, Diagnostics) {
         }
     }
     (documents, diagnostics)
+}
+
+/// One warning for all the encrypted files read without their key (their structure
+/// is checked, their values are not), at the first of them, with how to give a key.
+fn unopened_files_warning(files: &SourceFiles, diagnostics: &mut Diagnostics) {
+    let mut unopened = files.iter().filter_map(|(id, file)| match &file.sealing {
+        Sealing::Unopened { problem, .. } => Some((id, file, problem)),
+        _ => None,
+    });
+    let Some((id, file, problem)) = unopened.next() else {
+        return;
+    };
+    let message = match unopened.count() {
+        0 => format!(
+            "this encrypted file was read without its key: its models and references were checked, not its encrypted values ({})",
+            problem.message
+        ),
+        others => format!(
+            "this encrypted file and {others} other{} were read without their key: their models and references were checked, not their encrypted values ({})",
+            if others == 1 { "" } else { "s" },
+            problem.message
+        ),
+    };
+    diagnostics.push(
+        Diagnostic::warning(point_span(id, file, problem.line, problem.column), message)
+            .with_optional_hint(problem.hint.clone()),
+    );
 }
 
 impl<'de> Deserialize<'de> for Node {

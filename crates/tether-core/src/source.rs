@@ -53,6 +53,15 @@ pub enum Sealing {
     Opened { stored: String },
     /// It could not be decrypted: the reason, at its place in the file.
     Closed(SealingProblem),
+    /// No key given opens it, but its structure is readable (sops keeps keys, and the
+    /// values its rule leaves out, in clear): `text` is the stored file with each
+    /// encrypted value replaced by a placeholder of its type, every line where it
+    /// was, so kinds, names and references are checked; values are not. `stored` is
+    /// the file as written; `problem` says why it was not opened.
+    Unopened {
+        stored: String,
+        problem: SealingProblem,
+    },
 }
 
 /// Why an encrypted file stays closed. Never holds a decrypted value.
@@ -86,7 +95,7 @@ impl SourceFile {
     /// The text to show people: the stored (encrypted) text of a decrypted file.
     pub fn shown_text(&self) -> &str {
         match &self.sealing {
-            Sealing::Opened { stored } => stored,
+            Sealing::Opened { stored } | Sealing::Unopened { stored, .. } => stored,
             Sealing::Plain | Sealing::Closed(_) => &self.text,
         }
     }
@@ -101,7 +110,7 @@ impl SourceFile {
         len: u32,
     ) -> std::ops::Range<usize> {
         match &self.sealing {
-            Sealing::Opened { stored } => {
+            Sealing::Opened { stored } | Sealing::Unopened { stored, .. } => {
                 let shown = SourceFile::new("", stored.as_str());
                 let start = shown.offset_of(line, column) as usize;
                 let line_end = stored[start..]
@@ -140,6 +149,8 @@ pub struct SourceFiles {
     assets: Assets,
     /// Values that were decrypted: kept out of what is shown (see [`SourceFiles::redact`]).
     secrets: Vec<zeroize::Zeroizing<String>>,
+    /// What goes before a file's path when it is shown (see [`SourceFiles::shown_path`]).
+    shown_root: String,
 }
 
 /// Files of the repo that models take data from (a KubernetesConfigMap's `files`):
@@ -153,7 +164,22 @@ impl SourceFiles {
             files,
             assets: Assets::new(),
             secrets: Vec::new(),
+            shown_root: String::new(),
         }
+    }
+
+    /// Files shown under `root` (`tests/cases/x/`, ending in `/`): the models root
+    /// as the user named it, so that a path in a message is one their editor and CI
+    /// open from where tether ran. Paths stay relative to the models root
+    /// everywhere else (identities, data files, ordering).
+    pub fn with_shown_root(mut self, root: impl Into<String>) -> Self {
+        self.shown_root = root.into();
+        self
+    }
+
+    /// A file's path as shown to people: under the shown root, if one was given.
+    pub fn shown_path(&self, id: FileId) -> String {
+        format!("{}{}", self.shown_root, self.path(id))
     }
 
     /// With the files models take data from; a model file among them is data, not a
@@ -167,7 +193,7 @@ impl SourceFiles {
         SourceFiles {
             files,
             assets,
-            secrets: self.secrets,
+            ..self
         }
     }
 
@@ -192,8 +218,8 @@ impl SourceFiles {
         secrets.dedup();
         SourceFiles {
             files,
-            assets: self.assets,
             secrets,
+            ..self
         }
     }
 
@@ -237,6 +263,26 @@ impl SourceFiles {
     }
 }
 
+/// What goes before the paths of a models root's files when they are shown: the
+/// root as the user named it (its directory, when it is one file), `./` steps left
+/// out, `/`-separated, ending in `/`; empty for the working directory itself.
+pub fn shown_root_of(root: &Path, root_is_file: bool) -> String {
+    let directory = match root_is_file {
+        true => root.parent().unwrap_or(Path::new("")),
+        false => root,
+    };
+    let mut shown = String::new();
+    for component in directory.components() {
+        match component {
+            std::path::Component::CurDir => continue,
+            std::path::Component::RootDir => {}
+            other => shown.push_str(&other.as_os_str().to_string_lossy()),
+        }
+        shown.push('/');
+    }
+    shown
+}
+
 /// Is this a model file? `*.yaml`/`*.yml`, but not dot-files such as the settings file `.tether.yaml`.
 pub fn is_model_path(path: &Path) -> bool {
     let is_yaml = matches!(
@@ -262,5 +308,22 @@ mod tests {
         // `z` is the 11th character of line 2 but the 12th byte (é is two bytes).
         assert_eq!(&file.text[file.offset_of(2, 11) as usize..][..1], "z");
         assert_eq!(file.offset_of(99, 1), file.text.len() as u32);
+    }
+
+    #[test]
+    fn a_shown_root_is_the_root_as_named_without_dot_steps() {
+        let cases = [
+            (".", false, ""),
+            ("./", false, ""),
+            ("models", false, "models/"),
+            ("./tests/cases/x/", false, "tests/cases/x/"),
+            ("/srv/models", false, "/srv/models/"),
+            ("../ops/models", false, "../ops/models/"),
+            ("models.yaml", true, ""),
+            ("deploy/models.yaml", true, "deploy/"),
+        ];
+        for (root, is_file, shown) in cases {
+            assert_eq!(shown_root_of(Path::new(root), is_file), shown, "{root}");
+        }
     }
 }

@@ -152,6 +152,8 @@ impl Repo {
                 })
             }
             Repo::Directory(path) => {
+                // Messages name files from where tether runs, as the path was given.
+                let shown_root = tether_core::source::shown_root_of(&path, path.is_file());
                 let settings_path = path.join(SETTINGS_FILE);
                 let path_for_rules = std::path::absolute(&path).unwrap_or_else(|_| path.clone());
                 let (files, revision, settings) = tokio::join!(
@@ -160,7 +162,7 @@ impl Repo {
                     blocking(move || read_settings_file(&settings_path))
                 );
                 Ok(LoadedModels {
-                    files: files?,
+                    files: files?.with_shown_root(shown_root),
                     label,
                     revision: revision?,
                     settings: settings??,

@@ -20,6 +20,9 @@ pub struct SopsError {
     pub column: u32,
     pub message: String,
     pub hint: Option<String>,
+    /// It failed for want of a key that opens it (none given, or none of those given
+    /// is a recipient), not because the file is damaged or changed.
+    pub without_key: bool,
 }
 
 impl SopsError {
@@ -29,7 +32,13 @@ impl SopsError {
             column: pos.column.max(1),
             message: message.into(),
             hint: None,
+            without_key: false,
         }
+    }
+
+    fn for_want_of_a_key(mut self) -> Self {
+        self.without_key = true;
+        self
     }
 
     fn hint(mut self, hint: impl Into<String>) -> Self {
@@ -177,7 +186,8 @@ fn data_key(meta: &Metadata, keys: &Keyring, sops_pos: Pos) -> Result<DataKey, S
             sops_pos,
             format!("this file is encrypted with {others}, not to an age recipient"),
         )
-        .hint("tether decrypts files encrypted with age keys: re-encrypt with `tether secret encrypt`, or with sops for an age recipient"));
+        .hint("tether decrypts files encrypted with age keys: re-encrypt with `tether secret encrypt`, or with sops for an age recipient")
+        .for_want_of_a_key());
     }
     let recipients: Vec<&str> = meta.age.iter().map(|(r, _)| r.as_str()).collect();
     if keys.is_empty() {
@@ -191,7 +201,8 @@ fn data_key(meta: &Metadata, keys: &Keyring, sops_pos: Pos) -> Result<DataKey, S
         .hint(match keys.how_to_give() {
             Some(how) => format!("give tether the age private key: {how}"),
             None => "give tether the age private key".to_string(),
-        }));
+        })
+        .for_want_of_a_key());
     }
     let mut malformed = false;
     for (_, enc) in &meta.age {
@@ -201,16 +212,21 @@ fn data_key(meta: &Metadata, keys: &Keyring, sops_pos: Pos) -> Result<DataKey, S
             Err(DataKeyError::NoMatchingKey) => {}
         }
     }
-    let message = match malformed {
-        true => "the file's encrypted data key is damaged (the `sops.age` block was changed)"
-            .to_string(),
-        false => format!(
+    if malformed {
+        return Err(SopsError::at(
+            sops_pos,
+            "the file's encrypted data key is damaged (the `sops.age` block was changed)",
+        ));
+    }
+    Err(SopsError::at(
+        sops_pos,
+        format!(
             "no key given opens this file: it is encrypted for {} (keys tried: {})",
             recipients.join(", "),
             keys.origins().join(", ")
         ),
-    };
-    Err(SopsError::at(sops_pos, message))
+    )
+    .for_want_of_a_key())
 }
 
 /// A file decrypted in memory, every line where it was.
@@ -452,16 +468,78 @@ pub fn decrypt_in_place(text: &str, keys: &Keyring) -> Result<Decrypted, SopsErr
         };
         edits.push((start, end, replacement));
     }
-    for doc in &docs {
-        if let Some((key, sops)) = sops_entry(doc) {
-            let (start, end) = entry_lines(text, key.pos, sops);
-            edits.push((start, end, blank(&text[start..end])));
-        }
-    }
+    edits.extend(sops_blocks_blanked(text, &docs));
     Ok(Decrypted {
         text: Zeroizing::new(apply_edits(text, edits)),
         values,
     })
+}
+
+/// The edits that blank each document's `sops:` block, its lines kept.
+fn sops_blocks_blanked(text: &str, docs: &[Node]) -> Vec<(usize, usize, String)> {
+    docs.iter()
+        .filter_map(sops_entry)
+        .map(|(key, sops)| {
+            let (start, end) = entry_lines(text, key.pos, sops);
+            (start, end, blank(&text[start..end]))
+        })
+        .collect()
+}
+
+/// What stands in for an encrypted string when a file is read without its key: the
+/// structure is checked, never a value (none is known).
+pub const ENCRYPTED_PLACEHOLDER: &str = "ENCRYPTED";
+
+/// The structure of an encrypted file without its key, for checking models: each
+/// encrypted value replaced by a placeholder of its type (a string, `0`, `0.0`,
+/// `false`), the `sops:` block blanked, every line where it was. An error when a
+/// model's `kind` or `name` is encrypted: then there is no structure to check (sops'
+/// default rule encrypts them; `encrypted_regex: ^(data|stringData)$` does not).
+pub fn structure_in_place(text: &str) -> Result<String, SopsError> {
+    let docs = parse(text)?;
+    let mut edits = sops_blocks_blanked(text, &docs);
+    for doc in &docs {
+        let doc_leaves = leaves(doc).map_err(|key| {
+            SopsError::at(
+                key.0.pos,
+                "sops reads only string keys: this key is not one",
+            )
+        })?;
+        for leaf in doc_leaves {
+            let Value::Str(value) = &leaf.node.value else {
+                continue;
+            };
+            if !is_sealed(value) {
+                continue;
+            }
+            if matches!(leaf.path.as_slice(), [field] if field == "kind" || field == "name") {
+                return Err(SopsError::at(
+                    leaf.node.pos,
+                    format!("the model's `{}` is encrypted: without the key, this file's models cannot be read", leaf.path[0]),
+                )
+                .hint("encrypt only the values (a .sops.yaml creation rule with `encrypted_regex: ^(data|stringData)$`), so that models are checked without the key"));
+            }
+            let value_type = Sealed::parse(value)
+                .map_err(|e| SopsError::at(leaf.node.pos, e.to_string()))?
+                .value_type;
+            let placeholder = match (value_type, leaf.in_list) {
+                (ValueType::Comment, true) => {
+                    let (start, end) = value_range(text, leaf.node.pos);
+                    let line_start = text[..start].rfind('\n').map_or(0, |i| i + 1);
+                    edits.push((line_start, end, blank(&text[line_start..end])));
+                    continue;
+                }
+                (ValueType::Comment, false) => continue,
+                (ValueType::Str | ValueType::Bytes, _) => format!("\"{ENCRYPTED_PLACEHOLDER}\""),
+                (ValueType::Int, _) => "0".to_string(),
+                (ValueType::Float, _) => "0.0".to_string(),
+                (ValueType::Bool, _) => "false".to_string(),
+            };
+            let (start, end) = value_range(text, leaf.node.pos);
+            edits.push((start, end, placeholder));
+        }
+    }
+    Ok(apply_edits(text, edits))
 }
 
 fn sops_entry(doc: &Node) -> Option<(&Node, &Node)> {

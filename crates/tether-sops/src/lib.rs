@@ -37,12 +37,27 @@ const REDACTED_MIN_CHARS: usize = 4;
 /// key, a wrong key, tampering) stays closed with its reason, which the load stage
 /// reports at its place; plain files are untouched.
 pub fn open_files(files: SourceFiles, keys: &Keyring) -> SourceFiles {
-    files.map_files(|file| open_file(file, keys))
+    files.map_files(|file| open_file(file, keys, Unopenable::Closed))
+}
+
+/// As [`open_files`], for checking models only: a file that no key given opens is
+/// read for its structure ([`Sealing::Unopened`]), its encrypted values replaced
+/// by placeholders. What is read so must never be rendered or applied.
+pub fn open_files_for_checking(files: SourceFiles, keys: &Keyring) -> SourceFiles {
+    files.map_files(|file| open_file(file, keys, Unopenable::Structure))
+}
+
+/// What becomes of a file that no key given opens.
+#[derive(Clone, Copy)]
+enum Unopenable {
+    Closed,
+    Structure,
 }
 
 fn open_file(
     mut file: SourceFile,
     keys: &Keyring,
+    unopenable: Unopenable,
 ) -> (SourceFile, Vec<zeroize::Zeroizing<String>>) {
     if !matches!(file.sealing, Sealing::Plain) || !is_encrypted(&file.text) {
         return (file, Vec::new());
@@ -64,13 +79,41 @@ fn open_file(
             (opened, values)
         }
         Err(error) => {
-            file.sealing = Sealing::Closed(SealingProblem {
+            let without_key = error.without_key;
+            let problem = SealingProblem {
                 line: error.line,
                 column: error.column,
                 message: error.message,
                 hint: error.hint,
-            });
-            (file, Vec::new())
+            };
+            let structure = match (unopenable, without_key) {
+                (Unopenable::Structure, true) => Some(file::structure_in_place(&file.text)),
+                _ => None,
+            };
+            match structure {
+                Some(Ok(text)) => {
+                    let mut unopened = SourceFile::new(file.path, text);
+                    unopened.sealing = Sealing::Unopened {
+                        stored: file.text,
+                        problem,
+                    };
+                    (unopened, Vec::new())
+                }
+                // Why the structure cannot be read says more than the missing key.
+                Some(Err(unreadable)) => {
+                    file.sealing = Sealing::Closed(SealingProblem {
+                        line: unreadable.line,
+                        column: unreadable.column,
+                        message: format!("{} ({})", unreadable.message, problem.message),
+                        hint: unreadable.hint.or(problem.hint),
+                    });
+                    (file, Vec::new())
+                }
+                None => {
+                    file.sealing = Sealing::Closed(problem);
+                    (file, Vec::new())
+                }
+            }
         }
     }
 }
@@ -121,7 +164,7 @@ pub fn plain_secret_values(
                 };
                 diagnostics.push(diagnostic.with_hint(format!(
                     "encrypt the file: tether secret encrypt -i {}",
-                    file.path
+                    files.shown_path(id)
                 )));
             }
         }

@@ -11,6 +11,7 @@ mod depends;
 mod files;
 mod index;
 mod kind;
+mod kubernetes;
 mod node;
 mod object;
 mod read;

@@ -2,6 +2,7 @@
 
 use super::data::{read_data, read_resource_definition};
 use super::depends::FieldReader;
+use super::kubernetes;
 use super::*;
 use crate::diagnostic::{Diagnostic, suggestion};
 use crate::load::{Node, Value, is_yaml_1_1_boolean};
@@ -40,6 +41,19 @@ pub(super) fn read_document(
     let Some(kind) = read_kind(document, root_span, &fields, diagnostics) else {
         return;
     };
+    // One problem, not one for each field of metadata and spec.
+    if let Some((section, hint)) = kubernetes::object_shape(kind, &fields) {
+        diagnostics.push(
+            Diagnostic::error(
+                document.span(section),
+                format!(
+                    "a {kind} model is written flat, not as a Kubernetes object (metadata, spec)"
+                ),
+            )
+            .with_hint(hint),
+        );
+        return;
+    }
     let name = fields
         .iter()
         .find(|f| f.0 == "name")
@@ -184,7 +198,9 @@ impl<'a> Reader<'a> {
                 );
                 continue;
             }
-            let hint = suggestion(&name, kind.fields().iter().copied())
+            // A Kubernetes spelling is no typo: the model field that says it, and why.
+            let hint = kubernetes::kubernetes_spelling(kind, &name)
+                .or_else(|| suggestion(&name, kind.fields().iter().copied()))
                 .unwrap_or_else(|| format!("fields of {kind}: {}", kind.fields().join(", ")));
             self.push(
                 Diagnostic::error(span, format!("unknown field \"{name}\" in {kind}"))

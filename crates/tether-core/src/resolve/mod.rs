@@ -164,7 +164,7 @@ impl Resolver<'_> {
     fn at(&self, span: Span) -> String {
         format!(
             "{}:{}:{}",
-            self.files.path(span.file),
+            self.files.shown_path(span.file),
             span.line,
             span.column
         )

@@ -150,10 +150,27 @@ impl<'m> Resolver<'m> {
             None => (
                 format!("no {kind} named \"{}\"", reference.value),
                 suggestion(&reference.value, self.names.names(kind))
-                    .or_else(|| Some(format!("add a {kind} model named \"{}\"", reference.value))),
+                    .or_else(|| Some(self.add_model_hint(kind, &reference.value))),
             ),
         };
         self.error(from, reference.span, message, hint);
+    }
+
+    /// Add the model, unless an encrypted file that was not read may hold it.
+    fn add_model_hint(&self, kind: Kind, name: &str) -> String {
+        let closed: Vec<String> = self
+            .files
+            .iter()
+            .filter(|(_, file)| matches!(file.sealing, crate::source::Sealing::Closed(_)))
+            .map(|(id, _)| self.files.shown_path(id))
+            .collect();
+        match closed.is_empty() {
+            true => format!("add a {kind} model named \"{name}\""),
+            false => format!(
+                "it may be in {}, encrypted and not read; if not, add a {kind} model named \"{name}\"",
+                closed.join(", ")
+            ),
+        }
     }
 
     /// A trust domain by name.

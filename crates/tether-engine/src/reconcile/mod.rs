@@ -510,7 +510,7 @@ fn dormant(
     Some(format!(
         "Kubernetes is off for this repository (KubernetesService {} has enabled: false, at {}:{}:{})",
         service.name.value,
-        files.path(at.file),
+        files.shown_path(at.file),
         at.line,
         at.column
     ))
