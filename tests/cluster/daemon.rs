@@ -1003,3 +1003,172 @@ async fn sigterm_in_the_middle_of_a_pass_exits_cleanly_and_the_next_leader_conve
     let recorded = objects.lines().filter(|l| l.contains("ConfigMap")).count();
     assert_eq!(recorded, OBJECTS, "{objects}");
 }
+
+/// `tether` against the shared control plane.
+fn tether_cli(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(args)
+        .arg("--kubeconfig")
+        .arg(cluster().kubeconfig())
+        .env("TETHER_COLOR", "never")
+        .output()
+        .unwrap()
+}
+
+/// The handover from `tether apply` to a Source: refused as another inventory's
+/// before, owned and updated by the Source after, with the objects another
+/// inventory took left alone and the CLI's inventory no longer able to touch what
+/// it gave.
+#[tokio::test]
+async fn what_tether_apply_applied_is_handed_over_to_a_source_that_then_updates_it() {
+    install_crd();
+    let (client, ns, _) = setup("daemon-handover").await;
+    let checkout = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| std::fs::write(checkout.path().join(name), text).unwrap();
+    write("base.yaml", &base(&ns));
+    write("cm.yaml", &config_map("settings", &ns, "v1"));
+    write("taken.yaml", &config_map("taken", &ns, "v1"));
+    let dir = checkout.path().display().to_string();
+    let cli_inventory = [
+        "--inventory-namespace",
+        ns.as_str(),
+        "--inventory-name",
+        "tether",
+    ];
+    let applied = tether_cli(&[&["apply", dir.as_str()][..], &cli_inventory].concat());
+    assert_eq!(
+        applied.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&applied.stderr)
+    );
+    // Another inventory takes one of them.
+    let other = tempfile::tempdir().unwrap();
+    std::fs::write(other.path().join("base.yaml"), base(&ns)).unwrap();
+    std::fs::write(
+        other.path().join("taken.yaml"),
+        config_map("taken", &ns, "v2"),
+    )
+    .unwrap();
+    let other_dir = other.path().display().to_string();
+    let taken = tether_cli(&[
+        "apply",
+        &other_dir,
+        "--inventory-namespace",
+        &ns,
+        "--inventory-name",
+        "other",
+        "--dangerous-override-ownership",
+        "--only",
+        "KubernetesConfigMap/taken",
+        "--skip-dependencies",
+    ]);
+    assert_eq!(
+        taken.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&taken.stderr)
+    );
+
+    // The Source's repository holds the same models, with a new value.
+    let remote = Remote::new(&[
+        ("base.yaml", &base(&ns)),
+        ("cm.yaml", &config_map("settings", &ns, "v2")),
+    ]);
+    let _daemon = Daemon::start(&["--sources", "--sources-namespace", &ns]);
+    apply_web_source(&client, &ns, &remote.url, "  interval: 1h\n").await;
+    eventually(Duration::from_secs(20), || async {
+        condition(&status(&ns, "web"), "Ready").is_some_and(|c| c.0 == "False")
+    })
+    .await;
+    assert_eq!(
+        value_of(&client, &ns).await.as_deref(),
+        Some("v1"),
+        "refused before the handover"
+    );
+
+    let handover = tether_cli(&[
+        "handover",
+        "web",
+        "-n",
+        &ns,
+        "--from-inventory-namespace",
+        &ns,
+    ]);
+    let out = String::from_utf8_lossy(&handover.stdout).into_owned();
+    assert_eq!(
+        handover.status.code(),
+        Some(0),
+        "{out}{}",
+        String::from_utf8_lossy(&handover.stderr)
+    );
+    assert!(
+        out.contains(&format!("ConfigMap {ns}/settings handed over")),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("Namespace {ns} handed over")),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "ConfigMap {ns}/taken left: labelled as another inventory's"
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "2 objects handed over from {ns}/tether to the Source {ns}/web"
+        )),
+        "{out}"
+    );
+
+    // The Source's next pass applies: no refusal, no conflict with the CLI's fields.
+    let reconcile = tether_cli(&["reconcile", "web", "-n", &ns, "--timeout", "30s"]);
+    assert_eq!(
+        reconcile.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&reconcile.stdout)
+    );
+    assert_eq!(value_of(&client, &ns).await.as_deref(), Some("v2"));
+    let settings = live_config_map(&client, &ns, "settings").await.unwrap();
+    let managers: Vec<String> = settings
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|e| e.manager.clone())
+        .collect();
+    assert!(
+        !managers.contains(&format!("tether:{ns}/tether")),
+        "{managers:?}"
+    );
+    assert!(
+        managers.contains(&format!("tether:{ns}/web")),
+        "{managers:?}"
+    );
+    // The taken object is still the other inventory's, untouched.
+    let taken = live_config_map(&client, &ns, "taken").await.unwrap();
+    assert_eq!(taken.data.unwrap()["key"], "v2");
+
+    // The CLI's inventory gave it away: applying it again is refused, not a fight.
+    let again = tether_cli(&[&["apply", dir.as_str()][..], &cli_inventory].concat());
+    assert_eq!(again.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&again.stdout).contains("another inventory"),
+        "{}",
+        String::from_utf8_lossy(&again.stdout)
+    );
+    assert_eq!(value_of(&client, &ns).await.as_deref(), Some("v2"));
+    // Run again, the handover finds nothing left to give.
+    let rerun = tether_cli(&[
+        "handover",
+        "web",
+        "-n",
+        &ns,
+        "--from-inventory-namespace",
+        &ns,
+    ]);
+    assert!(String::from_utf8_lossy(&rerun.stdout).contains("0 objects handed over"));
+}
