@@ -9,6 +9,8 @@ use tether_core::render::{render as render_objects, to_json_list, to_yaml};
 use tether_engine::reconcile::check;
 use tether_engine::repo::{Repo, read_directory};
 
+use crate::cli::flags::KeyFlags;
+
 use super::{
     EXIT_INVALID, GlobalArgs, GraphArgs, GraphFormat, OutputFormat, RenderArgs, ValidateArgs,
     report,
@@ -19,7 +21,7 @@ pub async fn validate(global: &GlobalArgs, args: &ValidateArgs) -> miette::Resul
         .load()
         .await
         .map_err(report::error)?;
-    loaded.files = tether_sops::open_files(loaded.files, &global.keys()?);
+    loaded.files = tether_sops::open_files(loaded.files, &args.keys.keyring()?);
     loaded.plain_secrets_are_errors = args.require_encrypted_secrets;
     // The repository's confinement is checked too: validate renders (without an
     // inventory, whose labels do not change what is checked).
@@ -39,6 +41,7 @@ pub async fn validate(global: &GlobalArgs, args: &ValidateArgs) -> miette::Resul
 /// `Err` with the exit code when they are invalid.
 async fn analysed(
     global: &GlobalArgs,
+    keys: &KeyFlags,
     path: &std::path::Path,
 ) -> miette::Result<
     Result<
@@ -52,7 +55,7 @@ async fn analysed(
     let files = read_directory(path.to_path_buf())
         .await
         .map_err(report::error)?;
-    let files = tether_sops::open_files(files, &global.keys()?);
+    let files = tether_sops::open_files(files, &keys.keyring()?);
     let analysis = tether_core::analyze(&files);
     let styled = report::use_graphics(global.color, std::io::stderr().is_terminal());
     eprint!(
@@ -72,7 +75,7 @@ async fn analysed(
 }
 
 pub async fn graph(global: &GlobalArgs, args: &GraphArgs) -> miette::Result<ExitCode> {
-    let (_, graph) = match analysed(global, &args.path).await? {
+    let (_, graph) = match analysed(global, &args.keys, &args.path).await? {
         Ok(analysed) => analysed,
         Err(code) => return Ok(code),
     };
@@ -92,7 +95,7 @@ pub async fn graph(global: &GlobalArgs, args: &GraphArgs) -> miette::Result<Exit
 }
 
 pub async fn render(global: &GlobalArgs, args: &RenderArgs) -> miette::Result<ExitCode> {
-    let (files, graph) = match analysed(global, &args.path).await? {
+    let (files, graph) = match analysed(global, &args.keys, &args.path).await? {
         Ok(analysed) => analysed,
         Err(code) => return Ok(code),
     };

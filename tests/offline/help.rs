@@ -1,0 +1,186 @@
+//! `--help` as a newcomer reads it: global options apart from a command's own, and
+//! connection and decryption flags only on the commands that use them.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+
+/// The commands that never reach a cluster: their help has no connection flags.
+const OFFLINE: [&str; 11] = [
+    "validate",
+    "render",
+    "graph",
+    "crd",
+    "schema",
+    "completions",
+    "man",
+    "secret encrypt",
+    "secret decrypt",
+    "secret edit",
+    "secret keygen",
+];
+
+/// The commands that read no models: their help has no --age-key-file.
+const NO_MODELS: [&str; 10] = [
+    "discover",
+    "crd",
+    "schema",
+    "completions",
+    "man",
+    "secret encrypt",
+    "secret keygen",
+    "reconcile",
+    "restart-containers",
+    "events",
+];
+
+const CONNECTION: [&str; 5] = [
+    "--kubeconfig",
+    "--context",
+    "--request-timeout",
+    "--as",
+    "--as-group",
+];
+
+const GLOBAL: [&str; 3] = ["--log-level", "--log-format", "--color"];
+
+fn help(command: &[&str]) -> String {
+    let output = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(command)
+        .arg("--help")
+        .env("TERM", "dumb")
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "tether {command:?} --help");
+    String::from_utf8(output.stdout).unwrap()
+}
+
+/// The help's sections by heading ("Options", "Connection", ...): each section's lines.
+fn sections(help: &str) -> BTreeMap<String, String> {
+    let mut sections = BTreeMap::new();
+    let mut current = String::from("(top)");
+    for line in help.lines() {
+        let heading = line
+            .strip_suffix(':')
+            .filter(|h| !h.starts_with(' ') && !h.is_empty() && !h.contains("  "));
+        match heading {
+            Some(heading) => current = heading.to_string(),
+            None => {
+                let text: &mut String = sections.entry(current.clone()).or_default();
+                text.push_str(line);
+                text.push('\n');
+            }
+        }
+    }
+    sections
+}
+
+/// The long flags a section defines, from its flag lines ("  -o, --output <FORMAT>" or
+/// "      --kubeconfig <KUBECONFIG>"; descriptions are indented further).
+fn flags(section: &str) -> Vec<String> {
+    section
+        .lines()
+        .filter_map(|line| {
+            let flag = match line.strip_prefix("  -") {
+                Some(short) if short.as_bytes().get(1) == Some(&b',') => short[2..].trim_start(),
+                _ => line.strip_prefix("      --").map(|_| line.trim_start())?,
+            };
+            flag.split_whitespace().next().map(str::to_string)
+        })
+        .collect()
+}
+
+/// Every command with subcommands' leaves too, as the words that name it.
+fn commands() -> Vec<Vec<String>> {
+    fn walk(path: Vec<String>, found: &mut Vec<Vec<String>>) {
+        let words: Vec<&str> = path.iter().map(String::as_str).collect();
+        let Some(listed) = sections(&help(&words)).remove("Commands") else {
+            found.push(path);
+            return;
+        };
+        // A command's line is indented by two; its description's next lines by more.
+        let names = listed.lines().filter_map(|line| {
+            let name = line.strip_prefix("  ").filter(|l| !l.starts_with(' '))?;
+            name.split_whitespace().next()
+        });
+        for name in names {
+            if name != "help" {
+                let mut sub = path.clone();
+                sub.push(name.to_string());
+                walk(sub, found);
+            }
+        }
+    }
+    let mut found = Vec::new();
+    walk(Vec::new(), &mut found);
+    found
+}
+
+#[test]
+fn an_offline_command_shows_no_connection_flags() {
+    let validate = help(&["validate"]);
+    assert!(!validate.contains("--kubeconfig"), "{validate}");
+    assert!(!validate.contains("Connection:"), "{validate}");
+    let refused = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args([
+            "validate",
+            "--kubeconfig",
+            "/nonexistent",
+            "examples/models",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+}
+
+#[test]
+fn apply_lists_its_connection_flags_under_their_own_heading() {
+    let sections = sections(&help(&["apply"]));
+    let connection = flags(&sections["Connection"]);
+    assert_eq!(connection, CONNECTION, "{sections:#?}");
+    assert_eq!(flags(&sections["Decryption"]), ["--age-key-file"]);
+    assert!(!flags(&sections["Options"]).contains(&"--kubeconfig".to_string()));
+}
+
+#[test]
+fn every_command_lists_global_options_apart_and_connection_flags_only_where_it_connects() {
+    let commands = commands();
+    assert!(commands.len() > 25, "{commands:?}");
+    for command in commands {
+        let name = command.join(" ");
+        let words: Vec<&str> = command.iter().map(String::as_str).collect();
+        let sections = sections(&help(&words));
+        let global = sections.get("Global options").map(|s| flags(s));
+        assert_eq!(
+            global.as_deref(),
+            Some(&GLOBAL.map(String::from)[..]),
+            "tether {name} --help: {sections:#?}"
+        );
+        for (heading, text) in &sections {
+            if heading != "Global options" {
+                let own = flags(text);
+                assert!(
+                    GLOBAL.iter().all(|g| !own.contains(&g.to_string())),
+                    "tether {name}: a global option under {heading}"
+                );
+            }
+        }
+        let connection = sections.get("Connection").map(|s| flags(s));
+        match OFFLINE.contains(&name.as_str()) {
+            true => assert_eq!(connection, None, "tether {name} never connects"),
+            false => assert_eq!(
+                connection.as_deref(),
+                Some(&CONNECTION.map(String::from)[..]),
+                "tether {name}"
+            ),
+        }
+        let decryption = sections.get("Decryption").map(|s| flags(s));
+        match NO_MODELS.contains(&name.as_str()) {
+            true => assert_eq!(decryption, None, "tether {name} reads no models"),
+            false => assert_eq!(
+                decryption.as_deref(),
+                Some(&["--age-key-file".to_string()][..]),
+                "tether {name}"
+            ),
+        }
+    }
+}
