@@ -3,6 +3,7 @@
 mod discover;
 mod events;
 mod flags;
+mod manual;
 mod models;
 mod node;
 mod operate;
@@ -15,7 +16,6 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
-use miette::IntoDiagnostic;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -255,9 +255,14 @@ enum Command {
         after_help = "Example:\n  tether schema > tether.schema.json\n  # then, as the first line of a model file:\n  # yaml-language-server: $schema=../tether.schema.json"
     )]
     Schema,
-    /// Print the manual page (roff), for `man`.
-    #[command(after_help = "Example:\n  tether man > /usr/local/share/man/man1/tether.1")]
-    Man,
+    /// Print the manual page (roff), for `man`; with --dir, write every command's page.
+    ///
+    /// Each page has the command's exit status. Pages are named as their command:
+    /// tether.1, tether-apply.1, tether-node-label-assign.1.
+    #[command(
+        after_help = "Examples:\n  tether man > /usr/local/share/man/man1/tether.1\n  tether man --dir /usr/local/share/man/man1 && man tether-apply"
+    )]
+    Man(manual::ManArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -584,12 +589,6 @@ pub async fn run(args: Args) -> miette::Result<ExitCode> {
             clap_complete::generate(shell, &mut Args::command(), "tether", &mut out);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Man => {
-            let mut out = std::io::stdout();
-            clap_mangen::Man::new(Args::command())
-                .render(&mut out)
-                .into_diagnostic()?;
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Man(args) => manual::run(&args),
     }
 }

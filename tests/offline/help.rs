@@ -184,3 +184,126 @@ fn every_command_lists_global_options_apart_and_connection_flags_only_where_it_c
         }
     }
 }
+
+/// The manual pages `tether man --dir` writes, by file name.
+fn manual_pages() -> BTreeMap<String, String> {
+    let dir = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(["man", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|entry| {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            (name, std::fs::read_to_string(&path).unwrap())
+        })
+        .collect()
+}
+
+/// The exit codes a page's EXIT STATUS section lists.
+fn exit_codes(page: &str) -> Option<Vec<u8>> {
+    let (_, section) = page.split_once(".SH \"EXIT STATUS\"\n")?;
+    let section = section.split("\n.SH").next().unwrap_or_default();
+    let lines: Vec<&str> = section.lines().collect();
+    Some(
+        lines
+            .windows(2)
+            .filter(|pair| pair[0] == ".TP")
+            .map(|pair| pair[1].parse().unwrap())
+            .collect(),
+    )
+}
+
+#[test]
+fn every_command_has_a_manual_page_with_its_exit_status_and_references_only_pages_that_exist() {
+    let pages = manual_pages();
+    for command in commands() {
+        let name = format!("tether-{}.1", command.join("-"));
+        assert!(pages.contains_key(&name), "no {name} in {:?}", pages.keys());
+    }
+    let printed = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .arg("man")
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8(printed.stdout).unwrap(),
+        pages["tether.1"]
+    );
+    for (name, page) in &pages {
+        let codes = exit_codes(page).unwrap_or_else(|| panic!("{name} has no EXIT STATUS"));
+        assert!(
+            codes.contains(&0) && codes.contains(&2),
+            "{name}: {codes:?}"
+        );
+        let unescaped = page.replace("\\-", "-");
+        for (at, _) in unescaped.match_indices("(1)") {
+            let start = unescaped[..at]
+                .rfind(|c: char| c.is_whitespace())
+                .map_or(0, |i| i + 1);
+            let reference = &unescaped[start..at];
+            if reference.starts_with("tether") {
+                let file = format!("{reference}.1");
+                assert!(
+                    pages.contains_key(&file),
+                    "{name} refers to {reference}(1): no such page"
+                );
+            }
+        }
+    }
+    assert!(
+        pages["tether-node-label-assign.1"].contains(".SH \"SEE ALSO\"\ntether\\-node\\-label(1)")
+    );
+}
+
+#[test]
+fn the_readme_gives_each_command_the_exit_codes_of_its_manual_page() {
+    let pages = manual_pages();
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let table = readme
+        .split("| command | what it does | exit codes |")
+        .nth(1)
+        .expect("the README's table of commands");
+    let mut checked = 0;
+    for row in table.lines().skip(2).take_while(|l| l.starts_with('|')) {
+        let cells: Vec<&str> = row.split(" | ").collect();
+        let documented: std::collections::BTreeSet<u8> = cells[cells.len() - 1]
+            .split(|c: char| !c.is_ascii_digit())
+            .filter_map(|n| n.parse().ok())
+            .filter(|n| *n < 10)
+            .collect();
+        for named in cells[0].split('`').skip(1).step_by(2) {
+            let words: Vec<&str> = named
+                .split_whitespace()
+                .skip(1)
+                .take_while(|w| w.chars().all(|c| c.is_ascii_lowercase() || c == '-'))
+                .collect();
+            // The longest run of words that names a page: `node label assign HOST`.
+            let page = (0..=words.len())
+                .rev()
+                .map(|n| {
+                    format!(
+                        "tether{}.1",
+                        words[..n]
+                            .iter()
+                            .map(|w| format!("-{w}"))
+                            .collect::<String>()
+                    )
+                })
+                .find(|file| pages.contains_key(file))
+                .unwrap();
+            let codes: std::collections::BTreeSet<u8> =
+                exit_codes(&pages[&page]).unwrap().into_iter().collect();
+            assert_eq!(
+                documented, codes,
+                "README's row for `{named}` against {page}"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 25, "{checked} commands checked");
+}
