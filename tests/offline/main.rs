@@ -1,5 +1,5 @@
 //! tether without a control plane, in one test binary: the binary as a user runs it
-//! (`cli`), its `--help` (`help`), the offline commands caught in a trap that any reach for a cluster would
+//! (`cli`), its `--help` and manual pages (`help`), README's contents and links (`readme`), the offline commands caught in a trap that any reach for a cluster would
 //! fall into (`no_cluster`), the snapshot corpus (`corpus`), discovery's and the
 //! workflow's pure stages on whole repositories (`discover`, `workflow`), the loader's
 //! properties (`loader_props`), `tether schema` (`schema`), sops compatibility
@@ -16,6 +16,7 @@ mod git_source;
 mod help;
 mod loader_props;
 mod no_cluster;
+mod readme;
 mod schema;
 mod sops;
 mod workflow;
