@@ -18,6 +18,18 @@ pub struct ManArgs {
     pub dir: Option<PathBuf>,
 }
 
+/// The day-2 commands' exit status: each commits, then applies.
+const COMMITTED: &[(u8, &str)] = &[
+    (0, "Committed, and applied unless --propose or --no-apply."),
+    (
+        2,
+        "Refused (nothing committed), the apply failed, an error, or a usage error.",
+    ),
+];
+
+/// A command that only groups others (`tether node`): its subcommands' pages say more.
+const GROUP: &[(u8, &str)] = &[(0, "Success."), (2, "An error, or a usage error.")];
+
 /// What an exit code means for one command: its name (the words after `tether`,
 /// "" for tether itself) and each code it exits with. Each was read from the
 /// command's code path; every command ends 2 on a usage error, as clap does.
@@ -109,40 +121,10 @@ const EXIT_STATUS: &[(&str, &[(u8, &str)])] = &[
             (2, "An error, or a usage error."),
         ],
     ),
-    (
-        "scale",
-        &[
-            (0, "Committed, and applied unless --propose or --no-apply."),
-            (
-                2,
-                "Refused (nothing committed), the apply failed, an error, or a usage error.",
-            ),
-        ],
-    ),
-    (
-        "restart",
-        &[
-            (0, "Committed, and applied unless --propose or --no-apply."),
-            (
-                2,
-                "Refused (nothing committed), the apply failed, an error, or a usage error.",
-            ),
-        ],
-    ),
-    (
-        "rollback",
-        &[
-            (0, "Committed, and applied unless --propose or --no-apply."),
-            (
-                2,
-                "Refused (nothing committed), the apply failed, an error, or a usage error.",
-            ),
-        ],
-    ),
-    (
-        "rollout",
-        &[(0, "Success."), (2, "An error, or a usage error.")],
-    ),
+    ("scale", COMMITTED),
+    ("restart", COMMITTED),
+    ("rollback", COMMITTED),
+    ("rollout", GROUP),
     (
         "rollout status",
         &[
@@ -167,24 +149,9 @@ const EXIT_STATUS: &[(&str, &[(u8, &str)])] = &[
             (2, "Refused, failed, an error, or a usage error."),
         ],
     ),
-    (
-        "node",
-        &[(0, "Success."), (2, "An error, or a usage error.")],
-    ),
-    (
-        "node label",
-        &[(0, "Success."), (2, "An error, or a usage error.")],
-    ),
-    (
-        "node label assign",
-        &[
-            (0, "Committed, and applied unless --propose or --no-apply."),
-            (
-                2,
-                "Refused (nothing committed), the apply failed, an error, or a usage error.",
-            ),
-        ],
-    ),
+    ("node", GROUP),
+    ("node label", GROUP),
+    ("node label assign", COMMITTED),
     (
         "node label list",
         &[
@@ -192,40 +159,10 @@ const EXIT_STATUS: &[(&str, &[(u8, &str)])] = &[
             (2, "An error, or a usage error."),
         ],
     ),
-    (
-        "node label remove",
-        &[
-            (0, "Committed, and applied unless --propose or --no-apply."),
-            (
-                2,
-                "Refused (nothing committed), the apply failed, an error, or a usage error.",
-            ),
-        ],
-    ),
-    (
-        "node lock",
-        &[
-            (0, "Committed, and applied unless --propose or --no-apply."),
-            (
-                2,
-                "Refused (nothing committed), the apply failed, an error, or a usage error.",
-            ),
-        ],
-    ),
-    (
-        "node unlock",
-        &[
-            (0, "Committed, and applied unless --propose or --no-apply."),
-            (
-                2,
-                "Refused (nothing committed), the apply failed, an error, or a usage error.",
-            ),
-        ],
-    ),
-    (
-        "secret",
-        &[(0, "Success."), (2, "An error, or a usage error.")],
-    ),
+    ("node label remove", COMMITTED),
+    ("node lock", COMMITTED),
+    ("node unlock", COMMITTED),
+    ("secret", GROUP),
     (
         "secret encrypt",
         &[
