@@ -119,8 +119,8 @@ impl Bench {
     fn tether(&self, args: &[&str]) -> Output {
         Command::new(&self.tether)
             .args(args)
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
+            // By variable: `render` takes no --kubeconfig.
+            .env("TETHER_KUBECONFIG", &self.kubeconfig)
             .output()
             .expect("tether")
     }
@@ -128,8 +128,8 @@ impl Bench {
     fn kubectl(&self, args: &[&str]) -> Output {
         Command::new(&self.kubectl)
             .args(args)
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
+            // By variable: `render` takes no --kubeconfig.
+            .env("TETHER_KUBECONFIG", &self.kubeconfig)
             .output()
             .expect("kubectl")
     }

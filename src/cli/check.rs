@@ -8,7 +8,8 @@ use tether_daemon::check::{self, Finding, Verdict};
 use tether_daemon::install::server_version;
 use tether_engine::cluster::connect;
 
-use super::{EXIT_INVALID, GlobalArgs, report};
+use super::flags::ClusterFlags;
+use super::{EXIT_INVALID, report};
 
 #[derive(Debug, clap::Args)]
 pub struct CheckArgs {
@@ -18,6 +19,8 @@ pub struct CheckArgs {
     /// The daemon's namespace.
     #[arg(long, default_value = "tether-system")]
     pub namespace: String,
+    #[command(flatten)]
+    pub cluster: ClusterFlags,
 }
 
 #[derive(Debug, clap::Args)]
@@ -28,6 +31,8 @@ pub struct VersionArgs {
     /// The daemon's namespace.
     #[arg(long, default_value = "tether-system")]
     pub namespace: String,
+    #[command(flatten)]
+    pub cluster: ClusterFlags,
 }
 
 const CLIENT_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -45,8 +50,8 @@ fn line(finding: &Finding) -> String {
     }
 }
 
-pub async fn check(global: &GlobalArgs, args: &CheckArgs) -> miette::Result<ExitCode> {
-    let client = connect(&global.cluster.target())
+pub async fn check(args: &CheckArgs) -> miette::Result<ExitCode> {
+    let client = connect(&args.cluster.target())
         .await
         .map_err(report::error)?;
     let findings = match args.pre {
@@ -74,12 +79,12 @@ pub async fn check(global: &GlobalArgs, args: &CheckArgs) -> miette::Result<Exit
     })
 }
 
-pub async fn version(global: &GlobalArgs, args: &VersionArgs) -> miette::Result<ExitCode> {
+pub async fn version(args: &VersionArgs) -> miette::Result<ExitCode> {
     println!("client: {CLIENT_VERSION}");
     if args.client {
         return Ok(ExitCode::SUCCESS);
     }
-    let client = connect(&global.cluster.target())
+    let client = connect(&args.cluster.target())
         .await
         .map_err(report::error)?;
     let server = server_version(&client).await.map_err(report::error)?;

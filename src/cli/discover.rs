@@ -11,9 +11,9 @@ use tether_engine::discovery::session::{DiscoverySession, SessionOptions};
 use tether_engine::discovery::{Destination, PassReport};
 use tether_engine::driver::shutdown_on_signal;
 
-use super::{DiscoverArgs, GlobalArgs, report};
+use super::{DiscoverArgs, report};
 
-pub async fn run(global: &GlobalArgs, args: &DiscoverArgs) -> miette::Result<ExitCode> {
+pub async fn run(args: &DiscoverArgs) -> miette::Result<ExitCode> {
     // Sinks given as flags need --watch; those of the settings file serve --watch only.
     if args.events.any_sink() && !args.watch {
         return Err(miette!(
@@ -40,9 +40,9 @@ pub async fn run(global: &GlobalArgs, args: &DiscoverArgs) -> miette::Result<Exi
         default_outbox: None,
         applyset: args.inventory.inventory().applyset_id(),
         push: args.push,
-        list_timeout: global.cluster.request_timeout * 2,
+        list_timeout: args.cluster.request_timeout * 2,
     };
-    let target = global.cluster.target();
+    let target = args.cluster.target();
     let mut session = DiscoverySession::open(options, connect(&target))
         .await
         .map_err(report::error)?;

@@ -10,9 +10,9 @@ use tether_engine::config::{EventsConfig, Settings, read_settings};
 use tether_engine::driver::shutdown_on_signal;
 use tether_engine::events::pipeline::EventPipeline;
 
-use super::{EventsArgs, GlobalArgs, report};
+use super::{EventsArgs, report};
 
-pub async fn run(global: &GlobalArgs, args: &EventsArgs) -> miette::Result<ExitCode> {
+pub async fn run(args: &EventsArgs) -> miette::Result<ExitCode> {
     let settings = match &args.config {
         Some(path) => {
             let path = path.clone();
@@ -30,7 +30,7 @@ pub async fn run(global: &GlobalArgs, args: &EventsArgs) -> miette::Result<ExitC
             "no event sink given"
         ));
     }
-    let client = connect(&global.cluster.target())
+    let client = connect(&args.cluster.target())
         .await
         .map_err(report::error)?;
     let scope = Scope::from_names(args.namespaces.iter().cloned());

@@ -12,31 +12,40 @@ use tether_engine::config::{DiscoverOverrides, EventOverrides, cache_home};
 use tether_engine::repo::Repo;
 use tether_engine::writeback::WritebackError;
 
-/// How to reach the cluster.
+/// How to reach the cluster: flattened into each command that talks to one (and
+/// only those, so that `--help` of an offline command shows no connection flags).
 #[derive(Clone, Debug, clap::Args)]
+#[command(next_help_heading = "Connection")]
 pub struct ClusterFlags {
     /// Kubeconfig file (default: KUBECONFIG, then ~/.kube/config, then in-cluster).
-    #[arg(long, global = true, env = "TETHER_KUBECONFIG")]
+    #[arg(long, env = "TETHER_KUBECONFIG")]
     pub kubeconfig: Option<PathBuf>,
     /// Kubeconfig context (default: the current context).
-    #[arg(long, global = true, env = "TETHER_CONTEXT")]
+    #[arg(long, env = "TETHER_CONTEXT")]
     pub context: Option<String>,
     /// How long one request to the API server may take, e.g. 30s, 2m.
-    #[arg(long, global = true, env = "TETHER_REQUEST_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
+    #[arg(long, env = "TETHER_REQUEST_TIMEOUT", default_value = "30s", value_parser = parse_duration)]
     pub request_timeout: Duration,
     /// Act as this user or service account
     /// (`system:serviceaccount:<namespace>:<name>`), as kubectl's --as does, so that
     /// the API server's RBAC decides what this run may change.
-    #[arg(long = "as", global = true, env = "TETHER_AS", value_name = "USER")]
+    #[arg(long = "as", env = "TETHER_AS", value_name = "USER")]
     pub impersonate: Option<String>,
     /// With --as, act as a member of this group too (repeatable).
-    #[arg(
-        long = "as-group",
-        global = true,
-        requires = "impersonate",
-        value_name = "GROUP"
-    )]
+    #[arg(long = "as-group", requires = "impersonate", value_name = "GROUP")]
     pub impersonate_groups: Vec<String>,
+}
+
+/// The age keys that open models files encrypted with sops: flattened into each
+/// command that reads models.
+#[derive(Clone, Debug, clap::Args)]
+#[command(next_help_heading = "Decryption")]
+pub struct KeyFlags {
+    /// A file of age private keys (as age-keygen writes it) that open the models
+    /// files encrypted with sops. Also read: TETHER_AGE_KEY and SOPS_AGE_KEY (key
+    /// text), SOPS_AGE_KEY_FILE, and sops' own ~/.config/sops/age/keys.txt.
+    #[arg(long, env = "TETHER_AGE_KEY_FILE", value_name = "FILE")]
+    pub age_key_file: Option<PathBuf>,
 }
 
 /// Where the models come from: a directory, or a Git repository.
@@ -188,6 +197,15 @@ impl ClusterFlags {
             impersonate: self.impersonate.clone(),
             impersonate_groups: self.impersonate_groups.clone(),
         }
+    }
+}
+
+impl KeyFlags {
+    /// The age keys that open encrypted models files.
+    pub fn keyring(&self) -> miette::Result<tether_sops::Keyring> {
+        let keys = tether_engine::keys::keyring_from_environment(self.age_key_file.as_deref())
+            .map_err(super::report::error)?;
+        Ok(keys.given_by("--age-key-file, TETHER_AGE_KEY, SOPS_AGE_KEY or SOPS_AGE_KEY_FILE"))
     }
 }
 

@@ -10,7 +10,8 @@ use tether_daemon::install::{
 };
 use tether_engine::cluster::connect;
 
-use super::{GlobalArgs, report};
+use super::flags::ClusterFlags;
+use super::report;
 
 #[derive(Debug, clap::Args)]
 pub struct InstallArgs {
@@ -34,6 +35,8 @@ pub struct InstallArgs {
     /// The StorageClass of each replica's state volume (default: the cluster's).
     #[arg(long)]
     pub storage_class: Option<String>,
+    #[command(flatten)]
+    pub cluster: ClusterFlags,
 }
 
 #[derive(Debug, clap::Args)]
@@ -41,6 +44,8 @@ pub struct UninstallArgs {
     /// The daemon's namespace.
     #[arg(long, default_value = "tether-system")]
     pub namespace: String,
+    #[command(flatten)]
+    pub cluster: ClusterFlags,
 }
 
 fn parse_version(text: &str) -> Result<ServerVersion, String> {
@@ -72,7 +77,7 @@ pub fn to_yaml(objects: &[Value]) -> miette::Result<String> {
     Ok(text)
 }
 
-pub async fn install(global: &GlobalArgs, args: &InstallArgs) -> miette::Result<ExitCode> {
+pub async fn install(args: &InstallArgs) -> miette::Result<ExitCode> {
     if args.export {
         let server = args.kubernetes_version.unwrap_or(NEWEST_SUPPORTED);
         let text = to_yaml(&manifests(&options(args, server)))?;
@@ -82,7 +87,7 @@ pub async fn install(global: &GlobalArgs, args: &InstallArgs) -> miette::Result<
             .into_diagnostic()?;
         return Ok(ExitCode::SUCCESS);
     }
-    let client = connect(&global.cluster.target())
+    let client = connect(&args.cluster.target())
         .await
         .map_err(report::error)?;
     let server = install::server_version(&client)
@@ -116,8 +121,8 @@ pub async fn install(global: &GlobalArgs, args: &InstallArgs) -> miette::Result<
     Ok(ExitCode::SUCCESS)
 }
 
-pub async fn uninstall(global: &GlobalArgs, args: &UninstallArgs) -> miette::Result<ExitCode> {
-    let client = connect(&global.cluster.target())
+pub async fn uninstall(args: &UninstallArgs) -> miette::Result<ExitCode> {
+    let client = connect(&args.cluster.target())
         .await
         .map_err(report::error)?;
     let removal = install::uninstall(&client, &args.namespace)

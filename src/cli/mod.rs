@@ -5,6 +5,7 @@ mod discover;
 mod events;
 mod flags;
 mod install;
+mod manual;
 mod models;
 mod node;
 mod operate;
@@ -18,12 +19,11 @@ use std::io::IsTerminal;
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand, ValueEnum};
-use miette::IntoDiagnostic;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::cli::flags::{
-    ClusterFlags, DiscoverFlags, EventFlags, GitFlags, InventoryFlags, SourceFlags,
+    ClusterFlags, DiscoverFlags, EventFlags, GitFlags, InventoryFlags, KeyFlags, SourceFlags,
 };
 use tether_core::settings::parse_duration;
 
@@ -42,7 +42,11 @@ pub struct Args {
     command: Command,
 }
 
+/// Options every command takes, before or after its name. How to reach the cluster
+/// (`ClusterFlags`) and the decryption keys (`KeyFlags`) are not among them: each
+/// command that needs them flattens them itself.
 #[derive(Debug, clap::Args)]
+#[command(next_help_heading = "Global options")]
 pub struct GlobalArgs {
     /// Log level (error, warn, info, debug, trace) or a tracing filter.
     #[arg(long, global = true, env = "TETHER_LOG_LEVEL", default_value = "warn")]
@@ -53,22 +57,6 @@ pub struct GlobalArgs {
     /// Colour and graphics in reports: auto (when the output is a terminal), always, never.
     #[arg(long, global = true, env = "TETHER_COLOR", value_enum, default_value_t = Color::Auto)]
     pub color: Color,
-    /// A file of age private keys (as age-keygen writes it) that open the models
-    /// files encrypted with sops. Also read: TETHER_AGE_KEY and SOPS_AGE_KEY (key
-    /// text), SOPS_AGE_KEY_FILE, and sops' own ~/.config/sops/age/keys.txt.
-    #[arg(long, global = true, env = "TETHER_AGE_KEY_FILE", value_name = "FILE")]
-    pub age_key_file: Option<std::path::PathBuf>,
-    #[command(flatten)]
-    pub cluster: ClusterFlags,
-}
-
-impl GlobalArgs {
-    /// The age keys that open encrypted models files.
-    pub fn keys(&self) -> miette::Result<tether_sops::Keyring> {
-        let keys = tether_engine::keys::keyring_from_environment(self.age_key_file.as_deref())
-            .map_err(report::error)?;
-        Ok(keys.given_by("--age-key-file, TETHER_AGE_KEY, SOPS_AGE_KEY or SOPS_AGE_KEY_FILE"))
-    }
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -326,9 +314,14 @@ enum Command {
         after_help = "Example:\n  tether schema > tether.schema.json\n  # then, as the first line of a model file:\n  # yaml-language-server: $schema=../tether.schema.json"
     )]
     Schema,
-    /// Print the manual page (roff), for `man`.
-    #[command(after_help = "Example:\n  tether man > /usr/local/share/man/man1/tether.1")]
-    Man,
+    /// Print the manual page (roff), for `man`; with --dir, write every command's page.
+    ///
+    /// Each page has the command's exit status. Pages are named as their command:
+    /// tether.1, tether-apply.1, tether-node-label-assign.1.
+    #[command(
+        after_help = "Examples:\n  tether man > /usr/local/share/man/man1/tether.1\n  tether man --dir /usr/local/share/man/man1 && man tether-apply"
+    )]
+    Man(manual::ManArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -352,6 +345,8 @@ pub struct ValidateArgs {
     /// error: the path is likely wrong).
     #[arg(long)]
     pub allow_empty: bool,
+    #[command(flatten)]
+    pub keys: KeyFlags,
 }
 
 #[derive(Debug, clap::Args)]
@@ -367,6 +362,8 @@ pub struct RenderArgs {
     pub show_secrets: bool,
     #[command(flatten)]
     pub inventory: InventoryFlags,
+    #[command(flatten)]
+    pub keys: KeyFlags,
 }
 
 #[derive(Debug, clap::Args)]
@@ -375,6 +372,8 @@ pub struct GraphArgs {
     pub path: PathBuf,
     #[arg(long, value_enum, default_value_t = GraphFormat::Mermaid)]
     pub format: GraphFormat,
+    #[command(flatten)]
+    pub keys: KeyFlags,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -419,6 +418,10 @@ pub struct DiffArgs {
     pub output: ReportFormat,
     #[command(flatten)]
     pub inventory: InventoryFlags,
+    #[command(flatten)]
+    pub cluster: ClusterFlags,
+    #[command(flatten)]
+    pub keys: KeyFlags,
 }
 
 #[derive(Debug, clap::Args)]
@@ -431,6 +434,8 @@ pub struct ReconcileSourceArgs {
     /// How long to wait for the daemon to handle the request.
     #[arg(long, default_value = "2m", value_parser = parse_duration)]
     pub timeout: Duration,
+    #[command(flatten)]
+    pub cluster: ClusterFlags,
 }
 
 #[derive(Debug, clap::Args)]
@@ -488,6 +493,10 @@ pub struct RunArgs {
     pub allow_empty: bool,
     #[command(flatten)]
     pub inventory: InventoryFlags,
+    #[command(flatten)]
+    pub cluster: ClusterFlags,
+    #[command(flatten)]
+    pub keys: KeyFlags,
 }
 
 #[derive(Debug, clap::Args)]
@@ -530,6 +539,10 @@ pub struct ApplyArgs {
     pub timeout: Duration,
     #[command(flatten)]
     pub inventory: InventoryFlags,
+    #[command(flatten)]
+    pub cluster: ClusterFlags,
+    #[command(flatten)]
+    pub keys: KeyFlags,
 }
 
 #[derive(Debug, clap::Args)]
@@ -563,6 +576,8 @@ pub struct DiscoverArgs {
     pub inventory: InventoryFlags,
     #[command(flatten)]
     pub events: EventFlags,
+    #[command(flatten)]
+    pub cluster: ClusterFlags,
 }
 
 #[derive(Debug, clap::Args)]
@@ -583,6 +598,8 @@ pub struct EventsArgs {
     pub config: Option<PathBuf>,
     #[command(flatten)]
     pub events: EventFlags,
+    #[command(flatten)]
+    pub cluster: ClusterFlags,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -627,41 +644,35 @@ pub async fn run(args: Args) -> miette::Result<ExitCode> {
         Command::Diff(args) => reconcile::diff(global, &args).await,
         Command::Apply(args) => reconcile::apply(global, &args).await,
         Command::Run(args) => run::run(global, &args).await,
-        Command::Reconcile(args) => run::reconcile(global, &args).await,
+        Command::Reconcile(args) => run::reconcile(&args).await,
         Command::Crd => run::crd(),
-        Command::Install(args) => install::install(global, &args).await,
-        Command::Uninstall(args) => install::uninstall(global, &args).await,
-        Command::Suspend(args) => sources::set_suspend(global, &args, true).await,
-        Command::Resume(args) => sources::set_suspend(global, &args, false).await,
-        Command::Tree(args) => sources::tree(global, &args).await,
-        Command::Handover(args) => sources::handover(global, &args).await,
-        Command::Check(args) => check::check(global, &args).await,
-        Command::Version(args) => check::version(global, &args).await,
+        Command::Install(args) => install::install(&args).await,
+        Command::Uninstall(args) => install::uninstall(&args).await,
+        Command::Suspend(args) => sources::set_suspend(&args, true).await,
+        Command::Resume(args) => sources::set_suspend(&args, false).await,
+        Command::Tree(args) => sources::tree(&args).await,
+        Command::Handover(args) => sources::handover(&args).await,
+        Command::Check(args) => check::check(&args).await,
+        Command::Version(args) => check::version(&args).await,
         Command::Schema => {
             print!("{}", tether_core::model::model_schema());
             Ok(ExitCode::SUCCESS)
         }
-        Command::Discover(args) => discover::run(global, &args).await,
+        Command::Discover(args) => discover::run(&args).await,
         Command::Scale(args) => operate::scale(global, &args).await,
         Command::Restart(args) => operate::restart(global, &args).await,
         Command::Rollback(args) => operate::rollback(global, &args).await,
-        Command::Rollout(command) => operate::rollout(global, &command).await,
+        Command::Rollout(command) => operate::rollout(&command).await,
         Command::Recreate(args) => operate::recreate_pod(global, &args).await,
-        Command::RestartContainers(args) => operate::restart_pod_containers(global, &args).await,
+        Command::RestartContainers(args) => operate::restart_pod_containers(&args).await,
         Command::Node(command) => node::run(global, &command).await,
-        Command::Secret(command) => secret::run(global, &command).await,
-        Command::Events(args) => events::run(global, &args).await,
+        Command::Secret(command) => secret::run(&command),
+        Command::Events(args) => events::run(&args).await,
         Command::Completions { shell } => {
             let mut out = std::io::stdout();
             clap_complete::generate(shell, &mut Args::command(), "tether", &mut out);
             Ok(ExitCode::SUCCESS)
         }
-        Command::Man => {
-            let mut out = std::io::stdout();
-            clap_mangen::Man::new(Args::command())
-                .render(&mut out)
-                .into_diagnostic()?;
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::Man(args) => manual::run(&args),
     }
 }

@@ -10,6 +10,8 @@ use tether_engine::reconcile::check;
 use tether_engine::repo::{Repo, read_directory};
 
 use super::report::ProblemFormat;
+use crate::cli::flags::KeyFlags;
+
 use super::{
     EXIT_INVALID, GlobalArgs, GraphArgs, GraphFormat, OutputFormat, RenderArgs, ValidateArgs,
     report,
@@ -21,7 +23,7 @@ pub async fn validate(global: &GlobalArgs, args: &ValidateArgs) -> miette::Resul
         .await
         .map_err(report::error)?;
     // Without its key, an encrypted file is checked for its structure only.
-    loaded.files = tether_sops::open_files_for_checking(loaded.files, &global.keys()?);
+    loaded.files = tether_sops::open_files_for_checking(loaded.files, &args.keys.keyring()?);
     loaded.plain_secrets_are_errors = args.require_encrypted_secrets;
     // The repository's confinement is checked too: validate renders (without an
     // inventory, whose labels do not change what is checked).
@@ -84,6 +86,7 @@ fn no_models(root: &std::path::Path, files: usize) -> (String, String) {
 /// `Err` with the exit code when they are invalid.
 async fn analysed(
     global: &GlobalArgs,
+    keys: &KeyFlags,
     path: &std::path::Path,
 ) -> miette::Result<
     Result<
@@ -98,7 +101,7 @@ async fn analysed(
         .await
         .map_err(report::error)?
         .with_shown_root(tether_core::source::shown_root_of(path, path.is_file()));
-    let files = tether_sops::open_files(files, &global.keys()?);
+    let files = tether_sops::open_files(files, &keys.keyring()?);
     let analysis = tether_core::analyze(&files);
     let styled = report::use_graphics(global.color, std::io::stderr().is_terminal());
     eprint!(
@@ -118,7 +121,7 @@ async fn analysed(
 }
 
 pub async fn graph(global: &GlobalArgs, args: &GraphArgs) -> miette::Result<ExitCode> {
-    let (_, graph) = match analysed(global, &args.path).await? {
+    let (_, graph) = match analysed(global, &args.keys, &args.path).await? {
         Ok(analysed) => analysed,
         Err(code) => return Ok(code),
     };
@@ -138,7 +141,7 @@ pub async fn graph(global: &GlobalArgs, args: &GraphArgs) -> miette::Result<Exit
 }
 
 pub async fn render(global: &GlobalArgs, args: &RenderArgs) -> miette::Result<ExitCode> {
-    let (files, graph) = match analysed(global, &args.path).await? {
+    let (files, graph) = match analysed(global, &args.keys, &args.path).await? {
         Ok(analysed) => analysed,
         Err(code) => return Ok(code),
     };

@@ -10,6 +10,8 @@ use tether_core::operation::{HostChange, Operation};
 use tether_engine::actions::Request;
 use tether_engine::cluster::connect;
 
+use crate::cli::flags::{ClusterFlags, KeyFlags};
+
 use super::operate::{CommitArgs, ModelsArgs, commit_and_apply};
 use super::{GlobalArgs, report};
 
@@ -76,6 +78,10 @@ pub struct ListArgs {
     /// Do not ask the cluster which labels the nodes carry.
     #[arg(long)]
     pub offline: bool,
+    #[command(flatten)]
+    pub cluster: ClusterFlags,
+    #[command(flatten)]
+    pub keys: KeyFlags,
 }
 
 fn parse_label(text: &str) -> Result<(String, String), String> {
@@ -87,7 +93,7 @@ fn parse_label(text: &str) -> Result<(String, String), String> {
 
 pub async fn run(global: &GlobalArgs, command: &NodeCommand) -> miette::Result<ExitCode> {
     let (host, commit, change) = match command {
-        NodeCommand::Label(LabelCommand::List(args)) => return list(global, args).await,
+        NodeCommand::Label(LabelCommand::List(args)) => return list(args).await,
         NodeCommand::Label(LabelCommand::Assign(args)) => (
             &args.host,
             &args.commit,
@@ -112,9 +118,9 @@ pub async fn run(global: &GlobalArgs, command: &NodeCommand) -> miette::Result<E
 /// Prints each host's labels as the models hold them, with whether the live node
 /// carries each (`yes`, `no`, `other value`, or `?` offline or when the node is not
 /// in the cluster), then the pods discovery recorded on it.
-async fn list(global: &GlobalArgs, args: &ListArgs) -> miette::Result<ExitCode> {
+async fn list(args: &ListArgs) -> miette::Result<ExitCode> {
     let mut loaded = args.models.source().load().await.map_err(report::error)?;
-    loaded.files = tether_sops::open_files(loaded.files, &global.keys()?);
+    loaded.files = tether_sops::open_files(loaded.files, &args.keys.keyring()?);
     let models = tether_core::operation::read_models(&loaded.files);
     let hosts: Vec<_> = models
         .hosts
@@ -131,7 +137,7 @@ async fn list(global: &GlobalArgs, args: &ListArgs) -> miette::Result<ExitCode> 
     }
     let live = match args.offline {
         true => None,
-        false => live_labels(global, &models).await,
+        false => live_labels(&args.cluster, &models).await,
     };
     println!("{:<24} {:<40} {:<24} LIVE", "HOST", "KEY", "VALUE");
     for host in &hosts {
@@ -177,13 +183,13 @@ async fn list(global: &GlobalArgs, args: &ListArgs) -> miette::Result<ExitCode> 
 
 /// The labels of the live nodes, by node name; `None` when the cluster cannot be read.
 async fn live_labels(
-    global: &GlobalArgs,
+    cluster: &ClusterFlags,
     models: &Models,
 ) -> Option<BTreeMap<String, BTreeMap<String, String>>> {
     if models.hosts.is_empty() {
         return Some(BTreeMap::new());
     }
-    let client = connect(&global.cluster.target()).await.ok()?;
+    let client = connect(&cluster.target()).await.ok()?;
     let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client);
     let list = nodes.list(&Default::default()).await.ok()?;
     Some(

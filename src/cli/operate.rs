@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::cli::flags::{GitFlags, InventoryFlags};
+use crate::cli::flags::{ClusterFlags, GitFlags, InventoryFlags, KeyFlags};
 use miette::miette;
 use tether_core::operation::{Operation, ReplicaChange};
 use tether_core::settings::parse_duration;
@@ -92,6 +92,10 @@ pub struct CommitArgs {
     pub timeout: Duration,
     #[command(flatten)]
     pub inventory: InventoryFlags,
+    #[command(flatten)]
+    pub cluster: ClusterFlags,
+    #[command(flatten)]
+    pub keys: KeyFlags,
 }
 
 #[derive(Debug, clap::Args)]
@@ -144,6 +148,10 @@ pub struct RolloutStatusArgs {
     pub models: ModelsArgs,
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub timeout: Duration,
+    #[command(flatten)]
+    pub cluster: ClusterFlags,
+    #[command(flatten)]
+    pub keys: KeyFlags,
 }
 
 #[derive(Debug, clap::Args)]
@@ -169,6 +177,10 @@ pub struct RecreateArgs {
     pub models: ModelsArgs,
     #[command(flatten)]
     pub inventory: InventoryFlags,
+    #[command(flatten)]
+    pub cluster: ClusterFlags,
+    #[command(flatten)]
+    pub keys: KeyFlags,
 }
 
 #[derive(Debug, clap::Args)]
@@ -178,6 +190,8 @@ pub struct RestartContainersArgs {
     /// Only this container (default: every container of the pod).
     #[arg(short, long)]
     pub container: Option<String>,
+    #[command(flatten)]
+    pub cluster: ClusterFlags,
 }
 
 pub async fn scale(global: &GlobalArgs, args: &ScaleArgs) -> miette::Result<ExitCode> {
@@ -227,7 +241,7 @@ pub(super) async fn commit_and_apply(
         branch: args.models.branch.clone(),
         propose: args.propose.clone(),
         author,
-        keys: std::sync::Arc::new(global.keys()?),
+        keys: std::sync::Arc::new(args.keys.keyring()?),
     };
     let committed = commit(to, request).await.map_err(report::error)?;
     print_commit(&committed);
@@ -242,10 +256,19 @@ pub(super) async fn commit_and_apply(
         println!("nothing applied (--no-apply): the daemon, or the next apply, rolls it out");
         return Ok(ExitCode::SUCCESS);
     }
-    let code = apply_model(global, repo, &args.inventory, model, args.timeout).await?;
+    let code = apply_model(
+        global,
+        repo,
+        &args.inventory,
+        &args.cluster,
+        &args.keys,
+        model,
+        args.timeout,
+    )
+    .await?;
     match model.strip_prefix("Slice/") {
         Some(slice) if code == ExitCode::SUCCESS && args.wait => {
-            follow_rollout(global, &args.models, slice, args.timeout).await
+            follow_rollout(&args.models, &args.cluster, &args.keys, slice, args.timeout).await
         }
         _ => Ok(code),
     }
@@ -275,12 +298,16 @@ async fn apply_model(
     global: &GlobalArgs,
     repo: Repo,
     inventory: &InventoryFlags,
+    cluster: &ClusterFlags,
+    keys: &KeyFlags,
     model: &str,
     timeout: Duration,
 ) -> miette::Result<ExitCode> {
     let run = ApplyRun {
         repo,
         inventory,
+        cluster,
+        keys,
         selection: Some(Selection {
             models: vec![model.to_string()],
             skip_dependencies: false,
@@ -297,24 +324,30 @@ async fn apply_model(
     run_apply(global, run).await
 }
 
-pub async fn rollout(global: &GlobalArgs, command: &RolloutCommand) -> miette::Result<ExitCode> {
+pub async fn rollout(command: &RolloutCommand) -> miette::Result<ExitCode> {
     let RolloutCommand::Status(args) = command;
-    follow_rollout(global, &args.models, &args.slice, args.timeout).await
+    follow_rollout(
+        &args.models,
+        &args.cluster,
+        &args.keys,
+        &args.slice,
+        args.timeout,
+    )
+    .await
 }
 
 async fn follow_rollout(
-    global: &GlobalArgs,
     models: &ModelsArgs,
+    cluster: &ClusterFlags,
+    keys: &KeyFlags,
     slice: &str,
     timeout: Duration,
 ) -> miette::Result<ExitCode> {
     let mut loaded = models.source().load().await.map_err(report::error)?;
-    loaded.files = tether_sops::open_files(loaded.files, &global.keys()?);
+    loaded.files = tether_sops::open_files(loaded.files, &keys.keyring()?);
     let (kind, namespace, name) =
         tether_core::operation::controller_of(&loaded.files, slice).map_err(report::error)?;
-    let client = connect(&global.cluster.target())
-        .await
-        .map_err(report::error)?;
+    let client = connect(&cluster.target()).await.map_err(report::error)?;
     let what = format!("{} {namespace}/{name}", kind.name());
     let progress = |state: &str| eprintln!("waiting for the rollout of {what}: {state}");
     match rollout::status(&client, kind, &namespace, &name, timeout, &progress).await {
@@ -337,7 +370,7 @@ fn actor(author: Option<&String>) -> String {
 }
 
 pub async fn recreate_pod(global: &GlobalArgs, args: &RecreateArgs) -> miette::Result<ExitCode> {
-    let client = connect(&global.cluster.target())
+    let client = connect(&args.cluster.target())
         .await
         .map_err(report::error)?;
     let pod = &args.pod;
@@ -362,6 +395,8 @@ pub async fn recreate_pod(global: &GlobalArgs, args: &RecreateArgs) -> miette::R
                 global,
                 args.models.source(),
                 &args.inventory,
+                &args.cluster,
+                &args.keys,
                 model,
                 pod.timeout,
             )
@@ -371,11 +406,8 @@ pub async fn recreate_pod(global: &GlobalArgs, args: &RecreateArgs) -> miette::R
     }
 }
 
-pub async fn restart_pod_containers(
-    global: &GlobalArgs,
-    args: &RestartContainersArgs,
-) -> miette::Result<ExitCode> {
-    let client = connect(&global.cluster.target())
+pub async fn restart_pod_containers(args: &RestartContainersArgs) -> miette::Result<ExitCode> {
+    let client = connect(&args.cluster.target())
         .await
         .map_err(report::error)?;
     let pod = &args.pod;

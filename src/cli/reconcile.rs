@@ -10,21 +10,31 @@ use tether_engine::reconcile::{
 };
 
 use super::{ApplyArgs, DiffArgs, EXIT_ERROR, EXIT_INVALID, GlobalArgs, ReportFormat, report};
-use crate::cli::flags::InventoryFlags;
+use crate::cli::flags::{ClusterFlags, InventoryFlags, KeyFlags};
 use tether_core::k8s::ObjectKey;
 use tether_engine::reconcile::Selection;
 use tether_engine::repo::Repo;
 
+/// A reconciler of `repo` for the cluster, keys and inventory these flags name.
+pub(super) fn reconciler(
+    repo: Repo,
+    cluster: &ClusterFlags,
+    keys: &KeyFlags,
+    inventory: &InventoryFlags,
+) -> miette::Result<Reconciler> {
+    Ok(
+        Reconciler::new(repo, cluster.target(), inventory.inventory())
+            .with_keys(std::sync::Arc::new(keys.keyring()?)),
+    )
+}
+
 /// The plan, or the exit code after the models' problems were printed.
 async fn plan(
     global: &GlobalArgs,
-    repo: Repo,
-    inventory: &InventoryFlags,
+    mut reconciler: Reconciler,
     selection: Option<Selection>,
     options: PlanOptions,
 ) -> miette::Result<Result<(Reconciler, Planned), ExitCode>> {
-    let mut reconciler = Reconciler::new(repo, global.cluster.target(), inventory.inventory())
-        .with_keys(std::sync::Arc::new(global.keys()?));
     if let Some(selection) = selection {
         reconciler = reconciler.with_selection(selection);
     }
@@ -66,10 +76,15 @@ async fn plan(
 }
 
 pub async fn diff(global: &GlobalArgs, args: &DiffArgs) -> miette::Result<ExitCode> {
+    let reconciler = reconciler(
+        args.source.repo(),
+        &args.cluster,
+        &args.keys,
+        &args.inventory,
+    )?;
     let (_, planned) = match plan(
         global,
-        args.source.repo(),
-        &args.inventory,
+        reconciler,
         args.selection.selection(),
         PlanOptions {
             dry_run_new: true,
@@ -106,6 +121,8 @@ pub async fn apply(global: &GlobalArgs, args: &ApplyArgs) -> miette::Result<Exit
     let run = ApplyRun {
         repo: args.source.repo(),
         inventory: &args.inventory,
+        cluster: &args.cluster,
+        keys: &args.keys,
         selection: args.selection.selection(),
         plan: PlanOptions {
             prune: args.prune,
@@ -135,6 +152,8 @@ pub async fn apply(global: &GlobalArgs, args: &ApplyArgs) -> miette::Result<Exit
 pub(super) struct ApplyRun<'a> {
     pub repo: Repo,
     pub inventory: &'a InventoryFlags,
+    pub cluster: &'a ClusterFlags,
+    pub keys: &'a KeyFlags,
     pub selection: Option<Selection>,
     pub plan: PlanOptions,
     pub options: ApplyOptions,
@@ -144,11 +163,11 @@ pub(super) struct ApplyRun<'a> {
 }
 
 pub(super) async fn run_apply(global: &GlobalArgs, args: ApplyRun<'_>) -> miette::Result<ExitCode> {
-    let (reconciler, planned) =
-        match plan(global, args.repo, args.inventory, args.selection, args.plan).await? {
-            Ok(planned) => planned,
-            Err(code) => return Ok(code),
-        };
+    let reconciler = reconciler(args.repo, args.cluster, args.keys, args.inventory)?;
+    let (reconciler, planned) = match plan(global, reconciler, args.selection, args.plan).await? {
+        Ok(planned) => planned,
+        Err(code) => return Ok(code),
+    };
     if args.dry_run {
         let colour = report::use_graphics(global.color, std::io::stdout().is_terminal());
         print!(

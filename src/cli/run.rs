@@ -19,11 +19,11 @@ use tether_daemon::webhook::judge_secret;
 use tether_daemon::{Shared, http};
 use tether_engine::cluster::connect;
 use tether_engine::driver::{Poll, shutdown_on_signal};
-use tether_engine::reconcile::{ApplyOptions, PlanOptions, ReconcileError, Reconciler};
+use tether_engine::reconcile::{ApplyOptions, PlanOptions, ReconcileError};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use super::reconcile::report_text;
+use super::reconcile::{reconciler, report_text};
 use super::{GlobalArgs, ReconcileSourceArgs, RunArgs, report};
 
 pub async fn run(global: &GlobalArgs, args: &RunArgs) -> miette::Result<ExitCode> {
@@ -41,7 +41,7 @@ pub async fn run(global: &GlobalArgs, args: &RunArgs) -> miette::Result<ExitCode
         None => None,
     };
     match args.sources {
-        true => run_sources(global, args, shared, &shutdown).await?,
+        true => run_sources(args, shared, &shutdown).await?,
         false => run_one(global, args, shared, &shutdown).await?,
     }
     if let Some(server) = server {
@@ -95,8 +95,7 @@ async fn run_one(
 ) -> miette::Result<()> {
     let repo = args.source.repo();
     let id = repo.label();
-    let reconciler = Reconciler::new(repo, global.cluster.target(), args.inventory.inventory())
-        .with_keys(std::sync::Arc::new(global.keys()?));
+    let reconciler = reconciler(repo, &args.cluster, &args.keys, &args.inventory)?;
     let plan = PlanOptions {
         prune: args.prune,
         allow_empty: args.allow_empty,
@@ -157,12 +156,11 @@ async fn run_one(
 
 /// The Sources of the cluster, led by the Lease's holder when electing.
 async fn run_sources(
-    global: &GlobalArgs,
     args: &RunArgs,
     shared: Arc<Shared>,
     shutdown: &CancellationToken,
 ) -> miette::Result<()> {
-    let client = connect(&global.cluster.target())
+    let client = connect(&args.cluster.target())
         .await
         .map_err(report::error)?;
     let election = args.leader_elect.then(|| Election {
@@ -197,11 +195,8 @@ fn identity() -> String {
 }
 
 /// `tether reconcile SOURCE`: request a pass, wait for the daemon to handle it.
-pub async fn reconcile(
-    global: &GlobalArgs,
-    args: &ReconcileSourceArgs,
-) -> miette::Result<ExitCode> {
-    let client: Client = connect(&global.cluster.target())
+pub async fn reconcile(args: &ReconcileSourceArgs) -> miette::Result<ExitCode> {
+    let client: Client = connect(&args.cluster.target())
         .await
         .map_err(report::error)?;
     let api: Api<Source> = Api::namespaced(client, &args.namespace);

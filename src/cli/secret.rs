@@ -10,7 +10,7 @@ use miette::{IntoDiagnostic, miette};
 use tether_sops::{Encryption, Recipient, SopsError};
 use zeroize::Zeroizing;
 
-use super::GlobalArgs;
+use crate::cli::flags::KeyFlags;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum SecretCommand {
@@ -53,12 +53,16 @@ pub struct DecryptArgs {
     /// Replace the file (with mode 0600) instead of printing the plain text.
     #[arg(long, short = 'i')]
     pub in_place: bool,
+    #[command(flatten)]
+    pub keys: KeyFlags,
 }
 
 #[derive(Debug, clap::Args)]
 pub struct EditArgs {
     /// The encrypted file.
     pub file: PathBuf,
+    #[command(flatten)]
+    pub keys: KeyFlags,
 }
 
 #[derive(Debug, clap::Args)]
@@ -68,11 +72,11 @@ pub struct KeygenArgs {
     pub output: Option<PathBuf>,
 }
 
-pub async fn run(global: &GlobalArgs, command: &SecretCommand) -> miette::Result<ExitCode> {
+pub fn run(command: &SecretCommand) -> miette::Result<ExitCode> {
     match command {
         SecretCommand::Encrypt(args) => encrypt(args),
-        SecretCommand::Decrypt(args) => decrypt(global, args),
-        SecretCommand::Edit(args) => edit(global, args),
+        SecretCommand::Decrypt(args) => decrypt(args),
+        SecretCommand::Edit(args) => edit(args),
         SecretCommand::Keygen(args) => keygen(args),
     }
 }
@@ -148,9 +152,9 @@ fn encrypt(args: &EncryptArgs) -> miette::Result<ExitCode> {
     output(&args.file, args.in_place, &encrypted, None)
 }
 
-fn decrypt(global: &GlobalArgs, args: &DecryptArgs) -> miette::Result<ExitCode> {
+fn decrypt(args: &DecryptArgs) -> miette::Result<ExitCode> {
     let text = read(&args.file)?;
-    let plain = tether_sops::decrypt_to_plain(&text, &global.keys()?)
+    let plain = tether_sops::decrypt_to_plain(&text, &args.keys.keyring()?)
         .map_err(|e| located(&args.file, e))?;
     output(&args.file, args.in_place, &plain, Some(0o600))
 }
@@ -241,10 +245,10 @@ impl Drop for PrivateCopy {
     }
 }
 
-fn edit(global: &GlobalArgs, args: &EditArgs) -> miette::Result<ExitCode> {
+fn edit(args: &EditArgs) -> miette::Result<ExitCode> {
     let text = read(&args.file)?;
     let how = tether_sops::encryption_of(&text).map_err(|e| located(&args.file, e))?;
-    let plain = tether_sops::decrypt_to_plain(&text, &global.keys()?)
+    let plain = tether_sops::decrypt_to_plain(&text, &args.keys.keyring()?)
         .map_err(|e| located(&args.file, e))?;
     let name = args
         .file

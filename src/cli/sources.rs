@@ -13,7 +13,8 @@ use tether_daemon::crd::Source;
 use tether_engine::cluster::{Resources, connect, read_inventory};
 use tether_engine::handover::{Left, hand_over};
 
-use super::{GlobalArgs, report};
+use super::flags::ClusterFlags;
+use super::report;
 
 #[derive(Debug, clap::Args)]
 pub struct SourceArgs {
@@ -22,6 +23,8 @@ pub struct SourceArgs {
     /// The Source's namespace.
     #[arg(short, long, env = "TETHER_NAMESPACE", default_value = "default")]
     pub namespace: String,
+    #[command(flatten)]
+    pub cluster: ClusterFlags,
 }
 
 impl SourceArgs {
@@ -30,8 +33,8 @@ impl SourceArgs {
     }
 }
 
-async fn source_api(global: &GlobalArgs, args: &SourceArgs) -> miette::Result<Api<Source>> {
-    let client = connect(&global.cluster.target())
+async fn source_api(args: &SourceArgs) -> miette::Result<Api<Source>> {
+    let client = connect(&args.cluster.target())
         .await
         .map_err(report::error)?;
     Ok(Api::namespaced(client, &args.namespace))
@@ -50,8 +53,8 @@ pub struct HandoverArgs {
 }
 
 /// `handover`: what `tether apply` applied becomes the Source's.
-pub async fn handover(global: &GlobalArgs, args: &HandoverArgs) -> miette::Result<ExitCode> {
-    let api = source_api(global, &args.source).await?;
+pub async fn handover(args: &HandoverArgs) -> miette::Result<ExitCode> {
+    let api = source_api(&args.source).await?;
     let source = api
         .get(&args.source.source)
         .await
@@ -106,12 +109,8 @@ fn describe(entry: &InventoryEntry) -> String {
 
 /// `suspend` (true) and `resume` (false): sets spec.suspend; the daemon stops the
 /// Source's loop, or starts it, when it sees the change.
-pub async fn set_suspend(
-    global: &GlobalArgs,
-    args: &SourceArgs,
-    suspend: bool,
-) -> miette::Result<ExitCode> {
-    let api = source_api(global, args).await?;
+pub async fn set_suspend(args: &SourceArgs, suspend: bool) -> miette::Result<ExitCode> {
+    let api = source_api(args).await?;
     let patch = serde_json::json!({ "spec": { "suspend": suspend } });
     api.patch(&args.source, &PatchParams::default(), &Patch::Merge(&patch))
         .await
@@ -123,8 +122,8 @@ pub async fn set_suspend(
 }
 
 /// `tree`: the Source's inventory, each object checked against the cluster.
-pub async fn tree(global: &GlobalArgs, args: &SourceArgs) -> miette::Result<ExitCode> {
-    let api = source_api(global, args).await?;
+pub async fn tree(args: &SourceArgs) -> miette::Result<ExitCode> {
+    let api = source_api(args).await?;
     let source = api
         .get(&args.source)
         .await

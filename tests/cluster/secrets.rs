@@ -30,13 +30,13 @@ fn tether(home: &Path, key_file: Option<&Path>, args: &[&str]) -> Output {
     for variable in KEY_VARIABLES {
         command.env_remove(variable);
     }
+    // The connection goes by variable: `validate` and `secret` take no --kubeconfig.
+    command.args(args);
     if let Some(key_file) = key_file {
         command.arg("--age-key-file").arg(key_file);
     }
     command
-        .args(args)
-        .arg("--kubeconfig")
-        .arg(cluster().kubeconfig())
+        .env("TETHER_KUBECONFIG", cluster().kubeconfig())
         .env("HOME", home)
         .env("TETHER_COLOR", "never")
         .output()

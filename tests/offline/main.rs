@@ -1,5 +1,5 @@
 //! tether without a control plane, in one test binary: the binary as a user runs it
-//! (`cli`), the offline commands caught in a trap that any reach for a cluster would
+//! (`cli`), its `--help` and manual pages (`help`), README's contents and links (`readme`), the offline commands caught in a trap that any reach for a cluster would
 //! fall into (`no_cluster`), the snapshot corpus (`corpus`), discovery's and the
 //! workflow's pure stages on whole repositories (`discover`, `workflow`), the loader's
 //! properties (`loader_props`), `tether schema` (`schema`), sops compatibility
@@ -14,9 +14,11 @@ mod cli;
 mod corpus;
 mod discover;
 mod git_source;
+mod help;
 mod install;
 mod loader_props;
 mod no_cluster;
+mod readme;
 mod schema;
 mod sops;
 mod validate;
