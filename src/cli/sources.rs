@@ -42,14 +42,15 @@ async fn source_api(args: &SourceArgs) -> miette::Result<Api<Source>> {
 
 #[derive(Debug, clap::Args)]
 pub struct HandoverArgs {
-    #[command(flatten)]
-    pub source: SourceArgs,
     /// The inventory that recorded the objects (`tether apply`'s --inventory-name).
     #[arg(long, default_value = "tether")]
     pub from_inventory_name: String,
     /// Its namespace (`tether apply`'s --inventory-namespace).
     #[arg(long, default_value = "default")]
     pub from_inventory_namespace: String,
+    // Last: the connection flags it ends with bring their own heading.
+    #[command(flatten)]
+    pub source: SourceArgs,
 }
 
 /// `handover`: what `tether apply` applied becomes the Source's.

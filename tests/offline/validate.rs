@@ -404,7 +404,7 @@ fn an_encrypted_file_is_checked_for_structure_without_its_key() {
 
     // With the key, the values are checked as well, and nothing is left unchecked.
     let key = key_file.to_str().unwrap();
-    let out = tether_in(dir.path(), &["--age-key-file", key, "validate", "models"]);
+    let out = tether_in(dir.path(), &["validate", "models", "--age-key-file", key]);
     assert_eq!(out.status.code(), Some(0));
     assert_eq!(text(&out.stdout), "models: 6 models in 2 files: valid\n");
 
@@ -494,6 +494,6 @@ fn a_file_the_go_sops_encrypted_is_checked_without_its_key() {
     );
     never_shows_a_value(&stdout);
     let key = key_file.to_str().unwrap();
-    let out = tether_in(dir.path(), &["--age-key-file", key, "validate", "models"]);
+    let out = tether_in(dir.path(), &["validate", "models", "--age-key-file", key]);
     assert_eq!(text(&out.stdout), "models: 6 models in 2 files: valid\n");
 }
