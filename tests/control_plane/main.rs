@@ -12,3 +12,4 @@ mod demo;
 mod image;
 mod install;
 mod local_cluster;
+mod readme;
