@@ -138,6 +138,16 @@ fn the_demo_shows_every_step_and_stops_what_it_started() {
         "{text}"
     );
     assert!(step(&text, 11).contains("ms after the webhook"), "{text}");
+    let install = step(&text, 13);
+    for line in [
+        "✔ you may install tether",
+        "StatefulSet/tether-system/tether created",
+        &format!("✔ daemon {}: 2 of 2 replicas ready", env!("CARGO_PKG_VERSION")),
+        "all checks passed",
+        "└── ConfigMap/greeting (v1)",
+    ] {
+        assert!(install.contains(line), "{install}");
+    }
     assert!(step(&text, 12).contains("DriftCorrected"), "{text}");
 
     // Nothing is left running: the demo stopped the control plane it started.
