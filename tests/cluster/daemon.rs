@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::ConfigMap;
 
 use crate::harness::{Running, cluster, eventually, repo_root};
+use crate::operations::tether_plain;
 use crate::reconcile::{base, config_map, live_config_map, setup};
 
 pub use tether_testkit::remote::{GitDaemon, Remote, free_port, http};
@@ -1004,17 +1005,6 @@ async fn sigterm_in_the_middle_of_a_pass_exits_cleanly_and_the_next_leader_conve
     assert_eq!(recorded, OBJECTS, "{objects}");
 }
 
-/// `tether` against the shared control plane.
-fn tether_cli(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_tether"))
-        .args(args)
-        .arg("--kubeconfig")
-        .arg(cluster().kubeconfig())
-        .env("TETHER_COLOR", "never")
-        .output()
-        .unwrap()
-}
-
 /// The handover from `tether apply` to a Source: refused as another inventory's
 /// before, owned and updated by the Source after, with the objects another
 /// inventory took left alone and the CLI's inventory no longer able to touch what
@@ -1035,7 +1025,7 @@ async fn what_tether_apply_applied_is_handed_over_to_a_source_that_then_updates_
         "--inventory-name",
         "tether",
     ];
-    let applied = tether_cli(&[&["apply", dir.as_str()][..], &cli_inventory].concat());
+    let applied = tether_plain(&[&["apply", dir.as_str()][..], &cli_inventory].concat());
     assert_eq!(
         applied.status.code(),
         Some(0),
@@ -1051,7 +1041,7 @@ async fn what_tether_apply_applied_is_handed_over_to_a_source_that_then_updates_
     )
     .unwrap();
     let other_dir = other.path().display().to_string();
-    let taken = tether_cli(&[
+    let taken = tether_plain(&[
         "apply",
         &other_dir,
         "--inventory-namespace",
@@ -1087,7 +1077,7 @@ async fn what_tether_apply_applied_is_handed_over_to_a_source_that_then_updates_
         "refused before the handover"
     );
 
-    let handover = tether_cli(&[
+    let handover = tether_plain(&[
         "handover",
         "web",
         "-n",
@@ -1124,7 +1114,7 @@ async fn what_tether_apply_applied_is_handed_over_to_a_source_that_then_updates_
     );
 
     // The Source's next pass applies: no refusal, no conflict with the CLI's fields.
-    let reconcile = tether_cli(&["reconcile", "web", "-n", &ns, "--timeout", "30s"]);
+    let reconcile = tether_plain(&["reconcile", "web", "-n", &ns, "--timeout", "30s"]);
     assert_eq!(
         reconcile.status.code(),
         Some(0),
@@ -1153,7 +1143,7 @@ async fn what_tether_apply_applied_is_handed_over_to_a_source_that_then_updates_
     assert_eq!(taken.data.unwrap()["key"], "v2");
 
     // The CLI's inventory gave it away: applying it again is refused, not a fight.
-    let again = tether_cli(&[&["apply", dir.as_str()][..], &cli_inventory].concat());
+    let again = tether_plain(&[&["apply", dir.as_str()][..], &cli_inventory].concat());
     assert_eq!(again.status.code(), Some(2));
     assert!(
         String::from_utf8_lossy(&again.stdout).contains("another inventory"),
@@ -1162,7 +1152,7 @@ async fn what_tether_apply_applied_is_handed_over_to_a_source_that_then_updates_
     );
     assert_eq!(value_of(&client, &ns).await.as_deref(), Some("v2"));
     // Run again, the handover finds nothing left to give.
-    let rerun = tether_cli(&[
+    let rerun = tether_plain(&[
         "handover",
         "web",
         "-n",

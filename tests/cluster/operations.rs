@@ -39,7 +39,7 @@ fn checkout(text: &str) -> tempfile::TempDir {
 }
 
 /// tether without the inventory flag (commands that take none).
-fn tether_plain(args: &[&str]) -> Output {
+pub fn tether_plain(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tether"))
         .args(args)
         .arg("--kubeconfig")

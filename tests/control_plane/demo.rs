@@ -142,7 +142,10 @@ fn the_demo_shows_every_step_and_stops_what_it_started() {
     for line in [
         "✔ you may install tether",
         "StatefulSet/tether-system/tether created",
-        &format!("✔ daemon {}: 2 of 2 replicas ready", env!("CARGO_PKG_VERSION")),
+        &format!(
+            "✔ daemon {}: 2 of 2 replicas ready",
+            env!("CARGO_PKG_VERSION")
+        ),
         "all checks passed",
         "└── ConfigMap/greeting (v1)",
     ] {

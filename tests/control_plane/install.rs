@@ -27,6 +27,19 @@ impl Cli<'_> {
             .unwrap()
     }
 
+    /// tether's standard output; it must exit 0.
+    fn tether_ok(&self, args: &[&str]) -> String {
+        let out = self.tether(args);
+        let stdout = text(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "tether {args:?}: {stdout}{}",
+            text(&out.stderr)
+        );
+        stdout
+    }
+
     fn kubectl(&self, args: &[&str]) -> Output {
         Command::new(binaries().join("kubectl"))
             .arg("--kubeconfig")
@@ -141,14 +154,7 @@ fn install_check_tree_suspend_uninstall_and_kustomize_from_an_empty_cluster() {
     };
 
     // Before installing: the server is in the supported range, and we may install.
-    let pre = cli.tether(&["check", "--pre"]);
-    let pre_text = text(&pre.stdout);
-    assert_eq!(
-        pre.status.code(),
-        Some(0),
-        "{pre_text}{}",
-        text(&pre.stderr)
-    );
+    let pre_text = cli.tether_ok(&["check", "--pre"]);
     assert!(
         pre_text.contains("✔ Kubernetes 1.20 (supported: 1.20 to 1.33)"),
         "{pre_text}"
@@ -156,14 +162,7 @@ fn install_check_tree_suspend_uninstall_and_kustomize_from_an_empty_cluster() {
     assert!(pre_text.contains("✔ you may install tether"), "{pre_text}");
 
     // Install: every object created, the CRD established.
-    let first = cli.tether(&["install"]);
-    let first_text = text(&first.stdout);
-    assert_eq!(
-        first.status.code(),
-        Some(0),
-        "{first_text}{}",
-        text(&first.stderr)
-    );
+    let first_text = cli.tether_ok(&["install"]);
     for object in [
         "Namespace/tether-system created",
         "CustomResourceDefinition/sources.tether.dev created",
@@ -390,14 +389,7 @@ fn install_check_tree_suspend_uninstall_and_kustomize_from_an_empty_cluster() {
     drop(_daemon);
 
     // Uninstall removes the daemon and the CRD; the applied workload stays.
-    let uninstall = cli.tether(&["uninstall"]);
-    let uninstall_text = text(&uninstall.stdout);
-    assert_eq!(
-        uninstall.status.code(),
-        Some(0),
-        "{uninstall_text}{}",
-        text(&uninstall.stderr)
-    );
+    let uninstall_text = cli.tether_ok(&["uninstall"]);
     assert!(
         uninstall_text.contains("CustomResourceDefinition/sources.tether.dev deleted"),
         "{uninstall_text}"

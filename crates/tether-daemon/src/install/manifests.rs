@@ -258,9 +258,16 @@ fn stateful_set(options: &InstallOptions) -> Value {
 /// The daemon's pod, under the `restricted` Pod Security profile: non-root, read-only
 /// root filesystem, no capabilities, RuntimeDefault seccomp.
 fn pod_spec(image: &str) -> Value {
+    // Settings as the variables each flag also reads: the command line stays `run`.
     let env = json!([
         { "name": "POD_NAME", "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } } },
         { "name": "POD_NAMESPACE", "valueFrom": { "fieldRef": { "fieldPath": "metadata.namespace" } } },
+        { "name": "TETHER_SOURCES", "value": "true" },
+        { "name": "TETHER_LEADER_ELECT", "value": "true" },
+        { "name": "TETHER_LISTEN", "value": "0.0.0.0:8080" },
+        { "name": "TETHER_LOG_FORMAT", "value": "json" },
+        { "name": "TETHER_WEBHOOK_SECRET_FILE", "value": "/etc/tether/webhook/secret" },
+        { "name": "TETHER_SHUTDOWN_TIMEOUT", "value": "20s" },
         { "name": "TETHER_CACHE_DIR", "value": "/cache/repos" },
         { "name": "TETHER_STATE_DIR", "value": STATE_MOUNT },
         { "name": "HOME", "value": "/cache" },
@@ -275,11 +282,7 @@ fn pod_spec(image: &str) -> Value {
         "containers": [{
             "name": NAME,
             "image": image,
-            "args": [
-                "run", "--sources", "--leader-elect", "--listen=0.0.0.0:8080",
-                "--log-format=json", "--webhook-secret-file=/etc/tether/webhook/secret",
-                "--shutdown-timeout=20s",
-            ],
+            "args": ["run"],
             "env": env,
             "ports": [{ "name": "http", "containerPort": 8080, "protocol": "TCP" }],
             "readinessProbe": { "httpGet": { "path": "/readyz", "port": "http" }, "periodSeconds": 5 },
