@@ -153,3 +153,38 @@ fn a_kubernetes_version_that_is_not_major_minor_is_refused() {
     assert!(stdout.is_empty());
     assert!(stderr.contains("\"latest\" is not MAJOR.MINOR"), "{stderr}");
 }
+
+/// The placeholder older deploy/ files shipped is 32 bytes, past the length check: the
+/// daemon refuses it before it reads anything else, as it refuses a short one.
+#[test]
+fn the_old_templates_placeholder_webhook_secret_is_refused_before_anything_runs() {
+    for (secret, said) in [
+        (
+            "REPLACE-WITH-openssl-rand-hex-32\n",
+            "a template's placeholder",
+        ),
+        (
+            "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+            "repeats a few characters",
+        ),
+    ] {
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), secret).unwrap();
+        let path = file.path().display().to_string();
+        let (code, _, stderr) = tether(&[
+            "run",
+            "--sources",
+            "--webhook-secret-file",
+            &path,
+            "--kubeconfig",
+            "/nonexistent",
+        ]);
+        assert_eq!(code, 2, "{stderr}");
+        assert!(stderr.contains(said), "{stderr}");
+        assert!(stderr.contains("openssl rand -hex 32"), "{stderr}");
+        assert!(
+            !stderr.contains("kubeconfig"),
+            "refused before connecting: {stderr}"
+        );
+    }
+}
