@@ -1146,7 +1146,9 @@ async fn what_tether_apply_applied_is_handed_over_to_a_source_that_then_updates_
     let again = tether_plain(&[&["apply", dir.as_str()][..], &cli_inventory].concat());
     assert_eq!(again.status.code(), Some(2));
     assert!(
-        String::from_utf8_lossy(&again.stdout).contains("another inventory"),
+        String::from_utf8_lossy(&again.stdout).contains(&format!(
+            "ConfigMap {ns}/settings: owned by the tether inventory {ns}/web"
+        )),
         "{}",
         String::from_utf8_lossy(&again.stdout)
     );
