@@ -81,6 +81,15 @@ pub async fn handover(args: &HandoverArgs) -> miette::Result<ExitCode> {
     for entry in &handover.moved {
         writeln!(out, "{} handed over", describe(entry)).into_diagnostic()?;
     }
+    for entry in &handover.already_moved {
+        writeln!(
+            out,
+            "{} already the Source's: forgotten by {}",
+            describe(entry),
+            giver.display()
+        )
+        .into_diagnostic()?;
+    }
     for (entry, why) in &handover.left {
         let why = match why {
             Left::Gone => "not in the cluster any more: forgotten".to_string(),

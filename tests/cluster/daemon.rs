@@ -1162,5 +1162,7 @@ async fn what_tether_apply_applied_is_handed_over_to_a_source_that_then_updates_
         "--from-inventory-namespace",
         &ns,
     ]);
-    assert!(String::from_utf8_lossy(&rerun.stdout).contains("0 objects handed over"));
+    let rerun = String::from_utf8_lossy(&rerun.stdout).into_owned();
+    assert!(rerun.contains("0 objects handed over"), "{rerun}");
+    assert_eq!(value_of(&client, &ns).await.as_deref(), Some("v2"));
 }

@@ -32,6 +32,8 @@ pub enum Left {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Handover {
     pub moved: Vec<InventoryEntry>,
+    /// Moved by an earlier, interrupted handover: the giver only forgets them.
+    pub already_moved: Vec<InventoryEntry>,
     pub left: Vec<(InventoryEntry, Left)>,
 }
 
@@ -90,7 +92,7 @@ pub async fn hand_over(
         });
         match decide(label, giver, receiver) {
             Decision::Move => live.push((entry.clone(), object)),
-            Decision::AlreadyMoved => handover.moved.push(entry.clone()),
+            Decision::AlreadyMoved => handover.already_moved.push(entry.clone()),
             Decision::Leave(why) => handover.left.push((entry.clone(), why)),
         }
     }
@@ -118,6 +120,7 @@ pub async fn hand_over(
     let forgotten: BTreeSet<InventoryEntry> = handover
         .moved
         .iter()
+        .chain(&handover.already_moved)
         .cloned()
         .chain(
             handover

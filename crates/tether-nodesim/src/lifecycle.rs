@@ -22,9 +22,15 @@ pub enum Action {
 }
 
 pub fn now() -> String {
-    // RFC 3339 in UTC, with the time type k8s-openapi itself uses.
+    // RFC 3339 in UTC, with the time type k8s-openapi itself uses, cut to the second as
+    // the API server cuts creationTimestamp: rounded up, a pod that became Ready at
+    // .6 s looked Ready after an object created 0.3 s later.
+    use k8s_openapi::jiff::{RoundMode, TimestampRound, Unit};
+    let to_second = TimestampRound::new()
+        .smallest(Unit::Second)
+        .mode(RoundMode::Trunc);
     k8s_openapi::jiff::Timestamp::now()
-        .round(k8s_openapi::jiff::Unit::Second)
+        .round(to_second)
         .map_or_else(|_| String::new(), |t| t.to_string())
 }
 
