@@ -1077,20 +1077,23 @@ async fn what_tether_apply_applied_is_handed_over_to_a_source_that_then_updates_
         "refused before the handover"
     );
 
-    let handover = tether_plain(&[
-        "handover",
-        "web",
-        "-n",
-        &ns,
-        "--from-inventory-namespace",
-        &ns,
-    ]);
-    let out = String::from_utf8_lossy(&handover.stdout).into_owned();
+    let handover = || {
+        tether_plain(&[
+            "handover",
+            "web",
+            "-n",
+            &ns,
+            "--from-inventory-namespace",
+            &ns,
+        ])
+    };
+    let first = handover();
+    let out = String::from_utf8_lossy(&first.stdout).into_owned();
     assert_eq!(
-        handover.status.code(),
+        first.status.code(),
         Some(0),
         "{out}{}",
-        String::from_utf8_lossy(&handover.stderr)
+        String::from_utf8_lossy(&first.stderr)
     );
     assert!(
         out.contains(&format!("ConfigMap {ns}/settings handed over")),
@@ -1154,14 +1157,7 @@ async fn what_tether_apply_applied_is_handed_over_to_a_source_that_then_updates_
     );
     assert_eq!(value_of(&client, &ns).await.as_deref(), Some("v2"));
     // Run again, the handover finds nothing left to give.
-    let rerun = tether_plain(&[
-        "handover",
-        "web",
-        "-n",
-        &ns,
-        "--from-inventory-namespace",
-        &ns,
-    ]);
+    let rerun = handover();
     let rerun = String::from_utf8_lossy(&rerun.stdout).into_owned();
     assert!(rerun.contains("0 objects handed over"), "{rerun}");
     assert_eq!(value_of(&client, &ns).await.as_deref(), Some("v2"));

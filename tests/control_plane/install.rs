@@ -184,21 +184,22 @@ fn install_check_tree_suspend_uninstall_and_kustomize_from_an_empty_cluster() {
     ]);
     assert_eq!(established, "True");
     // The webhook secret is random, not a placeholder.
-    let secret = cli.kubectl_ok(&[
-        "get",
-        "secret",
-        "tether-webhook",
-        "-n",
-        NS,
-        "-o",
-        "jsonpath={.data.secret}",
-    ]);
+    let webhook_secret = || {
+        cli.kubectl_ok(&[
+            "get",
+            "secret",
+            "tether-webhook",
+            "-n",
+            NS,
+            "-o",
+            "jsonpath={.data.secret}",
+        ])
+    };
+    let secret = webhook_secret();
     assert_eq!(secret.len(), 88, "64 hex digits, base64-encoded: {secret}");
 
     // A second install changes nothing, and keeps the webhook secret.
-    let second = cli.tether(&["install"]);
-    let second_text = text(&second.stdout);
-    assert_eq!(second.status.code(), Some(0), "{second_text}");
+    let second_text = cli.tether_ok(&["install"]);
     assert!(
         second_text.contains("0 of 11 objects changed"),
         "{second_text}"
@@ -208,15 +209,7 @@ fn install_check_tree_suspend_uninstall_and_kustomize_from_an_empty_cluster() {
         "{second_text}"
     );
     assert_eq!(cli.installed(), installed, "a second install wrote");
-    let again = cli.kubectl_ok(&[
-        "get",
-        "secret",
-        "tether-webhook",
-        "-n",
-        NS,
-        "-o",
-        "jsonpath={.data.secret}",
-    ]);
+    let again = webhook_secret();
     assert_eq!(again, secret);
 
     // The RBAC grants no wildcard, nor anything over the cluster's own RBAC.
@@ -336,6 +329,8 @@ fn install_check_tree_suspend_uninstall_and_kustomize_from_an_empty_cluster() {
     );
     assert!(tree.contains("└── ConfigMap/settings (v1)"), "{tree}");
 
+    let source_field =
+        |jsonpath: &str| cli.kubectl_ok(&["get", "source", "shop", "-n", NS, "-o", jsonpath]);
     // suspend and resume set spec.suspend; the daemon says so in the status.
     let suspend = cli.tether(&["suspend", "shop", "-n", NS]);
     assert_eq!(
@@ -353,32 +348,10 @@ fn install_check_tree_suspend_uninstall_and_kustomize_from_an_empty_cluster() {
             "jsonpath={.status.conditions[?(@.type==\"Ready\")].reason}",
         ]) == "Suspended"
     });
-    assert_eq!(
-        cli.kubectl_ok(&[
-            "get",
-            "source",
-            "shop",
-            "-n",
-            NS,
-            "-o",
-            "jsonpath={.spec.suspend}"
-        ]),
-        "true"
-    );
+    assert_eq!(source_field("jsonpath={.spec.suspend}"), "true");
     let resume = cli.tether(&["resume", "shop", "-n", NS]);
     assert_eq!(text(&resume.stdout), "Source tether-system/shop resumed\n");
-    assert_eq!(
-        cli.kubectl_ok(&[
-            "get",
-            "source",
-            "shop",
-            "-n",
-            NS,
-            "-o",
-            "jsonpath={.spec.suspend}"
-        ]),
-        "false"
-    );
+    assert_eq!(source_field("jsonpath={.spec.suspend}"), "false");
     let missing = cli.tether(&["suspend", "nothing", "-n", NS]);
     assert_eq!(missing.status.code(), Some(2));
     assert!(
