@@ -10,7 +10,7 @@ use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec, SubjectAccessReview,
     SubjectAccessReviewSpec,
 };
-use k8s_openapi::api::core::v1::{Endpoints, Secret};
+use k8s_openapi::api::core::v1::{Endpoints, PersistentVolumeClaim, Secret};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
@@ -169,6 +169,9 @@ pub struct DaemonState {
     pub image: Option<String>,
     pub replicas: i32,
     pub ready: i32,
+    /// The replicas' state volumes that no PersistentVolume holds yet (a cluster
+    /// without a default StorageClass leaves them Pending, and the pods with them).
+    pub unbound_claims: Vec<String>,
 }
 
 /// The daemon's state, when it is installed in `namespace`.
@@ -190,7 +193,20 @@ pub async fn daemon_state(
         .and_then(|s| s.template.spec.as_ref())
         .and_then(|p| p.containers.first())
         .and_then(|c| c.image.clone());
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
+    let listed = claims
+        .list(&ListParams::default())
+        .await
+        .map_err(request(format!("list the volume claims of {namespace}")))?;
+    let unbound_claims = listed
+        .items
+        .iter()
+        .filter(|c| c.name_any().starts_with(&format!("state-{NAME}-")))
+        .filter(|c| c.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Bound"))
+        .map(ResourceExt::name_any)
+        .collect();
     Ok(Some(DaemonState {
+        unbound_claims,
         version: set.labels().get("app.kubernetes.io/version").cloned(),
         image,
         replicas: set.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1),
@@ -212,6 +228,15 @@ pub fn judge_daemon(namespace: &str, state: Option<&DaemonState>, client_version
         "daemon {version}: {} of {} replicas ready",
         state.ready, state.replicas
     );
+    if state.ready < 1 && !state.unbound_claims.is_empty() {
+        return Finding::fail(
+            format!(
+                "{text}: volume claims not bound ({})",
+                state.unbound_claims.join(", ")
+            ),
+            "does the cluster have a default StorageClass (kubectl get storageclass)? If not, delete the claims and install again naming a class (tether install --help)".to_string(),
+        );
+    }
     if state.ready < 1 {
         return Finding::fail(
             text,
@@ -422,6 +447,7 @@ mod tests {
             image: None,
             replicas: 2,
             ready,
+            unbound_claims: Vec::new(),
         };
         assert_eq!(judge_daemon("t", None, "0.1.0").verdict, Verdict::Fail);
         assert_eq!(
@@ -432,6 +458,18 @@ mod tests {
             judge_daemon("t", Some(&state(2, "0.0.9")), "0.1.0").verdict,
             Verdict::Warn
         );
+        let mut pending = state(0, "0.1.0");
+        pending.unbound_claims = vec!["state-tether-0".into()];
+        let unbound = judge_daemon("t", Some(&pending), "0.1.0");
+        assert_eq!(unbound.verdict, Verdict::Fail);
+        assert!(
+            unbound
+                .text
+                .ends_with("volume claims not bound (state-tether-0)"),
+            "{}",
+            unbound.text
+        );
+        assert!(unbound.hint.unwrap().contains("default StorageClass"));
         let ok = judge_daemon("t", Some(&state(1, "0.1.0")), "0.1.0");
         assert_eq!(ok.verdict, Verdict::Pass);
         assert_eq!(ok.text, "daemon 0.1.0: 1 of 2 replicas ready");
