@@ -4,7 +4,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use miette::IntoDiagnostic;
-use serde_json::Value;
+use tether_core::render::yaml_stream;
 use tether_daemon::install::{
     self, InstallOptions, NEWEST_SUPPORTED, ServerVersion, Support, manifests,
 };
@@ -67,20 +67,10 @@ fn options(args: &InstallArgs, server: ServerVersion) -> InstallOptions {
     options
 }
 
-/// The objects as a YAML stream.
-pub fn to_yaml(objects: &[Value]) -> miette::Result<String> {
-    let mut text = String::new();
-    for object in objects {
-        text.push_str("---\n");
-        text.push_str(&serde_saphyr::to_string(object).into_diagnostic()?);
-    }
-    Ok(text)
-}
-
 pub async fn install(args: &InstallArgs) -> miette::Result<ExitCode> {
     if args.export {
         let server = args.kubernetes_version.unwrap_or(NEWEST_SUPPORTED);
-        let text = to_yaml(&manifests(&options(args, server)))?;
+        let text = yaml_stream(&manifests(&options(args, server))).into_diagnostic()?;
         std::io::stdout()
             .lock()
             .write_all(text.as_bytes())

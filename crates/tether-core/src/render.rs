@@ -802,10 +802,17 @@ fn annotate_description(metadata: &mut ObjectMeta, description: Option<&Text>) {
 /// The objects as multi-document YAML, for `kubectl apply -f -`. Strings that YAML 1.1
 /// would read as another type (`"on"`, `"0755"`) are quoted.
 pub fn to_yaml(objects: &[RenderedObject]) -> Result<String, serde_saphyr::SerializeError> {
+    yaml_stream(objects.iter().map(|o| &o.body))
+}
+
+/// Objects as a multi-document YAML stream, each document opened by `---`.
+pub fn yaml_stream<'a>(
+    objects: impl IntoIterator<Item = &'a serde_json::Value>,
+) -> Result<String, serde_saphyr::SerializeError> {
     let mut text = String::new();
     for object in objects {
         text.push_str("---\n");
-        text.push_str(&serde_saphyr::to_string(&object.body)?);
+        text.push_str(&serde_saphyr::to_string(object)?);
     }
     Ok(text)
 }

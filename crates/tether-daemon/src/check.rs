@@ -3,7 +3,7 @@
 //! [`Finding`]. RBAC is asked as `kubectl auth can-i` asks it: an access review the
 //! server answers from its own rules.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::authorization::v1::{
@@ -20,7 +20,7 @@ use tether_engine::cluster::{Resources, read_inventory};
 use crate::crd::Source;
 use crate::install::manifests::{NAME, WEBHOOK_SECRET};
 use crate::install::{
-    InstallError, NEWEST_SUPPORTED, OLDEST_SUPPORTED, ServerVersion, Support, established,
+    InstallError, NEWEST_SUPPORTED, OLDEST_SUPPORTED, ServerVersion, Support, established, request,
     server_version,
 };
 use crate::webhook::judge_secret;
@@ -58,10 +58,6 @@ impl Finding {
             hint: Some(hint.into()),
         }
     }
-}
-
-fn request(action: String) -> impl FnOnce(kube::Error) -> InstallError {
-    move |source| InstallError::Request { action, source }
 }
 
 /// The server's version against the supported range.
@@ -362,39 +358,59 @@ async fn source_identities(client: &Client, namespace: &str) -> Result<Vec<Findi
         .list(&ListParams::default())
         .await
         .map_err(request("list the Sources".into()))?;
-    let identity = format!("system:serviceaccount:{namespace}:{NAME}");
-    let mut findings = Vec::new();
+    let mut inventories = Vec::new();
     for source in listed.items {
-        let ns = source.namespace().unwrap_or_default();
-        let name = source.name_any();
-        let inventory = source.spec.inventory_of(&ns, &name);
-        let record = read_inventory(client, &inventory).await?;
+        let (ns, name) = (source.namespace().unwrap_or_default(), source.name_any());
+        let record = read_inventory(client, &source.spec.inventory_of(&ns, &name)).await?;
         let kinds: BTreeSet<(String, String)> = record
             .entries
             .keys()
             .map(|e| (e.api_version.clone(), e.kind.clone()))
             .collect();
-        let resources = Resources::discover(client, &kinds).await?;
+        inventories.push((format!("{ns}/{name}"), kinds));
+    }
+    // One discovery for every Source's kinds, and each question asked once: the
+    // Sources share the daemon's identity.
+    let every_kind = inventories
+        .iter()
+        .flat_map(|(_, kinds)| kinds.clone())
+        .collect();
+    let resources = Resources::discover(client, &every_kind).await?;
+    let identity = format!("system:serviceaccount:{namespace}:{NAME}");
+    let mut answers: BTreeMap<(String, String, &str), bool> = BTreeMap::new();
+    let mut findings = Vec::new();
+    for (source, kinds) in inventories {
         let mut needs: BTreeSet<(String, String)> =
             BTreeSet::from([("tether.dev".into(), "sources/status".into())]);
-        for (_, _, resource) in resources.served() {
-            needs.insert((resource.group.clone(), resource.plural.clone()));
+        for (api_version, kind, resource) in resources.served() {
+            if kinds.contains(&(api_version.to_string(), kind.to_string())) {
+                needs.insert((resource.group.clone(), resource.plural.clone()));
+            }
         }
         let mut denied = Vec::new();
         for (group, resource) in &needs {
-            let verbs: &[&str] = if resource == "sources/status" {
+            let verbs: &[&'static str] = if resource == "sources/status" {
                 &["patch"]
             } else {
                 &APPLY_VERBS
             };
             for verb in verbs {
-                if !may(client, &identity, group, resource, verb).await? {
+                let key = (group.clone(), resource.clone(), *verb);
+                let allowed = match answers.get(&key) {
+                    Some(allowed) => *allowed,
+                    None => {
+                        let allowed = may(client, &identity, group, resource, verb).await?;
+                        answers.insert(key, allowed);
+                        allowed
+                    }
+                };
+                if !allowed {
                     denied.push(format!("{verb} {resource}"));
                 }
             }
         }
         findings.push(judge_permissions(
-            &format!("Source {ns}/{name}: {identity} may apply its {} kinds", needs.len() - 1),
+            &format!("Source {source}: {identity} may apply its {} kinds", needs.len() - 1),
             &denied,
             "add the rules to the ClusterRole tether (a KubernetesResourceInstance may name kinds install does not grant)",
         ));

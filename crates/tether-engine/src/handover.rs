@@ -90,10 +90,12 @@ pub async fn hand_over(
                 .and_then(|l| l.get(PART_OF_LABEL))
                 .map(String::as_str)
         });
-        match decide(label, giver, receiver) {
-            Decision::Move => live.push((entry.clone(), object)),
-            Decision::AlreadyMoved => handover.already_moved.push(entry.clone()),
-            Decision::Leave(why) => handover.left.push((entry.clone(), why)),
+        match (decide(label, giver, receiver), object) {
+            (Decision::Move, Some(object)) => live.push((entry.clone(), object)),
+            (Decision::AlreadyMoved, _) => handover.already_moved.push(entry.clone()),
+            (Decision::Leave(why), _) => handover.left.push((entry.clone(), why)),
+            // `decide` moves only an object it was shown.
+            (Decision::Move, None) => handover.left.push((entry.clone(), Left::Gone)),
         }
     }
     // 1. The receiver records them, with their provenance (created or adopted).
@@ -105,7 +107,6 @@ pub async fn hand_over(
     .await?;
     // 2. Each object becomes the receiver's.
     for (entry, object) in live {
-        let Some(object) = object else { continue };
         let api = resources.api(&entry.api_version, &entry.kind, entry.namespace.as_deref())?;
         let patch = relabel_patch(&object, giver, receiver);
         api.patch(&entry.name, &PatchParams::default(), &Patch::Merge(&patch))

@@ -105,7 +105,7 @@ pub enum InstallError {
     Random(#[source] getrandom::Error),
 }
 
-fn request(action: String) -> impl FnOnce(kube::Error) -> InstallError {
+pub(crate) fn request(action: String) -> impl FnOnce(kube::Error) -> InstallError {
     move |source| InstallError::Request { action, source }
 }
 
@@ -284,9 +284,17 @@ async fn ensure_webhook_secret(
         let secret: Secret =
             serde_json::from_value(manifests::webhook_secret(namespace, random_secret))
                 .map_err(InstallError::Secret)?;
-        api.create(&PostParams::default(), &secret)
-            .await
-            .map_err(request(format!("create {object}")))?;
+        match api.create(&PostParams::default(), &secret).await {
+            Ok(_) => {}
+            // Another install running at the same time made it first: its secret stays.
+            Err(kube::Error::Api(status)) if status.reason == "AlreadyExists" => {
+                return Ok(Applied {
+                    object,
+                    outcome: Outcome::Unchanged,
+                });
+            }
+            Err(e) => return Err(request(format!("create {object}"))(e)),
+        }
     }
     Ok(Applied {
         object,
@@ -322,8 +330,12 @@ pub async fn uninstall(client: &Client, namespace: &str) -> Result<Removal, Inst
     options.namespace = namespace.to_string();
     let mut objects = manifests(&options);
     objects.push(manifests::webhook_secret(namespace, ""));
-    let resources = Resources::discover(client, &kinds_of(&objects)).await?;
-    let foreign = foreign_objects(client, namespace).await?;
+    let mut kinds = kinds_of(&objects);
+    kinds.extend(
+        NAMESPACE_CONTENTS.map(|(api_version, kind)| (api_version.to_string(), kind.to_string())),
+    );
+    let resources = Resources::discover(client, &kinds).await?;
+    let foreign = foreign_objects(&resources, namespace).await?;
     let mut removal = Removal::default();
     // The reverse of the apply order: the daemon stops before its rights go.
     for object in objects.iter().rev() {
@@ -357,28 +369,21 @@ pub async fn uninstall(client: &Client, namespace: &str) -> Result<Removal, Inst
 
 /// Objects in the namespace that install did not make and Kubernetes did not make
 /// for it: a namespace holding them is not tether's to delete.
-async fn foreign_objects(client: &Client, namespace: &str) -> Result<Vec<String>, InstallError> {
+async fn foreign_objects(
+    resources: &Resources,
+    namespace: &str,
+) -> Result<Vec<String>, InstallError> {
     let mut foreign = Vec::new();
-    let ours = ListParams::default();
-    for (api_version, kind, plural) in NAMESPACE_CONTENTS {
-        let resource = kube::discovery::ApiResource::from_gvk_with_plural(
-            &kube::core::GroupVersionKind::gvk(
-                tether_core::k8s::api_group(api_version),
-                api_version.rsplit('/').next().unwrap_or(api_version),
-                kind,
-            ),
-            plural,
-        );
-        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
-        let listed = match api.list_metadata(&ours).await {
-            Ok(list) => list.items,
-            Err(kube::Error::Api(status)) if status.code == 404 => continue,
-            Err(e) => return Err(request(format!("list the {plural} of {namespace}"))(e)),
-        };
-        for item in listed {
-            let labels = item.metadata.labels.clone().unwrap_or_default();
+    for (api_version, kind) in NAMESPACE_CONTENTS {
+        let api = resources.api(api_version, kind, Some(namespace))?;
+        let listed = api
+            .list_metadata(&ListParams::default())
+            .await
+            .map_err(request(format!("list the {kind}s of {namespace}")))?;
+        for item in listed.items {
             let name = item.metadata.name.clone().unwrap_or_default();
-            let annotations = item.metadata.annotations.clone().unwrap_or_default();
+            let labels = item.metadata.labels.unwrap_or_default();
+            let annotations = item.metadata.annotations.unwrap_or_default();
             if !made_for_the_namespace(kind, &name, &labels, &annotations) {
                 foreign.push(format!("{kind}/{name}"));
             }
@@ -389,12 +394,12 @@ async fn foreign_objects(client: &Client, namespace: &str) -> Result<Vec<String>
 
 /// The kinds a user puts in a namespace that uninstall looks for (Sources go with
 /// their CRD; their inventories, ConfigMaps, stay, and keep the namespace).
-const NAMESPACE_CONTENTS: [(&str, &str, &str); 5] = [
-    ("v1", "ConfigMap", "configmaps"),
-    ("v1", "Secret", "secrets"),
-    ("v1", "Service", "services"),
-    ("apps/v1", "Deployment", "deployments"),
-    ("apps/v1", "StatefulSet", "statefulsets"),
+const NAMESPACE_CONTENTS: [(&str, &str); 5] = [
+    ("v1", "ConfigMap"),
+    ("v1", "Secret"),
+    ("v1", "Service"),
+    ("apps/v1", "Deployment"),
+    ("apps/v1", "StatefulSet"),
 ];
 
 /// Whether an object in the daemon's namespace is install's or Kubernetes' own.
