@@ -428,4 +428,53 @@ fn install_check_tree_suspend_uninstall_and_kustomize_from_an_empty_cluster() {
         "{weak_text}"
     );
     assert!(!weak_text.contains("all checks passed"));
+
+    // Two installs at once (two terminals, a CI job beside a person): both succeed,
+    // and one random secret replaces the deleted placeholder.
+    cli.kubectl_ok(&["-n", NS, "delete", "secret", "tether-webhook"]);
+    let racing: Vec<Child> = (0..2)
+        .map(|_| {
+            Command::new(env!("CARGO_BIN_EXE_tether"))
+                .arg("install")
+                .env("KUBECONFIG", cli.kubeconfig)
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in racing {
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+    }
+    assert_eq!(webhook_secret().len(), 88);
+    cli.tether_ok(&["check"]);
+
+    // Git credentials made with kubectl, as README says, keep the namespace too.
+    cli.kubectl_ok(&[
+        "-n",
+        NS,
+        "create",
+        "secret",
+        "generic",
+        "git-credentials",
+        "--from-literal=username=x-access-token",
+        "--from-literal=token=t0k3n",
+    ]);
+    let again = cli.tether_ok(&["uninstall"]);
+    assert!(
+        again.contains("(ConfigMap/shop, Secret/git-credentials)"),
+        "{again}"
+    );
+    assert!(!again.contains("t0k3n"), "{again}");
+    assert!(
+        cli.kubectl(&["get", "secret", "git-credentials", "-n", NS])
+            .status
+            .success()
+    );
 }
