@@ -173,6 +173,7 @@ async fn run(
             prune: false,
             allow_empty: false,
             drift: Default::default(),
+            rewrites: Default::default(),
             suspend: false,
             inventory: None,
             secret_ref: None,

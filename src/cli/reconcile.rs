@@ -140,6 +140,8 @@ pub async fn apply(global: &GlobalArgs, args: &ApplyArgs) -> miette::Result<Exit
             // A one-shot apply shows drift as a conflict for its user to decide.
             correct_drift: false,
             wave_timeout: Some(args.timeout),
+            // Runs to its end: Ctrl-C ends the process (the inventory was recorded first).
+            stop: Default::default(),
         },
         dry_run: args.dry_run,
         wait: args.wait,

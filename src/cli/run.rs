@@ -131,8 +131,10 @@ async fn run_one(
         reference: args.source.reference.clone(),
     };
     let graphical = report::use_graphics(global.color, std::io::stderr().is_terminal());
-    let span = tracing::info_span!("source", source = %id, revision = tracing::field::Empty);
+    let span = tracing::info_span!("source", source = %id);
     let printed = |outcome: &Result<PassOutcome, PassError>| match outcome {
+        // A pass that found nothing to do has nothing to say.
+        Ok(pass) if pass.quiet => {}
         Ok(pass) => {
             let at = pass.revision.as_deref().unwrap_or("the working tree");
             print!("applied {at}: {}", report_text(&pass.report));

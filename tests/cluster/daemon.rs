@@ -32,12 +32,17 @@ impl Daemon {
 
     /// A daemon whose log, at `level`, goes to `log`.
     pub fn start_logging(args: &[&str], level: &str, log: Stdio) -> Daemon {
+        Daemon::start_with_log(args, "json", level, log)
+    }
+
+    /// A daemon whose log, in `format` (json or text) at `level`, goes to `log`.
+    pub fn start_with_log(args: &[&str], format: &str, level: &str, log: Stdio) -> Daemon {
         let port = free_port();
         let secret = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(secret.path(), format!("{SECRET}\n")).unwrap();
         let cache = tempfile::tempdir().unwrap().keep();
         let child = Command::new(env!("CARGO_BIN_EXE_tether"))
-            .args(["run", "--log-format", "json", "--log-level", level])
+            .args(["run", "--log-format", format, "--log-level", level])
             .args(args)
             .arg(format!("--listen=127.0.0.1:{port}"))
             .arg("--webhook-secret-file")
@@ -123,7 +128,7 @@ pub fn push_hook(
 
 /// kubectl (the control plane's own build); its output, success or not.
 /// kubectl's standard output; it must succeed.
-fn kubectl_ok(args: &[&str]) -> String {
+pub fn kubectl_ok(args: &[&str]) -> String {
     String::from_utf8(crate::discover::kubectl(args).stdout).unwrap()
 }
 
@@ -164,7 +169,7 @@ pub fn status(namespace: &str, name: &str) -> serde_json::Value {
     source["status"].clone()
 }
 
-fn condition(status: &serde_json::Value, type_: &str) -> Option<(String, String)> {
+pub fn condition(status: &serde_json::Value, type_: &str) -> Option<(String, String)> {
     status["conditions"].as_array()?.iter().find_map(|c| {
         (c["type"] == type_).then(|| {
             (
@@ -189,7 +194,7 @@ fn edit_by_hand(namespace: &str, value: &str) {
     ]);
 }
 
-async fn value_of(client: &kube::Client, namespace: &str) -> Option<String> {
+pub async fn value_of(client: &kube::Client, namespace: &str) -> Option<String> {
     live_config_map(client, namespace, "settings")
         .await
         .and_then(|c| c.data)
@@ -216,12 +221,8 @@ pub fn lists_since(offset: u64, inventory: &tether_core::ownership::Inventory) -
 }
 
 fn audited_since(offset: u64, wanted: impl Fn(&serde_json::Value) -> bool) -> Vec<String> {
-    let log = cluster().state_dir().join("logs/audit.log");
-    let text = std::fs::read(&log).unwrap_or_default();
-    let start = usize::try_from(offset).unwrap().min(text.len());
-    String::from_utf8_lossy(&text[start..])
-        .lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+    audit_entries_since(offset)
+        .into_iter()
         .filter(|entry| wanted(entry))
         .map(|entry| {
             format!(
@@ -232,6 +233,17 @@ fn audited_since(offset: u64, wanted: impl Fn(&serde_json::Value) -> bool) -> Ve
                 entry["requestURI"].as_str().unwrap_or_default()
             )
         })
+        .collect()
+}
+
+/// The API server's audit entries (one per request) since `offset` (bytes of the log).
+pub fn audit_entries_since(offset: u64) -> Vec<serde_json::Value> {
+    let log = cluster().state_dir().join("logs/audit.log");
+    let text = std::fs::read(&log).unwrap_or_default();
+    let start = usize::try_from(offset).unwrap().min(text.len());
+    String::from_utf8_lossy(&text[start..])
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
         .collect()
 }
 
@@ -259,11 +271,11 @@ fn replica(ns: &str, extra: &[&str]) -> Daemon {
 /// What most tests start from: a namespace, a remote whose models hold the ConfigMap
 /// `settings` at v1, a daemon running the namespace's Sources, and the Source `web`
 /// (its spec ends with `extra`) applied.
-struct Fixture {
-    client: kube::Client,
-    ns: String,
-    remote: Remote,
-    daemon: Daemon,
+pub struct Fixture {
+    pub client: kube::Client,
+    pub ns: String,
+    pub remote: Remote,
+    pub daemon: Daemon,
 }
 
 /// Applies the Source `web` of `url` and waits until its ConfigMap is at v1.
@@ -275,7 +287,7 @@ async fn apply_web_source(client: &kube::Client, ns: &str, url: &str, extra: &st
     .await;
 }
 
-async fn web_source_at_v1(test: &str, extra: &str) -> Fixture {
+pub async fn web_source_at_v1(test: &str, extra: &str) -> Fixture {
     install_crd();
     let (client, ns, _) = setup(test).await;
     let remote = Remote::new(&[

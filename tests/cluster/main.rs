@@ -10,6 +10,7 @@ mod discover;
 mod events;
 mod fidelity;
 mod harness;
+mod lifetime;
 mod nodes;
 mod nodesim;
 mod operations;

@@ -9,9 +9,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::core::v1::Secret;
+use kube::Resource;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::WatchStreamExt;
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, ResourceExt};
@@ -23,12 +26,13 @@ use tracing::Instrument;
 
 use super::Shared;
 use super::crd::{
-    DiscoverySpec, RECONCILE_REQUESTED_ANNOTATION, Source, SourceSpec, SourceStatus, revision_name,
+    DiscoverySpec, HistoryRewrite, RECONCILE_REQUESTED_ANNOTATION, Source, SourceSpec,
+    SourceStatus, commit_of_revision, revision_name,
 };
 use super::discovery::DiscoveryTarget;
 use super::keys::DecryptionSecret;
 use super::leader::{self, Election};
-use super::runner::{Origin, PassError, PassOutcome, SourceLoop, StatusSink, Trigger};
+use super::runner::{Origin, PassError, PassOutcome, Rewrite, SourceLoop, StatusSink, Trigger};
 use super::status::{PassResult, next_status, worth_writing};
 use super::webhook::Push;
 use tether_engine::cluster::Target;
@@ -54,8 +58,20 @@ struct Running {
     /// The reconcile request last passed on.
     requested: Option<String>,
     trigger: mpsc::Sender<Trigger>,
+    /// Stops the loop: a pass in progress may finish within the shutdown timeout.
     stop: CancellationToken,
+    /// Stops a pass in progress between objects: the Source was deleted or changed,
+    /// so the pass no longer does what anyone asks.
+    stop_pass: CancellationToken,
     task: JoinHandle<()>,
+}
+
+impl Running {
+    /// The Source was deleted or changed: the loop and its pass stop at once.
+    fn abandon(&self) {
+        self.stop_pass.cancel();
+        self.stop.cancel();
+    }
 }
 
 /// Passes a webhook's push to the Sources it concerns through their annotation, for
@@ -170,9 +186,13 @@ impl Controller {
                         self.sync(&source, &mut running);
                     }
                     Some(Ok(Event::Delete(source))) => {
-                        if let Some(stopped) = running.remove(&id_of(&source)) {
-                            self.stop(vec![stopped]).await;
+                        let id = id_of(&source);
+                        if let Some(deleted) = running.remove(&id) {
+                            tracing::info!(source = %id, "the Source was deleted: its loop stops (its objects stay)");
+                            deleted.abandon();
+                            self.stop(vec![deleted]).await;
                         }
+                        self.shared.metrics.forget(&id);
                     }
                     Some(Ok(_)) => {}
                     Some(Err(error)) => tracing::warn!(%error, "the Source watch failed; retrying"),
@@ -202,8 +222,14 @@ impl Controller {
             .filter(|id| !sources.iter().any(|s| id_of(s) == **id))
             .cloned()
             .collect();
-        let stopped = gone.iter().filter_map(|id| running.remove(id)).collect();
-        self.stop(stopped).await;
+        let deleted: Vec<Running> = gone.iter().filter_map(|id| running.remove(id)).collect();
+        for running in &deleted {
+            running.abandon();
+        }
+        self.stop(deleted).await;
+        for id in &gone {
+            self.shared.metrics.forget(id);
+        }
         for source in sources {
             self.sync(&source, running);
         }
@@ -216,37 +242,53 @@ impl Controller {
             .annotations()
             .get(RECONCILE_REQUESTED_ANNOTATION)
             .cloned();
-        if let Some(current) = running.get_mut(&id) {
-            if current.spec == source.spec && current.generation == source.metadata.generation {
-                if requested.is_some() && requested != current.requested {
-                    current.requested.clone_from(&requested);
-                    if let Some(value) = requested {
-                        let _ = current.trigger.try_send(Trigger::Requested(value));
-                    }
+        if let Some(current) = running.get_mut(&id)
+            && current.spec == source.spec
+            && current.generation == source.metadata.generation
+        {
+            if requested.is_some() && requested != current.requested {
+                current.requested.clone_from(&requested);
+                if let Some(value) = requested {
+                    let _ = current.trigger.try_send(Trigger::Requested(value));
                 }
-                return;
             }
-            if let Some(old) = running.remove(&id) {
-                // The old loop stops on its own; the new one does not wait for it.
-                old.stop.cancel();
-            }
+            return;
         }
+        // A changed spec (suspended, say) stops the old loop's pass between objects;
+        // the new loop starts once the old one is done, so that the two never write
+        // side by side.
+        let previous = running.remove(&id).map(|old| {
+            old.abandon();
+            old.task
+        });
         let stop = CancellationToken::new();
+        let stop_pass = CancellationToken::new();
         // One pending trigger is enough: a pass reads the whole source.
         let (trigger, triggers) = mpsc::channel(1);
+        let run = run_source(
+            self.client.clone(),
+            source.clone(),
+            self.directories.clone(),
+            self.shared.clone(),
+            self.shutdown_timeout,
+            Stops {
+                loop_: stop.clone(),
+                pass: stop_pass.clone(),
+            },
+            (trigger.clone(), triggers),
+        );
+        let wait_at_most = self.shutdown_timeout + Duration::from_secs(1);
         let task = tokio::spawn(
-            run_source(
-                self.client.clone(),
-                source.clone(),
-                self.directories.clone(),
-                self.shared.clone(),
-                self.shutdown_timeout,
-                stop.clone(),
-                (trigger.clone(), triggers),
-            )
-            .instrument(
-                tracing::info_span!("source", source = %id, revision = tracing::field::Empty),
-            ),
+            async move {
+                if let Some(previous) = previous {
+                    // It stops between objects: a moment.
+                    let _ = tokio::time::timeout(wait_at_most, previous).await;
+                }
+                run.await;
+            }
+            // The span's fields are set here, once: a field recorded on this long-lived
+            // span would be kept and logged once per pass (a pass has its own span).
+            .instrument(tracing::info_span!("source", source = %id)),
         );
         let started = Running {
             spec: source.spec.clone(),
@@ -254,6 +296,7 @@ impl Controller {
             requested,
             trigger,
             stop,
+            stop_pass,
             task,
         };
         running.insert(id, started);
@@ -294,26 +337,29 @@ fn id_of(source: &Source) -> String {
     )
 }
 
-/// One Source's loop, until `stop`.
+/// What stops one Source's loop.
+struct Stops {
+    /// The loop (a pass in progress may finish within the shutdown timeout).
+    loop_: CancellationToken,
+    /// The pass in progress, between objects.
+    pass: CancellationToken,
+}
+
+/// One Source's loop, until `stops.loop_`.
 async fn run_source(
     client: Client,
     source: Source,
     directories: Directories,
     shared: Arc<Shared>,
     shutdown_timeout: Duration,
-    stop: CancellationToken,
+    stops: Stops,
     triggers: (mpsc::Sender<Trigger>, mpsc::Receiver<Trigger>),
 ) {
+    let stop = stops.loop_;
     let id = id_of(&source);
     let namespace = source.namespace().unwrap_or_default();
     let name = source.name_any();
-    let mut status = SourceStatusWriter {
-        api: Api::namespaced(client.clone(), &namespace),
-        name: name.clone(),
-        reference: source.spec.reference.clone(),
-        generation: source.metadata.generation,
-        status: source.status.clone().unwrap_or_default(),
-    };
+    let mut status = SourceStatusWriter::new(&client, &source);
     if source.spec.suspend {
         status.record(&PassResult::Suspended, None).await;
         return;
@@ -355,7 +401,11 @@ async fn run_source(
         status,
     )
     .with_triggers(triggers)
-    .with_drift_policy(settings.drift);
+    .with_drift_policy(settings.drift)
+    .with_rewrite_policy(settings.rewrites)
+    .with_last_applied(applied_before(&source))
+    .with_recorded_rewrite(rewrite_recorded(&source))
+    .with_pass_stop(stops.pass);
     if let Some(decryption) = &source.spec.decryption {
         let secret = DecryptionSecret::new(client.clone(), &namespace, &decryption.secret_ref.name);
         work = work.with_decryption(secret);
@@ -382,6 +432,23 @@ async fn run_source(
     if let Some(discovery) = discovery {
         let _ = discovery.await;
     }
+}
+
+/// The commit the Source's status says was applied last, if it was applied from the
+/// ref the Source names now.
+fn applied_before(source: &Source) -> Option<String> {
+    let revision = source.status.as_ref()?.last_applied_revision.as_deref()?;
+    commit_of_revision(revision, source.spec.reference.as_deref()).map(str::to_string)
+}
+
+/// The rewrite the Source's status records, if of the ref the Source names now.
+fn rewrite_recorded(source: &Source) -> Option<Rewrite> {
+    let recorded = source.status.as_ref()?.last_history_rewrite.as_ref()?;
+    let reference = source.spec.reference.as_deref();
+    Some(Rewrite {
+        from: commit_of_revision(&recorded.from, reference)?.to_string(),
+        to: commit_of_revision(&recorded.to, reference)?.to_string(),
+    })
 }
 
 /// How often a Source's unreadable credentials Secret is read again.
@@ -416,21 +483,37 @@ async fn wait_for_credentials(
     }
 }
 
-/// A pass's outcome in the log (the source and revision are the span's).
+/// A pass's outcome in the log (the source is the span's). A quiet pass, which read
+/// and changed nothing, is a debug line: at info, the log grows with what happens,
+/// not with time.
 fn log_pass(outcome: &Result<PassOutcome, PassError>) {
     match outcome {
+        Ok(pass) if pass.quiet || changed_nothing(pass) => {
+            tracing::debug!(
+                revision = pass.revision.as_deref(),
+                "pass done: nothing changed"
+            );
+        }
         Ok(pass) => tracing::info!(
+            revision = pass.revision.as_deref(),
             created = pass.report.created(),
             configured = pass.report.configured(),
             pruned = pass.report.pruned(),
             corrected = pass.corrected.len(),
             "pass done"
         ),
-        Err(PassError::Reconcile(error)) => {
-            tracing::warn!(error = %tether_core::error_chain(error), "pass failed");
-        }
-        Err(error) => tracing::warn!(%error, "pass failed"),
+        Err(PassError::Stopped) => tracing::info!("pass stopped"),
+        // The driver logs a failure (once, not on each retry of the same).
+        Err(_) => {}
     }
+}
+
+/// A pass that created, configured, pruned and corrected nothing (what failed is in
+/// the status).
+fn changed_nothing(pass: &PassOutcome) -> bool {
+    let report = &pass.report;
+    report.created() + report.configured() + report.pruned() + report.replaced() == 0
+        && pass.corrected.is_empty()
 }
 
 /// Where a Source's discovery commits: its repository and path, on the discovery's
@@ -510,13 +593,37 @@ async fn credentials(
 }
 
 /// Writes a Source's status when a pass changed it (never for a pass that found
-/// nothing to do).
+/// nothing to do), and records Events on the Source.
 pub struct SourceStatusWriter {
     api: Api<Source>,
     name: String,
     reference: Option<String>,
     generation: Option<i64>,
     status: SourceStatus,
+    /// Events on the Source (kube's recorder: a repeated Event is one with a count).
+    events: Recorder,
+    regarding: ObjectReference,
+    /// A rewrite seen and not yet written in the status: the next write carries it.
+    rewrite: Option<HistoryRewrite>,
+}
+
+impl SourceStatusWriter {
+    fn new(client: &Client, source: &Source) -> Self {
+        let reporter = Reporter {
+            controller: "tether".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        SourceStatusWriter {
+            api: Api::namespaced(client.clone(), &source.namespace().unwrap_or_default()),
+            name: source.name_any(),
+            reference: source.spec.reference.clone(),
+            generation: source.metadata.generation,
+            status: source.status.clone().unwrap_or_default(),
+            events: Recorder::new(client.clone(), reporter),
+            regarding: source.object_ref(&()),
+            rewrite: None,
+        }
+    }
 }
 
 impl StatusSink for SourceStatusWriter {
@@ -529,6 +636,9 @@ impl StatusSink for SourceStatusWriter {
         if handled_request.is_some() {
             next.last_handled_reconcile_at = handled_request;
         }
+        if let Some(rewrite) = &self.rewrite {
+            next.last_history_rewrite = Some(rewrite.clone());
+        }
         if !worth_writing(&self.status, &next) {
             return;
         }
@@ -538,8 +648,35 @@ impl StatusSink for SourceStatusWriter {
             .patch_status(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
-            Ok(_) => self.status = next,
+            Ok(_) => {
+                self.status = next;
+                self.rewrite = None;
+            }
             Err(error) => tracing::warn!(%error, "cannot write the Source's status"),
         }
+    }
+
+    async fn record_rewrite(&mut self, rewrite: &Rewrite) {
+        let (from, to) = (
+            self.revision_name(&rewrite.from),
+            self.revision_name(&rewrite.to),
+        );
+        let event = KubeEvent {
+            type_: EventType::Warning,
+            reason: "HistoryRewritten".into(),
+            note: Some(format!(
+                "the ref moved from {from} to {to}, which does not descend from it (a force-push?)"
+            )),
+            action: "Fetch".into(),
+            secondary: None,
+        };
+        if let Err(error) = self.events.publish(&event, &self.regarding).await {
+            tracing::warn!(%error, "cannot record the HistoryRewritten event");
+        }
+        self.rewrite = Some(HistoryRewrite {
+            from,
+            to,
+            time: now(),
+        });
     }
 }

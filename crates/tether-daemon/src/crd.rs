@@ -59,6 +59,13 @@ pub struct SourceSpec {
     /// only Report it (an Event and a metric).
     #[serde(default)]
     pub drift: DriftPolicy,
+    /// What to do when the ref moves to a commit that does not descend from the one
+    /// applied (a force-push): Apply it (default; recorded in an Event, the status's
+    /// `lastHistoryRewrite`, the log and a metric) or Refuse it (the Source stalls
+    /// until the ref descends again from the applied commit, or this is set back to
+    /// Apply).
+    #[serde(default)]
+    pub rewrites: RewritePolicy,
     /// Stop reconciling (the objects stay as they are).
     #[serde(default)]
     pub suspend: bool,
@@ -107,6 +114,13 @@ pub enum DriftPolicy {
     Report,
 }
 
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum RewritePolicy {
+    #[default]
+    Apply,
+    Refuse,
+}
+
 /// Where discovered models are committed.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 pub struct DiscoverySpec {
@@ -144,8 +158,24 @@ pub struct SourceStatus {
     /// The counts of the last applied plan.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_plan: Option<PlanCounts>,
+    /// The last time the ref moved to a commit that does not descend from the one
+    /// applied (a force-push): for an auditor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_history_rewrite: Option<HistoryRewrite>,
     #[serde(default)]
     pub conditions: Vec<Condition>,
+}
+
+/// A rewrite of the tracked ref's history, as the status records it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryRewrite {
+    /// The revision applied before (`<ref>@sha1:<commit>`).
+    pub from: String,
+    /// The revision the ref moved to.
+    pub to: String,
+    /// When the daemon saw it (RFC 3339).
+    pub time: String,
 }
 
 /// What the last apply did, by action.
@@ -193,6 +223,7 @@ pub struct SourceSettings {
     pub plan: PlanOptions,
     pub apply: ApplyOptions,
     pub drift: DriftPolicy,
+    pub rewrites: RewritePolicy,
 }
 
 /// The default interval of a Source.
@@ -258,6 +289,7 @@ impl SourceSpec {
                 ..ApplyOptions::default()
             },
             drift: self.drift,
+            rewrites: self.rewrites,
         })
     }
 }
@@ -266,6 +298,13 @@ impl SourceSpec {
 /// default branch).
 pub fn revision_name(reference: Option<&str>, commit: &str) -> String {
     format!("{}@sha1:{commit}", reference.unwrap_or("HEAD"))
+}
+
+/// The commit of a [`revision_name`], when it names `reference` (a revision of
+/// another ref says nothing of this one's history).
+pub fn commit_of_revision<'r>(revision: &'r str, reference: Option<&str>) -> Option<&'r str> {
+    let (named, commit) = revision.split_once("@sha1:")?;
+    (named == reference.unwrap_or("HEAD")).then_some(commit)
 }
 
 #[cfg(test)]
@@ -290,6 +329,17 @@ mod tests {
             revision_name(spec.reference.as_deref(), "abc"),
             "HEAD@sha1:abc"
         );
+    }
+
+    #[test]
+    fn an_applied_revision_counts_only_for_the_ref_it_names() {
+        let main = revision_name(Some("main"), "abc");
+        assert_eq!(commit_of_revision(&main, Some("main")), Some("abc"));
+        assert_eq!(commit_of_revision(&main, Some("release")), None);
+        assert_eq!(commit_of_revision(&main, None), None);
+        let head = revision_name(None, "def");
+        assert_eq!(commit_of_revision(&head, None), Some("def"));
+        assert_eq!(commit_of_revision("garbage", Some("main")), None);
     }
 
     #[test]

@@ -48,7 +48,22 @@ pub struct Metrics {
     webhooks: Family<WebhookLabels, Counter>,
     leader: Gauge,
     last_success: Family<SourceLabel, Gauge<f64, AtomicU64>>,
+    history_rewrites: Family<SourceLabel, Counter>,
 }
+
+/// The values of the `result` label.
+const RESULTS: [&str; 2] = ["success", "failure"];
+/// The values of the `action` label of applied objects and of drift.
+const ACTIONS: [&str; 8] = [
+    "created",
+    "configured",
+    "pruned",
+    "released",
+    "replaced",
+    "failed",
+    "corrected",
+    "reported",
+];
 
 fn seconds_histogram() -> Histogram {
     // 5 ms to about 80 s.
@@ -69,6 +84,7 @@ impl Default for Metrics {
             webhooks: Family::default(),
             leader: Gauge::default(),
             last_success: Family::default(),
+            history_rewrites: Family::default(),
         };
         let mut registry = Registry::with_prefix("tether");
         registry.register(
@@ -110,6 +126,11 @@ impl Default for Metrics {
             "source_last_success_timestamp_seconds",
             "When a pass of the source last succeeded (Unix time)",
             metrics.last_success.clone(),
+        );
+        registry.register(
+            "history_rewrites",
+            "Times a source's ref moved to a commit that does not descend from the applied one",
+            metrics.history_rewrites.clone(),
         );
         Metrics {
             registry,
@@ -185,6 +206,41 @@ impl Metrics {
             .inc();
     }
 
+    pub fn history_rewritten(&self, source: &str) {
+        self.history_rewrites
+            .get_or_create(&SourceLabel {
+                source: source.to_string(),
+            })
+            .inc();
+    }
+
+    /// Drops the series of a deleted source: over a month of Sources made and
+    /// deleted, the series (and the memory behind them) are those of the live ones.
+    pub fn forget(&self, source: &str) {
+        let source_label = SourceLabel {
+            source: source.to_string(),
+        };
+        self.fetch_duration.remove(&source_label);
+        self.last_success.remove(&source_label);
+        self.history_rewrites.remove(&source_label);
+        for result in RESULTS {
+            let labels = ResultLabels {
+                source: source.to_string(),
+                result: result.to_string(),
+            };
+            self.reconcile_duration.remove(&labels);
+            self.reconciles.remove(&labels);
+        }
+        for action in ACTIONS {
+            let labels = ActionLabels {
+                source: source.to_string(),
+                action: action.to_string(),
+            };
+            self.applied.remove(&labels);
+            self.drift.remove(&labels);
+        }
+    }
+
     pub fn set_leader(&self, leader: bool) {
         self.leader.set(i64::from(leader));
     }
@@ -215,6 +271,7 @@ mod tests {
                 })
                 .collect(),
             blocked: None,
+            stopped: false,
         };
         metrics.pass(
             "team/web",
@@ -241,5 +298,30 @@ mod tests {
         assert!(text.contains("tether_reconcile_duration_seconds_bucket"));
         assert!(text.ends_with("# EOF\n"));
         assert!(!text.contains("c42"), "no object names in labels");
+    }
+
+    #[test]
+    fn a_deleted_source_leaves_no_series_behind() {
+        let metrics = Metrics::default();
+        let failed = ApplyReport {
+            objects: vec![ObjectReport {
+                key: ObjectKey::new("v1", "ConfigMap", Some("n"), "c"),
+                outcome: Outcome::Failed(tether_engine::reconcile::ObjectFailure::Unreachable),
+            }],
+            blocked: None,
+            stopped: false,
+        };
+        for source in ["team/web", "team/db"] {
+            metrics.pass(source, "success", Duration::from_millis(5), None);
+            metrics.pass(source, "failure", Duration::from_millis(5), Some(&failed));
+            metrics.fetched(source, Duration::from_millis(5));
+            metrics.drift(source, "corrected", 1);
+            metrics.drift(source, "reported", 1);
+            metrics.history_rewritten(source);
+        }
+        metrics.forget("team/web");
+        let text = metrics.encode();
+        assert!(!text.contains("team/web"), "{text}");
+        assert!(text.contains(r#"tether_history_rewrites_total{source="team/db"} 1"#));
     }
 }

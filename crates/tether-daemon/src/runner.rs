@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::Shared;
-use super::crd::DriftPolicy;
+use super::crd::{DriftPolicy, RewritePolicy};
 use super::drift::{CorrectionBackoff, Drift, reporter};
 use super::keys::{DecryptionKeysError, DecryptionSecret};
 use super::status::PassResult;
@@ -30,6 +30,7 @@ use tether_engine::reconcile::{
     WatchCache,
 };
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 /// Why a pass should come now.
 #[derive(Debug)]
@@ -49,6 +50,19 @@ pub trait StatusSink: Send {
         result: &PassResult<'_>,
         handled_request: Option<String>,
     ) -> impl Future<Output = ()> + Send;
+    /// Says that the tracked ref was rewritten (for an auditor: an Event, and the
+    /// status's next write).
+    fn record_rewrite(&mut self, rewrite: &Rewrite) -> impl Future<Output = ()> + Send;
+}
+
+/// The tracked ref moved to a commit that does not descend from the one last applied:
+/// history was rewritten (a force-push, a reset branch).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rewrite {
+    /// The commit last applied.
+    pub from: String,
+    /// The ref's commit now.
+    pub to: String,
 }
 
 /// No status beyond metrics and logs (a source from flags).
@@ -60,6 +74,8 @@ impl StatusSink for NoStatus {
     }
 
     async fn record(&mut self, _: &PassResult<'_>, _: Option<String>) {}
+
+    async fn record_rewrite(&mut self, _: &Rewrite) {}
 }
 
 /// Where a source's models come from, as the daemon's endpoints show it (webhooks
@@ -83,6 +99,7 @@ pub struct SourceLoop<S = NoStatus> {
     plan: PlanOptions,
     apply: ApplyOptions,
     drift_policy: DriftPolicy,
+    rewrite_policy: RewritePolicy,
     interval: Duration,
     triggers: (mpsc::Sender<Trigger>, mpsc::Receiver<Trigger>),
     drift: (mpsc::Sender<Drift>, mpsc::Receiver<Drift>),
@@ -96,6 +113,13 @@ pub struct SourceLoop<S = NoStatus> {
     requested: Option<String>,
     /// The commit last applied without error.
     last_applied: Option<String>,
+    /// The commit the last pass began to apply: the status says "progressing" only
+    /// when a pass takes up a new one, not on each retry of the same.
+    last_attempted: Option<String>,
+    /// The last rewrite recorded, so that each is recorded once, not on each retry.
+    recorded_rewrite: Option<Rewrite>,
+    /// Stops the pass in progress between objects (the Source deleted or changed).
+    stop_pass: CancellationToken,
     /// Why Kubernetes is off for the source, as last said (said once, not each pass).
     dormant: Option<String>,
     /// The commit of the last pass that applied everything, with the watch cache's
@@ -118,6 +142,8 @@ pub struct SourceLoop<S = NoStatus> {
 pub struct PassOutcome {
     /// The commit applied, for a Git source or a directory in a checkout.
     pub revision: Option<String>,
+    /// Nothing could have changed, so nothing was read or applied.
+    pub quiet: bool,
     pub report: ApplyReport,
     /// Objects whose drift this pass corrected, and by whom it was made.
     pub corrected: Vec<(ObjectKey, String)>,
@@ -130,6 +156,7 @@ impl PassOutcome {
     fn nothing(revision: Option<String>) -> Self {
         PassOutcome {
             revision,
+            quiet: false,
             report: ApplyReport::default(),
             corrected: Vec::new(),
             reported: Vec::new(),
@@ -147,6 +174,16 @@ pub enum PassError {
     /// The keys of the encrypted files could not be read: nothing was applied.
     #[error(transparent)]
     DecryptionKeys(#[from] DecryptionKeysError),
+    /// The ref's history was rewritten and the source refuses rewrites: nothing was
+    /// applied.
+    #[error(
+        "history rewritten: the ref moved from {} to {}, which does not descend from it; this source refuses rewrites (spec.rewrites: Refuse)",
+        .0.from, .0.to
+    )]
+    HistoryRewritten(Rewrite),
+    /// The pass was stopped (its source deleted or changed): it records nothing.
+    #[error("stopped: the source was deleted or changed")]
+    Stopped,
 }
 
 impl<S: StatusSink> SourceLoop<S> {
@@ -166,6 +203,7 @@ impl<S: StatusSink> SourceLoop<S> {
             plan,
             apply,
             drift_policy: DriftPolicy::Correct,
+            rewrite_policy: RewritePolicy::Apply,
             interval,
             // One pending trigger is enough: a pass reads the whole source.
             triggers: mpsc::channel(1),
@@ -175,6 +213,9 @@ impl<S: StatusSink> SourceLoop<S> {
             backoff: CorrectionBackoff::default(),
             requested: None,
             last_applied: None,
+            last_attempted: None,
+            recorded_rewrite: None,
+            stop_pass: CancellationToken::new(),
             dormant: None,
             settled: None,
             directory: None,
@@ -198,6 +239,32 @@ impl<S: StatusSink> SourceLoop<S> {
 
     pub fn with_drift_policy(mut self, policy: DriftPolicy) -> Self {
         self.drift_policy = policy;
+        self
+    }
+
+    pub fn with_rewrite_policy(mut self, policy: RewritePolicy) -> Self {
+        self.rewrite_policy = policy;
+        self
+    }
+
+    /// Starts from the commit an earlier process applied (the Source's status), so
+    /// that a rewrite made while no daemon ran is still seen.
+    pub fn with_last_applied(mut self, commit: Option<String>) -> Self {
+        self.last_applied = commit;
+        self
+    }
+
+    /// Knows `rewrite` as recorded already (by an earlier loop of the Source, in its
+    /// status), so that it is not recorded again.
+    pub fn with_recorded_rewrite(mut self, rewrite: Option<Rewrite>) -> Self {
+        self.recorded_rewrite = rewrite;
+        self
+    }
+
+    /// Stops a pass in progress as soon as `stop` is cancelled: a plan is dropped,
+    /// an apply stops between objects, and the pass records nothing.
+    pub fn with_pass_stop(mut self, stop: CancellationToken) -> Self {
+        self.stop_pass = stop;
         self
     }
 
@@ -285,11 +352,20 @@ impl<S: StatusSink> SourceLoop<S> {
         }
         // Changes seen from here on make the next pass a full one.
         let mut changes = self.cache.as_ref().map(WatchCache::changes);
-        let Some(planned) = self.plan_unless_dormant().await? else {
+        // A plan only reads (its dry runs change nothing): stopping drops it at once.
+        let stop = self.stop_pass.clone();
+        let planned = tokio::select! {
+            planned = self.plan_unless_dormant() => planned?,
+            () = stop.cancelled() => return Err(PassError::Stopped),
+        };
+        let Some(planned) = planned else {
             return Ok(PassOutcome::nothing(None));
         };
         let commit = planned.plan.revision.as_ref().map(|r| r.commit.clone());
         tracing::Span::current().record("revision", commit.as_deref().unwrap_or("-"));
+        if let Some(commit) = &commit {
+            self.check_history(commit).await?;
+        }
         if let Some(took) = planned.models.loaded.fetch_took {
             self.shared.metrics.fetched(&self.id, took);
         }
@@ -309,9 +385,17 @@ impl<S: StatusSink> SourceLoop<S> {
         // A source that reports drift still applies a new commit whole.
         let options = ApplyOptions {
             correct_drift: self.apply.correct_drift || self.drift_policy == DriftPolicy::Report,
+            stop: self.stop_pass.clone(),
             ..self.apply.clone()
         };
         let report = self.reconciler.apply(&planned, &options, &|_| {}).await?;
+        if report.stopped {
+            tracing::info!(
+                applied = report.objects.len(),
+                "pass stopped between objects: the Source was deleted or changed"
+            );
+            return Err(PassError::Stopped);
+        }
         let corrected = self.corrections(&planned, &report).await;
         let cache_synced = self.cache.as_ref().is_some_and(WatchCache::synced);
         self.settled = settled_after(&report, commit.as_deref(), changes, cache_synced);
@@ -321,6 +405,7 @@ impl<S: StatusSink> SourceLoop<S> {
         let retry = retries_soon(&report);
         let outcome = PassOutcome {
             revision,
+            quiet: false,
             report,
             corrected,
             reported: Vec::new(),
@@ -354,14 +439,22 @@ impl<S: StatusSink> SourceLoop<S> {
         }
     }
 
-    /// A new commit is being applied: the status says so, the log has each change.
+    /// A new commit is being applied: the status says so (once, not on each retry of
+    /// the same commit), the log has each change.
     async fn say_progressing(&mut self, planned: &Planned, commit: Option<&str>) {
-        if let Some(commit) = commit.filter(|c| Some(*c) != self.last_applied.as_deref()) {
+        if let Some(commit) = commit.filter(|c| {
+            is_new_attempt(
+                c,
+                self.last_applied.as_deref(),
+                self.last_attempted.as_deref(),
+            )
+        }) {
             let revision = self.status.revision_name(commit);
             self.status
                 .record(&PassResult::Progressing { revision }, None)
                 .await;
         }
+        self.last_attempted = commit.map(str::to_string);
         for change in planned
             .plan
             .changes
@@ -387,7 +480,44 @@ impl<S: StatusSink> SourceLoop<S> {
             return None;
         }
         tracing::Span::current().record("revision", commit.as_str());
-        Some(PassOutcome::nothing(Some(commit)))
+        Some(PassOutcome {
+            quiet: true,
+            ..PassOutcome::nothing(Some(commit))
+        })
+    }
+
+    /// Whether `commit` descends from the commit last applied. When it does not (a
+    /// force-push, a reset branch), the rewrite is recorded once (a log line, a
+    /// metric, an Event and the status) and applied, or refused when the Source says
+    /// so.
+    async fn check_history(&mut self, commit: &str) -> Result<(), PassError> {
+        let Some(from) = self.last_applied.clone() else {
+            return Ok(());
+        };
+        if from == commit
+            || self.reconciler.repo().descends_from(commit, &from).await != Some(false)
+        {
+            return Ok(());
+        }
+        let rewrite = Rewrite {
+            from,
+            to: commit.to_string(),
+        };
+        if self.recorded_rewrite.as_ref() != Some(&rewrite) {
+            tracing::warn!(
+                from = %rewrite.from,
+                to = %rewrite.to,
+                refused = self.rewrite_policy == RewritePolicy::Refuse,
+                "history rewritten: the ref's new commit does not descend from the one applied"
+            );
+            self.shared.metrics.history_rewritten(&self.id);
+            self.status.record_rewrite(&rewrite).await;
+            self.recorded_rewrite = Some(rewrite.clone());
+        }
+        match self.rewrite_policy {
+            RewritePolicy::Apply => Ok(()),
+            RewritePolicy::Refuse => Err(PassError::HistoryRewritten(rewrite)),
+        }
     }
 
     /// Starts (or restarts, when the kinds changed) the watch cache; says whether it
@@ -478,6 +608,7 @@ impl<S: StatusSink> SourceLoop<S> {
             .drift(&self.id, "reported", reported.len() as u64);
         PassOutcome {
             revision,
+            quiet: false,
             report: ApplyReport::default(),
             corrected: Vec::new(),
             reported,
@@ -555,7 +686,26 @@ fn pass_result<'r>(
             message: tether_core::error_chain(error),
             stalled: false,
         },
+        Err(error @ PassError::HistoryRewritten(rewrite)) => PassResult::Failed {
+            revision: Some(status.revision_name(&rewrite.to)),
+            reason: "HistoryRewritten",
+            message: error.to_string(),
+            stalled: true,
+        },
+        // Never recorded: see `Loop::pass`.
+        Err(PassError::Stopped) => PassResult::Failed {
+            revision: None,
+            reason: "Stopped",
+            message: String::new(),
+            stalled: false,
+        },
     }
+}
+
+/// Whether a pass at `commit` takes up a commit anew: neither the one applied nor the
+/// one the last pass tried (a retry of that is not news).
+fn is_new_attempt(commit: &str, last_applied: Option<&str>, last_attempted: Option<&str>) -> bool {
+    Some(commit) != last_applied && Some(commit) != last_attempted
 }
 
 /// The drift a planned change undoes, if any: fields written in place by others on an
@@ -643,7 +793,15 @@ impl<S: StatusSink> Loop for SourceLoop<S> {
     async fn pass(&mut self) -> Result<PassOutcome, PassError> {
         let started = std::time::Instant::now();
         let requested = self.requested.take();
-        let result = self.reconcile(requested.is_some()).await;
+        // The revision is this pass's field, on a span of its own: a field recorded
+        // on the source's long-lived span would be kept (and logged) once per pass.
+        let span = tracing::info_span!("pass", revision = tracing::field::Empty);
+        let result = self.reconcile(requested.is_some()).instrument(span).await;
+        if matches!(result, Err(PassError::Stopped)) {
+            // The Source is gone or changed: its status and metrics are the next
+            // loop's, if any.
+            return result;
+        }
         let label = match &result {
             Ok(outcome) if outcome.report.succeeded() => "success",
             _ => "failure",
@@ -651,7 +809,7 @@ impl<S: StatusSink> Loop for SourceLoop<S> {
         let report = match &result {
             Ok(outcome) => Some(&outcome.report),
             Err(PassError::ObjectsFailed(outcome)) => Some(&outcome.report),
-            Err(PassError::Reconcile(_) | PassError::DecryptionKeys(_)) => None,
+            Err(_) => None,
         };
         self.shared
             .metrics
@@ -735,6 +893,30 @@ mod tests {
                 }],
                 not_applied: 1,
             }),
+            stopped: false,
+        }
+    }
+
+    #[test]
+    fn the_status_says_progressing_once_per_commit_not_on_each_retry() {
+        let cases = [
+            // The first commit of a new source.
+            ("c", None, None, true),
+            // A new commit after an applied one.
+            ("c", Some("b"), Some("b"), true),
+            // A retry of the commit that failed.
+            ("c", Some("b"), Some("c"), false),
+            // The applied commit again (drift, a requested pass).
+            ("b", Some("b"), None, false),
+            // Back to a commit tried before another (a revert): news again.
+            ("c", Some("b"), Some("d"), true),
+        ];
+        for (commit, applied, attempted, expected) in cases {
+            assert_eq!(
+                is_new_attempt(commit, applied, attempted),
+                expected,
+                "{commit} {applied:?} {attempted:?}"
+            );
         }
     }
 

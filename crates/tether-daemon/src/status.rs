@@ -247,6 +247,7 @@ mod tests {
                 })
                 .collect(),
             blocked: None,
+            stopped: false,
         }
     }
 

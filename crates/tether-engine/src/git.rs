@@ -186,6 +186,23 @@ pub fn unmoved_commit(
         .map(|oid| oid.to_string())
 }
 
+/// Whether `commit` descends from (or is) `ancestor`, in the cache of `url`, which
+/// holds the whole history of every fetched ref. An `ancestor` the cache does not hold
+/// is not in `commit`'s history: fetching `commit` brought all of it. `None` when
+/// `commit` itself is not in the cache or the cache cannot be read.
+pub fn descends_from(cache_dir: &Path, url: &str, commit: &str, ancestor: &str) -> Option<bool> {
+    let repo = open_cache(cache_dir, url).ok()?;
+    let commit = repo.find_commit(Oid::from_str(commit).ok()?).ok()?.id();
+    let ancestor = Oid::from_str(ancestor).ok()?;
+    if repo.find_commit(ancestor).is_err() {
+        return Some(false);
+    }
+    if commit == ancestor {
+        return Some(true);
+    }
+    repo.graph_descendant_of(commit, ancestor).ok()
+}
+
 /// Does the cache already hold what `reference` names at the remote? A full commit id
 /// never moves; a branch or tag is compared with the remote's refs, listed in one
 /// round trip without any object, so that a source that did not move costs no fetch.
@@ -457,4 +474,58 @@ pub fn local_revision(path: &Path) -> Option<Revision> {
         })
         .unwrap_or(false);
     Some(Revision { commit, dirty })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A commit with an empty tree on top of `parents`.
+    fn commit(repo: &Repository, message: &str, parents: &[Oid]) -> Oid {
+        let tree = repo.find_tree(repo.treebuilder(None).unwrap().write().unwrap());
+        let signature = git2::Signature::now("test", "test@example.org").unwrap();
+        let parents: Vec<git2::Commit<'_>> = parents
+            .iter()
+            .map(|p| repo.find_commit(*p).unwrap())
+            .collect();
+        let parents: Vec<&git2::Commit<'_>> = parents.iter().collect();
+        repo.commit(
+            None,
+            &signature,
+            &signature,
+            message,
+            &tree.unwrap(),
+            &parents,
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_commit_off_the_applied_history_is_a_rewrite() {
+        let cache = tempfile::tempdir().unwrap();
+        let url = "https://git.example.org/models.git";
+        let repo = open_cache(cache.path(), url).unwrap();
+        let first = commit(&repo, "first", &[]);
+        let second = commit(&repo, "second", &[first]);
+        // A force-push: another second commit on the first, replacing `second`.
+        let rewritten = commit(&repo, "second, rewritten", &[first]);
+        let descends = |commit: Oid, ancestor: &str| {
+            descends_from(cache.path(), url, &commit.to_string(), ancestor)
+        };
+        assert_eq!(descends(second, &first.to_string()), Some(true));
+        assert_eq!(descends(second, &second.to_string()), Some(true));
+        assert_eq!(
+            descends(first, &second.to_string()),
+            Some(false),
+            "moved back"
+        );
+        assert_eq!(descends(rewritten, &second.to_string()), Some(false));
+        // An applied commit the cache never fetched is not in the new history.
+        let unknown = "0123456789abcdef0123456789abcdef01234567";
+        assert_eq!(descends(second, unknown), Some(false));
+        // Of a commit the cache does not hold, nothing can be said.
+        let absent = Oid::from_str(unknown).unwrap();
+        assert_eq!(descends(absent, &first.to_string()), None);
+        assert_eq!(descends(second, "not a commit id"), None);
+    }
 }

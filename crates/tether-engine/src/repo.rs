@@ -108,6 +108,19 @@ impl Repo {
         .flatten()
     }
 
+    /// For a Git source: whether `commit` descends from (or is) `ancestor`, both
+    /// commits of the cache. `None` for a directory or when the cache cannot say.
+    pub async fn descends_from(&self, commit: &str, ancestor: &str) -> Option<bool> {
+        let Repo::Git { url, cache, .. } = self.clone() else {
+            return None;
+        };
+        let (commit, ancestor) = (commit.to_string(), ancestor.to_string());
+        blocking(move || crate::git::descends_from(&cache, &url, &commit, &ancestor))
+            .await
+            .ok()
+            .flatten()
+    }
+
     /// Reads the models; a directory's files and its checkout's commit at once.
     #[instrument(skip_all, fields(source = %self.label()))]
     pub async fn load(&self) -> Result<LoadedModels, RepoError> {

@@ -148,6 +148,23 @@ impl Remote {
         head
     }
 
+    /// Moves `branch` to `commit` with a force-push, as someone rewriting history
+    /// does (`git push --force`).
+    pub fn force_push(&self, branch: &str, commit: &str) {
+        let work = self.work();
+        git(&work, &["fetch", "-q", "origin"]);
+        git(
+            &work,
+            &[
+                "push",
+                "-q",
+                "--force",
+                "origin",
+                &format!("{commit}:refs/heads/{branch}"),
+            ],
+        );
+    }
+
     /// How many files the bare repository's `branch` holds below `directory`.
     pub fn files_of_bare(&self, branch: &str, directory: &str) -> usize {
         Command::new("git")

@@ -65,6 +65,9 @@ pub async fn drive<L: Loop>(
     mut observe: impl FnMut(&Result<L::Output, L::Error>),
 ) {
     let mut backoff = schedule.backoff.clone();
+    // The failure last logged: the same failure again is a debug line, so that a
+    // loop that fails for hours logs it once, not on each retry.
+    let mut last_failure: Option<String> = None;
     loop {
         let outcome = {
             let pass = work.pass();
@@ -86,12 +89,18 @@ pub async fn drive<L: Loop>(
         let wait = match &outcome {
             Ok(_) => {
                 backoff.reset();
+                last_failure = None;
                 None
             }
             Err(error) => {
                 let retry = backoff.next_delay();
                 let error = tether_core::error_chain(error);
-                tracing::warn!(task = schedule.name, %error, ?retry, "pass failed; retrying");
+                if last_failure.as_ref() == Some(&error) {
+                    tracing::debug!(task = schedule.name, %error, ?retry, "pass failed again; retrying");
+                } else {
+                    tracing::warn!(task = schedule.name, %error, ?retry, "pass failed; retrying");
+                    last_failure = Some(error);
+                }
                 Some(retry)
             }
         };

@@ -8,6 +8,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PropagationPolicy};
+use tokio_util::sync::CancellationToken;
 use tracing::instrument;
 
 use super::live::CONCURRENCY;
@@ -56,8 +57,9 @@ pub(super) async fn apply(
     let waves = by_wave(applying);
     let mut failed_here: HashMap<ObjectKey, String> = HashMap::new();
     let mut remaining: usize = waves.values().map(Vec::len).sum();
-    for (wave, steps) in waves {
-        if let Err(blocked) = await_wave(
+    'waves: for (wave, steps) in waves {
+        // A wait only reads: stopping drops it at once.
+        let gates = await_wave(
             client,
             planned,
             wave,
@@ -65,9 +67,12 @@ pub(super) async fn apply(
             options,
             &failed_here,
             progress,
-        )
-        .await
-        {
+        );
+        let Some(gates) = unless_stopped(&options.stop, gates).await else {
+            report.stopped = true;
+            break;
+        };
+        if let Err(blocked) = gates {
             report.blocked = Some(BlockedWave {
                 not_applied: remaining,
                 ..blocked
@@ -76,9 +81,15 @@ pub(super) async fn apply(
         }
         remaining -= steps.len();
         for (_, batch) in by_rank(steps, |s| &s.change.key.kind) {
-            resources = await_definitions(client, resources, planned, &batch).await?;
+            let served = await_definitions(client, resources.clone(), planned, &batch);
+            let Some(served) = unless_stopped(&options.stop, served).await else {
+                report.stopped = true;
+                break 'waves;
+            };
+            resources = served?;
             let resources = &resources;
             let results = apply_batch(resources, batch, manager, options, unreachable).await;
+            report.stopped = options.stop.is_cancelled();
             for (result, uid) in results {
                 if let Some(uid) = uid {
                     uids.insert(result.key.clone(), uid);
@@ -88,6 +99,9 @@ pub(super) async fn apply(
                 }
                 report.objects.push(result);
                 applied(report.objects.len());
+            }
+            if report.stopped {
+                break 'waves;
             }
         }
     }
@@ -106,7 +120,8 @@ pub(super) async fn apply(
     }
     let mut removed = planned.forgotten.clone();
     // A blocked workflow prunes nothing: its later waves may still need what would go.
-    if report.blocked.is_none() {
+    // A stopped one neither: its source no longer wants this pass.
+    if report.blocked.is_none() && !report.stopped {
         let pruning = Pruning {
             client,
             resources: &resources,
@@ -153,6 +168,10 @@ async fn prune_all(
     });
     let mut done = report.objects.len();
     for step in deletions {
+        if pruning.options.stop.is_cancelled() {
+            report.stopped = true;
+            break;
+        }
         done += 1;
         applied(done);
         let outcome = prune_step(pruning, step).await?;
@@ -287,6 +306,11 @@ async fn apply_batch(
     let applies: Vec<_> = batch
         .into_iter()
         .map(|step| async move {
+            // Checked as each object starts: those sent before the stop finish (and
+            // are reported, their uid recorded); none starts after it.
+            if options.stop.is_cancelled() {
+                return None;
+            }
             let (outcome, uid) =
                 match apply_one(resources, step, manager, options, unreachable).await {
                     Ok(uid) => {
@@ -304,13 +328,23 @@ async fn apply_batch(
                 key: step.change.key.clone(),
                 outcome,
             };
-            (report, uid)
+            Some((report, uid))
         })
         .collect();
     futures::stream::iter(applies)
         .buffer_unordered(CONCURRENCY)
+        .filter_map(std::future::ready)
         .collect()
         .await
+}
+
+/// `work`'s result, or `None` as soon as `stop` is cancelled (then `work`, which
+/// must only read, is dropped).
+async fn unless_stopped<T>(stop: &CancellationToken, work: impl Future<Output = T>) -> Option<T> {
+    tokio::select! {
+        result = work => Some(result),
+        () = stop.cancelled() => None,
+    }
 }
 
 /// What prune does with one object whose model is gone (`None`: it was gone).

@@ -19,6 +19,7 @@ use std::time::Duration;
 use kube::Client;
 use thiserror::Error;
 use tokio::sync::OnceCell;
+use tokio_util::sync::CancellationToken;
 use tracing::instrument;
 
 use crate::cluster::{ClusterError, Resources, Target, connect, read_inventory_version};
@@ -92,6 +93,11 @@ pub struct ApplyOptions {
     /// How long a wave of the workflow waits for what it needs (default five
     /// minutes); then the apply stops there.
     pub wave_timeout: Option<Duration>,
+    /// Stops the apply between objects (a Source deleted, suspended or changed while
+    /// its pass applies): the objects already sent finish, no other is applied or
+    /// pruned, and the inventory keeps every object that may exist
+    /// ([`ApplyReport::stopped`]).
+    pub stop: CancellationToken,
 }
 
 /// How a plan treats what the inventory recorded and the source no longer renders.
@@ -390,6 +396,11 @@ impl Reconciler {
     /// last fetched (see [`Repo::unmoved_commit`]).
     pub async fn unmoved_commit(&self) -> Option<String> {
         self.repo.unmoved_commit().await
+    }
+
+    /// Where the models come from.
+    pub fn repo(&self) -> &Repo {
+        &self.repo
     }
 
     /// The inventory the reconciler records in.

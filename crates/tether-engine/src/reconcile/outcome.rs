@@ -143,6 +143,9 @@ pub struct ApplyReport {
     /// The wave that did not start: what it waited for was not ready in time, or
     /// failed. Nothing after it was applied or pruned.
     pub blocked: Option<BlockedWave>,
+    /// The apply was stopped ([`super::ApplyOptions::stop`]): the objects after the
+    /// last one reported were not applied, and nothing was pruned.
+    pub stopped: bool,
 }
 
 /// A wave that did not start, and why.
@@ -214,7 +217,7 @@ impl ApplyReport {
     }
 
     pub fn succeeded(&self) -> bool {
-        self.failures().next().is_none() && self.blocked.is_none()
+        self.failures().next().is_none() && self.blocked.is_none() && !self.stopped
     }
 }
 
@@ -257,6 +260,7 @@ mod tests {
             })
             .collect(),
             blocked: None,
+            stopped: false,
         };
         assert_eq!((report.created(), report.pruned()), (2, 1));
         assert!(!report.succeeded());
