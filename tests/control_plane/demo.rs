@@ -138,7 +138,12 @@ fn the_demo_shows_every_step_and_stops_what_it_started() {
         "{text}"
     );
     assert!(step(&text, 11).contains("ms after the webhook"), "{text}");
-    let install = step(&text, 13);
+    let rewrite = step(&text, 13);
+    assert!(
+        rewrite.contains(r#""from":"main@sha1:"#) && rewrite.contains("HistoryRewritten"),
+        "{rewrite}"
+    );
+    let install = step(&text, 14);
     for line in [
         "✔ you may install tether",
         "StatefulSet/tether-system/tether created",
