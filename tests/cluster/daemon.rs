@@ -626,16 +626,10 @@ async fn a_failing_source_does_not_hold_up_another() {
     );
 }
 
-#[tokio::test]
-async fn a_field_another_applier_took_is_a_conflict_not_drift() {
-    // Helm 4 and Argo CD apply server-side under their own manager: what they set is a
-    // decision, not drift, and the daemon does not take it back.
-    let Fixture {
-        client,
-        ns,
-        remote: _remote,
-        daemon: _daemon,
-    } = web_source_at_v1("daemon-applier", "  interval: 1h\n").await;
+/// Another declarative applier (Helm, under its own field manager) takes the value of
+/// the ConfigMap `settings` that the Source `web` applies; the Source stalls on the
+/// conflict.
+pub async fn helm_takes_the_value(ns: &str) {
     let theirs = format!(
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  namespace: {ns}\ndata:\n  key: helm-value\n"
     );
@@ -650,9 +644,22 @@ async fn a_field_another_applier_took_is_a_conflict_not_drift() {
         file.path().to_str().unwrap(),
     ]);
     eventually(Duration::from_secs(15), || async {
-        condition(&status(&ns, "web"), "Stalled").is_some_and(|c| c.1 == "ObjectsRefused")
+        condition(&status(ns, "web"), "Stalled").is_some_and(|c| c.1 == "ObjectsRefused")
     })
     .await;
+}
+
+#[tokio::test]
+async fn a_field_another_applier_took_is_a_conflict_not_drift() {
+    // Helm 4 and Argo CD apply server-side under their own manager: what they set is a
+    // decision, not drift, and the daemon does not take it back.
+    let Fixture {
+        client,
+        ns,
+        remote: _remote,
+        daemon: _daemon,
+    } = web_source_at_v1("daemon-applier", "  interval: 1h\n").await;
+    helm_takes_the_value(&ns).await;
     let stalled = status(&ns, "web");
     let ready = stalled["conditions"]
         .as_array()

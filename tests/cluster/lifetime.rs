@@ -15,8 +15,8 @@ use kube::api::ListParams;
 use tether_core::ownership::Inventory;
 
 use crate::daemon::{
-    Daemon, Fixture, audit_entries_since, audit_offset, condition, install_crd, kubectl_apply_text,
-    kubectl_ok, source_yaml, status, value_of, web_source_at_v1,
+    Daemon, Fixture, audit_entries_since, audit_offset, condition, helm_takes_the_value,
+    install_crd, kubectl_apply_text, kubectl_ok, source_yaml, status, value_of, web_source_at_v1,
 };
 use crate::harness::eventually;
 use crate::reconcile::{base, config_map, setup};
@@ -181,23 +181,7 @@ async fn a_stalled_source_writes_its_status_once_not_on_each_retry() {
     } = web_source_at_v1("lifetime-stalled", "  interval: 1s\n").await;
     // Another applier takes the field: the Source stalls on the conflict, and retries
     // at each interval.
-    let theirs = format!(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: settings\n  namespace: {ns}\ndata:\n  key: helm-value\n"
-    );
-    let file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(file.path(), theirs).unwrap();
-    kubectl_ok(&[
-        "apply",
-        "--server-side",
-        "--force-conflicts",
-        "--field-manager=helm",
-        "-f",
-        file.path().to_str().unwrap(),
-    ]);
-    eventually(Duration::from_secs(15), || async {
-        condition(&status(&ns, "web"), "Stalled").is_some_and(|c| c.1 == "ObjectsRefused")
-    })
-    .await;
+    helm_takes_the_value(&ns).await;
     let failures = format!("tether_reconciles_total{{source=\"{ns}/web\",result=\"failure\"}}");
     let version = |ns: &str| {
         kubectl_ok(&[
