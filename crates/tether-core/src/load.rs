@@ -118,6 +118,11 @@ pub mod limits {
     /// or Git's object header) with it before reading the file, so that a file past
     /// it never reaches memory.
     pub const FILE_BYTES: u64 = FILE_MIB as u64 * 1024 * 1024;
+
+    /// `Some` when a file of `bytes` is past [`FILE_BYTES`] and must not be read.
+    pub fn check_file_size(bytes: u64) -> Option<crate::source::TooLarge> {
+        (bytes > FILE_BYTES).then_some(crate::source::TooLarge { bytes })
+    }
     /// Nesting of mappings and lists.
     pub const DEPTH: usize = 64;
     /// Documents in one file.
@@ -492,8 +497,12 @@ mod tests {
     #[test]
     fn a_file_refused_for_its_size_is_one_located_error_and_no_documents() {
         let limit = limits::FILE_BYTES;
-        assert_eq!(TooLarge::check(limit), None, "the limit itself is allowed");
-        let refused = TooLarge::check(60 * 1024 * 1024).unwrap();
+        assert_eq!(
+            limits::check_file_size(limit),
+            None,
+            "the limit itself is allowed"
+        );
+        let refused = limits::check_file_size(60 * 1024 * 1024).unwrap();
         assert_eq!(refused.shown_size(), "60.0 MiB");
         let files = SourceFiles::from_files(vec![
             SourceFile::new("site.yaml", "kind: Site\nname: s\n"),

@@ -46,20 +46,15 @@ pub struct SourceFile {
     pub too_large: Option<TooLarge>,
 }
 
-/// A file past [`limits::FILE_BYTES`](crate::load::limits::FILE_BYTES), refused on the
-/// size the filesystem or Git's object header gave before any byte was read: a
-/// generated file of tens of MiB costs a metadata call, not its size in memory.
+/// A file past the size limit (`load::limits::check_file_size`), refused on the size
+/// the filesystem or Git's object header gave before any byte was read: a generated
+/// file of tens of MiB costs a metadata call, not its size in memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TooLarge {
     pub bytes: u64,
 }
 
 impl TooLarge {
-    /// `Some` when a file of `bytes` is past the limit and must not be read.
-    pub fn check(bytes: u64) -> Option<TooLarge> {
-        (bytes > crate::load::limits::FILE_BYTES).then_some(TooLarge { bytes })
-    }
-
     /// The size in MiB, one decimal, as messages give it.
     pub fn shown_size(self) -> String {
         // Tenths of a MiB in integers: exact for every size a file can have.

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
-use tether_core::load::limits;
+use tether_core::load::limits::{self, check_file_size};
 use tether_core::source::{Assets, SourceFile, SourceFiles, TooLarge, is_model_path};
 
 #[derive(Debug, Error)]
@@ -163,13 +163,13 @@ fn read_error(path: &Path, source: std::io::Error) -> SourceError {
 pub(crate) fn read_within_limit(path: &Path) -> std::io::Result<Contents> {
     let file = std::fs::File::open(path)?;
     let size = file.metadata()?.len();
-    if let Some(too_large) = TooLarge::check(size) {
+    if let Some(too_large) = check_file_size(size) {
         return Ok(Contents::TooLarge(too_large));
     }
     // The capacity is the size just checked: at most the limit.
     let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
     file.take(limits::FILE_BYTES + 1).read_to_end(&mut bytes)?;
-    match TooLarge::check(bytes.len() as u64) {
+    match check_file_size(bytes.len() as u64) {
         Some(too_large) => Ok(Contents::TooLarge(too_large)),
         None => Ok(Contents::Bytes(bytes)),
     }

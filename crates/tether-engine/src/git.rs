@@ -16,9 +16,10 @@ use thiserror::Error;
 use crate::directory::{Contents, DataFiles};
 use crate::driver::{Backoff, Retries};
 
+use tether_core::load::limits::check_file_size;
 use tether_core::remedy::Remedy;
 use tether_core::settings::SETTINGS_FILE;
-use tether_core::source::{Revision, SourceFile, SourceFiles, TooLarge, is_model_path};
+use tether_core::source::{Revision, SourceFile, SourceFiles, is_model_path};
 
 #[derive(Debug, Error)]
 pub enum GitError {
@@ -507,7 +508,7 @@ fn read_assets(
 /// refused blob is never inflated.
 fn read_blob_within_limit(repo: &Repository, id: Oid) -> Result<Contents, GitError> {
     let (size, _) = repo.odb()?.read_header(id)?;
-    if let Some(too_large) = TooLarge::check(size as u64) {
+    if let Some(too_large) = check_file_size(size as u64) {
         return Ok(Contents::TooLarge(too_large));
     }
     Ok(Contents::Bytes(repo.find_blob(id)?.content().to_vec()))

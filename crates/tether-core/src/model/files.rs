@@ -155,9 +155,10 @@ mod tests {
 
     #[test]
     fn a_data_file_refused_for_its_size_is_reported_once_at_its_own_path() {
-        use crate::source::{Assets, SourceFile, TooLarge};
+        use crate::load::limits::check_file_size;
+        use crate::source::{Assets, SourceFile};
         let models = "kind: KubernetesService\nname: kubernetes\n---\nkind: TrustDomain\nname: td\n---\nkind: KubernetesConfigMap\nname: web\ntrust_domain: td\nfiles: [conf/, big.json]\n";
-        let refused = TooLarge::check(40 * 1024 * 1024).unwrap();
+        let refused = check_file_size(40 * 1024 * 1024).unwrap();
         let mut assets = Assets::new();
         assets.insert("conf/small.conf".into(), b"ok".to_vec());
         let files = SourceFiles::from_files(vec![SourceFile::new("models.yaml", models)])
