@@ -14,7 +14,7 @@
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 
 use crate::diagnostic::{Diagnostic, Diagnostics, Span};
-use crate::source::{FileId, Sealing, SourceFile, SourceFiles, to_u32};
+use crate::source::{FileId, Sealing, SourceFile, SourceFiles, TooLarge, to_u32};
 
 /// Where a node is, relative to the text it was parsed from.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -111,8 +111,18 @@ pub struct SyntaxError {
 /// texts, settings), so that a small hostile file cannot keep it busy or fill memory.
 /// Each is far beyond what a real repository needs.
 pub mod limits {
-    /// The size of one file, in MiB.
+    /// The size of one file, in MiB: a models file, the settings file, a file models
+    /// take data from.
     pub const FILE_MIB: usize = 16;
+    /// [`FILE_MIB`] in bytes. The engine compares a file's size (from the filesystem
+    /// or Git's object header) with it before reading the file, so that a file past
+    /// it never reaches memory.
+    pub const FILE_BYTES: u64 = FILE_MIB as u64 * 1024 * 1024;
+
+    /// `Some` when a file of `bytes` is past [`FILE_BYTES`] and must not be read.
+    pub fn check_file_size(bytes: u64) -> Option<crate::source::TooLarge> {
+        (bytes > FILE_BYTES).then_some(crate::source::TooLarge { bytes })
+    }
     /// Nesting of mappings and lists.
     pub const DEPTH: usize = 64;
     /// Documents in one file.
@@ -149,7 +159,7 @@ pub fn yaml_options(dialect: Dialect) -> serde_saphyr::Options {
 
 /// Parses every document of a YAML stream; empty documents are skipped.
 pub fn parse_yaml(text: &str, dialect: Dialect) -> Result<Vec<Node>, SyntaxError> {
-    if text.len() > limits::FILE_MIB * 1024 * 1024 {
+    if text.len() as u64 > limits::FILE_BYTES {
         return Err(SyntaxError {
             line: 1,
             column: 1,
@@ -272,6 +282,10 @@ pub fn load(files: &SourceFiles) -> (Vec<Document>, Diagnostics) {
     let mut diagnostics = Diagnostics::default();
     unopened_files_warning(files, &mut diagnostics);
     for (id, file) in files.iter() {
+        if let Some(too_large) = file.too_large {
+            diagnostics.push(too_large_error(id, file, too_large));
+            continue;
+        }
         if let Sealing::Closed(problem) = &file.sealing {
             diagnostics.push(
                 Diagnostic::error(
@@ -296,6 +310,20 @@ pub fn load(files: &SourceFiles) -> (Vec<Document>, Diagnostics) {
         }
     }
     (documents, diagnostics)
+}
+
+/// A file left unread for its size, at its first line: the whole file is the problem.
+fn too_large_error(id: FileId, file: &SourceFile, too_large: TooLarge) -> Diagnostic {
+    Diagnostic::error(
+        point_span(id, file, 1, 1),
+        format!(
+            "this file is {} ({} bytes), past the limit of {} MiB per file: it was not read",
+            too_large.shown_size(),
+            too_large.bytes,
+            limits::FILE_MIB
+        ),
+    )
+    .with_hint("split the file, or keep generated data out of the models directory")
 }
 
 /// One warning for all the encrypted files read without their key (their structure
@@ -464,6 +492,36 @@ mod tests {
         let e = parse_yaml("a: 1\na: 2\n", Dialect::Models).unwrap_err();
         assert_eq!(e.line, 2);
         assert!(e.message.contains("duplicate"), "{}", e.message);
+    }
+
+    #[test]
+    fn a_file_refused_for_its_size_is_one_located_error_and_no_documents() {
+        let limit = limits::FILE_BYTES;
+        assert_eq!(
+            limits::check_file_size(limit),
+            None,
+            "the limit itself is allowed"
+        );
+        let refused = limits::check_file_size(60 * 1024 * 1024).unwrap();
+        assert_eq!(refused.shown_size(), "60.0 MiB");
+        let files = SourceFiles::from_files(vec![
+            SourceFile::new("site.yaml", "kind: Site\nname: s\n"),
+            SourceFile::too_large("generated.yaml", refused),
+        ]);
+        let (documents, diagnostics) = load(&files);
+        assert_eq!(documents.len(), 1, "the other file is still read");
+        let errors = diagnostics.sorted(&files);
+        assert_eq!(errors.len(), 1);
+        let error = errors[0];
+        assert_eq!(files.path(error.span.file), "generated.yaml");
+        assert_eq!((error.span.line, error.span.column), (1, 1));
+        assert!(
+            error.message.contains("60.0 MiB (62914560 bytes)")
+                && error.message.contains("limit of 16 MiB"),
+            "{}",
+            error.message
+        );
+        assert!(error.hint.as_deref().is_some_and(|h| h.contains("split")));
     }
 
     #[test]

@@ -41,6 +41,26 @@ pub struct SourceFile {
     line_starts: Vec<u32>,
     /// How the file was stored, if it was encrypted (sops).
     pub sealing: Sealing,
+    /// Set when the file was left unread for its size: `text` is then empty, and
+    /// loading reports the file instead of parsing it.
+    pub too_large: Option<TooLarge>,
+}
+
+/// A file past the size limit (`load::limits::check_file_size`), refused on the size
+/// the filesystem or Git's object header gave before any byte was read: a generated
+/// file of tens of MiB costs a metadata call, not its size in memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TooLarge {
+    pub bytes: u64,
+}
+
+impl TooLarge {
+    /// The size in MiB, one decimal, as messages give it.
+    pub fn shown_size(self) -> String {
+        // Tenths of a MiB in integers: exact for every size a file can have.
+        let tenths = self.bytes.saturating_mul(10) / (1024 * 1024);
+        format!("{}.{} MiB", tenths / 10, tenths % 10)
+    }
 }
 
 /// Whether a file was stored encrypted, and what became of it.
@@ -89,6 +109,15 @@ impl SourceFile {
             text,
             line_starts,
             sealing: Sealing::Plain,
+            too_large: None,
+        }
+    }
+
+    /// A file left unread because of its size (see [`TooLarge`]).
+    pub fn too_large(path: impl Into<String>, too_large: TooLarge) -> Self {
+        SourceFile {
+            too_large: Some(too_large),
+            ..SourceFile::new(path, "")
         }
     }
 
@@ -195,6 +224,19 @@ impl SourceFiles {
             assets,
             ..self
         }
+    }
+
+    /// With files left unread for their size that are not among the files yet (a
+    /// data file or the settings file, refused while the model files were read), so
+    /// that loading reports each once, at its own path.
+    pub fn with_too_large(mut self, refused: Vec<SourceFile>) -> Self {
+        for file in refused {
+            if !self.files.iter().any(|f| f.path == file.path) {
+                self.files.push(file);
+            }
+        }
+        self.files.sort_by(|a, b| a.path.cmp(&b.path));
+        self
     }
 
     /// The files, each replaced by what `open` makes of it, and the values it

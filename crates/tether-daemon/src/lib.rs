@@ -21,6 +21,7 @@ pub mod install;
 mod keys;
 pub mod leader;
 mod metrics;
+pub mod refusal_log;
 pub mod runner;
 mod status;
 pub mod webhook;
@@ -33,6 +34,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 use self::metrics::Metrics;
+use self::refusal_log::RefusalLog;
 use self::runner::Trigger;
 
 /// What the loops of one process share with its HTTP endpoints.
@@ -45,6 +47,8 @@ pub struct Shared {
     /// Where a webhook for a source this process does not run goes (a follower
     /// replica asks the leader through the Source's annotation).
     forward: Mutex<Option<controller::Forwarder>>,
+    /// Refused webhooks, counted for the log's summary lines (see [`refusal_log`]).
+    refused_webhooks: Mutex<RefusalLog>,
 }
 
 /// A source loop of this process, as webhooks and health checks see it.
@@ -64,7 +68,16 @@ impl Shared {
             ready: AtomicBool::new(false),
             sources: Mutex::new(BTreeMap::new()),
             forward: Mutex::new(None),
+            refused_webhooks: Mutex::new(RefusalLog::default()),
         }
+    }
+
+    /// The log of refused webhooks. A panic while it was held leaves counts at worst
+    /// off by one: the log goes on.
+    fn refused_webhooks(&self) -> std::sync::MutexGuard<'_, RefusalLog> {
+        self.refused_webhooks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The caches are synced and the loops started: `/readyz` says yes.

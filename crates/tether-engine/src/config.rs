@@ -13,6 +13,7 @@ use std::time::Duration;
 use serde_saphyr::Spanned;
 use thiserror::Error;
 
+use crate::directory::Contents;
 use crate::writeback::Author;
 use tether_core::k8s::Scope;
 use tether_core::settings::{self, parse_duration};
@@ -68,10 +69,27 @@ fn checked<T>(
     })
 }
 
-/// Reads a settings file; a missing one gives the defaults.
+/// Reads a settings file; a missing one gives the defaults. One past the size limit
+/// is refused unread.
 pub fn read_settings(path: &Path) -> Result<Settings, ConfigError> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => Ok(settings::parse(&path.display().to_string(), &text)?),
+    let shown = path.display().to_string();
+    match crate::directory::read_within_limit(path) {
+        Ok(Contents::Bytes(bytes)) => {
+            let text = String::from_utf8(bytes).map_err(|_| SettingsError {
+                path: shown.clone(),
+                message: "the file is not UTF-8 text".into(),
+            })?;
+            Ok(settings::parse(&shown, &text)?)
+        }
+        Ok(Contents::TooLarge(too_large)) => Err(SettingsError {
+            path: shown,
+            message: format!(
+                "the file is {}, past the limit of {} MiB per file",
+                too_large.shown_size(),
+                tether_core::load::limits::FILE_MIB
+            ),
+        }
+        .into()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Settings::default()),
         Err(source) => Err(ConfigError::Read {
             path: path.to_path_buf(),

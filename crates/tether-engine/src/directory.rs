@@ -1,11 +1,15 @@
 //! A models directory on disk: its model files, and the files models take data from.
+//! Every file's size is taken from its metadata before it is read: a file past the
+//! core's limit is never read, it becomes a [`TooLarge`] file that loading reports.
 //! Blocking (a file walk): call it off the async runtime.
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use thiserror::Error;
 
-use tether_core::source::{Assets, SourceFile, SourceFiles, is_model_path};
+use tether_core::load::limits::{self, check_file_size};
+use tether_core::source::{Assets, SourceFile, SourceFiles, TooLarge, is_model_path};
 
 #[derive(Debug, Error)]
 pub enum SourceError {
@@ -67,24 +71,53 @@ pub fn read_models_dir(root: &Path) -> Result<SourceFiles, SourceError> {
     Ok(SourceFiles::from_files(files))
 }
 
+/// The files models take data from, and those of them left unread for their size.
+#[derive(Debug, Default)]
+pub(crate) struct DataFiles {
+    pub assets: Assets,
+    pub too_large: Vec<SourceFile>,
+}
+
+impl DataFiles {
+    pub fn insert(&mut self, path: String, contents: Contents) {
+        match contents {
+            Contents::Bytes(bytes) => {
+                self.assets.insert(path, bytes);
+            }
+            Contents::TooLarge(too_large) => {
+                self.too_large.push(SourceFile::too_large(path, too_large));
+            }
+        }
+    }
+
+    /// `files` with these data files (see [`SourceFiles::with_assets`]).
+    pub fn attach_to(self, files: SourceFiles) -> SourceFiles {
+        files
+            .with_assets(self.assets)
+            .with_too_large(self.too_large)
+    }
+}
+
+/// A file's bytes, or why they were not read.
+#[derive(Debug)]
+pub(crate) enum Contents {
+    Bytes(Vec<u8>),
+    TooLarge(TooLarge),
+}
+
 /// Reads the files models take data from: each path (relative to `root`) a file, or
 /// a directory whose files (not hidden, not in subdirectories) are read. Paths that
 /// do not exist are left out (the models' check reports them).
-pub(crate) fn read_assets_dir(root: &Path, paths: &[String]) -> Result<Assets, SourceError> {
-    let mut assets = Assets::new();
-    let read = |path: &Path| {
-        std::fs::read(path).map_err(|source| SourceError::Read {
-            path: path.to_path_buf(),
-            source,
-        })
-    };
+pub(crate) fn read_assets_dir(root: &Path, paths: &[String]) -> Result<DataFiles, SourceError> {
+    let mut data = DataFiles::default();
     for relative in paths {
         let path = root.join(relative);
         let Ok(metadata) = std::fs::metadata(&path) else {
             continue;
         };
         if metadata.is_file() {
-            assets.insert(relative.clone(), read(&path)?);
+            let contents = read_within_limit(&path).map_err(|e| read_error(&path, e))?;
+            data.insert(relative.clone(), contents);
             continue;
         }
         let entries = std::fs::read_dir(&path).map_err(|source| SourceError::Read {
@@ -96,21 +129,50 @@ pub(crate) fn read_assets_dir(root: &Path, paths: &[String]) -> Result<Assets, S
             if name.starts_with('.') || !entry.path().is_file() {
                 continue;
             }
-            assets.insert(format!("{relative}/{name}"), read(&entry.path())?);
+            let path = entry.path();
+            let contents = read_within_limit(&path).map_err(|e| read_error(&path, e))?;
+            data.insert(format!("{relative}/{name}"), contents);
         }
     }
-    Ok(assets)
+    Ok(data)
 }
 
 fn read_one(path: &Path, shown: String) -> Result<SourceFile, SourceError> {
-    let bytes = std::fs::read(path).map_err(|source| SourceError::Read {
+    match read_within_limit(path).map_err(|source| read_error(path, source))? {
+        Contents::TooLarge(too_large) => Ok(SourceFile::too_large(shown, too_large)),
+        Contents::Bytes(bytes) => {
+            let text = String::from_utf8(bytes).map_err(|_| SourceError::NotUtf8 {
+                path: path.to_path_buf(),
+            })?;
+            Ok(SourceFile::new(shown, text))
+        }
+    }
+}
+
+fn read_error(path: &Path, source: std::io::Error) -> SourceError {
+    SourceError::Read {
         path: path.to_path_buf(),
         source,
-    })?;
-    let text = String::from_utf8(bytes).map_err(|_| SourceError::NotUtf8 {
-        path: path.to_path_buf(),
-    })?;
-    Ok(SourceFile::new(shown, text))
+    }
+}
+
+/// A file's bytes, unless its size is past the limit: the size comes from the open
+/// file's metadata, so nothing is read for a refused file. The read itself stops one
+/// byte past the limit, so that a file that grew after the metadata call cannot
+/// bring more than that into memory either.
+pub(crate) fn read_within_limit(path: &Path) -> std::io::Result<Contents> {
+    let file = std::fs::File::open(path)?;
+    let size = file.metadata()?.len();
+    if let Some(too_large) = check_file_size(size) {
+        return Ok(Contents::TooLarge(too_large));
+    }
+    // The capacity is the size just checked: at most the limit.
+    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
+    file.take(limits::FILE_BYTES + 1).read_to_end(&mut bytes)?;
+    match check_file_size(bytes.len() as u64) {
+        Some(too_large) => Ok(Contents::TooLarge(too_large)),
+        None => Ok(Contents::Bytes(bytes)),
+    }
 }
 
 /// The nearest `.sops.yaml` in `dir` or a directory above it.

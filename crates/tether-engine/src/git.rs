@@ -1,6 +1,8 @@
 //! Models from Git: fetch a repository into a cache and read the model files of one
 //! exact commit straight from its tree (no checkout, so no working-tree state), or
-//! note the commit of a local checkout. Blocking (git2): call off the async runtime.
+//! note the commit of a local checkout. Each blob's size is read from the object
+//! database's header before the blob: one past the core's limit is never inflated.
+//! Blocking (git2): call off the async runtime.
 
 use std::path::{Path, PathBuf};
 
@@ -11,9 +13,12 @@ use git2::{
 use sha2::{Digest, Sha256};
 use thiserror::Error;
 
+use crate::directory::{Contents, DataFiles};
 use crate::driver::{Backoff, Retries};
 
+use tether_core::load::limits::check_file_size;
 use tether_core::remedy::Remedy;
+use tether_core::settings::SETTINGS_FILE;
 use tether_core::source::{Revision, SourceFile, SourceFiles, is_model_path};
 
 #[derive(Debug, Error)]
@@ -152,6 +157,20 @@ pub(crate) fn fetch_models_timed(
     cache_dir: &Path,
     credentials: &Credentials,
 ) -> Result<(SourceFiles, Revision, Option<std::time::Duration>), GitError> {
+    let (repo, commit, fetched) = fetch_commit(url, reference, cache_dir, credentials)?;
+    let files = read_tree(&repo, commit, subdir)?;
+    Ok((files, revision_of(commit), fetched))
+}
+
+/// The cache of `url`, fetched unless it already holds what `reference` names, and
+/// the commit `reference` names; with how long the fetch took (none when nothing was
+/// fetched). Nothing of the commit's tree is read.
+pub(crate) fn fetch_commit(
+    url: &str,
+    reference: Option<&str>,
+    cache_dir: &Path,
+    credentials: &Credentials,
+) -> Result<(Repository, Oid, Option<std::time::Duration>), GitError> {
     let repo = open_cache(cache_dir, url)?;
     let mut fetched = None;
     if !cached_is_current(&repo, url, reference, credentials) {
@@ -160,12 +179,14 @@ pub(crate) fn fetch_models_timed(
         fetched = Some(started.elapsed());
     }
     let commit = resolve(&repo, url, reference)?;
-    let files = read_tree(&repo, commit, subdir)?;
-    let revision = Revision {
+    Ok((repo, commit, fetched))
+}
+
+pub(crate) fn revision_of(commit: Oid) -> Revision {
+    Revision {
         commit: commit.to_string(),
         dirty: false,
-    };
-    Ok((files, revision, fetched))
+    }
 }
 
 /// The commit `reference` names at the remote when the cache already holds it (one
@@ -342,31 +363,19 @@ fn resolve(repo: &Repository, url: &str, reference: Option<&str>) -> Result<Oid,
     })
 }
 
-/// The text of the file at `path` in a cached commit's tree, if there is one.
-pub(crate) fn read_file_at(
-    cache_dir: &Path,
-    url: &str,
-    commit: &str,
-    path: &Path,
-) -> Result<Option<String>, GitError> {
-    let repo = open_cache(cache_dir, url)?;
-    let tree = repo.find_commit(Oid::from_str(commit)?)?.tree()?;
-    let Ok(entry) = tree.get_path(path) else {
-        return Ok(None);
-    };
-    let blob = repo.find_blob(entry.id())?;
-    match std::str::from_utf8(blob.content()) {
-        Ok(text) => Ok(Some(text.to_string())),
-        Err(_) => Err(GitError::NotUtf8 {
-            path: path.display().to_string(),
-            commit: commit.to_string(),
-        }),
-    }
-}
-
 /// 40 hexadecimal digits (SHA-1) or 64 (SHA-256).
 pub fn is_full_commit_id(text: &str) -> bool {
     matches!(text.len(), 40 | 64) && text.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// What a commit holds for a models source: its model files (with the files they
+/// take data from, and the files left unread for their size, the settings file among
+/// them), the settings file's text, and whether sops creation rules are there.
+#[derive(Clone, Debug)]
+pub struct CommitModels {
+    pub files: SourceFiles,
+    pub settings: Option<String>,
+    pub sops_rules: bool,
 }
 
 /// The model files of a commit's tree, below `subdir`, paths relative to it.
@@ -375,11 +384,69 @@ pub(crate) fn read_tree(
     commit: Oid,
     subdir: Option<&Path>,
 ) -> Result<SourceFiles, GitError> {
-    let tree = repo.find_commit(commit)?.tree()?;
-    let tree = match subdir.filter(|s| !s.as_os_str().is_empty() && *s != Path::new(".")) {
-        Some(dir) => repo.find_tree(tree.get_path(dir)?.id())?,
-        None => tree,
+    let tree = models_root(repo, commit, subdir)?;
+    read_models(repo, commit, &tree)
+}
+
+/// [`read_tree`], and the settings file and sops rules at the models root.
+pub(crate) fn read_commit_models(
+    repo: &Repository,
+    commit: Oid,
+    subdir: Option<&Path>,
+) -> Result<CommitModels, GitError> {
+    let tree = models_root(repo, commit, subdir)?;
+    let mut files = read_models(repo, commit, &tree)?;
+    let blob_at = |name: &str| {
+        tree.get_name(name)
+            .filter(|e| e.kind() == Some(ObjectType::Blob))
+            .map(|e| e.id())
     };
+    let settings = match blob_at(SETTINGS_FILE) {
+        None => None,
+        Some(id) => match read_blob_within_limit(repo, id)? {
+            Contents::TooLarge(too_large) => {
+                // Reported with the models' problems; no setting is taken from it.
+                files = files.with_too_large(vec![SourceFile::too_large(SETTINGS_FILE, too_large)]);
+                None
+            }
+            Contents::Bytes(bytes) => {
+                Some(String::from_utf8(bytes).map_err(|_| GitError::NotUtf8 {
+                    path: SETTINGS_FILE.to_string(),
+                    commit: commit.to_string(),
+                })?)
+            }
+        },
+    };
+    // Only whether the rules exist matters here: the file is not read.
+    let sops_rules = blob_at(tether_sops::config::CONFIG_FILE).is_some();
+    Ok(CommitModels {
+        files,
+        settings,
+        sops_rules,
+    })
+}
+
+/// The tree of the models root: the commit's, or its `subdir`'s.
+fn models_root<'r>(
+    repo: &'r Repository,
+    commit: Oid,
+    subdir: Option<&Path>,
+) -> Result<git2::Tree<'r>, GitError> {
+    let tree = repo.find_commit(commit)?.tree()?;
+    Ok(
+        match subdir.filter(|s| !s.as_os_str().is_empty() && *s != Path::new(".")) {
+            Some(dir) => repo.find_tree(tree.get_path(dir)?.id())?,
+            None => tree,
+        },
+    )
+}
+
+/// The model files below `tree`, and the files they take data from.
+fn read_models(
+    repo: &Repository,
+    commit: Oid,
+    tree: &git2::Tree<'_>,
+) -> Result<SourceFiles, GitError> {
     let mut blobs = Vec::new();
     tree.walk(TreeWalkMode::PreOrder, |parent, entry| {
         let name = entry.name().unwrap_or_default();
@@ -397,12 +464,17 @@ pub(crate) fn read_tree(
     })?;
     let mut files = Vec::with_capacity(blobs.len());
     for (path, id) in blobs {
-        let blob = repo.find_blob(id)?;
-        let text = String::from_utf8(blob.content().to_vec()).map_err(|_| GitError::NotUtf8 {
-            path: path.clone(),
-            commit: commit.to_string(),
-        })?;
-        files.push(SourceFile::new(path, text));
+        let file = match read_blob_within_limit(repo, id)? {
+            Contents::TooLarge(too_large) => SourceFile::too_large(path, too_large),
+            Contents::Bytes(bytes) => {
+                let text = String::from_utf8(bytes).map_err(|_| GitError::NotUtf8 {
+                    path: path.clone(),
+                    commit: commit.to_string(),
+                })?;
+                SourceFile::new(path, text)
+            }
+        };
+        files.push(file);
     }
     files.sort_by(|a, b| a.path.cmp(&b.path));
     let files = SourceFiles::from_files(files);
@@ -410,8 +482,7 @@ pub(crate) fn read_tree(
     if wanted.is_empty() {
         return Ok(files);
     }
-    let assets = read_assets(repo, &tree, &wanted)?;
-    Ok(files.with_assets(assets))
+    Ok(read_assets(repo, tree, &wanted)?.attach_to(files))
 }
 
 /// The files models take data from, in `tree` (the models root): each path a
@@ -420,16 +491,15 @@ fn read_assets(
     repo: &Repository,
     tree: &git2::Tree<'_>,
     paths: &[String],
-) -> Result<tether_core::source::Assets, GitError> {
-    let mut assets = tether_core::source::Assets::new();
+) -> Result<DataFiles, GitError> {
+    let mut data = DataFiles::default();
     for relative in paths {
         let Ok(entry) = tree.get_path(Path::new(relative)) else {
             continue;
         };
         match entry.kind() {
             Some(ObjectType::Blob) => {
-                let blob = repo.find_blob(entry.id())?;
-                assets.insert(relative.clone(), blob.content().to_vec());
+                data.insert(relative.clone(), read_blob_within_limit(repo, entry.id())?);
             }
             Some(ObjectType::Tree) => {
                 let dir = repo.find_tree(entry.id())?;
@@ -438,14 +508,27 @@ fn read_assets(
                     if name.starts_with('.') || file.kind() != Some(ObjectType::Blob) {
                         continue;
                     }
-                    let blob = repo.find_blob(file.id())?;
-                    assets.insert(format!("{relative}/{name}"), blob.content().to_vec());
+                    data.insert(
+                        format!("{relative}/{name}"),
+                        read_blob_within_limit(repo, file.id())?,
+                    );
                 }
             }
             _ => {}
         }
     }
-    Ok(assets)
+    Ok(data)
+}
+
+/// A blob's bytes, unless its size is past the limit: the size comes from the object
+/// database's header (a loose object's first bytes, a packed one's entry), so a
+/// refused blob is never inflated.
+fn read_blob_within_limit(repo: &Repository, id: Oid) -> Result<Contents, GitError> {
+    let (size, _) = repo.odb()?.read_header(id)?;
+    if let Some(too_large) = check_file_size(size as u64) {
+        return Ok(Contents::TooLarge(too_large));
+    }
+    Ok(Contents::Bytes(repo.find_blob(id)?.content().to_vec()))
 }
 
 /// The commit checked out where `path` lives, if it is in a Git repository, and

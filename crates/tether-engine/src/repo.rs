@@ -1,17 +1,22 @@
 //! Where the models come from, and reading them: a directory (with the commit of the
 //! Git checkout around it, if any), or a Git repository at a branch, tag or commit,
 //! read from that commit's tree. Reading is blocking (file walks, git2) and runs off
-//! the async runtime.
+//! the async runtime. Every file's size is known before it is read, and a file past
+//! the core's limit is not read (see [`crate::directory`], [`crate::git`]).
 
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use thiserror::Error;
 use tracing::instrument;
 
-use crate::directory::{SourceError, read_models_dir};
-use crate::git::{Credentials, GitError, fetch_models_timed, local_revision, read_file_at};
+use crate::directory::{Contents, SourceError, read_models_dir, read_within_limit};
+use crate::git::{
+    CommitModels, Credentials, GitError, fetch_commit, local_revision, read_commit_models,
+    revision_of,
+};
 use tether_core::remedy::Remedy;
-use tether_core::source::{Revision, SourceFiles};
+use tether_core::source::{Revision, SourceFile, SourceFiles};
 
 /// A models source.
 #[derive(Clone, Debug)]
@@ -70,7 +75,47 @@ pub struct LoadedModels {
 }
 
 /// The settings file at the root of a models directory.
-pub const SETTINGS_FILE: &str = ".tether.yaml";
+pub const SETTINGS_FILE: &str = tether_core::settings::SETTINGS_FILE;
+
+/// The models a Git source read at its last commit, so that reading the same commit
+/// again reads no blob: the daemon retries a failed pass (a cluster error, invalid
+/// models) with backoff, and each retry would otherwise inflate the whole tree again.
+/// A commit's content never changes, so the entry is never stale; it is replaced when
+/// the source reads another commit. Clones share the entry.
+#[derive(Clone, Debug, Default)]
+pub struct CommitCache {
+    last: Arc<Mutex<Option<CachedCommit>>>,
+}
+
+#[derive(Debug)]
+struct CachedCommit {
+    key: CommitKey,
+    models: Arc<CommitModels>,
+}
+
+/// What a commit's models are read for: the remote, the models root, the commit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct CommitKey {
+    url: String,
+    path: PathBuf,
+    commit: git2::Oid,
+}
+
+impl CommitCache {
+    fn get(&self, key: &CommitKey) -> Option<Arc<CommitModels>> {
+        // A panic while the lock was held cannot leave a half-written entry: it is
+        // replaced whole.
+        let last = self.last.lock().unwrap_or_else(PoisonError::into_inner);
+        last.as_ref()
+            .filter(|cached| cached.key == *key)
+            .map(|cached| Arc::clone(&cached.models))
+    }
+
+    fn keep(&self, key: CommitKey, models: Arc<CommitModels>) {
+        *self.last.lock().unwrap_or_else(PoisonError::into_inner) =
+            Some(CachedCommit { key, models });
+    }
+}
 
 impl Repo {
     /// The path or URL (and ref), as reports name the source.
@@ -122,8 +167,14 @@ impl Repo {
     }
 
     /// Reads the models; a directory's files and its checkout's commit at once.
-    #[instrument(skip_all, fields(source = %self.label()))]
     pub async fn load(&self) -> Result<LoadedModels, RepoError> {
+        self.load_cached(&CommitCache::default()).await
+    }
+
+    /// [`Repo::load`]; a Git source's commit that `commits` already holds is taken
+    /// from it (the ref is still resolved, and fetched when it moved).
+    #[instrument(skip_all, fields(source = %self.label()))]
+    pub async fn load_cached(&self, commits: &CommitCache) -> Result<LoadedModels, RepoError> {
         let label = self.label();
         match self.clone() {
             Repo::Git {
@@ -133,34 +184,30 @@ impl Repo {
                 cache,
                 credentials,
             } => {
-                let loaded = blocking(move || {
-                    let (files, revision, fetch_took) = fetch_models_timed(
-                        &url,
-                        reference.as_deref(),
-                        Some(&path),
-                        &cache,
-                        &credentials,
-                    )?;
-                    let settings =
-                        read_file_at(&cache, &url, &revision.commit, &path.join(SETTINGS_FILE))?;
-                    let sops_rules = read_file_at(
-                        &cache,
-                        &url,
-                        &revision.commit,
-                        &path.join(tether_sops::config::CONFIG_FILE),
-                    )?
-                    .is_some();
-                    Ok::<_, GitError>((files, revision, settings, fetch_took, sops_rules))
+                let commits = commits.clone();
+                let (models, commit, fetch_took) = blocking(move || {
+                    let (repo, commit, fetch_took) =
+                        fetch_commit(&url, reference.as_deref(), &cache, &credentials)?;
+                    let key = CommitKey { url, path, commit };
+                    let models = match commits.get(&key) {
+                        Some(models) => models,
+                        None => {
+                            let models =
+                                Arc::new(read_commit_models(&repo, commit, Some(&key.path))?);
+                            commits.keep(key, Arc::clone(&models));
+                            models
+                        }
+                    };
+                    Ok::<_, GitError>((models, commit, fetch_took))
                 })
                 .await??;
-                let (files, revision, settings, fetch_took, sops_rules) = loaded;
                 Ok(LoadedModels {
-                    files,
+                    files: models.files.clone(),
                     label,
-                    revision: Some(revision),
-                    settings,
+                    revision: Some(revision_of(commit)),
+                    settings: models.settings.clone(),
                     fetch_took,
-                    sops_rules,
+                    sops_rules: models.sops_rules,
                     plain_secrets_are_errors: false,
                 })
             }
@@ -174,11 +221,14 @@ impl Repo {
                     blocking(move || local_revision(&path)),
                     blocking(move || read_settings_file(&settings_path))
                 );
+                let (settings, settings_too_large) = settings??;
                 Ok(LoadedModels {
-                    files: files?.with_shown_root(shown_root),
+                    files: files?
+                        .with_too_large(settings_too_large.into_iter().collect())
+                        .with_shown_root(shown_root),
                     label,
                     revision: revision?,
-                    settings: settings??,
+                    settings,
                     fetch_took: None,
                     sops_rules: crate::directory::find_sops_config(&path_for_rules).is_some(),
                     plain_secrets_are_errors: false,
@@ -188,17 +238,29 @@ impl Repo {
     }
 }
 
-/// The settings file's text; none when the models root has none (or is one file).
-fn read_settings_file(path: &std::path::Path) -> Result<Option<String>, RepoError> {
-    match std::fs::read_to_string(path) {
-        Ok(text) => Ok(Some(text)),
+/// The settings file's text, or the file left unread for its size (reported with the
+/// models' problems; no setting is taken from it); neither when the models root has
+/// none (or is one file).
+fn read_settings_file(
+    path: &std::path::Path,
+) -> Result<(Option<String>, Option<SourceFile>), RepoError> {
+    match read_within_limit(path) {
+        Ok(Contents::Bytes(bytes)) => match String::from_utf8(bytes) {
+            Ok(text) => Ok((Some(text), None)),
+            Err(_) => Err(RepoError::Read(SourceError::NotUtf8 {
+                path: path.to_path_buf(),
+            })),
+        },
+        Ok(Contents::TooLarge(too_large)) => {
+            Ok((None, Some(SourceFile::too_large(SETTINGS_FILE, too_large))))
+        }
         Err(e)
             if matches!(
                 e.kind(),
                 std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
             ) =>
         {
-            Ok(None)
+            Ok((None, None))
         }
         Err(source) => Err(RepoError::Read(SourceError::Read {
             path: path.to_path_buf(),
@@ -224,8 +286,7 @@ pub fn read_directory_blocking(path: &std::path::Path) -> Result<SourceFiles, Re
     } else {
         path
     };
-    let assets = crate::directory::read_assets_dir(root, &wanted)?;
-    Ok(files.with_assets(assets))
+    Ok(crate::directory::read_assets_dir(root, &wanted)?.attach_to(files))
 }
 
 async fn blocking<T: Send + 'static>(

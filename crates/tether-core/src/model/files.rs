@@ -88,7 +88,8 @@ pub(super) fn attach_files(
                 continue;
             };
             let found = found_files(files, &path);
-            if found.is_empty() {
+            // A file refused for its size is reported at its own path already.
+            if found.is_empty() && !refused_for_size(files, &path) {
                 diagnostics.push(error(
                     format!(
                         "no file or directory \"{}\" (looked for {path})",
@@ -117,6 +118,19 @@ pub(super) fn attach_files(
     }
 }
 
+/// Is the file at `path`, or a file directly in the directory `path`, one left unread
+/// for its size?
+fn refused_for_size(files: &SourceFiles, path: &str) -> bool {
+    let prefix = format!("{path}/");
+    files.iter().any(|(_, f)| {
+        f.too_large.is_some()
+            && (f.path == path
+                || f.path
+                    .strip_prefix(&prefix)
+                    .is_some_and(|name| !name.contains('/')))
+    })
+}
+
 /// The file at `path`, or the files directly in the directory `path`, by name.
 fn found_files<'a>(files: &'a SourceFiles, path: &str) -> Vec<(&'a str, &'a [u8])> {
     let assets = files.assets();
@@ -138,6 +152,39 @@ fn found_files<'a>(files: &'a SourceFiles, path: &str) -> Vec<(&'a str, &'a [u8]
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_data_file_refused_for_its_size_is_reported_once_at_its_own_path() {
+        use crate::load::limits::check_file_size;
+        use crate::source::{Assets, SourceFile};
+        let models = "kind: KubernetesService\nname: kubernetes\n---\nkind: TrustDomain\nname: td\n---\nkind: KubernetesConfigMap\nname: web\ntrust_domain: td\nfiles: [conf/, big.json]\n";
+        let refused = check_file_size(40 * 1024 * 1024).unwrap();
+        let mut assets = Assets::new();
+        assets.insert("conf/small.conf".into(), b"ok".to_vec());
+        let files = SourceFiles::from_files(vec![SourceFile::new("models.yaml", models)])
+            .with_assets(assets)
+            .with_too_large(vec![
+                SourceFile::too_large("big.json", refused),
+                SourceFile::too_large("conf/huge.conf", refused),
+            ]);
+        let analysis = crate::analyze(&files);
+        let errors: Vec<_> = analysis
+            .diagnostics
+            .sorted(&files)
+            .into_iter()
+            .map(|d| format!("{}:{}: {}", files.path(d.span.file), d.span.line, d.message))
+            .collect();
+        assert_eq!(errors.len(), 2, "{errors:#?}");
+        assert!(
+            errors[0].starts_with("big.json:1: this file is 40.0 MiB"),
+            "{errors:#?}"
+        );
+        assert!(
+            errors[1].starts_with("conf/huge.conf:1: this file is"),
+            "{errors:#?}"
+        );
+        assert!(analysis.graph.is_none(), "nothing is rendered");
+    }
 
     #[test]
     fn paths_are_relative_to_the_model_file_and_stay_in_the_repo() {

@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::instrument;
 
 use crate::cluster::{ClusterError, Resources, Target, connect, read_inventory_version};
-use crate::repo::{LoadedModels, Repo, RepoError, SETTINGS_FILE};
+use crate::repo::{CommitCache, LoadedModels, Repo, RepoError, SETTINGS_FILE};
 pub use cache::WatchCache;
 pub use outcome::{ApplyReport, BlockedWave, Blocker, ObjectFailure, ObjectReport, Outcome};
 use tether_core::confine::{self, Confinement};
@@ -48,6 +48,9 @@ pub struct Reconciler {
     selection: Option<Selection>,
     /// The age keys that open the repository's encrypted files.
     keys: std::sync::Arc<tether_sops::Keyring>,
+    /// The last commit's models, so that a retried pass at the same commit reads no
+    /// blob again.
+    commits: CommitCache,
 }
 
 /// Some models only (`--only`): those and what they wait for and require, or with
@@ -267,6 +270,7 @@ impl Reconciler {
             client: OnceCell::new(),
             selection: None,
             keys: Default::default(),
+            commits: CommitCache::default(),
         }
     }
 
@@ -320,7 +324,7 @@ impl Reconciler {
         cache: Option<&WatchCache>,
     ) -> Result<Planned, ReconcileError> {
         // The models first: models with Kubernetes off never reach the cluster.
-        let mut loaded = self.repo.load().await?;
+        let mut loaded = self.repo.load_cached(&self.commits).await?;
         loaded.files = tether_sops::open_files(loaded.files, &self.keys);
         let (models, rendered) = check(loaded, &self.inventory)?;
         let Some(Rendered { objects, workflow }) = rendered else {
