@@ -677,7 +677,9 @@ struct Verdict {
 /// series that is near zero, or counted in units). The series is flat when every
 /// sample of the second half lies in the widened range and the second half's
 /// least-squares slope, times the second half's length, moves less than the
-/// tolerance: a leak shows either as samples out of range or as a trend inside it.
+/// tolerance plus half the reference's range (a trend smaller than the noise already
+/// seen is noise: on a few samples a fitted slope is mostly that): a leak shows
+/// either as samples out of range or as a trend inside it.
 fn verdict(points: &[(f64, f64)], warm: usize, relative: f64, absolute: f64) -> Option<Verdict> {
     let after = points.get(warm..)?;
     if after.len() < 4 {
@@ -697,7 +699,7 @@ fn verdict(points: &[(f64, f64)], warm: usize, relative: f64, absolute: f64) -> 
     let drift = slope(second) * (second[second.len() - 1].0 - second[0].0);
     let flat = second_half.0 >= reference.0 - tolerance
         && second_half.1 <= reference.1 + tolerance
-        && drift.abs() <= tolerance;
+        && drift.abs() <= tolerance + (reference.1 - reference.0) / 2.0;
     Some(Verdict {
         flat,
         reference,
