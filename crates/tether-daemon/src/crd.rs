@@ -254,9 +254,9 @@ impl SourceSpec {
             }
             None => DEFAULT_INTERVAL,
         };
-        if interval < Duration::from_secs(1) {
+        if interval < Duration::from_millis(100) {
             return Err(SpecError::Interval(
-                "must be at least 1s (webhooks and drift trigger passes in between)".into(),
+                "must be at least 100ms (webhooks and drift trigger passes in between)".into(),
             ));
         }
         let path = PathBuf::from(self.path.as_deref().unwrap_or("."));
@@ -344,11 +344,16 @@ mod tests {
 
     #[test]
     fn bad_intervals_and_escaping_paths_are_refused() {
-        let short = spec("url: u\ninterval: 10ms\n");
+        let short = spec("url: u\ninterval: 99ms\n");
         assert!(matches!(
             short.settings("n", "s", "/c".into(), Credentials::default()),
             Err(SpecError::Interval(_))
         ));
+        let shortest = spec("url: u\ninterval: 100ms\n");
+        let settings = shortest
+            .settings("n", "s", "/c".into(), Credentials::default())
+            .unwrap();
+        assert_eq!(settings.interval, Duration::from_millis(100));
         let escaping = spec("url: u\npath: ../other\n");
         assert_eq!(
             escaping

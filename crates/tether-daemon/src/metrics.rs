@@ -1,16 +1,20 @@
 //! The daemon's metrics, in OpenMetrics text (`/metrics`). Labels are sources,
 //! results, actions and providers, never objects: the number of series does not grow
-//! with what a source manages.
+//! with what a source manages. Beside tether's own (`tether_*`), the process's resident
+//! memory and open file descriptors under their conventional names
+//! (`process_resident_memory_bytes`, `process_open_fds`) and the runtime's alive tasks
+//! (`tether_runtime_alive_tasks`), read at each scrape: what shows a leak over weeks.
 
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Registry, Unit};
 
 use tether_engine::reconcile::{ApplyReport, Outcome};
 
@@ -73,7 +77,7 @@ fn seconds_histogram() -> Histogram {
 impl Default for Metrics {
     fn default() -> Self {
         let metrics = Metrics {
-            registry: Registry::with_prefix("tether"),
+            registry: Registry::default(),
             reconcile_duration: Family::new_with_constructor(
                 seconds_histogram as fn() -> Histogram,
             ),
@@ -86,48 +90,53 @@ impl Default for Metrics {
             last_success: Family::default(),
             history_rewrites: Family::default(),
         };
-        let mut registry = Registry::with_prefix("tether");
-        registry.register(
+        // The root registry has no prefix, so that the process's figures keep the names
+        // every dashboard knows; tether's own live in the `tether` sub-registry.
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(ProcessCollector));
+        let tether = registry.sub_registry_with_prefix("tether");
+        tether.register_collector(Box::new(RuntimeCollector));
+        tether.register(
             "reconcile_duration_seconds",
             "How long a pass of a source took, by result",
             metrics.reconcile_duration.clone(),
         );
-        registry.register(
+        tether.register(
             "reconciles",
             "Passes of a source, by result",
             metrics.reconciles.clone(),
         );
-        registry.register(
+        tether.register(
             "applied_objects",
             "Objects a source's passes applied or pruned, by action",
             metrics.applied.clone(),
         );
-        registry.register(
+        tether.register(
             "drift",
             "Changes by other writers to fields tether applied, corrected or reported",
             metrics.drift.clone(),
         );
-        registry.register(
+        tether.register(
             "git_fetch_duration_seconds",
             "How long fetching a source's repository took",
             metrics.fetch_duration.clone(),
         );
-        registry.register(
+        tether.register(
             "webhook_requests",
             "Webhook requests, by provider and outcome",
             metrics.webhooks.clone(),
         );
-        registry.register(
+        tether.register(
             "leader",
             "1 while this process is the leader (or runs without election)",
             metrics.leader.clone(),
         );
-        registry.register(
+        tether.register(
             "source_last_success_timestamp_seconds",
             "When a pass of the source last succeeded (Unix time)",
             metrics.last_success.clone(),
         );
-        registry.register(
+        tether.register(
             "history_rewrites",
             "Times a source's ref moved to a commit that does not descend from the applied one",
             metrics.history_rewrites.clone(),
@@ -137,6 +146,96 @@ impl Default for Metrics {
             ..metrics
         }
     }
+}
+
+/// The process's resident memory and open file descriptors, read from `/proc` at each
+/// scrape (a gauge set by a timer would be stale, and one more task). Where there is no
+/// `/proc` (not Linux) or it cannot be read, the series is left out rather than given
+/// a made-up 0.
+#[derive(Debug)]
+struct ProcessCollector;
+
+impl Collector for ProcessCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        if let Some(bytes) = resident_memory_bytes() {
+            let gauge = ConstGauge::new(bytes);
+            let metric = encoder.encode_descriptor(
+                "process_resident_memory",
+                "Resident memory size in bytes",
+                Some(&Unit::Bytes),
+                gauge.metric_type(),
+            )?;
+            gauge.encode(metric)?;
+        }
+        if let Some(fds) = open_fds() {
+            let gauge = ConstGauge::new(fds);
+            let metric = encoder.encode_descriptor(
+                "process_open_fds",
+                "Number of open file descriptors",
+                None,
+                gauge.metric_type(),
+            )?;
+            gauge.encode(metric)?;
+        }
+        Ok(())
+    }
+}
+
+/// The tokio runtime's alive tasks: a task per Source, watch and connection, so a
+/// number that grows with time, not with the Sources, is a task leak.
+#[derive(Debug)]
+struct RuntimeCollector;
+
+impl Collector for RuntimeCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        // /metrics is answered on the runtime; an encode outside one (a test) has none.
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return Ok(());
+        };
+        let tasks = i64::try_from(runtime.metrics().num_alive_tasks()).unwrap_or(i64::MAX);
+        let gauge = ConstGauge::new(tasks);
+        let metric = encoder.encode_descriptor(
+            "runtime_alive_tasks",
+            "Tasks alive on the tokio runtime (spawned and not yet finished)",
+            None,
+            gauge.metric_type(),
+        )?;
+        gauge.encode(metric)
+    }
+}
+
+/// `VmRSS` of `/proc/self/status`, in bytes. The kernel gives it in kB there, which
+/// spares knowing the page size that `/proc/self/statm` counts in (asking for it would
+/// take libc, and unsafe code is forbidden here).
+#[cfg(target_os = "linux")]
+fn resident_memory_bytes() -> Option<i64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kb: i64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    kb.checked_mul(1024)
+}
+
+/// The entries of `/proc/self/fd`. The listing's own descriptor is among them, as in
+/// every Prometheus client's `process_open_fds`.
+#[cfg(target_os = "linux")]
+fn open_fds() -> Option<i64> {
+    let entries = std::fs::read_dir("/proc/self/fd").ok()?;
+    i64::try_from(entries.count()).ok()
+}
+
+#[cfg(not(target_os = "linux"))]
+fn resident_memory_bytes() -> Option<i64> {
+    None
+}
+
+#[cfg(not(target_os = "linux"))]
+fn open_fds() -> Option<i64> {
+    None
 }
 
 impl Metrics {
@@ -323,5 +422,45 @@ mod tests {
         let text = metrics.encode();
         assert!(!text.contains("team/web"), "{text}");
         assert!(text.contains(r#"tether_history_rewrites_total{source="team/db"} 1"#));
+    }
+
+    /// The value of the series `name` (no labels) in `text`.
+    fn value(text: &str, name: &str) -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn process_figures_are_read_at_scrape_time() {
+        let metrics = Metrics::default();
+        let parked = tokio::spawn(std::future::pending::<()>());
+        let text = metrics.encode();
+        parked.abort();
+        let rss = value(&text, "process_resident_memory_bytes").expect(&text);
+        // A test binary with tokio running: more than 1 MiB, less than 16 GiB.
+        assert!(
+            rss > 1024.0 * 1024.0 && rss < 16.0 * 1024.0 * 1024.0 * 1024.0,
+            "{rss}"
+        );
+        assert!(
+            text.contains("# UNIT process_resident_memory_bytes bytes"),
+            "{text}"
+        );
+        // Standard input, output and error at least.
+        let fds = value(&text, "process_open_fds").expect(&text);
+        assert!((3.0..100_000.0).contains(&fds), "{fds}");
+        // The test itself and the parked task.
+        let tasks = value(&text, "tether_runtime_alive_tasks").expect(&text);
+        assert!(tasks >= 1.0, "{tasks}");
+        // Tether's own keep their prefix; the process's have none.
+        assert!(!text.contains("tether_process_"), "{text}");
+        assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn without_a_runtime_the_task_count_is_left_out() {
+        let text = Metrics::default().encode();
+        assert!(!text.contains("tether_runtime_alive_tasks"), "{text}");
     }
 }
