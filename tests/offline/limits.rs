@@ -294,3 +294,46 @@ async fn a_commit_read_once_is_not_read_again() {
         [("site.yaml".to_string(), SITE.to_string())]
     );
 }
+
+#[test]
+fn a_branch_holding_a_file_past_the_limit_gets_no_commit() {
+    // A day-2 operation plans its commit on the branch's files: one it could not read
+    // might be overwritten, so nothing is committed.
+    let root = tempfile::tempdir().unwrap();
+    let work = git_work(root.path(), false);
+    let models = work.join("models");
+    std::fs::write(
+        models.join("slice.yaml"),
+        "kind: KubernetesService\nname: kubernetes\n---\nkind: TrustDomain\nname: shop\n---\nkind: Slice\nname: web\ntrust_domain: shop\ncontroller_replica_count: 1\ndefault_image: nginx\n",
+    )
+    .unwrap();
+    write_generated(&models.join("generated.yaml"), 17);
+    git(&work, &["add", "-A"]);
+    git(&work, &["commit", "-q", "-m", "models"]);
+    let before = git(&work, &["rev-parse", "HEAD"]);
+    let output = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args([
+            "scale",
+            "web",
+            "3",
+            "--no-apply",
+            "--author",
+            "T <t@example.org>",
+            "-C",
+        ])
+        .arg(&models)
+        .env("TETHER_COLOR", "never")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("generated.yaml is 17.0 MiB") && stderr.contains("nothing is"),
+        "{stderr}"
+    );
+    assert_eq!(
+        git(&work, &["rev-parse", "HEAD"]),
+        before,
+        "a commit was made"
+    );
+}

@@ -53,6 +53,17 @@ pub enum WritebackError {
     Uncommitted { path: PathBuf },
     #[error("branch {branch} exists already; name a new branch for the proposal")]
     BranchExists { branch: String },
+    /// A file of the branch was left unread for its size: a commit planned without
+    /// its contents could overwrite it, so nothing is committed.
+    #[error(
+        "{path} is {size}, past the limit of {limit} MiB per file: nothing is committed while the branch holds it",
+        size = .too_large.shown_size(),
+        limit = tether_core::load::limits::FILE_MIB
+    )]
+    FileTooLarge {
+        path: String,
+        too_large: tether_core::source::TooLarge,
+    },
 }
 
 impl WritebackError {
@@ -428,7 +439,14 @@ impl Workspace {
         if !self.root.as_os_str().is_empty() && tree.get_path(&self.root).is_err() {
             return Ok(SourceFiles::from_files(Vec::new()));
         }
-        Ok(read_tree(&self.repo, base, Some(&self.root))?)
+        let files = read_tree(&self.repo, base, Some(&self.root))?;
+        if let Some((path, too_large)) = files
+            .iter()
+            .find_map(|(_, f)| Some((f.path.clone(), f.too_large?)))
+        {
+            return Err(WritebackError::FileTooLarge { path, too_large });
+        }
+        Ok(files)
     }
 
     /// Plans with `plan` on the base's models, commits what changed, and with `push`
