@@ -122,9 +122,10 @@ pub struct SourceLoop<S = NoStatus> {
     stop_pass: CancellationToken,
     /// Why Kubernetes is off for the source, as last said (said once, not each pass).
     dormant: Option<String>,
-    /// The commit of the last pass that applied everything, with the watch cache's
-    /// change count when it began: the state a quiet pass checks against.
-    settled: Option<(String, u64)>,
+    /// The commit of the last pass that applied everything (or stalled on refusals),
+    /// with the watch cache's change count when it began: the state a quiet pass
+    /// checks against.
+    settled: Option<Settled>,
     /// File changes of a models directory (the watcher is kept alive beside it).
     directory: Option<notify::RecommendedWatcher>,
     shared: Arc<Shared>,
@@ -398,7 +399,14 @@ impl<S: StatusSink> SourceLoop<S> {
         }
         let corrected = self.corrections(&planned, &report).await;
         let cache_synced = self.cache.as_ref().is_some_and(WatchCache::synced);
-        self.settled = settled_after(&report, commit.as_deref(), changes, cache_synced);
+        let previous = self.settled.take();
+        self.settled = settled_after(
+            &report,
+            commit.as_deref(),
+            changes.filter(|_| cache_synced),
+            previous.as_ref(),
+            self.interval,
+        );
         if report.succeeded() {
             self.last_applied = commit;
         }
@@ -466,22 +474,37 @@ impl<S: StatusSink> SourceLoop<S> {
     }
 
     /// A pass with nothing to do, known without reading the models: the remote's ref
-    /// still names the commit the last pass applied completely, and the watch cache
-    /// saw no change (no drift, deletion or re-listing) since that pass began. Costs
-    /// one listing of the remote's refs.
+    /// still names the commit the last pass applied completely (or stalled on, until
+    /// its next retry is due), and the watch cache saw no change (no drift, deletion
+    /// or re-listing) since that pass began. Costs one listing of the remote's refs. A
+    /// stalled one repeats the refusals it stalled on, so that the status stays.
     async fn quiet_pass(&mut self) -> Option<PassOutcome> {
-        let (commit, changes) = self.settled.clone()?;
+        let settled = self.settled.as_ref()?;
         let unchanged = self.drifted.is_empty()
             && self
                 .cache
                 .as_ref()
-                .is_some_and(|c| c.changes() == changes && c.synced());
-        if !unchanged || self.reconciler.unmoved_commit().await.as_ref() != Some(&commit) {
+                .is_some_and(|c| c.changes() == settled.changes && c.synced());
+        let retry_due = settled
+            .stalled
+            .as_ref()
+            .is_some_and(|s| Instant::now() >= s.retry_at);
+        if !unchanged || retry_due {
+            return None;
+        }
+        let commit = settled.commit.clone();
+        let report = settled
+            .stalled
+            .as_ref()
+            .map(|s| s.report.clone())
+            .unwrap_or_default();
+        if self.reconciler.unmoved_commit().await.as_ref() != Some(&commit) {
             return None;
         }
         tracing::Span::current().record("revision", commit.as_str());
         Some(PassOutcome {
             quiet: true,
+            report,
             ..PassOutcome::nothing(Some(commit))
         })
     }
@@ -771,19 +794,65 @@ fn retries_soon(report: &ApplyReport) -> bool {
     waiting || report.failures().any(|(_, f)| f.retryable())
 }
 
-/// What the next quiet pass checks against: the commit and the watch cache's change
-/// count when this pass began, if this pass applied everything of a commit and the
-/// cache is synced; otherwise the next pass is a full one.
+/// A commit whose pass left nothing to do until something changes.
+#[derive(Clone, Debug, PartialEq)]
+struct Settled {
+    commit: String,
+    /// The watch cache's change count when the pass began.
+    changes: u64,
+    /// The pass stalled on objects the server refused (a conflict, a refusal):
+    /// applying them again cannot help until something changes, so the passes in
+    /// between are quiet, and a full one comes only when the retry is due.
+    stalled: Option<StalledRetry>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+struct StalledRetry {
+    /// The refusals, which the quiet passes report again.
+    report: ApplyReport,
+    retry_at: Instant,
+    /// The wait before this retry, doubled each time the same commit stalls again.
+    delay: Duration,
+}
+
+/// The longest wait between two full passes of a commit stalled on refusals (an
+/// administrator's fix, such as a raised quota, that no watch sees is applied then).
+const STALLED_RETRY_MAX: Duration = Duration::from_secs(300);
+
+/// What the next quiet pass checks against, after a pass at `commit` that began at
+/// the synced watch cache's change count `changes` (`None`: not synced, or no cache):
+/// a pass that applied everything settles; one that stalled on refusals settles
+/// until its retry, which waits one interval after the first stall and twice as long
+/// after each stall of the same commit, up to [`STALLED_RETRY_MAX`]. Anything else
+/// (a wave waiting, a failure that may pass) leaves the next pass a full one.
 fn settled_after(
     report: &ApplyReport,
     commit: Option<&str>,
     changes: Option<u64>,
-    cache_synced: bool,
-) -> Option<(String, u64)> {
-    match (report.succeeded(), commit, changes) {
-        (true, Some(commit), Some(changes)) if cache_synced => Some((commit.to_string(), changes)),
-        _ => None,
-    }
+    previous: Option<&Settled>,
+    interval: Duration,
+) -> Option<Settled> {
+    let (commit, changes) = (commit?, changes?);
+    let stalled = match report.succeeded() {
+        true => None,
+        false if report.blocked.is_none() && !retries_soon(report) && !report.stopped => {
+            let delay = previous
+                .filter(|p| p.commit == commit)
+                .and_then(|p| p.stalled.as_ref())
+                .map_or(interval, |s| (s.delay * 2).min(STALLED_RETRY_MAX));
+            Some(StalledRetry {
+                report: report.clone(),
+                retry_at: Instant::now() + delay,
+                delay,
+            })
+        }
+        false => return None,
+    };
+    Some(Settled {
+        commit: commit.to_string(),
+        changes,
+        stalled,
+    })
 }
 
 impl<S: StatusSink> Loop for SourceLoop<S> {
@@ -807,6 +876,8 @@ impl<S: StatusSink> Loop for SourceLoop<S> {
             _ => "failure",
         };
         let report = match &result {
+            // A quiet pass applied nothing (a stalled one only repeats its refusals).
+            Ok(outcome) if outcome.quiet => None,
             Ok(outcome) => Some(&outcome.report),
             Err(PassError::ObjectsFailed(outcome)) => Some(&outcome.report),
             Err(_) => None,
@@ -856,7 +927,7 @@ impl<S: StatusSink> Loop for SourceLoop<S> {
 mod tests {
     use super::*;
     use tether_core::plan::FieldConflict;
-    use tether_engine::reconcile::{BlockedWave, Blocker};
+    use tether_engine::reconcile::{BlockedWave, Blocker, ObjectFailure};
 
     #[test]
     fn a_source_that_reports_drift_applies_only_a_new_commit() {
@@ -929,17 +1000,65 @@ mod tests {
 
     #[test]
     fn only_a_complete_pass_of_a_commit_with_a_synced_cache_settles() {
+        let interval = Duration::from_secs(10);
         let done = ApplyReport::default();
+        let settled = settled_after(&done, Some("c"), Some(7), None, interval).unwrap();
         assert_eq!(
-            settled_after(&done, Some("c"), Some(7), true),
-            Some(("c".to_string(), 7))
+            (settled.commit.as_str(), settled.changes, settled.stalled),
+            ("c", 7, None)
         );
-        assert_eq!(settled_after(&done, Some("c"), Some(7), false), None);
-        assert_eq!(settled_after(&done, None, Some(7), true), None);
-        assert_eq!(settled_after(&done, Some("c"), None, true), None);
+        assert_eq!(settled_after(&done, None, Some(7), None, interval), None);
+        assert_eq!(settled_after(&done, Some("c"), None, None, interval), None);
+        // A wave waiting, a failure that may pass: the next pass is a full one.
+        let waiting = blocked(false);
         assert_eq!(
-            settled_after(&blocked(false), Some("c"), Some(7), true),
+            settled_after(&waiting, Some("c"), Some(7), None, interval),
             None
+        );
+        let unreachable = refused(ObjectFailure::Unreachable);
+        assert_eq!(
+            settled_after(&unreachable, Some("c"), Some(7), None, interval),
+            None
+        );
+    }
+
+    fn refused(failure: ObjectFailure) -> ApplyReport {
+        ApplyReport {
+            objects: vec![tether_engine::reconcile::ObjectReport {
+                key: ObjectKey::new("v1", "ConfigMap", Some("n"), "big"),
+                outcome: Outcome::Failed(failure),
+            }],
+            blocked: None,
+            stopped: false,
+        }
+    }
+
+    #[test]
+    fn a_commit_stalled_on_refusals_is_retried_ever_less_often_until_it_changes() {
+        let interval = Duration::from_secs(10);
+        let report = refused(ObjectFailure::Refused {
+            code: 422,
+            message: "too large".into(),
+        });
+        let mut delays = Vec::new();
+        let mut previous = None;
+        for _ in 0..8 {
+            let settled = settled_after(&report, Some("c"), Some(7), previous.as_ref(), interval)
+                .expect("a stall settles");
+            let stalled = settled.stalled.clone().expect("stalled");
+            assert_eq!(
+                stalled.report, report,
+                "the quiet passes repeat the refusals"
+            );
+            delays.push(stalled.delay.as_secs());
+            previous = Some(settled);
+        }
+        assert_eq!(delays, [10, 20, 40, 80, 160, 300, 300, 300]);
+        // Another commit stalls anew: one interval.
+        let other = settled_after(&report, Some("d"), Some(7), previous.as_ref(), interval);
+        assert_eq!(
+            other.and_then(|s| s.stalled).map(|s| s.delay),
+            Some(interval)
         );
     }
 

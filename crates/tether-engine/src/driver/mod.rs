@@ -86,6 +86,11 @@ pub async fn drive<L: Loop>(
             }
         };
         observe(&outcome);
+        if shutdown.is_cancelled() {
+            // The pass ended as the loop was stopped (it may have stopped because of
+            // it): no retry, and nothing to say of one.
+            return;
+        }
         let wait = match &outcome {
             Ok(_) => {
                 backoff.reset();
