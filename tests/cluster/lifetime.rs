@@ -359,3 +359,41 @@ async fn the_log_lines_of_a_source_do_not_grow_with_its_passes() {
         "quiet pass lines from {shortest:?} to {longest:?} bytes"
     );
 }
+
+#[tokio::test]
+async fn a_leader_renews_its_lease_once_in_a_while_not_on_each_of_its_events() {
+    install_crd();
+    let (_client, ns, _) = setup("lifetime-lease").await;
+    let daemon = Daemon::start(&[
+        "--sources",
+        "--sources-namespace",
+        &ns,
+        "--leader-elect",
+        "--lease-namespace",
+        &ns,
+        "--lease-duration",
+        "15s",
+    ]);
+    eventually(Duration::from_secs(20), || async {
+        daemon.metric("tether_leader") == Some(1.0)
+    })
+    .await;
+    let offset = audit_offset();
+    tokio::time::sleep(Duration::from_secs(21)).await;
+    let renewals: Vec<String> = audit_entries_since(offset)
+        .iter()
+        .filter(|e| {
+            e["objectRef"]["resource"] == "leases"
+                && e["objectRef"]["namespace"] == ns.as_str()
+                && e["verb"] != "list"
+                && e["verb"] != "watch"
+        })
+        .map(|e| format!("{} {}", e["verb"], e["requestReceivedTimestamp"]))
+        .collect();
+    // A 15 s Lease is renewed when a third of it is left: every 10 s.
+    assert!(
+        (1..=3).contains(&renewals.len()),
+        "{} Lease writes in 21 s: {renewals:?}",
+        renewals.len()
+    );
+}

@@ -64,41 +64,60 @@ pub async fn run(
                 }
             },
         };
-        tokio::select! {
-            changed = current.changed() => match changed {
-                Ok(leader) => {
-                    tracing::info!(leader, identity = %election.identity, "leadership changed");
-                    shared.metrics.set_leader(leader);
-                    let _ = leading.send(leader);
-                }
-                Err(error) => {
-                    tracing::warn!(%error, "leader election failed; retrying");
-                    let _ = leading.send(false);
-                    shared.metrics.set_leader(false);
-                    manager = None;
-                    retries.again().await;
-                }
-            },
-            Some(event) = lease_events.next() => {
-                // A released Lease (no holder) is free now: a fresh manager reads it
-                // and takes it, instead of sleeping until the old expiry.
-                let released = matches!(&event, Ok(Event::Apply(lease)) if lease.spec.as_ref().is_none_or(|s| s.holder_identity.is_none()));
-                if released && !*leading.borrow() {
-                    manager = None;
+        // One `changed()` at a time, kept across the Lease's events: each new call
+        // reads the Lease again and may renew it, so making one per event (our own
+        // renewals are events too) renewed the Lease several times a second.
+        let next = {
+            let changed = current.changed();
+            tokio::pin!(changed);
+            loop {
+                tokio::select! {
+                    result = &mut changed => break Next::Changed(result),
+                    Some(event) = lease_events.next() => {
+                        // A released Lease (no holder) is free now: a fresh manager reads it
+                        // and takes it, instead of sleeping until the old expiry.
+                        let released = matches!(&event, Ok(Event::Apply(lease)) if lease.spec.as_ref().is_none_or(|s| s.holder_identity.is_none()));
+                        if released && !*leading.borrow() {
+                            break Next::Released;
+                        }
+                    }
+                    () = release.cancelled() => {
+                        if *leading.borrow()
+                            && let Err(error) = current.release().await
+                        {
+                            tracing::warn!(%error, "cannot release the Lease; it expires by itself");
+                        }
+                        let _ = leading.send(false);
+                        shared.metrics.set_leader(false);
+                        return;
+                    }
                 }
             }
-            () = release.cancelled() => {
-                if *leading.borrow()
-                    && let Err(error) = current.release().await
-                {
-                    tracing::warn!(%error, "cannot release the Lease; it expires by itself");
-                }
+        };
+        match next {
+            Next::Changed(Ok(leader)) => {
+                tracing::info!(leader, identity = %election.identity, "leadership changed");
+                shared.metrics.set_leader(leader);
+                let _ = leading.send(leader);
+            }
+            Next::Released => manager = None,
+            Next::Changed(Err(error)) => {
+                tracing::warn!(%error, "leader election failed; retrying");
                 let _ = leading.send(false);
                 shared.metrics.set_leader(false);
-                return;
+                manager = None;
+                retries.again().await;
             }
         }
     }
+}
+
+/// What ends a wait of the election.
+enum Next {
+    /// The manager says who leads now, or that it failed.
+    Changed(Result<bool, kube_lease_manager::LeaseManagerError>),
+    /// The holder released the Lease while this process follows.
+    Released,
 }
 
 async fn build(
