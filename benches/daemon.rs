@@ -16,9 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, PostParams};
-use kube::{Client, CustomResourceExt};
 use tether_daemon::crd::{DiscoverySpec, Source, SourceSpec};
 use tether_daemon::webhook::sign;
 
@@ -127,7 +125,7 @@ async fn run(
     let client = tether_testkit::cluster::client(kubeconfig)
         .await
         .expect("client");
-    install_crd(&client).await;
+    kube_helpers::install_source_crd(&client).await;
     kube_helpers::namespace(&client, SOURCE_NAMESPACE).await;
     if pods > 0 {
         // Another team's pods, Running, for the Source's discovery to commit.
@@ -318,27 +316,4 @@ async fn run(
         "  RSS steady {steady:.1} MiB, peak during start-up {peak_start:.1} MiB ({:.2}× steady)",
         peak_start / steady.max(1.0)
     );
-}
-
-async fn install_crd(client: &Client) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    crds.create(&PostParams::default(), &Source::crd())
-        .await
-        .expect("CRD");
-    loop {
-        let established = crds
-            .get("sources.tether.dev")
-            .await
-            .ok()
-            .and_then(|c| c.status)
-            .and_then(|s| s.conditions)
-            .is_some_and(|c| {
-                c.iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True")
-            });
-        if established {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }

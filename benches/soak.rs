@@ -27,9 +27,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
 use kube::api::{Api, PostParams};
-use kube::{Client, CustomResourceExt};
 use serde_json::Value;
 use tether_daemon::crd::{Source, SourceSpec};
 
@@ -156,29 +155,6 @@ impl Repos {
 
     fn url(&self, name: &str) -> String {
         format!("git://127.0.0.1:{}/{name}.git", self.daemon.port)
-    }
-}
-
-async fn install_crd(client: &Client) {
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    crds.create(&PostParams::default(), &Source::crd())
-        .await
-        .expect("CRD");
-    loop {
-        let established = crds
-            .get("sources.tether.dev")
-            .await
-            .ok()
-            .and_then(|c| c.status)
-            .and_then(|s| s.conditions)
-            .is_some_and(|c| {
-                c.iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True")
-            });
-        if established {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
@@ -489,7 +465,7 @@ async fn run(cluster: &LocalCluster, config: &Config) {
     let client = tether_testkit::cluster::client(cluster.kubeconfig())
         .await
         .expect("client");
-    install_crd(&client).await;
+    kube_helpers::install_source_crd(&client).await;
     kube_helpers::namespace(&client, NS).await;
     let defs = sources(config);
     let stalled: Vec<&str> = defs

@@ -1,13 +1,15 @@
-//! For the benchmarks that make pods: namespaces ready for pods, pods reported
-//! Running, and their `-- --name N` arguments.
+//! For the benchmarks against a control plane: namespaces ready for pods, pods
+//! reported Running, the Source CRD established, and their `-- --name N` arguments.
 
 use std::time::Duration;
 
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
-use kube::Client;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::{Client, CustomResourceExt};
 use serde_json::json;
+use tether_daemon::crd::Source;
 
 /// A namespace, once pods may be made in it (its service account has its token).
 pub async fn namespace(client: &Client, name: &str) {
@@ -74,4 +76,28 @@ pub async fn make_pods(client: &Client, ns: &str, count: usize) {
             }
         })
         .await;
+}
+
+/// The Source CRD, created and waited for until established.
+pub async fn install_source_crd(client: &Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    crds.create(&PostParams::default(), &Source::crd())
+        .await
+        .expect("CRD");
+    loop {
+        let established = crds
+            .get("sources.tether.dev")
+            .await
+            .ok()
+            .and_then(|c| c.status)
+            .and_then(|s| s.conditions)
+            .is_some_and(|c| {
+                c.iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            });
+        if established {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
