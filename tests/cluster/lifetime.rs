@@ -77,6 +77,15 @@ async fn interrupted_mid_pass(test: &str, interrupt: &[&str]) -> (kube::Client, 
     install_crd();
     let (client, ns, _) = setup(test).await;
     let remote = big_remote(&ns);
+    // Another team's ConfigMap, made with kubectl beside the Source's objects.
+    kubectl_ok(&[
+        "create",
+        "configmap",
+        "theirs",
+        "-n",
+        &ns,
+        "--from-literal=owner=another-team",
+    ]);
     let _daemon = Daemon::start(&["--sources", "--sources-namespace", &ns]);
     kubectl_apply_text(&source_yaml("big", &ns, &remote.url, "  interval: 1h\n"));
     eventually(Duration::from_secs(60), || async {
@@ -113,6 +122,28 @@ async fn interrupted_mid_pass(test: &str, interrupt: &[&str]) -> (kube::Client, 
         .map(|e| e["objectRef"]["name"].to_string())
         .collect();
     assert_eq!(late, Vec::<String>::new(), "applied after {interrupt:?}");
+    let touched: Vec<String> = entries
+        .iter()
+        .filter(|e| e["objectRef"]["name"] == "theirs" && e["verb"] != "list")
+        .map(|e| e["verb"].to_string())
+        .collect();
+    assert_eq!(
+        touched,
+        Vec::<String>::new(),
+        "another team's ConfigMap was written"
+    );
+    let theirs = Api::<ConfigMap>::namespaced(client.clone(), &ns)
+        .get("theirs")
+        .await
+        .unwrap();
+    assert_eq!(
+        theirs
+            .data
+            .unwrap_or_default()
+            .get("owner")
+            .map(String::as_str),
+        Some("another-team")
+    );
     let live = made(&client, &ns).await;
     assert!(
         live.len() < BIG,

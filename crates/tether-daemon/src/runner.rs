@@ -493,14 +493,15 @@ impl<S: StatusSink> SourceLoop<S> {
             return None;
         }
         let commit = settled.commit.clone();
-        let report = settled
-            .stalled
-            .as_ref()
-            .map(|s| s.report.clone())
-            .unwrap_or_default();
         if self.reconciler.unmoved_commit().await.as_ref() != Some(&commit) {
             return None;
         }
+        let report = self
+            .settled
+            .as_ref()
+            .and_then(|s| s.stalled.as_ref())
+            .map(|s| s.report.clone())
+            .unwrap_or_default();
         tracing::Span::current().record("revision", commit.as_str());
         Some(PassOutcome {
             quiet: true,
@@ -666,18 +667,20 @@ impl<S: StatusSink> SourceLoop<S> {
 
     /// Records a pass's result in the status.
     async fn record(&mut self, result: &Result<PassOutcome, PassError>, requested: Option<String>) {
-        let pass_result = pass_result(&self.status, result);
-        self.status.record(&pass_result, requested).await;
+        if let Some(pass_result) = pass_result(&self.status, result) {
+            self.status.record(&pass_result, requested).await;
+        }
     }
 }
 
-/// What the status says of a pass's result.
+/// What the status says of a pass's result; nothing of a stopped pass (its Source is
+/// gone or changed: the status is the next loop's, if any).
 fn pass_result<'r>(
     status: &impl StatusSink,
     result: &'r Result<PassOutcome, PassError>,
-) -> PassResult<'r> {
+) -> Option<PassResult<'r>> {
     let name = |revision: Option<&str>| revision.map(|commit| status.revision_name(commit));
-    match result {
+    let said = match result {
         Ok(outcome) if outcome.report.succeeded() => PassResult::Applied {
             revision: name(outcome.revision.as_deref()).unwrap_or_default(),
             report: &outcome.report,
@@ -715,14 +718,9 @@ fn pass_result<'r>(
             message: error.to_string(),
             stalled: true,
         },
-        // Never recorded: see `Loop::pass`.
-        Err(PassError::Stopped) => PassResult::Failed {
-            revision: None,
-            reason: "Stopped",
-            message: String::new(),
-            stalled: false,
-        },
-    }
+        Err(PassError::Stopped) => return None,
+    };
+    Some(said)
 }
 
 /// Whether a pass at `commit` takes up a commit anew: neither the one applied nor the
