@@ -259,7 +259,7 @@ impl Renderer<'_> {
             self.render_node(host);
         }
         for (i, r) in m.resources.iter().enumerate() {
-            self.enter(Kind::KubernetesResourceInstance, i);
+            self.enter(r.origin.kind, i);
             for object in &r.objects {
                 let Some(key) = object_key(ModelObject::Resource(&object.value)) else {
                     continue;

@@ -85,7 +85,7 @@ impl<'m> NameIndex<'m> {
         });
         index.add(&models.services, |m| (Kind::Service, &m.name));
         index.add(&models.resources, |m| {
-            (Kind::KubernetesResourceInstance, &m.name)
+            (m.origin.kind, &m.name)
         });
         index.add(&models.hosts, |m| (Kind::Node, &m.name));
         // ConfigMaps and Secrets share `models.data`; each is indexed under its kind.

@@ -58,7 +58,7 @@ impl<'m> Resolver<'m> {
         identities.extend(
             m.resources
                 .iter()
-                .map(|x| named(Kind::KubernetesResourceInstance, &x.name)),
+                .map(|x| named(x.origin.kind, &x.name)),
         );
         identities.extend(m.hosts.iter().map(|x| named(Kind::Node, &x.name)));
         for (kind, id, name) in identities {
@@ -100,9 +100,10 @@ impl<'m> Resolver<'m> {
                     x.origin.span,
                 )
             }))
-            .chain(m.resources.iter().map(|x| {
+            // Plain objects, kustomizations and charts name no owner: only models do.
+            .chain(m.resources.iter().filter(|x| x.origin.kind == Kind::KubernetesResourceInstance).map(|x| {
                 (
-                    label(Kind::KubernetesResourceInstance, &x.name.value),
+                    label(x.origin.kind, &x.name.value),
                     x.owner.as_ref(),
                     x.origin.span,
                 )
