@@ -21,13 +21,14 @@ use crate::diagnostic::{Diagnostic, Diagnostics, Span};
 use crate::k8s;
 use crate::load::{Dialect, Node, Value, parse_yaml, point_span};
 use crate::model::{
-    ChartSource, Dependency, DependencyTarget, HelmChart, Kind, KubernetesResourceInstance,
-    Models, Origin, ResourceObject, Spanned, resolve_data_path,
+    ChartSource, Dependency, DependencyTarget, HelmChart, Kind, KubernetesResourceInstance, Models,
+    Origin, ResourceObject, Spanned, resolve_data_path,
 };
 use crate::source::{FileId, SourceFiles};
 
 /// The names Kustomize reads a kustomization from, in its order.
-pub const KUSTOMIZATION_FILES: [&str; 3] = ["kustomization.yaml", "kustomization.yml", "Kustomization"];
+pub const KUSTOMIZATION_FILES: [&str; 3] =
+    ["kustomization.yaml", "kustomization.yml", "Kustomization"];
 /// The file that makes a directory a Helm chart.
 pub const CHART_FILE: &str = "Chart.yaml";
 /// The annotation that makes a chart's object a hook.
@@ -59,7 +60,11 @@ fn file_name_of(path: &str) -> &str {
 
 /// Is `path` inside `dir` (or `dir` itself)?
 fn is_within(path: &str, dir: &str) -> bool {
-    dir.is_empty() || path == dir || path.strip_prefix(dir).is_some_and(|rest| rest.starts_with('/'))
+    dir.is_empty()
+        || path == dir
+        || path
+            .strip_prefix(dir)
+            .is_some_and(|rest| rest.starts_with('/'))
 }
 
 /// Is a kustomization's entry a remote base (a Git repository or a URL)?
@@ -122,8 +127,12 @@ pub fn layout(files: &SourceFiles, allow_remote_bases: bool) -> (Layout, Diagnos
         .map(|(dir, id)| (dir.clone(), *id))
         .collect();
     for (id, file) in files.iter() {
-        let owned = kustomizations.keys().any(|dir| is_within(directory_of(&file.path), dir))
-            || charts.iter().any(|dir| is_within(directory_of(&file.path), dir));
+        let owned = kustomizations
+            .keys()
+            .any(|dir| is_within(directory_of(&file.path), dir))
+            || charts
+                .iter()
+                .any(|dir| is_within(directory_of(&file.path), dir));
         if owned {
             not_models.insert(id);
         }
@@ -157,7 +166,10 @@ fn kustomization_entries(files: &SourceFiles, id: FileId) -> Vec<(String, Span)>
             };
             for item in items {
                 if let Value::Str(entry) = &item.value {
-                    entries.push((entry.clone(), point_span(id, file, item.pos.line, item.pos.column)));
+                    entries.push((
+                        entry.clone(),
+                        point_span(id, file, item.pos.line, item.pos.column),
+                    ));
                 }
             }
         }
@@ -202,14 +214,18 @@ pub struct HelmRequest {
 
 /// The paths of the values files that the repository's HelmChart documents name: a
 /// cheap look before the models are read, so that those files are not read as models.
-pub fn values_file_paths(files: &SourceFiles, documents: &[crate::load::Document]) -> BTreeSet<String> {
+pub fn values_file_paths(
+    files: &SourceFiles,
+    documents: &[crate::load::Document],
+) -> BTreeSet<String> {
     let mut paths = BTreeSet::new();
     for document in documents {
         let is_chart = document
             .root
             .field("kind")
             .is_some_and(|k| k.value == Value::Str(Kind::HelmChart.name().into()));
-        let Some(Value::Seq(entries)) = document.root.field("values_files").map(|f| &f.value) else {
+        let Some(Value::Seq(entries)) = document.root.field("values_files").map(|f| &f.value)
+        else {
             continue;
         };
         if !is_chart {
@@ -226,7 +242,12 @@ pub fn values_file_paths(files: &SourceFiles, documents: &[crate::load::Document
 
 /// The generators of a repository's kustomizations and charts; a values file that is
 /// missing is reported at the entry naming it.
-pub fn generators(layout: &Layout, models: &Models, files: &SourceFiles, diagnostics: &mut Diagnostics) -> Vec<Generator> {
+pub fn generators(
+    layout: &Layout,
+    models: &Models,
+    files: &SourceFiles,
+    diagnostics: &mut Diagnostics,
+) -> Vec<Generator> {
     let mut generators: Vec<Generator> = layout
         .kustomizations
         .iter()
@@ -256,7 +277,10 @@ pub fn generators(layout: &Layout, models: &Models, files: &SourceFiles, diagnos
             }
         }
         if let Some(inline) = &chart.values {
-            values.push((format!("{model_file} (values of {label})"), inline.value.to_string()));
+            values.push((
+                format!("{model_file} (values of {label})"),
+                inline.value.to_string(),
+            ));
         }
         if complete {
             generators.push(Generator::Helm(HelmRequest {
@@ -273,10 +297,17 @@ pub fn generators(layout: &Layout, models: &Models, files: &SourceFiles, diagnos
     generators
 }
 
-/// What a generator made: its YAML output, or the tool's own words when it failed.
+/// What a generator made: its YAML output, or why it could not.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Generated {
-    pub output: Result<String, String>,
+    pub output: Result<String, Failure>,
+}
+
+/// A generator that did not build: the tool's own words, and what to do.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Failure {
+    pub message: String,
+    pub hint: String,
 }
 
 /// Where a generator's problems are reported: its kustomization file, or its model.
@@ -301,23 +332,23 @@ pub fn read_generated(
         let label = generator.label();
         let text = match made.output {
             Ok(text) => text,
-            Err(message) => {
-                let hint = match generator {
-                    Generator::Kustomize { .. } => "this is Kustomize's own message: `kubectl kustomize DIR` shows the same",
-                    Generator::Helm(_) => "this is Helm's own message: `helm template` of the chart shows the same",
-                };
+            Err(Failure { message, hint }) => {
                 diagnostics.push(
-                    Diagnostic::error(span, format!("{label} does not build: {message}"))
+                    Diagnostic::error(span, format!("cannot build it: {message}"))
                         .in_model(label.clone())
                         .with_hint(hint),
                 );
-                continue;
+                // Its step stays, empty, so that what depends on it reports nothing more.
+                String::new()
             }
         };
         let objects = read_output(&text, span, &label, diagnostics);
         match generator {
             Generator::Kustomize { dir, .. } => models.resources.push(KubernetesResourceInstance {
-                origin: Origin { kind: Kind::Kustomization, span },
+                origin: Origin {
+                    kind: Kind::Kustomization,
+                    span,
+                },
                 name: Spanned::new(shown_dir(dir).to_string(), span),
                 objects: objects.into_iter().map(|(object, _)| object).collect(),
                 owner: None,
@@ -330,7 +361,9 @@ pub fn read_generated(
                     .trust_domains
                     .iter()
                     .any(|td| td.name.value == chart.trust_domain.value);
-                models.resources.extend(chart_steps(&chart, request, objects, trust_domain_model));
+                models
+                    .resources
+                    .extend(chart_steps(&chart, request, objects, trust_domain_model));
             }
         }
     }
@@ -338,7 +371,12 @@ pub fn read_generated(
 
 /// The objects of a tool's YAML output, each with the template it came from (Helm
 /// writes `# Source: chart/templates/x.yaml` above each).
-fn read_output(text: &str, span: Span, label: &str, diagnostics: &mut Diagnostics) -> Vec<(ResourceObject, Option<String>)> {
+fn read_output(
+    text: &str,
+    span: Span,
+    label: &str,
+    diagnostics: &mut Diagnostics,
+) -> Vec<(ResourceObject, Option<String>)> {
     let mut objects = Vec::new();
     for chunk in split_documents(text) {
         let template = chunk
@@ -348,10 +386,19 @@ fn read_output(text: &str, span: Span, label: &str, diagnostics: &mut Diagnostic
         let nodes = match parse_yaml(chunk, Dialect::Kubernetes) {
             Ok(nodes) => nodes,
             Err(e) => {
-                let source = template.as_deref().map(|t| format!(" ({t})")).unwrap_or_default();
+                let source = template
+                    .as_deref()
+                    .map(|t| format!(" ({t})"))
+                    .unwrap_or_default();
                 diagnostics.push(
-                    Diagnostic::error(span, format!("{label} made YAML that does not parse{source}: line {}: {}", e.line, e.message))
-                        .in_model(label),
+                    Diagnostic::error(
+                        span,
+                        format!(
+                            "{label} made YAML that does not parse{source}: line {}: {}",
+                            e.line, e.message
+                        ),
+                    )
+                    .in_model(label),
                 );
                 continue;
             }
@@ -405,7 +452,10 @@ fn split_documents(text: &str) -> Vec<&str> {
         offset += line.len();
     }
     chunks.push(&text[start..]);
-    chunks.into_iter().filter(|c| !c.trim().is_empty()).collect()
+    chunks
+        .into_iter()
+        .filter(|c| !c.trim().is_empty())
+        .collect()
 }
 
 /// When a chart's object is applied, by its `helm.sh/hook` annotation.
@@ -432,9 +482,15 @@ fn phase_of(object: &serde_json::Value) -> Option<Phase> {
     let hooks: Vec<&str> = hook.split(',').map(str::trim).collect();
     if hooks.iter().any(|h| h.starts_with("test")) {
         None
-    } else if hooks.iter().any(|h| matches!(*h, "pre-install" | "pre-upgrade")) {
+    } else if hooks
+        .iter()
+        .any(|h| matches!(*h, "pre-install" | "pre-upgrade"))
+    {
         Some(Phase::Pre)
-    } else if hooks.iter().any(|h| matches!(*h, "post-install" | "post-upgrade")) {
+    } else if hooks
+        .iter()
+        .any(|h| matches!(*h, "post-install" | "post-upgrade"))
+    {
         Some(Phase::Post)
     } else {
         None
@@ -467,7 +523,11 @@ fn chart_steps(
             continue;
         };
         place_in_namespace(&mut object.value, &request.namespace);
-        let weight = if phase == Phase::Main { 0 } else { hook_weight(&object.value) };
+        let weight = if phase == Phase::Main {
+            0
+        } else {
+            hook_weight(&object.value)
+        };
         groups.entry((phase, weight)).or_default().push(object);
     }
     let revision = chart_revision(&groups);
@@ -496,14 +556,21 @@ fn chart_steps(
             None => {
                 depends_on.extend(chart.depends_on.iter().cloned());
                 if trust_domain_model {
-                    depends_on.push(model_dependency(Kind::TrustDomain, &chart.trust_domain.value, span));
+                    depends_on.push(model_dependency(
+                        Kind::TrustDomain,
+                        &chart.trust_domain.value,
+                        span,
+                    ));
                 }
             }
             Some(before) => depends_on.push(model_dependency(Kind::HelmChart, before, span)),
         }
         previous = Some(name.clone());
         steps.push(KubernetesResourceInstance {
-            origin: Origin { kind: Kind::HelmChart, span },
+            origin: Origin {
+                kind: Kind::HelmChart,
+                span,
+            },
             name: Spanned::new(name, chart.name.span),
             objects,
             owner: None,
@@ -533,10 +600,18 @@ fn place_in_namespace(object: &mut serde_json::Value, namespace: &str) {
     if k8s::is_cluster_scoped(&kind) {
         return;
     }
-    if let Some(metadata) = object.get_mut("metadata").and_then(serde_json::Value::as_object_mut)
-        && metadata.get("namespace").and_then(serde_json::Value::as_str).is_none_or(str::is_empty)
+    if let Some(metadata) = object
+        .get_mut("metadata")
+        .and_then(serde_json::Value::as_object_mut)
+        && metadata
+            .get("namespace")
+            .and_then(serde_json::Value::as_str)
+            .is_none_or(str::is_empty)
     {
-        metadata.insert("namespace".into(), serde_json::Value::String(namespace.to_string()));
+        metadata.insert(
+            "namespace".into(),
+            serde_json::Value::String(namespace.to_string()),
+        );
     }
 }
 
@@ -567,12 +642,18 @@ fn mark_hook_revision(object: &mut serde_json::Value, revision: &str) {
         .entry("annotations")
         .or_insert_with(|| serde_json::Value::Object(serde_json::Map::new()));
     if let Some(annotations) = annotations.as_object_mut() {
-        annotations.insert(HOOK_REVISION_ANNOTATION.into(), serde_json::Value::String(revision.to_string()));
+        annotations.insert(
+            HOOK_REVISION_ANNOTATION.into(),
+            serde_json::Value::String(revision.to_string()),
+        );
     }
 }
 
 /// The object at `pointer`, made (with its parents) when absent.
-fn ensure_object<'v>(value: &'v mut serde_json::Value, pointer: &str) -> Option<&'v mut serde_json::Map<String, serde_json::Value>> {
+fn ensure_object<'v>(
+    value: &'v mut serde_json::Value,
+    pointer: &str,
+) -> Option<&'v mut serde_json::Map<String, serde_json::Value>> {
     let mut current = value;
     for part in pointer.split('/').skip(1) {
         current = current

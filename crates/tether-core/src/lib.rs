@@ -101,7 +101,10 @@ pub fn complete(
         documents,
         generators,
     } = prepared;
+    let before = generated_objects(&models);
     generate::read_generated(&generators, generated, &mut models, files, &mut diagnostics);
+    // A built object counts as a document of the repository, as a plain one does.
+    let documents = documents + generated_objects(&models) - before;
     let (graph, resolve_diagnostics) = resolve::resolve(models, files);
     diagnostics.extend(resolve_diagnostics);
     let graph = if diagnostics.has_errors() {
@@ -116,6 +119,20 @@ pub fn complete(
     }
 }
 
+fn generated_objects(models: &model::Models) -> usize {
+    models
+        .resources
+        .iter()
+        .filter(|r| {
+            matches!(
+                r.origin.kind,
+                model::Kind::Kustomization | model::Kind::HelmChart
+            )
+        })
+        .map(|r| r.objects.len())
+        .sum()
+}
+
 /// Load, read, validate and resolve: everything before render, without I/O. A
 /// kustomization or chart is an error here: building it takes a tool, which the
 /// engine runs (`tether_engine::reconcile::check`).
@@ -125,7 +142,10 @@ pub fn analyze(files: &SourceFiles) -> Analysis {
         .generators
         .iter()
         .map(|_| generate::Generated {
-            output: Err("not built: building it takes Kustomize or Helm, which the engine runs".into()),
+            output: Err(generate::Failure {
+                message: "not built: building it takes Kustomize or Helm".into(),
+                hint: "tether validate, render, diff and apply build it".into(),
+            }),
         })
         .collect();
     complete(prepared, files, generated)

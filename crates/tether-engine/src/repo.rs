@@ -11,6 +11,7 @@ use thiserror::Error;
 use tracing::instrument;
 
 use crate::directory::{Contents, SourceError, read_models_dir, read_within_limit};
+use crate::generate::ModelsTree;
 use crate::git::{
     CommitModels, Credentials, GitError, fetch_commit, local_revision, read_commit_models,
     revision_of,
@@ -72,6 +73,8 @@ pub struct LoadedModels {
     pub sops_rules: bool,
     /// Is a Secret's value in plain text an error (rather than a warning)?
     pub plain_secrets_are_errors: bool,
+    /// Where the models are on disk, for Kustomize and Helm.
+    pub tree: ModelsTree,
 }
 
 /// The settings file at the root of a models directory.
@@ -185,9 +188,10 @@ impl Repo {
                 credentials,
             } => {
                 let commits = commits.clone();
-                let (models, commit, fetch_took) = blocking(move || {
+                let (models, commit, fetch_took, git_dir) = blocking(move || {
                     let (repo, commit, fetch_took) =
                         fetch_commit(&url, reference.as_deref(), &cache, &credentials)?;
+                    let git_dir = repo.path().to_path_buf();
                     let key = CommitKey { url, path, commit };
                     let models = match commits.get(&key) {
                         Some(models) => models,
@@ -198,9 +202,14 @@ impl Repo {
                             models
                         }
                     };
-                    Ok::<_, GitError>((models, commit, fetch_took))
+                    Ok::<_, GitError>((models, commit, fetch_took, git_dir))
                 })
                 .await??;
+                let tree = ModelsTree::Commit {
+                    git_dir,
+                    commit: commit.to_string(),
+                    path: path_inside(self),
+                };
                 Ok(LoadedModels {
                     files: models.files.clone(),
                     label,
@@ -209,6 +218,7 @@ impl Repo {
                     fetch_took,
                     sops_rules: models.sops_rules,
                     plain_secrets_are_errors: false,
+                    tree,
                 })
             }
             Repo::Directory(path) => {
@@ -216,6 +226,11 @@ impl Repo {
                 let shown_root = tether_core::source::shown_root_of(&path, path.is_file());
                 let settings_path = path.join(SETTINGS_FILE);
                 let path_for_rules = std::path::absolute(&path).unwrap_or_else(|_| path.clone());
+                let tree = ModelsTree::Directory(if path.is_file() {
+                    path.parent().map(PathBuf::from).unwrap_or_default()
+                } else {
+                    path.clone()
+                });
                 let (files, revision, settings) = tokio::join!(
                     read_directory(path.clone()),
                     blocking(move || local_revision(&path)),
@@ -232,9 +247,18 @@ impl Repo {
                     fetch_took: None,
                     sops_rules: crate::directory::find_sops_config(&path_for_rules).is_some(),
                     plain_secrets_are_errors: false,
+                    tree,
                 })
             }
         }
+    }
+}
+
+/// The models root inside a Git source's repository.
+fn path_inside(repo: &Repo) -> PathBuf {
+    match repo {
+        Repo::Git { path, .. } => path.clone(),
+        Repo::Directory(_) => PathBuf::new(),
     }
 }
 

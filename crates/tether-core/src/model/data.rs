@@ -222,10 +222,6 @@ fn check_data_keys(
     ok
 }
 
-#[expect(
-    clippy::too_many_lines,
-    reason = "one model's fields read in the order they are written, each checked where it stands"
-)]
 pub(super) fn read_resource_definition(
     file: &SourceFile,
     document: &Document,
@@ -330,7 +326,8 @@ impl ObjectReader<'_> {
     pub fn read(&self, object: &Node, diagnostics: &mut Diagnostics) -> Option<serde_json::Value> {
         let at = self.at;
         let context = self.context;
-        let error = |span: Span, message: String| Diagnostic::error(span, message).in_model(self.label);
+        let error =
+            |span: Span, message: String| Diagnostic::error(span, message).in_model(self.label);
         let value = self.convert(object, diagnostics);
         let mut ok = true;
         for (node, problem) in label_problems(object) {
@@ -359,7 +356,9 @@ impl ObjectReader<'_> {
             diagnostics.push(
                 Diagnostic::warning(
                     at(namespace),
-                    format!("{context}a cluster-scoped object has no namespace: this one is ignored"),
+                    format!(
+                        "{context}a cluster-scoped object has no namespace: this one is ignored"
+                    ),
                 )
                 .in_model(self.label)
                 .with_hint("the API server ignores it too; remove metadata.namespace"),

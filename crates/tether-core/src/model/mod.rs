@@ -483,7 +483,11 @@ pub struct HelmChart {
 
 impl HelmChart {
     pub fn release(&self) -> &str {
-        self.release_name.as_ref().unwrap_or(&self.name).value.as_str()
+        self.release_name
+            .as_ref()
+            .unwrap_or(&self.name)
+            .value
+            .as_str()
     }
 }
 

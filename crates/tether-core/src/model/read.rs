@@ -575,7 +575,9 @@ impl<'a> Reader<'a> {
         let version = self.text("version");
         let release_name = self.text("release_name");
         let trust_domain = self.required_text("trust_domain");
-        let values = self.present("values").and_then(|(_, node)| self.chart_values(node));
+        let values = self
+            .present("values")
+            .and_then(|(_, node)| self.chart_values(node));
         let values_files = self.values_files();
         let depends_on = self.depends_on();
         let ready_when = self.ready_when();
@@ -599,12 +601,18 @@ impl<'a> Reader<'a> {
 
     /// `chart:` with `repository:`: a chart repository's chart, an `oci://` chart, or
     /// a chart directory of the repository (relative to this file).
-    fn chart_source(&mut self, chart: Text, repository: Option<Text>) -> Option<Spanned<ChartSource>> {
+    fn chart_source(
+        &mut self,
+        chart: Text,
+        repository: Option<Text>,
+    ) -> Option<Spanned<ChartSource>> {
         let span = chart.span;
         let source = match repository {
-            Some(url) if url.value.starts_with("oci://") => {
-                ChartSource::Oci(format!("{}/{}", url.value.trim_end_matches('/'), chart.value))
-            }
+            Some(url) if url.value.starts_with("oci://") => ChartSource::Oci(format!(
+                "{}/{}",
+                url.value.trim_end_matches('/'),
+                chart.value
+            )),
             Some(url) if url.value.starts_with("https://") || url.value.starts_with("http://") => {
                 ChartSource::Repository {
                     url: url.value,
@@ -635,7 +643,8 @@ impl<'a> Reader<'a> {
         if !matches!(node.value, Value::Map(_) | Value::Null) {
             let found = node.value.describe();
             self.error(span, format!("values must be a mapping, found {found}"))
-                .hint = Some("write the chart's values as in a values.yaml, indented under values:".into());
+                .hint =
+                Some("write the chart's values as in a values.yaml, indented under values:".into());
             return None;
         }
         let label = self.label.clone();
@@ -666,11 +675,16 @@ impl<'a> Reader<'a> {
         for item in items {
             let span = self.document.span(item);
             match &item.value {
-                Value::Str(path) if !path.is_empty() => paths.push(Spanned::new(path.clone(), span)),
+                Value::Str(path) if !path.is_empty() => {
+                    paths.push(Spanned::new(path.clone(), span))
+                }
                 other => {
                     let found = other.describe();
-                    self.error(span, format!("a values_files entry is a path, found {found}"))
-                        .hint = Some("write a path relative to this file".into());
+                    self.error(
+                        span,
+                        format!("a values_files entry is a path, found {found}"),
+                    )
+                    .hint = Some("write a path relative to this file".into());
                 }
             }
         }

@@ -38,24 +38,24 @@ impl Resolver<'_> {
     pub(super) fn resolve_needs(&mut self) -> Needs {
         let m = self.models;
         let mut needs = Vec::new();
-        let with_deps =
-            m.slices
-                .iter()
-                .enumerate()
-                .map(|(i, x)| (Kind::Slice, i, &x.name, &x.depends_on))
-                .chain(
-                    m.instances
-                        .iter()
-                        .enumerate()
-                        .map(|(i, x)| (Kind::KubernetesServiceInstance, i, &x.name, &x.depends_on)),
-                )
-                .chain(
-                    m.resources
-                        .iter()
-                        .enumerate()
-                        .map(|(i, x)| (x.origin.kind, i, &x.name, &x.depends_on)),
-                )
-                .filter(|(.., deps)| !deps.is_empty());
+        let with_deps = m
+            .slices
+            .iter()
+            .enumerate()
+            .map(|(i, x)| (Kind::Slice, i, &x.name, &x.depends_on))
+            .chain(
+                m.instances
+                    .iter()
+                    .enumerate()
+                    .map(|(i, x)| (Kind::KubernetesServiceInstance, i, &x.name, &x.depends_on)),
+            )
+            .chain(
+                m.resources
+                    .iter()
+                    .enumerate()
+                    .map(|(i, x)| (x.origin.kind, i, &x.name, &x.depends_on)),
+            )
+            .filter(|(.., deps)| !deps.is_empty());
         for (kind, index, name, deps) in with_deps {
             let from = label(kind, &name.value);
             let resolved: Vec<Resolved> = deps
