@@ -412,36 +412,38 @@ fn assert_helm_and_kustomize_work_in_rootfs(rootfs: &Path, env: &[Value]) {
         run_as_nonroot(&["helm", "version", "--template", "{{.Version}}"]),
         "v4.1.4"
     );
-    let chart = rootfs.join("tmp/chart");
-    std::fs::create_dir_all(chart.join("templates")).unwrap();
-    std::fs::write(
-        chart.join("Chart.yaml"),
-        "apiVersion: v2\nname: hello\nversion: 0.1.0\n",
-    )
-    .unwrap();
-    std::fs::write(
-        chart.join("templates/greeting.yaml"),
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-greeting\n",
-    )
-    .unwrap();
+    write_files(
+        &rootfs.join("tmp/chart"),
+        &[
+            (
+                "Chart.yaml",
+                "apiVersion: v2\nname: hello\nversion: 0.1.0\n",
+            ),
+            (
+                "templates/greeting.yaml",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {{ .Release.Name }}-greeting\n",
+            ),
+        ],
+    );
     let rendered = run_as_nonroot(&["helm", "template", "demo", "/tmp/chart"]);
     assert!(
         rendered.contains("kind: ConfigMap") && rendered.contains("name: demo-greeting"),
         "{rendered}"
     );
 
-    let overlay = rootfs.join("tmp/overlay");
-    std::fs::create_dir_all(&overlay).unwrap();
-    std::fs::write(
-        overlay.join("kustomization.yaml"),
-        "resources:\n- greeting.yaml\nnamePrefix: staging-\nlabels:\n- pairs:\n    env: staging\n",
-    )
-    .unwrap();
-    std::fs::write(
-        overlay.join("greeting.yaml"),
-        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: greeting\ndata:\n  message: hello\n",
-    )
-    .unwrap();
+    write_files(
+        &rootfs.join("tmp/overlay"),
+        &[
+            (
+                "kustomization.yaml",
+                "resources:\n- greeting.yaml\nnamePrefix: staging-\nlabels:\n- pairs:\n    env: staging\n",
+            ),
+            (
+                "greeting.yaml",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: greeting\ndata:\n  message: hello\n",
+            ),
+        ],
+    );
     let built = run_as_nonroot(&["kubectl", "kustomize", "/tmp/overlay"]);
     assert_eq!(
         built,
@@ -482,6 +484,15 @@ fn assert_git_https_works_in_rootfs(rootfs: &Path, env: &[Value]) {
         answered.contains("unexpected http status code: 404"),
         "resolved, verified and answered: {answered}"
     );
+}
+
+/// Writes each file (a path relative to `dir`, and its text), with its folders.
+fn write_files(dir: &Path, files: &[(&str, &str)]) {
+    for (path, text) in files {
+        let path = dir.join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
 }
 
 #[test]
