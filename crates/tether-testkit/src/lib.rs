@@ -5,6 +5,7 @@
 //! - [`git`] and [`remote`]: the `git` CLI as the tests' second Git client, a remote
 //!   served by `git daemon`, a plain HTTP client;
 //! - [`broker`]: a Kafka-protocol broker and an independent consumer;
+//! - [`tools`]: the pinned Helm and Kustomize (`scripts/helm-tools`);
 //! - [`cluster`] (feature `cluster`): local control planes (`scripts/local-cluster`),
 //!   a client for a kubeconfig, polling until a condition holds.
 //!
@@ -22,6 +23,7 @@ pub mod cluster;
 pub mod git;
 pub mod remote;
 pub mod snapshot;
+pub mod tools;
 
 use std::path::Path;
 
