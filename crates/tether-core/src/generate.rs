@@ -91,6 +91,8 @@ pub fn layout(files: &SourceFiles, allow_remote_bases: bool) -> (Layout, Diagnos
         }
     }
     let mut included: BTreeSet<String> = BTreeSet::new();
+    let mut refused: BTreeSet<String> = BTreeSet::new();
+    let mut edges: BTreeMap<&str, Vec<(String, Span)>> = BTreeMap::new();
     let mut not_models = BTreeSet::new();
     for (dir, id) in &kustomizations {
         let file = files.get(*id);
@@ -102,6 +104,7 @@ pub fn layout(files: &SourceFiles, allow_remote_bases: bool) -> (Layout, Diagnos
                             .in_model(format!("Kustomization \"{}\"", shown_dir(dir)))
                             .with_hint("vendor the base into the repository, or allow remote bases in .tether.yaml (kustomize: {remote_bases: true})"),
                     );
+                    refused.insert(dir.clone());
                 }
                 continue;
             }
@@ -109,12 +112,20 @@ pub fn layout(files: &SourceFiles, allow_remote_bases: bool) -> (Layout, Diagnos
                 continue;
             };
             if kustomizations.contains_key(&target) {
+                edges.entry(dir).or_default().push((target.clone(), span));
                 included.insert(target);
             } else if let Some((target_id, _)) = files.iter().find(|(_, f)| f.path == target) {
                 // A file of another directory, taken in whole by this kustomization.
                 not_models.insert(target_id);
             }
         }
+    }
+    for (cycle, span) in include_cycles(&edges) {
+        diagnostics.push(
+            Diagnostic::error(span, format!("kustomization cycle: {}", cycle.join(" → ")))
+                .in_model(format!("Kustomization \"{}\"", cycle[cycle.len() - 2]))
+                .with_hint("a kustomization cannot include itself, through others or directly: remove one of these entries"),
+        );
     }
     let nested = |dir: &str| {
         kustomizations
@@ -123,7 +134,7 @@ pub fn layout(files: &SourceFiles, allow_remote_bases: bool) -> (Layout, Diagnos
     };
     let built: Vec<(String, FileId)> = kustomizations
         .iter()
-        .filter(|(dir, _)| !included.contains(*dir) && !nested(dir))
+        .filter(|(dir, _)| !included.contains(*dir) && !nested(dir) && !refused.contains(*dir))
         .map(|(dir, id)| (dir.clone(), *id))
         .collect();
     for (id, file) in files.iter() {
@@ -144,6 +155,45 @@ pub fn layout(files: &SourceFiles, allow_remote_bases: bool) -> (Layout, Diagnos
         },
         diagnostics,
     )
+}
+
+/// The cycles of kustomizations including one another, each with the entry that
+/// closes it.
+fn include_cycles(edges: &BTreeMap<&str, Vec<(String, Span)>>) -> Vec<(Vec<String>, Span)> {
+    let mut cycles = Vec::new();
+    let mut done: BTreeSet<&str> = BTreeSet::new();
+    for start in edges.keys() {
+        let mut path: Vec<&str> = Vec::new();
+        visit(start, edges, &mut path, &mut done, &mut cycles);
+    }
+    cycles
+}
+
+fn visit<'e>(
+    dir: &'e str,
+    edges: &'e BTreeMap<&str, Vec<(String, Span)>>,
+    path: &mut Vec<&'e str>,
+    done: &mut BTreeSet<&'e str>,
+    cycles: &mut Vec<(Vec<String>, Span)>,
+) {
+    if done.contains(dir) {
+        return;
+    }
+    path.push(dir);
+    for (target, span) in edges.get(dir).into_iter().flatten() {
+        if let Some(at) = path.iter().position(|p| p == target) {
+            let mut cycle: Vec<String> = path[at..]
+                .iter()
+                .map(|d| shown_dir(d).to_string())
+                .collect();
+            cycle.push(shown_dir(target).to_string());
+            cycles.push((cycle, *span));
+        } else {
+            visit(target, edges, path, done, cycles);
+        }
+    }
+    path.pop();
+    done.insert(dir);
 }
 
 /// A kustomization directory as messages show it.
