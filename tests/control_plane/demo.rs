@@ -45,6 +45,57 @@ fn step<'a>(output: &'a str, title: &str) -> &'a str {
     &rest[..end]
 }
 
+/// The chart, the overlay and the plain file applied as one plan: each object names
+/// its origin, the hook Job was complete before the chart's Deployment existed, and the
+/// next diff finds nothing.
+fn assert_chart_and_overlay(text: &str) {
+    for (kind_and_name, model, source) in [
+        (
+            "Deployment   greeter",
+            "HelmChart/greeter",
+            "greeter/templates/deployment.yaml",
+        ),
+        (
+            "Job          greeter-migrate",
+            "HelmChart/greeter:pre-install",
+            "greeter/templates/migrate.yaml",
+        ),
+        (
+            "Deployment   cache",
+            "Kustomization/overlays/demo",
+            "overlays/demo/kustomization.yaml",
+        ),
+        (
+            "ResourceQuota   platform-quota",
+            "Manifest/plain/quota.yaml",
+            "plain/quota.yaml",
+        ),
+    ] {
+        let name = kind_and_name.split_whitespace().last().unwrap();
+        let line = text
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(name))
+            .unwrap_or_else(|| panic!("{name} in:\n{text}"));
+        assert!(line.contains(model) && line.contains(source), "{line}");
+    }
+    let times = text
+        .lines()
+        .find_map(|l| l.strip_prefix("  Job greeter-migrate completed at "))
+        .unwrap_or_else(|| panic!("the hook's times in:\n{text}"));
+    let (completed, created) = times
+        .split_once("; Deployment greeter created at ")
+        .unwrap();
+    assert!(!completed.is_empty() && completed <= created, "{times}");
+    let (_, diff) = around(
+        text,
+        "tether diff examples/platform --inventory-name platform",
+    );
+    assert!(
+        diff.contains("0 to create, 0 to update, 0 to delete, 0 in conflict"),
+        "{diff}"
+    );
+}
+
 /// A step's text before and after the command `command` was shown.
 fn around<'a>(text: &'a str, command: &str) -> (&'a str, &'a str) {
     let shown = format!("$ {command}");
@@ -188,6 +239,7 @@ fn the_demo_shows_every_step_and_stops_what_it_started() {
     assert_scale_and_rollback(step(&text, "Day-2 operations as commits"));
     assert_host_label_and_lock(step(&text, "Hosts: a label and a lock"));
     assert_secret_never_shown(&text, step(&text, "Secrets in Git"));
+    assert_chart_and_overlay(step(&text, "A repository as teams have it"));
     // The demo repository's latest commits, newest first: each operation is one.
     let expected = [
         "unlock: Node/tether-sim-2",

@@ -546,3 +546,36 @@ fn a_chart_from_a_chart_repository_is_fetched_once_per_version() {
         &["HelmChart \"hello\": cannot build it: cannot fetch the chart"],
     );
 }
+
+#[test]
+fn kubernetes_documentation_examples_and_this_projects_deploy_directory_validate_as_they_are() {
+    let home = tempfile::tempdir().unwrap();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // Manifests written by others (the Kubernetes docs, kubectl create, helm create's
+    // output): 30 objects in 11 files, each managed as written.
+    let out = tether(
+        home.path(),
+        &["validate", root.join("tests/real-world").to_str().unwrap()],
+    );
+    let report = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{report}");
+    assert!(
+        report.contains("30 models in 11 files: valid, 2 warnings"),
+        "{report}"
+    );
+    // tether's own deploy/ (a kustomization with its base) and its 1.20 overlay.
+    for dir in ["deploy", "deploy/kubernetes-1.20"] {
+        let out = tether(home.path(), &["validate", root.join(dir).to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(0), "{dir}: {}", text(&out.stdout));
+        let objects = rendered(home.path(), &root.join(dir));
+        let kinds: Vec<&str> = objects.iter().filter_map(|o| o["kind"].as_str()).collect();
+        for kind in [
+            "Namespace",
+            "CustomResourceDefinition",
+            "StatefulSet",
+            "PodDisruptionBudget",
+        ] {
+            assert!(kinds.contains(&kind), "{dir}: {kinds:?}");
+        }
+    }
+}

@@ -191,8 +191,8 @@ fn read_kind(
                 format!("apiVersion {shown} is not a tether model (tether/v1)"),
             )
             .with_hint(
-                "to apply Kubernetes YAML as written, put it in the resource_definition \
-                     of a KubernetesResourceInstance",
+                "tether's models are apiVersion tether/v1 (or no apiVersion); \
+                     a Kubernetes object is written with its own apiVersion (apps/v1, v1, …)",
             ),
         );
         return None;

@@ -18,6 +18,7 @@ pub fn model_schema() -> String {
     let mut schema = schemars::schema_for!(ModelDocument).to_value();
     without_null(&mut schema);
     with_xos_bookkeeping(&mut schema);
+    with_kubernetes_objects(&mut schema);
     if let Some(root) = schema.as_object_mut() {
         root.insert(
             "$id".into(),
@@ -26,6 +27,29 @@ pub fn model_schema() -> String {
         root.insert("title".into(), "tether model".into());
     }
     serde_json::to_string_pretty(&schema).unwrap_or_default() + "\n"
+}
+
+/// A document with another `apiVersion` than tether's is a Kubernetes object applied
+/// as written (beside the models): the schema accepts it, checking only what tether
+/// checks before the server does.
+fn with_kubernetes_objects(schema: &mut serde_json::Value) {
+    if let Some(variants) = schema.get_mut("oneOf").and_then(|v| v.as_array_mut()) {
+        variants.push(serde_json::json!({
+            "title": "Kubernetes object",
+            "description": "A Kubernetes object beside the models, applied as written (managed, diffed and pruned like a model's).",
+            "type": "object",
+            "required": ["apiVersion", "kind", "metadata"],
+            "properties": {
+                "apiVersion": {"type": "string", "not": {"pattern": "^tether/"}},
+                "kind": {"type": "string"},
+                "metadata": {
+                    "type": "object",
+                    "required": ["name"],
+                    "properties": {"name": {"type": "string", "minLength": 1}}
+                }
+            }
+        }));
+    }
 }
 
 /// XOS's bookkeeping fields, which exports carry: tether ignores them with a warning,
