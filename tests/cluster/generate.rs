@@ -108,14 +108,17 @@ fn helm_create(dir: &Path, name: &str) {
     );
 }
 
-/// The objects of a YAML stream as JSON, read by kubectl (no defaults added).
-fn objects_of(yaml: &str) -> Vec<Value> {
+/// The objects of a YAML stream as JSON, read by kubectl (no defaults added; those
+/// without a namespace placed in `namespace`, as `helm install --namespace` does).
+fn objects_of(yaml: &str, namespace: &str) -> Vec<Value> {
     let file = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(file.path(), yaml).unwrap();
     let json = run_engine(
         &engines().kubectl,
         &[
             "create",
+            "--namespace",
+            namespace,
             "--dry-run=client",
             "-o",
             "json",
@@ -123,11 +126,11 @@ fn objects_of(yaml: &str) -> Vec<Value> {
             file.path().to_str().unwrap(),
         ],
     );
-    let read: Value = serde_json::from_str(&json).unwrap();
-    match read["kind"].as_str() {
-        Some("List") => read["items"].as_array().unwrap().clone(),
-        _ => vec![read],
-    }
+    // One JSON document per object, one after another.
+    serde_json::Deserializer::from_str(&json)
+        .into_iter::<Value>()
+        .map(Result::unwrap)
+        .collect()
 }
 
 /// A live object as JSON, if it exists.
@@ -279,8 +282,9 @@ async fn helm_creates_chart_beside_a_slice_is_applied_as_helm_template_renders_i
         "--set",
         "replicaCount=2",
     ]);
-    let (tests, objects): (Vec<Value>, Vec<Value>) =
-        objects_of(&rendered).into_iter().partition(is_helm_test);
+    let (tests, objects): (Vec<Value>, Vec<Value>) = objects_of(&rendered, &ns)
+        .into_iter()
+        .partition(is_helm_test);
     assert_eq!(tests.len(), 1, "helm create's chart has a test Pod");
     for test in &tests {
         let name = test["metadata"]["name"].as_str().unwrap();
