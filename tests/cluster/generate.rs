@@ -48,7 +48,8 @@ fn engines() -> &'static Engines {
     })
 }
 
-/// The variables that give tether the pinned engines.
+/// The variables that give tether `helm` (the pinned one, or a wrapper of it) and the
+/// pinned kubectl for Kustomize.
 fn engine_variables(helm: &Path) -> [(&'static str, &Path); 2] {
     [
         ("TETHER_HELM", helm),
