@@ -7,60 +7,28 @@
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::OnceLock;
 use std::time::Duration;
 
 use serde_json::Value;
+use tether_testkit::tools::helm_tools;
 
 use crate::daemon::{Daemon, Remote, condition, install_crd, kubectl_apply_text, source_yaml};
 use crate::harness::{cluster, eventually, repo_root};
 use crate::reconcile::{Repo, all_output, base, config_map, setup, stdout, tether_command};
-
-/// The pinned engines `scripts/helm-tools` installs.
-struct Engines {
-    helm: PathBuf,
-    kubectl: PathBuf,
-}
-
-fn engines() -> &'static Engines {
-    static ENGINES: OnceLock<Engines> = OnceLock::new();
-    ENGINES.get_or_init(|| {
-        let output = Command::new(repo_root().join("scripts/helm-tools"))
-            .output()
-            .expect("run scripts/helm-tools");
-        assert!(
-            output.status.success(),
-            "scripts/helm-tools: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        let printed = String::from_utf8(output.stdout).unwrap();
-        let path = |name: &str| {
-            printed
-                .lines()
-                .find_map(|l| l.strip_prefix(&format!("{name}=")))
-                .map(PathBuf::from)
-                .unwrap_or_else(|| panic!("no {name} in {printed}"))
-        };
-        Engines {
-            helm: path("helm"),
-            kubectl: path("kubectl"),
-        }
-    })
-}
 
 /// The variables that give tether `helm` (the pinned one, or a wrapper of it) and the
 /// pinned kubectl for Kustomize.
 fn engine_variables(helm: &Path) -> [(&'static str, &Path); 2] {
     [
         ("TETHER_HELM", helm),
-        ("TETHER_KUSTOMIZE", engines().kubectl.as_path()),
+        ("TETHER_KUSTOMIZE", helm_tools().kubectl.as_path()),
     ]
 }
 
 /// tether against the test cluster with the test's inventory and the pinned engines.
 fn tether(inventory: &str, args: &[&str]) -> Output {
     tether_command(inventory, args)
-        .envs(engine_variables(&engines().helm))
+        .envs(helm_tools().env())
         .output()
         .unwrap()
 }
@@ -92,12 +60,12 @@ fn run_engine(program: &Path, args: &[&str]) -> String {
 }
 
 fn helm(args: &[&str]) -> String {
-    run_engine(&engines().helm, args)
+    run_engine(&helm_tools().helm, args)
 }
 
 /// `helm create NAME` in `dir`: Helm's default chart.
 fn helm_create(dir: &Path, name: &str) {
-    let output = Command::new(&engines().helm)
+    let output = Command::new(&helm_tools().helm)
         .args(["create", name])
         .current_dir(dir)
         .output()
@@ -115,7 +83,7 @@ fn objects_of(yaml: &str, namespace: &str) -> Vec<Value> {
     let file = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(file.path(), yaml).unwrap();
     let json = run_engine(
-        &engines().kubectl,
+        &helm_tools().kubectl,
         &[
             "create",
             "--namespace",
@@ -348,7 +316,7 @@ async fn objects_helm_install_and_kubectl_apply_made_are_adopted_and_helms_relea
     ]);
     let settings = repo.path().join("settings.yaml");
     run_engine(
-        &engines().kubectl,
+        &helm_tools().kubectl,
         &["apply", "-f", settings.to_str().unwrap()],
     );
     let made = [
@@ -670,7 +638,7 @@ fn counting_helm(dir: &Path) -> (PathBuf, PathBuf) {
         format!(
             "#!/bin/sh\necho \"$1\" >> '{}'\nexec '{}' \"$@\"\n",
             runs.display(),
-            engines().helm.display()
+            helm_tools().helm.display()
         ),
     )
     .unwrap();
