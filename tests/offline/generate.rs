@@ -214,6 +214,10 @@ fn an_overlay_renders_as_kustomize_build_prints_it_and_its_base_is_not_built_alo
         &models.join("overlays/staging/namespace.yaml"),
         "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: staging\n",
     );
+    let graph = tether(dir.path(), &["graph", models.to_str().unwrap()]);
+    let graph = text(&graph.stdout);
+    assert!(graph.contains("Kustomization/overlays/staging"), "{graph}");
+    assert!(!graph.contains("Kustomization/base"), "{graph}");
     let ours = rendered(dir.path(), &models);
     let built = run(Command::new(&helm_tools().kubectl)
         .args(["kustomize", "overlays/staging"])

@@ -713,3 +713,301 @@ fn ensure_object<'v>(
     }
     current.as_object_mut()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::SourceFile;
+
+    fn files(entries: &[(&str, &str)]) -> SourceFiles {
+        SourceFiles::from_files(
+            entries
+                .iter()
+                .map(|(p, t)| SourceFile::new(*p, *t))
+                .collect(),
+        )
+    }
+
+    fn built(layout: &Layout) -> Vec<&str> {
+        layout
+            .kustomizations
+            .iter()
+            .map(|(d, _)| d.as_str())
+            .collect()
+    }
+
+    #[test]
+    fn overlays_are_built_and_their_base_and_nested_kustomizations_are_not() {
+        let repo = files(&[
+            ("base/kustomization.yaml", "resources: [cm.yaml]\n"),
+            (
+                "base/cm.yaml",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n",
+            ),
+            (
+                "overlays/prod/kustomization.yaml",
+                "resources:\n- ../../base\n- ../../shared/quota.yaml\n",
+            ),
+            ("overlays/prod/extra/kustomization.yaml", "resources: []\n"),
+            (
+                "overlays/staging/kustomization.yaml",
+                "bases: [../../base]\n",
+            ),
+            (
+                "shared/quota.yaml",
+                "apiVersion: v1\nkind: ResourceQuota\nmetadata: {name: q}\n",
+            ),
+            (
+                "charts/web/Chart.yaml",
+                "apiVersion: v2\nname: web\nversion: 0.1.0\n",
+            ),
+            ("charts/web/templates/cm.yaml", "{{ if .Values.x }}\n"),
+            ("models.yaml", "kind: TrustDomain\nname: shop\n"),
+        ]);
+        let (layout, diagnostics) = layout(&repo, false);
+        assert!(
+            diagnostics.is_empty(),
+            "{}",
+            diagnostics.render_plain(&repo)
+        );
+        assert_eq!(built(&layout), ["overlays/prod", "overlays/staging"]);
+        let not_models: Vec<&str> = layout.not_models.iter().map(|id| repo.path(*id)).collect();
+        assert_eq!(
+            not_models,
+            [
+                "base/kustomization.yaml",
+                "base/cm.yaml",
+                "overlays/prod/kustomization.yaml",
+                "overlays/prod/extra/kustomization.yaml",
+                "overlays/staging/kustomization.yaml",
+                "shared/quota.yaml",
+                "charts/web/Chart.yaml",
+                "charts/web/templates/cm.yaml",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_kustomization_at_the_root_is_the_whole_repository() {
+        let repo = files(&[
+            ("kustomization.yaml", "resources: [base]\n"),
+            ("base/kustomization.yaml", "resources: [a.yaml]\n"),
+            (
+                "base/a.yaml",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n",
+            ),
+            ("v120/kustomization.yaml", "resources: [../base]\n"),
+        ]);
+        let (layout, _) = layout(&repo, false);
+        assert_eq!(built(&layout), [""]);
+        assert_eq!(layout.not_models.len(), 4);
+    }
+
+    #[test]
+    fn include_cycles_and_remote_bases_are_errors_where_they_are_written() {
+        let repo = files(&[
+            ("a/kustomization.yaml", "resources:\n- ../b\n"),
+            ("b/kustomization.yaml", "resources:\n- ../a\n"),
+            (
+                "c/kustomization.yaml",
+                "resources:\n- github.com/org/repo//base?ref=v1\n",
+            ),
+        ]);
+        let (refused, diagnostics) = layout(&repo, false);
+        let report = diagnostics.render_plain(&repo);
+        assert!(report.contains("b/kustomization.yaml:2:3: error: Kustomization \"b\": kustomization cycle: a → b → a"), "{report}");
+        assert!(
+            report.contains("c/kustomization.yaml:2:3: error: Kustomization \"c\": remote base"),
+            "{report}"
+        );
+        assert!(built(&refused).is_empty());
+        let (allowed, diagnostics) = layout(&repo, true);
+        assert_eq!(diagnostics.render_plain(&repo).matches("error").count(), 1);
+        assert_eq!(built(&allowed), ["c"]);
+    }
+
+    const HELM_OUTPUT: &str = "---
+# Source: web/templates/sa.yaml
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: web
+---
+# Source: web/templates/role.yaml
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: web-reader
+rules: []
+---
+# Source: web/templates/deployment.yaml
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  namespace: elsewhere
+spec: {}
+---
+# Source: web/templates/migrate.yaml
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: web-migrate
+  annotations:
+    helm.sh/hook: pre-install,pre-upgrade
+    helm.sh/hook-weight: \"5\"
+spec:
+  template:
+    spec: {}
+---
+# Source: web/templates/seed.yaml
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: web-seed
+  annotations:
+    helm.sh/hook: pre-upgrade
+    helm.sh/hook-weight: \"-1\"
+spec:
+  template:
+    spec: {}
+---
+# Source: web/templates/notify.yaml
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: web-notify
+  annotations:
+    helm.sh/hook: post-install
+---
+# Source: web/templates/tests/test.yaml
+apiVersion: v1
+kind: Pod
+metadata:
+  name: web-test
+  annotations:
+    helm.sh/hook: test
+---
+# Source: web/templates/cleanup.yaml
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: web-cleanup
+  annotations:
+    helm.sh/hook: pre-delete
+";
+
+    fn chart_steps_of(output: &str) -> (Vec<KubernetesResourceInstance>, Diagnostics) {
+        let repo = files(&[(
+            "models.yaml",
+            "kind: HelmChart\nname: web\nchart: charts/web\ntrust_domain: shop\n",
+        )]);
+        let prepared = crate::prepare(&repo, false);
+        let mut models = prepared.models;
+        let mut diagnostics = Diagnostics::default();
+        read_generated(
+            &prepared.generators,
+            vec![Generated {
+                output: Ok(output.to_string()),
+            }],
+            &mut models,
+            &repo,
+            &mut diagnostics,
+        );
+        (models.resources, diagnostics)
+    }
+
+    fn names(step: &KubernetesResourceInstance) -> Vec<&str> {
+        step.objects
+            .iter()
+            .map(|o| o.value["metadata"]["name"].as_str().unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn a_charts_hooks_are_steps_before_and_after_it_by_weight_and_tests_are_left_out() {
+        let (steps, diagnostics) = chart_steps_of(HELM_OUTPUT);
+        assert!(diagnostics.is_empty());
+        let shown: Vec<(&str, Vec<&str>)> = steps
+            .iter()
+            .map(|s| (s.name.value.as_str(), names(s)))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                ("web:pre-install@-1", vec!["web-seed"]),
+                ("web:pre-install@5", vec!["web-migrate"]),
+                ("web", vec!["web", "web-reader", "web"]),
+                ("web:post-install", vec!["web-notify"]),
+            ]
+        );
+        let waits: Vec<Vec<String>> = steps
+            .iter()
+            .map(|s| {
+                s.depends_on
+                    .iter()
+                    .map(|d| match &d.target {
+                        DependencyTarget::Model { kind, name } => format!("{kind}/{}", name.value),
+                        DependencyTarget::Object { .. } => "object".into(),
+                    })
+                    .collect()
+            })
+            .collect();
+        assert_eq!(
+            waits,
+            [
+                vec![],
+                vec!["HelmChart/web:pre-install@-1".to_string()],
+                vec!["HelmChart/web:pre-install@5".to_string()],
+                vec!["HelmChart/web".to_string()],
+            ]
+        );
+        // Placed in the chart's namespace, unless cluster-scoped or written elsewhere.
+        let main = &steps[2];
+        let namespace = |i: usize| main.objects[i].value["metadata"]["namespace"].as_str();
+        assert_eq!(
+            (namespace(0), namespace(1), namespace(2)),
+            (Some("shop"), None, Some("elsewhere"))
+        );
+        assert_eq!(
+            main.objects[0].template.as_deref(),
+            Some("web/templates/sa.yaml")
+        );
+    }
+
+    #[test]
+    fn a_hook_job_carries_the_charts_revision_which_changes_with_the_chart() {
+        let revision = |output: &str| {
+            let (steps, _) = chart_steps_of(output);
+            steps[1].objects[0].value["spec"]["template"]["metadata"]["annotations"]
+                [HOOK_REVISION_ANNOTATION]
+                .as_str()
+                .unwrap()
+                .to_string()
+        };
+        let before = revision(HELM_OUTPUT);
+        assert_eq!(before, revision(HELM_OUTPUT));
+        assert_ne!(
+            before,
+            revision(&HELM_OUTPUT.replace(
+                "spec: {}\n---\n# Source: web/templates/migrate",
+                "spec: {replicas: 2}\n---\n# Source: web/templates/migrate"
+            ))
+        );
+    }
+
+    #[test]
+    fn output_that_does_not_parse_is_an_error_at_the_model_naming_the_template() {
+        let (_, diagnostics) =
+            chart_steps_of("---\n# Source: web/templates/bad.yaml\nkey: [unclosed\n");
+        let repo = files(&[(
+            "models.yaml",
+            "kind: HelmChart\nname: web\nchart: charts/web\ntrust_domain: shop\n",
+        )]);
+        let report = diagnostics.render_plain(&repo);
+        assert!(
+            report.contains("made YAML that does not parse (web/templates/bad.yaml)"),
+            "{report}"
+        );
+    }
+}

@@ -340,10 +340,14 @@ impl Workflow {
     }
 
     /// The members that take part in a dependency (wait for something, or are waited
-    /// for): what a graph shows.
+    /// for), and every chart and kustomization: what a graph shows.
     fn in_graph(&self) -> BTreeSet<usize> {
         let mut shown = BTreeSet::new();
         for (i, m) in self.members.iter().enumerate() {
+            // A chart or a kustomization is a unit a reader looks for, waits or not.
+            if matches!(m.id.kind, Kind::HelmChart | Kind::Kustomization) {
+                shown.insert(i);
+            }
             for need in &m.needs {
                 shown.insert(i);
                 if let Need::Model { member, .. } = need {
