@@ -22,6 +22,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "common/timing.rs"]
+mod timing;
+use timing::{median, timed};
+
 use kube_helpers::arg;
 use tether_testkit::cluster::LocalCluster;
 use tether_testkit::tools::helm_tools;
@@ -46,17 +50,6 @@ fn main() {
     bench.daemon(&repo);
 }
 
-fn timed(f: impl FnOnce()) -> Duration {
-    let start = Instant::now();
-    f();
-    start.elapsed()
-}
-
-fn median(mut f: impl FnMut() -> Duration) -> Duration {
-    let mut times: Vec<Duration> = (0..3).map(|_| f()).collect();
-    times.sort();
-    times[1]
-}
 
 fn row(operation: &str, tether: Duration, peers: Duration) {
     println!(

@@ -5,7 +5,11 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+#[path = "common/timing.rs"]
+mod timing;
+use timing::{median, timed};
 
 use tether_testkit::cluster::LocalCluster;
 
@@ -77,17 +81,6 @@ fn check(output: &Output, allowed: &[i32], what: &str) {
     );
 }
 
-fn timed(mut f: impl FnMut()) -> Duration {
-    let start = Instant::now();
-    f();
-    start.elapsed()
-}
-
-fn median(mut f: impl FnMut() -> Duration) -> Duration {
-    let mut times: Vec<Duration> = (0..3).map(|_| f()).collect();
-    times.sort();
-    times[1]
-}
 
 /// ConfigMaps in one models file: a repository spreads its models over files, and
 /// tether reads at most `limits::DOCUMENTS` documents from one.

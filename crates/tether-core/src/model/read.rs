@@ -456,6 +456,15 @@ impl<'a> Reader<'a> {
             Value::Seq(items) => items.iter().collect(),
             _ => vec![node],
         };
+        self.paths(
+            &nodes,
+            "a files entry",
+            "write files: config/, or a list of paths relative to this file",
+        )
+    }
+
+    /// Entries that are paths (non-empty strings); each other entry is reported.
+    fn paths(&mut self, nodes: &[&Node], what: &str, hint: &str) -> Vec<Text> {
         let mut paths = Vec::new();
         for item in nodes {
             let span = self.document.span(item);
@@ -465,10 +474,8 @@ impl<'a> Reader<'a> {
                 }
                 other => {
                     let found = other.describe();
-                    self.error(span, format!("a files entry is a path, found {found}"))
-                        .hint = Some(
-                        "write files: config/, or a list of paths relative to this file".into(),
-                    );
+                    self.error(span, format!("{what} is a path, found {found}"))
+                        .hint = Some(hint.into());
                 }
             }
         }
@@ -671,24 +678,12 @@ impl<'a> Reader<'a> {
                 .hint = Some("one path per line, relative to this file: - values/prod.yaml".into());
             return Vec::new();
         };
-        let mut paths = Vec::new();
-        for item in items {
-            let span = self.document.span(item);
-            match &item.value {
-                Value::Str(path) if !path.is_empty() => {
-                    paths.push(Spanned::new(path.clone(), span))
-                }
-                other => {
-                    let found = other.describe();
-                    self.error(
-                        span,
-                        format!("a values_files entry is a path, found {found}"),
-                    )
-                    .hint = Some("write a path relative to this file".into());
-                }
-            }
-        }
-        paths
+        let nodes: Vec<&Node> = items.iter().collect();
+        self.paths(
+            &nodes,
+            "a values_files entry",
+            "write a path relative to this file",
+        )
     }
 
     fn read_host(&mut self, models: &mut Models) {
