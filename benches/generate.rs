@@ -50,7 +50,6 @@ fn main() {
     bench.daemon(&repo);
 }
 
-
 fn row(operation: &str, tether: Duration, peers: Duration) {
     println!(
         "{operation:<34} {:>9.2}s {:>9.2}s {:>7.2}x",

@@ -81,7 +81,6 @@ fn check(output: &Output, allowed: &[i32], what: &str) {
     );
 }
 
-
 /// ConfigMaps in one models file: a repository spreads its models over files, and
 /// tether reads at most `limits::DOCUMENTS` documents from one.
 const PER_FILE: usize = 1_000;

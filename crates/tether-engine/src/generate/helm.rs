@@ -27,8 +27,7 @@ pub(super) fn template(
     request: &HelmRequest,
     capabilities: Option<&Capabilities>,
 ) -> Result<String, Failure> {
-    let label = format!("HelmChart \"{}\"", request.model);
-    let helm = tools.helm(&label).map_err(|e| Failure {
+    let helm = tools.helm().map_err(|e| Failure {
         message: e.to_string(),
         hint: e.hint(),
     })?;

@@ -4,27 +4,21 @@ use std::path::Path;
 
 use tether_core::generate::{Failure, shown_dir};
 
-use super::{Tools, run_tool};
+use super::{KustomizeCommand, run_tool};
 
-pub(super) fn build(tools: &Tools, root: &Path, dir: &str, label: &str) -> Result<String, Failure> {
-    let command = tools.kustomize(label).map_err(|e| Failure {
-        message: e.to_string(),
-        hint: e.hint(),
-    })?;
+/// Builds the kustomization `dir` (relative to `root`) with `command`, whose version
+/// was checked.
+pub(super) fn build(command: &KustomizeCommand, root: &Path, dir: &str) -> Result<String, Failure> {
     let path = if dir.is_empty() {
         root.to_path_buf()
     } else {
         root.join(dir)
     };
-    let program = match command {
-        super::KustomizeCommand::Kustomize(p) | super::KustomizeCommand::Kubectl(p) => p.clone(),
-    };
-    run_tool(command.command(&path), &program).map_err(|message| Failure {
+    run_tool(command.command(&path), command.program()).map_err(|message| Failure {
         message,
         hint: format!(
-            "Kustomize's own message: `kubectl kustomize {}` shows the same (Kustomize {} or later)",
-            shown_dir(dir),
-            super::KUSTOMIZE_MINIMUM
+            "Kustomize's own message: `kubectl kustomize {}` shows the same",
+            shown_dir(dir)
         ),
     })
 }

@@ -41,6 +41,8 @@ pub struct Generate {
     tools: Tools,
     chart_cache: PathBuf,
     built: Arc<Mutex<Built>>,
+    /// Kustomize's version, checked once.
+    kustomize: Arc<std::sync::OnceLock<Result<KustomizeCommand, ToolError>>>,
 }
 
 #[derive(Debug, Default)]
@@ -61,6 +63,7 @@ impl Generate {
             tools,
             chart_cache,
             built: Arc::default(),
+            kustomize: Arc::default(),
         }
     }
 
@@ -117,9 +120,9 @@ impl Generate {
                     return Generated { output: Ok(text) };
                 }
                 let output = match generator {
-                    Generator::Kustomize { dir, .. } => {
-                        kustomize::build(&self.tools, &root, dir, &generator.label())
-                    }
+                    Generator::Kustomize { dir, .. } => self
+                        .kustomize()
+                        .and_then(|command| kustomize::build(&command, &root, dir)),
                     Generator::Helm(request) => {
                         helm::template(&self.tools, &self.chart_cache, &root, request, capabilities)
                     }
@@ -130,6 +133,21 @@ impl Generate {
                 Generated { output }
             })
             .collect()
+    }
+
+    /// The Kustomize command, found and its version checked on first use.
+    fn kustomize(&self) -> Result<KustomizeCommand, Failure> {
+        self.kustomize
+            .get_or_init(|| {
+                let command = self.tools.kustomize()?.clone();
+                command.check_version()?;
+                Ok(command)
+            })
+            .clone()
+            .map_err(|e| Failure {
+                message: e.to_string(),
+                hint: e.hint(),
+            })
     }
 
     fn kept(&self, revision: &str, key: &str) -> Option<String> {

@@ -17,10 +17,15 @@ pub enum ToolError {
     #[error("{tool} is not installed: {variable} is not set and no `{program}` is on PATH")]
     Missing {
         tool: &'static str,
-        what: String,
         variable: &'static str,
         program: &'static str,
     },
+    #[error(
+        "{program} builds with Kustomize {found}, older than {KUSTOMIZE_MINIMUM}, the oldest tether takes"
+    )]
+    TooOld { program: String, found: String },
+    #[error("cannot tell the version of {program}: {reason}")]
+    UnknownVersion { program: String, reason: String },
 }
 
 impl ToolError {
@@ -29,7 +34,85 @@ impl ToolError {
             ToolError::Missing { variable, tool, .. } => format!(
                 "install {tool} (or set {variable} to its path); this project's scripts/helm-tools installs pinned helm and kubectl (with Kustomize)"
             ),
+            ToolError::TooOld { .. } | ToolError::UnknownVersion { .. } => format!(
+                "older Kustomize builds overlays differently: install kustomize {KUSTOMIZE_MINIMUM} or later, or kubectl 1.27 or later, and name it with {KUSTOMIZE_VARIABLE}"
+            ),
         }
+    }
+}
+
+impl KustomizeCommand {
+    pub fn program(&self) -> &Path {
+        match self {
+            KustomizeCommand::Kustomize(p) | KustomizeCommand::Kubectl(p) => p,
+        }
+    }
+
+    /// Asks the program for the Kustomize it builds with, and refuses one older than
+    /// [`KUSTOMIZE_MINIMUM`] (kubectl 1.20's, say, which builds overlays differently).
+    /// Blocking.
+    pub fn check_version(&self) -> Result<(), ToolError> {
+        let program = self.program().display().to_string();
+        let unknown = |reason: String| ToolError::UnknownVersion {
+            program: program.clone(),
+            reason,
+        };
+        let mut command = std::process::Command::new(self.program());
+        match self {
+            KustomizeCommand::Kustomize(_) => command.arg("version"),
+            KustomizeCommand::Kubectl(_) => command.args(["version", "--client", "-o", "json"]),
+        };
+        let output = command.output().map_err(|e| unknown(e.to_string()))?;
+        let text = String::from_utf8_lossy(&output.stdout);
+        let found = match self {
+            KustomizeCommand::Kustomize(_) => text.trim().to_string(),
+            KustomizeCommand::Kubectl(_) => {
+                let json: serde_json::Value =
+                    serde_json::from_str(&text).map_err(|e| unknown(e.to_string()))?;
+                // kubectl before 1.24 does not say; 1.27 is the first with Kustomize 5.
+                json["kustomizeVersion"].as_str().map_or_else(
+                    || {
+                        format!(
+                            "of kubectl {}",
+                            json["clientVersion"]["gitVersion"].as_str().unwrap_or("?")
+                        )
+                    },
+                    str::to_string,
+                )
+            }
+        };
+        match major_version(&found) {
+            Some(major) if major >= 5 => Ok(()),
+            _ => Err(ToolError::TooOld { program, found }),
+        }
+    }
+}
+
+/// The major version in a version text: `v5.7.1`, `{Version:kustomize/v4.5.7 …}`.
+fn major_version(text: &str) -> Option<u64> {
+    let at = text
+        .find("kustomize/v")
+        .map(|i| i + "kustomize/v".len())
+        .or_else(|| text.strip_prefix('v').map(|_| 1))?;
+    let digits: String = text[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::major_version;
+
+    #[test]
+    fn kustomize_versions_as_the_tools_print_them() {
+        assert_eq!(major_version("v5.7.1"), Some(5));
+        assert_eq!(
+            major_version("{Version:kustomize/v4.5.7 GitCommit:56d82a8}"),
+            Some(4)
+        );
+        assert_eq!(major_version("of kubectl v1.20.2"), None);
     }
 }
 
@@ -86,19 +169,17 @@ impl Tools {
         Tools { helm, kustomize }
     }
 
-    pub fn helm(&self, what: &str) -> Result<&Path, ToolError> {
-        self.helm.as_deref().ok_or_else(|| ToolError::Missing {
+    pub fn helm(&self) -> Result<&Path, ToolError> {
+        self.helm.as_deref().ok_or(ToolError::Missing {
             tool: "Helm",
-            what: what.to_string(),
             variable: HELM_VARIABLE,
             program: "helm",
         })
     }
 
-    pub fn kustomize(&self, what: &str) -> Result<&KustomizeCommand, ToolError> {
-        self.kustomize.as_ref().ok_or_else(|| ToolError::Missing {
+    pub fn kustomize(&self) -> Result<&KustomizeCommand, ToolError> {
+        self.kustomize.as_ref().ok_or(ToolError::Missing {
             tool: "Kustomize",
-            what: what.to_string(),
             variable: KUSTOMIZE_VARIABLE,
             program: "kustomize",
         })
