@@ -7,7 +7,7 @@ use miette::IntoDiagnostic;
 use tether_core::ownership::Inventory;
 use tether_core::render::{render as render_objects, to_json_list, to_yaml};
 use tether_engine::reconcile::check;
-use tether_engine::repo::{Repo, read_directory};
+use tether_engine::repo::read_directory;
 
 use super::report::ProblemFormat;
 use crate::cli::flags::KeyFlags;
@@ -18,10 +18,7 @@ use super::{
 };
 
 pub async fn validate(global: &GlobalArgs, args: &ValidateArgs) -> miette::Result<ExitCode> {
-    let mut loaded = Repo::Directory(args.path.clone())
-        .load()
-        .await
-        .map_err(report::error)?;
+    let mut loaded = args.source.repo()?.load().await.map_err(report::error)?;
     // Without its key, an encrypted file is checked for its structure only.
     loaded.files = tether_sops::open_files_for_checking(loaded.files, &args.keys.keyring()?);
     loaded.plain_secrets_are_errors = args.require_encrypted_secrets;
@@ -31,14 +28,14 @@ pub async fn validate(global: &GlobalArgs, args: &ValidateArgs) -> miette::Resul
     let files = &models.loaded.files;
     let diagnostics = &models.diagnostics;
     let failure = (models.documents == 0 && !diagnostics.has_errors() && !args.allow_empty)
-        .then(|| no_models(&args.path, files.len()));
+        .then(|| no_models(&args.source.path, files.len()));
     let mut out = String::new();
     match args.output_format {
         ProblemFormat::Json => out.push_str(&report::json_report(
             diagnostics,
             files,
             models.documents,
-            &args.path,
+            &args.source.path,
             failure.as_ref().map(|(message, _)| message.as_str()),
         )),
         format => {
@@ -54,7 +51,9 @@ pub async fn validate(global: &GlobalArgs, args: &ValidateArgs) -> miette::Resul
                     report::github_data(&format!("{message}\nhint: {hint}"))
                 ),
                 (Some((message, hint)), _) => format!("error: {message}\n    hint: {hint}\n"),
-                (None, _) => report::summary(diagnostics, models.documents, files, &args.path),
+                (None, _) => {
+                    report::summary(diagnostics, models.documents, files, &args.source.path)
+                }
             });
         }
     }
@@ -82,11 +81,12 @@ fn no_models(root: &std::path::Path, files: usize) -> (String, String) {
     )
 }
 
-/// The models of a directory, analysed; their problems printed on standard error.
-/// `Err` with the exit code when they are invalid.
-async fn analysed(
+/// The models of a root (`path`, as the summary names it), analysed; their problems
+/// printed on standard error. `Err` with the exit code when they are invalid.
+fn analysed(
     global: &GlobalArgs,
     keys: &KeyFlags,
+    files: tether_core::source::SourceFiles,
     path: &std::path::Path,
 ) -> miette::Result<
     Result<
@@ -97,10 +97,6 @@ async fn analysed(
         ExitCode,
     >,
 > {
-    let files = read_directory(path.to_path_buf())
-        .await
-        .map_err(report::error)?
-        .with_shown_root(tether_core::source::shown_root_of(path, path.is_file()));
     let files = tether_sops::open_files(files, &keys.keyring()?);
     let analysis = tether_core::analyze(&files);
     let styled = report::use_graphics(global.color, std::io::stderr().is_terminal());
@@ -121,7 +117,14 @@ async fn analysed(
 }
 
 pub async fn graph(global: &GlobalArgs, args: &GraphArgs) -> miette::Result<ExitCode> {
-    let (_, graph) = match analysed(global, &args.keys, &args.path).await? {
+    let files = read_directory(args.path.clone())
+        .await
+        .map_err(report::error)?
+        .with_shown_root(tether_core::source::shown_root_of(
+            &args.path,
+            args.path.is_file(),
+        ));
+    let (_, graph) = match analysed(global, &args.keys, files, &args.path)? {
         Ok(analysed) => analysed,
         Err(code) => return Ok(code),
     };
@@ -141,7 +144,14 @@ pub async fn graph(global: &GlobalArgs, args: &GraphArgs) -> miette::Result<Exit
 }
 
 pub async fn render(global: &GlobalArgs, args: &RenderArgs) -> miette::Result<ExitCode> {
-    let (files, graph) = match analysed(global, &args.keys, &args.path).await? {
+    let files = args
+        .source
+        .repo()?
+        .load()
+        .await
+        .map_err(report::error)?
+        .files;
+    let (files, graph) = match analysed(global, &args.keys, files, &args.source.path)? {
         Ok(analysed) => analysed,
         Err(code) => return Ok(code),
     };

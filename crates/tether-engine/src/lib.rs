@@ -21,6 +21,7 @@ pub mod events;
 pub mod git;
 pub mod handover;
 pub mod keys;
+pub mod oci;
 pub mod reconcile;
 pub mod repo;
 pub mod watch;
