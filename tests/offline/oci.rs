@@ -5,29 +5,13 @@
 //! tag, a registry that is down, an artifact that is not Flux's and a hostile tarball
 //! (pushed by python3, a third client) each give a clear error naming the reference.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 use tether_testkit::registry::Registry;
+
+use crate::cli::{tether, text};
 use tether_testkit::remote::free_port;
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn tether(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tether"))
-        .args(args)
-        .current_dir(root())
-        .env_remove("TETHER_LOG_LEVEL")
-        .env_remove("TETHER_REPO")
-        .output()
-        .unwrap()
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8(bytes.to_vec()).unwrap()
-}
 
 /// Does the error report on `stderr` say `expected`? The report wraps its lines (at
 /// any space or after a `/`) inside miette's frame: both are compared without
@@ -98,13 +82,8 @@ fn a_pushed_directory_reads_back_as_the_directory_itself() {
 
     // skopeo, a second client, sees Flux's media types and annotations, and the
     // manifest's bytes hash to the printed digest.
-    let raw = Command::new("skopeo")
-        .args(["inspect", "--raw", "--tls-verify=false"])
-        .arg(format!("docker://{host}/team/models:v1"))
-        .output()
-        .expect("skopeo is installed (scripts/test-tools install)");
-    assert!(raw.status.success(), "{}", text(&raw.stderr));
-    let manifest: serde_json::Value = serde_json::from_slice(&raw.stdout).unwrap();
+    let raw = skopeo_manifest(&host, "team/models", "v1");
+    let manifest: serde_json::Value = serde_json::from_slice(&raw).unwrap();
     assert_eq!(
         manifest["config"]["mediaType"],
         "application/vnd.cncf.flux.config.v1+json"
@@ -122,7 +101,7 @@ fn a_pushed_directory_reads_back_as_the_directory_itself() {
         manifest["annotations"]["org.opencontainers.image.revision"],
         "main@sha1:0123456789abcdef0123456789abcdef01234567"
     );
-    assert_eq!(sha256_of(&raw.stdout), digest);
+    assert_eq!(sha256_of(&raw), digest);
 
     let cache = tempfile::tempdir().unwrap();
     let validated = from_artifact("validate", &reference, cache.path());
@@ -299,14 +278,21 @@ fn sha256_of(bytes: &[u8]) -> String {
     format!("sha256:{}", text(&out.stdout).split(' ').next().unwrap())
 }
 
-/// The digest of the one layer of `repository:tag`, as skopeo reads the manifest.
-fn layer_digest(host: &str, repository: &str, tag: &str) -> String {
+/// The manifest of `repository:tag` as skopeo reads it: its bytes.
+fn skopeo_manifest(host: &str, repository: &str, tag: &str) -> Vec<u8> {
     let raw = Command::new("skopeo")
         .args(["inspect", "--raw", "--tls-verify=false"])
         .arg(format!("docker://{host}/{repository}:{tag}"))
         .output()
-        .unwrap();
-    let manifest: serde_json::Value = serde_json::from_slice(&raw.stdout).unwrap();
+        .expect("skopeo is installed (scripts/test-tools install)");
+    assert!(raw.status.success(), "{}", text(&raw.stderr));
+    raw.stdout
+}
+
+/// The digest of the one layer of `repository:tag`, as skopeo reads the manifest.
+fn layer_digest(host: &str, repository: &str, tag: &str) -> String {
+    let manifest: serde_json::Value =
+        serde_json::from_slice(&skopeo_manifest(host, repository, tag)).unwrap();
     manifest["layers"][0]["digest"]
         .as_str()
         .unwrap()

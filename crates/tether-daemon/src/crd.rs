@@ -1,5 +1,5 @@
 //! The `Source` custom resource (`tether.dev/v1alpha1`): a Git repository, a ref and a
-//! path that the daemon keeps applied, with the status a GitOps user reads
+//! path (or an OCI artifact) that the daemon keeps applied, with the status a GitOps user reads
 //! (`kubectl get sources`): revisions, kstatus conditions, the last plan's counts.
 //! Its CRD is generated from these types (`tether crd`, `deploy/crd.yaml`).
 
@@ -29,7 +29,7 @@ pub const RECONCILE_REQUESTED_ANNOTATION: &str = "tether.dev/reconcile-requested
     status = "SourceStatus",
     shortname = "tsrc",
     category = "tether",
-    doc = "A Git repository of tether models that the daemon keeps applied",
+    doc = "A Git repository (or OCI artifact) of tether models that the daemon keeps applied",
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Status","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].message"}"#,
     printcolumn = r#"{"name":"Revision","type":"string","jsonPath":".status.lastAppliedRevision"}"#,

@@ -244,18 +244,14 @@ impl Repo {
             Repo::Directory(path) => {
                 // Messages name files from where tether runs, as the path was given.
                 let shown_root = tether_core::source::shown_root_of(&path, path.is_file());
-                let settings_path = path.join(SETTINGS_FILE);
                 let path_for_rules = std::path::absolute(&path).unwrap_or_else(|_| path.clone());
-                let (files, revision, settings) = tokio::join!(
-                    read_directory(path.clone()),
+                let (read, revision) = tokio::join!(
+                    read_models_root(path.clone(), shown_root),
                     blocking(move || local_revision(&path)),
-                    blocking(move || read_settings_file(&settings_path))
                 );
-                let (settings, settings_too_large) = settings??;
+                let (files, settings) = read?;
                 Ok(LoadedModels {
-                    files: files?
-                        .with_too_large(settings_too_large.into_iter().collect())
-                        .with_shown_root(shown_root),
+                    files,
                     label,
                     revision: revision?,
                     settings,
@@ -266,6 +262,24 @@ impl Repo {
             }
         }
     }
+}
+
+/// A models root's files (named under `shown_root`) and its settings file's text; a
+/// settings file past the size limit is reported with the files.
+async fn read_models_root(
+    path: PathBuf,
+    shown_root: String,
+) -> Result<(SourceFiles, Option<String>), RepoError> {
+    let settings_path = path.join(SETTINGS_FILE);
+    let (files, settings) = tokio::join!(
+        read_directory(path),
+        blocking(move || read_settings_file(&settings_path))
+    );
+    let (settings, settings_too_large) = settings??;
+    let files = files?
+        .with_too_large(settings_too_large.into_iter().collect())
+        .with_shown_root(shown_root);
+    Ok((files, settings))
 }
 
 /// Pulls an artifact (nothing is downloaded when the cache holds the digest its tag
@@ -292,21 +306,14 @@ async fn load_artifact(
     let pulled = crate::oci::pull(reference, access, cache).await?;
     let root = pulled.root.clone();
     let models_root = pulled.root.join(path);
-    let shown_root = tether_core::source::shown_root_of(path, false);
-    let settings_path = models_root.join(SETTINGS_FILE);
     let sops_rules = models_root
         .ancestors()
         .take_while(|dir| dir.starts_with(&root))
         .any(|dir| dir.join(tether_sops::config::CONFIG_FILE).is_file());
-    let (files, settings) = tokio::join!(
-        read_directory(models_root),
-        blocking(move || read_settings_file(&settings_path))
-    );
-    let (settings, settings_too_large) = settings??;
+    let shown_root = tether_core::source::shown_root_of(path, false);
+    let (files, settings) = read_models_root(models_root, shown_root).await?;
     Ok(LoadedModels {
-        files: files?
-            .with_too_large(settings_too_large.into_iter().collect())
-            .with_shown_root(shown_root),
+        files,
         label,
         revision: Some(Revision {
             commit: pulled.revision,

@@ -70,33 +70,29 @@ impl Registry {
             return Ok(digest.clone());
         }
         let url = self.url(&format!("manifests/{}", self.reference.target_text()));
-        let response = self
-            .send("the manifest", |http| {
-                http.head(&url).header(ACCEPT, MANIFEST_ACCEPT)
-            })
-            .await?;
+        let response = self.manifest_request(Method::HEAD, &url).await?;
         if let Some(digest) = header_digest(response.headers()) {
             return Ok(digest);
         }
-        let response = self
-            .send("the manifest", |http| {
-                http.get(&url).header(ACCEPT, MANIFEST_ACCEPT)
-            })
-            .await?;
+        let response = self.manifest_request(Method::GET, &url).await?;
         let bytes = self
             .read_bounded(response, "the manifest", MANIFEST_BYTES)
             .await?;
         Ok(super::sha256_digest(&bytes))
     }
 
+    async fn manifest_request(&self, method: Method, url: &str) -> Result<Response, OciError> {
+        self.send("the manifest", |http| {
+            http.request(method.clone(), url)
+                .header(ACCEPT, MANIFEST_ACCEPT)
+        })
+        .await
+    }
+
     /// The manifest of `digest`, checked against it.
     pub async fn manifest(&self, digest: &str) -> Result<Manifest, OciError> {
         let url = self.url(&format!("manifests/{digest}"));
-        let response = self
-            .send("the manifest", |http| {
-                http.get(&url).header(ACCEPT, MANIFEST_ACCEPT)
-            })
-            .await?;
+        let response = self.manifest_request(Method::GET, &url).await?;
         let bytes = self
             .read_bounded(response, "the manifest", MANIFEST_BYTES)
             .await?;
