@@ -2,14 +2,15 @@
 //! (Debian's docker-registry), pushed to with `tether push artifact` as CI would.
 //! Each push to the tag is applied and named `TAG@sha256:…` in the status; a pass
 //! over an unmoved tag asks the registry for the digest and nothing else (its access
-//! log counts the requests).
+//! log counts the requests). An artifact whose layer does not match its digest
+//! stalls the Source, and the last good revision stays applied.
 
 use std::process::Command;
 use std::time::Duration;
 
 use tether_testkit::registry::Registry;
 
-use crate::daemon::{Daemon, install_crd, kubectl_apply_text, status, value_of};
+use crate::daemon::{Daemon, condition, http, install_crd, kubectl_apply_text, status, value_of};
 use crate::harness::eventually;
 use crate::reconcile::{base, config_map, setup};
 
@@ -114,4 +115,54 @@ async fn a_source_follows_an_artifact_tag_and_a_quiet_pass_asks_only_for_the_dig
         applied.as_str(),
         "the revision stays"
     );
+
+    // v3 reaches the tag with its layer tampered with in the registry's storage: the
+    // Source stalls on it, naming the reference, and v2 stays applied.
+    let third = push_models(
+        models.path(),
+        &ns,
+        "v3",
+        &format!("oci://{}/team/models:next", registry.host()),
+    );
+    let (found, manifest) = http(
+        registry.port,
+        "GET",
+        &format!("/v2/team/models/manifests/{third}"),
+        &[("Accept", OCI_MANIFEST.into())],
+        b"",
+    );
+    assert_eq!(found, 200, "{manifest}");
+    let layer: serde_json::Value = serde_json::from_str(&manifest).unwrap();
+    let blob = registry.blob_path(layer["layers"][0]["digest"].as_str().unwrap());
+    let mut bytes = std::fs::read(&blob).unwrap();
+    bytes[0] ^= 0xff;
+    std::fs::write(&blob, bytes).unwrap();
+    let (created, _) = http(
+        registry.port,
+        "PUT",
+        "/v2/team/models/manifests/stable",
+        &[("Content-Type", OCI_MANIFEST.into())],
+        manifest.as_bytes(),
+    );
+    assert_eq!(created, 201);
+    eventually(Duration::from_secs(30), || async {
+        condition(&status(&ns, "web"), "Stalled").is_some_and(|(s, _)| s == "True")
+    })
+    .await;
+    let stalled = status(&ns, "web");
+    assert_eq!(
+        condition(&stalled, "Ready").map(|(_, reason)| reason),
+        Some("ArtifactRefused".to_string()),
+        "{stalled}"
+    );
+    let message = stalled["conditions"].to_string();
+    assert!(
+        message.contains(&format!("oci://{}/team/models:stable", registry.host()))
+            && message.contains("has digest"),
+        "{message}"
+    );
+    assert_eq!(stalled["lastAppliedRevision"], applied.as_str());
+    assert_eq!(value_of(&client, &ns).await.as_deref(), Some("v2"));
 }
+
+const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";

@@ -323,24 +323,26 @@ pub async fn push(
     if let Some(revision) = &metadata.revision {
         annotations.insert(REVISION_ANNOTATION.to_string(), revision.clone());
     }
+    let config_descriptor = Descriptor {
+        media_type: FLUX_CONFIG.to_string(),
+        digest: sha256_digest(&config),
+        size: config.len() as u64,
+    };
+    let layer_descriptor = Descriptor {
+        media_type: FLUX_CONTENT.to_string(),
+        digest: sha256_digest(&layer),
+        size: layer.len() as u64,
+    };
+    let registry = Registry::new(reference, access)?;
+    registry.push_blob(&config_descriptor, config).await?;
+    registry.push_blob(&layer_descriptor, layer).await?;
     let manifest = Manifest {
         schema_version: 2,
         media_type: Some(OCI_MANIFEST.to_string()),
-        config: Descriptor {
-            media_type: FLUX_CONFIG.to_string(),
-            digest: sha256_digest(&config),
-            size: config.len() as u64,
-        },
-        layers: vec![Descriptor {
-            media_type: FLUX_CONTENT.to_string(),
-            digest: sha256_digest(&layer),
-            size: layer.len() as u64,
-        }],
+        config: config_descriptor,
+        layers: vec![layer_descriptor],
         annotations,
     };
-    let registry = Registry::new(reference, access)?;
-    registry.push_blob(&manifest.config, config).await?;
-    registry.push_blob(&manifest.layers[0], layer).await?;
     Ok(registry.push_manifest(&manifest).await?)
 }
 
@@ -350,10 +352,4 @@ pub enum PushError {
     Pack(#[source] archive::ArchiveError),
     #[error(transparent)]
     Registry(#[from] OciError),
-}
-
-impl From<ReferenceError> for PushError {
-    fn from(error: ReferenceError) -> Self {
-        PushError::Registry(OciError::Reference(error))
-    }
 }
