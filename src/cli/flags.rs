@@ -186,6 +186,16 @@ pub struct DiscoverFlags {
 }
 
 impl SourceFlags {
+    /// The models root as a summary names it: the path, or with --repo the path
+    /// inside the repository or artifact, after its URL.
+    pub fn shown_root(&self) -> PathBuf {
+        match &self.repo {
+            Some(url) if self.path == std::path::Path::new(".") => PathBuf::from(url),
+            Some(url) => PathBuf::from(url).join(&self.path),
+            None => self.path.clone(),
+        }
+    }
+
     /// The models source: `--repo` (with `--ref` and the path inside it), else the
     /// path as a directory. An oci:// reference that cannot be parsed, or one given a
     /// `--ref`, is an error.

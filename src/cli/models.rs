@@ -28,14 +28,14 @@ pub async fn validate(global: &GlobalArgs, args: &ValidateArgs) -> miette::Resul
     let files = &models.loaded.files;
     let diagnostics = &models.diagnostics;
     let failure = (models.documents == 0 && !diagnostics.has_errors() && !args.allow_empty)
-        .then(|| no_models(&args.source.path, files.len()));
+        .then(|| no_models(&args.source.shown_root(), files.len()));
     let mut out = String::new();
     match args.output_format {
         ProblemFormat::Json => out.push_str(&report::json_report(
             diagnostics,
             files,
             models.documents,
-            &args.source.path,
+            &args.source.shown_root(),
             failure.as_ref().map(|(message, _)| message.as_str()),
         )),
         format => {
@@ -51,9 +51,12 @@ pub async fn validate(global: &GlobalArgs, args: &ValidateArgs) -> miette::Resul
                     report::github_data(&format!("{message}\nhint: {hint}"))
                 ),
                 (Some((message, hint)), _) => format!("error: {message}\n    hint: {hint}\n"),
-                (None, _) => {
-                    report::summary(diagnostics, models.documents, files, &args.source.path)
-                }
+                (None, _) => report::summary(
+                    diagnostics,
+                    models.documents,
+                    files,
+                    &args.source.shown_root(),
+                ),
             });
         }
     }
@@ -151,7 +154,7 @@ pub async fn render(global: &GlobalArgs, args: &RenderArgs) -> miette::Result<Ex
         .await
         .map_err(report::error)?
         .files;
-    let (files, graph) = match analysed(global, &args.keys, files, &args.source.path)? {
+    let (files, graph) = match analysed(global, &args.keys, files, &args.source.shown_root())? {
         Ok(analysed) => analysed,
         Err(code) => return Ok(code),
     };

@@ -111,10 +111,9 @@ fn a_pushed_directory_reads_back_as_the_directory_itself() {
         "{}",
         text(&validated.stderr)
     );
-    assert!(
-        text(&validated.stdout).contains("35 models in 8 files: valid"),
-        "{}",
-        text(&validated.stdout)
+    assert_eq!(
+        text(&validated.stdout),
+        format!("{reference}: 35 models in 8 files: valid\n")
     );
     let rendered = from_artifact("render", &reference, cache.path());
     assert_eq!(
