@@ -87,7 +87,8 @@ pub struct SourceSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub discovery: Option<DiscoverySpec>,
     /// A Secret in the Source's namespace with Git (or registry) credentials:
-    /// `username`, and `password` or `token`.
+    /// `username`, and `password` or `token`; for an oci:// URL, also a
+    /// `.dockerconfigjson` (`kubectl create secret docker-registry`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<LocalObjectReference>,
     /// Decrypt the repository's sops-encrypted files with the age keys of a Secret in
