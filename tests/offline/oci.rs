@@ -3,7 +3,8 @@
 //! format, skopeo (a second client) reads its manifest, and `validate` / `render
 //! --repo oci://…` read it back as the directory reads. A tampered blob, a missing
 //! tag, a registry that is down, an artifact that is not Flux's and a hostile tarball
-//! (pushed by python3, a third client) each give a clear error naming the reference.
+//! (pushed by python3, a third client) each give a clear error naming the reference;
+//! a registry behind basic auth takes `--creds`.
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -263,6 +264,66 @@ fn a_hostile_tarball_and_an_artifact_of_another_kind_are_refused() {
         ),
         "{}",
         text(&out.stderr)
+    );
+}
+
+#[test]
+fn a_registry_that_asks_for_credentials_gets_them_from_creds() {
+    let registry = Registry::start_for_user("ci", "s3cret");
+    let reference = format!("oci://{}/team/models:v1", registry.host());
+    let push_as = |creds: Option<&str>| {
+        let mut args = vec![
+            "push",
+            "artifact",
+            &reference,
+            "--path",
+            "examples/models",
+            "--insecure-registry",
+        ];
+        if let Some(creds) = creds {
+            args.extend(["--creds", creds]);
+        }
+        tether(&args)
+    };
+    let anonymous = push_as(None);
+    assert_eq!(anonymous.status.code(), Some(2));
+    assert!(
+        says(
+            &anonymous.stderr,
+            &format!("the registry of {reference} asks for credentials, and none were given")
+        ),
+        "{}",
+        text(&anonymous.stderr)
+    );
+    let wrong = push_as(Some("ci:guess"));
+    assert_eq!(wrong.status.code(), Some(2));
+    assert!(
+        says(
+            &wrong.stderr,
+            &format!("the registry of {reference} refused the credentials (HTTP 401)")
+        ),
+        "{}",
+        text(&wrong.stderr)
+    );
+    let pushed = push_as(Some("ci:s3cret"));
+    assert_eq!(pushed.status.code(), Some(0), "{}", text(&pushed.stderr));
+
+    let cache = tempfile::tempdir().unwrap();
+    let validated = tether(&[
+        "validate",
+        "--repo",
+        &reference,
+        "--insecure-registry",
+        "--cache-dir",
+        cache.path().to_str().unwrap(),
+        "--creds",
+        "ci:s3cret",
+    ]);
+    assert_eq!(
+        text(&validated.stdout),
+        format!("{reference}: 35 models in 8 files: valid\n"),
+        "{}",
+        text(&validated.stderr)
     );
 }
 

@@ -44,6 +44,8 @@ pub enum OciError {
         #[source]
         source: reqwest::Error,
     },
+    #[error("the registry of {reference} asks for credentials, and none were given")]
+    CredentialsNeeded { reference: String },
     #[error("the registry of {reference} refused the credentials (HTTP {status})")]
     Unauthorized { reference: String, status: u16 },
     #[error("{reference} does not exist in the registry")]

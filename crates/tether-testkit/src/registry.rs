@@ -16,15 +16,49 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// Starts the registry and waits until `/v2/` answers.
+    /// Starts the registry, open to all, and waits until `/v2/` answers.
     pub fn start() -> Registry {
+        Registry::start_with(None)
+    }
+
+    /// Starts a registry that takes only `user` with `password` (basic auth, as
+    /// distribution's htpasswd checks it: a bcrypt hash made by python3's crypt).
+    pub fn start_for_user(user: &str, password: &str) -> Registry {
+        let hash = Command::new("python3")
+            .args([
+                "-W",
+                "ignore",
+                "-c",
+                "import crypt, sys; print(crypt.crypt(sys.argv[1], crypt.mksalt(crypt.METHOD_BLOWFISH)))",
+                password,
+            ])
+            .output()
+            .unwrap();
+        assert!(hash.status.success(), "python3 hashes the password");
+        let line = format!("{user}:{}", String::from_utf8(hash.stdout).unwrap());
+        Registry::start_with(Some(&line))
+    }
+
+    /// A registry open to all, or to the one user of an htpasswd line.
+    fn start_with(htpasswd: Option<&str>) -> Registry {
         let storage = tempfile::tempdir().unwrap();
         let port = free_port();
         let config = storage.path().join("config.yml");
+        let auth = match htpasswd {
+            Some(line) => {
+                let path = storage.path().join("htpasswd");
+                std::fs::write(&path, line).unwrap();
+                format!(
+                    "auth:\n  htpasswd:\n    realm: tether-tests\n    path: {}\n",
+                    path.display()
+                )
+            }
+            None => String::new(),
+        };
         std::fs::write(
             &config,
             format!(
-                "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n",
+                "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n{auth}",
                 storage.path().join("data").display()
             ),
         )
@@ -44,7 +78,8 @@ impl Registry {
             storage,
         };
         let deadline = Instant::now() + Duration::from_secs(20);
-        while http(port, "GET", "/v2/", &[], b"").0 != 200 {
+        // Up once `/v2/` answers: 200, or 401 when it asks for credentials.
+        while ![200, 401].contains(&http(port, "GET", "/v2/", &[], b"").0) {
             assert!(
                 Instant::now() < deadline,
                 "the registry did not answer /v2/ within 20 s"

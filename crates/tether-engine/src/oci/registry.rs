@@ -249,10 +249,6 @@ impl Registry {
     /// Answers a 401's challenge: basic auth with the credentials, or a bearer token
     /// from the challenge's realm (asked with the credentials, if any).
     async fn authorize(&self, headers: &HeaderMap) -> Result<(), OciError> {
-        let refused = || OciError::Unauthorized {
-            reference: self.reference.to_string(),
-            status: StatusCode::UNAUTHORIZED.as_u16(),
-        };
         let challenge = headers
             .get(WWW_AUTHENTICATE)
             .and_then(|c| c.to_str().ok())
@@ -260,7 +256,12 @@ impl Registry {
         let authorization = if let Some(params) = strip_scheme(challenge, "Bearer") {
             self.bearer_token(&challenge_params(params)).await?
         } else {
-            let credentials = self.credentials.as_ref().ok_or_else(refused)?;
+            let credentials =
+                self.credentials
+                    .as_ref()
+                    .ok_or_else(|| OciError::CredentialsNeeded {
+                        reference: self.reference.to_string(),
+                    })?;
             basic(credentials)
         };
         *self
