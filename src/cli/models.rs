@@ -5,9 +5,10 @@ use std::process::ExitCode;
 
 use miette::IntoDiagnostic;
 use tether_core::ownership::Inventory;
-use tether_core::render::{render as render_objects, to_json_list, to_yaml};
-use tether_engine::reconcile::check;
-use tether_engine::repo::read_directory;
+use tether_core::render::{to_json_list, to_yaml};
+use tether_engine::generate::Generate;
+use tether_engine::reconcile::{Rendered, check};
+use tether_engine::repo::Repo;
 
 use super::report::ProblemFormat;
 use crate::cli::flags::KeyFlags;
@@ -24,7 +25,14 @@ pub async fn validate(global: &GlobalArgs, args: &ValidateArgs) -> miette::Resul
     loaded.plain_secrets_are_errors = args.require_encrypted_secrets;
     // The repository's confinement is checked too: validate renders (without an
     // inventory, whose labels do not change what is checked).
-    let (models, objects) = check(loaded, &Inventory::default()).map_err(report::error)?;
+    let (models, objects) = check(
+        loaded,
+        &Inventory::default(),
+        &Generate::from_environment(),
+        None,
+    )
+    .await
+    .map_err(report::error)?;
     let files = &models.loaded.files;
     let diagnostics = &models.diagnostics;
     let failure = (models.documents == 0 && !diagnostics.has_errors() && !args.allow_empty)
@@ -84,35 +92,34 @@ fn no_models(root: &std::path::Path, files: usize) -> (String, String) {
     )
 }
 
-/// The models of a root (`path`, as the summary names it), analysed; their problems
-/// printed on standard error. `Err` with the exit code when they are invalid.
-fn analysed(
+/// The models of a source checked (kustomizations and charts built, for no
+/// cluster in particular) and rendered with `inventory`'s labels; their problems
+/// printed on standard error (the summary naming the models root `shown`). `Err`
+/// with the exit code when they are invalid.
+async fn analysed(
     global: &GlobalArgs,
     keys: &KeyFlags,
-    files: tether_core::source::SourceFiles,
-    path: &std::path::Path,
-) -> miette::Result<
-    Result<
-        (
-            tether_core::source::SourceFiles,
-            tether_core::resolve::Graph,
-        ),
-        ExitCode,
-    >,
-> {
-    let files = tether_sops::open_files(files, &keys.keyring()?);
-    let analysis = tether_core::analyze(&files);
+    repo: Repo,
+    shown: &std::path::Path,
+    inventory: &Inventory,
+) -> miette::Result<Result<(tether_core::source::SourceFiles, Rendered), ExitCode>> {
+    let mut loaded = repo.load().await.map_err(report::error)?;
+    loaded.files = tether_sops::open_files(loaded.files, &keys.keyring()?);
+    let (models, rendered) = check(loaded, inventory, &Generate::from_environment(), None)
+        .await
+        .map_err(report::error)?;
+    let files = models.loaded.files;
     let styled = report::use_graphics(global.color, std::io::stderr().is_terminal());
     eprint!(
         "{}",
-        report::diagnostics(&analysis.diagnostics, &files, styled)
+        report::diagnostics(&models.diagnostics, &files, styled)
     );
-    match analysis.graph {
-        Some(graph) => Ok(Ok((files, graph))),
+    match rendered {
+        Some(rendered) => Ok(Ok((files, rendered))),
         None => {
             eprint!(
                 "{}",
-                report::summary(&analysis.diagnostics, analysis.documents, &files, path)
+                report::summary(&models.diagnostics, models.documents, &files, shown)
             );
             Ok(Err(ExitCode::from(EXIT_INVALID)))
         }
@@ -120,18 +127,13 @@ fn analysed(
 }
 
 pub async fn graph(global: &GlobalArgs, args: &GraphArgs) -> miette::Result<ExitCode> {
-    let files = read_directory(args.path.clone())
-        .await
-        .map_err(report::error)?
-        .with_shown_root(tether_core::source::shown_root_of(
-            &args.path,
-            args.path.is_file(),
-        ));
-    let (_, graph) = match analysed(global, &args.keys, files, &args.path)? {
-        Ok(analysed) => analysed,
-        Err(code) => return Ok(code),
-    };
-    let workflow = &graph.workflow;
+    let repo = Repo::Directory(args.path.clone());
+    let (_, rendered) =
+        match analysed(global, &args.keys, repo, &args.path, &Inventory::default()).await? {
+            Ok(analysed) => analysed,
+            Err(code) => return Ok(code),
+        };
+    let workflow = &rendered.workflow;
     if !workflow.has_dependencies() {
         eprintln!("no model depends on another (depends_on): everything is applied in one wave");
     }
@@ -147,19 +149,14 @@ pub async fn graph(global: &GlobalArgs, args: &GraphArgs) -> miette::Result<Exit
 }
 
 pub async fn render(global: &GlobalArgs, args: &RenderArgs) -> miette::Result<ExitCode> {
-    let files = args
-        .source
-        .repo()?
-        .load()
-        .await
-        .map_err(report::error)?
-        .files;
-    let (files, graph) = match analysed(global, &args.keys, files, &args.source.shown_root())? {
+    let inventory = args.inventory.inventory();
+    let repo = args.source.repo()?;
+    let shown = args.source.shown_root();
+    let (files, rendered) = match analysed(global, &args.keys, repo, &shown, &inventory).await? {
         Ok(analysed) => analysed,
         Err(code) => return Ok(code),
     };
-    let graph = &graph;
-    let mut objects = render_objects(graph, &files, &args.inventory.inventory());
+    let mut objects = rendered.objects;
     tracing::info!(objects = objects.len(), "rendered");
     let encrypted = files
         .iter()

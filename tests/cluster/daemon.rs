@@ -25,9 +25,14 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn start(args: &[&str]) -> Daemon {
+        Daemon::start_with_env(args, &[])
+    }
+
+    /// A daemon with these environment variables besides the test's (the tools it runs).
+    pub fn start_with_env(args: &[&str], envs: &[(&str, &std::path::Path)]) -> Daemon {
         // TETHER_TEST_DAEMON_LOG=debug shows what each daemon did.
         let level = std::env::var("TETHER_TEST_DAEMON_LOG").unwrap_or_else(|_| "warn".into());
-        Daemon::start_logging(args, &level, Stdio::inherit())
+        Daemon::spawn(args, "json", &level, Stdio::inherit(), envs)
     }
 
     /// A daemon whose log, at `level`, goes to `log`.
@@ -37,6 +42,16 @@ impl Daemon {
 
     /// A daemon whose log, in `format` (json or text) at `level`, goes to `log`.
     pub fn start_with_log(args: &[&str], format: &str, level: &str, log: Stdio) -> Daemon {
+        Daemon::spawn(args, format, level, log, &[])
+    }
+
+    fn spawn(
+        args: &[&str],
+        format: &str,
+        level: &str,
+        log: Stdio,
+        envs: &[(&str, &std::path::Path)],
+    ) -> Daemon {
         let port = free_port();
         let secret = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(secret.path(), format!("{SECRET}\n")).unwrap();
@@ -52,6 +67,7 @@ impl Daemon {
             .arg("--kubeconfig")
             .arg(cluster().kubeconfig())
             .env("TETHER_COLOR", "never")
+            .envs(envs.iter().copied())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()

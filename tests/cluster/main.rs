@@ -9,6 +9,7 @@ mod daemon;
 mod discover;
 mod events;
 mod fidelity;
+mod generate;
 mod harness;
 mod lifetime;
 mod nodes;

@@ -28,8 +28,13 @@ impl Repo {
         repo
     }
 
+    /// Writes `name` (a path relative to the repo, its directories made as needed).
     pub fn write(&self, name: &str, text: &str) {
-        std::fs::write(self.dir.path().join(name), text).unwrap();
+        let path = self.dir.path().join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).unwrap();
+        }
+        std::fs::write(path, text).unwrap();
     }
 
     pub fn remove(&self, name: &str) {
@@ -43,14 +48,19 @@ impl Repo {
 
 /// Runs tether against the test cluster with the test's inventory.
 pub fn tether(inventory: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tether"))
+    tether_command(inventory, args).output().unwrap()
+}
+
+/// tether against the test cluster with the test's inventory, to be run.
+pub fn tether_command(inventory: &str, args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tether"));
+    command
         .args(args)
         .arg("--kubeconfig")
         .arg(cluster().kubeconfig())
         .args(["--inventory-name", inventory])
-        .env("TETHER_COLOR", "never")
-        .output()
-        .unwrap()
+        .env("TETHER_COLOR", "never");
+    command
 }
 
 pub fn stdout(output: &Output) -> String {

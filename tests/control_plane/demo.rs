@@ -21,14 +21,96 @@ fn without_colour(text: &str) -> String {
     out
 }
 
-/// The text of step `n` of the demo, from its heading to the next.
-fn step(output: &str, n: usize) -> &str {
+/// The demo's step headings (`== 3. What apply would change`), as number and title.
+fn headings(output: &str) -> Vec<(usize, &str)> {
+    output
+        .lines()
+        .filter_map(|line| line.strip_prefix("== ")?.split_once(". "))
+        .filter_map(|(number, title)| Some((number.parse().ok()?, title)))
+        .collect()
+}
+
+/// The text of the step whose title starts with `title`, from its heading to the next.
+/// Found by title, so that a step added in between renumbers nothing here.
+fn step<'a>(output: &'a str, title: &str) -> &'a str {
+    let (number, _) = headings(output)
+        .into_iter()
+        .find(|(_, heading)| heading.starts_with(title))
+        .unwrap_or_else(|| panic!("no step {title:?} in:\n{output}"));
     let start = output
-        .find(&format!("== {n}. "))
-        .unwrap_or_else(|| panic!("no step {n} in:\n{output}"));
+        .find(&format!("== {number}. {title}"))
+        .unwrap_or_else(|| panic!("no heading of step {number}"));
     let rest = &output[start..];
     let end = rest[4..].find("\n== ").map_or(rest.len(), |i| i + 4);
     &rest[..end]
+}
+
+/// The chart, the overlay and the plain file applied as one plan: each object names
+/// its origin, the hook Job was complete before the chart's Deployment existed, and the
+/// next diff finds nothing.
+fn assert_chart_and_overlay(text: &str) {
+    for (kind_and_name, model, source) in [
+        (
+            "Deployment   greeter",
+            "HelmChart/greeter",
+            "greeter/templates/deployment.yaml",
+        ),
+        (
+            "Job          greeter-migrate",
+            "HelmChart/greeter:pre-install",
+            "greeter/templates/migrate.yaml",
+        ),
+        (
+            "Deployment   cache",
+            "Kustomization/overlays/demo",
+            "overlays/demo/kustomization.yaml",
+        ),
+        (
+            "ResourceQuota   platform-quota",
+            "Manifest/plain/quota.yaml",
+            "plain/quota.yaml",
+        ),
+    ] {
+        let name = kind_and_name.split_whitespace().last().unwrap();
+        let line = text
+            .lines()
+            .find(|l| l.split_whitespace().nth(1) == Some(name))
+            .unwrap_or_else(|| panic!("{name} in:\n{text}"));
+        assert!(line.contains(model) && line.contains(source), "{line}");
+    }
+    let times = text
+        .lines()
+        .find_map(|l| l.strip_prefix("  Job greeter-migrate completed at "))
+        .unwrap_or_else(|| panic!("the hook's times in:\n{text}"));
+    let (completed, created) = times
+        .split_once("; Deployment greeter created at ")
+        .unwrap();
+    assert!(!completed.is_empty() && completed <= created, "{times}");
+    let (_, diff) = around(
+        text,
+        "tether diff examples/platform --inventory-name platform",
+    );
+    assert!(
+        diff.contains("0 to create, 0 to update, 0 to delete, 0 in conflict"),
+        "{diff}"
+    );
+}
+
+/// A step's text before and after the command `command` was shown.
+fn around<'a>(text: &'a str, command: &str) -> (&'a str, &'a str) {
+    let shown = format!("$ {command}");
+    let start = text
+        .find(&shown)
+        .unwrap_or_else(|| panic!("{shown:?} is not shown in:\n{text}"));
+    (&text[..start], &text[start + shown.len()..])
+}
+
+/// The READY column of `kubectl get` for the object named `name`.
+fn ready<'a>(text: &'a str, name: &str) -> Option<&'a str> {
+    text.lines().find_map(|line| {
+        let mut columns = line.split_whitespace();
+        (columns.next() == Some(name)).then(|| columns.next())?
+    })
 }
 
 #[test]
@@ -50,10 +132,21 @@ fn the_demo_shows_every_step_and_stops_what_it_started() {
     ));
     assert!(output.status.success(), "{text}");
 
-    let nodes = step(&text, 1);
+    let nodes = step(&text, "A local control plane");
     assert!(nodes.contains("tether-sim-1   Ready"), "{nodes}");
+    assert!(nodes.contains("tether-sim-2   Ready"), "{nodes}");
+    // Numbered one after the other, install last.
+    let steps = headings(&text);
+    let numbers: Vec<usize> = steps.iter().map(|(number, _)| *number).collect();
+    assert_eq!(numbers, (1..=steps.len()).collect::<Vec<_>>(), "{steps:?}");
+    assert!(
+        steps
+            .last()
+            .is_some_and(|(_, title)| title.starts_with("Install the daemon")),
+        "{steps:?}"
+    );
 
-    let validate = step(&text, 2);
+    let validate = step(&text, "Validate the models");
     assert!(
         validate.contains("examples/models: 35 models in 8 files: valid"),
         "{validate}"
@@ -68,7 +161,7 @@ fn the_demo_shows_every_step_and_stops_what_it_started() {
     );
     assert!(validate.contains("2 errors"), "{validate}");
 
-    let diff = step(&text, 3);
+    let diff = step(&text, "What apply would change");
     assert!(diff.contains("create Deployment shop/web"), "{diff}");
     // The diff is shown in full: the last object to create is there too.
     assert!(diff.contains("create Service shop/web"), "{diff}");
@@ -76,25 +169,26 @@ fn the_demo_shows_every_step_and_stops_what_it_started() {
     assert!(report.starts_with("### "), "{report}");
     assert!(diff.contains(&demo_dir.path().join("diff.md").display().to_string()));
 
-    let apply = step(&text, 4);
+    let apply = step(&text, "Apply, and wait");
     assert!(apply.contains("19 created"), "{apply}");
     assert!(apply.contains("all workloads are ready"), "{apply}");
 
-    let pods = step(&text, 5);
+    let pods = step(&text, "Pods running");
     let running: Vec<&str> = pods
         .lines()
-        .filter(|l| l.contains(" Running ") && l.contains(" 10.244.") && l.contains("tether-sim-1"))
+        .filter(|l| l.contains(" Running ") && l.contains(" 10.244.") && l.contains(" tether-sim-"))
         .collect();
-    assert_eq!(running.len(), 8, "{pods}");
+    // Three of web, two of api, cache-0, toolbox, and log-agent's on each node.
+    assert_eq!(running.len(), 9, "{pods}");
     assert!(
         pods.lines()
             .any(|l| l.starts_with("db-migrate-") && l.contains("Completed")),
         "{pods}"
     );
 
-    let discover = step(&text, 7);
+    let discover = step(&text, "tether discover");
     assert!(
-        discover.contains("discover: +10 pods in shop"),
+        discover.contains("discover: +11 pods in shop"),
         "{discover}"
     );
     assert!(
@@ -105,18 +199,13 @@ fn the_demo_shows_every_step_and_stops_what_it_started() {
         discover.contains("name: reports") && discover.contains("xos_managed: false"),
         "{discover}"
     );
-    let log = Command::new("git")
-        .args(["log", "--format=%s"])
-        .current_dir(demo_dir.path().join("repo"))
-        .output()
-        .unwrap();
-    let subjects = String::from_utf8_lossy(&log.stdout).to_string();
+    let subjects = git_subjects(&demo_dir.path().join("repo"));
     assert!(
-        subjects.contains("discover: +10 pods in shop"),
-        "{subjects}"
+        subjects.iter().any(|s| s == "discover: +11 pods in shop"),
+        "{subjects:?}"
     );
 
-    let events = step(&text, 8);
+    let events = step(&text, "tether events");
     let json: Vec<serde_json::Value> = events
         .lines()
         .filter(|l| l.starts_with('{'))
@@ -126,7 +215,7 @@ fn the_demo_shows_every_step_and_stops_what_it_started() {
     assert!(statuses.contains(&"restarted"), "{events}");
     assert!(statuses.contains(&"deleted"), "{events}");
 
-    let prune = step(&text, 9);
+    let prune = step(&text, "Prune");
     assert!(
         prune.contains("delete (with --prune) ResourceQuota shop/shop-quota"),
         "{prune}"
@@ -134,16 +223,42 @@ fn the_demo_shows_every_step_and_stops_what_it_started() {
     assert!(prune.contains("3 pruned"), "{prune}");
 
     assert!(
-        step(&text, 10).contains("message: hello from git"),
+        step(&text, "The daemon").contains("message: hello from git"),
         "{text}"
     );
-    assert!(step(&text, 11).contains("ms after the webhook"), "{text}");
-    let rewrite = step(&text, 13);
+    assert!(
+        step(&text, "A push, announced").contains("ms after the webhook"),
+        "{text}"
+    );
+    let rewrite = step(&text, "History rewritten");
     assert!(
         rewrite.contains(r#""from":"main@sha1:"#) && rewrite.contains("HistoryRewritten"),
         "{rewrite}"
     );
-    let install = step(&text, 14);
+    assert_waves(step(&text, "Waves"));
+    assert_scale_and_rollback(step(&text, "Day-2 operations as commits"));
+    assert_host_label_and_lock(step(&text, "Hosts: a label and a lock"));
+    assert_secret_never_shown(&text, step(&text, "Secrets in Git"));
+    assert_chart_and_overlay(step(&text, "A repository as teams have it"));
+    // The demo repository's latest commits, newest first: each operation is one.
+    let expected = [
+        "unlock: Node/tether-sim-2",
+        "lock: Node/tether-sim-2",
+        "label: Node/tether-sim-2 openstack-compute-node=enabled",
+        "the lab's hosts",
+        "rollback: Slice/web to ",
+        "scale: Slice/web 3 → 4",
+    ];
+    assert!(
+        subjects.len() > expected.len()
+            && subjects
+                .iter()
+                .zip(expected)
+                .all(|(subject, start)| subject.starts_with(start)),
+        "{subjects:?}"
+    );
+
+    let install = step(&text, "Install the daemon");
     for line in [
         "✔ you may install tether",
         "StatefulSet/tether-system/tether created",
@@ -156,7 +271,7 @@ fn the_demo_shows_every_step_and_stops_what_it_started() {
     ] {
         assert!(install.contains(line), "{install}");
     }
-    assert!(step(&text, 12).contains("DriftCorrected"), "{text}");
+    assert!(step(&text, "Drift").contains("DriftCorrected"), "{text}");
 
     // Nothing is left running: the demo stopped the control plane it started.
     let status = tether_testkit::cluster::script()
@@ -170,4 +285,185 @@ fn the_demo_shows_every_step_and_stops_what_it_started() {
         "{}",
         String::from_utf8_lossy(&status.stdout)
     );
+}
+
+/// The subjects of a Git repository's commits, newest first.
+fn git_subjects(repo: &Path) -> Vec<String> {
+    let log = Command::new("git")
+        .args(["log", "--format=%s"])
+        .current_dir(repo)
+        .output()
+        .unwrap();
+    assert!(log.status.success(), "git log in {}", repo.display());
+    String::from_utf8_lossy(&log.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// examples/openstack: the graph puts each slice in its wave, and apply starts each
+/// wave once the one before is ready; the Jobs completed and Keystone runs.
+fn assert_waves(waves: &str) {
+    let graph = around(waves, "tether graph examples/openstack").1;
+    let mut rest = graph;
+    for wanted in [
+        "\"wave 1\"",
+        "\"Slice/mariadb\"",
+        "\"wave 2\"",
+        "\"Slice/keystone-db-init\"",
+        "\"wave 3\"",
+        "\"Slice/keystone-users\"",
+        "\"wave 4\"",
+        "\"Slice/keystone\"",
+    ] {
+        let at = rest
+            .find(wanted)
+            .unwrap_or_else(|| panic!("{wanted} is not next in the graph:\n{graph}"));
+        rest = &rest[at + wanted.len()..];
+    }
+    let applied = around(waves, "tether apply examples/openstack").1;
+    for line in [
+        "wave 2 of 4 waits for StatefulSet openstack/mariadb",
+        "wave 3 of 4 waits for Job openstack/keystone-db-init",
+        "wave 4 of 4 waits for Job openstack/keystone-users",
+        "all workloads are ready",
+    ] {
+        assert!(applied.contains(line), "{waves}");
+    }
+    assert_eq!(
+        ready(applied, "statefulset.apps/mariadb"),
+        Some("1/1"),
+        "{waves}"
+    );
+    assert_eq!(
+        ready(applied, "job.batch/keystone-db-init"),
+        Some("1/1"),
+        "{waves}"
+    );
+    assert_eq!(
+        ready(applied, "job.batch/keystone-users"),
+        Some("1/1"),
+        "{waves}"
+    );
+    assert_eq!(
+        ready(applied, "deployment.apps/keystone"),
+        Some("2/2"),
+        "{waves}"
+    );
+}
+
+/// `tether scale` and `tether rollback`: each a commit by the operator, shown with its
+/// change, and the Deployment follows both.
+fn assert_scale_and_rollback(operations: &str) {
+    let (scaled, rolled_back) = around(operations, "tether rollback web");
+    for line in [
+        "scale: Slice/web 3 → 4",
+        "Author: Ada Operator <ada@example.org>",
+        "-controller_replica_count: 3",
+        "+controller_replica_count: 4",
+        "Deployment shop/web is rolled out",
+    ] {
+        assert!(scaled.contains(line), "{operations}");
+    }
+    assert_eq!(ready(scaled, "web"), Some("4/4"), "{operations}");
+    for line in [
+        "rollback: Slice/web to ",
+        " shop/slices.yaml | 2 +-",
+        "Deployment shop/web is rolled out",
+    ] {
+        assert!(rolled_back.contains(line), "{operations}");
+    }
+    assert_eq!(ready(rolled_back, "web"), Some("3/3"), "{operations}");
+}
+
+/// A label assigned as a commit and live on the node; the lock cordons and taints the
+/// host and its pods leave; the unlock gives it back.
+fn assert_host_label_and_lock(hosts: &str) {
+    assert!(
+        hosts.contains("+  openstack-compute-node: enabled"),
+        "{hosts}"
+    );
+    let listed = around(hosts, "tether node label list").1;
+    assert!(
+        listed
+            .lines()
+            .any(|line| line.split_whitespace().collect::<Vec<_>>()
+                == ["tether-sim-2", "openstack-compute-node", "enabled", "yes"]),
+        "{hosts}"
+    );
+    let (locked, unlocked) = around(hosts, "tether node unlock tether-sim-2");
+    let locked = around(locked, "tether node lock tether-sim-2").1;
+    assert_eq!(
+        ready(locked, "tether-sim-2"),
+        Some("Ready,SchedulingDisabled"),
+        "{hosts}"
+    );
+    assert!(
+        locked.contains(r#"taints: [{"effect":"NoExecute","key":"tether.dev/locked"}]"#),
+        "{hosts}"
+    );
+    let running: Vec<&str> = locked
+        .lines()
+        .filter(|line| line.contains(" Running "))
+        .collect();
+    assert!(
+        running.iter().all(|line| line.contains(" tether-sim-1 ")),
+        "{hosts}"
+    );
+    for (name, replicas) in [("web-", 3), ("api-", 2), ("reports-", 2), ("cache-", 1)] {
+        assert_eq!(
+            running.iter().filter(|line| line.starts_with(name)).count(),
+            replicas,
+            "{hosts}"
+        );
+    }
+    assert_eq!(ready(unlocked, "tether-sim-2"), Some("Ready"), "{hosts}");
+}
+
+/// The encrypted Secret: stored encrypted, masked in the diff, applied, and its value
+/// in the cluster the one Git holds (by its SHA-256), never printed anywhere.
+fn assert_secret_never_shown(whole_output: &str, secret: &str) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let decrypted = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(["secret", "decrypt", "examples/encrypted/credentials.yaml"])
+        .env(
+            "TETHER_AGE_KEY_FILE",
+            "examples/encrypted/TEST-ONLY-age-key.txt",
+        )
+        .current_dir(root)
+        .output()
+        .unwrap();
+    assert!(decrypted.status.success(), "{decrypted:?}");
+    let plain = String::from_utf8(decrypted.stdout).unwrap();
+    let password = plain
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("password: "))
+        .unwrap_or_else(|| panic!("no password in {plain}"));
+    assert!(!whole_output.contains(password), "the password is printed");
+    let digest = Command::new("sha256sum")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut sha256sum| {
+            use std::io::Write;
+            sha256sum
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(password.as_bytes())?;
+            sha256sum.wait_with_output()
+        })
+        .unwrap();
+    let digest = String::from_utf8(digest.stdout).unwrap();
+    let digest = digest.split_whitespace().next().unwrap();
+    for line in [
+        "password: ENC[AES256_GCM,",
+        "create Secret vault-demo/db-credentials",
+        "password: \"*** (after)\"",
+        "3 created",
+        "all workloads are ready",
+        &format!("password: sha256 {digest}"),
+    ] {
+        assert!(secret.contains(line), "{line:?} in:\n{secret}");
+    }
 }

@@ -48,15 +48,16 @@ fn pod(namespace: &str, name: &str, image: &str, ip: Option<&str>) -> PodFacts {
 /// tether applied itself.
 fn cluster() -> Vec<PodFacts> {
     let applyset = inventory().applyset_id();
-    let ours = |mut c: ControllerFacts, slice: &str| {
+    let made_by = |mut c: ControllerFacts, model: &str| {
         c.labels
             .insert("app.kubernetes.io/managed-by".into(), "tether".into());
         c.labels
             .insert("applyset.kubernetes.io/part-of".into(), applyset.clone());
         c.annotations
-            .insert("tether.dev/model".into(), format!("Slice/{slice}"));
+            .insert("tether.dev/model".into(), model.into());
         c
     };
+    let ours = |c: ControllerFacts, slice: &str| made_by(c, &format!("Slice/{slice}"));
     let mut pods = vec![
         // A Deployment made with kubectl, in a namespace that has no model.
         PodFacts {
@@ -106,6 +107,32 @@ fn cluster() -> Vec<PodFacts> {
                 "log-agent-abcde",
                 "fluent/fluent-bit:2.2",
                 Some("10.1.0.10"),
+            )
+        },
+        // Pods of a chart's and an overlay's Deployments that tether applied: they are
+        // in Git already (the chart, the kustomization), so not discovered.
+        PodFacts {
+            controller: Some(made_by(
+                controller("Deployment", "hello", Some(1)),
+                "HelmChart/hello",
+            )),
+            ..pod(
+                "shop",
+                "hello-7c9d-zx81q",
+                "nginx:1.16.0",
+                Some("10.1.0.13"),
+            )
+        },
+        PodFacts {
+            controller: Some(made_by(
+                controller("Deployment", "staging-web", Some(1)),
+                "Kustomization/overlays/staging",
+            )),
+            ..pod(
+                "staging",
+                "staging-web-5f6-k2j4h",
+                "nginx:1.27",
+                Some("10.1.0.14"),
             )
         },
         // A bare pod tether applied: not discovered again.

@@ -13,6 +13,7 @@
 mod cli;
 mod corpus;
 mod discover;
+mod generate;
 mod git_source;
 mod help;
 mod install;

@@ -33,20 +33,28 @@ fn finish(child: Child, limit: Duration) -> Option<i32> {
     finish_with_output(child, limit).0
 }
 
-/// The exit code (as [`finish`]) and what the command printed.
+/// The exit code (as [`finish`]) and what the command printed. Its output is read as
+/// it comes (a command printing more than a pipe holds would otherwise wait forever).
 fn finish_with_output(mut child: Child, limit: Duration) -> (Option<i32>, String) {
     let deadline = Instant::now() + limit;
+    let reader = child.stdout.take().map(|mut stdout| {
+        std::thread::spawn(move || {
+            let mut out = String::new();
+            let _ = std::io::Read::read_to_string(&mut stdout, &mut out);
+            out
+        })
+    });
+    let drain = |reader: Option<std::thread::JoinHandle<String>>| {
+        reader.map(|r| r.join().unwrap()).unwrap_or_default()
+    };
     loop {
         if let Some(status) = child.try_wait().unwrap() {
-            let mut out = String::new();
-            if let Some(mut stdout) = child.stdout.take() {
-                std::io::Read::read_to_string(&mut stdout, &mut out).unwrap();
-            }
-            return (status.code(), out);
+            return (status.code(), drain(reader));
         }
         if Instant::now() >= deadline {
             let _ = child.kill();
             let _ = child.wait();
+            drain(reader);
             return (None, String::new());
         }
         std::thread::sleep(Duration::from_millis(50));

@@ -341,8 +341,8 @@ fn kubernetes_spellings_are_answered_with_the_model_field() {
     let stdout = text(&out.stdout);
     assert_eq!(
         lines_with(&stdout, "error"),
-        3,
-        "one error for each document written as a Kubernetes object: {stdout}"
+        2,
+        "one error for each model written as a Kubernetes object: {stdout}"
     );
     assert!(
         stdout.contains("hint: write the model's fields at the top level, beside kind: name (for metadata.name), trust_domain (for metadata.namespace), controller_replica_count (for spec.replicas)"),

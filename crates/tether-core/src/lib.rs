@@ -24,6 +24,7 @@ pub mod diagnostic;
 pub mod discover;
 pub mod edit;
 pub mod events;
+pub mod generate;
 pub mod host;
 pub mod inventory;
 pub mod k8s;
@@ -57,11 +58,53 @@ pub struct Analysis {
     pub documents: usize,
 }
 
-/// Load, read, validate and resolve: everything before render, without I/O.
-pub fn analyze(files: &SourceFiles) -> Analysis {
-    let (documents, mut diagnostics) = load::load(files);
+/// A repo read up to what other engines must build: its models, every diagnostic so
+/// far, and the kustomizations and charts to build ([`generate`]).
+#[derive(Debug)]
+pub struct Prepared {
+    pub models: model::Models,
+    pub diagnostics: Diagnostics,
+    pub documents: usize,
+    pub generators: Vec<generate::Generator>,
+}
+
+/// Load and read the models, and find what Kustomize and Helm must build.
+/// `allow_remote_bases`: may a kustomization include a remote base?
+pub fn prepare(files: &SourceFiles, allow_remote_bases: bool) -> Prepared {
+    let (layout, mut diagnostics) = generate::layout(files, allow_remote_bases);
+    let (mut documents, load_diagnostics) = load::load_except(files, &layout.not_models);
+    diagnostics.extend(load_diagnostics);
+    // The values files a chart names are the chart's, not models.
+    let values_files = generate::values_file_paths(files, &documents);
+    documents.retain(|d| !values_files.contains(files.path(d.file)));
     let (models, model_diagnostics) = model::read_models(files, &documents);
     diagnostics.extend(model_diagnostics);
+    let generators = generate::generators(&layout, &models, files, &mut diagnostics);
+    Prepared {
+        models,
+        diagnostics,
+        documents: documents.len(),
+        generators,
+    }
+}
+
+/// Reads what the generators made and resolves the whole: a graph only when no error
+/// was found. `generated` answers `prepared.generators`, one for one.
+pub fn complete(
+    prepared: Prepared,
+    files: &SourceFiles,
+    generated: Vec<generate::Generated>,
+) -> Analysis {
+    let Prepared {
+        mut models,
+        mut diagnostics,
+        documents,
+        generators,
+    } = prepared;
+    let before = generated_objects(&models);
+    generate::read_generated(&generators, generated, &mut models, files, &mut diagnostics);
+    // A built object counts as a document of the repository, as a plain one does.
+    let documents = documents + generated_objects(&models) - before;
     let (graph, resolve_diagnostics) = resolve::resolve(models, files);
     diagnostics.extend(resolve_diagnostics);
     let graph = if diagnostics.has_errors() {
@@ -72,8 +115,40 @@ pub fn analyze(files: &SourceFiles) -> Analysis {
     Analysis {
         graph,
         diagnostics,
-        documents: documents.len(),
+        documents,
     }
+}
+
+fn generated_objects(models: &model::Models) -> usize {
+    models
+        .resources
+        .iter()
+        .filter(|r| {
+            matches!(
+                r.origin.kind,
+                model::Kind::Kustomization | model::Kind::HelmChart
+            )
+        })
+        .map(|r| r.objects.len())
+        .sum()
+}
+
+/// Load, read, validate and resolve: everything before render, without I/O. A
+/// kustomization or chart is an error here: building it takes a tool, which the
+/// engine runs (`tether_engine::reconcile::check`).
+pub fn analyze(files: &SourceFiles) -> Analysis {
+    let prepared = prepare(files, false);
+    let generated = prepared
+        .generators
+        .iter()
+        .map(|_| generate::Generated {
+            output: Err(generate::Failure {
+                message: "not built: building it takes Kustomize or Helm".into(),
+                hint: "tether validate, render, diff and apply build it".into(),
+            }),
+        })
+        .collect();
+    complete(prepared, files, generated)
 }
 
 /// An error and its causes on one line, for logs.

@@ -125,10 +125,11 @@ pub mod limits {
     }
     /// Nesting of mappings and lists.
     pub const DEPTH: usize = 64;
-    /// Documents in one file.
-    pub const DOCUMENTS: usize = 2_000;
-    /// Values (scalars, mappings, lists) in one file.
-    pub const NODES: usize = 2_000_000;
+    /// Values (scalars, mappings, lists) in one file: about what a file of
+    /// [`FILE_MIB`] holds when it is real YAML (a `helm template` or `kustomize
+    /// build` of a large platform, 10,000 documents and more). The number of
+    /// documents is not limited: a document costs what its values cost.
+    pub const NODES: usize = 4_000_000;
     /// Values produced by aliases (`*name`), across one file.
     pub const ALIAS_VALUES: usize = 10_000;
 }
@@ -147,7 +148,7 @@ pub fn yaml_options(dialect: Dialect) -> serde_saphyr::Options {
     };
     let mut budget = serde_saphyr::Budget::default();
     budget.max_depth = limits::DEPTH;
-    budget.max_documents = limits::DOCUMENTS;
+    budget.max_documents = usize::MAX;
     budget.max_nodes = limits::NODES;
     budget.max_events = 4 * limits::NODES;
     budget.max_aliases = limits::ALIAS_VALUES;
@@ -201,12 +202,6 @@ pub fn limit_message(error: &serde_saphyr::Error) -> Option<String> {
     Some(match error {
         serde_saphyr::Error::Budget { breach, .. } => match breach {
             B::Depth { .. } => depth(),
-            B::Documents { .. } => {
-                format!(
-                    "more than {} documents in one file, the limit",
-                    limits::DOCUMENTS
-                )
-            }
             B::Aliases { .. }
             | B::Anchors { .. }
             | B::RecordedAnchorEvents { .. }
@@ -278,10 +273,19 @@ pub fn point_span(file_id: FileId, file: &SourceFile, line: u32, column: u32) ->
 
 /// Parses every file; a file with a syntax error yields one diagnostic and no documents.
 pub fn load(files: &SourceFiles) -> (Vec<Document>, Diagnostics) {
+    load_except(files, &std::collections::BTreeSet::new())
+}
+
+/// Parses every file but those of `skipped` (files that are not models: a
+/// kustomization's, a chart's).
+pub fn load_except(
+    files: &SourceFiles,
+    skipped: &std::collections::BTreeSet<FileId>,
+) -> (Vec<Document>, Diagnostics) {
     let mut documents = Vec::new();
     let mut diagnostics = Diagnostics::default();
     unopened_files_warning(files, &mut diagnostics);
-    for (id, file) in files.iter() {
+    for (id, file) in files.iter().filter(|(id, _)| !skipped.contains(id)) {
         if let Some(too_large) = file.too_large {
             diagnostics.push(too_large_error(id, file, too_large));
             continue;

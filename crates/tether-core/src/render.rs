@@ -259,7 +259,7 @@ impl Renderer<'_> {
             self.render_node(host);
         }
         for (i, r) in m.resources.iter().enumerate() {
-            self.enter(Kind::KubernetesResourceInstance, i);
+            self.enter(r.origin.kind, i);
             for object in &r.objects {
                 let Some(key) = object_key(ModelObject::Resource(&object.value)) else {
                     continue;
@@ -267,7 +267,19 @@ impl Renderer<'_> {
                 let mut body = object.value.clone();
                 normalize(&mut body);
                 self.label_resource(&mut body, r.origin, &r.name.value, key.namespace);
+                // A chart's object names its template: the file a reader opens.
+                if let Some(template) = &object.template
+                    && let Some(annotations) = body
+                        .pointer_mut("/metadata/annotations")
+                        .and_then(serde_json::Value::as_object_mut)
+                {
+                    annotations.insert(SOURCE_ANNOTATION.into(), template.clone().into());
+                }
                 self.push_value(r.origin, &r.name.value, body);
+                if let (Some(template), Some(pushed)) = (&object.template, self.objects.last_mut())
+                {
+                    pushed.source.clone_from(template);
+                }
             }
         }
     }

@@ -40,6 +40,17 @@ pub struct Settings {
     pub confine: Option<ConfineSettings>,
     #[serde(default)]
     pub kubernetes: KubernetesSettings,
+    #[serde(default)]
+    pub kustomize: KustomizeSettings,
+}
+
+/// How the repository's kustomizations are built: `remote_bases: true` lets one
+/// include a remote base (fetched by Kustomize from the network at every build).
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct KustomizeSettings {
+    #[serde(default)]
+    pub remote_bases: bool,
 }
 
 /// Kubernetes for this repository: `enabled: false` turns it off, and `apply` and

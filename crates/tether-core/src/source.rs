@@ -325,8 +325,13 @@ pub fn shown_root_of(root: &Path, root_is_file: bool) -> String {
     shown
 }
 
-/// Is this a model file? `*.yaml`/`*.yml`, but not dot-files such as the settings file `.tether.yaml`.
+/// Is this a file tether reads? `*.yaml`/`*.yml` (models, plain objects, a chart's or a
+/// kustomization's files), but not dot-files such as the settings file `.tether.yaml`;
+/// and a kustomization file spelled `Kustomization`.
 pub fn is_model_path(path: &Path) -> bool {
+    if path.file_name().and_then(|n| n.to_str()) == Some("Kustomization") {
+        return true;
+    }
     let is_yaml = matches!(
         path.extension().and_then(|e| e.to_str()),
         Some("yaml" | "yml")

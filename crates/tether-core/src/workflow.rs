@@ -121,6 +121,13 @@ impl Workflow {
         self.index.get(&id).copied()
     }
 
+    /// The member that makes the object `key`, if one does.
+    pub fn maker_of(&self, key: &ObjectKey) -> Option<usize> {
+        self.members
+            .iter()
+            .position(|m| m.objects.iter().any(|gate| gate.key == *key))
+    }
+
     /// The wave of a model's objects (0 for a model that takes no part).
     pub fn wave_of(&self, id: ModelId) -> usize {
         self.member(id).map_or(0, |i| self.members[i].wave)

@@ -380,3 +380,24 @@ fn inventory_config_map(inventory: &Inventory, record: &InventoryRecord) -> Conf
         ..ConfigMap::default()
     }
 }
+
+/// What the server serves, as Helm's `.Capabilities` name it: its version and every
+/// group/version.
+pub async fn capabilities(client: &Client) -> Result<crate::generate::Capabilities, ClusterError> {
+    let api = |source| ClusterError::Api {
+        action: "read the server's version and API groups".into(),
+        source,
+    };
+    let version = client.apiserver_version().await.map_err(api)?;
+    let core = client.list_core_api_versions().await.map_err(api)?;
+    let groups = client.list_api_groups().await.map_err(api)?;
+    let mut api_versions: Vec<String> = core.versions;
+    for group in groups.groups {
+        api_versions.extend(group.versions.into_iter().map(|v| v.group_version));
+    }
+    api_versions.sort();
+    Ok(crate::generate::Capabilities {
+        kube_version: version.git_version,
+        api_versions,
+    })
+}

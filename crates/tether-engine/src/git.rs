@@ -559,6 +559,36 @@ pub fn local_revision(path: &Path) -> Option<Revision> {
     Some(Revision { commit, dirty })
 }
 
+/// Writes the tree of `commit` (of the repository at `git_dir`) to `target`, for the
+/// tools that read files (Kustomize, Helm): into a fresh directory of `trees` first,
+/// renamed into place when complete, and the other commits' trees removed (only the
+/// newest is kept). Blocking.
+pub(crate) fn check_out(
+    git_dir: &Path,
+    commit: &str,
+    trees: &Path,
+    target: &Path,
+) -> Result<(), GitError> {
+    let cache = |source| GitError::Cache {
+        path: trees.to_path_buf(),
+        source,
+    };
+    let repo = Repository::open(git_dir)?;
+    let tree = repo.find_commit(Oid::from_str(commit)?)?.tree()?;
+    if let Ok(entries) = std::fs::read_dir(trees) {
+        for entry in entries.flatten() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+    let incoming = trees.join(format!(".{commit}-{}", fastrand::u64(..)));
+    std::fs::create_dir_all(&incoming).map_err(cache)?;
+    let mut checkout = git2::build::CheckoutBuilder::new();
+    checkout.target_dir(&incoming).force();
+    repo.checkout_tree(tree.as_object(), Some(&mut checkout))?;
+    std::fs::rename(&incoming, target).map_err(cache)?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

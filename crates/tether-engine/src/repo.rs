@@ -12,6 +12,7 @@ use thiserror::Error;
 use tracing::instrument;
 
 use crate::directory::{Contents, SourceError, read_models_dir, read_within_limit};
+use crate::generate::ModelsTree;
 use crate::git::{
     CommitModels, Credentials, GitError, fetch_commit, local_revision, read_commit_models,
     revision_of,
@@ -84,6 +85,8 @@ pub struct LoadedModels {
     pub sops_rules: bool,
     /// Is a Secret's value in plain text an error (rather than a warning)?
     pub plain_secrets_are_errors: bool,
+    /// Where the models are on disk, for Kustomize and Helm.
+    pub tree: ModelsTree,
 }
 
 /// The settings file at the root of a models directory.
@@ -209,9 +212,10 @@ impl Repo {
                 credentials,
             } => {
                 let commits = commits.clone();
-                let (models, commit, fetch_took) = blocking(move || {
+                let (models, commit, fetch_took, git_dir) = blocking(move || {
                     let (repo, commit, fetch_took) =
                         fetch_commit(&url, reference.as_deref(), &cache, &credentials)?;
+                    let git_dir = repo.path().to_path_buf();
                     let key = CommitKey { url, path, commit };
                     let models = match commits.get(&key) {
                         Some(models) => models,
@@ -222,9 +226,14 @@ impl Repo {
                             models
                         }
                     };
-                    Ok::<_, GitError>((models, commit, fetch_took))
+                    Ok::<_, GitError>((models, commit, fetch_took, git_dir))
                 })
                 .await??;
+                let tree = ModelsTree::Commit {
+                    git_dir,
+                    commit: commit.to_string(),
+                    path: path_inside(self),
+                };
                 Ok(LoadedModels {
                     files: models.files.clone(),
                     label,
@@ -233,6 +242,7 @@ impl Repo {
                     fetch_took,
                     sops_rules: models.sops_rules,
                     plain_secrets_are_errors: false,
+                    tree,
                 })
             }
             Repo::Oci {
@@ -245,6 +255,11 @@ impl Repo {
                 // Messages name files from where tether runs, as the path was given.
                 let shown_root = tether_core::source::shown_root_of(&path, path.is_file());
                 let path_for_rules = std::path::absolute(&path).unwrap_or_else(|_| path.clone());
+                let tree = ModelsTree::Directory(if path.is_file() {
+                    path.parent().map(PathBuf::from).unwrap_or_default()
+                } else {
+                    path.clone()
+                });
                 let (read, revision) = tokio::join!(
                     read_models_root(path.clone(), shown_root),
                     blocking(move || local_revision(&path)),
@@ -258,6 +273,7 @@ impl Repo {
                     fetch_took: None,
                     sops_rules: crate::directory::find_sops_config(&path_for_rules).is_some(),
                     plain_secrets_are_errors: false,
+                    tree,
                 })
             }
         }
@@ -311,6 +327,7 @@ async fn load_artifact(
         .take_while(|dir| dir.starts_with(&root))
         .any(|dir| dir.join(tether_sops::config::CONFIG_FILE).is_file());
     let shown_root = tether_core::source::shown_root_of(path, false);
+    let tree = ModelsTree::Directory(models_root.clone());
     let (files, settings) = read_models_root(models_root, shown_root).await?;
     Ok(LoadedModels {
         files,
@@ -323,7 +340,16 @@ async fn load_artifact(
         fetch_took: pulled.download_took,
         sops_rules,
         plain_secrets_are_errors: false,
+        tree,
     })
+}
+
+/// The models root inside a Git source's repository (or an artifact).
+fn path_inside(repo: &Repo) -> PathBuf {
+    match repo {
+        Repo::Git { path, .. } | Repo::Oci { path, .. } => path.clone(),
+        Repo::Directory(_) => PathBuf::new(),
+    }
 }
 
 /// The settings file's text, or the file left unread for its size (reported with the

@@ -136,15 +136,24 @@ pub fn plain_secret_values(
             continue;
         };
         for document in &documents {
-            let is_secret = matches!(document.field("kind").map(|k| &k.value), Some(Value::Str(k)) if k == "KubernetesSecret");
-            let Some(Value::Map(entries)) = document
-                .field("data")
-                .map(|d| &d.value)
-                .filter(|_| is_secret)
-            else {
-                continue;
+            let kind = |name: &str| matches!(document.field("kind").map(|k| &k.value), Some(Value::Str(k)) if k == name);
+            let plain_object = matches!(document.field("apiVersion").map(|v| &v.value), Some(Value::Str(v)) if v == "v1");
+            // A KubernetesSecret's `data`; a plain Secret's `data` and `stringData`.
+            let fields: &[&str] = if kind("KubernetesSecret") {
+                &["data"]
+            } else if kind("Secret") && plain_object {
+                &["data", "stringData"]
+            } else {
+                &[]
             };
-            for (key, value) in entries {
+            let entries =
+                fields
+                    .iter()
+                    .filter_map(|field| match document.field(field).map(|d| &d.value) {
+                        Some(Value::Map(entries)) => Some(entries),
+                        _ => None,
+                    });
+            for (key, value) in entries.flatten() {
                 if matches!(&value.value, Value::Null)
                     || matches!(&value.value, Value::Str(s) if s.is_empty())
                 {

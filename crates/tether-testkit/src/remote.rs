@@ -57,6 +57,17 @@ impl GitDaemon {
     }
 }
 
+/// Writes `files` (paths relative to `models/`, their directories made as needed).
+fn write_models(work: &Path, files: &[(&str, &str)]) {
+    for (name, text) in files {
+        let path = work.join("models").join(name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).unwrap();
+        }
+        std::fs::write(path, text).unwrap();
+    }
+}
+
 impl Remote {
     /// `models/` on `main` holds `files`.
     pub fn new(files: &[(&str, &str)]) -> Remote {
@@ -64,9 +75,7 @@ impl Remote {
         let work = dir.path().join("work");
         std::fs::create_dir_all(work.join("models")).unwrap();
         git(&work, &["init", "-q"]);
-        for (name, text) in files {
-            std::fs::write(work.join("models").join(name), text).unwrap();
-        }
+        write_models(&work, files);
         git(&work, &["add", "-A"]);
         git(&work, &["commit", "-qm", "models"]);
         git(dir.path(), &["clone", "-q", "--bare", "work", "remote.git"]);
@@ -124,9 +133,7 @@ impl Remote {
             true => git(&work, &["checkout", "-q", "-B", branch, &upstream]),
             false => git(&work, &["checkout", "-q", "-B", branch]),
         };
-        for (name, text) in files {
-            std::fs::write(work.join("models").join(name), text).unwrap();
-        }
+        write_models(&work, files);
         git(&work, &["add", "-A"]);
         git(&work, &["commit", "-qm", "change"]);
         // The daemon under test pushes to the remote too (discovery's commits): a

@@ -220,7 +220,8 @@ pub fn plan(pods: &[PodFacts], existing: &SourceFiles, scope: &Scope, applyset: 
 }
 
 /// The pods in scope that discovery describes, by namespace and name: not those tether
-/// applied as bare pods, nor those the user's models describe already.
+/// applied as bare pods, nor those of a controller tether applied from objects written
+/// in Git (a chart's, a kustomization's), nor those the user's models describe already.
 fn pods_to_describe<'p>(
     pods: &'p [PodFacts],
     user: &Models,
@@ -250,6 +251,10 @@ fn pods_to_describe<'p>(
         .filter(|p| {
             scope.contains(&p.namespace)
                 && !applied_by_tether(&p.labels, applyset)
+                && !p
+                    .controller
+                    .as_ref()
+                    .is_some_and(|c| made_from_objects_in_git(c, applyset))
                 && !user_pods.contains(&(p.namespace.as_str(), p.name.as_str()))
         })
         .collect();
@@ -526,6 +531,17 @@ fn tether_slice<'c>(controller: &'c ControllerFacts, applyset: &str) -> Option<&
         .annotations
         .get(MODEL_ANNOTATION)?
         .strip_prefix("Slice/")
+}
+
+/// Is this controller one tether applied from objects written in Git (a plain
+/// manifest, a kustomization, a chart, a KubernetesResourceInstance)? Its pods are
+/// described there already: discovery writes no model for them.
+fn made_from_objects_in_git(controller: &ControllerFacts, applyset: &str) -> bool {
+    applied_by_tether(&controller.labels, applyset)
+        && controller
+            .annotations
+            .get(MODEL_ANNOTATION)
+            .is_some_and(|model| !model.starts_with("Slice/"))
 }
 
 /// A unique name per discovered slice: the controller's `xos_slice_name` label or its

@@ -2,7 +2,7 @@
 //! it) and `resource_definition` (Kubernetes YAML). Problems inside them are reported
 //! at their position in the model file, not in the embedded text.
 
-use super::{Data, DataKind, Spanned};
+use super::{Data, DataKind, ResourceObject, Spanned};
 use crate::diagnostic::{Diagnostic, Diagnostics, Span};
 use crate::k8s;
 use crate::load::is_yaml_1_1_boolean;
@@ -222,10 +222,6 @@ fn check_data_keys(
     ok
 }
 
-#[expect(
-    clippy::too_many_lines,
-    reason = "one model's fields read in the order they are written, each checked where it stands"
-)]
 pub(super) fn read_resource_definition(
     file: &SourceFile,
     document: &Document,
@@ -233,7 +229,7 @@ pub(super) fn read_resource_definition(
     node: &Node,
     label: &str,
     diagnostics: &mut Diagnostics,
-) -> Option<Vec<Spanned<serde_json::Value>>> {
+) -> Option<Vec<ResourceObject>> {
     let error = |span: Span, message: String| Diagnostic::error(span, message).in_model(label);
     let Value::Str(text) = &node.value else {
         diagnostics.push(
@@ -272,21 +268,71 @@ pub(super) fn read_resource_definition(
     let mut objects = Vec::new();
     let mut ok = true;
     for object in &nodes {
-        let mut converter = JsonConverter {
+        let read = ObjectReader {
             text,
+            at: &at,
+            label,
+            context: "resource_definition object: ",
+            octal: false,
+        }
+        .read(object, diagnostics);
+        match read {
+            Some(value) => objects.push(ResourceObject {
+                value,
+                span: at(object),
+                template: None,
+            }),
+            None => ok = false,
+        }
+    }
+    ok.then_some(objects)
+}
+
+/// Reads one Kubernetes object written as YAML, reporting each problem at its place.
+pub struct ObjectReader<'a> {
+    /// The text the object's nodes were parsed from.
+    pub text: &'a str,
+    /// Where a node of the object is, in a file of the repository.
+    pub at: &'a dyn Fn(&Node) -> Span,
+    /// The model the object belongs to, for messages.
+    pub label: &'a str,
+    /// What the messages call the object: "resource_definition object: ", or nothing.
+    pub context: &'a str,
+    /// Is a plain `0755` an octal number, as kubectl reads it? The texts parsed in the
+    /// models dialect keep it a string.
+    pub octal: bool,
+}
+
+impl ObjectReader<'_> {
+    /// A YAML value as JSON, warning about plain words kubectl reads as booleans.
+    pub fn convert(&self, node: &Node, diagnostics: &mut Diagnostics) -> serde_json::Value {
+        let mut converter = JsonConverter {
+            text: self.text,
+            octal: self.octal,
             warnings: Vec::new(),
         };
-        let value = converter.convert(object);
+        let value = converter.convert(node);
         for (n, word) in converter.warnings {
             diagnostics.push(
-                Diagnostic::warning(at(n), format!("\"{word}\" is the string \"{word}\" here (YAML 1.2), but kubectl reads it as a boolean (YAML 1.1)"))
-                    .in_model(label)
+                Diagnostic::warning((self.at)(n), format!("\"{word}\" is the string \"{word}\" here (YAML 1.2), but kubectl reads it as a boolean (YAML 1.1)"))
+                    .in_model(self.label)
                     .with_hint("quote it to keep the string, or write true or false"),
             );
         }
+        value
+    }
+
+    /// The object as JSON, when it has no error (warnings are reported either way).
+    pub fn read(&self, object: &Node, diagnostics: &mut Diagnostics) -> Option<serde_json::Value> {
+        let at = self.at;
+        let context = self.context;
+        let error =
+            |span: Span, message: String| Diagnostic::error(span, message).in_model(self.label);
+        let value = self.convert(object, diagnostics);
+        let mut ok = true;
         for (node, problem) in label_problems(object) {
             diagnostics.push(
-                error(at(node), format!("resource_definition object: {problem}"))
+                error(at(node), format!("{context}{problem}"))
                     .with_hint("the API server refuses it: label keys are [prefix/]name, values 63 characters of [A-Za-z0-9_.-] at most"),
             );
             ok = false;
@@ -296,8 +342,7 @@ pub(super) fn read_resource_definition(
                 error(
                     at(found),
                     format!(
-                        "resource_definition object: metadata.{field} must be a mapping of \
-                         strings, found {}",
+                        "{context}metadata.{field} must be a mapping of strings, found {}",
                         found.value.describe()
                     ),
                 )
@@ -307,20 +352,41 @@ pub(super) fn read_resource_definition(
             );
             ok = false;
         }
-        let problems = object_problems(&value);
-        if problems.is_empty() {
-            objects.push(Spanned::new(value, at(object)));
-        } else {
-            for problem in problems {
-                diagnostics.push(
-                    error(at(object), format!("resource_definition object: {problem}"))
-                        .with_hint("every object needs apiVersion, kind and metadata.name"),
-                );
-            }
-            ok = false;
+        if let Some(namespace) = cluster_scoped_namespace(object) {
+            diagnostics.push(
+                Diagnostic::warning(
+                    at(namespace),
+                    format!(
+                        "{context}a cluster-scoped object has no namespace: this one is ignored"
+                    ),
+                )
+                .in_model(self.label)
+                .with_hint("the API server ignores it too; remove metadata.namespace"),
+            );
         }
+        let problems = object_problems(&value);
+        for problem in &problems {
+            diagnostics.push(
+                error(at(object), format!("{context}{problem}"))
+                    .with_hint("every object needs apiVersion, kind and metadata.name"),
+            );
+        }
+        (ok && problems.is_empty()).then_some(value)
     }
-    ok.then_some(objects)
+}
+
+/// The namespace written on an object of a kind that Kubernetes serves cluster-wide.
+fn cluster_scoped_namespace(object: &Node) -> Option<&Node> {
+    let Some(Value::Str(kind)) = object.field("kind").map(|k| &k.value) else {
+        return None;
+    };
+    if !k8s::is_cluster_scoped(kind) {
+        return None;
+    }
+    object
+        .field("metadata")?
+        .field("namespace")
+        .filter(|n| matches!(&n.value, Value::Str(s) if !s.is_empty()))
 }
 
 /// `metadata.labels` and `metadata.annotations` that are neither absent, nothing
@@ -402,6 +468,7 @@ fn object_problems(value: &serde_json::Value) -> Vec<String> {
 /// Node tree to JSON, noting plain scalars that YAML 1.1 (kubectl) reads as booleans.
 struct JsonConverter<'t, 'n> {
     text: &'t str,
+    octal: bool,
     warnings: Vec<(&'n Node, String)>,
 }
 
@@ -415,10 +482,14 @@ impl<'n> JsonConverter<'_, 'n> {
             Value::Float(f) => serde_json::Number::from_f64(*f)
                 .map_or_else(|| J::String(node.raw(self.text).to_string()), J::Number),
             Value::Str(s) => {
-                if is_yaml_1_1_boolean(s) && node.is_plain(self.text) {
+                let plain = node.is_plain(self.text);
+                if is_yaml_1_1_boolean(s) && plain {
                     self.warnings.push((node, s.clone()));
                 }
-                J::String(s.clone())
+                match legacy_octal(s).filter(|_| self.octal && plain) {
+                    Some(number) => J::from(number),
+                    None => J::String(s.clone()),
+                }
             }
             Value::Seq(items) => J::Array(items.iter().map(|n| self.convert(n)).collect()),
             Value::Map(entries) => J::Object(
@@ -434,4 +505,13 @@ impl<'n> JsonConverter<'_, 'n> {
             ),
         }
     }
+}
+
+/// A YAML 1.1 octal number (`0755`), as kubectl reads a plain `defaultMode: 0755`.
+fn legacy_octal(text: &str) -> Option<i64> {
+    let digits = text.strip_prefix('0')?;
+    if digits.is_empty() || !digits.bytes().all(|b| (b'0'..=b'7').contains(&b)) {
+        return None;
+    }
+    i64::from_str_radix(digits, 8).ok()
 }

@@ -106,7 +106,7 @@ impl FieldReader<'_> {
             );
             return None;
         };
-        let Some(kind) = Kind::parse(kind_name) else {
+        let Some(kind) = Kind::parse_step(kind_name) else {
             let hint = if Kind::for_kubernetes_kind(kind_name).is_some()
                 || crate::k8s::builtin_api_version(kind_name).is_some()
             {

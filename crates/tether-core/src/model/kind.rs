@@ -19,6 +19,12 @@ pub enum Kind {
     ServicePort,
     KubernetesResourceInstance,
     Node,
+    /// A Helm chart rendered with values into a trust domain (Kolla's layer 3).
+    HelmChart,
+    /// Not a model one writes: the plain Kubernetes objects of one repository file.
+    Manifest,
+    /// Not a model one writes: the output of a kustomization directory.
+    Kustomization,
 }
 
 /// The deprecated XOS spelling of [`Kind::KubernetesConfigVolumeMount`].
@@ -48,7 +54,8 @@ pub const XOS_FEEDBACK_FIELDS: &[&str] = &[
 ];
 
 impl Kind {
-    pub const ALL: [Kind; 15] = [
+    /// The kinds a `kind:` field may name.
+    pub const ALL: [Kind; 16] = [
         Kind::KubernetesService,
         Kind::Site,
         Kind::Image,
@@ -64,6 +71,7 @@ impl Kind {
         Kind::ServicePort,
         Kind::KubernetesResourceInstance,
         Kind::Node,
+        Kind::HelmChart,
     ];
 
     pub fn name(self) -> &'static str {
@@ -83,6 +91,9 @@ impl Kind {
             Kind::ServicePort => "ServicePort",
             Kind::KubernetesResourceInstance => "KubernetesResourceInstance",
             Kind::Node => "Node",
+            Kind::HelmChart => "HelmChart",
+            Kind::Manifest => "Manifest",
+            Kind::Kustomization => "Kustomization",
         }
     }
 
@@ -94,7 +105,21 @@ impl Kind {
         Kind::ALL.into_iter().find(|k| k.name() == name)
     }
 
+    /// The kind of a step of the workflow, as `depends_on` names it: a model kind, or
+    /// `Manifest` (a file of plain objects) and `Kustomization` (a directory).
+    pub fn parse_step(name: &str) -> Option<Kind> {
+        Kind::parse(name).or_else(|| {
+            [Kind::Manifest, Kind::Kustomization]
+                .into_iter()
+                .find(|k| k.name() == name)
+        })
+    }
+
     /// The fields a model of this kind may have, besides `kind` and `apiVersion`.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "a table: one arm per kind, its fields in the order the docs list them"
+    )]
     pub fn fields(self) -> &'static [&'static str] {
         match self {
             Kind::KubernetesService => &["name", "enabled"],
@@ -165,6 +190,19 @@ impl Kind {
                 "ready_when",
             ],
             Kind::Node => &["name", "labels", "taints", "locked"],
+            Kind::HelmChart => &[
+                "name",
+                "chart",
+                "repository",
+                "version",
+                "release_name",
+                "trust_domain",
+                "values",
+                "values_files",
+                "depends_on",
+                "ready_when",
+            ],
+            Kind::Manifest | Kind::Kustomization => &[],
         }
     }
 

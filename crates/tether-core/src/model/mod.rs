@@ -17,6 +17,7 @@ mod object;
 mod read;
 mod schema;
 
+pub use data::ObjectReader;
 pub use files::{data_file_paths, resolve_data_path};
 pub use index::{Idx, PerModel, indexed};
 pub use kind::{CONFIG_MOUNT_ALIAS, Kind, XOS_FEEDBACK_FIELDS};
@@ -432,16 +433,73 @@ pub struct ServicePort {
     pub protocol: Option<Spanned<Protocol>>,
 }
 
+/// Objects applied as written. `origin.kind` says where they were written: a
+/// KubernetesResourceInstance model's `resource_definition`, a repository file of
+/// plain Kubernetes objects ([`Kind::Manifest`], named by its path), a
+/// kustomization's build ([`Kind::Kustomization`], named by its directory) or a
+/// chart's rendering ([`Kind::HelmChart`], named by its model, `name:phase` for its
+/// hooks). Each is one step of the workflow.
 #[derive(Clone, Debug, PartialEq)]
 pub struct KubernetesResourceInstance {
     pub origin: Origin,
     pub name: Text,
-    /// The objects of `resource_definition`, each with where it starts.
-    pub objects: Vec<Spanned<serde_json::Value>>,
+    /// The objects, each with where it starts.
+    pub objects: Vec<ResourceObject>,
     pub owner: Option<Text>,
     pub depends_on: Vec<Dependency>,
     /// When its objects count as ready, in place of their kind's built-in rule.
     pub ready_when: Option<Spanned<ReadyWhen>>,
+}
+
+/// One object applied as written, with where it was written.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ResourceObject {
+    pub value: serde_json::Value,
+    pub span: Span,
+    /// The file the generating tool made it from (a chart's template), when that is
+    /// not the file of `span`.
+    pub template: Option<String>,
+}
+
+/// A Helm chart rendered into a trust domain: the chart's objects are applied by
+/// tether itself, recorded in its inventory (no Helm release).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HelmChart {
+    pub origin: Origin,
+    pub name: Text,
+    pub chart: Spanned<ChartSource>,
+    /// A version, or a semver range (`^1.2`), of a chart from a repository.
+    pub version: Option<Text>,
+    /// The release name the templates see (`.Release.Name`); the model's name when absent.
+    pub release_name: Option<Text>,
+    pub trust_domain: Text,
+    /// Values written in the model, as JSON.
+    pub values: Option<Spanned<serde_json::Value>>,
+    /// Values files, relative to the model's file, in the order Helm merges them.
+    pub values_files: Vec<Text>,
+    pub depends_on: Vec<Dependency>,
+    pub ready_when: Option<Spanned<ReadyWhen>>,
+}
+
+impl HelmChart {
+    pub fn release(&self) -> &str {
+        self.release_name
+            .as_ref()
+            .unwrap_or(&self.name)
+            .value
+            .as_str()
+    }
+}
+
+/// Where a chart comes from.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ChartSource {
+    /// A chart directory in the repository, relative to the models root.
+    Path(String),
+    /// A chart by name from a chart repository (`index.yaml` at `url`).
+    Repository { url: String, name: String },
+    /// A chart in an OCI registry (`oci://host/path/name`).
+    Oci(String),
 }
 
 /// A host's Kubernetes node (`kind: Node`, named after the node): the labels and
@@ -514,6 +572,7 @@ pub struct Models {
     pub ports: Vec<ServicePort>,
     pub resources: Vec<KubernetesResourceInstance>,
     pub hosts: Vec<Host>,
+    pub charts: Vec<HelmChart>,
 }
 
 impl Models {
@@ -531,6 +590,7 @@ impl Models {
             + self.ports.len()
             + self.resources.len()
             + self.hosts.len()
+            + self.charts.len()
     }
 
     pub fn is_empty(&self) -> bool {

@@ -38,6 +38,10 @@ pub(super) fn read_document(
             )),
         }
     }
+    if is_kubernetes_object(&fields) {
+        read_plain_object(file, document, models, diagnostics);
+        return;
+    }
     let Some(kind) = read_kind(document, root_span, &fields, diagnostics) else {
         return;
     };
@@ -78,6 +82,72 @@ pub(super) fn read_document(
     };
     reader.check_field_names();
     reader.read_into(models);
+}
+
+/// Is this document a Kubernetes object (its `apiVersion` is not tether's)?
+fn is_kubernetes_object(fields: &[(&str, &Node, &Node)]) -> bool {
+    fields.iter().any(|(name, _, value)| {
+        *name == "apiVersion"
+            && matches!(&value.value, Value::Str(v) if !v.is_empty() && !v.starts_with("tether/"))
+    })
+}
+
+/// A plain Kubernetes object of a repository file: an object of the file's
+/// [`Kind::Manifest`] step, applied as written.
+fn read_plain_object(
+    file: &SourceFile,
+    document: &Document,
+    models: &mut Models,
+    diagnostics: &mut Diagnostics,
+) {
+    let root = &document.root;
+    let shown = |field: &str| {
+        root.field(field)
+            .and_then(|n| n.scalar_text(&file.text))
+            .unwrap_or_default()
+    };
+    let name = root
+        .field("metadata")
+        .and_then(|m| m.field("name"))
+        .and_then(|n| n.scalar_text(&file.text))
+        .unwrap_or_default();
+    let label = format!("{} \"{name}\"", shown("kind"));
+    let at = |n: &Node| document.span(n);
+    let read = super::data::ObjectReader {
+        text: &file.text,
+        at: &at,
+        label: &label,
+        context: "",
+        octal: true,
+    }
+    .read(root, diagnostics);
+    let Some(value) = read else {
+        return;
+    };
+    let object = ResourceObject {
+        value,
+        span: document.span(root),
+        template: None,
+    };
+    let step = models
+        .resources
+        .iter_mut()
+        .rev()
+        .find(|r| r.origin.kind == Kind::Manifest && r.origin.span.file == document.file);
+    match step {
+        Some(step) => step.objects.push(object),
+        None => models.resources.push(KubernetesResourceInstance {
+            origin: Origin {
+                kind: Kind::Manifest,
+                span: document.span(root),
+            },
+            name: Spanned::new(file.path.clone(), document.span(root)),
+            objects: vec![object],
+            owner: None,
+            depends_on: Vec::new(),
+            ready_when: None,
+        }),
+    }
 }
 
 fn read_kind(
@@ -121,8 +191,8 @@ fn read_kind(
                 format!("apiVersion {shown} is not a tether model (tether/v1)"),
             )
             .with_hint(
-                "to apply Kubernetes YAML as written, put it in the resource_definition \
-                     of a KubernetesResourceInstance",
+                "tether's models are apiVersion tether/v1 (or no apiVersion); \
+                     a Kubernetes object is written with its own apiVersion (apps/v1, v1, …)",
             ),
         );
         return None;
@@ -490,7 +560,135 @@ impl<'a> Reader<'a> {
             Kind::ServicePort => self.read_port(models),
             Kind::KubernetesResourceInstance => self.read_resource(models),
             Kind::Node => self.read_host(models),
+            Kind::HelmChart => self.read_chart(models),
+            // Not kinds one writes: `Kind::parse` does not know them.
+            Kind::Manifest | Kind::Kustomization => {}
         }
+    }
+
+    fn read_chart(&mut self, models: &mut Models) {
+        let name = self.required_text("name");
+        let repository = self.text("repository");
+        let chart = self
+            .required_text("chart")
+            .and_then(|chart| self.chart_source(chart, repository));
+        let version = self.text("version");
+        let release_name = self.text("release_name");
+        let trust_domain = self.required_text("trust_domain");
+        let values = self
+            .present("values")
+            .and_then(|(_, node)| self.chart_values(node));
+        let values_files = self.values_files();
+        let depends_on = self.depends_on();
+        let ready_when = self.ready_when();
+        if let (Some(name), Some(chart), Some(trust_domain), Some(ready_when)) =
+            (name, chart, trust_domain, ready_when)
+        {
+            models.charts.push(HelmChart {
+                origin: self.origin,
+                name,
+                chart,
+                version,
+                release_name,
+                trust_domain,
+                values,
+                values_files,
+                depends_on,
+                ready_when,
+            });
+        }
+    }
+
+    /// `chart:` with `repository:`: a chart repository's chart, an `oci://` chart, or
+    /// a chart directory of the repository (relative to this file).
+    fn chart_source(
+        &mut self,
+        chart: Text,
+        repository: Option<Text>,
+    ) -> Option<Spanned<ChartSource>> {
+        let span = chart.span;
+        let source = match repository {
+            Some(url) if url.value.starts_with("oci://") => ChartSource::Oci(format!(
+                "{}/{}",
+                url.value.trim_end_matches('/'),
+                chart.value
+            )),
+            Some(url) if url.value.starts_with("https://") || url.value.starts_with("http://") => {
+                ChartSource::Repository {
+                    url: url.value,
+                    name: chart.value,
+                }
+            }
+            Some(url) => {
+                self.error(url.span, format!("repository \"{}\" is not a chart repository URL", url.value))
+                    .hint = Some("write an https:// chart repository (with index.yaml) or an oci:// registry path".into());
+                return None;
+            }
+            None if chart.value.starts_with("oci://") => ChartSource::Oci(chart.value),
+            None => match resolve_data_path(&self.file.path, &chart.value) {
+                Some(path) => ChartSource::Path(path),
+                None => {
+                    self.error(span, format!("chart \"{}\" is outside the repository", chart.value))
+                        .hint = Some("write a chart directory relative to this file, or name a chart with repository:".into());
+                    return None;
+                }
+            },
+        };
+        Some(Spanned::new(source, span))
+    }
+
+    /// `values:`, a mapping (Helm's values), as JSON.
+    fn chart_values(&mut self, node: &'a Node) -> Option<Spanned<serde_json::Value>> {
+        let span = self.document.span(node);
+        if !matches!(node.value, Value::Map(_) | Value::Null) {
+            let found = node.value.describe();
+            self.error(span, format!("values must be a mapping, found {found}"))
+                .hint =
+                Some("write the chart's values as in a values.yaml, indented under values:".into());
+            return None;
+        }
+        let label = self.label.clone();
+        let at = |n: &Node| self.document.span(n);
+        let reader = super::data::ObjectReader {
+            text: &self.file.text,
+            at: &at,
+            label: &label,
+            context: "values: ",
+            octal: true,
+        };
+        Some(Spanned::new(reader.convert(node, self.diagnostics), span))
+    }
+
+    /// `values_files`: paths relative to this file.
+    fn values_files(&mut self) -> Vec<Text> {
+        let Some((_, node)) = self.present("values_files") else {
+            return Vec::new();
+        };
+        let Value::Seq(items) = &node.value else {
+            let span = self.document.span(node);
+            let found = node.value.describe();
+            self.error(span, format!("values_files must be a list, found {found}"))
+                .hint = Some("one path per line, relative to this file: - values/prod.yaml".into());
+            return Vec::new();
+        };
+        let mut paths = Vec::new();
+        for item in items {
+            let span = self.document.span(item);
+            match &item.value {
+                Value::Str(path) if !path.is_empty() => {
+                    paths.push(Spanned::new(path.clone(), span))
+                }
+                other => {
+                    let found = other.describe();
+                    self.error(
+                        span,
+                        format!("a values_files entry is a path, found {found}"),
+                    )
+                    .hint = Some("write a path relative to this file".into());
+                }
+            }
+        }
+        paths
     }
 
     fn read_host(&mut self, models: &mut Models) {
@@ -840,6 +1038,8 @@ fn required_fields(kind: Kind) -> &'static [&'static str] {
         Kind::KubernetesSecretVolumeMount => &["secret", "service_instance or slice", "mount_path"],
         Kind::ServicePort => &["name", "service", "internal_port"],
         Kind::KubernetesResourceInstance => &["name", "resource_definition"],
+        Kind::HelmChart => &["name", "chart", "trust_domain"],
+        Kind::Manifest | Kind::Kustomization => &[],
     }
 }
 

@@ -18,6 +18,7 @@ pub fn model_schema() -> String {
     let mut schema = schemars::schema_for!(ModelDocument).to_value();
     without_null(&mut schema);
     with_xos_bookkeeping(&mut schema);
+    with_kubernetes_objects(&mut schema);
     if let Some(root) = schema.as_object_mut() {
         root.insert(
             "$id".into(),
@@ -26,6 +27,29 @@ pub fn model_schema() -> String {
         root.insert("title".into(), "tether model".into());
     }
     serde_json::to_string_pretty(&schema).unwrap_or_default() + "\n"
+}
+
+/// A document with another `apiVersion` than tether's is a Kubernetes object applied
+/// as written (beside the models): the schema accepts it, checking only what tether
+/// checks before the server does.
+fn with_kubernetes_objects(schema: &mut serde_json::Value) {
+    if let Some(variants) = schema.get_mut("oneOf").and_then(|v| v.as_array_mut()) {
+        variants.push(serde_json::json!({
+            "title": "Kubernetes object",
+            "description": "A Kubernetes object beside the models, applied as written (managed, diffed and pruned like a model's).",
+            "type": "object",
+            "required": ["apiVersion", "kind", "metadata"],
+            "properties": {
+                "apiVersion": {"type": "string", "not": {"pattern": "^tether/"}},
+                "kind": {"type": "string"},
+                "metadata": {
+                    "type": "object",
+                    "required": ["name"],
+                    "properties": {"name": {"type": "string", "minLength": 1}}
+                }
+            }
+        }));
+    }
 }
 
 /// XOS's bookkeeping fields, which exports carry: tether ignores them with a warning,
@@ -101,6 +125,7 @@ enum ModelDocument {
     ServicePort(ServicePortDoc),
     KubernetesResourceInstance(ResourceInstanceDoc),
     Node(NodeDoc),
+    HelmChart(HelmChartDoc),
 }
 
 /// A field value whose schema is given by hand-picked JSON (a choice from a model
@@ -438,6 +463,38 @@ struct ServicePortDoc {
     /// A node port (30000-32767): the Service becomes a NodePort Service.
     external_port: Option<Port>,
     protocol: Option<ProtocolName>,
+}
+
+/// A Helm chart rendered by Helm (`helm template`) and applied by tether, its objects
+/// recorded in tether's inventory (no Helm release). Hooks become steps: pre-install
+/// hooks before the chart's objects, post-install hooks after.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct HelmChartDoc {
+    #[serde(rename = "apiVersion")]
+    api_version: Option<ApiVersion>,
+    name: Scalar,
+    /// A chart directory relative to this file, a chart's name in `repository`, or
+    /// `oci://host/path/chart`.
+    chart: Scalar,
+    /// A chart repository (`https://…`, serving index.yaml) or an OCI registry path
+    /// (`oci://host/path`).
+    repository: Option<Scalar>,
+    /// A version, or a semver range (`^1.2`), of a chart from a repository.
+    version: Option<Scalar>,
+    /// `.Release.Name` in the templates (default: the model's name).
+    release_name: Option<Scalar>,
+    /// The namespace of the chart's objects (`.Release.Namespace`).
+    trust_domain: Scalar,
+    /// The chart's values, as in a values.yaml.
+    values: Option<std::collections::BTreeMap<String, serde_json::Value>>,
+    /// Values files relative to this file (sops-encrypted ones too), merged in order
+    /// before `values`.
+    values_files: Option<Vec<String>>,
+    /// Models and objects that must be ready before the chart's objects are applied.
+    depends_on: Option<Vec<DependencyDoc>>,
+    /// When the chart's objects count as ready to the models that depend on it.
+    ready_when: Option<ReadyWhenDoc>,
 }
 
 /// Any Kubernetes YAML, applied as written (normalized as the API server would).

@@ -132,7 +132,7 @@ impl Resolver<'_> {
                 objects.extend(object_key(ModelObject::Resource(&object.value)).map(|key| {
                     Rendered {
                         key,
-                        model: label(Kind::KubernetesResourceInstance, &x.name.value),
+                        model: label(x.origin.kind, &x.name.value),
                         span: object.span,
                     }
                 }));

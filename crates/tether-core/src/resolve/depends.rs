@@ -38,23 +38,24 @@ impl Resolver<'_> {
     pub(super) fn resolve_needs(&mut self) -> Needs {
         let m = self.models;
         let mut needs = Vec::new();
-        let with_deps =
-            m.slices
-                .iter()
-                .enumerate()
-                .map(|(i, x)| (Kind::Slice, i, &x.name, &x.depends_on))
-                .chain(
-                    m.instances
-                        .iter()
-                        .enumerate()
-                        .map(|(i, x)| (Kind::KubernetesServiceInstance, i, &x.name, &x.depends_on)),
-                )
-                .chain(
-                    m.resources.iter().enumerate().map(|(i, x)| {
-                        (Kind::KubernetesResourceInstance, i, &x.name, &x.depends_on)
-                    }),
-                )
-                .filter(|(.., deps)| !deps.is_empty());
+        let with_deps = m
+            .slices
+            .iter()
+            .enumerate()
+            .map(|(i, x)| (Kind::Slice, i, &x.name, &x.depends_on))
+            .chain(
+                m.instances
+                    .iter()
+                    .enumerate()
+                    .map(|(i, x)| (Kind::KubernetesServiceInstance, i, &x.name, &x.depends_on)),
+            )
+            .chain(
+                m.resources
+                    .iter()
+                    .enumerate()
+                    .map(|(i, x)| (x.origin.kind, i, &x.name, &x.depends_on)),
+            )
+            .filter(|(.., deps)| !deps.is_empty());
         for (kind, index, name, deps) in with_deps {
             let from = label(kind, &name.value);
             let resolved: Vec<Resolved> = deps
@@ -110,7 +111,10 @@ impl Resolver<'_> {
             Kind::KubernetesServiceInstance => {
                 self.instance(from, reference).map(|i| id(i.index()))
             }
-            Kind::KubernetesResourceInstance => {
+            Kind::KubernetesResourceInstance
+            | Kind::HelmChart
+            | Kind::Manifest
+            | Kind::Kustomization => {
                 let found = self.names.find::<()>(kind, &reference.value);
                 if found.is_empty() {
                     self.dangling(from, kind, reference);
@@ -215,7 +219,14 @@ impl Resolver<'_> {
                     Resolved::Model(target, span) => workflow
                         .member(target)
                         .map(|member| Need::Model { member, span }),
-                    Resolved::Object(gate, span) => Some(Need::Object { gate, span }),
+                    // An object another step makes is that step's, as if named by it.
+                    Resolved::Object(gate, span) => Some(match workflow.maker_of(&gate.key) {
+                        Some(maker) if maker != member => Need::Model {
+                            member: maker,
+                            span,
+                        },
+                        _ => Need::Object { gate, span },
+                    }),
                 })
                 .collect();
             workflow.members[member].needs = mapped;
@@ -321,13 +332,7 @@ impl Resolver<'_> {
             members.push(node);
         }
         for (i, x) in m.resources.iter().enumerate() {
-            let mut node = member(
-                Kind::KubernetesResourceInstance,
-                i,
-                &x.name,
-                x.origin.span,
-                true,
-            );
+            let mut node = member(x.origin.kind, i, &x.name, x.origin.span, true);
             let rule = Rule::of(x.ready_when.as_ref());
             for object in &x.objects {
                 let key = object_key(ModelObject::Resource(&object.value));

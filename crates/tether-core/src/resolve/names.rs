@@ -84,9 +84,7 @@ impl<'m> NameIndex<'m> {
             (Kind::KubernetesServiceInstance, &m.name)
         });
         index.add(&models.services, |m| (Kind::Service, &m.name));
-        index.add(&models.resources, |m| {
-            (Kind::KubernetesResourceInstance, &m.name)
-        });
+        index.add(&models.resources, |m| (m.origin.kind, &m.name));
         index.add(&models.hosts, |m| (Kind::Node, &m.name));
         // ConfigMaps and Secrets share `models.data`; each is indexed under its kind.
         index.add(&models.data, |m| (m.data_kind.model_kind(), &m.name));

@@ -55,11 +55,7 @@ impl<'m> Resolver<'m> {
                 .iter()
                 .map(|x| scoped(Kind::ServicePort, &x.service.value, &x.name)),
         );
-        identities.extend(
-            m.resources
-                .iter()
-                .map(|x| named(Kind::KubernetesResourceInstance, &x.name)),
-        );
+        identities.extend(m.resources.iter().map(|x| named(x.origin.kind, &x.name)));
         identities.extend(m.hosts.iter().map(|x| named(Kind::Node, &x.name)));
         for (kind, id, name) in identities {
             let span = name.span;
@@ -100,13 +96,19 @@ impl<'m> Resolver<'m> {
                     x.origin.span,
                 )
             }))
-            .chain(m.resources.iter().map(|x| {
-                (
-                    label(Kind::KubernetesResourceInstance, &x.name.value),
-                    x.owner.as_ref(),
-                    x.origin.span,
-                )
-            }))
+            // Plain objects, kustomizations and charts name no owner: only models do.
+            .chain(
+                m.resources
+                    .iter()
+                    .filter(|x| x.origin.kind == Kind::KubernetesResourceInstance)
+                    .map(|x| {
+                        (
+                            label(x.origin.kind, &x.name.value),
+                            x.owner.as_ref(),
+                            x.origin.span,
+                        )
+                    }),
+            )
             .collect();
         let mut services: Vec<&str> = self.names.names(Kind::KubernetesService).collect();
         services.sort_unstable();

@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::instrument;
 
 use crate::cluster::{ClusterError, Resources, Target, connect, read_inventory_version};
+use crate::generate::{Capabilities, Generate};
 use crate::repo::{CommitCache, LoadedModels, Repo, RepoError, SETTINGS_FILE};
 pub use cache::WatchCache;
 pub use outcome::{ApplyReport, BlockedWave, Blocker, ObjectFailure, ObjectReport, Outcome};
@@ -51,6 +52,8 @@ pub struct Reconciler {
     /// The last commit's models, so that a retried pass at the same commit reads no
     /// blob again.
     commits: CommitCache,
+    /// Kustomize and Helm, and what they built at the last commit.
+    generate: Generate,
 }
 
 /// Some models only (`--only`): those and what they wait for and require, or with
@@ -278,6 +281,39 @@ impl Reconciler {
             selection: None,
             keys: Default::default(),
             commits: CommitCache::default(),
+            generate: Generate::from_environment(),
+        }
+    }
+
+    /// The models read, opened and checked, their kustomizations and charts built
+    /// for this cluster.
+    async fn checked(&self) -> Result<(CheckedModels, Option<Rendered>), ReconcileError> {
+        let mut loaded = self.repo.load_cached(&self.commits).await?;
+        loaded.files = tether_sops::open_files(loaded.files, &self.keys);
+        let capabilities = match needs_capabilities(&loaded) {
+            true => self.capabilities().await,
+            false => None,
+        };
+        check(
+            loaded,
+            &self.inventory,
+            &self.generate,
+            capabilities.as_ref(),
+        )
+        .await
+    }
+
+    /// What the cluster serves, for charts' `.Capabilities`; none when it cannot be
+    /// asked (the chart renders with Helm's defaults, and the plan reports the
+    /// cluster's error).
+    async fn capabilities(&self) -> Option<Capabilities> {
+        let client = self.client().await.ok()?;
+        match crate::cluster::capabilities(client).await {
+            Ok(capabilities) => Some(capabilities),
+            Err(error) => {
+                tracing::debug!(error = %tether_core::error_chain(&error), "the cluster's capabilities are unknown");
+                None
+            }
         }
     }
 
@@ -331,9 +367,7 @@ impl Reconciler {
         cache: Option<&WatchCache>,
     ) -> Result<Planned, ReconcileError> {
         // The models first: models with Kubernetes off never reach the cluster.
-        let mut loaded = self.repo.load_cached(&self.commits).await?;
-        loaded.files = tether_sops::open_files(loaded.files, &self.keys);
-        let (models, rendered) = check(loaded, &self.inventory)?;
+        let (models, rendered) = self.checked().await?;
         let Some(Rendered { objects, workflow }) = rendered else {
             return Err(ReconcileError::Invalid(Box::new(models)));
         };
@@ -510,6 +544,14 @@ fn wave_summaries(workflow: &Workflow, selected: Option<&BTreeSet<usize>>) -> Ve
         .collect()
 }
 
+/// Do the models have a chart, whose templates may ask what the cluster serves?
+fn needs_capabilities(loaded: &LoadedModels) -> bool {
+    loaded
+        .files
+        .iter()
+        .any(|(_, f)| f.text.contains(tether_core::model::Kind::HelmChart.name()))
+}
+
 /// Why Kubernetes is off for a repository: its settings say so, or a
 /// KubernetesService model does (StarlingX's "a system without Kubernetes behaves as
 /// if the feature did not exist").
@@ -538,18 +580,48 @@ fn dormant(
     ))
 }
 
-/// The offline checks of loaded models (syntax to references, and the repository's
-/// confinement), and what they render when there is no error.
+/// The checks of loaded models (syntax to references, and the repository's
+/// confinement), with their kustomizations and charts built (by `generate`, for the
+/// cluster `capabilities` describes when known), and what they render when there is
+/// no error.
 #[instrument(skip_all)]
-pub fn check(
+pub async fn check(
     loaded: LoadedModels,
     inventory: &Inventory,
+    generate: &Generate,
+    capabilities: Option<&Capabilities>,
 ) -> Result<(CheckedModels, Option<Rendered>), ReconcileError> {
     let settings = match &loaded.settings {
         Some(text) => settings::parse(SETTINGS_FILE, text)?,
         None => Settings::default(),
     };
-    let analysis = tether_core::analyze(&loaded.files);
+    let prepared = tether_core::prepare(&loaded.files, settings.kustomize.remote_bases);
+    let generated = if prepared.generators.is_empty() {
+        Vec::new()
+    } else {
+        let (generate, generators, tree) = (
+            generate.clone(),
+            prepared.generators.clone(),
+            loaded.tree.clone(),
+        );
+        let revision = loaded
+            .revision
+            .as_ref()
+            .filter(|r| !r.dirty)
+            .map(|r| r.commit.clone());
+        let capabilities = capabilities.cloned();
+        tokio::task::spawn_blocking(move || {
+            generate.run(
+                &generators,
+                &tree,
+                revision.as_deref(),
+                capabilities.as_ref(),
+            )
+        })
+        .await
+        .map_err(|e| RepoError::Interrupted(e.to_string()))?
+    };
+    let analysis = tether_core::complete(prepared, &loaded.files, generated);
     let dormant = dormant(&settings, analysis.graph.as_ref(), &loaded.files);
     let mut diagnostics = analysis.diagnostics;
     if loaded.sops_rules {

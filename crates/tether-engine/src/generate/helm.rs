@@ -1,0 +1,263 @@
+//! `helm template` of one chart: a chart directory of the repository, or a chart
+//! fetched (`helm pull`) from a chart repository or an OCI registry into the chart
+//! cache. A chart of an exact version is fetched once; a range is resolved by Helm at
+//! each build (a build is kept per commit, so a quiet pass fetches nothing).
+
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+use tether_core::generate::{Failure, HelmRequest};
+use tether_core::model::ChartSource;
+
+use super::{Tools, run_tool};
+
+/// What the cluster serves, as the templates' `.Capabilities` see it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Capabilities {
+    /// `v1.20.2`
+    pub kube_version: String,
+    /// `apps/v1`, `policy/v1beta1`, …
+    pub api_versions: Vec<String>,
+}
+
+pub(super) fn template(
+    tools: &Tools,
+    chart_cache: &Path,
+    root: &Path,
+    request: &HelmRequest,
+    capabilities: Option<&Capabilities>,
+) -> Result<String, Failure> {
+    let label = format!("HelmChart \"{}\"", request.model);
+    let helm = tools.helm(&label).map_err(|e| Failure {
+        message: e.to_string(),
+        hint: e.hint(),
+    })?;
+    let chart = chart_path(helm, chart_cache, root, request)?;
+    let values = ValuesDir::write(&request.values).map_err(|e| Failure {
+        message: format!("cannot write the values for Helm: {e}"),
+        hint:
+            "tether writes values files to a private temporary directory; check that it is writable"
+                .into(),
+    })?;
+    let mut command = helm_command(helm, chart_cache);
+    command
+        .arg("template")
+        .arg(&request.release)
+        .arg(&chart)
+        .args(["--namespace", &request.namespace, "--include-crds"]);
+    if let Some(capabilities) = capabilities {
+        command.args(["--kube-version", &capabilities.kube_version]);
+        for api_version in &capabilities.api_versions {
+            command.args(["--api-versions", api_version]);
+        }
+    }
+    for file in &values.files {
+        command.arg("--values").arg(file);
+    }
+    let rendered = run_tool(command, helm);
+    drop(values);
+    rendered.map_err(|message| Failure {
+        message,
+        hint: "Helm's own message: `helm template` of the chart with these values shows the same"
+            .into(),
+    })
+}
+
+/// Helm with its configuration, cache and data under the chart cache: the daemon's
+/// user has no home, and a user's own Helm settings must not change what renders.
+fn helm_command(helm: &Path, chart_cache: &Path) -> std::process::Command {
+    let mut command = std::process::Command::new(helm);
+    let home = chart_cache.join("helm");
+    command
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_DATA_HOME", home.join("data"));
+    command
+}
+
+/// The chart on disk: the repository's directory, or the archive in the cache.
+fn chart_path(
+    helm: &Path,
+    chart_cache: &Path,
+    root: &Path,
+    request: &HelmRequest,
+) -> Result<PathBuf, Failure> {
+    let (reference, repo) = match &request.chart {
+        ChartSource::Path(path) => {
+            let dir = root.join(path);
+            if !dir.join(tether_core::generate::CHART_FILE).is_file() {
+                return Err(Failure {
+                    message: format!("{path} is not a chart directory (it has no Chart.yaml)"),
+                    hint: "name a directory of the repository that holds a chart (helm create makes one)".into(),
+                });
+            }
+            return Ok(dir);
+        }
+        ChartSource::Repository { url, name } => (name.clone(), Some(url.clone())),
+        ChartSource::Oci(url) => (url.clone(), None),
+    };
+    let source = format!("{}{}", repo.as_deref().unwrap_or_default(), reference);
+    let digest = Sha256::digest(source.as_bytes());
+    let dir = chart_cache.join(
+        digest
+            .iter()
+            .take(8)
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>(),
+    );
+    let short_name = reference
+        .rsplit('/')
+        .next()
+        .unwrap_or(&reference)
+        .to_string();
+    if let Some(version) = request.version.as_deref().filter(|v| is_exact(v)) {
+        let cached = dir.join(format!(
+            "{short_name}-{}.tgz",
+            version.trim_start_matches('v')
+        ));
+        if cached.is_file() {
+            return Ok(cached);
+        }
+    }
+    pull(
+        helm,
+        chart_cache,
+        &dir,
+        &reference,
+        repo.as_deref(),
+        request.version.as_deref(),
+    )
+}
+
+/// `helm pull` into a fresh directory, then into the cache: the archive it wrote.
+fn pull(
+    helm: &Path,
+    chart_cache: &Path,
+    dir: &Path,
+    reference: &str,
+    repo: Option<&str>,
+    version: Option<&str>,
+) -> Result<PathBuf, Failure> {
+    let io = |e: std::io::Error| Failure {
+        message: format!(
+            "cannot write the chart cache {}: {e}",
+            chart_cache.display()
+        ),
+        hint: "set TETHER_CHART_CACHE to a writable directory".into(),
+    };
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let incoming = dir.join(format!(".pull-{}", fastrand::u64(..)));
+    std::fs::create_dir_all(&incoming).map_err(io)?;
+    let mut command = helm_command(helm, chart_cache);
+    command
+        .arg("pull")
+        .arg(reference)
+        .arg("--destination")
+        .arg(&incoming);
+    if let Some(repo) = repo {
+        command.args(["--repo", repo]);
+    }
+    if let Some(version) = version {
+        command.args(["--version", version]);
+    }
+    if reference.starts_with("oci://") && is_loopback(reference) {
+        // A registry on this machine (a test's, a kind cluster's) serves plain HTTP.
+        command.arg("--plain-http");
+    }
+    let pulled = run_tool(command, helm).map_err(|message| Failure {
+        message: format!("cannot fetch the chart: {message}"),
+        hint:
+            "check the chart's repository, name and version; the last good revision stays applied"
+                .into(),
+    });
+    let result = pulled.and_then(|_| {
+        let archive = std::fs::read_dir(&incoming)
+            .map_err(io)?
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|e| e == "tgz"))
+            .ok_or_else(|| Failure {
+                message: "helm pull wrote no chart archive".into(),
+                hint: "check the chart's reference".into(),
+            })?;
+        let name = archive.file_name().map(PathBuf::from).unwrap_or_default();
+        let target = dir.join(name);
+        std::fs::rename(&archive, &target).map_err(io)?;
+        Ok(target)
+    });
+    let _ = std::fs::remove_dir_all(&incoming);
+    result
+}
+
+/// Is a version written exactly (`1.2.3`, `v1.2.3-rc.1`), not a range?
+fn is_exact(version: &str) -> bool {
+    !version.is_empty()
+        && version
+            .trim_start_matches('v')
+            .starts_with(|c: char| c.is_ascii_digit())
+        && !version.contains(['^', '~', '<', '>', '=', '*', '|', ',', ' '])
+        && !version
+            .split(['.', '-'])
+            .any(|part| part.eq_ignore_ascii_case("x"))
+}
+
+fn is_loopback(reference: &str) -> bool {
+    let host = reference.trim_start_matches("oci://");
+    host.starts_with("127.") || host.starts_with("localhost") || host.starts_with("[::1]")
+}
+
+/// The values of one build, each in a file of a private directory (0700) that is
+/// removed when dropped: sops-decrypted values never outlive the build.
+struct ValuesDir {
+    dir: PathBuf,
+    files: Vec<PathBuf>,
+}
+
+impl ValuesDir {
+    fn write(values: &[(String, String)]) -> std::io::Result<ValuesDir> {
+        let dir = std::env::temp_dir().join(format!("tether-values-{}", fastrand::u64(..)));
+        let mut builder = std::fs::DirBuilder::new();
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+        builder.create(&dir)?;
+        let mut written = ValuesDir {
+            dir,
+            files: Vec::new(),
+        };
+        for (index, (_, text)) in values.iter().enumerate() {
+            let file = written.dir.join(format!("{index}.yaml"));
+            std::fs::write(&file, text)?;
+            written.files.push(file);
+        }
+        Ok(written)
+    }
+}
+
+impl Drop for ValuesDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_exact;
+
+    #[test]
+    fn exact_versions_and_ranges() {
+        for exact in ["1.2.3", "v1.2.3", "0.1.0-rc.1", "1.0.0+build"] {
+            assert!(is_exact(exact), "{exact}");
+        }
+        for range in [
+            "^1.2",
+            "~1.2.3",
+            ">=1.0.0",
+            "1.x",
+            "1.2.*",
+            "1.0.0 || 2.0.0",
+            "",
+        ] {
+            assert!(!is_exact(range), "{range}");
+        }
+    }
+}

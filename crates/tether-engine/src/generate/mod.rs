@@ -1,0 +1,200 @@
+//! Running the real engines for the core's generators ([`tether_core::generate`]):
+//! `kustomize build` of a kustomization and `helm template` of a chart, in the
+//! models' directory on disk (a Git commit is checked out for them once). Blocking:
+//! call [`Generate::run`] off the async runtime.
+//!
+//! What they make is kept per commit: a pass at the same commit (a retry, a drift
+//! correction) builds nothing, and a chart of an exact version is fetched once.
+
+mod helm;
+mod kustomize;
+mod tools;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tether_core::generate::{Failure, Generated, Generator};
+
+pub use helm::Capabilities;
+pub use tools::{
+    HELM_VARIABLE, KUSTOMIZE_MINIMUM, KUSTOMIZE_VARIABLE, KustomizeCommand, ToolError, Tools,
+};
+
+/// Where the models are on disk, for the tools that read files.
+#[derive(Clone, Debug)]
+pub enum ModelsTree {
+    /// The models root (a directory, or the directory of one models file).
+    Directory(PathBuf),
+    /// A commit of a Git cache, checked out on first need; `path` is the models root
+    /// inside the repository.
+    Commit {
+        git_dir: PathBuf,
+        commit: String,
+        path: PathBuf,
+    },
+}
+
+/// The engines, the chart cache, and what was built at the last commit.
+#[derive(Clone, Debug)]
+pub struct Generate {
+    tools: Tools,
+    chart_cache: PathBuf,
+    built: Arc<Mutex<Built>>,
+}
+
+#[derive(Debug, Default)]
+struct Built {
+    commit: Option<String>,
+    outputs: HashMap<String, String>,
+}
+
+impl Default for Generate {
+    fn default() -> Self {
+        Generate::from_environment()
+    }
+}
+
+impl Generate {
+    pub fn new(tools: Tools, chart_cache: PathBuf) -> Generate {
+        Generate {
+            tools,
+            chart_cache,
+            built: Arc::default(),
+        }
+    }
+
+    /// Tools from the environment (see [`Tools::from_environment`]); charts cached in
+    /// `TETHER_CHART_CACHE`, else tether's cache directory.
+    pub fn from_environment() -> Generate {
+        let chart_cache = std::env::var_os("TETHER_CHART_CACHE")
+            .map(PathBuf::from)
+            .or_else(|| {
+                std::env::var_os("XDG_CACHE_HOME")
+                    .map(PathBuf::from)
+                    .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+                    .map(|c| c.join("tether").join("charts"))
+            })
+            .unwrap_or_else(|| std::env::temp_dir().join("tether-charts"));
+        Generate::new(Tools::from_environment(), chart_cache)
+    }
+
+    /// Builds every generator; a failure is one generator's, with the tool's words.
+    /// `revision`: the commit the models are at, when clean (what is built is kept for
+    /// it). Blocking.
+    pub fn run(
+        &self,
+        generators: &[Generator],
+        tree: &ModelsTree,
+        revision: Option<&str>,
+        capabilities: Option<&Capabilities>,
+    ) -> Vec<Generated> {
+        if generators.is_empty() {
+            return Vec::new();
+        }
+        let root = match materialize(tree) {
+            Ok(root) => root,
+            Err(message) => {
+                let failure = Failure {
+                    message,
+                    hint:
+                        "the repository's files could not be written to disk for Kustomize and Helm"
+                            .into(),
+                };
+                return generators
+                    .iter()
+                    .map(|_| Generated {
+                        output: Err(failure.clone()),
+                    })
+                    .collect();
+            }
+        };
+        generators
+            .iter()
+            .map(|generator| {
+                let key = format!("{generator:?}{capabilities:?}");
+                if let Some(text) = revision.and_then(|r| self.kept(r, &key)) {
+                    return Generated { output: Ok(text) };
+                }
+                let output = match generator {
+                    Generator::Kustomize { dir, .. } => {
+                        kustomize::build(&self.tools, &root, dir, &generator.label())
+                    }
+                    Generator::Helm(request) => {
+                        helm::template(&self.tools, &self.chart_cache, &root, request, capabilities)
+                    }
+                };
+                if let (Some(revision), Ok(text)) = (revision, &output) {
+                    self.keep(revision, key, text.clone());
+                }
+                Generated { output }
+            })
+            .collect()
+    }
+
+    fn kept(&self, revision: &str, key: &str) -> Option<String> {
+        let built = self.built.lock().unwrap_or_else(PoisonError::into_inner);
+        (built.commit.as_deref() == Some(revision))
+            .then(|| built.outputs.get(key).cloned())
+            .flatten()
+    }
+
+    /// Keeps what a commit built; another commit's outputs are dropped, so what is
+    /// kept stays one commit's.
+    fn keep(&self, revision: &str, key: String, text: String) {
+        let mut built = self.built.lock().unwrap_or_else(PoisonError::into_inner);
+        if built.commit.as_deref() != Some(revision) {
+            *built = Built {
+                commit: Some(revision.to_string()),
+                outputs: HashMap::new(),
+            };
+        }
+        built.outputs.insert(key, text);
+    }
+}
+
+/// The models root on disk: a directory as it is, a commit checked out once (into
+/// the Git cache, beside the repository; the previous commit's tree is removed).
+fn materialize(tree: &ModelsTree) -> Result<PathBuf, String> {
+    match tree {
+        ModelsTree::Directory(root) => Ok(root.clone()),
+        ModelsTree::Commit {
+            git_dir,
+            commit,
+            path,
+        } => {
+            let trees = git_dir.join("tether-trees");
+            let target = trees.join(commit);
+            if !target.is_dir() {
+                crate::git::check_out(git_dir, commit, &trees, &target)
+                    .map_err(|e| tether_core::error_chain(&e))?;
+            }
+            Ok(target.join(path))
+        }
+    }
+}
+
+/// The last lines of a tool's standard error: its own message, without a usage text.
+fn tool_message(stderr: &[u8]) -> String {
+    let text = String::from_utf8_lossy(stderr);
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let start = lines.len().saturating_sub(6);
+    lines[start..].join(" / ")
+}
+
+/// Runs a tool to completion: its standard output, or its own words.
+fn run_tool(mut command: std::process::Command, program: &Path) -> Result<String, String> {
+    command.stdin(std::process::Stdio::null());
+    let output = command
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", program.display()))?;
+    if !output.status.success() {
+        return Err(tool_message(&output.stderr));
+    }
+    String::from_utf8(output.stdout)
+        .map_err(|_| format!("{} printed text that is not UTF-8", program.display()))
+}

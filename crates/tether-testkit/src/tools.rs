@@ -1,0 +1,49 @@
+//! The real Helm and Kustomize engines for tests and benchmarks: the pinned ones that
+//! `scripts/helm-tools` installs (helm 4.1.4; kubectl 1.35.2 with Kustomize 5.7.1).
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+/// The paths of the pinned `helm` and `kubectl`.
+#[derive(Clone, Debug)]
+pub struct HelmTools {
+    pub helm: PathBuf,
+    pub kubectl: PathBuf,
+}
+
+impl HelmTools {
+    /// The variables that make tether use them.
+    pub fn env(&self) -> [(&'static str, &Path); 2] {
+        [
+            ("TETHER_HELM", self.helm.as_path()),
+            ("TETHER_KUSTOMIZE", self.kubectl.as_path()),
+        ]
+    }
+}
+
+/// Installs the tools if missing (once per process) and returns their paths.
+pub fn helm_tools() -> &'static HelmTools {
+    static TOOLS: OnceLock<HelmTools> = OnceLock::new();
+    TOOLS.get_or_init(|| {
+        let script = crate::workspace_root().join("scripts/helm-tools");
+        let output = std::process::Command::new(&script)
+            .output()
+            .unwrap_or_else(|e| panic!("{}: {e}", script.display()));
+        assert!(
+            output.status.success(),
+            "scripts/helm-tools: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let text = String::from_utf8_lossy(&output.stdout).into_owned();
+        let path = |name: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("{name}=")))
+                .map(PathBuf::from)
+                .unwrap_or_else(|| panic!("scripts/helm-tools printed no {name}=: {text}"))
+        };
+        HelmTools {
+            helm: path("helm"),
+            kubectl: path("kubectl"),
+        }
+    })
+}
