@@ -166,6 +166,7 @@ async fn run(
         SourceSpec {
             url: remote.url.clone(),
             reference: Some("main".into()),
+            insecure: false,
             path: Some("models".into()),
             interval: Some("2s".into()),
             prune: false,

@@ -166,6 +166,7 @@ async fn create_sources(client: &Client, repos: &Repos, defs: &[SourceDef], inte
             SourceSpec {
                 url: repos.url(&def.name),
                 reference: Some("main".into()),
+                insecure: false,
                 path: Some("models".into()),
                 interval: Some(format!("{interval_ms}ms")),
                 prune: false,

@@ -9,6 +9,7 @@ use std::time::Duration;
 use super::parse_duration;
 use tether_core::ownership::Inventory;
 use tether_engine::config::{DiscoverOverrides, EventOverrides, cache_home};
+use tether_engine::oci::Reference;
 use tether_engine::repo::Repo;
 use tether_engine::writeback::WritebackError;
 
@@ -48,21 +49,58 @@ pub struct KeyFlags {
     pub age_key_file: Option<PathBuf>,
 }
 
-/// Where the models come from: a directory, or a Git repository.
+/// Where the models come from: a directory, a Git repository, or an OCI artifact.
 #[derive(Clone, Debug, clap::Args)]
 pub struct SourceFlags {
     /// Models root: a directory searched for *.yaml and *.yml, or one file; with
-    /// --repo, a directory inside the repository.
+    /// --repo, a directory inside the repository or artifact.
     #[arg(default_value = ".", env = "TETHER_PATH")]
     pub path: PathBuf,
-    /// Git repository to read the models from: file://, https:// or ssh:// URL.
+    /// Git repository to read the models from (file://, https:// or ssh:// URL), or
+    /// an OCI artifact in Flux's format: oci://HOST/REPOSITORY:TAG or
+    /// oci://HOST/REPOSITORY@sha256:DIGEST (`tether push artifact` makes one).
     #[arg(long, env = "TETHER_REPO")]
     pub repo: Option<String>,
-    /// Branch, tag or commit of --repo (default: the remote's default branch).
+    /// Branch, tag or commit of a Git --repo (default: the remote's default branch).
+    /// An oci:// --repo carries its tag or digest itself.
     #[arg(long = "ref", env = "TETHER_REF", requires = "repo")]
     pub reference: Option<String>,
     #[command(flatten)]
     pub git: GitFlags,
+    #[command(flatten)]
+    pub registry: RegistryFlags,
+}
+
+/// How to reach an OCI registry (Flux's flag names).
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct RegistryFlags {
+    /// Registry credentials, USER:PASSWORD (anonymous without it).
+    #[arg(
+        long,
+        env = "TETHER_REGISTRY_CREDS",
+        hide_env_values = true,
+        value_name = "USER:PASSWORD"
+    )]
+    pub creds: Option<String>,
+    /// Talk to the registry over plain HTTP instead of HTTPS.
+    #[arg(long, env = "TETHER_INSECURE_REGISTRY")]
+    pub insecure_registry: bool,
+}
+
+impl RegistryFlags {
+    pub fn access(&self) -> miette::Result<tether_engine::oci::Access> {
+        let credentials = match &self.creds {
+            Some(text) => Some(
+                tether_engine::oci::Credentials::parse(text)
+                    .ok_or_else(|| miette::miette!("--creds: give USER:PASSWORD"))?,
+            ),
+            None => None,
+        };
+        Ok(tether_engine::oci::Access {
+            credentials,
+            insecure: self.insecure_registry,
+        })
+    }
 }
 
 /// How to reach a remote Git repository.
@@ -77,7 +115,8 @@ pub struct GitFlags {
     /// Private key for ssh remotes (default: the ssh agent).
     #[arg(long, env = "TETHER_SSH_KEY")]
     pub ssh_key: Option<PathBuf>,
-    /// Where fetched repositories are cached (default: ~/.cache/tether/repos).
+    /// Where fetched repositories and artifacts are cached (default:
+    /// ~/.cache/tether/repos).
     #[arg(long, env = "TETHER_CACHE_DIR")]
     pub cache_dir: Option<PathBuf>,
 }
@@ -147,10 +186,34 @@ pub struct DiscoverFlags {
 }
 
 impl SourceFlags {
-    /// The models source: `--repo` (with `--ref` and the path inside it), else the
-    /// path as a directory.
-    pub fn repo(&self) -> Repo {
+    /// The models root as a summary names it: the path, or with --repo the path
+    /// inside the repository or artifact, after its URL.
+    pub fn shown_root(&self) -> PathBuf {
         match &self.repo {
+            Some(url) if self.path == std::path::Path::new(".") => PathBuf::from(url),
+            Some(url) => PathBuf::from(url).join(&self.path),
+            None => self.path.clone(),
+        }
+    }
+
+    /// The models source: `--repo` (with `--ref` and the path inside it), else the
+    /// path as a directory. An oci:// reference that cannot be parsed, or one given a
+    /// `--ref`, is an error.
+    pub fn repo(&self) -> miette::Result<Repo> {
+        Ok(match &self.repo {
+            Some(url) if Reference::is_oci(url) => {
+                if let Some(reference) = &self.reference {
+                    miette::bail!(
+                        "--ref {reference} is not taken with an oci:// --repo: give the tag or digest in it ({url}:TAG or {url}@sha256:DIGEST)"
+                    );
+                }
+                Repo::Oci {
+                    reference: Reference::parse(url).map_err(|e| miette::miette!("--repo: {e}"))?,
+                    path: self.path.clone(),
+                    cache: self.git.cache_dir(),
+                    access: self.registry.access()?,
+                }
+            }
             Some(url) => Repo::Git {
                 url: url.clone(),
                 reference: self.reference.clone(),
@@ -159,7 +222,7 @@ impl SourceFlags {
                 credentials: self.git.credentials(),
             },
             None => Repo::Directory(self.path.clone()),
-        }
+        })
     }
 }
 

@@ -275,6 +275,17 @@ const EXIT_STATUS: &[(&str, &[(u8, &str)])] = &[
         "secret keygen",
         &[(0, "Written."), (2, "An error, or a usage error.")],
     ),
+    ("push", GROUP),
+    (
+        "push artifact",
+        &[
+            (0, "Pushed; the digest was printed."),
+            (
+                2,
+                "The directory cannot be packed, the registry refused or could not be reached, an error, or a usage error.",
+            ),
+        ],
+    ),
     (
         "events",
         &[

@@ -9,6 +9,7 @@ mod manual;
 mod models;
 mod node;
 mod operate;
+mod push;
 mod reconcile;
 mod report;
 mod run;
@@ -290,6 +291,15 @@ enum Command {
   tether secret edit models/db-credentials.yaml"
     )]
     Secret(secret::SecretCommand),
+    /// Publish models for Sources to follow: an OCI artifact in Flux's format.
+    ///
+    /// A Source (or `--repo`) of oci://HOST/REPOSITORY:TAG then applies it; pushing
+    /// again to the tag is a new revision (`TAG@sha256:…`).
+    #[command(
+        subcommand,
+        after_help = "Example:\n  tether push artifact oci://ghcr.io/team/models:main --path models --source https://github.com/team/models --revision main@sha1:$(git rev-parse HEAD)"
+    )]
+    Push(push::PushCommand),
     /// Publish pod lifecycle events (created, updated, restarted, deleted) to sinks.
     ///
     /// Watches the pods (discovered and tether-managed alike) and publishes an event
@@ -326,9 +336,8 @@ enum Command {
 
 #[derive(Debug, clap::Args)]
 pub struct ValidateArgs {
-    /// Models root (a directory searched for *.yaml and *.yml, or one file).
-    #[arg(default_value = ".", env = "TETHER_PATH")]
-    pub path: PathBuf,
+    #[command(flatten)]
+    pub source: SourceFlags,
     /// In a repository with a `.sops.yaml`, a KubernetesSecret value in plain text is
     /// an error (a warning without this flag).
     #[arg(long, env = "TETHER_REQUIRE_ENCRYPTED_SECRETS")]
@@ -351,8 +360,8 @@ pub struct ValidateArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct RenderArgs {
-    #[arg(default_value = ".", env = "TETHER_PATH")]
-    pub path: PathBuf,
+    #[command(flatten)]
+    pub source: SourceFlags,
     /// Output format: multi-document YAML, or a JSON `v1` List.
     #[arg(short, long, env = "TETHER_OUTPUT", value_enum, default_value_t = OutputFormat::Yaml)]
     pub output: OutputFormat,
@@ -667,6 +676,7 @@ pub async fn run(args: Args) -> miette::Result<ExitCode> {
         Command::RestartContainers(args) => operate::restart_pod_containers(&args).await,
         Command::Node(command) => node::run(global, &command).await,
         Command::Secret(command) => secret::run(&command),
+        Command::Push(command) => push::run(&command).await,
         Command::Events(args) => events::run(&args).await,
         Command::Completions { shell } => {
             let mut out = std::io::stdout();

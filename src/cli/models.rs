@@ -19,10 +19,7 @@ use super::{
 };
 
 pub async fn validate(global: &GlobalArgs, args: &ValidateArgs) -> miette::Result<ExitCode> {
-    let mut loaded = Repo::Directory(args.path.clone())
-        .load()
-        .await
-        .map_err(report::error)?;
+    let mut loaded = args.source.repo()?.load().await.map_err(report::error)?;
     // Without its key, an encrypted file is checked for its structure only.
     loaded.files = tether_sops::open_files_for_checking(loaded.files, &args.keys.keyring()?);
     loaded.plain_secrets_are_errors = args.require_encrypted_secrets;
@@ -39,14 +36,14 @@ pub async fn validate(global: &GlobalArgs, args: &ValidateArgs) -> miette::Resul
     let files = &models.loaded.files;
     let diagnostics = &models.diagnostics;
     let failure = (models.documents == 0 && !diagnostics.has_errors() && !args.allow_empty)
-        .then(|| no_models(&args.path, files.len()));
+        .then(|| no_models(&args.source.shown_root(), files.len()));
     let mut out = String::new();
     match args.output_format {
         ProblemFormat::Json => out.push_str(&report::json_report(
             diagnostics,
             files,
             models.documents,
-            &args.path,
+            &args.source.shown_root(),
             failure.as_ref().map(|(message, _)| message.as_str()),
         )),
         format => {
@@ -62,7 +59,12 @@ pub async fn validate(global: &GlobalArgs, args: &ValidateArgs) -> miette::Resul
                     report::github_data(&format!("{message}\nhint: {hint}"))
                 ),
                 (Some((message, hint)), _) => format!("error: {message}\n    hint: {hint}\n"),
-                (None, _) => report::summary(diagnostics, models.documents, files, &args.path),
+                (None, _) => report::summary(
+                    diagnostics,
+                    models.documents,
+                    files,
+                    &args.source.shown_root(),
+                ),
             });
         }
     }
@@ -90,19 +92,18 @@ fn no_models(root: &std::path::Path, files: usize) -> (String, String) {
     )
 }
 
-/// The models of a directory checked (kustomizations and charts built, for no
+/// The models of a source checked (kustomizations and charts built, for no
 /// cluster in particular) and rendered with `inventory`'s labels; their problems
-/// printed on standard error. `Err` with the exit code when they are invalid.
+/// printed on standard error (the summary naming the models root `shown`). `Err`
+/// with the exit code when they are invalid.
 async fn analysed(
     global: &GlobalArgs,
     keys: &KeyFlags,
-    path: &std::path::Path,
+    repo: Repo,
+    shown: &std::path::Path,
     inventory: &Inventory,
 ) -> miette::Result<Result<(tether_core::source::SourceFiles, Rendered), ExitCode>> {
-    let mut loaded = Repo::Directory(path.to_path_buf())
-        .load()
-        .await
-        .map_err(report::error)?;
+    let mut loaded = repo.load().await.map_err(report::error)?;
     loaded.files = tether_sops::open_files(loaded.files, &keys.keyring()?);
     let (models, rendered) = check(loaded, inventory, &Generate::from_environment(), None)
         .await
@@ -118,7 +119,7 @@ async fn analysed(
         None => {
             eprint!(
                 "{}",
-                report::summary(&models.diagnostics, models.documents, &files, path)
+                report::summary(&models.diagnostics, models.documents, &files, shown)
             );
             Ok(Err(ExitCode::from(EXIT_INVALID)))
         }
@@ -126,8 +127,9 @@ async fn analysed(
 }
 
 pub async fn graph(global: &GlobalArgs, args: &GraphArgs) -> miette::Result<ExitCode> {
+    let repo = Repo::Directory(args.path.clone());
     let (_, rendered) =
-        match analysed(global, &args.keys, &args.path, &Inventory::default()).await? {
+        match analysed(global, &args.keys, repo, &args.path, &Inventory::default()).await? {
             Ok(analysed) => analysed,
             Err(code) => return Ok(code),
         };
@@ -148,7 +150,9 @@ pub async fn graph(global: &GlobalArgs, args: &GraphArgs) -> miette::Result<Exit
 
 pub async fn render(global: &GlobalArgs, args: &RenderArgs) -> miette::Result<ExitCode> {
     let inventory = args.inventory.inventory();
-    let (files, rendered) = match analysed(global, &args.keys, &args.path, &inventory).await? {
+    let repo = args.source.repo()?;
+    let shown = args.source.shown_root();
+    let (files, rendered) = match analysed(global, &args.keys, repo, &shown, &inventory).await? {
         Ok(analysed) => analysed,
         Err(code) => return Ok(code),
     };

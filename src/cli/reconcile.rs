@@ -77,7 +77,7 @@ async fn plan(
 
 pub async fn diff(global: &GlobalArgs, args: &DiffArgs) -> miette::Result<ExitCode> {
     let reconciler = reconciler(
-        args.source.repo(),
+        args.source.repo()?,
         &args.cluster,
         &args.keys,
         &args.inventory,
@@ -119,7 +119,7 @@ pub async fn diff(global: &GlobalArgs, args: &DiffArgs) -> miette::Result<ExitCo
 
 pub async fn apply(global: &GlobalArgs, args: &ApplyArgs) -> miette::Result<ExitCode> {
     let run = ApplyRun {
-        repo: args.source.repo(),
+        repo: args.source.repo()?,
         inventory: &args.inventory,
         cluster: &args.cluster,
         keys: &args.keys,

@@ -93,7 +93,7 @@ async fn run_one(
     shared: Arc<Shared>,
     shutdown: &CancellationToken,
 ) -> miette::Result<()> {
-    let repo = args.source.repo();
+    let repo = args.source.repo()?;
     let id = repo.label();
     let reconciler = reconciler(repo, &args.cluster, &args.keys, &args.inventory)?;
     let plan = PlanOptions {

@@ -14,6 +14,7 @@ mod harness;
 mod lifetime;
 mod nodes;
 mod nodesim;
+mod oci;
 mod operations;
 mod ownership;
 mod reconcile;

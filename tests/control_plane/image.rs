@@ -3,12 +3,12 @@
 //! inspected there, copied back out and run from its own root filesystem.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tether_testkit::remote::{free_port, http};
+use tether_testkit::registry::Registry;
+use tether_testkit::remote::{KillOnDrop, http};
 
 /// The image reference deploy/base/daemon.yaml runs and `scripts/image build` records
 /// by default: the version is the package's.
@@ -68,64 +68,6 @@ pub(crate) fn release_image() -> &'static Path {
         );
         out
     })
-}
-
-/// Debian's docker-registry on a free loopback port, storing into a temporary
-/// directory; stopped when dropped.
-struct Registry {
-    _process: KillOnDrop,
-    port: u16,
-    _storage: tempfile::TempDir,
-}
-
-impl Registry {
-    fn start() -> Registry {
-        let storage = tempfile::tempdir().unwrap();
-        let port = free_port();
-        let config = storage.path().join("config.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\nhttp:\n  addr: 127.0.0.1:{port}\n",
-                storage.path().join("data").display()
-            ),
-        )
-        .unwrap();
-        let process = Command::new("docker-registry")
-            .arg("serve")
-            .arg(&config)
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("docker-registry is installed (scripts/test-tools install)");
-        let registry = Registry {
-            _process: KillOnDrop(process),
-            port,
-            _storage: storage,
-        };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while http(port, "GET", "/v2/", &[], b"").0 != 200 {
-            assert!(
-                Instant::now() < deadline,
-                "the registry did not answer /v2/ within 20 s"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        registry
-    }
-
-    fn reference(&self, name: &str) -> String {
-        format!("docker://127.0.0.1:{}/{name}", self.port)
-    }
-}
-
-/// A process of the test's, stopped when dropped.
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// An HTTPS server on localhost (python3's http.server, a certificate for `localhost`
@@ -257,7 +199,11 @@ fn the_image_is_pushed_inspected_copied_back_and_runs_with_no_host_library() {
     );
 
     let registry = Registry::start();
-    let pushed = registry.reference(&format!("tether-dev/tether:{}", env!("CARGO_PKG_VERSION")));
+    let pushed = format!(
+        "docker://{}/tether-dev/tether:{}",
+        registry.host(),
+        env!("CARGO_PKG_VERSION")
+    );
     run(Command::new(root().join("scripts/image"))
         .arg("push")
         .arg(layout)

@@ -3,11 +3,11 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-fn root() -> PathBuf {
+pub(crate) fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn tether(args: &[&str]) -> Output {
+pub(crate) fn tether(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tether"))
         .args(args)
         .current_dir(root())
@@ -17,7 +17,7 @@ fn tether(args: &[&str]) -> Output {
         .unwrap()
 }
 
-fn text(bytes: &[u8]) -> String {
+pub(crate) fn text(bytes: &[u8]) -> String {
     String::from_utf8(bytes.to_vec()).unwrap()
 }
 

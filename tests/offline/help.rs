@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use std::process::Command;
 
 /// The commands that never reach a cluster: their help has no connection flags.
-const OFFLINE: [&str; 11] = [
+const OFFLINE: [&str; 12] = [
+    "push artifact",
     "validate",
     "render",
     "graph",
@@ -20,7 +21,8 @@ const OFFLINE: [&str; 11] = [
 ];
 
 /// The commands that read no models: their help has no --age-key-file.
-const NO_MODELS: [&str; 18] = [
+const NO_MODELS: [&str; 19] = [
+    "push artifact",
     "install",
     "uninstall",
     "check",

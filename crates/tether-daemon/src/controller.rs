@@ -566,7 +566,7 @@ fn spawn_discovery(
     )
 }
 
-/// The Git credentials of the Source's `secretRef`.
+/// The Git (or registry) credentials of the Source's `secretRef`.
 async fn credentials(
     client: &Client,
     namespace: &str,
@@ -581,6 +581,25 @@ async fn credentials(
         .await
         .map_err(|e| format!("cannot read the Secret {namespace}/{}: {e}", reference.name))?;
     let data = secret.data.unwrap_or_default();
+    // A registry's Secret as kubectl and Flux make it (type dockerconfigjson).
+    if let (Some(config), Ok(artifact)) = (
+        data.get(".dockerconfigjson"),
+        tether_engine::oci::Reference::parse(&spec.url),
+    ) {
+        let found =
+            tether_engine::oci::Credentials::from_docker_config(&config.0, &artifact.registry)
+                .ok_or_else(|| {
+                    format!(
+                        "the Secret {namespace}/{} has no credentials for {}",
+                        reference.name, artifact.registry
+                    )
+                })?;
+        return Ok(Credentials {
+            token: Some(found.password),
+            username: Some(found.username),
+            ssh_key: None,
+        });
+    }
     let text = |key: &str| {
         data.get(key)
             .map(|v| String::from_utf8_lossy(&v.0).trim_end().to_string())

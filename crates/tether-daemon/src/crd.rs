@@ -1,5 +1,5 @@
 //! The `Source` custom resource (`tether.dev/v1alpha1`): a Git repository, a ref and a
-//! path that the daemon keeps applied, with the status a GitOps user reads
+//! path (or an OCI artifact) that the daemon keeps applied, with the status a GitOps user reads
 //! (`kubectl get sources`): revisions, kstatus conditions, the last plan's counts.
 //! Its CRD is generated from these types (`tether crd`, `deploy/crd.yaml`).
 
@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use tether_core::ownership::Inventory;
 use tether_engine::git::Credentials;
+use tether_engine::oci::{self, Access, Reference};
 use tether_engine::reconcile::{ApplyOptions, PlanOptions};
 use tether_engine::repo::Repo;
 
@@ -28,7 +29,7 @@ pub const RECONCILE_REQUESTED_ANNOTATION: &str = "tether.dev/reconcile-requested
     status = "SourceStatus",
     shortname = "tsrc",
     category = "tether",
-    doc = "A Git repository of tether models that the daemon keeps applied",
+    doc = "A Git repository (or OCI artifact) of tether models that the daemon keeps applied",
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Status","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].message"}"#,
     printcolumn = r#"{"name":"Revision","type":"string","jsonPath":".status.lastAppliedRevision"}"#,
@@ -37,12 +38,20 @@ pub const RECONCILE_REQUESTED_ANNOTATION: &str = "tether.dev/reconcile-requested
 )]
 #[serde(rename_all = "camelCase")]
 pub struct SourceSpec {
-    /// The repository: https://, ssh:// or file:// URL.
+    /// The repository: https://, ssh:// or file:// URL; or an OCI artifact in Flux's
+    /// format (`tether push artifact`, `flux push artifact`): oci://HOST/REPOSITORY,
+    /// with its tag in `ref` (default latest) or in the URL (oci://HOST/REPOSITORY:TAG,
+    /// or @sha256:DIGEST).
     pub url: String,
-    /// Branch, tag or full commit id (default: the remote's default branch).
+    /// Branch, tag or full commit id (default: the remote's default branch); for an
+    /// oci:// URL, its tag or digest (sha256:…).
     #[serde(default, rename = "ref", skip_serializing_if = "Option::is_none")]
     pub reference: Option<String>,
-    /// The models directory inside the repository.
+    /// For an oci:// URL: talk to the registry over plain HTTP (Flux's
+    /// `spec.insecure`).
+    #[serde(default)]
+    pub insecure: bool,
+    /// The models directory inside the repository (or artifact).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
     /// How often the remote is asked for its ref (e.g. 30s, 5m; default 1m). Webhooks
@@ -77,8 +86,9 @@ pub struct SourceSpec {
     /// `.tether.yaml` names. The credentials must allow a push.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub discovery: Option<DiscoverySpec>,
-    /// A Secret in the Source's namespace with Git credentials: `username`, and
-    /// `password` or `token`.
+    /// A Secret in the Source's namespace with Git (or registry) credentials:
+    /// `username`, and `password` or `token`; for an oci:// URL, also a
+    /// `.dockerconfigjson` (`kubectl create secret docker-registry`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<LocalObjectReference>,
     /// Decrypt the repository's sops-encrypted files with the age keys of a Secret in
@@ -212,6 +222,8 @@ pub enum SpecError {
     Interval(String),
     #[error("spec.path: {0:?} leaves the repository")]
     Path(String),
+    #[error("spec.url: {0}")]
+    Artifact(String),
 }
 
 /// What a Source asks the loop to do, checked.
@@ -267,14 +279,34 @@ impl SourceSpec {
         {
             return Err(SpecError::Path(path.display().to_string()));
         }
-        Ok(SourceSettings {
-            repo: Repo::Git {
+        let repo = match Reference::is_oci(&self.url) {
+            true if self.discovery.is_some() => {
+                return Err(SpecError::Artifact(
+                    "spec.discovery commits to Git; an artifact cannot take commits".into(),
+                ));
+            }
+            true => Repo::Oci {
+                reference: self.artifact_reference()?,
+                path,
+                cache,
+                access: Access {
+                    credentials: credentials.token.map(|password| oci::Credentials {
+                        username: credentials.username.unwrap_or_default(),
+                        password,
+                    }),
+                    insecure: self.insecure,
+                },
+            },
+            false => Repo::Git {
                 url: self.url.clone(),
                 reference: self.reference.clone(),
                 path,
                 cache,
                 credentials,
             },
+        };
+        Ok(SourceSettings {
+            repo,
             inventory: self.inventory_of(namespace, name),
             interval,
             plan: PlanOptions {
@@ -294,15 +326,51 @@ impl SourceSpec {
     }
 }
 
+impl SourceSpec {
+    /// The artifact an oci:// URL names, with `ref` as its tag or digest (Flux's
+    /// spelling); a tag or digest in both is refused.
+    fn artifact_reference(&self) -> Result<Reference, SpecError> {
+        let reference =
+            Reference::parse(&self.url).map_err(|e| SpecError::Artifact(e.to_string()))?;
+        let Some(text) = &self.reference else {
+            return Ok(reference);
+        };
+        let named_in_url = self
+            .url
+            .rsplit('/')
+            .next()
+            .is_some_and(|last| last.contains([':', '@']));
+        if named_in_url {
+            return Err(SpecError::Artifact(format!(
+                "{} names its tag or digest, and spec.ref names {text}: give one",
+                self.url
+            )));
+        }
+        let target = oci::target_of(text).ok_or_else(|| {
+            SpecError::Artifact(format!(
+                "spec.ref {text:?} is neither a tag nor a sha256: digest"
+            ))
+        })?;
+        Ok(reference.with_target(target))
+    }
+}
+
 /// How a revision is named in the status: `<ref>@sha1:<hex>` (`HEAD` for the remote's
-/// default branch).
+/// default branch); an artifact's revision (`<tag>@sha256:<hex>`) names itself.
 pub fn revision_name(reference: Option<&str>, commit: &str) -> String {
+    if oci::is_artifact_revision(commit) {
+        return commit.to_string();
+    }
     format!("{}@sha1:{commit}", reference.unwrap_or("HEAD"))
 }
 
 /// The commit of a [`revision_name`], when it names `reference` (a revision of
-/// another ref says nothing of this one's history).
+/// another ref says nothing of this one's history); an artifact's revision is its own
+/// commit (its tag is part of it).
 pub fn commit_of_revision<'r>(revision: &'r str, reference: Option<&str>) -> Option<&'r str> {
+    if oci::is_artifact_revision(revision) {
+        return Some(revision);
+    }
     let (named, commit) = revision.split_once("@sha1:")?;
     (named == reference.unwrap_or("HEAD")).then_some(commit)
 }
@@ -340,6 +408,59 @@ mod tests {
         let head = revision_name(None, "def");
         assert_eq!(commit_of_revision(&head, None), Some("def"));
         assert_eq!(commit_of_revision("garbage", Some("main")), None);
+    }
+
+    #[test]
+    fn an_artifact_takes_its_tag_from_the_url_or_from_ref() {
+        let settings = |yaml: &str| {
+            spec(yaml).settings(
+                "n",
+                "s",
+                "/c".into(),
+                Credentials {
+                    username: Some("ci".into()),
+                    token: Some("secret".into()),
+                    ssh_key: None,
+                },
+            )
+        };
+        let in_url = settings("url: oci://registry.example/team/models:v1\n").unwrap();
+        let Repo::Oci {
+            reference, access, ..
+        } = in_url.repo
+        else {
+            panic!("not an artifact: {:?}", in_url.repo);
+        };
+        assert_eq!(
+            reference.to_string(),
+            "oci://registry.example/team/models:v1"
+        );
+        assert_eq!(access.credentials.unwrap().password, "secret");
+        let in_ref =
+            settings("url: oci://registry.example/team/models\nref: v2\ninsecure: true\n").unwrap();
+        let Repo::Oci {
+            reference, access, ..
+        } = in_ref.repo
+        else {
+            panic!("not an artifact: {:?}", in_ref.repo);
+        };
+        assert_eq!(
+            reference.to_string(),
+            "oci://registry.example/team/models:v2"
+        );
+        assert!(access.insecure);
+        let both = settings("url: oci://registry.example/team/models:v1\nref: v2\n").unwrap_err();
+        assert!(both.to_string().contains("give one"), "{both}");
+        let discovery =
+            settings("url: oci://registry.example/team/models\ndiscovery: {}\n").unwrap_err();
+        assert!(
+            discovery.to_string().contains("cannot take commits"),
+            "{discovery}"
+        );
+        let digest = format!("sha256:{}", "b".repeat(64));
+        let revision = format!("v1@{digest}");
+        assert_eq!(revision_name(Some("v1"), &revision), revision);
+        assert_eq!(commit_of_revision(&revision, None), Some(revision.as_str()));
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub mod generate;
 pub mod git;
 pub mod handover;
 pub mod keys;
+pub mod oci;
 pub mod reconcile;
 pub mod repo;
 pub mod watch;

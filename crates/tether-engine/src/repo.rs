@@ -1,6 +1,7 @@
 //! Where the models come from, and reading them: a directory (with the commit of the
-//! Git checkout around it, if any), or a Git repository at a branch, tag or commit,
-//! read from that commit's tree. Reading is blocking (file walks, git2) and runs off
+//! Git checkout around it, if any), a Git repository at a branch, tag or commit,
+//! read from that commit's tree, or an OCI artifact ([`crate::oci`]) unpacked into
+//! the cache of its digest. Reading is blocking (file walks, git2) and runs off
 //! the async runtime. Every file's size is known before it is read, and a file past
 //! the core's limit is not read (see [`crate::directory`], [`crate::git`]).
 
@@ -16,6 +17,7 @@ use crate::git::{
     CommitModels, Credentials, GitError, fetch_commit, local_revision, read_commit_models,
     revision_of,
 };
+use crate::oci::{Access, OciError, Reference};
 use tether_core::remedy::Remedy;
 use tether_core::source::{Revision, SourceFile, SourceFiles};
 
@@ -34,6 +36,14 @@ pub enum Repo {
         cache: PathBuf,
         credentials: Credentials,
     },
+    /// An OCI artifact in Flux's format, unpacked into `cache` by its digest.
+    Oci {
+        reference: Reference,
+        /// The models directory inside the artifact.
+        path: PathBuf,
+        cache: PathBuf,
+        access: Access,
+    },
 }
 
 #[derive(Debug, Error)]
@@ -42,6 +52,8 @@ pub enum RepoError {
     Read(#[from] SourceError),
     #[error(transparent)]
     Git(#[from] GitError),
+    #[error(transparent)]
+    Oci(#[from] OciError),
     #[error("reading the models stopped: {0}")]
     Interrupted(String),
 }
@@ -131,13 +143,25 @@ impl Repo {
                 ..
             } => format!("{url} ({r})"),
             Repo::Git { url, .. } => url.clone(),
+            Repo::Oci { reference, .. } => reference.to_string(),
         }
     }
 
     /// For a Git source: the commit its ref names, if the remote says it did not move
-    /// from what the cache holds (nothing is fetched). `None` for a directory, or when
-    /// the ref moved or the remote could not be asked.
+    /// from what the cache holds (nothing is fetched); for an artifact, its revision
+    /// (`<tag>@sha256:…`) when the cache holds the digest its tag names (one HEAD
+    /// request, nothing downloaded). `None` for a directory, or when the ref moved or
+    /// the remote could not be asked.
     pub async fn unmoved_commit(&self) -> Option<String> {
+        if let Repo::Oci {
+            reference,
+            cache,
+            access,
+            ..
+        } = self
+        {
+            return crate::oci::unmoved_revision(reference, access, cache).await;
+        }
         let Repo::Git {
             url,
             reference,
@@ -221,26 +245,28 @@ impl Repo {
                     tree,
                 })
             }
+            Repo::Oci {
+                reference,
+                path,
+                cache,
+                access,
+            } => load_artifact(label, &reference, &path, &cache, &access).await,
             Repo::Directory(path) => {
                 // Messages name files from where tether runs, as the path was given.
                 let shown_root = tether_core::source::shown_root_of(&path, path.is_file());
-                let settings_path = path.join(SETTINGS_FILE);
                 let path_for_rules = std::path::absolute(&path).unwrap_or_else(|_| path.clone());
                 let tree = ModelsTree::Directory(if path.is_file() {
                     path.parent().map(PathBuf::from).unwrap_or_default()
                 } else {
                     path.clone()
                 });
-                let (files, revision, settings) = tokio::join!(
-                    read_directory(path.clone()),
+                let (read, revision) = tokio::join!(
+                    read_models_root(path.clone(), shown_root),
                     blocking(move || local_revision(&path)),
-                    blocking(move || read_settings_file(&settings_path))
                 );
-                let (settings, settings_too_large) = settings??;
+                let (files, settings) = read?;
                 Ok(LoadedModels {
-                    files: files?
-                        .with_too_large(settings_too_large.into_iter().collect())
-                        .with_shown_root(shown_root),
+                    files,
                     label,
                     revision: revision?,
                     settings,
@@ -254,10 +280,74 @@ impl Repo {
     }
 }
 
-/// The models root inside a Git source's repository.
+/// A models root's files (named under `shown_root`) and its settings file's text; a
+/// settings file past the size limit is reported with the files.
+async fn read_models_root(
+    path: PathBuf,
+    shown_root: String,
+) -> Result<(SourceFiles, Option<String>), RepoError> {
+    let settings_path = path.join(SETTINGS_FILE);
+    let (files, settings) = tokio::join!(
+        read_directory(path),
+        blocking(move || read_settings_file(&settings_path))
+    );
+    let (settings, settings_too_large) = settings??;
+    let files = files?
+        .with_too_large(settings_too_large.into_iter().collect())
+        .with_shown_root(shown_root);
+    Ok((files, settings))
+}
+
+/// Pulls an artifact (nothing is downloaded when the cache holds the digest its tag
+/// names) and reads the models directory `path` inside it, as a directory is read;
+/// files are named from the artifact's root.
+async fn load_artifact(
+    label: String,
+    reference: &Reference,
+    path: &std::path::Path,
+    cache: &std::path::Path,
+    access: &Access,
+) -> Result<LoadedModels, RepoError> {
+    if path.is_absolute()
+        || path
+            .components()
+            .any(|c| matches!(c, std::path::Component::ParentDir))
+    {
+        return Err(OciError::PathLeaves {
+            reference: reference.to_string(),
+            path: path.to_path_buf(),
+        }
+        .into());
+    }
+    let pulled = crate::oci::pull(reference, access, cache).await?;
+    let root = pulled.root.clone();
+    let models_root = pulled.root.join(path);
+    let sops_rules = models_root
+        .ancestors()
+        .take_while(|dir| dir.starts_with(&root))
+        .any(|dir| dir.join(tether_sops::config::CONFIG_FILE).is_file());
+    let shown_root = tether_core::source::shown_root_of(path, false);
+    let tree = ModelsTree::Directory(models_root.clone());
+    let (files, settings) = read_models_root(models_root, shown_root).await?;
+    Ok(LoadedModels {
+        files,
+        label,
+        revision: Some(Revision {
+            commit: pulled.revision,
+            dirty: false,
+        }),
+        settings,
+        fetch_took: pulled.download_took,
+        sops_rules,
+        plain_secrets_are_errors: false,
+        tree,
+    })
+}
+
+/// The models root inside a Git source's repository (or an artifact).
 fn path_inside(repo: &Repo) -> PathBuf {
     match repo {
-        Repo::Git { path, .. } => path.clone(),
+        Repo::Git { path, .. } | Repo::Oci { path, .. } => path.clone(),
         Repo::Directory(_) => PathBuf::new(),
     }
 }

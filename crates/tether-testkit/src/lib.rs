@@ -5,6 +5,7 @@
 //! - [`git`] and [`remote`]: the `git` CLI as the tests' second Git client, a remote
 //!   served by `git daemon`, a plain HTTP client;
 //! - [`broker`]: a Kafka-protocol broker and an independent consumer;
+//! - [`registry`]: an OCI registry (Debian's docker-registry) with its access log;
 //! - [`tools`]: the pinned Helm and Kustomize (`scripts/helm-tools`);
 //! - [`cluster`] (feature `cluster`): local control planes (`scripts/local-cluster`),
 //!   a client for a kubeconfig, polling until a condition holds.
@@ -21,6 +22,7 @@ pub mod broker;
 #[cfg(feature = "cluster")]
 pub mod cluster;
 pub mod git;
+pub mod registry;
 pub mod remote;
 pub mod snapshot;
 pub mod tools;

@@ -209,7 +209,7 @@ pub fn free_port() -> u16 {
 }
 
 /// A child process killed when dropped.
-struct KillOnDrop(Child);
+pub struct KillOnDrop(pub Child);
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {

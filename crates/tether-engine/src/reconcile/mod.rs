@@ -171,6 +171,10 @@ impl ReconcileError {
             ReconcileError::Dormant(_) => "KubernetesDisabled",
             ReconcileError::Selection(_) | ReconcileError::PartialPrune => "InvalidSelection",
             ReconcileError::Source(RepoError::Git(error)) if error.is_permanent() => "GitRefused",
+            ReconcileError::Source(RepoError::Oci(error)) if error.is_permanent() => {
+                "ArtifactRefused"
+            }
+            ReconcileError::Source(RepoError::Oci(_)) => "ArtifactFailed",
             ReconcileError::Source(_) => "GitFailed",
             ReconcileError::Cluster(error) if error.is_permanent() => "ClusterRefused",
             ReconcileError::Cluster(_) => "ClusterUnavailable",
@@ -182,7 +186,10 @@ impl ReconcileError {
     /// does not suggest running again. Git and the cluster being unreachable, busy or
     /// in a conflict pass with time.
     pub fn is_permanent(&self) -> bool {
-        !matches!(self.reason(), "GitFailed" | "ClusterUnavailable")
+        !matches!(
+            self.reason(),
+            "GitFailed" | "ArtifactFailed" | "ClusterUnavailable"
+        )
     }
 }
 

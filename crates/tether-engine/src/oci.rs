@@ -1,0 +1,429 @@
+//! Models from an OCI artifact in Flux's format (`flux push artifact`): an image
+//! manifest whose config has the media type [`FLUX_CONFIG`] and whose one layer is a
+//! gzipped tar of the models directory ([`FLUX_CONTENT`]), pushed by
+//! `tether push artifact` or by Flux's CLI.
+//!
+//! Pulling resolves the tag to the manifest's digest (one HEAD request), and reads the
+//! artifact from the cache directory of that digest when it is there: a source whose
+//! tag did not move downloads nothing. Otherwise the manifest and the layer are
+//! downloaded, each checked against its digest, and the layer is unpacked safely
+//! ([`archive`]) into the digest's cache directory, which is then read as a models
+//! directory.
+
+pub mod archive;
+mod reference;
+mod registry;
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
+use thiserror::Error;
+
+pub use reference::{Reference, ReferenceError, Target, target_of};
+pub use registry::Registry;
+
+/// The media type of a Flux artifact's config.
+pub const FLUX_CONFIG: &str = "application/vnd.cncf.flux.config.v1+json";
+/// The media type of a Flux artifact's one layer: a gzipped tar of the directory.
+pub const FLUX_CONTENT: &str = "application/vnd.cncf.flux.content.v1.tar+gzip";
+/// The media type of the manifest tether pushes (and asks for first).
+pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+/// Where the artifact says it was built from (`--source`).
+pub const SOURCE_ANNOTATION: &str = "org.opencontainers.image.source";
+/// The revision of that source (`--revision`, e.g. `main@sha1:…`).
+pub const REVISION_ANNOTATION: &str = "org.opencontainers.image.revision";
+
+#[derive(Debug, Error)]
+pub enum OciError {
+    #[error(transparent)]
+    Reference(#[from] ReferenceError),
+    #[error("cannot reach the registry of {reference}")]
+    Unreachable {
+        reference: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("the registry of {reference} asks for credentials, and none were given")]
+    CredentialsNeeded { reference: String },
+    #[error("the registry of {reference} refused the credentials (HTTP {status})")]
+    Unauthorized { reference: String, status: u16 },
+    #[error("{reference} does not exist in the registry")]
+    NotFound { reference: String },
+    #[error("the registry answered HTTP {status} to {what} of {reference}: {body}")]
+    Status {
+        reference: String,
+        what: &'static str,
+        status: u16,
+        body: String,
+    },
+    #[error(
+        "{reference}: {what} has digest {actual}, not the {expected} it was asked for; nothing is read from it"
+    )]
+    WrongDigest {
+        reference: String,
+        what: String,
+        expected: String,
+        actual: String,
+    },
+    #[error("{reference} is not a Flux artifact: {why}")]
+    NotFluxArtifact { reference: String, why: String },
+    #[error("{reference}: {what} is larger than {limit} bytes")]
+    TooLarge {
+        reference: String,
+        what: String,
+        limit: u64,
+    },
+    #[error("{reference}: the artifact's content is refused")]
+    Archive {
+        reference: String,
+        #[source]
+        source: archive::ArchiveError,
+    },
+    #[error("{reference}: the models path {path} leaves the artifact")]
+    PathLeaves { reference: String, path: PathBuf },
+    #[error("cannot write the artifact cache {path}")]
+    Cache {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl OciError {
+    /// Will the same pull fail again until someone pushes another artifact or changes
+    /// the source (a reference that cannot be parsed, content that is refused)? A
+    /// registry that is down, a missing tag or refused credentials may pass with time.
+    pub fn is_permanent(&self) -> bool {
+        matches!(
+            self,
+            OciError::Reference(_)
+                | OciError::PathLeaves { .. }
+                | OciError::WrongDigest { .. }
+                | OciError::NotFluxArtifact { .. }
+                | OciError::TooLarge { .. }
+                | OciError::Archive { .. }
+        )
+    }
+}
+
+/// How to authenticate to a registry (basic auth, or the password exchanged for a
+/// token when the registry asks for one). Its `Debug` never shows the password.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Credentials {
+    pub username: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Credentials")
+            .field("username", &self.username)
+            .field("password", &"***")
+            .finish()
+    }
+}
+
+impl Credentials {
+    /// `USER:PASSWORD`, as Flux's `--creds` takes them.
+    pub fn parse(text: &str) -> Option<Credentials> {
+        let (username, password) = text.split_once(':')?;
+        Some(Credentials {
+            username: username.to_string(),
+            password: password.to_string(),
+        })
+    }
+}
+
+impl Credentials {
+    /// The credentials a Docker config (`~/.docker/config.json`, a Secret's
+    /// `.dockerconfigjson`, as `kubectl create secret docker-registry` and Flux make
+    /// them) holds for `registry` (`host[:port]`): `username` and `password`, or
+    /// `auth` (base64 of `user:password`). An entry may be keyed by a URL.
+    pub fn from_docker_config(config: &[u8], registry: &str) -> Option<Credentials> {
+        use base64::Engine as _;
+        #[derive(Deserialize)]
+        struct DockerConfig {
+            #[serde(default)]
+            auths: std::collections::BTreeMap<String, Entry>,
+        }
+        #[derive(Deserialize)]
+        struct Entry {
+            username: Option<String>,
+            password: Option<String>,
+            auth: Option<String>,
+        }
+        let config: DockerConfig = serde_json::from_slice(config).ok()?;
+        let host_of = |key: &str| {
+            let key = key
+                .strip_prefix("https://")
+                .or_else(|| key.strip_prefix("http://"))
+                .unwrap_or(key);
+            key.split('/').next().unwrap_or(key).to_string()
+        };
+        let entry = config
+            .auths
+            .into_iter()
+            .find(|(key, _)| host_of(key) == registry)?
+            .1;
+        match (entry.username, entry.password, entry.auth) {
+            (Some(username), Some(password), _) => Some(Credentials { username, password }),
+            (_, _, Some(auth)) => {
+                let pair = base64::engine::general_purpose::STANDARD
+                    .decode(auth)
+                    .ok()?;
+                Credentials::parse(&String::from_utf8(pair).ok()?)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// How to reach one registry.
+#[derive(Clone, Debug, Default)]
+pub struct Access {
+    pub credentials: Option<Credentials>,
+    /// Plain HTTP instead of HTTPS (Flux's `--insecure-registry`, `spec.insecure`).
+    pub insecure: bool,
+}
+
+/// A descriptor: what a manifest says of one blob.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Descriptor {
+    pub media_type: String,
+    pub digest: String,
+    pub size: u64,
+}
+
+/// An OCI image manifest, as much of it as an artifact needs.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Manifest {
+    pub schema_version: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub media_type: Option<String>,
+    pub config: Descriptor,
+    pub layers: Vec<Descriptor>,
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub annotations: std::collections::BTreeMap<String, String>,
+}
+
+impl Manifest {
+    /// The one content layer of a Flux artifact, or why this is not one.
+    fn flux_layer(&self, reference: &Reference) -> Result<&Descriptor, OciError> {
+        let refuse = |why: String| OciError::NotFluxArtifact {
+            reference: reference.to_string(),
+            why,
+        };
+        if self.config.media_type != FLUX_CONFIG {
+            return Err(refuse(format!(
+                "its config's media type is {}, not {FLUX_CONFIG}",
+                self.config.media_type
+            )));
+        }
+        match self.layers.as_slice() {
+            [layer] if layer.media_type == FLUX_CONTENT => Ok(layer),
+            [layer] => Err(refuse(format!(
+                "its layer's media type is {}, not {FLUX_CONTENT}",
+                layer.media_type
+            ))),
+            layers => Err(refuse(format!(
+                "it has {} layers, not one {FLUX_CONTENT}",
+                layers.len()
+            ))),
+        }
+    }
+}
+
+/// `sha256:<hex>` of `bytes`.
+pub fn sha256_digest(bytes: &[u8]) -> String {
+    format!("sha256:{:x}", Sha256::digest(bytes))
+}
+
+/// How a pulled artifact is named in reports and a Source's status: `<tag>@sha256:…`,
+/// or the digest alone when the reference pins one.
+pub fn revision_name(reference: &Reference, digest: &str) -> String {
+    match &reference.target {
+        Target::Tag(tag) => format!("{tag}@{digest}"),
+        Target::Digest(_) => digest.to_string(),
+    }
+}
+
+/// Is `revision` one that [`revision_name`] made (a digest, not a Git commit)?
+pub fn is_artifact_revision(revision: &str) -> bool {
+    revision.starts_with("sha256:") || revision.contains("@sha256:")
+}
+
+/// The directory an artifact of `digest` is unpacked into, below `cache_dir`.
+fn unpacked_dir(cache_dir: &Path, digest: &str) -> PathBuf {
+    cache_dir.join("oci").join(digest.replace(':', "-"))
+}
+
+/// The revision `reference` names at the registry, when its artifact is already
+/// unpacked in the cache (one HEAD request; nothing downloaded). `None` when it moved
+/// to an artifact not in the cache, or the registry could not be asked.
+pub async fn unmoved_revision(
+    reference: &Reference,
+    access: &Access,
+    cache_dir: &Path,
+) -> Option<String> {
+    let registry = Registry::new(reference, access).ok()?;
+    let digest = registry.resolve().await.ok()?;
+    unpacked_dir(cache_dir, &digest)
+        .is_dir()
+        .then(|| revision_name(reference, &digest))
+}
+
+/// An artifact unpacked in the cache.
+#[derive(Debug)]
+pub struct Pulled {
+    /// The root of the unpacked directory.
+    pub root: PathBuf,
+    /// `<tag>@sha256:…` (see [`revision_name`]).
+    pub revision: String,
+    /// How long downloading took; `None` when the cache already held the artifact.
+    pub download_took: Option<std::time::Duration>,
+}
+
+/// Resolves `reference` to its manifest's digest and makes sure the artifact is
+/// unpacked in `cache_dir`: downloaded, checked and unpacked when the cache does not
+/// hold that digest yet.
+pub async fn pull(
+    reference: &Reference,
+    access: &Access,
+    cache_dir: &Path,
+) -> Result<Pulled, OciError> {
+    let registry = Registry::new(reference, access)?;
+    let digest = registry.resolve().await?;
+    let root = unpacked_dir(cache_dir, &digest);
+    let revision = revision_name(reference, &digest);
+    if root.is_dir() {
+        return Ok(Pulled {
+            root,
+            revision,
+            download_took: None,
+        });
+    }
+    let started = std::time::Instant::now();
+    let manifest = registry.manifest(&digest).await?;
+    let layer = manifest.flux_layer(reference)?;
+    let parent = cache_dir.join("oci");
+    std::fs::create_dir_all(&parent).map_err(|source| OciError::Cache {
+        path: parent.clone(),
+        source,
+    })?;
+    let compressed = registry.blob_to_file(layer, &parent).await?;
+    let download_took = Some(started.elapsed());
+    let shown = reference.to_string();
+    let unpack_root = root.clone();
+    tokio::task::spawn_blocking(move || archive::unpack_into_cache(&compressed, &unpack_root))
+        .await
+        .map_err(|e| OciError::Cache {
+            path: root.clone(),
+            source: std::io::Error::other(e.to_string()),
+        })?
+        .map_err(|source| OciError::Archive {
+            reference: shown,
+            source,
+        })?;
+    Ok(Pulled {
+        root,
+        revision,
+        download_took,
+    })
+}
+
+/// What `tether push artifact` publishes besides the directory.
+#[derive(Clone, Debug, Default)]
+pub struct PushMetadata {
+    /// Where the directory comes from (a Git URL).
+    pub source: Option<String>,
+    /// Its revision there (e.g. `main@sha1:<commit>`).
+    pub revision: Option<String>,
+}
+
+/// Packs `dir` (deterministically: the same files give the same digest) and pushes it
+/// as a Flux artifact under `reference`'s tag; returns the manifest's digest.
+pub async fn push(
+    reference: &Reference,
+    access: &Access,
+    dir: &Path,
+    metadata: &PushMetadata,
+) -> Result<String, PushError> {
+    let dir_owned = dir.to_path_buf();
+    let layer = tokio::task::spawn_blocking(move || archive::pack(&dir_owned))
+        .await
+        .map_err(|e| {
+            PushError::Pack(archive::ArchiveError::Io {
+                path: dir.to_path_buf(),
+                source: std::io::Error::other(e.to_string()),
+            })
+        })?
+        .map_err(PushError::Pack)?;
+    let config = b"{}".to_vec();
+    let mut annotations = std::collections::BTreeMap::new();
+    if let Some(source) = &metadata.source {
+        annotations.insert(SOURCE_ANNOTATION.to_string(), source.clone());
+    }
+    if let Some(revision) = &metadata.revision {
+        annotations.insert(REVISION_ANNOTATION.to_string(), revision.clone());
+    }
+    let config_descriptor = Descriptor {
+        media_type: FLUX_CONFIG.to_string(),
+        digest: sha256_digest(&config),
+        size: config.len() as u64,
+    };
+    let layer_descriptor = Descriptor {
+        media_type: FLUX_CONTENT.to_string(),
+        digest: sha256_digest(&layer),
+        size: layer.len() as u64,
+    };
+    let registry = Registry::new(reference, access)?;
+    registry.push_blob(&config_descriptor, config).await?;
+    registry.push_blob(&layer_descriptor, layer).await?;
+    let manifest = Manifest {
+        schema_version: 2,
+        media_type: Some(OCI_MANIFEST.to_string()),
+        config: config_descriptor,
+        layers: vec![layer_descriptor],
+        annotations,
+    };
+    Ok(registry.push_manifest(&manifest).await?)
+}
+
+#[derive(Debug, Error)]
+pub enum PushError {
+    #[error("cannot pack the directory")]
+    Pack(#[source] archive::ArchiveError),
+    #[error(transparent)]
+    Registry(#[from] OciError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_docker_config_gives_the_registrys_credentials() {
+        let config = br#"{"auths": {
+            "https://index.docker.io/v1/": {"auth": "aHViOnNlY3JldA=="},
+            "ghcr.io": {"username": "bot", "password": "token"}
+        }}"#;
+        let hub = Credentials::from_docker_config(config, "index.docker.io").unwrap();
+        assert_eq!(
+            (hub.username.as_str(), hub.password.as_str()),
+            ("hub", "secret")
+        );
+        let ghcr = Credentials::from_docker_config(config, "ghcr.io").unwrap();
+        assert_eq!(
+            (ghcr.username.as_str(), ghcr.password.as_str()),
+            ("bot", "token")
+        );
+        assert_eq!(Credentials::from_docker_config(config, "quay.io"), None);
+        assert_eq!(
+            Credentials::from_docker_config(b"not json", "ghcr.io"),
+            None
+        );
+    }
+}

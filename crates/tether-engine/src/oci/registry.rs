@@ -1,0 +1,440 @@
+//! The few calls of the OCI distribution API an artifact needs: resolve a tag (HEAD
+//! of the manifest), get a manifest and a blob (each checked against its digest),
+//! and push blobs (monolithic upload) and a manifest. A registry that answers 401
+//! is asked again with basic auth, or with the bearer token its challenge's realm
+//! gives (anonymously, or for the credentials): ghcr.io, Docker Hub and the rest.
+
+use std::io::Write as _;
+use std::path::Path;
+use std::sync::{Mutex, PoisonError};
+
+use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, LOCATION, WWW_AUTHENTICATE};
+use reqwest::{Method, RequestBuilder, Response, StatusCode};
+use sha2::{Digest as _, Sha256};
+
+use super::{Access, Credentials, Descriptor, Manifest, OCI_MANIFEST, OciError, Reference};
+
+/// A manifest larger than this is refused (distribution's own limit is 4 MiB).
+const MANIFEST_BYTES: u64 = 4 * 1024 * 1024;
+/// A layer larger than this is refused before it is downloaded: the unpacked
+/// directory is bounded too ([`super::archive`]), and gzip of YAML is rarely worse
+/// than 1:1.
+pub(crate) const LAYER_BYTES: u64 = super::archive::UNPACKED_BYTES;
+/// How long one request may take.
+const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+/// The manifest types asked for: an OCI manifest, or Docker's (some registries
+/// convert).
+const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json";
+
+/// One repository on one registry, with the authorization it was granted.
+#[derive(Debug)]
+pub struct Registry {
+    http: reqwest::Client,
+    /// `https://host` (or `http://` when insecure).
+    base: String,
+    reference: Reference,
+    credentials: Option<Credentials>,
+    /// The `Authorization` header that the last challenge earned.
+    authorization: Mutex<Option<String>>,
+}
+
+impl Registry {
+    pub fn new(reference: &Reference, access: &Access) -> Result<Registry, OciError> {
+        let http = reqwest::Client::builder()
+            .timeout(REQUEST_TIMEOUT)
+            .user_agent(concat!("tether/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|source| OciError::Unreachable {
+                reference: reference.to_string(),
+                source,
+            })?;
+        let scheme = if access.insecure { "http" } else { "https" };
+        Ok(Registry {
+            http,
+            base: format!("{scheme}://{}", reference.registry),
+            reference: reference.clone(),
+            credentials: access.credentials.clone(),
+            authorization: Mutex::new(None),
+        })
+    }
+
+    fn url(&self, tail: &str) -> String {
+        format!("{}/v2/{}/{tail}", self.base, self.reference.repository)
+    }
+
+    /// The manifest's digest that the reference names: a pinned digest as it is, a
+    /// tag by one HEAD request (a GET, hashed, when the registry sends no
+    /// `Docker-Content-Digest`).
+    pub async fn resolve(&self) -> Result<String, OciError> {
+        if let super::Target::Digest(digest) = &self.reference.target {
+            return Ok(digest.clone());
+        }
+        let url = self.url(&format!("manifests/{}", self.reference.target_text()));
+        let response = self.manifest_request(Method::HEAD, &url).await?;
+        if let Some(digest) = header_digest(response.headers()) {
+            return Ok(digest);
+        }
+        let response = self.manifest_request(Method::GET, &url).await?;
+        let bytes = self
+            .read_bounded(response, "the manifest", MANIFEST_BYTES)
+            .await?;
+        Ok(super::sha256_digest(&bytes))
+    }
+
+    async fn manifest_request(&self, method: Method, url: &str) -> Result<Response, OciError> {
+        self.send("the manifest", |http| {
+            http.request(method.clone(), url)
+                .header(ACCEPT, MANIFEST_ACCEPT)
+        })
+        .await
+    }
+
+    /// The manifest of `digest`, checked against it.
+    pub async fn manifest(&self, digest: &str) -> Result<Manifest, OciError> {
+        let url = self.url(&format!("manifests/{digest}"));
+        let response = self.manifest_request(Method::GET, &url).await?;
+        let bytes = self
+            .read_bounded(response, "the manifest", MANIFEST_BYTES)
+            .await?;
+        self.check_digest("the manifest", digest, &super::sha256_digest(&bytes))?;
+        serde_json::from_slice(&bytes).map_err(|e| OciError::NotFluxArtifact {
+            reference: self.reference.to_string(),
+            why: format!("its manifest is not an OCI image manifest: {e}"),
+        })
+    }
+
+    /// Downloads the blob `layer` names into a temporary file in `dir`, hashing it on
+    /// the way; refused when it is larger than it says or than [`LAYER_BYTES`], or
+    /// its digest differs.
+    pub async fn blob_to_file(
+        &self,
+        layer: &Descriptor,
+        dir: &Path,
+    ) -> Result<tempfile::NamedTempFile, OciError> {
+        let what = format!("the layer {}", layer.digest);
+        if layer.size > LAYER_BYTES {
+            return Err(self.too_large(&what, LAYER_BYTES));
+        }
+        let url = self.url(&format!("blobs/{}", layer.digest));
+        let mut response = self.send("a layer", |http| http.get(&url)).await?;
+        let cache_error = |source| OciError::Cache {
+            path: dir.to_path_buf(),
+            source,
+        };
+        let mut file = tempfile::NamedTempFile::new_in(dir).map_err(cache_error)?;
+        let mut hasher = Sha256::new();
+        let mut written = 0u64;
+        while let Some(chunk) = response.chunk().await.map_err(|e| self.unreachable(e))? {
+            written += chunk.len() as u64;
+            if written > layer.size {
+                return Err(self.too_large(&what, layer.size));
+            }
+            hasher.update(&chunk);
+            file.write_all(&chunk).map_err(cache_error)?;
+        }
+        let actual = format!("sha256:{:x}", hasher.finalize());
+        self.check_digest(&what, &layer.digest, &actual)?;
+        Ok(file)
+    }
+
+    /// Uploads `bytes` as the blob `descriptor` names, unless the registry has it.
+    pub async fn push_blob(&self, descriptor: &Descriptor, bytes: Vec<u8>) -> Result<(), OciError> {
+        let exists_url = self.url(&format!("blobs/{}", descriptor.digest));
+        match self.send("a blob", |http| http.head(&exists_url)).await {
+            Ok(_) => return Ok(()),
+            Err(OciError::NotFound { .. }) => {}
+            Err(other) => return Err(other),
+        }
+        let start_url = self.url("blobs/uploads/");
+        let started = self
+            .send("an upload", |http| {
+                http.post(&start_url)
+                    .header(CONTENT_TYPE, "application/octet-stream")
+                    .body(Vec::new())
+            })
+            .await?;
+        let location = started
+            .headers()
+            .get(LOCATION)
+            .and_then(|l| l.to_str().ok())
+            .ok_or_else(|| {
+                self.status_error("an upload", started.status(), "no Location".into())
+            })?;
+        let mut upload = reqwest::Url::parse(&self.base)
+            .and_then(|base| base.join(location))
+            .map_err(|e| self.status_error("an upload", started.status(), e.to_string()))?;
+        upload
+            .query_pairs_mut()
+            .append_pair("digest", &descriptor.digest);
+        let body = bytes;
+        self.send("a blob", |http| {
+            http.request(Method::PUT, upload.clone())
+                .header(CONTENT_TYPE, "application/octet-stream")
+                .body(body.clone())
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Puts `manifest` under the reference's tag; returns its digest.
+    pub async fn push_manifest(&self, manifest: &Manifest) -> Result<String, OciError> {
+        let body = serde_json::to_vec(manifest).map_err(|e| {
+            self.status_error("the manifest", StatusCode::BAD_REQUEST, e.to_string())
+        })?;
+        let digest = super::sha256_digest(&body);
+        let url = self.url(&format!("manifests/{}", self.reference.target_text()));
+        self.send("the manifest", |http| {
+            http.put(&url)
+                .header(CONTENT_TYPE, OCI_MANIFEST)
+                .body(body.clone())
+        })
+        .await?;
+        Ok(digest)
+    }
+
+    /// Sends a request built by `build`; on 401, earns authorization from the
+    /// challenge and sends it once more. A 404 is [`OciError::NotFound`], any other
+    /// failure status [`OciError::Status`].
+    async fn send(
+        &self,
+        what: &'static str,
+        build: impl Fn(&reqwest::Client) -> RequestBuilder,
+    ) -> Result<Response, OciError> {
+        let mut response = self.send_once(&build).await?;
+        if response.status() == StatusCode::UNAUTHORIZED {
+            self.authorize(response.headers()).await?;
+            response = self.send_once(&build).await?;
+            if response.status() == StatusCode::UNAUTHORIZED {
+                return Err(OciError::Unauthorized {
+                    reference: self.reference.to_string(),
+                    status: response.status().as_u16(),
+                });
+            }
+        }
+        let status = response.status();
+        if status == StatusCode::NOT_FOUND {
+            return Err(OciError::NotFound {
+                reference: self.reference.to_string(),
+            });
+        }
+        if status == StatusCode::FORBIDDEN {
+            return Err(OciError::Unauthorized {
+                reference: self.reference.to_string(),
+                status: status.as_u16(),
+            });
+        }
+        if !status.is_success() {
+            let body = response.text().await.unwrap_or_default();
+            return Err(self.status_error(what, status, body.chars().take(300).collect()));
+        }
+        Ok(response)
+    }
+
+    async fn send_once(
+        &self,
+        build: &impl Fn(&reqwest::Client) -> RequestBuilder,
+    ) -> Result<Response, OciError> {
+        let mut request = build(&self.http);
+        let authorization = self
+            .authorization
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if let Some(authorization) = authorization {
+            request = request.header(AUTHORIZATION, authorization);
+        }
+        request.send().await.map_err(|e| self.unreachable(e))
+    }
+
+    /// Answers a 401's challenge: basic auth with the credentials, or a bearer token
+    /// from the challenge's realm (asked with the credentials, if any).
+    async fn authorize(&self, headers: &HeaderMap) -> Result<(), OciError> {
+        let challenge = headers
+            .get(WWW_AUTHENTICATE)
+            .and_then(|c| c.to_str().ok())
+            .unwrap_or_default();
+        let authorization = if let Some(params) = strip_scheme(challenge, "Bearer") {
+            self.bearer_token(&challenge_params(params)).await?
+        } else {
+            let credentials =
+                self.credentials
+                    .as_ref()
+                    .ok_or_else(|| OciError::CredentialsNeeded {
+                        reference: self.reference.to_string(),
+                    })?;
+            basic(credentials)
+        };
+        *self
+            .authorization
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(authorization);
+        Ok(())
+    }
+
+    async fn bearer_token(&self, params: &[(String, String)]) -> Result<String, OciError> {
+        let param = |name: &str| {
+            params
+                .iter()
+                .find(|(key, _)| key.eq_ignore_ascii_case(name))
+                .map(|(_, value)| value.as_str())
+        };
+        let realm = param("realm").ok_or_else(|| {
+            self.status_error(
+                "a token",
+                StatusCode::UNAUTHORIZED,
+                "a challenge without realm".into(),
+            )
+        })?;
+        let scope = param("scope").map_or_else(
+            || format!("repository:{}:pull,push", self.reference.repository),
+            str::to_string,
+        );
+        let mut query = vec![("scope", scope)];
+        if let Some(service) = param("service") {
+            query.push(("service", service.to_string()));
+        }
+        let mut request = self.http.get(realm).query(&query);
+        if let Some(credentials) = &self.credentials {
+            request = request.basic_auth(&credentials.username, Some(&credentials.password));
+        }
+        let response = request.send().await.map_err(|e| self.unreachable(e))?;
+        if !response.status().is_success() {
+            return Err(OciError::Unauthorized {
+                reference: self.reference.to_string(),
+                status: response.status().as_u16(),
+            });
+        }
+        #[derive(serde::Deserialize)]
+        struct TokenAnswer {
+            token: Option<String>,
+            access_token: Option<String>,
+        }
+        let answer: TokenAnswer = response.json().await.map_err(|e| self.unreachable(e))?;
+        let token = answer.token.or(answer.access_token).ok_or_else(|| {
+            self.status_error(
+                "a token",
+                StatusCode::UNAUTHORIZED,
+                "an answer without token".into(),
+            )
+        })?;
+        Ok(format!("Bearer {token}"))
+    }
+
+    async fn read_bounded(
+        &self,
+        mut response: Response,
+        what: &str,
+        limit: u64,
+    ) -> Result<Vec<u8>, OciError> {
+        let mut bytes = Vec::new();
+        while let Some(chunk) = response.chunk().await.map_err(|e| self.unreachable(e))? {
+            if (bytes.len() + chunk.len()) as u64 > limit {
+                return Err(self.too_large(what, limit));
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        Ok(bytes)
+    }
+
+    fn check_digest(&self, what: &str, expected: &str, actual: &str) -> Result<(), OciError> {
+        if expected == actual {
+            return Ok(());
+        }
+        Err(OciError::WrongDigest {
+            reference: self.reference.to_string(),
+            what: what.to_string(),
+            expected: expected.to_string(),
+            actual: actual.to_string(),
+        })
+    }
+
+    fn unreachable(&self, source: reqwest::Error) -> OciError {
+        OciError::Unreachable {
+            reference: self.reference.to_string(),
+            source,
+        }
+    }
+
+    fn too_large(&self, what: &str, limit: u64) -> OciError {
+        OciError::TooLarge {
+            reference: self.reference.to_string(),
+            what: what.to_string(),
+            limit,
+        }
+    }
+
+    fn status_error(&self, what: &'static str, status: StatusCode, body: String) -> OciError {
+        OciError::Status {
+            reference: self.reference.to_string(),
+            what,
+            status: status.as_u16(),
+            body,
+        }
+    }
+}
+
+/// The `Docker-Content-Digest` a registry answers a manifest request with.
+fn header_digest(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get("docker-content-digest")
+        .and_then(|d| d.to_str().ok())
+        .filter(|d| super::reference::is_sha256_digest(d))
+        .map(str::to_string)
+}
+
+fn basic(credentials: &Credentials) -> String {
+    use base64::Engine as _;
+    let pair = format!("{}:{}", credentials.username, credentials.password);
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(pair)
+    )
+}
+
+/// The parameters after `scheme` in a `WWW-Authenticate` challenge.
+fn strip_scheme<'c>(challenge: &'c str, scheme: &str) -> Option<&'c str> {
+    let (named, params) = challenge.trim().split_once(' ')?;
+    named.eq_ignore_ascii_case(scheme).then_some(params)
+}
+
+/// `realm="…",service="…",scope="…"` as pairs (a quoted value may hold commas).
+fn challenge_params(text: &str) -> Vec<(String, String)> {
+    let mut params = Vec::new();
+    let mut rest = text.trim();
+    while let Some((key, after)) = rest.split_once('=') {
+        let key = key.trim().trim_start_matches(',').trim().to_string();
+        let (value, remaining) = match after.strip_prefix('"') {
+            Some(quoted) => match quoted.split_once('"') {
+                Some((value, remaining)) => (value.to_string(), remaining),
+                None => (quoted.to_string(), ""),
+            },
+            None => match after.split_once(',') {
+                Some((value, remaining)) => (value.trim().to_string(), remaining),
+                None => (after.trim().to_string(), ""),
+            },
+        };
+        params.push((key, value));
+        rest = remaining.trim_start_matches(',').trim();
+    }
+    params
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bearer_challenge_gives_its_realm_service_and_scope() {
+        let challenge = r#"Bearer realm="https://ghcr.io/token",service="ghcr.io",scope="repository:org/app:pull,push""#;
+        let params = challenge_params(strip_scheme(challenge, "Bearer").unwrap());
+        assert_eq!(
+            params,
+            vec![
+                ("realm".into(), "https://ghcr.io/token".into()),
+                ("service".into(), "ghcr.io".into()),
+                ("scope".into(), "repository:org/app:pull,push".into()),
+            ]
+        );
+        assert_eq!(strip_scheme(r#"Basic realm="x""#, "Bearer"), None);
+    }
+}
