@@ -583,3 +583,77 @@ fn kubernetes_documentation_examples_and_this_projects_deploy_directory_validate
         }
     }
 }
+
+#[test]
+fn a_chart_from_an_oci_registry_renders_and_a_missing_version_is_named() {
+    let registry = tether_testkit::registry::Registry::start();
+    let dir = tempfile::tempdir().unwrap();
+    let helm = &helm_tools().helm;
+    run(Command::new(helm)
+        .args(["create", "hello"])
+        .current_dir(dir.path()));
+    run(Command::new(helm)
+        .args(["package", "hello", "--version", "0.4.0"])
+        .current_dir(dir.path()));
+    let charts = format!("oci://{}/charts", registry.host());
+    run(Command::new(helm)
+        .args(["push", "hello-0.4.0.tgz", &charts, "--plain-http"])
+        .env("HELM_CONFIG_HOME", dir.path().join("helm-config"))
+        .env("HELM_CACHE_HOME", dir.path().join("helm-cache"))
+        .current_dir(dir.path()));
+    let models = dir.path().join("models");
+    let model = |version: &str| {
+        format!(
+            "kind: HelmChart\nname: hello\nchart: hello\nrepository: {charts}\nversion: \"{version}\"\ntrust_domain: shop\n"
+        )
+    };
+    write(&models.join("models.yaml"), &model("0.4.0"));
+    let objects = rendered(dir.path(), &models);
+    let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
+    assert_eq!(
+        deployment["metadata"]["labels"]["helm.sh/chart"],
+        "hello-0.4.0"
+    );
+    assert_eq!(deployment["metadata"]["namespace"], "shop");
+    write(&models.join("models.yaml"), &model("0.5.0"));
+    refused(
+        &models,
+        dir.path(),
+        &["HelmChart \"hello\": cannot build it: cannot fetch the chart"],
+    );
+}
+
+#[test]
+fn a_kustomize_older_than_five_is_refused_with_a_hint() {
+    // The local control plane's kubectl (1.20) embeds Kustomize 2, which builds
+    // overlays differently.
+    let old = tether_testkit::cluster::binaries().join("kubectl");
+    assert!(
+        old.is_file(),
+        "{} (scripts/local-cluster install)",
+        old.display()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let models = dir.path().join("models");
+    write(
+        &models.join("app/kustomization.yaml"),
+        "resources: [cm.yaml]\n",
+    );
+    write(
+        &models.join("app/cm.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n",
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args(["validate", models.to_str().unwrap()])
+        .env("HOME", dir.path())
+        .env("TETHER_KUSTOMIZE", &old)
+        .output()
+        .unwrap();
+    let report = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{report}");
+    assert!(
+        report.contains("builds with Kustomize of kubectl v1.20.2, older than v5.0.0"),
+        "{report}"
+    );
+    assert!(report.contains("kubectl 1.27 or later"), "{report}");
+}
