@@ -32,11 +32,11 @@ pub(super) fn template(
         hint: e.hint(),
     })?;
     let chart = chart_path(helm, chart_cache, root, request)?;
-    let values = ValuesDir::write(&request.values).map_err(|e| Failure {
+    let values = ValuesDir::write(chart_cache, &request.values).map_err(|e| Failure {
         message: format!("cannot write the values for Helm: {e}"),
-        hint:
-            "tether writes values files to a private temporary directory; check that it is writable"
-                .into(),
+        hint: "tether writes values files to a private directory of the chart cache \
+               (TETHER_CHART_CACHE); check that it is writable"
+            .into(),
     })?;
     let mut command = helm_command(helm, chart_cache);
     command
@@ -67,10 +67,13 @@ pub(super) fn template(
 fn helm_command(helm: &Path, chart_cache: &Path) -> std::process::Command {
     let mut command = std::process::Command::new(helm);
     let home = chart_cache.join("helm");
+    // The daemon's root filesystem is read-only: Helm's own temporary files go there too.
+    let _ = std::fs::create_dir_all(home.join("tmp"));
     command
         .env("HELM_CACHE_HOME", home.join("cache"))
         .env("HELM_CONFIG_HOME", home.join("config"))
-        .env("HELM_DATA_HOME", home.join("data"));
+        .env("HELM_DATA_HOME", home.join("data"))
+        .env("TMPDIR", home.join("tmp"));
     command
 }
 
@@ -205,16 +208,18 @@ fn is_loopback(reference: &str) -> bool {
     host.starts_with("127.") || host.starts_with("localhost") || host.starts_with("[::1]")
 }
 
-/// The values of one build, each in a file of a private directory (0700) that is
-/// removed when dropped: sops-decrypted values never outlive the build.
+/// The values of one build, each in a file of a private directory (0700) of the chart
+/// cache (the daemon's root filesystem is read-only), removed when dropped:
+/// sops-decrypted values never outlive the build.
 struct ValuesDir {
     dir: PathBuf,
     files: Vec<PathBuf>,
 }
 
 impl ValuesDir {
-    fn write(values: &[(String, String)]) -> std::io::Result<ValuesDir> {
-        let dir = std::env::temp_dir().join(format!("tether-values-{}", fastrand::u64(..)));
+    fn write(chart_cache: &Path, values: &[(String, String)]) -> std::io::Result<ValuesDir> {
+        std::fs::create_dir_all(chart_cache)?;
+        let dir = chart_cache.join(format!(".values-{}", fastrand::u64(..)));
         let mut builder = std::fs::DirBuilder::new();
         #[cfg(unix)]
         std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
