@@ -1,7 +1,7 @@
 //! Diff fidelity on real-world manifests (`tests/real-world/`: Kubernetes documentation
 //! examples, `kubectl create --dry-run=client -o yaml` output, Helm's default chart, and
-//! the shapes templating leaves behind), applied as KubernetesResourceInstance models:
-//! after tether's own apply, and after adopting what `kubectl apply` (client-side and
+//! the shapes templating leaves behind), applied as KubernetesResourceInstance models
+//! and as the plain files they are: after tether's own apply, and after adopting what `kubectl apply` (client-side and
 //! server-side) made first, the next diff is clean: no false update, no false conflict.
 
 use std::path::{Path, PathBuf};
@@ -186,6 +186,15 @@ async fn real_world_manifests_applied_by_tether_diff_clean() {
     let (_client, ns, inventory) = setup("fidelity-own").await;
     let models = corpus_models(&ns);
     apply_then_diff_is_clean(&inventory, models.path(), "tether first");
+}
+
+/// The same corpus as the plain files they are (no model around them): tether applies
+/// them as written, and the next diff is clean.
+#[tokio::test]
+async fn real_world_manifests_as_plain_files_applied_by_tether_diff_clean() {
+    let (_client, ns, inventory) = setup("fidelity-plain").await;
+    let manifests = corpus_manifests(&ns);
+    apply_then_diff_is_clean(&inventory, manifests.path(), "plain files, tether first");
 }
 
 /// After `kubectl apply` (client-side, or with `--server-side`) made the objects, tether's
