@@ -174,7 +174,7 @@ impl Bench {
         let mut script = String::new();
         for i in 0..charts {
             script.push_str(&format!(
-                "$HELM template hello-{i} {repo}/charts/hello --namespace chart-{i} --set podAnnotations.copy={i} > /dev/null\n",
+                "$HELM template hello-{i} {repo}/charts/hello --namespace chart-{i} --set-string podAnnotations.copy={i} > /dev/null\n",
                 repo = repo.display()
             ));
         }
@@ -216,7 +216,7 @@ impl Bench {
                 "$KUBECTL create namespace peer-chart-{i} > /dev/null\n"
             ));
             let template = format!(
-                "$HELM template hello-{i} {repo}/charts/hello --namespace peer-chart-{i} --set podAnnotations.copy={i} | $KUBECTL --namespace peer-chart-{i}",
+                "$HELM template hello-{i} {repo}/charts/hello --namespace peer-chart-{i} --set-string podAnnotations.copy={i} | $KUBECTL --namespace peer-chart-{i}",
                 repo = repo.display()
             );
             applies.push_str(&format!(
@@ -228,10 +228,15 @@ impl Bench {
             write_overlay(
                 &self.peers.join(format!("o{i}")),
                 &format!("peer-overlay-{i}"),
-                &format!("{}/base", repo.display()),
+                // Kustomize takes a base by a relative path only: peers/oN → repo/base.
+                "../../repo/base",
             );
-            applies.push_str(&format!("$KUBECTL kustomize --load-restrictor LoadRestrictionsNone o{i} | $KUBECTL apply --server-side -f - > /dev/null\n"));
-            diffs.push_str(&format!("$KUBECTL kustomize --load-restrictor LoadRestrictionsNone o{i} | $KUBECTL diff --server-side -f - > /dev/null\n"));
+            applies.push_str(&format!(
+                "$KUBECTL kustomize o{i} | $KUBECTL apply --server-side -f - > /dev/null\n"
+            ));
+            diffs.push_str(&format!(
+                "$KUBECTL kustomize o{i} | $KUBECTL diff --server-side -f - > /dev/null\n"
+            ));
         }
         check(&self.shell(&setup), &[0], "kubectl create namespace");
         let peers_apply =
