@@ -22,9 +22,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-#[path = "common/timing.rs"]
-mod timing;
-use timing::{median, timed};
+#[path = "common/compare.rs"]
+mod compare;
+use compare::{check, median, timed};
 
 use kube_helpers::arg;
 use tether_testkit::cluster::LocalCluster;
@@ -56,15 +56,6 @@ fn row(operation: &str, tether: Duration, peers: Duration) {
         tether.as_secs_f64(),
         peers.as_secs_f64(),
         tether.as_secs_f64() / peers.as_secs_f64()
-    );
-}
-
-fn check(output: &Output, allowed: &[i32], what: &str) {
-    let code = output.status.code().unwrap_or(-1);
-    assert!(
-        allowed.contains(&code),
-        "{what} exited {code}: {}",
-        String::from_utf8_lossy(&output.stderr)
     );
 }
 

@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-#[path = "common/timing.rs"]
-mod timing;
-use timing::{median, timed};
+#[path = "common/compare.rs"]
+mod compare;
+use compare::{check, median, timed};
 
 use tether_testkit::cluster::LocalCluster;
 
@@ -70,15 +70,6 @@ struct Bench {
     kubeconfig: PathBuf,
     kubectl: PathBuf,
     tether: PathBuf,
-}
-
-fn check(output: &Output, allowed: &[i32], what: &str) {
-    let code = output.status.code().unwrap_or(-1);
-    assert!(
-        allowed.contains(&code),
-        "{what} exited {code}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
 }
 
 /// ConfigMaps in one models file: a repository spreads its models over files (one

@@ -94,10 +94,16 @@ fn sorted(mut objects: Vec<Value>) -> Vec<Value> {
     objects
 }
 
-/// A repository with `helm create`'s chart under `charts/hello`.
-fn repo_with_chart() -> (tempfile::TempDir, PathBuf) {
+/// A temporary directory (tether's home) and the models root inside it.
+fn models_dir() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let models = dir.path().join("models");
+    (dir, models)
+}
+
+/// A repository with `helm create`'s chart under `charts/hello`.
+fn repo_with_chart() -> (tempfile::TempDir, PathBuf) {
+    let (dir, models) = models_dir();
     std::fs::create_dir_all(models.join("charts")).unwrap();
     run(Command::new(&helm_tools().helm)
         .args(["create", "hello"])
@@ -196,8 +202,7 @@ fn ours_sources(objects: &[Value]) -> Vec<&str> {
 
 #[test]
 fn an_overlay_renders_as_kustomize_build_prints_it_and_its_base_is_not_built_alone() {
-    let dir = tempfile::tempdir().unwrap();
-    let models = dir.path().join("models");
+    let (dir, models) = models_dir();
     write(
         &models.join("base/kustomization.yaml"),
         "resources:\n- deployment.yaml\nconfigMapGenerator:\n- name: settings\n  literals: [color=blue]\n",
@@ -254,8 +259,7 @@ fn an_overlay_renders_as_kustomize_build_prints_it_and_its_base_is_not_built_alo
 
 #[test]
 fn plain_objects_are_managed_beside_models_and_models_wait_for_them() {
-    let dir = tempfile::tempdir().unwrap();
-    let models = dir.path().join("models");
+    let (dir, models) = models_dir();
     write(
         &models.join("models.yaml"),
         "kind: KubernetesService\nname: kubernetes\n---\nkind: TrustDomain\nname: shop\n---\nkind: Image\nname: nginx\ntag: \"1.25\"\n---\nkind: Slice\nname: web\ntrust_domain: shop\ncontroller_kind: Deployment\ndefault_image: nginx:1.25\ndepends_on:\n  - kind: ConfigMap\n    namespace: shop\n    name: settings\n",
@@ -291,8 +295,7 @@ fn plain_objects_are_managed_beside_models_and_models_wait_for_them() {
 
 #[test]
 fn a_plain_object_is_checked_where_it_is_written() {
-    let dir = tempfile::tempdir().unwrap();
-    let models = dir.path().join("models");
+    let (dir, models) = models_dir();
     write(
         &models.join("objects.yaml"),
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  namespace: shop\ndata: {}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: labelled\n  labels:\n    \"bad key!\": x\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: reader\n  namespace: shop\nrules: []\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: twice\n  namespace: shop\n",
@@ -370,8 +373,7 @@ fn a_chart_that_fails_to_render_or_a_missing_values_file_is_a_located_error() {
 
 #[test]
 fn a_kustomization_with_a_missing_base_a_cycle_or_a_remote_base_is_a_located_error() {
-    let dir = tempfile::tempdir().unwrap();
-    let models = dir.path().join("models");
+    let (dir, models) = models_dir();
     write(
         &models.join("app/kustomization.yaml"),
         "resources:\n- ../missing\n",
@@ -510,8 +512,7 @@ fn repository_chart(models: &Path, url: &str, version: &str) {
 #[test]
 fn a_chart_from_a_chart_repository_is_fetched_once_per_version() {
     let repository = chart_repository();
-    let dir = tempfile::tempdir().unwrap();
-    let models = dir.path().join("models");
+    let (dir, models) = models_dir();
     repository_chart(&models, &repository.url, "1.2.3");
     let first = rendered(dir.path(), &models);
     let deployment = first.iter().find(|o| o["kind"] == "Deployment").unwrap();
@@ -633,8 +634,7 @@ fn a_kustomize_older_than_five_is_refused_with_a_hint() {
         "{} (scripts/local-cluster install)",
         old.display()
     );
-    let dir = tempfile::tempdir().unwrap();
-    let models = dir.path().join("models");
+    let (dir, models) = models_dir();
     write(
         &models.join("app/kustomization.yaml"),
         "resources: [cm.yaml]\n",
