@@ -260,6 +260,43 @@ fn unpacked_dir(cache_dir: &Path, digest: &str) -> PathBuf {
     cache_dir.join("oci").join(digest.replace(':', "-"))
 }
 
+/// How long an unpacked artifact no Source has looked at stays in the cache: a daemon
+/// that follows a tag for a month would otherwise keep every artifact pushed to it.
+const UNUSED_FOR: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Marks an unpacked artifact as in use (its directory's modification time), so that
+/// [`evict_unused`] leaves it.
+fn mark_used(root: &Path) {
+    if let Ok(dir) = std::fs::File::open(root) {
+        let _ = dir.set_modified(std::time::SystemTime::now());
+    }
+}
+
+/// Removes the unpacked artifacts under `parent` that no Source used for
+/// [`UNUSED_FOR`], but `keep`. A Source still following one marks it at every pass,
+/// quiet ones included. Blocking.
+fn evict_unused(parent: &Path, keep: &Path, now: std::time::SystemTime) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let unused = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|modified| now.duration_since(modified).unwrap_or_default() > UNUSED_FOR);
+        let is_artifact = entry
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.starts_with("sha256-"));
+        let evicted =
+            path != keep && is_artifact && unused && entry.file_type().is_ok_and(|t| t.is_dir());
+        if evicted && let Err(error) = std::fs::remove_dir_all(&path) {
+            tracing::debug!(path = %path.display(), %error, "an unused artifact stays in the cache");
+        }
+    }
+}
+
 /// The revision `reference` names at the registry, when its artifact is already
 /// unpacked in the cache (one HEAD request; nothing downloaded). `None` when it moved
 /// to an artifact not in the cache, or the registry could not be asked.
@@ -270,9 +307,11 @@ pub async fn unmoved_revision(
 ) -> Option<String> {
     let registry = Registry::new(reference, access).ok()?;
     let digest = registry.resolve().await.ok()?;
-    unpacked_dir(cache_dir, &digest)
-        .is_dir()
-        .then(|| revision_name(reference, &digest))
+    let root = unpacked_dir(cache_dir, &digest);
+    root.is_dir().then(|| {
+        mark_used(&root);
+        revision_name(reference, &digest)
+    })
 }
 
 /// An artifact unpacked in the cache.
@@ -299,6 +338,7 @@ pub async fn pull(
     let root = unpacked_dir(cache_dir, &digest);
     let revision = revision_name(reference, &digest);
     if root.is_dir() {
+        mark_used(&root);
         return Ok(Pulled {
             root,
             revision,
@@ -317,16 +357,20 @@ pub async fn pull(
     let download_took = Some(started.elapsed());
     let shown = reference.to_string();
     let unpack_root = root.clone();
-    tokio::task::spawn_blocking(move || archive::unpack_into_cache(&compressed, &unpack_root))
-        .await
-        .map_err(|e| OciError::Cache {
-            path: root.clone(),
-            source: std::io::Error::other(e.to_string()),
-        })?
-        .map_err(|source| OciError::Archive {
-            reference: shown,
-            source,
-        })?;
+    tokio::task::spawn_blocking(move || {
+        let unpacked = archive::unpack_into_cache(&compressed, &unpack_root);
+        evict_unused(&parent, &unpack_root, std::time::SystemTime::now());
+        unpacked
+    })
+    .await
+    .map_err(|e| OciError::Cache {
+        path: root.clone(),
+        source: std::io::Error::other(e.to_string()),
+    })?
+    .map_err(|source| OciError::Archive {
+        reference: shown,
+        source,
+    })?;
     Ok(Pulled {
         root,
         revision,
@@ -403,6 +447,32 @@ pub enum PushError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn artifacts_no_source_used_for_an_hour_leave_the_cache() {
+        let cache = tempfile::tempdir().unwrap();
+        let parent = cache.path().join("oci");
+        let dir = |name: &str| {
+            let path = parent.join(name);
+            std::fs::create_dir_all(path.join("models")).unwrap();
+            path
+        };
+        let (current, used, old) = (dir("sha256-aa"), dir("sha256-bb"), dir("sha256-cc"));
+        let download = parent.join("blob-in-flight");
+        std::fs::write(&download, b"x").unwrap();
+        let later = std::time::SystemTime::now() + UNUSED_FOR * 2;
+        // A Source still follows `used`: its pass marked it just now (as seen later).
+        let marked = std::fs::File::open(&used).unwrap();
+        marked.set_modified(later).unwrap();
+        evict_unused(&parent, &current, later);
+        assert!(current.is_dir(), "the artifact just unpacked stays");
+        assert!(used.is_dir(), "an artifact in use stays");
+        assert!(!old.exists(), "an artifact unused for two hours is removed");
+        assert!(
+            download.exists(),
+            "what is not an unpacked artifact is left alone"
+        );
+    }
 
     #[test]
     fn a_docker_config_gives_the_registrys_credentials() {
