@@ -396,6 +396,20 @@ async fn a_values_change_updates_only_the_deployment_and_a_removed_chart_prunes_
             "update Deployment {ns}/hello (HelmChart/hello, hello/templates/deployment.yaml)"
         )]
     );
+    // `--only HelmChart/hello` takes the chart alone: a plain file's new object is
+    // planned without it, and left out with it.
+    repo.write("extra.yaml", &plain_config_map("extra", &ns));
+    let whole = tether(&inventory, &["diff", path]);
+    assert_eq!(planned(&whole).len(), 2, "{}", stdout(&whole));
+    let only = tether(&inventory, &["diff", "--only", "HelmChart/hello", path]);
+    assert_exit(&only, 1, "diff --only HelmChart/hello");
+    assert_eq!(
+        planned(&only),
+        [format!(
+            "update Deployment {ns}/hello (HelmChart/hello, hello/templates/deployment.yaml)"
+        )]
+    );
+    repo.remove("extra.yaml");
     let applied = tether(&inventory, &["apply", path]);
     assert_exit(&applied, 0, "apply of a values change");
     assert_eq!(
