@@ -401,6 +401,14 @@ async fn a_values_change_updates_only_the_deployment_and_a_removed_chart_prunes_
     repo.write("extra.yaml", &plain_config_map("extra", &ns));
     let whole = tether(&inventory, &["diff", path]);
     assert_eq!(planned(&whole).len(), 2, "{}", stdout(&whole));
+    // The diff reads a chart as one: its objects together, under the chart's name.
+    assert!(
+        stdout(&whole).contains(&format!(
+            "\n== HelmChart/hello\n\nupdate Deployment {ns}/hello (HelmChart/hello, hello/templates/deployment.yaml)\n"
+        )),
+        "{}",
+        stdout(&whole)
+    );
     let only = tether(&inventory, &["diff", "--only", "HelmChart/hello", path]);
     assert_exit(&only, 1, "diff --only HelmChart/hello");
     assert_eq!(

@@ -104,23 +104,52 @@ fn group_heading(plan: &Plan, previous: Option<&Change>, change: &Change) -> Opt
     })
 }
 
-/// The changes a report shows (not the unchanged ones), each with the heading of
-/// the group it opens.
-fn shown_changes(plan: &Plan) -> Vec<(Option<String>, &Change)> {
+/// The changes a report shows (not the unchanged ones), each with the headings of
+/// the groups it opens: its wave's, then, for a chart's or a kustomization's objects,
+/// the step's. Within a wave, a chart's or a kustomization's changes come together
+/// after the others, so that a reviewer reads a chart as one.
+fn shown_changes(plan: &Plan) -> Vec<(Vec<String>, &Change)> {
     let shown: Vec<&Change> = plan
         .changes
         .iter()
         .filter(|c| c.action != Action::Unchanged)
         .collect();
+    let mut ordered: Vec<&Change> = Vec::with_capacity(shown.len());
+    for wave in shown.chunk_by(|a, b| a.wave == b.wave) {
+        ordered.extend(wave.iter().filter(|c| step_of(c).is_none()));
+        let mut steps: Vec<&str> = Vec::new();
+        for step in wave.iter().filter_map(|c| step_of(c)) {
+            if !steps.contains(&step) {
+                steps.push(step);
+            }
+        }
+        for step in steps {
+            ordered.extend(wave.iter().filter(|c| step_of(c) == Some(step)));
+        }
+    }
     let mut previous: Option<&Change> = None;
-    shown
+    ordered
         .into_iter()
         .map(|change| {
-            let heading = group_heading(plan, previous, change);
+            let mut headings: Vec<String> =
+                group_heading(plan, previous, change).into_iter().collect();
+            if let Some(step) = step_of(change)
+                && (!headings.is_empty() || previous.and_then(|p| step_of(p)) != Some(step))
+            {
+                headings.push(step.to_string());
+            }
             previous = Some(change);
-            (heading, change)
+            (headings, change)
         })
         .collect()
+}
+
+/// The chart or kustomization a change's object comes from, if it comes from one.
+fn step_of(change: &Change) -> Option<&str> {
+    change
+        .model
+        .as_deref()
+        .filter(|m| m.starts_with("HelmChart/") || m.starts_with("Kustomization/"))
 }
 
 fn origin(change: &Change) -> String {
@@ -145,8 +174,8 @@ pub fn text(plan: &Plan, colour: bool, remedies: RemedyNames) -> String {
     for warning in &plan.warnings {
         let _ = writeln!(out, "{} {warning}", paint("33;1", "warning:"));
     }
-    for (heading, change) in shown_changes(plan) {
-        if let Some(heading) = heading {
+    for (headings, change) in shown_changes(plan) {
+        for heading in headings {
             let _ = writeln!(out, "\n{}", paint("1", &format!("== {heading}")));
         }
         let verb = match change.action {
@@ -258,8 +287,8 @@ pub fn markdown(plan: &Plan, remedies: RemedyNames) -> String {
             remedies(Remedy::Prune)
         );
     }
-    for (heading, change) in shown_changes(plan) {
-        if let Some(heading) = heading {
+    for (headings, change) in shown_changes(plan) {
+        for heading in headings {
             let _ = writeln!(out, "\n#### {heading}");
         }
         let _ = write!(
