@@ -5,11 +5,11 @@
 //! tether's ownership marks); every bad input is an error that names the model, the
 //! kustomization or the file, and renders nothing.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
+use tether_testkit::remote::{KillOnDrop, free_port};
 use tether_testkit::tools::helm_tools;
 
 fn text(bytes: &[u8]) -> String {
@@ -441,16 +441,9 @@ fn a_missing_helm_is_an_error_that_says_how_to_install_it() {
 /// A chart repository: `helm package` and `helm repo index` served by a plain HTTP
 /// server on loopback, stopped when dropped.
 struct ChartRepository {
-    server: Child,
+    _server: KillOnDrop,
     url: String,
     _dir: tempfile::TempDir,
-}
-
-impl Drop for ChartRepository {
-    fn drop(&mut self) {
-        let _ = self.server.kill();
-        let _ = self.server.wait();
-    }
 }
 
 fn chart_repository() -> ChartRepository {
@@ -465,11 +458,7 @@ fn chart_repository() -> ChartRepository {
     run(Command::new(helm)
         .args(["package", "hello", "--version", "1.3.0"])
         .current_dir(dir.path()));
-    let port = TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
     run(Command::new(helm)
         .args(["repo", "index", ".", "--url", &url])
@@ -494,7 +483,7 @@ fn chart_repository() -> ChartRepository {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     ChartRepository {
-        server,
+        _server: KillOnDrop(server),
         url,
         _dir: dir,
     }

@@ -114,7 +114,7 @@ pub fn layout(files: &SourceFiles, allow_remote_bases: bool) -> (Layout, Diagnos
             if kustomizations.contains_key(&target) {
                 edges.entry(dir).or_default().push((target.clone(), span));
                 included.insert(target);
-            } else if let Some((target_id, _)) = files.iter().find(|(_, f)| f.path == target) {
+            } else if let Some((target_id, _)) = files.by_path(&target) {
                 // A file of another directory, taken in whole by this kustomization.
                 not_models.insert(target_id);
             }
@@ -313,7 +313,7 @@ pub fn generators(
         let mut complete = true;
         for written in &chart.values_files {
             let found = resolve_data_path(&model_file, &written.value)
-                .and_then(|path| files.iter().find(|(_, f)| f.path == path));
+                .and_then(|path| files.by_path(&path));
             match found {
                 Some((_, file)) => values.push((file.path.clone(), file.text.clone())),
                 None => {

@@ -289,6 +289,11 @@ impl SourceFiles {
         &self.get(id).path
     }
 
+    /// The file at `path` (relative to the models root), if there is one.
+    pub fn by_path(&self, path: &str) -> Option<(FileId, &SourceFile)> {
+        self.iter().find(|(_, f)| f.path == path)
+    }
+
     pub fn iter(&self) -> impl Iterator<Item = (FileId, &SourceFile)> {
         self.files
             .iter()

@@ -167,7 +167,7 @@ fn sign_encrypted(
     keys: &Keyring,
 ) -> Result<Edit, ActionError> {
     for (path, text) in &mut edit.writes {
-        let Some((_, original)) = files.iter().find(|(_, file)| file.path == *path) else {
+        let Some((_, original)) = files.by_path(path) else {
             continue;
         };
         if !tether_sops::is_encrypted(&original.text) {

@@ -17,9 +17,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tether_core::generate::{Failure, Generated, Generator};
 
 pub use helm::Capabilities;
-pub use tools::{
-    HELM_VARIABLE, KUSTOMIZE_MINIMUM, KUSTOMIZE_VARIABLE, KustomizeCommand, ToolError, Tools,
-};
+use tools::{KustomizeCommand, ToolError, Tools};
 
 /// Where the models are on disk, for the tools that read files.
 #[derive(Clone, Debug)]
@@ -51,35 +49,19 @@ struct Built {
     outputs: HashMap<String, String>,
 }
 
-impl Default for Generate {
-    fn default() -> Self {
-        Generate::from_environment()
-    }
-}
-
 impl Generate {
-    pub fn new(tools: Tools, chart_cache: PathBuf) -> Generate {
+    /// Tools from the environment (see [`Tools::from_environment`]); charts cached in
+    /// `TETHER_CHART_CACHE`, else in tether's cache directory.
+    pub fn from_environment() -> Generate {
+        let chart_cache = std::env::var_os("TETHER_CHART_CACHE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| crate::config::cache_home().join("charts"));
         Generate {
-            tools,
+            tools: Tools::from_environment(),
             chart_cache,
             built: Arc::default(),
             kustomize: Arc::default(),
         }
-    }
-
-    /// Tools from the environment (see [`Tools::from_environment`]); charts cached in
-    /// `TETHER_CHART_CACHE`, else tether's cache directory.
-    pub fn from_environment() -> Generate {
-        let chart_cache = std::env::var_os("TETHER_CHART_CACHE")
-            .map(PathBuf::from)
-            .or_else(|| {
-                std::env::var_os("XDG_CACHE_HOME")
-                    .map(PathBuf::from)
-                    .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-                    .map(|c| c.join("tether").join("charts"))
-            })
-            .unwrap_or_else(|| std::env::temp_dir().join("tether-charts"));
-        Generate::new(Tools::from_environment(), chart_cache)
     }
 
     /// Builds every generator; a failure is one generator's, with the tool's words.
