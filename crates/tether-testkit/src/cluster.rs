@@ -167,3 +167,34 @@ where
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
+
+/// One kubeconfig with a context per control plane, each context (and its cluster and
+/// user) named as given, the first one current: what a user with several clusters
+/// has. Written to `path` (JSON, which is YAML).
+pub fn kubeconfig_of(clusters: &[(&str, &LocalCluster)], path: &Path) {
+    let mut merged = Kubeconfig::default();
+    for (name, cluster) in clusters {
+        let mut one = Kubeconfig::read_from(cluster.kubeconfig()).expect("a kubeconfig");
+        for named in &mut one.clusters {
+            named.name = (*name).to_string();
+        }
+        for named in &mut one.auth_infos {
+            named.name = (*name).to_string();
+        }
+        for named in &mut one.contexts {
+            named.name = (*name).to_string();
+            if let Some(context) = &mut named.context {
+                context.cluster = (*name).to_string();
+                context.user = Some((*name).to_string());
+            }
+        }
+        merged.clusters.extend(one.clusters);
+        merged.auth_infos.extend(one.auth_infos);
+        merged.contexts.extend(one.contexts);
+    }
+    merged.current_context = clusters.first().map(|(name, _)| (*name).to_string());
+    merged.api_version = Some("v1".into());
+    merged.kind = Some("Config".into());
+    let text = serde_json::to_string_pretty(&merged).expect("a kubeconfig as JSON");
+    std::fs::write(path, text).expect("write the kubeconfig");
+}
