@@ -567,7 +567,7 @@ impl<S: StatusSink> SourceLoop<S> {
         let inventory = self.reconciler.inventory();
         let on_change = reporter(inventory.field_manager(), self.drift.0.clone());
         self.cache = Some(WatchCache::start(
-            client,
+            &client,
             planned.resources().clone(),
             kinds,
             inventory,

@@ -51,6 +51,10 @@ pub enum ClusterError {
         "the inventory {namespace}/{name} exists but is not tether's (no matching applyset.kubernetes.io/id label)"
     )]
     ForeignInventory { namespace: String, name: String },
+    #[error("KubernetesService {service}: the kubeconfig has no context {context}")]
+    NoContext { service: String, context: String },
+    #[error("KubernetesService {service}'s cluster cannot be reached: {reason}")]
+    NotReachable { service: String, reason: String },
     #[error("the inventory {namespace}/{name} is unreadable: {reason}")]
     BadInventory {
         namespace: String,
@@ -64,6 +68,7 @@ impl ClusterError {
     pub fn remedy(&self) -> Option<Remedy> {
         match self {
             ClusterError::NoCluster => Some(Remedy::GiveCluster),
+            ClusterError::NoContext { .. } => Some(Remedy::MapCluster),
             ClusterError::ForeignInventory { .. } => Some(Remedy::ChooseAnotherInventory),
             ClusterError::Api {
                 action,
@@ -82,7 +87,10 @@ impl ClusterError {
     /// other than a conflict (409) or a rate limit (429).
     pub fn is_permanent(&self) -> bool {
         match self {
-            ClusterError::ForeignInventory { .. } | ClusterError::BadInventory { .. } => true,
+            ClusterError::ForeignInventory { .. }
+            | ClusterError::BadInventory { .. }
+            | ClusterError::NoContext { .. }
+            | ClusterError::NotReachable { .. } => true,
             ClusterError::Api {
                 source: kube::Error::Api(status),
                 ..
