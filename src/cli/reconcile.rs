@@ -341,7 +341,7 @@ async fn apply_each(
         }
     };
     let results = reconciler
-        .apply_clusters(&plans, &args.options, &progress)
+        .apply_clusters(&plans.clusters, &args.options, &progress)
         .await;
     let mut ok = true;
     for (cluster, result) in plans.clusters.iter().zip(results) {

@@ -178,3 +178,121 @@ async fn each_kubernetes_service_is_applied_to_its_own_cluster_with_its_own_inve
         "pruned on edge"
     );
 }
+
+/// Two KubernetesServices for the daemon: `edge` (its own cluster) keeps the test's
+/// namespace, made by the platform team (`xos_managed: false`), with `settings`;
+/// `core` the trust domain `bill` with `ledger`.
+fn daemon_models(ns: &str, bill: &str, value: &str) -> String {
+    format!(
+        "kind: KubernetesService\nname: edge\n---\nkind: KubernetesService\nname: core\n---\n\
+         kind: TrustDomain\nname: {ns}\nowner: edge\nxos_managed: false\n---\n\
+         kind: TrustDomain\nname: {bill}\nowner: core\n---\n\
+         kind: KubernetesConfigMap\nname: settings\ntrust_domain: {ns}\ndata: {{key: \"{value}\"}}\n---\n\
+         kind: KubernetesConfigMap\nname: ledger\ntrust_domain: {bill}\ndata: {{key: \"{value}\"}}\n"
+    )
+}
+
+/// The entry of `name` in a Source's `status.clusters`: (ready, reason, message).
+fn cluster_status(status: &Value, name: &str) -> Option<(String, String, String)> {
+    status["clusters"].as_array()?.iter().find_map(|c| {
+        (c["name"] == name).then(|| {
+            let text = |field: &str| c[field].as_str().unwrap_or_default().to_string();
+            (text("ready"), text("reason"), text("message"))
+        })
+    })
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_daemon_applies_another_cluster_through_its_cluster_resource_and_stalls_only_that_part_without_it()
+ {
+    use crate::daemon::{
+        Daemon, Remote, condition, install_crd, kubectl_apply_text, kubectl_ok, source_yaml,
+        status, value_of,
+    };
+    use crate::harness::eventually;
+    use std::time::Duration;
+
+    install_crd();
+    let (edge, ns, _) = setup("clusters-daemon").await;
+    let own = LocalCluster::start(0);
+    let core = own.client().await;
+    let bill = format!("{ns}-bill");
+    // The team's namespace exists on both clusters (the inventory is kept there).
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(core.clone());
+    let namespace: k8s_openapi::api::core::v1::Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": ns}})).unwrap();
+    namespaces
+        .create(&Default::default(), &namespace)
+        .await
+        .unwrap();
+    // The platform team's Cluster resource and the Secret with the kubeconfig of core.
+    kubectl_ok(&[
+        "create",
+        "secret",
+        "generic",
+        "core-kubeconfig",
+        "-n",
+        &ns,
+        &format!("--from-file=value={}", own.kubeconfig().display()),
+    ]);
+    let cluster_yaml = format!(
+        "apiVersion: tether.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: core\n  namespace: {ns}\nspec:\n  kubeConfig:\n    secretRef: {{name: core-kubeconfig}}\n"
+    );
+    kubectl_apply_text(&cluster_yaml);
+    let remote = Remote::new(&[("models.yaml", &daemon_models(&ns, &bill, "v1"))]);
+    let _daemon = Daemon::start(&[
+        "--sources",
+        "--sources-namespace",
+        &ns,
+        "--cluster-name",
+        "edge",
+    ]);
+    kubectl_apply_text(&source_yaml(
+        "web",
+        &ns,
+        &remote.url,
+        "  interval: 2s\n  prune: true\n",
+    ));
+
+    // Each part lands in its cluster; the status says how each cluster fared.
+    eventually(Duration::from_secs(40), || async {
+        value_of(&edge, &ns).await.as_deref() == Some("v1")
+            && value_of_ledger(&core, &bill).await.as_deref() == Some("v1")
+    })
+    .await;
+    assert!(live_config_map(&core, &ns, "settings").await.is_none());
+    eventually(Duration::from_secs(20), || async {
+        let now = status(&ns, "web");
+        cluster_status(&now, "core").is_some_and(|c| c.0 == "True")
+            && cluster_status(&now, "edge").is_some_and(|c| c.0 == "True")
+            && condition(&now, "Ready").is_some_and(|c| c.0 == "True")
+    })
+    .await;
+
+    // Without its Cluster resource, core's part stalls with the reason; edge's goes on.
+    kubectl_ok(&["delete", "cluster.tether.dev", "core", "-n", &ns]);
+    remote.push("main", &[("models.yaml", &daemon_models(&ns, &bill, "v2"))]);
+    eventually(Duration::from_secs(30), || async {
+        value_of(&edge, &ns).await.as_deref() == Some("v2")
+    })
+    .await;
+    eventually(Duration::from_secs(20), || async {
+        let now = status(&ns, "web");
+        condition(&now, "Ready") == Some(("False".into(), "ClusterMissing".into()))
+            && condition(&now, "Stalled").is_some_and(|c| c.0 == "True")
+            && cluster_status(&now, "core").is_some_and(|c| {
+                c.0 == "False" && c.1 == "ClusterMissing" && c.2.contains("no Cluster resource")
+            })
+            && cluster_status(&now, "edge").is_some_and(|c| c.0 == "True")
+    })
+    .await;
+    assert_eq!(
+        value_of_ledger(&core, &bill).await.as_deref(),
+        Some("v1"),
+        "core's part is left as it was"
+    );
+}
+
+async fn value_of_ledger(client: &Client, namespace: &str) -> Option<String> {
+    value_of(live_config_map(client, namespace, "ledger").await)
+}

@@ -6,7 +6,9 @@
 //! those its `Cluster` resources reach).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
+use futures::future::BoxFuture;
 use kube::Client;
 use tokio::sync::Mutex;
 
@@ -42,14 +44,18 @@ enum Reach {
         contexts: BTreeMap<String, String>,
     },
     /// Clients given (the daemon): its own cluster's, which is the KubernetesService
-    /// `own_name` when the models name several, and the others by name, or why there
-    /// is none.
+    /// `own_name` when the models name several, and the others found by name at each
+    /// plan (a cluster's connection removed is seen at the next one).
     Given {
         own: Client,
         own_name: Option<String>,
-        named: BTreeMap<String, Result<Client, String>>,
+        others: Option<Resolver>,
     },
 }
+
+/// Finds the client of a KubernetesService's cluster by its name, or says why there
+/// is none.
+pub type Resolver = Arc<dyn Fn(String) -> BoxFuture<'static, Result<Client, String>> + Send + Sync>;
 
 impl Clusters {
     /// The CLI's way: `target`'s kubeconfig, `contexts` (from the flags) taking
@@ -76,29 +82,25 @@ impl Clusters {
             reach: Reach::Given {
                 own,
                 own_name: None,
-                named: BTreeMap::new(),
+                others: None,
             },
             connected: Mutex::new(BTreeMap::new()),
         }
     }
 
-    /// (The daemon) the KubernetesService its own cluster is, and how each other one
-    /// is reached (or why it cannot be), from now on.
-    pub fn set_named(
-        &mut self,
-        own_name: Option<String>,
-        clients: BTreeMap<String, Result<Client, String>>,
-    ) {
+    /// (The daemon) the KubernetesService its own cluster is, and how the others are
+    /// reached.
+    pub fn with_others(mut self, own_name: Option<String>, resolver: Resolver) -> Self {
         if let Reach::Given {
             own_name: name,
-            named,
+            others,
             ..
         } = &mut self.reach
         {
             *name = own_name;
-            *named = clients;
+            *others = Some(resolver);
         }
-        self.connected.get_mut().clear();
+        self
     }
 
     /// The context the CLI uses for `cluster` (none: the kubeconfig's current one);
@@ -151,26 +153,23 @@ impl Clusters {
             Reach::Given {
                 own,
                 own_name,
-                named,
+                others,
             } => match (&cluster.service, cluster.several) {
-                (_, false) => own.clone(),
-                (Some(service), true) => match named.get(service) {
-                    Some(Ok(client)) => client.clone(),
-                    Some(Err(reason)) => {
-                        return Err(ClusterError::NotReachable {
-                            service: service.clone(),
-                            reason: reason.clone(),
-                        });
-                    }
-                    None if own_name.as_ref() == Some(service) => own.clone(),
-                    None => {
-                        return Err(ClusterError::NotReachable {
-                            service: service.clone(),
-                            reason: "no Cluster resource is named after it, and it is not this daemon's own cluster (--cluster-name)".into(),
-                        });
-                    }
-                },
-                (None, true) => own.clone(),
+                (Some(service), true) if own_name.as_ref() != Some(service) => {
+                    let not_reached = |reason| ClusterError::NotReachable {
+                        service: service.clone(),
+                        reason,
+                    };
+                    let Some(resolve) = others else {
+                        return Err(not_reached(
+                            "it is not this daemon's own cluster (--cluster-name)".into(),
+                        ));
+                    };
+                    // Found again at each plan, never kept: a connection removed
+                    // stops its part at once.
+                    return resolve(service.clone()).await.map_err(not_reached);
+                }
+                _ => own.clone(),
             },
         };
         connected.insert(cluster.service.clone(), client.clone());

@@ -266,6 +266,11 @@ impl Planned {
     pub fn resources(&self) -> &Resources {
         &self.resources
     }
+
+    /// The client of the cluster planned.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
 }
 
 /// One change and the body to apply (none for deletions and errors).
@@ -368,10 +373,17 @@ impl Reconciler {
         }
     }
 
-    /// How the clusters are reached (the daemon sets its `Cluster` resources' clients
-    /// before each pass).
-    pub fn clusters_mut(&mut self) -> &mut Clusters {
-        &mut self.clusters
+    /// Reaches the clusters of the KubernetesServices other than `own_name` (the
+    /// cluster of the client given) through `resolver`.
+    pub fn with_other_clusters(
+        self,
+        own_name: Option<String>,
+        resolver: clusters::Resolver,
+    ) -> Self {
+        Reconciler {
+            clusters: self.clusters.with_others(own_name, resolver),
+            ..self
+        }
     }
 
     /// The client of the default cluster (the only one, for models that name one
@@ -414,12 +426,12 @@ impl Reconciler {
     pub async fn plan_clusters(
         &self,
         options: PlanOptions,
-        caches: &BTreeMap<Option<String>, WatchCache>,
+        caches: &BTreeMap<Option<String>, &WatchCache>,
     ) -> Result<ClusterPlans, ReconcileError> {
         let Prepared { common, parts, .. } = self.prepare().await?;
         let common = &common;
         let plans = parts.into_iter().map(|part| {
-            let cache = caches.get(&part.cluster.service);
+            let cache = caches.get(&part.cluster.service).copied();
             let cluster = part.cluster.clone();
             async move {
                 let planned = self.plan_part(common, part, options, cache).await;
@@ -593,11 +605,11 @@ impl Reconciler {
     /// cluster's failure leaves the others applied.
     pub async fn apply_clusters(
         &self,
-        plans: &ClusterPlans,
+        plans: &[ClusterPlan],
         options: &ApplyOptions,
         progress: &(dyn Fn(&ClusterName, ApplyProgress<'_>) + Sync),
     ) -> Vec<Option<Result<ApplyReport, ReconcileError>>> {
-        let applies = plans.clusters.iter().map(|cluster| async move {
+        let applies = plans.iter().map(|cluster| async move {
             let planned = cluster.planned.as_ref().ok()?;
             let progress = |event: ApplyProgress<'_>| progress(&cluster.cluster, event);
             Some(self.apply(planned, options, &progress).await)
