@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
-use tether_core::discover::{ControllerFacts, Outcome, PodFacts, plan};
+use tether_core::discover::{ClusterChoice, ControllerFacts, Outcome, PodFacts, plan};
 use tether_core::k8s::Scope;
 use tether_core::ownership::Inventory;
 use tether_core::render::render;
@@ -175,6 +175,11 @@ fn apply(files: &SourceFiles, outcome: &Outcome) -> SourceFiles {
     )
 }
 
+/// The plan for a repo whose cluster needs no choosing (one KubernetesService).
+fn discover(pods: &[PodFacts], files: &SourceFiles, scope: &Scope, applyset: &str) -> Outcome {
+    plan(pods, files, scope, applyset, &ClusterChoice::default()).unwrap()
+}
+
 fn describe(outcome: &Outcome) -> String {
     let mut text = format!("commit message:\n{}", outcome.commit_message());
     for path in &outcome.removes {
@@ -190,7 +195,7 @@ fn describe(outcome: &Outcome) -> String {
 fn discovered_files_match_the_snapshot_and_validate_with_the_users_models() {
     let files = examples();
     let applyset = inventory().applyset_id();
-    let outcome = plan(&cluster(), &files, &Scope::All, &applyset);
+    let outcome = discover(&cluster(), &files, &Scope::All, &applyset);
     snapshot::check(
         &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots/discover.txt"),
         &describe(&outcome),
@@ -222,7 +227,7 @@ fn discovered_files_match_the_snapshot_and_validate_with_the_users_models() {
     assert_eq!(bodies(render(&graph, &after, &inventory())), bodies(before));
 
     // Discovering the same cluster again changes nothing, byte for byte.
-    let again = plan(&cluster(), &after, &Scope::All, &applyset);
+    let again = discover(&cluster(), &after, &Scope::All, &applyset);
     assert!(again.is_empty(), "{}", describe(&again));
 }
 
@@ -230,13 +235,16 @@ fn discovered_files_match_the_snapshot_and_validate_with_the_users_models() {
 fn a_vanished_pod_takes_the_models_only_it_needed_along() {
     let files = examples();
     let applyset = inventory().applyset_id();
-    let after = apply(&files, &plan(&cluster(), &files, &Scope::All, &applyset));
+    let after = apply(
+        &files,
+        &discover(&cluster(), &files, &Scope::All, &applyset),
+    );
 
     let remaining: Vec<PodFacts> = cluster()
         .into_iter()
         .filter(|p| p.namespace != "team-a" && p.name != "migrate-q8w9e")
         .collect();
-    let outcome = plan(&remaining, &after, &Scope::All, &applyset);
+    let outcome = discover(&remaining, &after, &Scope::All, &applyset);
     assert_eq!(
         outcome.removes,
         BTreeSet::from([
@@ -262,12 +270,15 @@ fn a_vanished_pod_takes_the_models_only_it_needed_along() {
 fn a_namespace_scope_leaves_other_namespaces_and_their_images_alone() {
     let files = examples();
     let applyset = inventory().applyset_id();
-    let after = apply(&files, &plan(&cluster(), &files, &Scope::All, &applyset));
+    let after = apply(
+        &files,
+        &discover(&cluster(), &files, &Scope::All, &applyset),
+    );
 
     // team-a's discovery sees its Deployment gone; team-b's files and the images they
     // use stay as they are.
     let scope = Scope::Namespaces(BTreeSet::from(["team-a".to_string()]));
-    let outcome = plan(&[], &after, &scope, &applyset);
+    let outcome = discover(&[], &after, &scope, &applyset);
     assert!(
         outcome
             .removes
@@ -291,7 +302,10 @@ fn a_namespace_scope_leaves_other_namespaces_and_their_images_alone() {
 fn a_discovered_trust_domain_stays_while_a_users_model_needs_it() {
     let files = examples();
     let applyset = inventory().applyset_id();
-    let after = apply(&files, &plan(&cluster(), &files, &Scope::All, &applyset));
+    let after = apply(
+        &files,
+        &discover(&cluster(), &files, &Scope::All, &applyset),
+    );
     // The user adds a ConfigMap to team-a, a namespace only discovery described.
     let mut with_user_model: Vec<SourceFile> = after.iter().map(|(_, f)| f.clone()).collect();
     with_user_model.push(SourceFile::new(
@@ -303,11 +317,11 @@ fn a_discovered_trust_domain_stays_while_a_users_model_needs_it() {
         .into_iter()
         .filter(|p| p.namespace != "team-a")
         .collect();
-    let outcome = plan(&remaining, &with_user_model, &Scope::All, &applyset);
+    let outcome = discover(&remaining, &with_user_model, &Scope::All, &applyset);
     assert_eq!(
         outcome.writes["discovered/team-a/namespace.yaml"],
         "# Discovered by tether from the cluster (xos_managed: false): tether rewrites this file.\n\
-         kind: TrustDomain\nname: team-a\nxos_managed: false\n"
+         kind: TrustDomain\nname: team-a\nowner: kubernetes\nxos_managed: false\n"
     );
     let final_files = apply(&with_user_model, &outcome);
     let analysis = tether_core::analyze(&final_files);

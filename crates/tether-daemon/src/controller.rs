@@ -49,6 +49,11 @@ pub struct Controller {
     pub shared: Arc<Shared>,
     /// How long a pass in progress may go on after shutdown.
     pub shutdown_timeout: Duration,
+    /// The KubernetesService this daemon's cluster is (`--cluster-name`): what the
+    /// Sources' discovery puts discovered models under and names in events, and the
+    /// daemon's own part of a Source whose models belong to several clusters. `None`:
+    /// a repository's only KubernetesService.
+    pub cluster_name: Option<String>,
 }
 
 /// A Source's loop while it runs.
@@ -271,6 +276,7 @@ impl Controller {
             self.directories.clone(),
             self.shared.clone(),
             self.shutdown_timeout,
+            self.cluster_name.clone(),
             Stops {
                 loop_: stop.clone(),
                 pass: stop_pass.clone(),
@@ -346,12 +352,17 @@ struct Stops {
 }
 
 /// One Source's loop, until `stops.loop_`.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the Controller's settings a spawned loop takes by value, one each"
+)]
 async fn run_source(
     client: Client,
     source: Source,
     directories: Directories,
     shared: Arc<Shared>,
     shutdown_timeout: Duration,
+    cluster_name: Option<String>,
     stops: Stops,
     triggers: (mpsc::Sender<Trigger>, mpsc::Receiver<Trigger>),
 ) {
@@ -371,7 +382,10 @@ async fn run_source(
         .spec
         .discovery
         .as_ref()
-        .map(|discovery| discovery_target(&source, discovery, &directories, &credentials));
+        .map(|discovery| DiscoveryTarget {
+            cluster: cluster_name,
+            ..discovery_target(&source, discovery, &directories, &credentials)
+        });
     let cache = directories.cache;
     let settings = match source.spec.settings(&namespace, &name, cache, credentials) {
         Ok(settings) => settings,
@@ -543,6 +557,7 @@ fn discovery_target(
             .state
             .join("outbox")
             .join(format!("{namespace}-{name}")),
+        cluster: None,
     }
 }
 

@@ -104,6 +104,22 @@ pub struct Target {
     pub impersonate_groups: Vec<String>,
 }
 
+impl Target {
+    /// The name of the kubeconfig context `connect` uses: the one given, else the
+    /// kubeconfig's current context; `None` in a cluster without a kubeconfig (or
+    /// with one that cannot be read, which `connect` reports).
+    pub fn context_name(&self) -> Option<String> {
+        if let Some(context) = &self.context {
+            return Some(context.clone());
+        }
+        let kubeconfig = match &self.kubeconfig {
+            Some(path) => Kubeconfig::read_from(path),
+            None => Kubeconfig::read(),
+        };
+        kubeconfig.ok()?.current_context
+    }
+}
+
 /// A client for `target`, checked by asking the server for its version.
 pub async fn connect(target: &Target) -> Result<Client, ClusterError> {
     let options = KubeConfigOptions {

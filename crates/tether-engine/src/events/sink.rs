@@ -290,7 +290,11 @@ impl KubernetesEventsSink {
 }
 
 fn kubernetes_event(record: &Record) -> Event {
-    let PodEvent { status, pod } = &record.event;
+    let PodEvent {
+        status,
+        pod,
+        cluster,
+    } = &record.event;
     let reason = match status {
         Status::Created => "PodCreated",
         Status::Updated => "PodIPChanged",
@@ -304,7 +308,7 @@ fn kubernetes_event(record: &Record) -> Event {
         .map(|(container, count)| format!("{container}: {count}"))
         .collect();
     let message = format!(
-        "tether: pod {} (IP {ip}; restarts {})",
+        "tether: pod {} in cluster {cluster} (IP {ip}; restarts {})",
         status.name(),
         if restarts.is_empty() {
             "none".to_string()
