@@ -331,3 +331,193 @@ fn a_discovered_trust_domain_stays_while_a_users_model_needs_it() {
         analysis.diagnostics.render_plain(&final_files)
     );
 }
+
+/// One discovery pass of a multi-cluster case: the cluster it watches, and its pods.
+struct Pass {
+    named: Option<&'static str>,
+    context: Option<&'static str>,
+    pods: Vec<PodFacts>,
+}
+
+/// A repo, the passes discovery makes over it, and the files under `discovered/` then.
+struct ClusterCase {
+    name: &'static str,
+    repo: &'static [(&'static str, &'static str)],
+    passes: Vec<Pass>,
+    files: &'static [&'static str],
+}
+
+fn pass(named: Option<&'static str>, context: Option<&'static str>, pods: Vec<PodFacts>) -> Pass {
+    Pass {
+        named,
+        context,
+        pods,
+    }
+}
+
+const TWO_CLUSTERS: &[(&str, &str)] = &[(
+    "clusters.yaml",
+    "kind: KubernetesService\nname: east\n---\nkind: KubernetesService\nname: west\n",
+)];
+
+fn cluster_cases() -> Vec<ClusterCase> {
+    let web = |namespace, name| PodFacts {
+        controller: Some(controller("Deployment", "web", Some(1))),
+        ..pod(namespace, name, "nginx:1.27", Some("10.1.0.5"))
+    };
+    vec![
+        ClusterCase {
+            name: "the same namespace on two clusters: a directory per cluster",
+            repo: TWO_CLUSTERS,
+            passes: vec![
+                pass(None, Some("east"), vec![web("shop", "web-a")]),
+                pass(None, Some("west"), vec![web("shop", "web-b")]),
+            ],
+            files: &[
+                "discovered/east/shop/namespace.yaml",
+                "discovered/east/shop/pods/web-a.yaml",
+                "discovered/images.yaml",
+                "discovered/west/shop/namespace.yaml",
+                "discovered/west/shop/pods/web-b.yaml",
+            ],
+        },
+        ClusterCase {
+            name: "one cluster's pods gone: the other's stay",
+            repo: TWO_CLUSTERS,
+            passes: vec![
+                pass(Some("east"), None, vec![web("shop", "web-a")]),
+                pass(Some("west"), None, vec![web("shop", "web-b")]),
+                pass(Some("east"), None, vec![]),
+            ],
+            files: &[
+                "discovered/images.yaml",
+                "discovered/west/shop/namespace.yaml",
+                "discovered/west/shop/pods/web-b.yaml",
+            ],
+        },
+        ClusterCase {
+            name: "one KubernetesService: today's layout",
+            repo: &[("cluster.yaml", "kind: KubernetesService\nname: east\n")],
+            passes: vec![pass(None, Some("kind-dev"), vec![web("shop", "web-a")])],
+            files: &[
+                "discovered/images.yaml",
+                "discovered/shop/namespace.yaml",
+                "discovered/shop/pods/web-a.yaml",
+            ],
+        },
+        ClusterCase {
+            name: "a named KubernetesService the repo lacks is written",
+            repo: &[],
+            passes: vec![pass(Some("east"), None, vec![web("shop", "web-a")])],
+            files: &[
+                "discovered/images.yaml",
+                "discovered/kubernetes-services.yaml",
+                "discovered/shop/namespace.yaml",
+                "discovered/shop/pods/web-a.yaml",
+            ],
+        },
+        ClusterCase {
+            name: "a second KubernetesService named: both clusters get a directory, the first's files move",
+            repo: &[("cluster.yaml", "kind: KubernetesService\nname: east\n")],
+            passes: vec![
+                pass(None, None, vec![web("shop", "web-a")]),
+                pass(Some("west"), None, vec![web("shop", "web-b")]),
+                pass(Some("east"), None, vec![web("shop", "web-a")]),
+            ],
+            files: &[
+                "discovered/east/shop/namespace.yaml",
+                "discovered/east/shop/pods/web-a.yaml",
+                "discovered/images.yaml",
+                "discovered/kubernetes-services.yaml",
+                "discovered/west/shop/namespace.yaml",
+                "discovered/west/shop/pods/web-b.yaml",
+            ],
+        },
+    ]
+}
+
+fn repo_of(files: &[(&str, &str)]) -> SourceFiles {
+    SourceFiles::from_files(files.iter().map(|(p, t)| SourceFile::new(*p, *t)).collect())
+}
+
+#[test]
+fn each_clusters_pods_land_under_its_kubernetes_service() {
+    let applyset = inventory().applyset_id();
+    for case in cluster_cases() {
+        let mut files = repo_of(case.repo);
+        for pass in &case.passes {
+            let choice = ClusterChoice {
+                named: pass.named.map(str::to_string),
+                context: pass.context.map(str::to_string),
+            };
+            let outcome = plan(&pass.pods, &files, &Scope::All, &applyset, &choice)
+                .unwrap_or_else(|e| panic!("{}: {e}", case.name));
+            files = apply(&files, &outcome);
+            // The next pass of the same cluster changes nothing.
+            let again = plan(&pass.pods, &files, &Scope::All, &applyset, &choice).unwrap();
+            assert!(again.is_empty(), "{}: {}", case.name, describe(&again));
+        }
+        let discovered: Vec<&str> = files
+            .iter()
+            .map(|(_, f)| f.path.as_str())
+            .filter(|p| p.starts_with("discovered/"))
+            .collect();
+        assert_eq!(discovered, case.files, "{}", case.name);
+    }
+}
+
+#[test]
+fn discovered_trust_domains_and_pods_name_their_kubernetes_service() {
+    let applyset = inventory().applyset_id();
+    let files = repo_of(TWO_CLUSTERS);
+    let choice = |context: &str| ClusterChoice {
+        named: None,
+        context: Some(context.into()),
+    };
+    let pods = [pod("shop", "debug", "busybox:1.36", Some("10.1.0.8"))];
+    let outcome = plan(&pods, &files, &Scope::All, &applyset, &choice("west")).unwrap();
+    assert_eq!(
+        outcome.writes["discovered/west/shop/pods/debug.yaml"],
+        "# Discovered by tether from the cluster (xos_managed: false): tether rewrites this file.\n\
+         # Pod shop/debug.\n\
+         kind: KubernetesServiceInstance\nname: debug\nslice: shop\nimage: busybox:1.36\n\
+         owner: west\nxos_managed: false\npod_ip: \"10.1.0.8\"\nnode: worker-1\n"
+    );
+    assert!(
+        outcome.writes["discovered/west/shop/namespace.yaml"]
+            .contains("kind: TrustDomain\nname: shop\nowner: west\nxos_managed: false\n")
+    );
+    assert_eq!(
+        outcome.commit_message().lines().next().unwrap(),
+        "discover: +1 pods in west/shop"
+    );
+    // Discovered on different namespaces, both clusters' models validate together.
+    let after = apply(&files, &outcome);
+    let others = [pod("team-a", "debug", "busybox:1.36", None)];
+    let after = apply(
+        &after,
+        &plan(&others, &after, &Scope::All, &applyset, &choice("east")).unwrap(),
+    );
+    let analysis = tether_core::analyze(&after);
+    assert!(
+        analysis.graph.is_some(),
+        "{}",
+        analysis.diagnostics.render_plain(&after)
+    );
+}
+
+#[test]
+fn with_several_kubernetes_services_and_no_way_to_tell_discovery_changes_nothing() {
+    let applyset = inventory().applyset_id();
+    let files = repo_of(TWO_CLUSTERS);
+    let pods = [pod("shop", "debug", "busybox:1.36", None)];
+    let choice = ClusterChoice {
+        named: None,
+        context: Some("kind-dev".into()),
+    };
+    let error = plan(&pods, &files, &Scope::All, &applyset, &choice).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "the repo has several KubernetesServices (east, west) and none is named like the kubeconfig context \"kind-dev\": cannot tell which one the watched cluster is"
+    );
+}
