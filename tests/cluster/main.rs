@@ -7,6 +7,7 @@
 
 mod daemon;
 mod discover;
+mod discover_clusters;
 mod events;
 mod fidelity;
 mod generate;
