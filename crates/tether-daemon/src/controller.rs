@@ -378,14 +378,9 @@ async fn run_source(
     let Some(credentials) = wait_for_credentials(&client, &source, &mut status, &stop).await else {
         return;
     };
-    let discovery = source
-        .spec
-        .discovery
-        .as_ref()
-        .map(|discovery| DiscoveryTarget {
-            cluster: cluster_name,
-            ..discovery_target(&source, discovery, &directories, &credentials)
-        });
+    let discovery = source.spec.discovery.as_ref().map(|discovery| {
+        discovery_target(&source, discovery, &directories, &credentials, cluster_name)
+    });
     let cache = directories.cache;
     let settings = match source.spec.settings(&namespace, &name, cache, credentials) {
         Ok(settings) => settings,
@@ -532,12 +527,14 @@ fn changed_nothing(pass: &PassOutcome) -> bool {
 
 /// Where a Source's discovery commits: its repository and path, on the discovery's
 /// branch (else the Source's ref when it is a branch, else main), in a clone of its
-/// own (the loop fetches beside it), with an outbox of its own.
+/// own (the loop fetches beside it), with an outbox of its own; its models land under
+/// `cluster` (the daemon's `--cluster-name`).
 fn discovery_target(
     source: &Source,
     discovery: &DiscoverySpec,
     directories: &Directories,
     credentials: &Credentials,
+    cluster: Option<String>,
 ) -> DiscoveryTarget {
     let namespace = source.namespace().unwrap_or_default();
     let name = source.name_any();
@@ -557,7 +554,7 @@ fn discovery_target(
             .state
             .join("outbox")
             .join(format!("{namespace}-{name}")),
-        cluster: None,
+        cluster,
     }
 }
 
