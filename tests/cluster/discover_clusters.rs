@@ -7,12 +7,11 @@
 
 use std::path::Path;
 use std::process::{Command, Output};
-use std::time::Duration;
 
-use serde_json::Value;
 use tether_testkit::cluster::kubeconfig_of;
 
 use crate::discover::{fresh_clone, kubectl_for, remote_with_models, running_pods};
+use crate::events::{events_of, lines};
 use crate::harness::{LocalCluster, Running, cluster, pods_admitted};
 use crate::reconcile::{Repo, git, setup};
 
@@ -58,27 +57,6 @@ fn kubectl_run(kubeconfig: &Path, namespace: &str, pod: &str) {
         "kubectl run {pod}: {}",
         String::from_utf8_lossy(&output.stderr)
     );
-}
-
-/// The events of the JSON-lines file once one is about `pod`.
-async fn events_about(jsonl: &Path, pod: &str) -> Vec<Value> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let events: Vec<Value> = std::fs::read_to_string(jsonl)
-            .unwrap_or_default()
-            .lines()
-            .map(|line| serde_json::from_str(line).unwrap())
-            .collect();
-        if events.iter().any(|e| e["name"] == pod) {
-            return events;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no event about {pod} in {}: {events:?}",
-            jsonl.display()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 #[tokio::test]
@@ -186,13 +164,13 @@ async fn each_clusters_pods_are_committed_under_its_kubernetes_service_and_event
     }
 
     for (context, pod) in [("east", "web-east"), ("west", "web-west")] {
-        let seen = events_about(&jsonl(context), pod).await;
-        let created: Vec<&Value> = seen.iter().filter(|e| e["status"] == "created").collect();
-        assert_eq!(created.len(), 1, "{seen:?}");
-        assert_eq!(created[0]["name"], pod);
-        assert_eq!(created[0]["namespace"], ns.as_str());
-        assert_eq!(created[0]["cluster"], context, "{seen:?}");
-        assert!(seen.iter().all(|e| e["cluster"] == context), "{seen:?}");
+        let about = events_of(&jsonl(context), pod, 1).await;
+        assert_eq!(about[0]["status"], "created", "{about:?}");
+        assert_eq!(about[0]["namespace"], ns.as_str());
+        assert_eq!(about[0]["cluster"], context, "{about:?}");
+        // Every event of this cluster's watch names it, none the other.
+        let all = lines(&jsonl(context));
+        assert!(all.iter().all(|e| e["cluster"] == context), "{all:?}");
     }
     drop(watching);
 }
