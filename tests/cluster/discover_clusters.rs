@@ -142,15 +142,18 @@ async fn each_clusters_pods_are_committed_under_its_kubernetes_service_and_event
             format!("models/discovered/west/{ns}/pods/web-west.yaml"),
         ]
     );
-    for (service, pod, ip) in [
-        ("east", "web-east", &east_ip),
-        ("west", "web-west", &west_ip),
+    // The namespace's name is east's TrustDomain's, discovered first; west's is
+    // qualified by its cluster.
+    let west_trust_domain = format!("west-{ns}");
+    for (service, trust_domain, pod, ip) in [
+        ("east", &ns, "web-east", &east_ip),
+        ("west", &west_trust_domain, "web-west", &west_ip),
     ] {
         let show = |path: String| git(&checkout, &["show", &format!("HEAD:{path}")]);
         let namespace = show(format!("models/discovered/{service}/{ns}/namespace.yaml"));
         assert!(
             namespace.contains(&format!(
-                "kind: TrustDomain\nname: {ns}\nowner: {service}\nxos_managed: false\n"
+                "kind: TrustDomain\nname: {trust_domain}\nowner: {service}\nxos_managed: false\n"
             )),
             "{namespace}"
         );
@@ -162,6 +165,14 @@ async fn each_clusters_pods_are_committed_under_its_kubernetes_service_and_event
             "{pod_file}"
         );
     }
+
+    // Both clusters' models validate together.
+    let validated = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .arg("validate")
+        .arg(checkout.join("models"))
+        .output()
+        .unwrap();
+    succeeded(validated);
 
     for (context, pod) in [("east", "web-east"), ("west", "web-west")] {
         let about = events_of(&jsonl(context), pod, 1).await;

@@ -347,6 +347,10 @@ struct ClusterCase {
     files: &'static [&'static str],
 }
 
+fn pod_in(namespace: &str, name: &str) -> PodFacts {
+    pod(namespace, name, "busybox:1.36", Some("10.1.0.8"))
+}
+
 fn pass(named: Option<&'static str>, context: Option<&'static str>, pods: Vec<PodFacts>) -> Pass {
     Pass {
         named,
@@ -463,7 +467,54 @@ fn each_clusters_pods_land_under_its_kubernetes_service() {
             .filter(|p| p.starts_with("discovered/"))
             .collect();
         assert_eq!(discovered, case.files, "{}", case.name);
+        // The clusters' models validate together, the user's with them.
+        let analysis = tether_core::analyze(&files);
+        assert!(
+            analysis.graph.is_some(),
+            "{}: {}",
+            case.name,
+            analysis.diagnostics.render_plain(&files)
+        );
     }
+}
+
+#[test]
+fn the_same_namespace_in_a_second_cluster_has_a_trust_domain_of_its_own() {
+    let applyset = inventory().applyset_id();
+    let mut files = repo_of(TWO_CLUSTERS);
+    for (service, pod) in [("east", "web-a"), ("west", "web-b")] {
+        let choice = ClusterChoice {
+            named: Some(service.into()),
+            context: None,
+        };
+        let pods = [pod_in("shop", pod)];
+        files = apply(
+            &files,
+            &plan(&pods, &files, &Scope::All, &applyset, &choice).unwrap(),
+        );
+    }
+    let text = |path: &str| {
+        files
+            .iter()
+            .find(|(_, f)| f.path == path)
+            .map(|(_, f)| f.text.clone())
+            .unwrap_or_else(|| panic!("no {path}"))
+    };
+    // The first keeps the namespace's name; the second's is qualified by its cluster.
+    assert!(
+        text("discovered/east/shop/namespace.yaml")
+            .contains("kind: TrustDomain\nname: shop\nowner: east\n")
+    );
+    let west = text("discovered/west/shop/namespace.yaml");
+    assert!(
+        west.contains("kind: TrustDomain\nname: west-shop\nowner: west\n"),
+        "{west}"
+    );
+    assert!(west.contains("trust_domain: west-shop\n"), "{west}");
+    assert!(
+        west.contains("description: pods without a controller in shop\n"),
+        "{west}"
+    );
 }
 
 #[test]

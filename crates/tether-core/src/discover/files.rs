@@ -99,6 +99,71 @@ impl<'s> Layout<'s> {
         }
     }
 
+    /// The names of the `namespaces`' TrustDomains: each namespace's own, unless a
+    /// TrustDomain of another cluster has it (the same namespace name in two
+    /// clusters); then `<service>-<namespace>` (a namespace name too, as a
+    /// TrustDomain's must be), numbered while taken. Stable once written, as a
+    /// slice's name is.
+    fn trust_domains(&self, repo: &Repo, namespaces: &BTreeSet<&str>) -> BTreeMap<String, String> {
+        let mut names: BTreeMap<String, String> = namespaces
+            .iter()
+            .map(|n| (n.to_string(), n.to_string()))
+            .collect();
+        let (Some(service), true) = (&self.service, self.per_cluster) else {
+            return names;
+        };
+        let mut taken: BTreeSet<&str> = repo
+            .user
+            .trust_domains
+            .iter()
+            .filter(|t| t.owner.as_ref().is_some_and(|o| o.value != *service))
+            .chain(
+                repo.discovered
+                    .trust_domains
+                    .iter()
+                    .filter(|t| !self.owns(repo.path(&t.origin))),
+            )
+            .map(|t| t.name.value.as_str())
+            .collect();
+        let clashing: Vec<&str> = namespaces
+            .iter()
+            .copied()
+            .filter(|n| taken.contains(n))
+            .collect();
+        // Every plain name this cluster keeps is reserved before any is qualified.
+        taken.extend(namespaces.iter().copied().filter(|n| !clashing.contains(n)));
+        let prefix: String = service
+            .to_ascii_lowercase()
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        let mut qualified: BTreeSet<String> = BTreeSet::new();
+        for namespace in clashing {
+            let base: String = format!("{prefix}-{namespace}").chars().take(60).collect();
+            let base = base.trim_matches('-').to_string();
+            let name = std::iter::once(base.clone())
+                .chain((2..).map(|n| format!("{base}-{n}")))
+                .find(|c| !taken.contains(c.as_str()) && !qualified.contains(c))
+                .unwrap_or(base);
+            qualified.insert(name.clone());
+            names.insert(namespace.to_string(), name);
+        }
+        names
+    }
+
+    /// The namespace of an owned file under `discovered/`.
+    fn namespace_of<'p>(&self, path: &'p str) -> Option<&'p str> {
+        let rest = path.strip_prefix("discovered/")?;
+        let rest = match (&self.service, self.per_cluster) {
+            (Some(service), true) => rest
+                .strip_prefix(service.as_str())
+                .and_then(|r| r.strip_prefix('/'))
+                .unwrap_or(rest),
+            _ => rest,
+        };
+        rest.split_once('/').map(|(namespace, _)| namespace)
+    }
+
     /// Whether discovery owns `path` (relative to the models root): its files in
     /// other namespaces, and other clusters' files, are left alone.
     fn owns(&self, path: &str) -> bool {
@@ -313,14 +378,17 @@ pub fn plan(
         desired.insert(path, pod_file(draft, &slice, service));
         needed_images.insert(draft.image.clone());
     }
-    for namespace in namespaces_to_write(&pod_drafts, &repo, &layout) {
+    let namespaces = namespaces_to_write(&pod_drafts, &repo, &layout);
+    let trust_domains = layout.trust_domains(&repo, &namespaces);
+    for namespace in namespaces {
         let slices: Vec<(&String, &SliceKey, &SliceDraft)> = drafts
             .iter()
             .filter(|(k, _)| k.namespace == namespace)
             .map(|(k, d)| (&slice_names[k], k, d))
             .collect();
         needed_images.extend(slices.iter().map(|(_, _, d)| d.image.clone()));
-        if let Some(text) = namespace_file(namespace, &repo.user, slices, service) {
+        let trust_domain = &trust_domains[namespace];
+        if let Some(text) = namespace_file(trust_domain, &repo.user, slices, service) {
             let path = format!("{}/namespace.yaml", layout.namespace_dir(namespace));
             desired.insert(path, text);
         }
@@ -531,28 +599,33 @@ fn namespaces_to_write<'a>(
         repo.discovered
             .trust_domains
             .iter()
-            .filter(|t| layout.owns(repo.path(&t.origin)))
-            .map(|t| t.name.value.as_str())
-            .filter(|t| user_trust_domain_refs.contains(t)),
+            .filter(|t| user_trust_domain_refs.contains(t.name.value.as_str()))
+            .map(|t| repo.path(&t.origin))
+            .filter(|path| layout.owns(path))
+            .filter_map(|path| layout.namespace_of(path)),
     );
     namespaces
 }
 
-/// A namespace's file: the TrustDomain (owned by `service`), the Principals of its
-/// controller slices and its discovered `slices`, minus what the user's models
-/// define; `None` when empty.
+/// A namespace's file: its TrustDomain (`trust_domain`, owned by `service`), the
+/// Principals of its controller slices and its discovered `slices`, minus what the
+/// user's models define; `None` when empty.
 fn namespace_file(
-    namespace: &str,
+    trust_domain: &str,
     user: &Models,
     mut slices: Vec<(&String, &SliceKey, &SliceDraft)>,
     service: Option<&str>,
 ) -> Option<String> {
     let mut text = String::new();
-    if !user.trust_domains.iter().any(|t| t.name.value == namespace) {
+    if !user
+        .trust_domains
+        .iter()
+        .any(|t| t.name.value == trust_domain)
+    {
         text.push_str(&document(
             Kind::TrustDomain,
             &[
-                ("name", Some(Scalar::Text(namespace))),
+                ("name", Some(Scalar::Text(trust_domain))),
                 ("owner", service.map(Scalar::Text)),
                 ("xos_managed", Some(Scalar::Bool(false))),
             ],
@@ -567,13 +640,13 @@ fn namespace_file(
         let defined = user
             .principals
             .iter()
-            .any(|p| p.trust_domain.value == namespace && p.name.value == principal);
+            .any(|p| p.trust_domain.value == trust_domain && p.name.value == principal);
         if !defined {
             text.push_str(&document(
                 Kind::Principal,
                 &[
                     ("name", Some(Scalar::Text(principal))),
-                    ("trust_domain", Some(Scalar::Text(namespace))),
+                    ("trust_domain", Some(Scalar::Text(trust_domain))),
                     ("xos_managed", Some(Scalar::Bool(false))),
                 ],
             ));
@@ -581,7 +654,7 @@ fn namespace_file(
     }
     slices.sort_by_key(|(name, _, _)| *name);
     for (name, key, draft) in slices {
-        text.push_str(&slice_document(name, key, draft));
+        text.push_str(&slice_document(name, trust_domain, key, draft));
     }
     (!text.is_empty()).then(|| format!("{HEADER}{}", body(&text)))
 }
@@ -769,7 +842,7 @@ fn name_slices(
     names
 }
 
-fn slice_document(name: &str, key: &SliceKey, draft: &SliceDraft) -> String {
+fn slice_document(name: &str, trust_domain: &str, key: &SliceKey, draft: &SliceDraft) -> String {
     let controller_kind = draft
         .controller
         .as_ref()
@@ -788,7 +861,7 @@ fn slice_document(name: &str, key: &SliceKey, draft: &SliceDraft) -> String {
         Kind::Slice,
         &[
             ("name", Some(Scalar::Text(name))),
-            ("trust_domain", Some(Scalar::Text(&key.namespace))),
+            ("trust_domain", Some(Scalar::Text(trust_domain))),
             ("principal", principal.map(Scalar::Text)),
             (
                 "controller_kind",
