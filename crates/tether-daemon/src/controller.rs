@@ -26,13 +26,15 @@ use tracing::Instrument;
 
 use super::Shared;
 use super::crd::{
-    DiscoverySpec, HistoryRewrite, RECONCILE_REQUESTED_ANNOTATION, Source, SourceSpec,
-    SourceStatus, commit_of_revision, revision_name,
+    ClusterStatus, DiscoverySpec, HistoryRewrite, RECONCILE_REQUESTED_ANNOTATION, Source,
+    SourceSpec, SourceStatus, commit_of_revision, revision_name,
 };
 use super::discovery::DiscoveryTarget;
 use super::keys::DecryptionSecret;
 use super::leader::{self, Election};
-use super::runner::{Origin, PassError, PassOutcome, Rewrite, SourceLoop, StatusSink, Trigger};
+use super::runner::{
+    ClusterState, Origin, PassError, PassOutcome, Rewrite, SourceLoop, StatusSink, Trigger,
+};
 use super::status::{PassResult, next_status, worth_writing};
 use super::webhook::Push;
 use tether_engine::cluster::Target;
@@ -636,6 +638,8 @@ pub struct SourceStatusWriter {
     regarding: ObjectReference,
     /// A rewrite seen and not yet written in the status: the next write carries it.
     rewrite: Option<HistoryRewrite>,
+    /// How each cluster fared in the last pass, for the next write.
+    clusters: Option<Vec<ClusterState>>,
 }
 
 impl SourceStatusWriter {
@@ -653,6 +657,7 @@ impl SourceStatusWriter {
             events: Recorder::new(client.clone(), reporter),
             regarding: source.object_ref(&()),
             rewrite: None,
+            clusters: None,
         }
     }
 }
@@ -670,6 +675,9 @@ impl StatusSink for SourceStatusWriter {
         if let Some(rewrite) = &self.rewrite {
             next.last_history_rewrite = Some(rewrite.clone());
         }
+        if let Some(clusters) = &self.clusters {
+            next.clusters = clusters.iter().map(ClusterStatus::from).collect();
+        }
         if !worth_writing(&self.status, &next) {
             return;
         }
@@ -685,6 +693,10 @@ impl StatusSink for SourceStatusWriter {
             }
             Err(error) => tracing::warn!(%error, "cannot write the Source's status"),
         }
+    }
+
+    fn record_clusters(&mut self, clusters: Vec<ClusterState>) {
+        self.clusters = Some(clusters);
     }
 
     async fn record_rewrite(&mut self, rewrite: &Rewrite) {
