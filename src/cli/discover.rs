@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use miette::miette;
-use tether_core::discover::Outcome;
+use tether_core::discover::{ClusterChoice, Outcome};
 use tether_engine::cluster::connect;
 use tether_engine::discovery::session::{DiscoverySession, SessionOptions};
 use tether_engine::discovery::{Destination, PassReport};
@@ -21,6 +21,7 @@ pub async fn run(args: &DiscoverArgs) -> miette::Result<ExitCode> {
             "event sinks need --watch: events are changes over time"
         ));
     }
+    let target = args.cluster.target();
     let destination = match &args.repo {
         Some(url) => Destination::Remote {
             url: url.clone(),
@@ -39,10 +40,13 @@ pub async fn run(args: &DiscoverArgs) -> miette::Result<ExitCode> {
         publish_events: args.watch,
         default_outbox: None,
         applyset: args.inventory.inventory().applyset_id(),
+        cluster: ClusterChoice {
+            named: args.kubernetes_service.clone(),
+            context: target.context_name(),
+        },
         push: args.push,
         list_timeout: args.cluster.request_timeout * 2,
     };
-    let target = args.cluster.target();
     let mut session = DiscoverySession::open(options, connect(&target))
         .await
         .map_err(report::error)?;

@@ -30,11 +30,15 @@ pub async fn run(args: &EventsArgs) -> miette::Result<ExitCode> {
             "no event sink given"
         ));
     }
-    let client = connect(&args.cluster.target())
-        .await
-        .map_err(report::error)?;
+    let target = args.cluster.target();
+    let client = connect(&target).await.map_err(report::error)?;
+    let cluster = args
+        .kubernetes_service
+        .clone()
+        .or_else(|| target.context_name())
+        .unwrap_or_default();
     let scope = Scope::from_names(args.namespaces.iter().cloned());
-    let pipeline = EventPipeline::open(&config, &client, &scope)
+    let pipeline = EventPipeline::open(&config, &client, &cluster, &scope)
         .await
         .map_err(report::error)
         .wrap_err("cannot open the event outbox")?;

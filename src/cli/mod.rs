@@ -484,6 +484,16 @@ pub struct RunArgs {
     /// that stays with the pod (`tether install` gives each replica one).
     #[arg(long, env = "TETHER_STATE_DIR", requires = "sources")]
     pub state_dir: Option<PathBuf>,
+    /// With --sources, the KubernetesService this daemon's cluster is: the Sources'
+    /// discovery puts discovered models under it (and writes it when the repository
+    /// lacks it), and events name it. Default: a repository's only KubernetesService.
+    #[arg(
+        long,
+        env = "TETHER_CLUSTER_NAME",
+        value_name = "NAME",
+        requires = "sources"
+    )]
+    pub cluster_name: Option<String>,
     /// Report drift (a field tether applied changed in place by someone else) without
     /// correcting it; by default it is taken back within seconds.
     #[arg(long, env = "TETHER_REPORT_DRIFT", conflicts_with = "sources")]
@@ -577,6 +587,12 @@ pub struct DiscoverArgs {
     /// Keep watching and commit changes, at most one commit per --debounce.
     #[arg(long)]
     pub watch: bool,
+    /// The KubernetesService the cluster is: discovered models land under it (their
+    /// trust domains' and pods' `owner`), and it is written when the repo lacks it.
+    /// Default: the repo's only KubernetesService; with several, the one named like
+    /// the kubeconfig context.
+    #[arg(long, env = "TETHER_KUBERNETES_SERVICE", value_name = "NAME")]
+    pub kubernetes_service: Option<String>,
     #[command(flatten)]
     pub discover: DiscoverFlags,
     #[command(flatten)]
@@ -605,6 +621,10 @@ pub struct EventsArgs {
     /// Settings file with an `events:` section (the format of .tether.yaml).
     #[arg(long, env = "TETHER_EVENTS_CONFIG")]
     pub config: Option<PathBuf>,
+    /// The KubernetesService the cluster is, which each event names as its `cluster`
+    /// (default: the kubeconfig context's name).
+    #[arg(long, env = "TETHER_KUBERNETES_SERVICE", value_name = "NAME")]
+    pub kubernetes_service: Option<String>,
     #[command(flatten)]
     pub events: EventFlags,
     #[command(flatten)]

@@ -46,6 +46,9 @@ pub fn remedy_text(remedy: Remedy) -> &'static str {
         Remedy::AddNodeModel => {
             "a host is managed once it has a Node model: add `kind: Node` with `name:` the node's name"
         }
+        Remedy::NameKubernetesService => {
+            "pass --kubernetes-service NAME (tether run: --cluster-name NAME), or use a kubeconfig context named like the KubernetesService"
+        }
     }
 }
 

@@ -183,6 +183,7 @@ async fn run_sources(
         },
         shared,
         shutdown_timeout: args.shutdown_timeout,
+        cluster_name: args.cluster_name.clone(),
     };
     controller.run_elected(election, shutdown.clone()).await;
     Ok(())

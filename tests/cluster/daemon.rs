@@ -848,7 +848,12 @@ async fn events_a_killed_daemon_recorded_are_delivered_by_the_next_process_on_it
         "discover:\n  namespaces: [{ns}]\nevents:\n  jsonl: {}\n",
         jsonl.display()
     );
-    let remote = Remote::new(&[("base.yaml", &base(&ns)), (".tether.yaml", &settings)]);
+    // Two KubernetesServices: the daemon is told which one its cluster is.
+    let clusters = format!(
+        "kind: KubernetesService\nname: kubernetes\n---\nkind: KubernetesService\nname: elsewhere\n---\n\
+         kind: TrustDomain\nname: {ns}\nowner: kubernetes\n"
+    );
+    let remote = Remote::new(&[("base.yaml", &clusters), (".tether.yaml", &settings)]);
     let state = tempfile::tempdir().unwrap();
     let state_dir = state.path().display().to_string();
     let args = [
@@ -857,6 +862,8 @@ async fn events_a_killed_daemon_recorded_are_delivered_by_the_next_process_on_it
         &ns,
         "--state-dir",
         &state_dir,
+        "--cluster-name",
+        "kubernetes",
     ];
     let daemon = Daemon::start(&args);
     kubectl_apply_text(&source_yaml(
@@ -886,7 +893,9 @@ async fn events_a_killed_daemon_recorded_are_delivered_by_the_next_process_on_it
     eventually(Duration::from_secs(30), || async {
         std::fs::read_to_string(&jsonl).is_ok_and(|events| {
             events.lines().any(|line| {
-                line.contains("\"name\":\"solo\"") && line.contains("\"status\":\"created\"")
+                line.contains("\"name\":\"solo\"")
+                    && line.contains("\"status\":\"created\"")
+                    && line.contains("\"cluster\":\"kubernetes\"")
             })
         })
     })

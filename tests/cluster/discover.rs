@@ -46,7 +46,11 @@ fn kubectl_apply(namespace: &str, yaml: &str) {
 
 /// The namespace's pods once exactly `count` of them run with an IP (and none is
 /// being deleted): name → IP.
-async fn running_pods(client: &Client, namespace: &str, count: usize) -> BTreeMap<String, String> {
+pub(crate) async fn running_pods(
+    client: &Client,
+    namespace: &str,
+    count: usize,
+) -> BTreeMap<String, String> {
     let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
@@ -73,7 +77,7 @@ async fn running_pods(client: &Client, namespace: &str, count: usize) -> BTreeMa
 }
 
 /// A bare repository whose `main` holds the user's models, and the URL to reach it.
-fn remote_with_models(repo: &Repo, models: &str) -> String {
+pub(crate) fn remote_with_models(repo: &Repo, models: &str) -> String {
     let work = repo.path().join("seed");
     std::fs::create_dir_all(work.join("models")).unwrap();
     std::fs::write(work.join("models/base.yaml"), models).unwrap();
@@ -88,7 +92,7 @@ fn remote_with_models(repo: &Repo, models: &str) -> String {
 }
 
 /// A fresh clone of `url` with the `git` CLI: the files a reviewer would see.
-fn fresh_clone(repo: &Repo, url: &str) -> PathBuf {
+pub(crate) fn fresh_clone(repo: &Repo, url: &str) -> PathBuf {
     let dir = repo.path().join(format!("clone-{}", rand_name()));
     git(repo.path(), &["clone", "-q", url, dir.to_str().unwrap()]);
     dir
@@ -175,7 +179,7 @@ async fn a_kubectl_deployment_is_discovered_committed_and_pushed_as_it_scales() 
     let namespace_file = read(&checkout.join(format!("models/discovered/{ns}/namespace.yaml")));
     assert!(
         namespace_file.contains(&format!(
-            "kind: TrustDomain\nname: {ns}\nxos_managed: false\n"
+            "kind: TrustDomain\nname: {ns}\nowner: kubernetes\nxos_managed: false\n"
         )),
         "{namespace_file}"
     );
@@ -194,7 +198,7 @@ async fn a_kubectl_deployment_is_discovered_committed_and_pushed_as_it_scales() 
     assert_eq!(files.len(), 1);
     for (pod, ip) in &pods {
         let text = &files[pod];
-        assert!(text.contains(&format!("kind: KubernetesServiceInstance\nname: {pod}\nslice: web\nimage: nginx:1.25\nxos_managed: false\npod_ip: \"{ip}\"\n")), "{text}");
+        assert!(text.contains(&format!("kind: KubernetesServiceInstance\nname: {pod}\nslice: web\nimage: nginx:1.25\nowner: kubernetes\nxos_managed: false\npod_ip: \"{ip}\"\n")), "{text}");
     }
     assert_eq!(
         git(&checkout, &["log", "-1", "--format=%an <%ae>|%s"]),

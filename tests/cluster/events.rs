@@ -42,7 +42,7 @@ fn stop(running: Running) {
     drop(running);
 }
 
-fn lines(jsonl: &Path) -> Vec<Value> {
+pub(crate) fn lines(jsonl: &Path) -> Vec<Value> {
     std::fs::read_to_string(jsonl)
         .unwrap_or_default()
         .lines()
@@ -51,7 +51,7 @@ fn lines(jsonl: &Path) -> Vec<Value> {
 }
 
 /// Waits until the JSON-lines file holds `count` events of `pod`; returns them.
-async fn events_of(jsonl: &Path, pod: &str, count: usize) -> Vec<Value> {
+pub(crate) async fn events_of(jsonl: &Path, pod: &str, count: usize) -> Vec<Value> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     loop {
         let found: Vec<Value> = lines(jsonl)

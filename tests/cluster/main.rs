@@ -8,6 +8,7 @@
 mod clusters;
 mod daemon;
 mod discover;
+mod discover_clusters;
 mod events;
 mod fidelity;
 mod generate;

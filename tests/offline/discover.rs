@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
-use tether_core::discover::{ControllerFacts, Outcome, PodFacts, plan};
+use tether_core::discover::{ClusterChoice, ControllerFacts, Outcome, PodFacts, plan};
 use tether_core::k8s::Scope;
 use tether_core::ownership::Inventory;
 use tether_core::render::render;
@@ -175,6 +175,11 @@ fn apply(files: &SourceFiles, outcome: &Outcome) -> SourceFiles {
     )
 }
 
+/// The plan for a repo whose cluster needs no choosing (one KubernetesService).
+fn discover(pods: &[PodFacts], files: &SourceFiles, scope: &Scope, applyset: &str) -> Outcome {
+    plan(pods, files, scope, applyset, &ClusterChoice::default()).unwrap()
+}
+
 fn describe(outcome: &Outcome) -> String {
     let mut text = format!("commit message:\n{}", outcome.commit_message());
     for path in &outcome.removes {
@@ -190,7 +195,7 @@ fn describe(outcome: &Outcome) -> String {
 fn discovered_files_match_the_snapshot_and_validate_with_the_users_models() {
     let files = examples();
     let applyset = inventory().applyset_id();
-    let outcome = plan(&cluster(), &files, &Scope::All, &applyset);
+    let outcome = discover(&cluster(), &files, &Scope::All, &applyset);
     snapshot::check(
         &std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/snapshots/discover.txt"),
         &describe(&outcome),
@@ -222,7 +227,7 @@ fn discovered_files_match_the_snapshot_and_validate_with_the_users_models() {
     assert_eq!(bodies(render(&graph, &after, &inventory())), bodies(before));
 
     // Discovering the same cluster again changes nothing, byte for byte.
-    let again = plan(&cluster(), &after, &Scope::All, &applyset);
+    let again = discover(&cluster(), &after, &Scope::All, &applyset);
     assert!(again.is_empty(), "{}", describe(&again));
 }
 
@@ -230,13 +235,16 @@ fn discovered_files_match_the_snapshot_and_validate_with_the_users_models() {
 fn a_vanished_pod_takes_the_models_only_it_needed_along() {
     let files = examples();
     let applyset = inventory().applyset_id();
-    let after = apply(&files, &plan(&cluster(), &files, &Scope::All, &applyset));
+    let after = apply(
+        &files,
+        &discover(&cluster(), &files, &Scope::All, &applyset),
+    );
 
     let remaining: Vec<PodFacts> = cluster()
         .into_iter()
         .filter(|p| p.namespace != "team-a" && p.name != "migrate-q8w9e")
         .collect();
-    let outcome = plan(&remaining, &after, &Scope::All, &applyset);
+    let outcome = discover(&remaining, &after, &Scope::All, &applyset);
     assert_eq!(
         outcome.removes,
         BTreeSet::from([
@@ -262,12 +270,15 @@ fn a_vanished_pod_takes_the_models_only_it_needed_along() {
 fn a_namespace_scope_leaves_other_namespaces_and_their_images_alone() {
     let files = examples();
     let applyset = inventory().applyset_id();
-    let after = apply(&files, &plan(&cluster(), &files, &Scope::All, &applyset));
+    let after = apply(
+        &files,
+        &discover(&cluster(), &files, &Scope::All, &applyset),
+    );
 
     // team-a's discovery sees its Deployment gone; team-b's files and the images they
     // use stay as they are.
     let scope = Scope::Namespaces(BTreeSet::from(["team-a".to_string()]));
-    let outcome = plan(&[], &after, &scope, &applyset);
+    let outcome = discover(&[], &after, &scope, &applyset);
     assert!(
         outcome
             .removes
@@ -291,7 +302,10 @@ fn a_namespace_scope_leaves_other_namespaces_and_their_images_alone() {
 fn a_discovered_trust_domain_stays_while_a_users_model_needs_it() {
     let files = examples();
     let applyset = inventory().applyset_id();
-    let after = apply(&files, &plan(&cluster(), &files, &Scope::All, &applyset));
+    let after = apply(
+        &files,
+        &discover(&cluster(), &files, &Scope::All, &applyset),
+    );
     // The user adds a ConfigMap to team-a, a namespace only discovery described.
     let mut with_user_model: Vec<SourceFile> = after.iter().map(|(_, f)| f.clone()).collect();
     with_user_model.push(SourceFile::new(
@@ -303,11 +317,11 @@ fn a_discovered_trust_domain_stays_while_a_users_model_needs_it() {
         .into_iter()
         .filter(|p| p.namespace != "team-a")
         .collect();
-    let outcome = plan(&remaining, &with_user_model, &Scope::All, &applyset);
+    let outcome = discover(&remaining, &with_user_model, &Scope::All, &applyset);
     assert_eq!(
         outcome.writes["discovered/team-a/namespace.yaml"],
         "# Discovered by tether from the cluster (xos_managed: false): tether rewrites this file.\n\
-         kind: TrustDomain\nname: team-a\nxos_managed: false\n"
+         kind: TrustDomain\nname: team-a\nowner: kubernetes\nxos_managed: false\n"
     );
     let final_files = apply(&with_user_model, &outcome);
     let analysis = tether_core::analyze(&final_files);
@@ -315,5 +329,246 @@ fn a_discovered_trust_domain_stays_while_a_users_model_needs_it() {
         analysis.graph.is_some(),
         "{}",
         analysis.diagnostics.render_plain(&final_files)
+    );
+}
+
+/// One discovery pass of a multi-cluster case: the cluster it watches, and its pods.
+struct Pass {
+    named: Option<&'static str>,
+    context: Option<&'static str>,
+    pods: Vec<PodFacts>,
+}
+
+/// A repo, the passes discovery makes over it, and the files under `discovered/` then.
+struct ClusterCase {
+    name: &'static str,
+    repo: &'static [(&'static str, &'static str)],
+    passes: Vec<Pass>,
+    files: &'static [&'static str],
+}
+
+fn pod_in(namespace: &str, name: &str) -> PodFacts {
+    pod(namespace, name, "busybox:1.36", Some("10.1.0.8"))
+}
+
+fn pass(named: Option<&'static str>, context: Option<&'static str>, pods: Vec<PodFacts>) -> Pass {
+    Pass {
+        named,
+        context,
+        pods,
+    }
+}
+
+const TWO_CLUSTERS: &[(&str, &str)] = &[(
+    "clusters.yaml",
+    "kind: KubernetesService\nname: east\n---\nkind: KubernetesService\nname: west\n",
+)];
+
+fn cluster_cases() -> Vec<ClusterCase> {
+    let web = |namespace, name| PodFacts {
+        controller: Some(controller("Deployment", "web", Some(1))),
+        ..pod(namespace, name, "nginx:1.27", Some("10.1.0.5"))
+    };
+    vec![
+        ClusterCase {
+            name: "the same namespace on two clusters: a directory per cluster",
+            repo: TWO_CLUSTERS,
+            passes: vec![
+                pass(None, Some("east"), vec![web("shop", "web-a")]),
+                pass(None, Some("west"), vec![web("shop", "web-b")]),
+            ],
+            files: &[
+                "discovered/east/shop/namespace.yaml",
+                "discovered/east/shop/pods/web-a.yaml",
+                "discovered/images.yaml",
+                "discovered/west/shop/namespace.yaml",
+                "discovered/west/shop/pods/web-b.yaml",
+            ],
+        },
+        ClusterCase {
+            name: "one cluster's pods gone: the other's stay",
+            repo: TWO_CLUSTERS,
+            passes: vec![
+                pass(Some("east"), None, vec![web("shop", "web-a")]),
+                pass(Some("west"), None, vec![web("shop", "web-b")]),
+                pass(Some("east"), None, vec![]),
+            ],
+            files: &[
+                "discovered/images.yaml",
+                "discovered/west/shop/namespace.yaml",
+                "discovered/west/shop/pods/web-b.yaml",
+            ],
+        },
+        ClusterCase {
+            name: "one KubernetesService: today's layout",
+            repo: &[("cluster.yaml", "kind: KubernetesService\nname: east\n")],
+            passes: vec![pass(None, Some("kind-dev"), vec![web("shop", "web-a")])],
+            files: &[
+                "discovered/images.yaml",
+                "discovered/shop/namespace.yaml",
+                "discovered/shop/pods/web-a.yaml",
+            ],
+        },
+        ClusterCase {
+            name: "a named KubernetesService the repo lacks is written",
+            repo: &[],
+            passes: vec![pass(Some("east"), None, vec![web("shop", "web-a")])],
+            files: &[
+                "discovered/images.yaml",
+                "discovered/kubernetes-services.yaml",
+                "discovered/shop/namespace.yaml",
+                "discovered/shop/pods/web-a.yaml",
+            ],
+        },
+        ClusterCase {
+            name: "a second KubernetesService named: both clusters get a directory, the first's files move",
+            repo: &[("cluster.yaml", "kind: KubernetesService\nname: east\n")],
+            passes: vec![
+                pass(None, None, vec![web("shop", "web-a")]),
+                pass(Some("west"), None, vec![web("shop", "web-b")]),
+                pass(Some("east"), None, vec![web("shop", "web-a")]),
+            ],
+            files: &[
+                "discovered/east/shop/namespace.yaml",
+                "discovered/east/shop/pods/web-a.yaml",
+                "discovered/images.yaml",
+                "discovered/kubernetes-services.yaml",
+                "discovered/west/shop/namespace.yaml",
+                "discovered/west/shop/pods/web-b.yaml",
+            ],
+        },
+    ]
+}
+
+fn repo_of(files: &[(&str, &str)]) -> SourceFiles {
+    SourceFiles::from_files(files.iter().map(|(p, t)| SourceFile::new(*p, *t)).collect())
+}
+
+#[test]
+fn each_clusters_pods_land_under_its_kubernetes_service() {
+    let applyset = inventory().applyset_id();
+    for case in cluster_cases() {
+        let mut files = repo_of(case.repo);
+        for pass in &case.passes {
+            let choice = ClusterChoice {
+                named: pass.named.map(str::to_string),
+                context: pass.context.map(str::to_string),
+            };
+            let outcome = plan(&pass.pods, &files, &Scope::All, &applyset, &choice)
+                .unwrap_or_else(|e| panic!("{}: {e}", case.name));
+            files = apply(&files, &outcome);
+            // The next pass of the same cluster changes nothing.
+            let again = plan(&pass.pods, &files, &Scope::All, &applyset, &choice).unwrap();
+            assert!(again.is_empty(), "{}: {}", case.name, describe(&again));
+        }
+        let discovered: Vec<&str> = files
+            .iter()
+            .map(|(_, f)| f.path.as_str())
+            .filter(|p| p.starts_with("discovered/"))
+            .collect();
+        assert_eq!(discovered, case.files, "{}", case.name);
+        // The clusters' models validate together, the user's with them.
+        let analysis = tether_core::analyze(&files);
+        assert!(
+            analysis.graph.is_some(),
+            "{}: {}",
+            case.name,
+            analysis.diagnostics.render_plain(&files)
+        );
+    }
+}
+
+#[test]
+fn the_same_namespace_in_a_second_cluster_has_a_trust_domain_of_its_own() {
+    let applyset = inventory().applyset_id();
+    let mut files = repo_of(TWO_CLUSTERS);
+    for (service, pod) in [("east", "web-a"), ("west", "web-b")] {
+        let choice = ClusterChoice {
+            named: Some(service.into()),
+            context: None,
+        };
+        let pods = [pod_in("shop", pod)];
+        files = apply(
+            &files,
+            &plan(&pods, &files, &Scope::All, &applyset, &choice).unwrap(),
+        );
+    }
+    let text = |path: &str| {
+        files
+            .iter()
+            .find(|(_, f)| f.path == path)
+            .map(|(_, f)| f.text.clone())
+            .unwrap_or_else(|| panic!("no {path}"))
+    };
+    // The first keeps the namespace's name; the second's is qualified by its cluster.
+    assert!(
+        text("discovered/east/shop/namespace.yaml")
+            .contains("kind: TrustDomain\nname: shop\nowner: east\n")
+    );
+    let west = text("discovered/west/shop/namespace.yaml");
+    assert!(
+        west.contains("kind: TrustDomain\nname: west-shop\nowner: west\n"),
+        "{west}"
+    );
+    assert!(west.contains("trust_domain: west-shop\n"), "{west}");
+    assert!(
+        west.contains("description: pods without a controller in shop\n"),
+        "{west}"
+    );
+}
+
+#[test]
+fn discovered_trust_domains_and_pods_name_their_kubernetes_service() {
+    let applyset = inventory().applyset_id();
+    let files = repo_of(TWO_CLUSTERS);
+    let choice = |context: &str| ClusterChoice {
+        named: None,
+        context: Some(context.into()),
+    };
+    let pods = [pod("shop", "debug", "busybox:1.36", Some("10.1.0.8"))];
+    let outcome = plan(&pods, &files, &Scope::All, &applyset, &choice("west")).unwrap();
+    assert_eq!(
+        outcome.writes["discovered/west/shop/pods/debug.yaml"],
+        "# Discovered by tether from the cluster (xos_managed: false): tether rewrites this file.\n\
+         # Pod shop/debug.\n\
+         kind: KubernetesServiceInstance\nname: debug\nslice: shop\nimage: busybox:1.36\n\
+         owner: west\nxos_managed: false\npod_ip: \"10.1.0.8\"\nnode: worker-1\n"
+    );
+    assert!(
+        outcome.writes["discovered/west/shop/namespace.yaml"]
+            .contains("kind: TrustDomain\nname: shop\nowner: west\nxos_managed: false\n")
+    );
+    assert_eq!(
+        outcome.commit_message().lines().next().unwrap(),
+        "discover: +1 pods in west/shop"
+    );
+    // Discovered on different namespaces, both clusters' models validate together.
+    let after = apply(&files, &outcome);
+    let others = [pod("team-a", "debug", "busybox:1.36", None)];
+    let after = apply(
+        &after,
+        &plan(&others, &after, &Scope::All, &applyset, &choice("east")).unwrap(),
+    );
+    let analysis = tether_core::analyze(&after);
+    assert!(
+        analysis.graph.is_some(),
+        "{}",
+        analysis.diagnostics.render_plain(&after)
+    );
+}
+
+#[test]
+fn with_several_kubernetes_services_and_no_way_to_tell_discovery_changes_nothing() {
+    let applyset = inventory().applyset_id();
+    let files = repo_of(TWO_CLUSTERS);
+    let pods = [pod("shop", "debug", "busybox:1.36", None)];
+    let choice = ClusterChoice {
+        named: None,
+        context: Some("kind-dev".into()),
+    };
+    let error = plan(&pods, &files, &Scope::All, &applyset, &choice).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "the repo has several KubernetesServices (east, west) and none is named like the kubeconfig context \"kind-dev\": cannot tell which one the watched cluster is"
     );
 }

@@ -87,6 +87,10 @@ impl Status {
 pub struct PodEvent {
     pub status: Status,
     pub pod: PodState,
+    /// The cluster the pod runs in: its KubernetesService's name, else the kubeconfig
+    /// context's. Empty in events an outbox recorded before events named it.
+    #[serde(default)]
+    pub cluster: String,
 }
 
 #[derive(Serialize)]
@@ -96,7 +100,7 @@ struct NetInterface<'a> {
 }
 
 /// The value XOS's Kubernetes synchronizer published on `xos.kubernetes.pod-details`,
-/// plus the namespace, the uid and the restart counts.
+/// plus the namespace, the cluster, the uid and the restart counts.
 #[derive(Serialize)]
 struct XosValue<'a> {
     status: &'static str,
@@ -105,6 +109,7 @@ struct XosValue<'a> {
     labels: &'a BTreeMap<String, String>,
     netinterfaces: [NetInterface<'a>; 1],
     namespace: &'a str,
+    cluster: &'a str,
     uid: &'a str,
     restart_counts: &'a BTreeMap<String, i32>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -127,6 +132,7 @@ impl PodEvent {
                 addresses: pod.ip.as_deref().into_iter().collect(),
             }],
             namespace: &pod.namespace,
+            cluster: &self.cluster,
             uid: &pod.uid,
             restart_counts: &pod.restart_counts,
             action: pod.action.as_deref(),
@@ -137,12 +143,18 @@ impl PodEvent {
     }
 }
 
-/// The events between what was known of a pod and what is known now (`None`: no
-/// such pod). A new uid under the same name is a new pod: deleted, then created.
-pub fn pod_events(before: Option<&PodState>, after: Option<&PodState>) -> Vec<PodEvent> {
+/// The events between what was known of a pod of `cluster` and what is known now
+/// (`None`: no such pod). A new uid under the same name is a new pod: deleted, then
+/// created.
+pub fn pod_events(
+    cluster: &str,
+    before: Option<&PodState>,
+    after: Option<&PodState>,
+) -> Vec<PodEvent> {
     let event = |status, pod: &PodState| PodEvent {
         status,
         pod: pod.clone(),
+        cluster: cluster.to_string(),
     };
     match (before, after) {
         (None, None) => Vec::new(),
@@ -193,11 +205,11 @@ mod tests {
         let running = pod("u1", Some("10.0.0.5"), 0);
         let restarted = pod("u1", Some("10.0.0.5"), 1);
         let mut all = Vec::new();
-        all.extend(pod_events(None, Some(&pending)));
-        all.extend(pod_events(Some(&pending), Some(&running)));
-        all.extend(pod_events(Some(&running), Some(&running)));
-        all.extend(pod_events(Some(&running), Some(&restarted)));
-        all.extend(pod_events(Some(&restarted), None));
+        all.extend(pod_events("east", None, Some(&pending)));
+        all.extend(pod_events("east", Some(&pending), Some(&running)));
+        all.extend(pod_events("east", Some(&running), Some(&running)));
+        all.extend(pod_events("east", Some(&running), Some(&restarted)));
+        all.extend(pod_events("east", Some(&restarted), None));
         assert_eq!(
             statuses(&all),
             [
@@ -213,6 +225,7 @@ mod tests {
     #[test]
     fn a_new_uid_under_the_same_name_is_a_new_pod() {
         let events = pod_events(
+            "east",
             Some(&pod("u1", Some("10.0.0.5"), 3)),
             Some(&pod("u2", None, 0)),
         );
@@ -221,14 +234,15 @@ mod tests {
     }
 
     #[test]
-    fn the_value_is_the_xos_contract_plus_namespace_uid_and_restarts() {
+    fn the_value_is_the_xos_contract_plus_namespace_cluster_uid_and_restarts() {
         let event = PodEvent {
             status: Status::Updated,
             pod: pod("u1", Some("10.0.0.5"), 2),
+            cluster: "east".into(),
         };
         assert_eq!(
             event.to_json(7),
-            r#"{"status":"updated","name":"web-0","producer":"k8s-sync","labels":{"app":"web"},"netinterfaces":[{"name":"primary","addresses":["10.0.0.5"]}],"namespace":"shop","uid":"u1","restart_counts":{"web":2},"sequence":7}"#
+            r#"{"status":"updated","name":"web-0","producer":"k8s-sync","labels":{"app":"web"},"netinterfaces":[{"name":"primary","addresses":["10.0.0.5"]}],"namespace":"shop","cluster":"east","uid":"u1","restart_counts":{"web":2},"sequence":7}"#
         );
     }
 }

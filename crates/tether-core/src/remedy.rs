@@ -39,6 +39,8 @@ pub enum Remedy {
     ListModels,
     /// A host without a Node model is not managed.
     AddNodeModel,
+    /// The repo has several KubernetesServices: say which one the cluster is.
+    NameKubernetesService,
 }
 
 /// How a front end names each [`Remedy`] inside a sentence of a report.

@@ -51,6 +51,11 @@ pub struct Controller {
     pub shared: Arc<Shared>,
     /// How long a pass in progress may go on after shutdown.
     pub shutdown_timeout: Duration,
+    /// The KubernetesService this daemon's cluster is (`--cluster-name`): what the
+    /// Sources' discovery puts discovered models under and names in events, and the
+    /// daemon's own part of a Source whose models belong to several clusters. `None`:
+    /// a repository's only KubernetesService.
+    pub cluster_name: Option<String>,
 }
 
 /// A Source's loop while it runs.
@@ -273,6 +278,7 @@ impl Controller {
             self.directories.clone(),
             self.shared.clone(),
             self.shutdown_timeout,
+            self.cluster_name.clone(),
             Stops {
                 loop_: stop.clone(),
                 pass: stop_pass.clone(),
@@ -348,12 +354,17 @@ struct Stops {
 }
 
 /// One Source's loop, until `stops.loop_`.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the Controller's settings a spawned loop takes by value, one each"
+)]
 async fn run_source(
     client: Client,
     source: Source,
     directories: Directories,
     shared: Arc<Shared>,
     shutdown_timeout: Duration,
+    cluster_name: Option<String>,
     stops: Stops,
     triggers: (mpsc::Sender<Trigger>, mpsc::Receiver<Trigger>),
 ) {
@@ -369,11 +380,9 @@ async fn run_source(
     let Some(credentials) = wait_for_credentials(&client, &source, &mut status, &stop).await else {
         return;
     };
-    let discovery = source
-        .spec
-        .discovery
-        .as_ref()
-        .map(|discovery| discovery_target(&source, discovery, &directories, &credentials));
+    let discovery = source.spec.discovery.as_ref().map(|discovery| {
+        discovery_target(&source, discovery, &directories, &credentials, cluster_name)
+    });
     let cache = directories.cache;
     let settings = match source.spec.settings(&namespace, &name, cache, credentials) {
         Ok(settings) => settings,
@@ -520,12 +529,14 @@ fn changed_nothing(pass: &PassOutcome) -> bool {
 
 /// Where a Source's discovery commits: its repository and path, on the discovery's
 /// branch (else the Source's ref when it is a branch, else main), in a clone of its
-/// own (the loop fetches beside it), with an outbox of its own.
+/// own (the loop fetches beside it), with an outbox of its own; its models land under
+/// `cluster` (the daemon's `--cluster-name`).
 fn discovery_target(
     source: &Source,
     discovery: &DiscoverySpec,
     directories: &Directories,
     credentials: &Credentials,
+    cluster: Option<String>,
 ) -> DiscoveryTarget {
     let namespace = source.namespace().unwrap_or_default();
     let name = source.name_any();
@@ -545,6 +556,7 @@ fn discovery_target(
             .state
             .join("outbox")
             .join(format!("{namespace}-{name}")),
+        cluster,
     }
 }
 

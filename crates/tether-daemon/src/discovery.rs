@@ -10,6 +10,7 @@ use std::time::Duration;
 use kube::Client;
 use tokio_util::sync::CancellationToken;
 
+use tether_core::discover::ClusterChoice;
 use tether_engine::config::{DiscoverOverrides, EventOverrides};
 use tether_engine::discovery::Destination;
 use tether_engine::discovery::session::{DiscoverySession, SessionOptions};
@@ -30,6 +31,9 @@ pub struct DiscoveryTarget {
     pub applyset: String,
     /// The Source's own event outbox (sources never share one).
     pub outbox: PathBuf,
+    /// The KubernetesService the daemon's cluster is (`--cluster-name`); `None`: the
+    /// repository's only one.
+    pub cluster: Option<String>,
 }
 
 /// Runs discovery (and event delivery) until `stop`; a failure to start is retried.
@@ -68,6 +72,11 @@ async fn run_once(
         publish_events: true,
         default_outbox: Some(target.outbox.clone()),
         applyset: target.applyset.clone(),
+        // In a cluster there is no kubeconfig context to go by.
+        cluster: ClusterChoice {
+            named: target.cluster.clone(),
+            context: None,
+        },
         push: true,
         list_timeout: Duration::from_secs(60),
     };

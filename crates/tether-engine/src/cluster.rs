@@ -112,6 +112,22 @@ pub struct Target {
     pub impersonate_groups: Vec<String>,
 }
 
+impl Target {
+    /// The name of the kubeconfig context `connect` uses: the one given, else the
+    /// kubeconfig's current context; `None` in a cluster without a kubeconfig (or
+    /// with one that cannot be read, which `connect` reports).
+    pub fn context_name(&self) -> Option<String> {
+        if let Some(context) = &self.context {
+            return Some(context.clone());
+        }
+        let kubeconfig = match &self.kubeconfig {
+            Some(path) => Kubeconfig::read_from(path),
+            None => Kubeconfig::read(),
+        };
+        kubeconfig.ok()?.current_context
+    }
+}
+
 /// Whom requests act as (impersonation), so that the API server's RBAC decides what
 /// a run may change.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

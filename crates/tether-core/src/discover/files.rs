@@ -6,7 +6,17 @@
 //! - `discovered/<namespace>/pods/<pod>.yaml`: one KubernetesServiceInstance per pod;
 //! - `discovered/<namespace>/namespace.yaml`: the TrustDomain, Principals and Slices
 //!   the namespace's pods need and the user's models do not define;
-//! - `discovered/images.yaml`: the Images they need (Images are not namespaced).
+//! - `discovered/images.yaml`: the Images they need (Images are not namespaced);
+//! - `discovered/kubernetes-services.yaml`: the KubernetesServices discovery was
+//!   told to put pods under (`--kubernetes-service`) and the user's models lack.
+//!
+//! With several KubernetesServices in the repo, each is a cluster and one namespace
+//! name may be in two of them: a namespace's directory is then
+//! `discovered/<service>/<namespace>/`, so one cluster's discovery never rewrites or
+//! removes another's pods. With one (or none), the directory stays
+//! `discovered/<namespace>/`, so that existing repos do not move; the files a
+//! cluster's discovery wrote there move under the cluster's directory when a second
+//! KubernetesService appears (recognised by their `owner`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -17,25 +27,167 @@ use crate::ownership::{MANAGED_BY_LABEL, MANAGER, MODEL_ANNOTATION, PART_OF_LABE
 use crate::render::SLICE_LABEL;
 use crate::source::SourceFiles;
 
+use super::cluster::{ClusterChoice, ClusterChoiceError};
 use super::facts::{ControllerFacts, PodFacts};
 
 /// The directory, under the models root, that discovery owns.
 pub const DISCOVERED_DIR: &str = "discovered";
 const IMAGES_FILE: &str = "discovered/images.yaml";
+const SERVICES_FILE: &str = "discovered/kubernetes-services.yaml";
 const HEADER: &str =
     "# Discovered by tether from the cluster (xos_managed: false): tether rewrites this file.\n";
 
-/// Whether discovery owns `path` (relative to the models root) in `scope`: its files
-/// in other namespaces are left alone.
-fn owned_in(scope: &Scope, path: &str) -> bool {
-    path == IMAGES_FILE
-        || path
-            .strip_prefix("discovered/")
-            .and_then(|rest| rest.split_once('/'))
-            .is_some_and(|(namespace, _)| scope.contains(namespace))
+/// Where the watched cluster's files go, and which files its discovery owns.
+struct Layout<'s> {
+    scope: &'s Scope,
+    /// The watched cluster's KubernetesService, when the repo has one or one is named.
+    service: Option<String>,
+    /// The repo has several KubernetesServices: `discovered/<service>/<namespace>/`.
+    per_cluster: bool,
+    /// Directories of the one-cluster layout (`discovered/<namespace>/`) holding this
+    /// cluster's models: written before the repo had several clusters, moved now.
+    earlier: BTreeSet<String>,
 }
 
-/// Pods added, changed (a new IP, slice or image) and removed in one namespace.
+impl<'s> Layout<'s> {
+    fn new(
+        repo: &Repo,
+        choice: &ClusterChoice,
+        scope: &'s Scope,
+    ) -> Result<Self, ClusterChoiceError> {
+        let known = repo.services();
+        let service = choice.service(&known)?;
+        let mut all = known.clone();
+        all.extend(service.as_deref());
+        let per_cluster = all.len() > 1;
+        let mut earlier = BTreeSet::new();
+        if let (true, Some(service)) = (per_cluster, &service) {
+            let discovered = &repo.discovered;
+            let owned_models = discovered
+                .trust_domains
+                .iter()
+                .map(|t| (&t.owner, &t.origin))
+                .chain(discovered.instances.iter().map(|i| (&i.owner, &i.origin)));
+            for (owner, origin) in owned_models {
+                let first = repo
+                    .path(origin)
+                    .strip_prefix("discovered/")
+                    .and_then(|rest| rest.split_once('/'))
+                    .map(|(first, _)| first);
+                if let Some(first) = first
+                    && owner.as_ref().is_some_and(|o| o.value == *service)
+                    && !all.contains(first)
+                    && scope.contains(first)
+                {
+                    earlier.insert(first.to_string());
+                }
+            }
+        }
+        Ok(Layout {
+            scope,
+            service,
+            per_cluster,
+            earlier,
+        })
+    }
+
+    /// The directory of `namespace`'s files.
+    fn namespace_dir(&self, namespace: &str) -> String {
+        match (&self.service, self.per_cluster) {
+            (Some(service), true) => format!("{DISCOVERED_DIR}/{service}/{namespace}"),
+            _ => format!("{DISCOVERED_DIR}/{namespace}"),
+        }
+    }
+
+    /// The names of the `namespaces`' TrustDomains: each namespace's own, unless a
+    /// TrustDomain of another cluster has it (the same namespace name in two
+    /// clusters); then `<service>-<namespace>` (a namespace name too, as a
+    /// TrustDomain's must be), numbered while taken. Stable once written, as a
+    /// slice's name is.
+    fn trust_domains(&self, repo: &Repo, namespaces: &BTreeSet<&str>) -> BTreeMap<String, String> {
+        let mut names: BTreeMap<String, String> = namespaces
+            .iter()
+            .map(|n| (n.to_string(), n.to_string()))
+            .collect();
+        let (Some(service), true) = (&self.service, self.per_cluster) else {
+            return names;
+        };
+        let mut taken: BTreeSet<&str> = repo
+            .user
+            .trust_domains
+            .iter()
+            .filter(|t| t.owner.as_ref().is_some_and(|o| o.value != *service))
+            .chain(
+                repo.discovered
+                    .trust_domains
+                    .iter()
+                    .filter(|t| !self.owns(repo.path(&t.origin))),
+            )
+            .map(|t| t.name.value.as_str())
+            .collect();
+        let clashing: Vec<&str> = namespaces
+            .iter()
+            .copied()
+            .filter(|n| taken.contains(n))
+            .collect();
+        // Every plain name this cluster keeps is reserved before any is qualified.
+        taken.extend(namespaces.iter().copied().filter(|n| !clashing.contains(n)));
+        let prefix: String = service
+            .to_ascii_lowercase()
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        let mut qualified: BTreeSet<String> = BTreeSet::new();
+        for namespace in clashing {
+            let base: String = format!("{prefix}-{namespace}").chars().take(60).collect();
+            let base = base.trim_matches('-').to_string();
+            let name = std::iter::once(base.clone())
+                .chain((2..).map(|n| format!("{base}-{n}")))
+                .find(|c| !taken.contains(c.as_str()) && !qualified.contains(c))
+                .unwrap_or(base);
+            qualified.insert(name.clone());
+            names.insert(namespace.to_string(), name);
+        }
+        names
+    }
+
+    /// The namespace of an owned file under `discovered/`.
+    fn namespace_of<'p>(&self, path: &'p str) -> Option<&'p str> {
+        let rest = path.strip_prefix("discovered/")?;
+        let rest = match (&self.service, self.per_cluster) {
+            (Some(service), true) => rest
+                .strip_prefix(service.as_str())
+                .and_then(|r| r.strip_prefix('/'))
+                .unwrap_or(rest),
+            _ => rest,
+        };
+        rest.split_once('/').map(|(namespace, _)| namespace)
+    }
+
+    /// Whether discovery owns `path` (relative to the models root): its files in
+    /// other namespaces, and other clusters' files, are left alone.
+    fn owns(&self, path: &str) -> bool {
+        if path == IMAGES_FILE || path == SERVICES_FILE {
+            return true;
+        }
+        let Some((first, rest)) = path
+            .strip_prefix("discovered/")
+            .and_then(|rest| rest.split_once('/'))
+        else {
+            return false;
+        };
+        match (&self.service, self.per_cluster) {
+            (Some(service), true) if first == service => rest
+                .split_once('/')
+                .is_some_and(|(namespace, _)| self.scope.contains(namespace)),
+            (_, true) => self.earlier.contains(first),
+            (_, false) => self.scope.contains(first),
+        }
+    }
+}
+
+/// Pods added, changed (a new IP, slice or image) and removed in one namespace
+/// (`<service>/<namespace>` when the repo has several clusters).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PodChanges {
     pub added: Vec<String>,
@@ -49,7 +201,7 @@ pub struct Outcome {
     /// Paths relative to the models root, and their new text.
     pub writes: BTreeMap<String, String>,
     pub removes: BTreeSet<String>,
-    /// Pod changes by namespace.
+    /// Pod changes by namespace (`<service>/<namespace>` with several clusters).
     pub pods: BTreeMap<String, PodChanges>,
 }
 
@@ -148,6 +300,16 @@ impl<'a> Repo<'a> {
     fn path(&self, origin: &model::Origin) -> &str {
         self.files.path(origin.span.file)
     }
+
+    /// The KubernetesServices (clusters) the repo has, the user's and discovered.
+    fn services(&self) -> BTreeSet<&str> {
+        self.user
+            .kubernetes_services
+            .iter()
+            .chain(&self.discovered.kubernetes_services)
+            .map(|s| s.name.value.as_str())
+            .collect()
+    }
 }
 
 /// A slice discovery writes: one per top-level controller, and one per namespace for
@@ -183,12 +345,21 @@ enum PodSlice {
 
 /// The files that describe `pods` (those in `scope`, minus the bare pods tether applied
 /// from this repo's inventory `applyset` and pods the user's models describe), compared
-/// with the repo's `existing` files.
-pub fn plan(pods: &[PodFacts], existing: &SourceFiles, scope: &Scope, applyset: &str) -> Outcome {
+/// with the repo's `existing` files. The pods run in the cluster `cluster` says; an
+/// error when it cannot tell which of the repo's KubernetesServices that is.
+pub fn plan(
+    pods: &[PodFacts],
+    existing: &SourceFiles,
+    scope: &Scope,
+    applyset: &str,
+    cluster: &ClusterChoice,
+) -> Result<Outcome, ClusterChoiceError> {
     let repo = Repo::read(existing);
-    let pods = pods_to_describe(pods, &repo.user, scope, applyset);
+    let layout = Layout::new(&repo, cluster, scope)?;
+    let service = layout.service.as_deref();
+    let pods = pods_to_describe(pods, &repo.user, scope, applyset, service);
     let (drafts, pod_drafts) = draft_pods(pods, &repo.user, applyset);
-    let slice_names = name_slices(&drafts, &repo, scope);
+    let slice_names = name_slices(&drafts, &repo, &layout);
 
     // The files of the namespaces in scope, as they should be.
     let mut desired: BTreeMap<String, String> = BTreeMap::new();
@@ -199,24 +370,75 @@ pub fn plan(pods: &[PodFacts], existing: &SourceFiles, scope: &Scope, applyset: 
             PodSlice::Discovered(key) => slice_names[key].clone(),
         };
         let p = draft.pod;
-        desired.insert(pod_path(&p.namespace, &p.name), pod_file(draft, &slice));
+        let path = format!(
+            "{}/pods/{}.yaml",
+            layout.namespace_dir(&p.namespace),
+            p.name
+        );
+        desired.insert(path, pod_file(draft, &slice, service));
         needed_images.insert(draft.image.clone());
     }
-    for namespace in namespaces_to_write(&pod_drafts, &repo, scope) {
+    let namespaces = namespaces_to_write(&pod_drafts, &repo, &layout);
+    let trust_domains = layout.trust_domains(&repo, &namespaces);
+    for namespace in namespaces {
         let slices: Vec<(&String, &SliceKey, &SliceDraft)> = drafts
             .iter()
             .filter(|(k, _)| k.namespace == namespace)
             .map(|(k, d)| (&slice_names[k], k, d))
             .collect();
         needed_images.extend(slices.iter().map(|(_, _, d)| d.image.clone()));
-        if let Some(text) = namespace_file(namespace, &repo.user, slices) {
-            desired.insert(format!("{DISCOVERED_DIR}/{namespace}/namespace.yaml"), text);
+        let trust_domain = &trust_domains[namespace];
+        if let Some(text) = namespace_file(trust_domain, &repo.user, slices, service) {
+            let path = format!("{}/namespace.yaml", layout.namespace_dir(namespace));
+            desired.insert(path, text);
         }
     }
-    if let Some(text) = images_file(&repo, scope, needed_images) {
+    if let Some(text) = images_file(&repo, &layout, needed_images) {
         desired.insert(IMAGES_FILE.to_string(), text);
     }
-    compare(desired, existing, scope)
+    if let Some(text) = services_file(&repo, service) {
+        desired.insert(SERVICES_FILE.to_string(), text);
+    }
+    Ok(compare(desired, existing, &layout))
+}
+
+/// The KubernetesService of the cluster `choice` says, among those of the repo's
+/// `files` (`None`: the repo has none and none is named).
+pub fn watched_service(
+    files: &SourceFiles,
+    choice: &ClusterChoice,
+) -> Result<Option<String>, ClusterChoiceError> {
+    choice.service(&Repo::read(files).services())
+}
+
+/// The KubernetesServices discovery wrote (and the watched cluster's, when the user's
+/// models lack it); `None` when there are none. One stays while the repo has it: it is
+/// a cluster, which other models and other clusters' files may name.
+fn services_file(repo: &Repo, service: Option<&str>) -> Option<String> {
+    let user: BTreeSet<&str> = repo
+        .user
+        .kubernetes_services
+        .iter()
+        .map(|s| s.name.value.as_str())
+        .collect();
+    let services: BTreeSet<&str> = repo
+        .discovered
+        .kubernetes_services
+        .iter()
+        .map(|s| s.name.value.as_str())
+        .chain(service)
+        .filter(|s| !user.contains(s))
+        .collect();
+    let text: String = services
+        .into_iter()
+        .map(|name| {
+            document(
+                Kind::KubernetesService,
+                &[("name", Some(Scalar::Text(name)))],
+            )
+        })
+        .collect();
+    (!text.is_empty()).then(|| format!("{HEADER}{}", body(&text)))
 }
 
 /// The pods in scope that discovery describes, by namespace and name: not those tether
@@ -227,7 +449,15 @@ fn pods_to_describe<'p>(
     user: &Models,
     scope: &Scope,
     applyset: &str,
+    service: Option<&str>,
 ) -> Vec<&'p PodFacts> {
+    // A user's pod of another cluster (its owner, or its trust domain's) describes
+    // a pod there, not this one.
+    let trust_domain_owners: BTreeMap<&str, &str> = user
+        .trust_domains
+        .iter()
+        .filter_map(|t| Some((t.name.value.as_str(), t.owner.as_ref()?.value.as_str())))
+        .collect();
     let user_slice_namespaces: BTreeMap<&str, &str> = user
         .slices
         .iter()
@@ -242,8 +472,14 @@ fn pods_to_describe<'p>(
         .instances
         .iter()
         .filter_map(|i| {
-            let namespace = user_slice_namespaces.get(i.slice.value.as_str())?;
-            Some((*namespace, i.name.value.as_str()))
+            let namespace = *user_slice_namespaces.get(i.slice.value.as_str())?;
+            let owner = i
+                .owner
+                .as_ref()
+                .map(|o| o.value.as_str())
+                .or_else(|| trust_domain_owners.get(namespace).copied());
+            let elsewhere = matches!((owner, service), (Some(o), Some(s)) if o != s);
+            (!elsewhere).then_some((namespace, i.name.value.as_str()))
         })
         .collect();
     let mut pods: Vec<&PodFacts> = pods
@@ -313,8 +549,8 @@ fn draft_pods<'p>(
     (drafts, pod_drafts)
 }
 
-/// A pod's file: its KubernetesServiceInstance in `slice`.
-fn pod_file(draft: &PodDraft, slice: &str) -> String {
+/// A pod's file: its KubernetesServiceInstance in `slice`, owned by `service`.
+fn pod_file(draft: &PodDraft, slice: &str, service: Option<&str>) -> String {
     let p = draft.pod;
     let made_by = p
         .controller
@@ -328,6 +564,7 @@ fn pod_file(draft: &PodDraft, slice: &str) -> String {
             ("name", Some(Scalar::Text(&p.name))),
             ("slice", Some(Scalar::Text(slice))),
             ("image", Some(Scalar::Text(&draft.image))),
+            ("owner", service.map(Scalar::Text)),
             ("xos_managed", Some(Scalar::Bool(false))),
             ("pod_ip", p.ip.as_deref().map(Scalar::Text)),
             ("node", p.node.as_deref().map(Scalar::Text)),
@@ -342,7 +579,7 @@ fn pod_file(draft: &PodDraft, slice: &str) -> String {
 fn namespaces_to_write<'a>(
     pod_drafts: &'a [PodDraft],
     repo: &'a Repo,
-    scope: &Scope,
+    layout: &Layout,
 ) -> BTreeSet<&'a str> {
     let user = &repo.user;
     let user_trust_domain_refs: BTreeSet<&str> = user
@@ -362,25 +599,34 @@ fn namespaces_to_write<'a>(
         repo.discovered
             .trust_domains
             .iter()
-            .map(|t| t.name.value.as_str())
-            .filter(|t| scope.contains(t) && user_trust_domain_refs.contains(t)),
+            .filter(|t| user_trust_domain_refs.contains(t.name.value.as_str()))
+            .map(|t| repo.path(&t.origin))
+            .filter(|path| layout.owns(path))
+            .filter_map(|path| layout.namespace_of(path)),
     );
     namespaces
 }
 
-/// A namespace's file: the TrustDomain, the Principals of its controller slices and
-/// its discovered `slices`, minus what the user's models define; `None` when empty.
+/// A namespace's file: its TrustDomain (`trust_domain`, owned by `service`), the
+/// Principals of its controller slices and its discovered `slices`, minus what the
+/// user's models define; `None` when empty.
 fn namespace_file(
-    namespace: &str,
+    trust_domain: &str,
     user: &Models,
     mut slices: Vec<(&String, &SliceKey, &SliceDraft)>,
+    service: Option<&str>,
 ) -> Option<String> {
     let mut text = String::new();
-    if !user.trust_domains.iter().any(|t| t.name.value == namespace) {
+    if !user
+        .trust_domains
+        .iter()
+        .any(|t| t.name.value == trust_domain)
+    {
         text.push_str(&document(
             Kind::TrustDomain,
             &[
-                ("name", Some(Scalar::Text(namespace))),
+                ("name", Some(Scalar::Text(trust_domain))),
+                ("owner", service.map(Scalar::Text)),
                 ("xos_managed", Some(Scalar::Bool(false))),
             ],
         ));
@@ -394,13 +640,13 @@ fn namespace_file(
         let defined = user
             .principals
             .iter()
-            .any(|p| p.trust_domain.value == namespace && p.name.value == principal);
+            .any(|p| p.trust_domain.value == trust_domain && p.name.value == principal);
         if !defined {
             text.push_str(&document(
                 Kind::Principal,
                 &[
                     ("name", Some(Scalar::Text(principal))),
-                    ("trust_domain", Some(Scalar::Text(namespace))),
+                    ("trust_domain", Some(Scalar::Text(trust_domain))),
                     ("xos_managed", Some(Scalar::Bool(false))),
                 ],
             ));
@@ -408,18 +654,23 @@ fn namespace_file(
     }
     slices.sort_by_key(|(name, _, _)| *name);
     for (name, key, draft) in slices {
-        text.push_str(&slice_document(name, key, draft));
+        text.push_str(&slice_document(name, trust_domain, key, draft));
     }
     (!text.is_empty()).then(|| format!("{HEADER}{}", body(&text)))
 }
 
 /// The shared `images.yaml`: the Images that discovered models need and the user's
 /// models do not define; `None` when there are none.
-fn images_file(repo: &Repo, scope: &Scope, mut needed_images: BTreeSet<String>) -> Option<String> {
+fn images_file(
+    repo: &Repo,
+    layout: &Layout,
+    mut needed_images: BTreeSet<String>,
+) -> Option<String> {
     let user = &repo.user;
-    // Images are shared by every namespace: keep those that discovered models outside
-    // the scope, or the user's models, still refer to.
-    let out_of_scope = |origin: &model::Origin| !owned_in(scope, repo.path(origin));
+    // Images are shared by every namespace and cluster: keep those that discovered
+    // models outside the scope (or of other clusters), or the user's models, still
+    // refer to.
+    let out_of_scope = |origin: &model::Origin| !layout.owns(repo.path(origin));
     needed_images.extend(
         repo.discovered
             .instances
@@ -471,11 +722,11 @@ fn images_file(repo: &Repo, scope: &Scope, mut needed_images: BTreeSet<String>) 
 }
 
 /// Writes and removals that turn the owned files of `existing` into `desired`.
-fn compare(desired: BTreeMap<String, String>, existing: &SourceFiles, scope: &Scope) -> Outcome {
+fn compare(desired: BTreeMap<String, String>, existing: &SourceFiles, layout: &Layout) -> Outcome {
     let current: BTreeMap<&str, &str> = existing
         .iter()
         .map(|(_, f)| f)
-        .filter(|f| owned_in(scope, &f.path))
+        .filter(|f| layout.owns(&f.path))
         .map(|f| (f.path.as_str(), f.text.as_str()))
         .collect();
     let mut outcome = Outcome::default();
@@ -503,10 +754,6 @@ fn compare(desired: BTreeMap<String, String>, existing: &SourceFiles, scope: &Sc
         outcome.writes.insert(path, text);
     }
     outcome
-}
-
-fn pod_path(namespace: &str, pod: &str) -> String {
-    format!("{DISCOVERED_DIR}/{namespace}/pods/{pod}.yaml")
 }
 
 fn pod_of_path(path: &str) -> Option<(String, String)> {
@@ -546,11 +793,11 @@ fn made_from_objects_in_git(controller: &ControllerFacts, applyset: &str) -> boo
 
 /// A unique name per discovered slice: the controller's `xos_slice_name` label or its
 /// name (as XOS named them), the namespace for bare pods; qualified by the namespace
-/// when another slice already has the name.
+/// when another slice already has the name, then by the cluster.
 fn name_slices(
     drafts: &BTreeMap<SliceKey, SliceDraft>,
     repo: &Repo,
-    scope: &Scope,
+    layout: &Layout,
 ) -> BTreeMap<SliceKey, String> {
     let mut taken: BTreeSet<String> = repo
         .user
@@ -561,18 +808,23 @@ fn name_slices(
             repo.discovered
                 .slices
                 .iter()
-                .filter(|s| !owned_in(scope, repo.path(&s.origin)))
+                .filter(|s| !layout.owns(repo.path(&s.origin)))
                 .map(|s| s.name.value.clone()),
         )
         .collect();
     let mut names = BTreeMap::new();
     for (key, draft) in drafts {
         let kind = key.controller_kind.to_ascii_lowercase();
-        let candidates = [
+        let qualified = format!("{}_{kind}_{}", key.namespace, key.controller_name);
+        let mut candidates = vec![
             draft.preferred.clone(),
             format!("{}_{}", key.namespace, draft.preferred),
-            format!("{}_{kind}_{}", key.namespace, key.controller_name),
+            qualified.clone(),
         ];
+        // The same controller in a namespace of the same name on another cluster.
+        if let (Some(service), true) = (&layout.service, layout.per_cluster) {
+            candidates.push(format!("{service}_{}_{}", key.namespace, draft.preferred));
+        }
         let name = candidates
             .iter()
             .find(|c| !taken.contains(*c))
@@ -580,7 +832,7 @@ fn name_slices(
             .unwrap_or_else(|| {
                 // Only reachable with hand-made names in the repo; numbered to stay unique.
                 (2..)
-                    .map(|n| format!("{}_{n}", candidates[2]))
+                    .map(|n| format!("{qualified}_{n}"))
                     .find(|c| !taken.contains(c))
                     .unwrap_or_default()
             });
@@ -590,7 +842,7 @@ fn name_slices(
     names
 }
 
-fn slice_document(name: &str, key: &SliceKey, draft: &SliceDraft) -> String {
+fn slice_document(name: &str, trust_domain: &str, key: &SliceKey, draft: &SliceDraft) -> String {
     let controller_kind = draft
         .controller
         .as_ref()
@@ -609,7 +861,7 @@ fn slice_document(name: &str, key: &SliceKey, draft: &SliceDraft) -> String {
         Kind::Slice,
         &[
             ("name", Some(Scalar::Text(name))),
-            ("trust_domain", Some(Scalar::Text(&key.namespace))),
+            ("trust_domain", Some(Scalar::Text(trust_domain))),
             ("principal", principal.map(Scalar::Text)),
             (
                 "controller_kind",

@@ -110,6 +110,28 @@ impl<'m> Resolver<'m> {
                     }),
             )
             .collect();
+        // A model that is not managed (discovered) needs no owner; when it names one
+        // (the KubernetesService of the cluster it was found in), it must be there.
+        let unmanaged_owners: Vec<(String, &Text)> = m
+            .trust_domains
+            .iter()
+            .filter(|x| !x.is_managed())
+            .filter_map(|x| Some((label(Kind::TrustDomain, &x.name.value), x.owner.as_ref()?)))
+            .chain(
+                m.instances
+                    .iter()
+                    .filter(|x| !x.is_managed())
+                    .filter_map(|x| {
+                        Some((
+                            label(Kind::KubernetesServiceInstance, &x.name.value),
+                            x.owner.as_ref()?,
+                        ))
+                    }),
+            )
+            .collect();
+        for (model, owner) in unmanaged_owners {
+            self.lookup::<KubernetesService>(&model, owner);
+        }
         // With several KubernetesServices, which one is the model's is placement's
         // question: its trust domain may say it (see `placement`).
         let none = self.names.names(Kind::KubernetesService).next().is_none();

@@ -18,7 +18,7 @@ use crate::discovery::caches::ClusterWatch;
 use crate::driver::Loop;
 use crate::git::Credentials;
 use crate::writeback::{Author, Synced, Workspace, WritebackError};
-use tether_core::discover::{Outcome, plan};
+use tether_core::discover::{ClusterChoice, ClusterChoiceError, Outcome, plan};
 use tether_core::k8s::Scope;
 use tether_core::remedy::Remedy;
 use tether_core::settings;
@@ -31,6 +31,8 @@ pub enum DiscoverError {
     Settings(#[from] crate::config::ConfigError),
     #[error(transparent)]
     Writeback(#[from] WritebackError),
+    #[error(transparent)]
+    Cluster(#[from] ClusterChoiceError),
     #[error("discovery stopped: {0}")]
     Interrupted(String),
 }
@@ -40,6 +42,7 @@ impl DiscoverError {
     pub fn remedy(&self) -> Option<Remedy> {
         match self {
             DiscoverError::Open(error) | DiscoverError::Writeback(error) => error.remedy(),
+            DiscoverError::Cluster(_) => Some(Remedy::NameKubernetesService),
             _ => None,
         }
     }
@@ -130,6 +133,8 @@ pub struct Discoverer {
     workspace: Arc<Mutex<Workspace>>,
     watch: ClusterWatch,
     scope: Scope,
+    /// Which KubernetesService the watched cluster is.
+    cluster: ClusterChoice,
     applyset: String,
     author: Author,
     push: bool,
@@ -141,6 +146,7 @@ impl Discoverer {
         workspace: Workspace,
         watch: ClusterWatch,
         scope: Scope,
+        cluster: ClusterChoice,
         applyset: String,
         author: Author,
         push: bool,
@@ -149,6 +155,7 @@ impl Discoverer {
             workspace: Arc::new(Mutex::new(workspace)),
             watch,
             scope,
+            cluster,
             applyset,
             author,
             push,
@@ -158,11 +165,11 @@ impl Discoverer {
     /// What a pass would commit now, changing nothing.
     pub async fn preview(&mut self) -> Result<Outcome, DiscoverError> {
         let pods = self.watch.snapshot();
-        let (workspace, scope, applyset) = self.parts();
+        let (workspace, scope, cluster, applyset) = self.parts();
         blocking(move || {
             let workspace = lock(&workspace)?;
             let files = workspace.models()?;
-            Ok(plan(&pods, &files, &scope, &applyset))
+            Ok(plan(&pods, &files, &scope, &applyset, &cluster)?)
         })
         .await?
     }
@@ -174,12 +181,12 @@ impl Discoverer {
         let started = Instant::now();
         let pods = self.watch.snapshot();
         let count = pods.len();
-        let (workspace, scope, applyset) = self.parts();
+        let (workspace, scope, cluster, applyset) = self.parts();
         let (author, push) = (self.author.clone(), self.push);
         let (synced, branch) = blocking(move || {
             let mut workspace = lock(&workspace)?;
             let synced = workspace.sync(
-                |files| Ok::<_, WritebackError>(plan(&pods, files, &scope, &applyset)),
+                |files| Ok::<_, DiscoverError>(plan(&pods, files, &scope, &applyset, &cluster)?),
                 &author,
                 push,
             )?;
@@ -194,10 +201,11 @@ impl Discoverer {
         })
     }
 
-    fn parts(&self) -> (Arc<Mutex<Workspace>>, Scope, String) {
+    fn parts(&self) -> (Arc<Mutex<Workspace>>, Scope, ClusterChoice, String) {
         (
             self.workspace.clone(),
             self.scope.clone(),
+            self.cluster.clone(),
             self.applyset.clone(),
         )
     }

@@ -12,7 +12,7 @@ use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 
 use super::caches::{ClusterWatch, WatchError};
-use super::{Destination, DiscoverError, Discoverer, PassReport, open_workspace};
+use super::{Destination, DiscoverError, Discoverer, PassReport, blocking, open_workspace};
 use crate::cluster::ClusterError;
 use crate::config::{
     DiscoverConfig, DiscoverOverrides, EventOverrides, EventsConfig, SETTINGS_FILE,
@@ -20,6 +20,7 @@ use crate::config::{
 use crate::driver::{Backoff, Schedule, drive};
 use crate::events::outbox::OutboxError;
 use crate::events::pipeline::EventPipeline;
+use tether_core::discover::{ClusterChoice, watched_service};
 use tether_core::remedy::Remedy;
 
 /// What a discovery session starts from.
@@ -35,6 +36,9 @@ pub struct SessionOptions {
     pub default_outbox: Option<PathBuf>,
     /// The inventory whose pods are its own, not discovered.
     pub applyset: String,
+    /// Which KubernetesService the watched cluster is (discovered models land under
+    /// it, events name it).
+    pub cluster: ClusterChoice,
     /// Push each commit (to a remote destination).
     pub push: bool,
     /// How long the pod watch may take to list the pods at start.
@@ -83,6 +87,16 @@ impl DiscoverySession {
             client
         );
         let (workspace, settings) = opened?;
+        let choice = options.cluster.clone();
+        let (workspace, service) = blocking(move || {
+            let service = watched_service(&workspace.models()?, &choice)?;
+            Ok::<_, DiscoverError>((workspace, service))
+        })
+        .await??;
+        // Events name the KubernetesService, else the kubeconfig context.
+        let cluster = service
+            .or_else(|| options.cluster.context.clone())
+            .unwrap_or_default();
         let config = DiscoverConfig::resolve(&options.discover, &settings.discover, SETTINGS_FILE)
             .map_err(DiscoverError::from)?;
         let mut events = EventsConfig::resolve(&options.events, &settings.events);
@@ -96,7 +110,7 @@ impl DiscoverySession {
         // Events come from discovery's own pod watch.
         let (pipeline, pod_events) = match options.publish_events && !events.sinks.is_empty() {
             true => {
-                let (pipeline, feed) = EventPipeline::open_fed(&events, &client)
+                let (pipeline, feed) = EventPipeline::open_fed(&events, &client, &cluster)
                     .await
                     .map_err(SessionError::Outbox)?;
                 (Some(pipeline), Some(feed))
@@ -112,6 +126,7 @@ impl DiscoverySession {
             workspace,
             watch,
             config.scope.clone(),
+            options.cluster,
             options.applyset,
             config.author.clone(),
             options.push,

@@ -67,6 +67,8 @@ struct Inner {
 pub struct Outbox {
     dir: PathBuf,
     sinks: Vec<String>,
+    /// The cluster whose pods it watches, named in each event.
+    cluster: String,
     inner: Mutex<Inner>,
 }
 
@@ -87,8 +89,9 @@ fn replace(path: &Path, bytes: &[u8]) -> Result<(), OutboxError> {
 }
 
 impl Outbox {
-    /// Opens (or creates) the outbox in `dir` for the named sinks.
-    pub fn open(dir: &Path, sinks: &[String]) -> Result<Outbox, OutboxError> {
+    /// Opens (or creates) the outbox in `dir` for the named sinks, for the pods of
+    /// `cluster` (its events name it).
+    pub fn open(dir: &Path, sinks: &[String], cluster: &str) -> Result<Outbox, OutboxError> {
         std::fs::create_dir_all(dir.join("delivered")).map_err(io(dir))?;
         let state_path = dir.join("state.json");
         let state: State = match std::fs::read(&state_path) {
@@ -141,6 +144,7 @@ impl Outbox {
         let outbox = Outbox {
             dir: dir.to_path_buf(),
             sinks: sinks.to_vec(),
+            cluster: cluster.to_string(),
             inner: Mutex::new(Inner {
                 state,
                 state_saved: None,
@@ -170,7 +174,7 @@ impl Outbox {
         let mut events = Vec::new();
         for (key, now) in changes {
             let before = inner.state.pods.get(&key);
-            events.extend(pod_events(before, now.as_ref()));
+            events.extend(pod_events(&self.cluster, before, now.as_ref()));
             match now {
                 Some(now) => inner.state.pods.insert(key, now),
                 None => inner.state.pods.remove(&key),
@@ -353,19 +357,25 @@ mod tests {
     fn undelivered_events_survive_a_restart_and_go_once_every_sink_has_them() {
         let dir = tempfile::tempdir().unwrap();
         let sinks = vec!["kafka".to_string(), "jsonl".to_string()];
-        let outbox = Outbox::open(dir.path(), &sinks).unwrap();
+        let outbox = Outbox::open(dir.path(), &sinks, "east").unwrap();
         observe(&outbox, pod("a", None));
         observe(&outbox, pod("a", Some("10.0.0.1")));
         outbox.acknowledge("jsonl", 1).unwrap();
         drop(outbox);
 
-        let outbox = Outbox::open(dir.path(), &sinks).unwrap();
+        let outbox = Outbox::open(dir.path(), &sinks, "east").unwrap();
         let kafka: Vec<(u64, Status)> = outbox
             .pending("kafka", 10)
             .iter()
             .map(|r| (r.sequence, r.event.status))
             .collect();
         assert_eq!(kafka, [(0, Status::Created), (1, Status::Updated)]);
+        assert!(
+            outbox
+                .pending("kafka", 10)
+                .iter()
+                .all(|r| r.event.cluster == "east")
+        );
         assert!(outbox.pending("jsonl", 10).is_empty());
         // Restarted: the pods' state came back, so the same pod makes no new event.
         observe(&outbox, pod("a", Some("10.0.0.1")));
@@ -385,13 +395,13 @@ mod tests {
     fn a_listing_after_a_restart_tells_what_happened_meanwhile() {
         let dir = tempfile::tempdir().unwrap();
         let sinks = vec!["jsonl".to_string()];
-        let outbox = Outbox::open(dir.path(), &sinks).unwrap();
+        let outbox = Outbox::open(dir.path(), &sinks, "east").unwrap();
         observe(&outbox, pod("a", Some("10.0.0.1")));
         observe(&outbox, pod("b", Some("10.0.0.2")));
         outbox.acknowledge("jsonl", 1).unwrap();
         drop(outbox);
 
-        let outbox = Outbox::open(dir.path(), &sinks).unwrap();
+        let outbox = Outbox::open(dir.path(), &sinks, "east").unwrap();
         outbox
             .observe_all(vec![pod("b", Some("10.0.0.9")), pod("c", None)], |_| true)
             .unwrap();
@@ -410,14 +420,14 @@ mod tests {
     fn a_state_older_than_the_log_is_caught_up_so_no_deletion_is_missed() {
         let dir = tempfile::tempdir().unwrap();
         let sinks = vec!["jsonl".to_string()];
-        let outbox = Outbox::open(dir.path(), &sinks).unwrap();
+        let outbox = Outbox::open(dir.path(), &sinks, "east").unwrap();
         observe(&outbox, pod("a", None));
         // Within a second of the first: the state file is not written again.
         observe(&outbox, pod("b", None));
         // Killed: no chance to save the state on the way out.
         std::mem::forget(outbox);
 
-        let outbox = Outbox::open(dir.path(), &sinks).unwrap();
+        let outbox = Outbox::open(dir.path(), &sinks, "east").unwrap();
         outbox.observe_all(vec![], |_| true).unwrap();
         let events = pending_events(&outbox);
         assert_eq!(
@@ -435,14 +445,14 @@ mod tests {
     fn a_line_torn_by_a_crash_is_dropped_and_appends_start_on_a_fresh_line() {
         let dir = tempfile::tempdir().unwrap();
         let sinks = vec!["jsonl".to_string()];
-        let outbox = Outbox::open(dir.path(), &sinks).unwrap();
+        let outbox = Outbox::open(dir.path(), &sinks, "east").unwrap();
         observe(&outbox, pod("a", None));
         drop(outbox);
         let log = dir.path().join("log.jsonl");
         let mut file = OpenOptions::new().append(true).open(&log).unwrap();
         file.write_all(b"{\"sequence\":1,\"ev").unwrap();
         drop(file);
-        let outbox = Outbox::open(dir.path(), &sinks).unwrap();
+        let outbox = Outbox::open(dir.path(), &sinks, "east").unwrap();
         observe(&outbox, pod("b", None));
         let names: Vec<String> = outbox
             .pending("jsonl", 10)
@@ -451,7 +461,7 @@ mod tests {
             .collect();
         assert_eq!(names, ["a", "b"]);
         drop(outbox);
-        let reopened = Outbox::open(dir.path(), &sinks).unwrap();
+        let reopened = Outbox::open(dir.path(), &sinks, "east").unwrap();
         assert_eq!(reopened.backlog(), 2);
     }
 }

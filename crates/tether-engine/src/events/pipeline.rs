@@ -54,25 +54,28 @@ impl EventPipeline {
         let _ = tokio::time::timeout(FLUSH, futures::future::join_all(tasks)).await;
     }
 
-    /// The pipeline of `config`'s sinks and outbox, with a pod watch of its own.
+    /// The pipeline of `config`'s sinks and outbox, with a pod watch of its own on
+    /// `cluster` (the name its events carry).
     pub async fn open(
         config: &EventsConfig,
         client: &Client,
+        cluster: &str,
         scope: &Scope,
     ) -> Result<Self, OutboxError> {
         let sinks = open_sinks(config, client);
-        let outbox = open_outbox(config, &sinks).await?;
+        let outbox = open_outbox(config, &sinks, cluster).await?;
         Ok(EventPipeline::start(client, scope, outbox, sinks))
     }
 
-    /// The pipeline of `config`'s sinks and outbox, fed by a watch that runs
-    /// elsewhere (discovery's) through the returned sender.
+    /// The pipeline of `config`'s sinks and outbox, fed by a watch of `cluster` that
+    /// runs elsewhere (discovery's) through the returned sender.
     pub(crate) async fn open_fed(
         config: &EventsConfig,
         client: &Client,
+        cluster: &str,
     ) -> Result<(Self, mpsc::UnboundedSender<PodWatchEvent>), OutboxError> {
         let sinks = open_sinks(config, client);
-        let outbox = open_outbox(config, &sinks).await?;
+        let outbox = open_outbox(config, &sinks, cluster).await?;
         Ok(EventPipeline::fed(outbox, sinks))
     }
 
@@ -149,10 +152,15 @@ fn open_sinks(config: &EventsConfig, client: &Client) -> Vec<Sink> {
         .collect()
 }
 
-async fn open_outbox(config: &EventsConfig, sinks: &[Sink]) -> Result<Arc<Outbox>, OutboxError> {
+async fn open_outbox(
+    config: &EventsConfig,
+    sinks: &[Sink],
+    cluster: &str,
+) -> Result<Arc<Outbox>, OutboxError> {
     let names: Vec<String> = sinks.iter().map(|s| s.name().to_string()).collect();
     let dir = config.outbox.clone();
-    let outbox = blocking(move || Outbox::open(&dir, &names)).await?;
+    let cluster = cluster.to_string();
+    let outbox = blocking(move || Outbox::open(&dir, &names, &cluster)).await?;
     if outbox.backlog() > 0 {
         tracing::info!(
             backlog = outbox.backlog(),

@@ -290,7 +290,11 @@ impl KubernetesEventsSink {
 }
 
 fn kubernetes_event(record: &Record) -> Event {
-    let PodEvent { status, pod } = &record.event;
+    let PodEvent {
+        status,
+        pod,
+        cluster,
+    } = &record.event;
     let reason = match status {
         Status::Created => "PodCreated",
         Status::Updated => "PodIPChanged",
@@ -303,8 +307,13 @@ fn kubernetes_event(record: &Record) -> Event {
         .iter()
         .map(|(container, count)| format!("{container}: {count}"))
         .collect();
+    // Events recorded before events named their cluster have none to say.
+    let place = match cluster.as_str() {
+        "" => String::new(),
+        cluster => format!(" in cluster {cluster}"),
+    };
     let message = format!(
-        "tether: pod {} (IP {ip}; restarts {})",
+        "tether: pod {}{place} (IP {ip}; restarts {})",
         status.name(),
         if restarts.is_empty() {
             "none".to_string()
@@ -381,5 +390,36 @@ mod tests {
         assert_eq!(murmur2(b"foobar") as i32, -790332482);
         assert_eq!(murmur2(b"a-little-bit-long-string") as i32, -985981536);
         assert_eq!(partition_of(b"web-0", 1), 0);
+    }
+
+    #[test]
+    fn a_kubernetes_event_names_the_pods_cluster() {
+        let pod = tether_core::events::PodState {
+            namespace: "shop".into(),
+            name: "web-0".into(),
+            uid: "u1".into(),
+            ip: Some("10.0.0.5".into()),
+            labels: Default::default(),
+            restart_counts: [("web".to_string(), 1)].into(),
+            action: None,
+        };
+        let record = |cluster: &str| Record {
+            sequence: 7,
+            event: PodEvent {
+                status: Status::Restarted,
+                pod: pod.clone(),
+                cluster: cluster.into(),
+            },
+        };
+        let message = |cluster| kubernetes_event(&record(cluster)).message.unwrap();
+        assert_eq!(
+            message("east"),
+            "tether: pod restarted in cluster east (IP 10.0.0.5; restarts web: 1)"
+        );
+        // Recorded before events named their cluster.
+        assert_eq!(
+            message(""),
+            "tether: pod restarted (IP 10.0.0.5; restarts web: 1)"
+        );
     }
 }
