@@ -213,6 +213,12 @@ async fn the_daemon_applies_another_cluster_through_its_cluster_resource_and_sta
     use std::time::Duration;
 
     install_crd();
+    kubectl_ok(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/clusters.tether.dev",
+        "--timeout=30s",
+    ]);
     let (edge, ns, _) = setup("clusters-daemon").await;
     let own = LocalCluster::start(0);
     let core = own.client().await;

@@ -381,7 +381,13 @@ async fn run_source(
         return;
     };
     let discovery = source.spec.discovery.as_ref().map(|discovery| {
-        discovery_target(&source, discovery, &directories, &credentials, cluster_name)
+        discovery_target(
+            &source,
+            discovery,
+            &directories,
+            &credentials,
+            cluster_name.clone(),
+        )
     });
     let cache = directories.cache;
     let settings = match source.spec.settings(&namespace, &name, cache, credentials) {
@@ -416,22 +422,17 @@ async fn run_source(
     .with_rewrite_policy(settings.rewrites)
     .with_last_applied(applied_before(&source))
     .with_recorded_rewrite(rewrite_recorded(&source))
-    .with_pass_stop(stops.pass);
+    .with_pass_stop(stops.pass)
+    .with_other_clusters(
+        cluster_name,
+        crate::clusters::resolver(client.clone(), namespace.clone(), None),
+    );
     if let Some(decryption) = &source.spec.decryption {
         let secret = DecryptionSecret::new(client.clone(), &namespace, &decryption.secret_ref.name);
         work = work.with_decryption(secret);
     }
-    let trigger = work.trigger();
-    let handled = source
-        .status
-        .as_ref()
-        .and_then(|s| s.last_handled_reconcile_at.clone());
-    if let Some(requested) = source
-        .annotations()
-        .get(RECONCILE_REQUESTED_ANNOTATION)
-        .filter(|r| Some(*r) != handled.as_ref())
-    {
-        let _ = trigger.try_send(Trigger::Requested(requested.clone()));
+    if let Some(requested) = pending_request(&source) {
+        let _ = work.trigger().try_send(Trigger::Requested(requested));
     }
     let discovery =
         discovery.map(|target| spawn_discovery(client, target, work.first_pass(), stop.clone()));
@@ -443,6 +444,19 @@ async fn run_source(
     if let Some(discovery) = discovery {
         let _ = discovery.await;
     }
+}
+
+/// The reconcile the Source's annotation requests that its status has not handled.
+fn pending_request(source: &Source) -> Option<String> {
+    let handled = source
+        .status
+        .as_ref()
+        .and_then(|s| s.last_handled_reconcile_at.as_deref());
+    source
+        .annotations()
+        .get(RECONCILE_REQUESTED_ANNOTATION)
+        .filter(|requested| Some(requested.as_str()) != handled)
+        .cloned()
 }
 
 /// The commit the Source's status says was applied last, if it was applied from the
