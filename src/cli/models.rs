@@ -30,6 +30,7 @@ pub async fn validate(global: &GlobalArgs, args: &ValidateArgs) -> miette::Resul
         &Inventory::default(),
         &Generate::from_environment(),
         None,
+        None,
     )
     .await
     .map_err(report::error)?;

@@ -544,8 +544,8 @@ impl<S: StatusSink> SourceLoop<S> {
         }
     }
 
-    /// Starts (or restarts, when the kinds changed) the watch cache; says whether it
-    /// did.
+    /// Starts (or restarts, when the kinds or the namespaces watched changed) the
+    /// watch cache; says whether it did.
     async fn keep_watch_cache(&mut self, planned: &Planned) -> bool {
         let kinds: BTreeSet<(String, String)> = planned
             .objects
@@ -558,7 +558,12 @@ impl<S: StatusSink> SourceLoop<S> {
             })
             .map(|o| (o.api_version.clone(), o.kind.clone()))
             .collect();
-        if self.cache.as_ref().is_some_and(|c| *c.kinds() == kinds) {
+        let scope = self.reconciler.watch_scope(planned);
+        if self
+            .cache
+            .as_ref()
+            .is_some_and(|c| *c.kinds() == kinds && *c.scope() == scope)
+        {
             return false;
         }
         let Ok(client) = self.reconciler.client().await else {
@@ -570,6 +575,7 @@ impl<S: StatusSink> SourceLoop<S> {
             client,
             planned.resources().clone(),
             kinds,
+            scope,
             inventory,
             on_change,
         ));

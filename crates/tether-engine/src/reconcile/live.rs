@@ -19,7 +19,7 @@ use tracing::instrument;
 use super::cache::WatchCache;
 use super::contents::list_namespace;
 use super::nodes;
-use super::outcome::status_text;
+use super::outcome::{ObjectFailure, status_text};
 use super::{PlanOptions, Step};
 use crate::cluster::{ClusterError, Resources, api_error, record_of};
 use tether_core::host::{HostRemoval, merged_taints};
@@ -78,10 +78,17 @@ pub(super) async fn plan(
     };
     let defined_here = place_all(&resources, objects);
     let manager = inventory.field_manager();
+    let namespaces: BTreeSet<String> = objects
+        .iter()
+        .filter_map(|o| o.namespace.clone())
+        .chain(record.entries.keys().filter_map(|e| e.key().namespace))
+        .chain([inventory.namespace.clone()])
+        .collect();
     let selector = Labelled {
         applyset: &inventory.applyset_id(),
         manager: &manager,
         cache,
+        namespaces: &namespaces,
     };
     let live = list_labelled(&resources, &kinds, &selector).await?;
     let counts = RequestCounts::default();
@@ -198,6 +205,7 @@ fn prune_steps(
             hand_over: None,
             clear_rolling: None,
             provenance: None,
+            refusal: None,
         });
     }
     (steps, forgotten)
@@ -269,6 +277,10 @@ struct Labelled<'l> {
     applyset: &'l str,
     manager: &'l str,
     cache: Option<&'l WatchCache>,
+    /// The namespaces the plan concerns (its objects', its record's, the
+    /// inventory's): listed one by one when the identity may not list a kind across
+    /// the cluster.
+    namespaces: &'l BTreeSet<String>,
 }
 
 /// Everything labelled for this inventory: from the watch cache for the kinds it has
@@ -283,6 +295,7 @@ async fn list_labelled(
         applyset,
         manager,
         cache,
+        ..
     } = labelled;
     let selector = ListParams::default().labels(&format!("{PART_OF_LABEL}={applyset}"));
     let mut live = HashMap::new();
@@ -294,12 +307,20 @@ async fn list_labelled(
             live.extend(cached);
             continue;
         }
-        let list = resources
-            .api_all(api_version, kind)?
-            .list(&selector)
-            .await
-            .map_err(api_error(format!("list {kind} objects")))?;
-        for item in list.items {
+        let items = match resources.api_all(api_version, kind)?.list(&selector).await {
+            Ok(list) => list.items,
+            // A team's identity (a Role in its namespaces only) may not list across
+            // the cluster: the namespaces the plan concerns are listed one by one. The
+            // cluster-wide list stays the first try, since it is one request however
+            // many namespaces, and most identities may make it.
+            Err(kube::Error::Api(status))
+                if status.code == 403 && resources.namespaced(api_version, kind) == Some(true) =>
+            {
+                list_each_namespace(resources, (api_version, kind), labelled, &selector).await?
+            }
+            Err(e) => return Err(api_error(format!("list {kind} objects"))(e)),
+        };
+        for item in items {
             let key = ObjectKey::new(
                 api_version,
                 kind,
@@ -310,6 +331,32 @@ async fn list_labelled(
         }
     }
     Ok(live)
+}
+
+/// The labelled objects of one namespaced kind, a list per namespace the plan
+/// concerns. A namespace the identity may not list is left out: it may change nothing
+/// there either, and each of the plan's objects in it meets its own refusal when
+/// planned.
+async fn list_each_namespace(
+    resources: &Resources,
+    (api_version, kind): (&str, &str),
+    labelled: &Labelled<'_>,
+    selector: &ListParams,
+) -> Result<Vec<DynamicObject>, ClusterError> {
+    let mut items = Vec::new();
+    for namespace in labelled.namespaces {
+        let api = resources.api(api_version, kind, Some(namespace))?;
+        match api.list(selector).await {
+            Ok(list) => items.extend(list.items),
+            Err(kube::Error::Api(status)) if status.code == 403 => {
+                tracing::debug!(%namespace, kind, reason = %status.message, "not listable here");
+            }
+            Err(e) => {
+                return Err(api_error(format!("list {kind} objects in {namespace}"))(e));
+            }
+        }
+    }
+    Ok(items)
 }
 
 /// Plans one object: the steps it can end in, and the reads and dry runs that decide.
@@ -335,6 +382,7 @@ impl ObjectPlanner<'_> {
             hand_over: None,
             clear_rolling: None,
             provenance: None,
+            refusal: None,
         }
     }
 
@@ -460,7 +508,13 @@ impl ObjectPlanner<'_> {
                         ))
                     }),
                     Err(kube::Error::Api(status)) => {
-                        return Ok(self.failed(format!("cannot read it: {}", status_text(&status))));
+                        let mut failed =
+                            self.failed(format!("cannot read it: {}", status_text(&status)));
+                        // The identity may not read it, so it may not apply it either.
+                        let refusal = ObjectFailure::of_request("apply", &kube::Error::Api(status));
+                        failed.refusal =
+                            matches!(refusal, ObjectFailure::Forbidden { .. }).then_some(refusal);
+                        return Ok(failed);
                     }
                     Err(e) => return Err(api_error(format!("read {}", self.key))(e)),
                 }

@@ -27,7 +27,7 @@ use crate::generate::{Capabilities, Generate};
 use crate::repo::{CommitCache, LoadedModels, Repo, RepoError, SETTINGS_FILE};
 pub use cache::WatchCache;
 pub use outcome::{ApplyReport, BlockedWave, Blocker, ObjectFailure, ObjectReport, Outcome};
-use tether_core::confine::{self, Confinement};
+use tether_core::confine::{self, Confinement, SourceConfinement};
 use tether_core::diagnostic::{Diagnostics, Severity};
 use tether_core::inventory::Provenance;
 use tether_core::k8s::ObjectKey;
@@ -54,6 +54,9 @@ pub struct Reconciler {
     commits: CommitCache,
     /// Kustomize and Helm, and what they built at the last commit.
     generate: Generate,
+    /// What the Source (a daemon's) allows, which the repository's `confine:` may
+    /// only narrow.
+    confinement: Option<SourceConfinement>,
 }
 
 /// Some models only (`--only`): those and what they wait for and require, or with
@@ -269,6 +272,9 @@ struct Step {
     clear_rolling: Option<serde_json::Value>,
     /// How the object comes into the inventory if it is not recorded yet.
     provenance: Option<Provenance>,
+    /// Why an [`Action::Error`] step could not be planned, when the server refused
+    /// the identity (its report's failure); else it is reported unplanned.
+    refusal: Option<ObjectFailure>,
 }
 
 impl Reconciler {
@@ -282,6 +288,7 @@ impl Reconciler {
             keys: Default::default(),
             commits: CommitCache::default(),
             generate: Generate::from_environment(),
+            confinement: None,
         }
     }
 
@@ -299,6 +306,7 @@ impl Reconciler {
             &self.inventory,
             &self.generate,
             capabilities.as_ref(),
+            self.confinement.as_ref(),
         )
         .await
     }
@@ -341,6 +349,15 @@ impl Reconciler {
     pub fn with_client(self, client: Client) -> Self {
         Reconciler {
             client: OnceCell::new_with(Some(client)),
+            ..self
+        }
+    }
+
+    /// Confines the objects to what `confinement` allows (a daemon's Source: its spec
+    /// and the daemon's flags), narrowed by the repository's own `confine:`.
+    pub fn with_confinement(self, confinement: SourceConfinement) -> Self {
+        Reconciler {
+            confinement: Some(confinement),
             ..self
         }
     }
@@ -453,6 +470,23 @@ impl Reconciler {
         &self.inventory
     }
 
+    /// Where a watch cache of `planned`'s kinds looks. An impersonated identity (a
+    /// team's ServiceAccount) has its rights in its namespaces as a rule and may not
+    /// watch across the cluster, so it watches each namespace of the plan (and the
+    /// inventory's); a watch cannot fall back as a list does (see `live`), it would
+    /// only fail again and again. The client's own identity watches the cluster.
+    pub fn watch_scope(&self, planned: &Planned) -> tether_core::k8s::Scope {
+        if self.target.impersonate.is_none() {
+            return tether_core::k8s::Scope::All;
+        }
+        let namespaces = planned
+            .objects
+            .iter()
+            .filter_map(|o| o.namespace.clone())
+            .chain([self.inventory.namespace.clone()]);
+        tether_core::k8s::Scope::Namespaces(namespaces.collect())
+    }
+
     /// Carries out a plan: records every object about to be applied in the inventory,
     /// applies rank by rank, prunes (with `options.prune`), and records the outcome.
     /// `progress` is called after each object with (done, total). An error means the
@@ -472,7 +506,11 @@ impl Reconciler {
             return Err(ReconcileError::PartialPrune);
         }
         let client = self.client().await?;
-        Ok(apply::apply(client, &self.inventory, planned, options, progress).await?)
+        let mut report = apply::apply(client, &self.inventory, planned, options, progress).await?;
+        if let Some(identity) = &self.target.impersonate {
+            report.refused_as(identity);
+        }
+        Ok(report)
     }
 
     /// Waits until the workloads of the plan are ready by [`tether_core::readiness`]
@@ -580,8 +618,8 @@ fn dormant(
     ))
 }
 
-/// The checks of loaded models (syntax to references, and the repository's
-/// confinement), with their kustomizations and charts built (by `generate`, for the
+/// The checks of loaded models (syntax to references, and the confinement: the
+/// Source's, when the daemon gives one, narrowed by the repository's), with their kustomizations and charts built (by `generate`, for the
 /// cluster `capabilities` describes when known), and what they render when there is
 /// no error.
 #[instrument(skip_all)]
@@ -590,6 +628,7 @@ pub async fn check(
     inventory: &Inventory,
     generate: &Generate,
     capabilities: Option<&Capabilities>,
+    source: Option<&SourceConfinement>,
 ) -> Result<(CheckedModels, Option<Rendered>), ReconcileError> {
     let settings = match &loaded.settings {
         Some(text) => settings::parse(SETTINGS_FILE, text)?,
@@ -634,10 +673,12 @@ pub async fn check(
         objects: render(&graph, &loaded.files, inventory),
         workflow: graph.workflow,
     });
-    if let (Some(confine), Some(rendered)) = (&settings.confine, &objects) {
+    if let Some(rendered) = &objects {
+        let repository = settings.confine.as_ref().map(Confinement::from);
         diagnostics.extend(confine::check(
             &rendered.objects,
-            &Confinement::from(confine),
+            source,
+            repository.as_ref(),
         ));
     }
     if diagnostics.has_errors() {
