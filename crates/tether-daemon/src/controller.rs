@@ -30,10 +30,11 @@ use super::crd::{
     SourceStatus, commit_of_revision, revision_name,
 };
 use super::discovery::DiscoveryTarget;
+use super::identity::Identities;
 use super::keys::DecryptionSecret;
 use super::leader::{self, Election};
 use super::runner::{Origin, PassError, PassOutcome, Rewrite, SourceLoop, StatusSink, Trigger};
-use super::status::{PassResult, next_status, worth_writing};
+use super::status::{PassResult, next_status, refusal_event, worth_writing};
 use super::webhook::Push;
 use tether_engine::cluster::Target;
 use tether_engine::driver::{Backoff, Retries};
@@ -49,6 +50,8 @@ pub struct Controller {
     pub shared: Arc<Shared>,
     /// How long a pass in progress may go on after shutdown.
     pub shutdown_timeout: Duration,
+    /// Who each Source acts as, and what it may name.
+    pub identities: Identities,
 }
 
 /// A Source's loop while it runs.
@@ -268,9 +271,12 @@ impl Controller {
         let run = run_source(
             self.client.clone(),
             source.clone(),
-            self.directories.clone(),
-            self.shared.clone(),
-            self.shutdown_timeout,
+            Daemon {
+                directories: self.directories.clone(),
+                shared: self.shared.clone(),
+                shutdown_timeout: self.shutdown_timeout,
+                identities: self.identities.clone(),
+            },
             Stops {
                 loop_: stop.clone(),
                 pass: stop_pass.clone(),
@@ -345,16 +351,29 @@ struct Stops {
     pass: CancellationToken,
 }
 
+/// What a Source's loop has of the daemon.
+struct Daemon {
+    directories: Directories,
+    shared: Arc<Shared>,
+    /// How long a pass in progress may go on after shutdown.
+    shutdown_timeout: Duration,
+    identities: Identities,
+}
+
 /// One Source's loop, until `stops.loop_`.
 async fn run_source(
     client: Client,
     source: Source,
-    directories: Directories,
-    shared: Arc<Shared>,
-    shutdown_timeout: Duration,
+    daemon: Daemon,
     stops: Stops,
     triggers: (mpsc::Sender<Trigger>, mpsc::Receiver<Trigger>),
 ) {
+    let Daemon {
+        directories,
+        shared,
+        shutdown_timeout,
+        identities,
+    } = daemon;
     let stop = stops.loop_;
     let id = id_of(&source);
     let namespace = source.namespace().unwrap_or_default();
@@ -388,9 +407,14 @@ async fn run_source(
     };
     // Until its decryption Secret is read (if it names one), a Source has no key.
     let no_keys = Keyring::default().given_by(crate::keys::GIVEN_BY);
-    let reconciler = Reconciler::new(settings.repo, Target::default(), settings.inventory)
-        .with_client(client.clone())
-        .with_keys(Arc::new(no_keys));
+    let reconciler = reconciler_acting_as(
+        &identities,
+        &source,
+        settings.repo,
+        settings.inventory,
+        &client,
+    )
+    .with_keys(Arc::new(no_keys));
     let mut work = SourceLoop::new(
         &id,
         reconciler,
@@ -431,6 +455,27 @@ async fn run_source(
     work.run(origin, shutdown_timeout, &stop, log_pass).await;
     if let Some(discovery) = discovery {
         let _ = discovery.await;
+    }
+}
+
+/// The Source's reconciler: acting as its ServiceAccount through a client of its own
+/// (everything done for the Source, the inventory included, goes through it), else
+/// through the daemon's shared client; confined as its spec and the daemon say.
+fn reconciler_acting_as(
+    identities: &Identities,
+    source: &Source,
+    repo: tether_engine::repo::Repo,
+    inventory: tether_core::ownership::Inventory,
+    client: &Client,
+) -> Reconciler {
+    let namespace = source.namespace().unwrap_or_default();
+    let reconciler = match identities.target(&namespace, &source.spec) {
+        Some(target) => Reconciler::new(repo, target, inventory),
+        None => Reconciler::new(repo, Target::default(), inventory).with_client(client.clone()),
+    };
+    match identities.confinement(&namespace, &source.spec) {
+        Some(confinement) => reconciler.with_confinement(confinement),
+        None => reconciler,
     }
 }
 
@@ -672,6 +717,19 @@ impl StatusSink for SourceStatusWriter {
                 self.rewrite = None;
             }
             Err(error) => tracing::warn!(%error, "cannot write the Source's status"),
+        }
+        // Said once per change of the status, not on each pass that repeats it.
+        if let Some((reason, note)) = refusal_event(result) {
+            let event = KubeEvent {
+                type_: EventType::Warning,
+                reason: reason.into(),
+                note: Some(note),
+                action: "Apply".into(),
+                secondary: None,
+            };
+            if let Err(error) = self.events.publish(&event, &self.regarding).await {
+                tracing::warn!(%error, reason, "cannot record the refusal's event");
+            }
         }
     }
 
