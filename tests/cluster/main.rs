@@ -11,6 +11,7 @@ mod events;
 mod fidelity;
 mod generate;
 mod harness;
+mod identity;
 mod lifetime;
 mod nodes;
 mod nodesim;

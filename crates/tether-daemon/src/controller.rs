@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::Resource;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::WatchStreamExt;
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, ResourceExt};
@@ -33,7 +33,9 @@ use super::discovery::DiscoveryTarget;
 use super::identity::Identities;
 use super::keys::DecryptionSecret;
 use super::leader::{self, Election};
-use super::runner::{Origin, PassError, PassOutcome, Rewrite, SourceLoop, StatusSink, Trigger};
+use super::runner::{
+    Origin, PassError, PassOutcome, Rewrite, SourceLoop, StatusSink, Trigger, event_reporter,
+};
 use super::status::{PassResult, next_status, refusal_event, worth_writing};
 use super::webhook::Push;
 use tether_engine::cluster::Target;
@@ -368,12 +370,6 @@ async fn run_source(
     stops: Stops,
     triggers: (mpsc::Sender<Trigger>, mpsc::Receiver<Trigger>),
 ) {
-    let Daemon {
-        directories,
-        shared,
-        shutdown_timeout,
-        identities,
-    } = daemon;
     let stop = stops.loop_;
     let id = id_of(&source);
     let namespace = source.namespace().unwrap_or_default();
@@ -386,12 +382,11 @@ async fn run_source(
     let Some(credentials) = wait_for_credentials(&client, &source, &mut status, &stop).await else {
         return;
     };
-    let discovery = source
-        .spec
-        .discovery
-        .as_ref()
-        .map(|discovery| discovery_target(&source, discovery, &directories, &credentials));
-    let cache = directories.cache;
+    let discovery =
+        source.spec.discovery.as_ref().map(|discovery| {
+            discovery_target(&source, discovery, &daemon.directories, &credentials)
+        });
+    let cache = daemon.directories.cache;
     let settings = match source.spec.settings(&namespace, &name, cache, credentials) {
         Ok(settings) => settings,
         Err(error) => {
@@ -408,7 +403,7 @@ async fn run_source(
     // Until its decryption Secret is read (if it names one), a Source has no key.
     let no_keys = Keyring::default().given_by(crate::keys::GIVEN_BY);
     let reconciler = reconciler_acting_as(
-        &identities,
+        &daemon.identities,
         &source,
         settings.repo,
         settings.inventory,
@@ -421,7 +416,7 @@ async fn run_source(
         settings.plan,
         settings.apply,
         settings.interval,
-        shared.clone(),
+        daemon.shared.clone(),
         status,
     )
     .with_triggers(triggers)
@@ -429,12 +424,29 @@ async fn run_source(
     .with_rewrite_policy(settings.rewrites)
     .with_last_applied(applied_before(&source))
     .with_recorded_rewrite(rewrite_recorded(&source))
-    .with_pass_stop(stops.pass);
+    .with_pass_stop(stops.pass)
+    .with_events_by(client.clone());
     if let Some(decryption) = &source.spec.decryption {
         let secret = DecryptionSecret::new(client.clone(), &namespace, &decryption.secret_ref.name);
         work = work.with_decryption(secret);
     }
-    let trigger = work.trigger();
+    pass_on_request(&source, &work.trigger());
+    let discovery =
+        discovery.map(|target| spawn_discovery(client, target, work.first_pass(), stop.clone()));
+    let origin = Origin {
+        url: Some(source.spec.url.clone()),
+        reference: source.spec.reference.clone(),
+    };
+    work.run(origin, daemon.shutdown_timeout, &stop, log_pass)
+        .await;
+    if let Some(discovery) = discovery {
+        let _ = discovery.await;
+    }
+}
+
+/// Asks `trigger` for a pass when the Source's reconcile request is one its status
+/// does not say was handled.
+fn pass_on_request(source: &Source, trigger: &mpsc::Sender<Trigger>) {
     let handled = source
         .status
         .as_ref()
@@ -445,16 +457,6 @@ async fn run_source(
         .filter(|r| Some(*r) != handled.as_ref())
     {
         let _ = trigger.try_send(Trigger::Requested(requested.clone()));
-    }
-    let discovery =
-        discovery.map(|target| spawn_discovery(client, target, work.first_pass(), stop.clone()));
-    let origin = Origin {
-        url: Some(source.spec.url.clone()),
-        reference: source.spec.reference.clone(),
-    };
-    work.run(origin, shutdown_timeout, &stop, log_pass).await;
-    if let Some(discovery) = discovery {
-        let _ = discovery.await;
     }
 }
 
@@ -673,10 +675,7 @@ pub struct SourceStatusWriter {
 
 impl SourceStatusWriter {
     fn new(client: &Client, source: &Source) -> Self {
-        let reporter = Reporter {
-            controller: "tether".into(),
-            instance: std::env::var("POD_NAME").ok(),
-        };
+        let reporter = event_reporter();
         SourceStatusWriter {
             api: Api::namespaced(client.clone(), &source.namespace().unwrap_or_default()),
             name: source.name_any(),

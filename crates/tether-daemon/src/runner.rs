@@ -269,6 +269,14 @@ impl<S: StatusSink> SourceLoop<S> {
         self
     }
 
+    /// Records its Events (drift corrected or reported) through `client`: the
+    /// daemon's own, when the reconciler acts as a Source's ServiceAccount, which
+    /// need not be allowed to write Events.
+    pub fn with_events_by(mut self, client: kube::Client) -> Self {
+        self.recorder = Some(Recorder::new(client, event_reporter()));
+        self
+    }
+
     /// Opens the encrypted files with the keys of `secret`, read before each pass.
     pub fn with_decryption(mut self, secret: DecryptionSecret) -> Self {
         self.decryption = Some(secret);
@@ -650,11 +658,7 @@ impl<S: StatusSink> SourceLoop<S> {
             let Ok(client) = self.reconciler.client().await else {
                 return;
             };
-            let reporter = Reporter {
-                controller: "tether".into(),
-                instance: std::env::var("POD_NAME").ok(),
-            };
-            self.recorder = Some(Recorder::new(client.clone(), reporter));
+            self.recorder = Some(Recorder::new(client.clone(), event_reporter()));
         }
         let Some(recorder) = &self.recorder else {
             return;
@@ -676,6 +680,14 @@ impl<S: StatusSink> SourceLoop<S> {
         if let Some(pass_result) = pass_result(&self.status, result) {
             self.status.record(&pass_result, requested).await;
         }
+    }
+}
+
+/// Who records the daemon's Events: tether, and the replica (its pod) when known.
+pub fn event_reporter() -> Reporter {
+    Reporter {
+        controller: "tether".into(),
+        instance: std::env::var("POD_NAME").ok(),
     }
 }
 

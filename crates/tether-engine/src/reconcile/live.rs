@@ -67,28 +67,22 @@ pub(super) async fn plan(
     options: PlanOptions,
     cache: Option<&WatchCache>,
 ) -> Result<Planning, ClusterError> {
-    let mut kinds: BTreeSet<(String, String)> = objects
+    let kinds: BTreeSet<(String, String)> = objects
         .iter()
         .map(|o| (o.api_version.clone(), o.kind.clone()))
+        .chain(record.kinds())
         .collect();
-    kinds.extend(record.kinds());
     let resources = match cache.and_then(|c| c.resources_covering(&kinds)) {
         Some(resources) => resources.clone(),
         None => Resources::discover(client, &kinds).await?,
     };
     let defined_here = place_all(&resources, objects);
     let manager = inventory.field_manager();
-    let namespaces: BTreeSet<String> = objects
-        .iter()
-        .filter_map(|o| o.namespace.clone())
-        .chain(record.entries.keys().filter_map(|e| e.key().namespace))
-        .chain([inventory.namespace.clone()])
-        .collect();
     let selector = Labelled {
         applyset: &inventory.applyset_id(),
         manager: &manager,
         cache,
-        namespaces: &namespaces,
+        namespaces: &concerned_namespaces(objects, &record, inventory),
     };
     let live = list_labelled(&resources, &kinds, &selector).await?;
     let counts = RequestCounts::default();
@@ -141,19 +135,36 @@ pub(super) async fn plan(
         let objects = list_namespace(client, &step.change.key.name).await?;
         step.change.contents = Some(namespace_contents(&objects, &record));
     }
-    let uids = live
-        .iter()
-        .filter_map(|(key, object)| {
-            Some((key.clone(), object["metadata"]["uid"].as_str()?.to_string()))
-        })
-        .collect();
     Ok(Planning {
         labelled: live.len(),
         steps,
         forgotten,
-        uids,
+        uids: uids_of(&live),
         resources,
     })
+}
+
+/// The uids of the live objects, by key.
+fn uids_of(live: &HashMap<ObjectKey, Value>) -> BTreeMap<ObjectKey, String> {
+    live.iter()
+        .filter_map(|(key, object)| {
+            Some((key.clone(), object["metadata"]["uid"].as_str()?.to_string()))
+        })
+        .collect()
+}
+
+/// The namespaces a plan concerns: its objects', its record's and the inventory's.
+fn concerned_namespaces(
+    objects: &[RenderedObject],
+    record: &InventoryRecord,
+    inventory: &Inventory,
+) -> BTreeSet<String> {
+    objects
+        .iter()
+        .filter_map(|o| o.namespace.clone())
+        .chain(record.entries.keys().filter_map(|e| e.key().namespace))
+        .chain([inventory.namespace.clone()])
+        .collect()
 }
 
 /// The deletions and releases of what no model renders any more (in reverse apply
