@@ -210,6 +210,61 @@ async fn a_source_acting_as_its_service_account_is_refused_by_rbac_beyond_its_na
 }
 
 #[tokio::test]
+async fn what_a_source_recorded_where_its_service_account_may_not_list_is_kept_not_forgotten() {
+    let teams = teams("identity-keep").await;
+    let (a, b) = (&teams.a, &teams.b);
+    // Applied first as the daemon (no ServiceAccount yet), with prune: one object in B.
+    let base = format!(
+        "kind: KubernetesService\nname: kubernetes\n---\n\
+         kind: TrustDomain\nname: {a}\nxos_managed: false\n---\n\
+         kind: TrustDomain\nname: {b}\nxos_managed: false\n"
+    );
+    let remote = Remote::new(&[
+        ("base.yaml", &base),
+        ("ours.yaml", &config_map("settings", a, "v1")),
+        ("old.yaml", &config_map("old", b, "v1")),
+    ]);
+    let _daemon = teams.daemon(&[]);
+    kubectl_apply_text(&source_yaml(
+        "team",
+        a,
+        &remote.url,
+        "  interval: 1h\n  prune: true\n",
+    ));
+    let old = || live_config_map(&teams.client, b, "old");
+    eventually(Duration::from_secs(30), || async { old().await.is_some() }).await;
+    // B's model goes, and the platform team gives the Source its ServiceAccount, which
+    // may not list (nor delete) in B.
+    remote.remove("main", "old.yaml");
+    let (reason, message) = teams
+        .refused_source(&remote, "  prune: true\n  serviceAccountName: deployer\n")
+        .await;
+    let identity = format!("system:serviceaccount:{a}:deployer");
+    assert_eq!(reason, "ObjectsFailed", "{message}");
+    assert!(
+        message.contains(&format!(
+            "ConfigMap {b}/old: prune refused for {identity}: "
+        )),
+        "{message}"
+    );
+    assert!(old().await.is_some(), "B's object stays");
+    let inventory = tether_core::ownership::Inventory {
+        name: "team".into(),
+        namespace: a.clone(),
+    };
+    let record = tether_engine::cluster::read_inventory(&teams.client, &inventory)
+        .await
+        .unwrap();
+    assert!(
+        record
+            .entries
+            .keys()
+            .any(|e| e.name == "old" && e.namespace.as_deref() == Some(b.as_str())),
+        "still recorded, for a prune once the rights allow it"
+    );
+}
+
+#[tokio::test]
 async fn without_cross_namespace_objects_the_source_is_refused_before_any_request() {
     let teams = teams("identity-own-ns").await;
     let remote = teams.remote(None);

@@ -24,7 +24,7 @@ use super::{PlanOptions, Step};
 use crate::cluster::{ClusterError, Resources, api_error, record_of};
 use tether_core::host::{HostRemoval, merged_taints};
 use tether_core::inventory::{
-    InventoryRecord, Provenance, PruneDecision, namespace_contents, prune_decisions,
+    InventoryEntry, InventoryRecord, Provenance, PruneDecision, namespace_contents, prune_decisions,
 };
 use tether_core::k8s::{ObjectKey, api_group};
 use tether_core::managed_fields::{self, live_value};
@@ -84,7 +84,7 @@ pub(super) async fn plan(
         cache,
         namespaces: &concerned_namespaces(objects, &record, inventory),
     };
-    let live = list_labelled(&resources, &kinds, &selector).await?;
+    let Listed { live, unlistable } = list_labelled(&resources, &kinds, &selector).await?;
     let counts = RequestCounts::default();
     let context = ObjectContext {
         client,
@@ -117,7 +117,7 @@ pub(super) async fn plan(
     let rendered: BTreeSet<ObjectKey> = objects.iter().map(RenderedObject::key).collect();
     let (prunes, forgotten) = match options.partial {
         true => (Vec::new(), BTreeSet::new()),
-        false => prune_steps(&record, &rendered, &live, inventory, options),
+        false => prune_steps(&record, &rendered, (&live, &unlistable), inventory, options),
     };
     steps.extend(prunes);
     for step in steps
@@ -168,11 +168,13 @@ fn concerned_namespaces(
 }
 
 /// The deletions and releases of what no model renders any more (in reverse apply
-/// order), and the entries to forget.
+/// order), and the entries to forget. An entry in a namespace the identity could not
+/// list is neither: it may well be there, so it stays recorded, and its refusal is
+/// reported.
 fn prune_steps(
     record: &InventoryRecord,
     rendered: &BTreeSet<ObjectKey>,
-    live: &HashMap<ObjectKey, Value>,
+    (live, unlistable): (&HashMap<ObjectKey, Value>, &Unlistable),
     inventory: &Inventory,
     options: PlanOptions,
 ) -> (Vec<Step>, BTreeSet<ObjectKey>) {
@@ -190,6 +192,12 @@ fn prune_steps(
             }
             PruneDecision::Delete => Action::Delete,
             PruneDecision::Release => Action::Release,
+            PruneDecision::Forget(_) if let Some(message) = unlistable.of(entry) => {
+                if options.prune {
+                    steps.push(refused_prune(entry, message));
+                }
+                continue;
+            }
             PruneDecision::Forget(why) => {
                 tracing::info!(object = %key, why, "dropped from the inventory");
                 forgotten.insert(key);
@@ -283,6 +291,46 @@ fn place_all(
     defined_here
 }
 
+/// A recorded object whose namespace the identity may not list: not pruned, and
+/// the refusal said.
+fn refused_prune(entry: &InventoryEntry, message: &str) -> Step {
+    let mut change = Change::new(entry.key(), entry.api_version.clone(), Action::Error);
+    change.error = Some(message.to_string());
+    Step {
+        change,
+        desired: None,
+        force: false,
+        hand_over: None,
+        clear_rolling: None,
+        provenance: None,
+        refusal: Some(ObjectFailure::Forbidden {
+            verb: "prune",
+            identity: None,
+            message: message.to_string(),
+        }),
+    }
+}
+
+/// What the labelled lists found.
+struct Listed {
+    live: HashMap<ObjectKey, Value>,
+    unlistable: Unlistable,
+}
+
+/// The namespaces where the identity may not list a kind: the server's refusal, by
+/// (apiVersion, kind, namespace).
+#[derive(Default)]
+struct Unlistable(BTreeMap<(String, String, String), String>);
+
+impl Unlistable {
+    /// Why `entry`'s namespace could not be listed for its kind, if it could not.
+    fn of(&self, entry: &InventoryEntry) -> Option<&str> {
+        let namespace = entry.namespace.clone()?;
+        let id = (entry.api_version.clone(), entry.kind.clone(), namespace);
+        self.0.get(&id).map(String::as_str)
+    }
+}
+
 /// What is labelled for an inventory, and where its kinds may be cached.
 struct Labelled<'l> {
     applyset: &'l str,
@@ -301,7 +349,7 @@ async fn list_labelled(
     resources: &Resources,
     kinds: &BTreeSet<(String, String)>,
     labelled: &Labelled<'_>,
-) -> Result<HashMap<ObjectKey, Value>, ClusterError> {
+) -> Result<Listed, ClusterError> {
     let Labelled {
         applyset,
         manager,
@@ -310,6 +358,7 @@ async fn list_labelled(
     } = labelled;
     let selector = ListParams::default().labels(&format!("{PART_OF_LABEL}={applyset}"));
     let mut live = HashMap::new();
+    let mut unlistable = Unlistable::default();
     for (api_version, kind) in kinds {
         if resources.namespaced(api_version, kind).is_none() {
             continue; // a kind only the inventory knows, no longer served: nothing to list
@@ -327,7 +376,18 @@ async fn list_labelled(
             Err(kube::Error::Api(status))
                 if status.code == 403 && resources.namespaced(api_version, kind) == Some(true) =>
             {
-                list_each_namespace(resources, (api_version, kind), labelled, &selector).await?
+                let each = list_each_namespace(resources, (api_version, kind), labelled, &selector);
+                each.await?
+                    .into_iter()
+                    .filter_map(|listed| match listed {
+                        Ok(item) => Some(item),
+                        Err((namespace, message)) => {
+                            let id = (api_version.clone(), kind.clone(), namespace);
+                            unlistable.0.insert(id, message);
+                            None
+                        }
+                    })
+                    .collect()
             }
             Err(e) => return Err(api_error(format!("list {kind} objects"))(e)),
         };
@@ -341,26 +401,27 @@ async fn list_labelled(
             live.insert(key, live_value(item, api_version, kind, manager));
         }
     }
-    Ok(live)
+    Ok(Listed { live, unlistable })
 }
 
 /// The labelled objects of one namespaced kind, a list per namespace the plan
-/// concerns. A namespace the identity may not list is left out: it may change nothing
-/// there either, and each of the plan's objects in it meets its own refusal when
-/// planned.
+/// concerns. A namespace the identity may not list is said by its refusal (the
+/// namespace and the server's message): it may change nothing there either, each of
+/// the plan's objects in it meets its own refusal when planned, and what the
+/// inventory recorded there is kept.
 async fn list_each_namespace(
     resources: &Resources,
     (api_version, kind): (&str, &str),
     labelled: &Labelled<'_>,
     selector: &ListParams,
-) -> Result<Vec<DynamicObject>, ClusterError> {
+) -> Result<Vec<Result<DynamicObject, (String, String)>>, ClusterError> {
     let mut items = Vec::new();
     for namespace in labelled.namespaces {
         let api = resources.api(api_version, kind, Some(namespace))?;
         match api.list(selector).await {
-            Ok(list) => items.extend(list.items),
+            Ok(list) => items.extend(list.items.into_iter().map(Ok)),
             Err(kube::Error::Api(status)) if status.code == 403 => {
-                tracing::debug!(%namespace, kind, reason = %status.message, "not listable here");
+                items.push(Err((namespace.clone(), status_text(&status))));
             }
             Err(e) => {
                 return Err(api_error(format!("list {kind} objects in {namespace}"))(e));

@@ -473,16 +473,18 @@ impl Reconciler {
     /// Where a watch cache of `planned`'s kinds looks. An impersonated identity (a
     /// team's ServiceAccount) has its rights in its namespaces as a rule and may not
     /// watch across the cluster, so it watches each namespace of the plan (and the
-    /// inventory's); a watch cannot fall back as a list does (see `live`), it would
-    /// only fail again and again. The client's own identity watches the cluster.
+    /// inventory's), but not one where the server refused it every object of the
+    /// plan: a watch cannot fall back as a list does (see `live`), it would only fail
+    /// again and again. The client's own identity watches the cluster.
     pub fn watch_scope(&self, planned: &Planned) -> tether_core::k8s::Scope {
         if self.target.impersonate.is_none() {
             return tether_core::k8s::Scope::All;
         }
         let namespaces = planned
-            .objects
+            .steps
             .iter()
-            .filter_map(|o| o.namespace.clone())
+            .filter(|s| s.refusal.is_none())
+            .filter_map(|s| s.change.key.namespace.clone())
             .chain([self.inventory.namespace.clone()]);
         tether_core::k8s::Scope::Namespaces(namespaces.collect())
     }
