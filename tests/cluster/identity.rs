@@ -277,7 +277,7 @@ async fn without_cross_namespace_objects_the_source_is_refused_before_any_reques
     assert_eq!(reason, "InvalidModels", "{message}");
     assert!(
         message.contains(&format!(
-            "intruder.yaml:1:1: error: KubernetesConfigMap \"theirs\": apply ConfigMap {}/theirs refused for {identity}: the daemon confines a Source to its own namespace ({}) unless the Source's spec.confine lists namespaces (--no-cross-namespace-objects)",
+            "intruder.yaml:1:1: error: KubernetesConfigMap \"theirs\": apply ConfigMap {}/theirs refused for {identity}: the daemon confines a Source to its own namespace ({}) unless the Source's spec.confine lists namespaces
             teams.b, teams.a
         )),
         "{message}"
@@ -291,7 +291,7 @@ async fn without_cross_namespace_objects_the_source_is_refused_before_any_reques
         teams
             .events("InvalidModels")
             .iter()
-            .any(|m| m.contains("--no-cross-namespace-objects"))
+            .any(|m| m.contains("the daemon confines a Source to its own namespace"))
     })
     .await;
 }

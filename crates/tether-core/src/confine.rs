@@ -143,7 +143,7 @@ impl SourceConfinement {
                 "it is cluster-scoped, and the Source's spec allows cluster-scoped kinds only where spec.confine.kinds lists them".to_string()
             }
             Violation::Namespace(_) if self.own_namespace_only => format!(
-                "the daemon confines a Source to its own namespace ({}) unless the Source's spec.confine lists namespaces (--no-cross-namespace-objects)",
+                "the daemon confines a Source to its own namespace ({}) unless the Source's spec.confine lists namespaces",
                 Confinement::listed(limits.namespaces.as_ref())
             ),
             Violation::Namespace(_) => format!(
