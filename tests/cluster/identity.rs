@@ -277,7 +277,7 @@ async fn without_cross_namespace_objects_the_source_is_refused_before_any_reques
     assert_eq!(reason, "InvalidModels", "{message}");
     assert!(
         message.contains(&format!(
-            "intruder.yaml:1:1: error: KubernetesConfigMap \"theirs\": apply ConfigMap {}/theirs refused for {identity}: the daemon confines a Source to its own namespace ({}) unless the Source's spec.confine lists namespaces
+            "intruder.yaml:1:1: error: KubernetesConfigMap \"theirs\": apply ConfigMap {}/theirs refused for {identity}: the daemon confines a Source to its own namespace ({}) unless the Source's spec.confine lists namespaces",
             teams.b, teams.a
         )),
         "{message}"
