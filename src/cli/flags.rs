@@ -35,6 +35,24 @@ pub struct ClusterFlags {
     /// With --as, act as a member of this group too (repeatable).
     #[arg(long = "as-group", requires = "impersonate", value_name = "GROUP")]
     pub impersonate_groups: Vec<String>,
+    /// The kubeconfig context of a KubernetesService's cluster (repeatable), when the
+    /// models name several and the context is not named like it. Without it, the
+    /// repository's `.tether.yaml` `clusters:` mapping, then the context of the
+    /// KubernetesService's name.
+    #[arg(long = "cluster", env = "TETHER_CLUSTERS", value_name = "NAME=CONTEXT", value_delimiter = ',', value_parser = parse_cluster_context)]
+    pub clusters: Vec<(String, String)>,
+}
+
+/// `NAME=CONTEXT` of `--cluster`.
+fn parse_cluster_context(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((name, context)) if !name.is_empty() && !context.is_empty() => {
+            Ok((name.to_string(), context.to_string()))
+        }
+        _ => Err(format!(
+            "\"{text}\" is not NAME=CONTEXT (a KubernetesService and a kubeconfig context)"
+        )),
+    }
 }
 
 /// The age keys that open models files encrypted with sops: flattened into each
@@ -260,6 +278,11 @@ impl ClusterFlags {
             impersonate: self.impersonate.clone(),
             impersonate_groups: self.impersonate_groups.clone(),
         }
+    }
+
+    /// `--cluster`'s contexts by KubernetesService.
+    pub fn contexts(&self) -> std::collections::BTreeMap<String, String> {
+        self.clusters.iter().cloned().collect()
     }
 }
 

@@ -192,7 +192,7 @@ enum Command {
         after_help = "Example:\n  tether handover web -n team-a --from-inventory-namespace default"
     )]
     Handover(sources::HandoverArgs),
-    /// Print the CustomResourceDefinition of `Source` (as deploy/base/crd.yaml holds it).
+    /// Print the CustomResourceDefinitions of `Source` and `Cluster` (as deploy/base/crd.yaml holds them).
     #[command(after_help = "Example:\n  tether crd | kubectl apply --server-side -f -")]
     Crd,
     /// Write models for the pods running in the cluster and commit them to Git.

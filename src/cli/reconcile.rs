@@ -4,9 +4,11 @@ use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
 use miette::{IntoDiagnostic, WrapErr};
+use std::collections::BTreeMap;
+
 use tether_engine::reconcile::{
-    ApplyOptions, ApplyProgress, ApplyReport, BlockedWave, ObjectFailure, PlanOptions, Planned,
-    ReconcileError, Reconciler,
+    ApplyOptions, ApplyProgress, ApplyReport, BlockedWave, ClusterName, ClusterPlan, ClusterPlans,
+    ObjectFailure, PlanOptions, Planned, ReconcileError, Reconciler,
 };
 
 use super::{ApplyArgs, DiffArgs, EXIT_ERROR, EXIT_INVALID, GlobalArgs, ReportFormat, report};
@@ -24,34 +26,52 @@ pub(super) fn reconciler(
 ) -> miette::Result<Reconciler> {
     Ok(
         Reconciler::new(repo, cluster.target(), inventory.inventory())
+            .with_contexts(cluster.contexts())
             .with_keys(std::sync::Arc::new(keys.keyring()?)),
     )
 }
 
-/// The plan, or the exit code after the models' problems were printed.
+/// The plan of each cluster, or the exit code after the models' problems were
+/// printed. With one cluster, its error is the command's.
 async fn plan(
     global: &GlobalArgs,
     mut reconciler: Reconciler,
     selection: Option<Selection>,
     options: PlanOptions,
-) -> miette::Result<Result<(Reconciler, Planned), ExitCode>> {
+) -> miette::Result<Result<(Reconciler, ClusterPlans), ExitCode>> {
     if let Some(selection) = selection {
         reconciler = reconciler.with_selection(selection);
     }
     let graphical = report::use_graphics(global.color, std::io::stderr().is_terminal());
-    match reconciler.plan(options).await {
-        Ok(planned) => {
-            let files = &planned.models.loaded.files;
+    match reconciler.plan_clusters(options, &BTreeMap::new()).await {
+        Ok(mut plans) => {
+            let files = &plans.models.loaded.files;
             eprint!(
                 "{}",
-                report::diagnostics(&planned.models.diagnostics, files, graphical)
+                report::diagnostics(&plans.models.diagnostics, files, graphical)
             );
-            if planned.objects.is_empty() {
-                eprintln!(
-                    "warning: the source renders no object (is the path right?); nothing is pruned without --allow-empty"
-                );
+            if plans.clusters.len() == 1 {
+                match plans.clusters.pop().map(|c| c.planned) {
+                    Some(Err(error @ ReconcileError::Dormant(_))) => {
+                        println!("{error}");
+                        return Ok(Err(ExitCode::SUCCESS));
+                    }
+                    Some(Err(error)) => return Err(report::error(error)),
+                    Some(Ok(planned)) => {
+                        if planned.objects.is_empty() {
+                            eprintln!(
+                                "warning: the source renders no object (is the path right?); nothing is pruned without --allow-empty"
+                            );
+                        }
+                        plans.clusters.push(ClusterPlan {
+                            cluster: planned.cluster.clone(),
+                            planned: Ok(planned),
+                        });
+                    }
+                    None => {}
+                }
             }
-            Ok(Ok((reconciler, planned)))
+            Ok(Ok((reconciler, plans)))
         }
         Err(ReconcileError::Invalid(models)) => {
             let files = &models.loaded.files;
@@ -75,6 +95,28 @@ async fn plan(
     }
 }
 
+/// A cluster that could not be planned or applied: said on standard error with its
+/// remedy, and the line that reports it (`what`: not planned, not applied).
+fn cluster_failed(
+    reconciler: &Reconciler,
+    plans: &ClusterPlans,
+    cluster: &ClusterName,
+    what: &str,
+    error: &ReconcileError,
+) -> String {
+    let reached = reconciler.describe(&plans.models, cluster);
+    let line = format!(
+        "cluster {} ({reached}): {what}: {}",
+        cluster.display(),
+        tether_core::error_chain(error)
+    );
+    eprintln!("error: {line}");
+    if let Some(remedy) = error.remedy() {
+        eprintln!("  help: {}", report::remedy_text(remedy));
+    }
+    line + "\n"
+}
+
 pub async fn diff(global: &GlobalArgs, args: &DiffArgs) -> miette::Result<ExitCode> {
     let reconciler = reconciler(
         args.source.repo()?,
@@ -82,35 +124,65 @@ pub async fn diff(global: &GlobalArgs, args: &DiffArgs) -> miette::Result<ExitCo
         &args.keys,
         &args.inventory,
     )?;
-    let (_, planned) = match plan(
-        global,
-        reconciler,
-        args.selection.selection(),
-        PlanOptions {
-            dry_run_new: true,
-            ..PlanOptions::default()
-        },
-    )
-    .await?
-    {
-        Ok(planned) => planned,
-        Err(code) => return Ok(code),
+    let options = PlanOptions {
+        dry_run_new: true,
+        ..PlanOptions::default()
     };
-    let plan = &planned.plan;
-    let text = match args.output {
-        ReportFormat::Text => tether_core::report::text(
-            plan,
-            report::use_graphics(global.color, std::io::stdout().is_terminal()),
-            report::remedy_text,
-        ),
-        ReportFormat::Markdown => tether_core::report::markdown(plan, report::remedy_text),
-        ReportFormat::Json => tether_core::report::json(plan),
-    };
+    let (reconciler, plans) =
+        match plan(global, reconciler, args.selection.selection(), options).await? {
+            Ok(plans) => plans,
+            Err(code) => return Ok(code),
+        };
+    let colour = report::use_graphics(global.color, std::io::stdout().is_terminal());
+    let several = plans.clusters.len() > 1;
+    let (mut errors, mut differences) = (false, false);
+    let mut text = String::new();
+    let mut values = Vec::new();
+    for cluster in &plans.clusters {
+        let plan = match &cluster.planned {
+            Ok(planned) => &planned.plan,
+            Err(error) => {
+                errors |= !matches!(error, ReconcileError::Dormant(_));
+                let line =
+                    cluster_failed(&reconciler, &plans, &cluster.cluster, "not planned", error);
+                match args.output {
+                    ReportFormat::Json => values.push(serde_json::json!({
+                        "cluster": cluster.cluster.display(),
+                        "error": tether_core::error_chain(error),
+                    })),
+                    ReportFormat::Markdown => text.push_str(&format!("### {line}\n")),
+                    ReportFormat::Text => text.push_str(&line),
+                }
+                continue;
+            }
+        };
+        errors |= plan.has_errors();
+        differences |= plan.has_differences();
+        if several && !text.is_empty() {
+            text.push('\n');
+        }
+        match args.output {
+            ReportFormat::Text => text.push_str(&tether_core::report::text(
+                plan,
+                colour,
+                report::remedy_text,
+            )),
+            ReportFormat::Markdown => {
+                text.push_str(&tether_core::report::markdown(plan, report::remedy_text));
+            }
+            ReportFormat::Json if several => values.push(tether_core::report::json_value(plan)),
+            ReportFormat::Json => text.push_str(&tether_core::report::json(plan)),
+        }
+    }
+    if several && matches!(args.output, ReportFormat::Json) {
+        let report = serde_json::json!({"schema": "tether.dev/diff/v1", "clusters": values});
+        text = serde_json::to_string_pretty(&report).into_diagnostic()? + "\n";
+    }
     std::io::stdout()
         .lock()
         .write_all(text.as_bytes())
         .into_diagnostic()?;
-    Ok(match (plan.has_errors(), plan.has_differences()) {
+    Ok(match (errors, differences) {
         (true, _) => ExitCode::from(EXIT_ERROR),
         (false, true) => ExitCode::from(EXIT_INVALID),
         (false, false) => ExitCode::SUCCESS,
@@ -165,19 +237,51 @@ pub(super) struct ApplyRun<'a> {
 }
 
 pub(super) async fn run_apply(global: &GlobalArgs, args: ApplyRun<'_>) -> miette::Result<ExitCode> {
-    let reconciler = reconciler(args.repo, args.cluster, args.keys, args.inventory)?;
-    let (reconciler, planned) = match plan(global, reconciler, args.selection, args.plan).await? {
-        Ok(planned) => planned,
+    let reconciler = reconciler(args.repo.clone(), args.cluster, args.keys, args.inventory)?;
+    let selection = args.selection.clone();
+    let (reconciler, plans) = match plan(global, reconciler, selection, args.plan).await? {
+        Ok(plans) => plans,
         Err(code) => return Ok(code),
     };
     if args.dry_run {
         let colour = report::use_graphics(global.color, std::io::stdout().is_terminal());
-        print!(
-            "{}",
-            tether_core::report::text(&planned.plan, colour, report::remedy_text)
-        );
-        return Ok(ExitCode::SUCCESS);
+        let mut ok = true;
+        for cluster in plans.clusters.iter() {
+            match &cluster.planned {
+                Ok(planned) => print!(
+                    "{}",
+                    tether_core::report::text(&planned.plan, colour, report::remedy_text)
+                ),
+                Err(error) => {
+                    ok = false;
+                    print!(
+                        "{}",
+                        cluster_failed(&reconciler, &plans, &cluster.cluster, "not planned", error)
+                    );
+                }
+            }
+        }
+        return Ok(if ok {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(EXIT_ERROR)
+        });
     }
+    match &plans.clusters[..] {
+        [only] if only.planned.is_ok() => apply_one(&reconciler, &plans, &args).await,
+        _ => apply_each(&reconciler, plans, &args).await,
+    }
+}
+
+/// The apply of a source with one cluster, with progress on a terminal.
+async fn apply_one(
+    reconciler: &Reconciler,
+    plans: &ClusterPlans,
+    args: &ApplyRun<'_>,
+) -> miette::Result<ExitCode> {
+    let Some(Ok(planned)) = plans.clusters.first().map(|c| &c.planned) else {
+        return Ok(ExitCode::from(EXIT_ERROR));
+    };
     let terminal = std::io::stderr().is_terminal();
     let bar = Progress::new(terminal);
     let waiting = Waiting::new(terminal);
@@ -192,7 +296,7 @@ pub(super) async fn run_apply(global: &GlobalArgs, args: ApplyRun<'_>) -> miette
             not_ready,
         ),
     };
-    let applied = match reconciler.apply(&planned, &args.options, &progress).await {
+    let applied = match reconciler.apply(planned, &args.options, &progress).await {
         Ok(applied) => applied,
         Err(error) if error.is_permanent() => return Err(report::error(error)),
         Err(error) => {
@@ -204,30 +308,115 @@ pub(super) async fn run_apply(global: &GlobalArgs, args: ApplyRun<'_>) -> miette
     print!("{}", report_text(&applied));
     let mut ok = applied.succeeded();
     if args.wait && applied.blocked.is_none() {
-        let waiting = Waiting::new(std::io::stderr().is_terminal());
-        let progress = |not_ready: &[(ObjectKey, String)], workloads: usize| {
-            let what = format!("waiting for {} of {workloads} workloads:", not_ready.len());
+        ok &= wait_ready(reconciler, planned, args.timeout, "").await?;
+    }
+    Ok(match ok {
+        true => ExitCode::SUCCESS,
+        false => ExitCode::from(EXIT_ERROR),
+    })
+}
+
+/// The applies of a source with several clusters, all at once; each cluster's
+/// report (or error) under its name. One cluster's failure leaves the others
+/// applied, and the exit code says something failed.
+async fn apply_each(
+    reconciler: &Reconciler,
+    plans: ClusterPlans,
+    args: &ApplyRun<'_>,
+) -> miette::Result<ExitCode> {
+    let waiting = Waiting::new(false);
+    let progress = |cluster: &ClusterName, event: ApplyProgress<'_>| {
+        if let ApplyProgress::Waiting {
+            wave,
+            waves,
+            not_ready,
+        } = event
+        {
+            let what = format!(
+                "cluster {}: wave {} of {waves} waits for",
+                cluster.display(),
+                wave + 1
+            );
             waiting.show(&what, not_ready);
-        };
-        let not_ready = reconciler
-            .wait_ready(&planned, args.timeout, &progress)
-            .await
-            .map_err(report::error)?;
-        waiting.finish();
-        if not_ready.is_empty() {
-            println!("all workloads are ready");
-        } else {
-            ok = false;
-            println!("not ready after {}s:", args.timeout.as_secs());
-            for (object, state) in not_ready {
-                println!("  {object}: {state}");
+        }
+    };
+    let results = reconciler
+        .apply_clusters(&plans.clusters, &args.options, &progress)
+        .await;
+    let mut ok = true;
+    for (cluster, result) in plans.clusters.iter().zip(results) {
+        let name = cluster.cluster.display();
+        let reached = reconciler.describe(&plans.models, &cluster.cluster);
+        match (result, &cluster.planned) {
+            (Some(Ok(applied)), Ok(planned)) => {
+                print!("cluster {name} ({reached}): {}", report_text(&applied));
+                ok &= applied.succeeded();
+                if args.wait && applied.blocked.is_none() {
+                    let prefix = format!("cluster {name}: ");
+                    ok &= wait_ready(reconciler, planned, args.timeout, &prefix).await?;
+                }
             }
+            (Some(Err(error)), _) => {
+                ok = false;
+                print!(
+                    "{}",
+                    cluster_failed(
+                        reconciler,
+                        &plans,
+                        &cluster.cluster,
+                        "apply stopped",
+                        &error
+                    )
+                );
+            }
+            (_, Err(error)) if matches!(error, ReconcileError::Dormant(_)) => {
+                println!("cluster {name}: {error}");
+            }
+            (_, Err(error)) => {
+                ok = false;
+                print!(
+                    "{}",
+                    cluster_failed(reconciler, &plans, &cluster.cluster, "not applied", error)
+                );
+            }
+            (None, Ok(_)) => {}
         }
     }
     Ok(match ok {
         true => ExitCode::SUCCESS,
         false => ExitCode::from(EXIT_ERROR),
     })
+}
+
+/// `--wait`: waits for the plan's workloads; whether all were ready.
+async fn wait_ready(
+    reconciler: &Reconciler,
+    planned: &Planned,
+    timeout: std::time::Duration,
+    prefix: &str,
+) -> miette::Result<bool> {
+    let waiting = Waiting::new(std::io::stderr().is_terminal());
+    let progress = |not_ready: &[(ObjectKey, String)], workloads: usize| {
+        let what = format!(
+            "{prefix}waiting for {} of {workloads} workloads:",
+            not_ready.len()
+        );
+        waiting.show(&what, not_ready);
+    };
+    let not_ready = reconciler
+        .wait_ready(planned, timeout, &progress)
+        .await
+        .map_err(report::error)?;
+    waiting.finish();
+    if not_ready.is_empty() {
+        println!("{prefix}all workloads are ready");
+        return Ok(true);
+    }
+    println!("{prefix}not ready after {}s:", timeout.as_secs());
+    for (object, state) in not_ready {
+        println!("  {object}: {state}");
+    }
+    Ok(false)
 }
 
 /// What an apply did, as `apply` and each pass of `run` print it.

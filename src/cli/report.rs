@@ -20,6 +20,9 @@ pub fn remedy_text(remedy: Remedy) -> &'static str {
         }
         Remedy::AllowEmpty => "pass --allow-empty to prune every object of the inventory",
         Remedy::GiveCluster => "pass --kubeconfig",
+        Remedy::MapCluster => {
+            "map the KubernetesService to a context: --cluster NAME=CONTEXT, or clusters: {NAME: {context: CONTEXT}} in .tether.yaml"
+        }
         Remedy::ChooseAnotherInventory => "choose another --inventory-name",
         Remedy::CreateInventoryNamespace => {
             "the inventory's namespace must exist: create it, or pass --inventory-namespace"

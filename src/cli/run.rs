@@ -255,10 +255,12 @@ pub async fn reconcile(args: &ReconcileSourceArgs) -> miette::Result<ExitCode> {
     }
 }
 
-/// `tether crd`: the Source CRD as YAML.
+/// `tether crd`: the CRDs (Source, Cluster) as YAML.
 pub fn crd() -> miette::Result<ExitCode> {
-    let yaml =
-        serde_saphyr::to_string(&tether_daemon::install::manifests::crd()).into_diagnostic()?;
-    print!("{yaml}");
+    let mut documents = Vec::new();
+    for crd in tether_daemon::install::manifests::crds() {
+        documents.push(serde_saphyr::to_string(&crd).into_diagnostic()?);
+    }
+    print!("{}", documents.join("---\n"));
     Ok(ExitCode::SUCCESS)
 }

@@ -43,12 +43,13 @@ const NO_MODELS: [&str; 19] = [
     "events",
 ];
 
-const CONNECTION: [&str; 5] = [
+const CONNECTION: [&str; 6] = [
     "--kubeconfig",
     "--context",
     "--request-timeout",
     "--as",
     "--as-group",
+    "--cluster",
 ];
 
 const GLOBAL: [&str; 3] = ["--log-level", "--log-format", "--color"];

@@ -106,7 +106,7 @@ fn deploy_holds_what_install_applies_for_both_budget_versions() {
     let (code, crd, _) = tether(&["crd"]);
     assert_eq!(code, 0);
     assert_eq!(
-        file_of(&[&documents(&format!("---\n{crd}"))[0]]),
+        file_of(&documents(&format!("---\n{crd}")).iter().collect::<Vec<_>>()),
         pick(&newest, &|k| k == "CustomResourceDefinition")
     );
 }

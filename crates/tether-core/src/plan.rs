@@ -127,6 +127,9 @@ impl Change {
 pub struct Plan {
     /// Where the models came from: a path or a repository URL.
     pub source: String,
+    /// The KubernetesService whose cluster this plan is for, when the models name
+    /// several (each cluster is planned apart).
+    pub cluster: Option<String>,
     pub revision: Option<Revision>,
     pub changes: Vec<Change>,
     /// Deletions are only carried out with `--prune`; reports say so.

@@ -14,6 +14,9 @@ pub enum Remedy {
     AllowEmpty,
     /// No cluster was found: name one.
     GiveCluster,
+    /// A KubernetesService's cluster has no kubeconfig context of its name: map it
+    /// to one.
+    MapCluster,
     /// The inventory is another's: record this source's objects under another name.
     ChooseAnotherInventory,
     /// The inventory's namespace does not exist.

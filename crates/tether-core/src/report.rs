@@ -37,7 +37,12 @@ fn headline(plan: &Plan) -> String {
         .as_ref()
         .map(|r| format!(" @ {r}"))
         .unwrap_or_default();
-    format!("{}{revision}", plan.source)
+    let cluster = plan
+        .cluster
+        .as_ref()
+        .map(|c| format!(" → cluster {c}"))
+        .unwrap_or_default();
+    format!("{}{revision}{cluster}", plan.source)
 }
 
 fn counts(plan: &Plan) -> String {
@@ -405,6 +410,14 @@ fn longest_backtick_run(text: &str) -> usize {
 /// an object with action `error` could not be planned, else null) and `ownedBy` (the
 /// other tether inventory the object belongs to, else null).
 pub fn json(plan: &Plan) -> String {
+    let mut text = serde_json::to_string_pretty(&json_value(plan)).unwrap_or_default();
+    text.push('\n');
+    text
+}
+
+/// The JSON report of one plan, as a value (a report of several clusters holds one
+/// per cluster).
+pub fn json_value(plan: &Plan) -> serde_json::Value {
     let changes: Vec<serde_json::Value> = plan
         .changes
         .iter()
@@ -429,9 +442,10 @@ pub fn json(plan: &Plan) -> String {
             })
         })
         .collect();
-    let report = json!({
+    json!({
         "schema": "tether.dev/diff/v1",
         "source": plan.source,
+        "cluster": plan.cluster,
         "revision": plan.revision.as_ref().map(|r| json!({"commit": r.commit, "dirty": r.dirty})),
         "prune": plan.prune,
         "warnings": plan.warnings,
@@ -449,8 +463,5 @@ pub fn json(plan: &Plan) -> String {
         },
         "waves": plan.waves.iter().map(|w| json!({"waitsFor": w.waits_for})).collect::<Vec<_>>(),
         "changes": changes,
-    });
-    let mut text = serde_json::to_string_pretty(&report).unwrap_or_default();
-    text.push('\n');
-    text
+    })
 }

@@ -42,6 +42,18 @@ pub struct Settings {
     pub kubernetes: KubernetesSettings,
     #[serde(default)]
     pub kustomize: KustomizeSettings,
+    /// The kubeconfig context of each KubernetesService's cluster, for the CLI, when
+    /// it is not named like the KubernetesService. A context is a name in the user's
+    /// own kubeconfig: no address or credential is ever in the repository.
+    #[serde(default)]
+    pub clusters: std::collections::BTreeMap<String, ClusterSettings>,
+}
+
+/// How the CLI reaches one KubernetesService's cluster.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterSettings {
+    pub context: String,
 }
 
 /// How the repository's kustomizations are built: `remote_bases: true` lets one

@@ -81,6 +81,9 @@ pub struct Member {
     pub requires: Vec<usize>,
     /// Its objects, with when each counts as ready: what its dependents wait for.
     pub objects: Vec<Gate>,
+    /// The KubernetesService whose cluster its objects go to (see
+    /// [`crate::resolve`]'s placement); `None` when the repository names none.
+    pub cluster: Option<String>,
 }
 
 /// A dependency cycle: members, each waiting for the next, the last for the first.

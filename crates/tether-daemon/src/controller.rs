@@ -26,15 +26,16 @@ use tracing::Instrument;
 
 use super::Shared;
 use super::crd::{
-    DiscoverySpec, HistoryRewrite, RECONCILE_REQUESTED_ANNOTATION, Source, SourceSpec,
-    SourceStatus, commit_of_revision, revision_name,
+    ClusterStatus, DiscoverySpec, HistoryRewrite, RECONCILE_REQUESTED_ANNOTATION, Source,
+    SourceSpec, SourceStatus, commit_of_revision, revision_name,
 };
 use super::discovery::DiscoveryTarget;
 use super::identity::Identities;
 use super::keys::DecryptionSecret;
 use super::leader::{self, Election};
 use super::runner::{
-    Origin, PassError, PassOutcome, Rewrite, SourceLoop, StatusSink, Trigger, event_reporter,
+    ClusterState, Origin, PassError, PassOutcome, Rewrite, SourceLoop, StatusSink, Trigger,
+    event_reporter,
 };
 use super::status::{PassResult, next_status, refusal_event, worth_writing};
 use super::webhook::Push;
@@ -402,14 +403,18 @@ async fn run_source(
     };
     // Until its decryption Secret is read (if it names one), a Source has no key.
     let no_keys = Keyring::default().given_by(crate::keys::GIVEN_BY);
-    let reconciler = reconciler_acting_as(
+    let reconciler = Reconciler::new(settings.repo, Target::default(), settings.inventory);
+    let acting = acting_as(
         &daemon.identities,
         &source,
-        settings.repo,
-        settings.inventory,
+        reconciler,
         &client,
-    )
-    .with_keys(Arc::new(no_keys));
+        &mut status,
+    );
+    let Some(reconciler) = acting.await else {
+        return;
+    };
+    let reconciler = reconciler.with_keys(Arc::new(no_keys));
     let mut work = SourceLoop::new(
         &id,
         reconciler,
@@ -460,25 +465,43 @@ fn pass_on_request(source: &Source, trigger: &mpsc::Sender<Trigger>) {
     }
 }
 
-/// The Source's reconciler: acting as its ServiceAccount through a client of its own
-/// (everything done for the Source, the inventory included, goes through it), else
-/// through the daemon's shared client; confined as its spec and the daemon say.
-fn reconciler_acting_as(
+/// `reconciler` acting for the Source: as its ServiceAccount, through a client of
+/// its own that impersonates it (everything done for the Source, its inventory
+/// included, goes through it), else through the daemon's shared client; confined as
+/// its spec and the daemon say. `None` when the client cannot be made (the daemon's
+/// own kubeconfig unreadable now), said in the status.
+async fn acting_as(
     identities: &Identities,
     source: &Source,
-    repo: tether_engine::repo::Repo,
-    inventory: tether_core::ownership::Inventory,
+    reconciler: Reconciler,
     client: &Client,
-) -> Reconciler {
+    status: &mut SourceStatusWriter,
+) -> Option<Reconciler> {
     let namespace = source.namespace().unwrap_or_default();
-    let reconciler = match identities.target(&namespace, &source.spec) {
-        Some(target) => Reconciler::new(repo, target, inventory),
-        None => Reconciler::new(repo, Target::default(), inventory).with_client(client.clone()),
+    let reconciler = match identities.impersonation(&namespace, &source.spec) {
+        Some(identity) => match identities.client(&identity).await {
+            Ok(own) => reconciler.with_client(own).acting_as(identity.user),
+            Err(error) => {
+                let result = PassResult::Failed {
+                    revision: None,
+                    reason: "IdentityUnavailable",
+                    message: format!(
+                        "no client acting as {}: {}",
+                        identity.user,
+                        tether_core::error_chain(&error)
+                    ),
+                    stalled: true,
+                };
+                status.record(&result, None).await;
+                return None;
+            }
+        },
+        None => reconciler.with_client(client.clone()),
     };
-    match identities.confinement(&namespace, &source.spec) {
+    Some(match identities.confinement(&namespace, &source.spec) {
         Some(confinement) => reconciler.with_confinement(confinement),
         None => reconciler,
-    }
+    })
 }
 
 /// The commit the Source's status says was applied last, if it was applied from the
@@ -671,6 +694,8 @@ pub struct SourceStatusWriter {
     regarding: ObjectReference,
     /// A rewrite seen and not yet written in the status: the next write carries it.
     rewrite: Option<HistoryRewrite>,
+    /// How each cluster fared in the last pass, for the next write.
+    clusters: Option<Vec<ClusterState>>,
 }
 
 impl SourceStatusWriter {
@@ -685,6 +710,7 @@ impl SourceStatusWriter {
             events: Recorder::new(client.clone(), reporter),
             regarding: source.object_ref(&()),
             rewrite: None,
+            clusters: None,
         }
     }
 }
@@ -701,6 +727,9 @@ impl StatusSink for SourceStatusWriter {
         }
         if let Some(rewrite) = &self.rewrite {
             next.last_history_rewrite = Some(rewrite.clone());
+        }
+        if let Some(clusters) = &self.clusters {
+            next.clusters = clusters.iter().map(ClusterStatus::from).collect();
         }
         if !worth_writing(&self.status, &next) {
             return;
@@ -730,6 +759,10 @@ impl StatusSink for SourceStatusWriter {
                 tracing::warn!(%error, reason, "cannot record the refusal's event");
             }
         }
+    }
+
+    fn record_clusters(&mut self, clusters: Vec<ClusterState>) {
+        self.clusters = Some(clusters);
     }
 
     async fn record_rewrite(&mut self, rewrite: &Rewrite) {

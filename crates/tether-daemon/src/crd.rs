@@ -196,6 +196,38 @@ pub struct SourceStatus {
     pub last_history_rewrite: Option<HistoryRewrite>,
     #[serde(default)]
     pub conditions: Vec<Condition>,
+    /// When the models name several KubernetesServices: how each one's cluster fared
+    /// in the last pass.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clusters: Vec<ClusterStatus>,
+}
+
+/// One cluster of a Source whose models name several.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterStatus {
+    /// Its KubernetesService.
+    pub name: String,
+    /// True or False.
+    pub ready: String,
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+impl From<&crate::runner::ClusterState> for ClusterStatus {
+    fn from(state: &crate::runner::ClusterState) -> Self {
+        ClusterStatus {
+            name: state.name.clone(),
+            ready: match state.ready {
+                true => "True",
+                false => "False",
+            }
+            .to_string(),
+            reason: state.reason.clone(),
+            message: state.message.clone(),
+        }
+    }
 }
 
 /// A rewrite of the tracked ref's history, as the status records it.

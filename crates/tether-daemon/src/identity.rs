@@ -5,9 +5,10 @@
 //! impersonates it (Flux's semantics), so that RBAC decides what it changes; the
 //! confinement refuses early, at the models, what falls outside.
 
+use kube::Client;
 use tether_core::confine::{Confinement, SourceConfinement};
 use tether_core::settings::ConfineSettings;
-use tether_engine::cluster::Target;
+use tether_engine::cluster::{ClusterError, Impersonation, Target, client_of};
 
 use super::crd::SourceSpec;
 
@@ -28,30 +29,27 @@ pub struct Identities {
 pub const DAEMON_IDENTITY: &str = "the daemon's own identity";
 
 impl Identities {
-    /// The ServiceAccount the Source in `namespace` acts as, as Kubernetes names the
-    /// user (`system:serviceaccount:NAMESPACE:NAME`); none for the daemon's own.
-    pub fn user(&self, namespace: &str, spec: &SourceSpec) -> Option<String> {
+    /// The ServiceAccount the Source in `namespace` acts as (its own, else the
+    /// daemon's default), with the groups Kubernetes gives every ServiceAccount (RBAC
+    /// bindings to them apply as they would to the account's own token); none when it
+    /// acts as the daemon.
+    pub fn impersonation(&self, namespace: &str, spec: &SourceSpec) -> Option<Impersonation> {
         let name = spec
             .service_account_name
             .as_ref()
             .or(self.default_service_account.as_ref())?;
-        Some(format!("system:serviceaccount:{namespace}:{name}"))
+        Some(Impersonation::service_account(namespace, name))
     }
 
-    /// Where the Source in `namespace` connects: the daemon's cluster, impersonating
-    /// its ServiceAccount with the groups Kubernetes gives every ServiceAccount (RBAC
-    /// bindings to them apply as they would to the account's own token); none when it
-    /// acts as the daemon.
-    pub fn target(&self, namespace: &str, spec: &SourceSpec) -> Option<Target> {
-        let user = self.user(namespace, spec)?;
-        Some(Target {
-            impersonate: Some(user),
-            impersonate_groups: vec![
-                "system:serviceaccounts".into(),
-                format!("system:serviceaccounts:{namespace}"),
-            ],
+    /// A client of the daemon's cluster acting as `identity`. It makes no request:
+    /// the server answers, or refuses, each of the Source's own.
+    pub async fn client(&self, identity: &Impersonation) -> Result<Client, ClusterError> {
+        client_of(&Target {
+            impersonate: Some(identity.user.clone()),
+            impersonate_groups: identity.groups.clone(),
             ..self.target.clone()
         })
+        .await
     }
 
     /// What the Source in `namespace` may name: its `spec.confine`, held to its own
@@ -75,8 +73,8 @@ impl Identities {
         Some(SourceConfinement {
             confinement,
             identity: self
-                .user(namespace, spec)
-                .unwrap_or_else(|| DAEMON_IDENTITY.into()),
+                .impersonation(namespace, spec)
+                .map_or_else(|| DAEMON_IDENTITY.into(), |i| i.user),
             own_namespace_only,
         })
     }
@@ -103,27 +101,28 @@ mod tests {
             default_service_account: Some("tether".into()),
             ..Identities::default()
         };
+        let user = |identities: &Identities, spec: &SourceSpec| {
+            identities.impersonation("team-a", spec).map(|i| i.user)
+        };
         let named = spec(Some("deployer"), None);
         let unnamed = spec(None, None);
         assert_eq!(
-            daemon.user("team-a", &named).as_deref(),
+            user(&daemon, &named).as_deref(),
             Some("system:serviceaccount:team-a:deployer")
         );
-        assert_eq!(daemon.user("team-a", &unnamed), None);
         assert_eq!(
-            defaulted.user("team-a", &unnamed).as_deref(),
+            user(&defaulted, &named).as_deref(),
+            Some("system:serviceaccount:team-a:deployer")
+        );
+        assert_eq!(user(&daemon, &unnamed), None);
+        assert_eq!(
+            user(&defaulted, &unnamed).as_deref(),
             Some("system:serviceaccount:team-a:tether")
         );
-        let target = defaulted.target("team-a", &named).unwrap();
         assert_eq!(
-            target.impersonate.as_deref(),
-            Some("system:serviceaccount:team-a:deployer")
-        );
-        assert_eq!(
-            target.impersonate_groups,
+            defaulted.impersonation("team-a", &named).unwrap().groups,
             ["system:serviceaccounts", "system:serviceaccounts:team-a"]
         );
-        assert!(daemon.target("team-a", &unnamed).is_none());
     }
 
     #[test]

@@ -12,6 +12,7 @@
 #![warn(clippy::too_many_lines)]
 
 pub mod check;
+pub mod clusters;
 pub mod controller;
 pub mod crd;
 mod discovery;

@@ -26,8 +26,8 @@ use tether_core::plan::{Action, Change};
 use tether_core::source::is_model_path;
 use tether_engine::driver::{Backoff, Loop, Schedule, drive};
 use tether_engine::reconcile::{
-    ApplyOptions, ApplyReport, Outcome, PlanOptions, Planned, ReconcileError, Reconciler,
-    WatchCache,
+    ApplyOptions, ApplyReport, ClusterPlan, Outcome, PlanOptions, Planned, ReconcileError,
+    Reconciler, WatchCache,
 };
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -53,6 +53,20 @@ pub trait StatusSink: Send {
     /// Says that the tracked ref was rewritten (for an auditor: an Event, and the
     /// status's next write).
     fn record_rewrite(&mut self, rewrite: &Rewrite) -> impl Future<Output = ()> + Send;
+    /// How each cluster of a source whose models name several fared in the last
+    /// pass (the status's next write).
+    fn record_clusters(&mut self, clusters: Vec<ClusterState>);
+}
+
+/// How one cluster of a source fared in a pass.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClusterState {
+    /// Its KubernetesService.
+    pub name: String,
+    pub ready: bool,
+    /// `Applied`, or why not (as a Source's status reasons say it).
+    pub reason: String,
+    pub message: String,
 }
 
 /// The tracked ref moved to a commit that does not descend from the one last applied:
@@ -76,6 +90,8 @@ impl StatusSink for NoStatus {
     async fn record(&mut self, _: &PassResult<'_>, _: Option<String>) {}
 
     async fn record_rewrite(&mut self, _: &Rewrite) {}
+
+    fn record_clusters(&mut self, _: Vec<ClusterState>) {}
 }
 
 /// Where a source's models come from, as the daemon's endpoints show it (webhooks
@@ -136,6 +152,10 @@ pub struct SourceLoop<S = NoStatus> {
     /// Where the keys of the encrypted files are read before each pass that loads
     /// the models (a Source's decryption Secret).
     decryption: Option<DecryptionSecret>,
+    /// The KubernetesService this daemon's own cluster is (`--cluster-name`).
+    own_cluster: Option<String>,
+    /// The KubernetesService whose cluster `cache` watches.
+    cache_cluster: Option<String>,
 }
 
 /// What one pass did.
@@ -185,6 +205,24 @@ pub enum PassError {
     /// The pass was stopped (its source deleted or changed): it records nothing.
     #[error("stopped: the source was deleted or changed")]
     Stopped,
+    /// The models name several clusters, and some could not be planned or applied
+    /// (the others were).
+    #[error("{}", .failed.iter().map(|c| format!("cluster {}: {}", c.name, c.message)).collect::<Vec<_>>().join("; "))]
+    Clusters {
+        outcome: Box<PassOutcome>,
+        failed: Vec<ClusterFailure>,
+    },
+}
+
+/// One cluster of several that a pass could not plan or apply.
+#[derive(Debug)]
+pub struct ClusterFailure {
+    pub name: String,
+    pub reason: &'static str,
+    pub message: String,
+    /// Retrying cannot help before something changes (its Cluster resource, the
+    /// models).
+    pub stalled: bool,
 }
 
 impl<S: StatusSink> SourceLoop<S> {
@@ -225,6 +263,8 @@ impl<S: StatusSink> SourceLoop<S> {
             recorder: None,
             first_pass: tokio::sync::watch::Sender::new(false),
             decryption: None,
+            own_cluster: None,
+            cache_cluster: None,
         }
     }
 
@@ -274,6 +314,18 @@ impl<S: StatusSink> SourceLoop<S> {
     /// need not be allowed to write Events.
     pub fn with_events_by(mut self, client: kube::Client) -> Self {
         self.recorder = Some(Recorder::new(client, event_reporter()));
+        self
+    }
+
+    /// Reaches the clusters of the KubernetesServices other than `own_name` (this
+    /// daemon's own) through `resolver` (a Source's namespace's Cluster resources).
+    pub fn with_other_clusters(
+        mut self,
+        own_name: Option<String>,
+        resolver: tether_engine::reconcile::clusters::Resolver,
+    ) -> Self {
+        self.own_cluster = own_name.clone();
+        self.reconciler = self.reconciler.with_other_clusters(own_name, resolver);
         self
     }
 
@@ -367,7 +419,7 @@ impl<S: StatusSink> SourceLoop<S> {
             planned = self.plan_unless_dormant() => planned?,
             () = stop.cancelled() => return Err(PassError::Stopped),
         };
-        let Some(planned) = planned else {
+        let Some((planned, others)) = planned else {
             return Ok(PassOutcome::nothing(None));
         };
         let commit = planned.plan.revision.as_ref().map(|r| r.commit.clone());
@@ -415,10 +467,11 @@ impl<S: StatusSink> SourceLoop<S> {
             previous.as_ref(),
             self.interval,
         );
-        if report.succeeded() {
+        let own = cluster_state(planned.cluster.display(), Ok(&report));
+        let failed = self.apply_others(own, others, &options).await;
+        if report.succeeded() && failed.is_empty() {
             self.last_applied = commit;
         }
-        let retry = retries_soon(&report);
         let outcome = PassOutcome {
             revision,
             quiet: false,
@@ -426,33 +479,102 @@ impl<S: StatusSink> SourceLoop<S> {
             corrected,
             reported: Vec::new(),
         };
-        match retry {
-            true => Err(PassError::ObjectsFailed(Box::new(outcome))),
-            false => Ok(outcome),
-        }
+        conclude(outcome, failed)
     }
 
-    /// The plan of the source; `None` when Kubernetes is off for it (said once, not
-    /// each pass): nothing to do and nothing to retry, the next change of the source
-    /// brings the next pass.
-    async fn plan_unless_dormant(&mut self) -> Result<Option<Planned>, ReconcileError> {
-        let planned = self
-            .reconciler
-            .plan_cached(self.plan, self.cache.as_ref())
-            .await;
-        match planned {
+    /// The plan of the source's own cluster (the one this daemon reaches itself, or
+    /// the first) and those of the others; `None` when Kubernetes is off for it (said
+    /// once, not each pass): nothing to do and nothing to retry, the next change of
+    /// the source brings the next pass. When the own cluster cannot be planned, the
+    /// others are applied all the same.
+    async fn plan_unless_dormant(
+        &mut self,
+    ) -> Result<Option<(Planned, Vec<ClusterPlan>)>, PassError> {
+        let caches: BTreeMap<Option<String>, &WatchCache> = self
+            .cache
+            .as_ref()
+            .map(|cache| (self.cache_cluster.clone(), cache))
+            .into_iter()
+            .collect();
+        let planned = self.reconciler.plan_clusters(self.plan, &caches).await;
+        let plans = match planned {
             Err(ReconcileError::Dormant(reason)) => {
                 if self.dormant.as_ref() != Some(&reason) {
                     tracing::info!(%reason, "Kubernetes is off: nothing is applied");
                 }
                 self.dormant = Some(reason);
-                Ok(None)
+                return Ok(None);
             }
-            planned => {
-                self.dormant = None;
-                planned.map(Some)
+            planned => planned?,
+        };
+        self.dormant = None;
+        let (own, others) = own_and_others(plans.clusters, self.own_cluster.as_deref());
+        match own.planned {
+            Ok(planned) => {
+                self.cache_cluster = planned.cluster.service.clone();
+                Ok(Some((planned, others)))
+            }
+            Err(error) if others.is_empty() => Err(error.into()),
+            Err(error) => {
+                let name = own.cluster.display().to_string();
+                let own_state = cluster_state(&name, Err(&error));
+                let mut failed = self
+                    .apply_others(own_state, others, &self.apply.clone())
+                    .await;
+                failed.insert(0, cluster_failure(name, &error));
+                Err(PassError::Clusters {
+                    outcome: Box::new(PassOutcome::nothing(None)),
+                    failed,
+                })
             }
         }
+    }
+
+    /// Applies the plans of the other clusters, all at once; records how each
+    /// cluster fared (`own` first), and returns those that failed. Nothing, for a
+    /// source of one cluster.
+    async fn apply_others(
+        &mut self,
+        own: ClusterState,
+        others: Vec<ClusterPlan>,
+        options: &ApplyOptions,
+    ) -> Vec<ClusterFailure> {
+        if others.is_empty() {
+            return Vec::new();
+        }
+        let reports = self
+            .reconciler
+            .apply_clusters(&others, options, &|_, _| {})
+            .await;
+        // The other clusters are not watched: each pass plans them again.
+        self.settled = None;
+        let mut states = vec![own];
+        let mut failed = Vec::new();
+        for (plan, applied) in others.iter().zip(reports) {
+            let name = plan.cluster.display().to_string();
+            let result = match (&plan.planned, &applied) {
+                (Err(error), _) | (_, Some(Err(error))) => Err(error),
+                (Ok(_), Some(Ok(report))) => Ok(report),
+                (Ok(_), None) => continue,
+            };
+            states.push(cluster_state(&name, result));
+            match result {
+                Err(ReconcileError::Dormant(_)) => {}
+                Err(error) => failed.push(cluster_failure(name, error)),
+                Ok(report) if !report.succeeded() => failed.push(ClusterFailure {
+                    name,
+                    reason: "ObjectsFailed",
+                    message: format!("{} objects failed", report.failures().count()),
+                    stalled: false,
+                }),
+                Ok(_) => {}
+            }
+        }
+        for failure in &failed {
+            tracing::warn!(cluster = %failure.name, reason = failure.reason, message = %failure.message, "a cluster of the source was not applied");
+        }
+        self.status.record_clusters(states);
+        failed
     }
 
     /// A new commit is being applied: the status says so (once, not on each retry of
@@ -574,13 +696,10 @@ impl<S: StatusSink> SourceLoop<S> {
         {
             return false;
         }
-        let Ok(client) = self.reconciler.client().await else {
-            return false;
-        };
         let inventory = self.reconciler.inventory();
         let on_change = reporter(inventory.field_manager(), self.drift.0.clone());
         self.cache = Some(WatchCache::start(
-            client,
+            planned.client(),
             planned.resources().clone(),
             kinds,
             scope,
@@ -737,8 +856,70 @@ fn pass_result<'r>(
             stalled: true,
         },
         Err(PassError::Stopped) => return None,
+        Err(error @ PassError::Clusters { outcome, failed }) => PassResult::Failed {
+            revision: name(outcome.revision.as_deref()),
+            reason: failed.first().map_or("ClusterFailed", |f| f.reason),
+            message: error.to_string(),
+            stalled: failed.iter().all(|f| f.stalled),
+        },
     };
     Some(said)
+}
+
+/// A pass's result: an error when another cluster failed, or when objects failed
+/// that a retry soon may bring.
+fn conclude(outcome: PassOutcome, failed: Vec<ClusterFailure>) -> Result<PassOutcome, PassError> {
+    match (retries_soon(&outcome.report), failed.is_empty()) {
+        (_, false) => Err(PassError::Clusters {
+            outcome: Box::new(outcome),
+            failed,
+        }),
+        (true, true) => Err(PassError::ObjectsFailed(Box::new(outcome))),
+        (false, true) => Ok(outcome),
+    }
+}
+
+/// The plan of the cluster this daemon reaches itself (the only one, or the
+/// KubernetesService `own_name`), else the first; and the others.
+fn own_and_others(
+    mut clusters: Vec<ClusterPlan>,
+    own_name: Option<&str>,
+) -> (ClusterPlan, Vec<ClusterPlan>) {
+    let own = clusters
+        .iter()
+        .position(|c| !c.cluster.several || c.cluster.service.as_deref() == own_name)
+        .unwrap_or(0);
+    let own = clusters.remove(own);
+    (own, clusters)
+}
+
+/// How a cluster fared, as the status says it.
+fn cluster_state(name: &str, result: Result<&ApplyReport, &ReconcileError>) -> ClusterState {
+    let (ready, reason, message) = match result {
+        Ok(report) if report.succeeded() => (true, "Applied", String::new()),
+        Ok(report) => (
+            false,
+            "ObjectsFailed",
+            format!("{} objects failed", report.failures().count()),
+        ),
+        Err(error @ ReconcileError::Dormant(_)) => (true, error.reason(), error.to_string()),
+        Err(error) => (false, error.reason(), tether_core::error_chain(error)),
+    };
+    ClusterState {
+        name: name.to_string(),
+        ready,
+        reason: reason.to_string(),
+        message,
+    }
+}
+
+fn cluster_failure(name: String, error: &ReconcileError) -> ClusterFailure {
+    ClusterFailure {
+        name,
+        reason: error.reason(),
+        message: tether_core::error_chain(error),
+        stalled: error.is_permanent(),
+    }
 }
 
 /// Whether a pass at `commit` takes up a commit anew: neither the one applied nor the
@@ -896,6 +1077,7 @@ impl<S: StatusSink> Loop for SourceLoop<S> {
             Ok(outcome) if outcome.quiet => None,
             Ok(outcome) => Some(&outcome.report),
             Err(PassError::ObjectsFailed(outcome)) => Some(&outcome.report),
+            Err(PassError::Clusters { outcome, .. }) => Some(&outcome.report),
             Err(_) => None,
         };
         self.shared

@@ -51,6 +51,10 @@ pub enum ClusterError {
         "the inventory {namespace}/{name} exists but is not tether's (no matching applyset.kubernetes.io/id label)"
     )]
     ForeignInventory { namespace: String, name: String },
+    #[error("KubernetesService {service}: the kubeconfig has no context {context}")]
+    NoContext { service: String, context: String },
+    #[error("KubernetesService {service}'s cluster cannot be reached: {reason}")]
+    NotReachable { service: String, reason: String },
     #[error("the inventory {namespace}/{name} is unreadable: {reason}")]
     BadInventory {
         namespace: String,
@@ -64,6 +68,7 @@ impl ClusterError {
     pub fn remedy(&self) -> Option<Remedy> {
         match self {
             ClusterError::NoCluster => Some(Remedy::GiveCluster),
+            ClusterError::NoContext { .. } => Some(Remedy::MapCluster),
             ClusterError::ForeignInventory { .. } => Some(Remedy::ChooseAnotherInventory),
             ClusterError::Api {
                 action,
@@ -82,7 +87,10 @@ impl ClusterError {
     /// other than a conflict (409) or a rate limit (429).
     pub fn is_permanent(&self) -> bool {
         match self {
-            ClusterError::ForeignInventory { .. } | ClusterError::BadInventory { .. } => true,
+            ClusterError::ForeignInventory { .. }
+            | ClusterError::BadInventory { .. }
+            | ClusterError::NoContext { .. }
+            | ClusterError::NotReachable { .. } => true,
             ClusterError::Api {
                 source: kube::Error::Api(status),
                 ..
@@ -104,8 +112,52 @@ pub struct Target {
     pub impersonate_groups: Vec<String>,
 }
 
+/// Whom requests act as (impersonation), so that the API server's RBAC decides what
+/// a run may change.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Impersonation {
+    pub user: String,
+    pub groups: Vec<String>,
+}
+
+impl Impersonation {
+    /// A ServiceAccount, with the groups the API server gives one.
+    pub fn service_account(namespace: &str, name: &str) -> Self {
+        Impersonation {
+            user: format!("system:serviceaccount:{namespace}:{name}"),
+            groups: vec![
+                "system:serviceaccounts".into(),
+                format!("system:serviceaccounts:{namespace}"),
+            ],
+        }
+    }
+
+    /// Makes `config`'s requests act as this identity.
+    pub fn apply_to(&self, config: &mut Config) {
+        config.auth_info.impersonate = Some(self.user.clone());
+        config.auth_info.impersonate_groups =
+            (!self.groups.is_empty()).then(|| self.groups.clone());
+    }
+}
+
 /// A client for `target`, checked by asking the server for its version.
 pub async fn connect(target: &Target) -> Result<Client, ClusterError> {
+    let (client, url) = configured(target).await?;
+    client
+        .apiserver_version()
+        .await
+        .map_err(|source| ClusterError::Unreachable { url, source })?;
+    Ok(client)
+}
+
+/// A client for `target` without a request: the server may be away now and answer
+/// later (a long-running caller's client of another identity).
+pub async fn client_of(target: &Target) -> Result<Client, ClusterError> {
+    Ok(configured(target).await?.0)
+}
+
+/// A client for `target`, and the server's URL.
+async fn configured(target: &Target) -> Result<(Client, String), ClusterError> {
     let options = KubeConfigOptions {
         context: target.context.clone(),
         ..KubeConfigOptions::default()
@@ -126,10 +178,11 @@ pub async fn connect(target: &Target) -> Result<Client, ClusterError> {
         })?,
     };
     if let Some(user) = &target.impersonate {
-        config.auth_info.impersonate = Some(user.clone());
-        if !target.impersonate_groups.is_empty() {
-            config.auth_info.impersonate_groups = Some(target.impersonate_groups.clone());
-        }
+        let identity = Impersonation {
+            user: user.clone(),
+            groups: target.impersonate_groups.clone(),
+        };
+        identity.apply_to(&mut config);
     }
     // tether paces its own retries (`driver::Backoff`, per request where it helps):
     // kube's built-in retry of 429s would also wait out answers that are final for
@@ -144,11 +197,7 @@ pub async fn connect(target: &Target) -> Result<Client, ClusterError> {
         .map_err(ClusterError::Client)?
         .with_layer(&tower::timeout::TimeoutLayer::new(timeout))
         .build();
-    client
-        .apiserver_version()
-        .await
-        .map_err(|source| ClusterError::Unreachable { url, source })?;
-    Ok(client)
+    Ok((client, url))
 }
 
 /// API resources by apiVersion and kind, found through discovery of only the groups

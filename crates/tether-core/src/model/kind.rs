@@ -189,7 +189,7 @@ impl Kind {
                 "depends_on",
                 "ready_when",
             ],
-            Kind::Node => &["name", "labels", "taints", "locked"],
+            Kind::Node => &["name", "owner", "labels", "taints", "locked"],
             Kind::HelmChart => &[
                 "name",
                 "chart",

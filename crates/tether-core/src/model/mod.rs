@@ -509,6 +509,8 @@ pub enum ChartSource {
 pub struct Host {
     pub origin: Origin,
     pub name: Text,
+    /// The KubernetesService whose cluster the node is in.
+    pub owner: Option<Text>,
     /// Keys and values in the order written.
     pub labels: Vec<(Text, Text)>,
     pub taints: Vec<Taint>,

@@ -688,6 +688,7 @@ impl<'a> Reader<'a> {
 
     fn read_host(&mut self, models: &mut Models) {
         let name = self.required_text("name");
+        let owner = self.text("owner");
         let labels = match self.present("labels") {
             Some((_, node)) => self.field_reader().node_labels(node),
             None => Vec::new(),
@@ -701,6 +702,7 @@ impl<'a> Reader<'a> {
             models.hosts.push(Host {
                 origin: self.origin,
                 name,
+                owner,
                 labels,
                 taints,
                 locked,

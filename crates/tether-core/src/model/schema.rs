@@ -534,6 +534,8 @@ struct NodeDoc {
     api_version: Option<ApiVersion>,
     /// The node's name in the cluster.
     name: Scalar,
+    /// The KubernetesService whose cluster the node is in (when the repo has several).
+    owner: Option<Scalar>,
     /// Labels tether keeps on the node; labels others set are left alone.
     labels: Option<BTreeMap<String, LabelValue>>,
     /// Taints tether keeps on the node; taints others set are left alone.

@@ -446,6 +446,7 @@ fn member(kind: Kind, index: usize, name: &Text, span: Span, managed: bool) -> M
         needs: Vec::new(),
         requires: Vec::new(),
         objects: Vec::new(),
+        cluster: None,
     }
 }
 

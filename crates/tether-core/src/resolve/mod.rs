@@ -7,6 +7,7 @@ mod depends;
 mod links;
 mod mounts;
 mod names;
+mod placement;
 mod rules;
 mod services;
 
@@ -87,7 +88,8 @@ pub fn resolve(models: Models, files: &SourceFiles) -> (Option<Graph>, Diagnosti
         names: NameIndex::build(&models),
     };
     let resolved = resolver.run().map(|(links, needs)| {
-        let workflow = resolver.build_workflow(&links, needs);
+        let mut workflow = resolver.build_workflow(&links, needs);
+        resolver.place(&mut workflow);
         (links, workflow)
     });
     let diagnostics = resolver.diagnostics;

@@ -110,25 +110,19 @@ impl<'m> Resolver<'m> {
                     }),
             )
             .collect();
-        let mut services: Vec<&str> = self.names.names(Kind::KubernetesService).collect();
-        services.sort_unstable();
+        // With several KubernetesServices, which one is the model's is placement's
+        // question: its trust domain may say it (see `placement`).
+        let none = self.names.names(Kind::KubernetesService).next().is_none();
         for (model, owner, span) in owners {
             match owner {
                 Some(owner) => {
                     self.lookup::<KubernetesService>(&model, owner);
                 }
-                None if services.len() == 1 => {}
-                None => {
-                    let hint = if services.is_empty() {
-                        "add a KubernetesService model (kind: KubernetesService, name: kubernetes), which owners default to".to_string()
-                    } else {
-                        format!(
-                            "the repo has several KubernetesServices; name one: {}",
-                            services.join(", ")
-                        )
-                    };
-                    self.error(&model, span, "missing \"owner\"", Some(hint));
+                None if none => {
+                    let hint = "add a KubernetesService model (kind: KubernetesService, name: kubernetes), which owners default to";
+                    self.error(&model, span, "missing \"owner\"", Some(hint.to_string()));
                 }
+                None => {}
             }
         }
     }

@@ -7,6 +7,7 @@ use kube::CustomResourceExt;
 use serde_json::{Value, json};
 
 use super::ServerVersion;
+use crate::clusters::Cluster;
 use crate::crd::Source;
 
 /// The label every installed object carries; `tether uninstall` and `tether check`
@@ -57,7 +58,9 @@ impl InstallOptions {
 /// what lives in it, the CRD before anything could name a Source.
 pub fn manifests(options: &InstallOptions) -> Vec<Value> {
     let ns = options.namespace.as_str();
-    let mut objects = vec![namespace(ns), crd(), service_account(ns), cluster_role()];
+    let mut objects = vec![namespace(ns)];
+    objects.extend(crds());
+    objects.extend([service_account(ns), cluster_role()]);
     objects.extend([
         cluster_role_binding(ns),
         leader_role(ns),
@@ -69,11 +72,19 @@ pub fn manifests(options: &InstallOptions) -> Vec<Value> {
     objects
 }
 
-/// The Source CRD (`tether crd`), labelled as installed.
-pub fn crd() -> Value {
-    let mut crd = serde_json::to_value(Source::crd()).unwrap_or(Value::Null);
-    labelled(&mut crd);
-    crd
+/// The CRDs (`tether crd`): Source and Cluster, labelled as installed.
+pub fn crds() -> Vec<Value> {
+    [
+        serde_json::to_value(Source::crd()),
+        serde_json::to_value(Cluster::crd()),
+    ]
+    .into_iter()
+    .map(|crd| {
+        let mut crd = crd.unwrap_or(Value::Null);
+        labelled(&mut crd);
+        crd
+    })
+    .collect()
 }
 
 /// Adds the part-of label to an object's metadata.
@@ -157,6 +168,8 @@ fn cluster_role() -> Value {
               "verbs": ["get", "list", "watch", "patch"] },
             { "apiGroups": ["tether.dev"], "resources": ["sources/status"],
               "verbs": ["get", "patch", "update"] },
+            { "apiGroups": ["tether.dev"], "resources": ["clusters"],
+              "verbs": ["get", "list", "watch"] },
             { "apiGroups": ["", "events.k8s.io"], "resources": ["events"],
               "verbs": ["create", "patch"] },
             // A Source acts as its ServiceAccount (spec.serviceAccountName,

@@ -248,7 +248,7 @@ async fn await_wave(
     let changes = steps
         .iter()
         .any(|s| s.change.action != Action::Unchanged || s.force);
-    let gates = planned.workflow.gates(wave, planned.selected.as_ref());
+    let gates = planned.workflow.gates(wave, planned.members.as_ref());
     if !changes || gates.is_empty() {
         return Ok(());
     }

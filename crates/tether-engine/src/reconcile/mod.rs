@@ -7,6 +7,7 @@
 
 mod apply;
 pub mod cache;
+pub mod clusters;
 mod contents;
 mod live;
 mod nodes;
@@ -14,18 +15,19 @@ pub mod outcome;
 mod wait;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use kube::Client;
 use thiserror::Error;
-use tokio::sync::OnceCell;
 use tokio_util::sync::CancellationToken;
 use tracing::instrument;
 
-use crate::cluster::{ClusterError, Resources, Target, connect, read_inventory_version};
+use crate::cluster::{ClusterError, Resources, Target, read_inventory_version};
 use crate::generate::{Capabilities, Generate};
 use crate::repo::{CommitCache, LoadedModels, Repo, RepoError, SETTINGS_FILE};
 pub use cache::WatchCache;
+pub use clusters::{ClusterName, Clusters};
 pub use outcome::{ApplyReport, BlockedWave, Blocker, ObjectFailure, ObjectReport, Outcome};
 use tether_core::confine::{self, Confinement, SourceConfinement};
 use tether_core::diagnostic::{Diagnostics, Severity};
@@ -39,13 +41,13 @@ use tether_core::settings::{self, Settings, SettingsError};
 use tether_core::workflow::Workflow;
 pub use wait::WaitProgress;
 
-/// Reconciles one source with one cluster, recording in one inventory. Holds its
-/// client once connected, so a long-running caller connects once.
+/// Reconciles one source with the cluster of each KubernetesService its models name
+/// (one, for most repositories), recording in an inventory of the same name in each.
+/// Holds its clients once connected, so a long-running caller connects once.
 pub struct Reconciler {
     repo: Repo,
-    target: Target,
+    clusters: Clusters,
     inventory: Inventory,
-    client: OnceCell<Client>,
     selection: Option<Selection>,
     /// The age keys that open the repository's encrypted files.
     keys: std::sync::Arc<tether_sops::Keyring>,
@@ -57,6 +59,9 @@ pub struct Reconciler {
     /// What the Source (a daemon's) allows, which the repository's `confine:` may
     /// only narrow.
     confinement: Option<SourceConfinement>,
+    /// The user its own cluster's client impersonates (a Source's ServiceAccount), as
+    /// refusals name it.
+    identity: Option<String>,
 }
 
 /// Some models only (`--only`): those and what they wait for and require, or with
@@ -143,6 +148,9 @@ pub enum ReconcileError {
     /// A selection names no model, or several.
     #[error("{0}")]
     Selection(String),
+    /// One plan was asked of models whose KubernetesServices are several clusters.
+    #[error("the models belong to several clusters ({}): each is planned apart", .0.join(", "))]
+    SeveralClusters(Vec<String>),
     /// Kubernetes is switched off for this repository (its KubernetesService says
     /// `enabled: false`, or `.tether.yaml` does): nothing is compared or applied,
     /// and the cluster is not contacted.
@@ -173,6 +181,8 @@ impl ReconcileError {
             ReconcileError::NothingRendered => "NothingRendered",
             ReconcileError::Dormant(_) => "KubernetesDisabled",
             ReconcileError::Selection(_) | ReconcileError::PartialPrune => "InvalidSelection",
+            ReconcileError::SeveralClusters(_) => "SeveralClusters",
+            ReconcileError::Cluster(ClusterError::NotReachable { .. }) => "ClusterMissing",
             ReconcileError::Source(RepoError::Git(error)) if error.is_permanent() => "GitRefused",
             ReconcileError::Source(RepoError::Oci(error)) if error.is_permanent() => {
                 "ArtifactRefused"
@@ -205,6 +215,8 @@ pub struct CheckedModels {
     pub documents: usize,
     /// Why Kubernetes is off for these models, when it is.
     pub dormant: Option<String>,
+    /// The repository's settings (`.tether.yaml`).
+    pub settings: Settings,
 }
 
 impl CheckedModels {
@@ -232,16 +244,22 @@ impl CheckedModels {
     }
 }
 
-/// A plan, and what carrying it out needs.
+/// A plan of one cluster, and what carrying it out needs.
 pub struct Planned {
-    pub models: CheckedModels,
+    pub models: Arc<CheckedModels>,
     pub plan: Plan,
-    /// The rendered objects, in apply order.
+    /// The rendered objects of this cluster, in apply order.
     pub objects: Vec<RenderedObject>,
     /// Which models wait for which.
     pub workflow: Workflow,
-    /// The workflow's members planned, with a selection.
-    selected: Option<BTreeSet<usize>>,
+    /// The workflow's members planned, when not all are (a selection, or one
+    /// cluster of several).
+    members: Option<BTreeSet<usize>>,
+    /// Only some models were selected: nothing may be pruned.
+    partial: bool,
+    /// The cluster planned, and the client that reaches it.
+    pub cluster: ClusterName,
+    client: Client,
     steps: Vec<Step>,
     forgotten: BTreeSet<ObjectKey>,
     uids: BTreeMap<ObjectKey, String>,
@@ -253,6 +271,11 @@ impl Planned {
     /// The API resources of the kinds the plan touches (as discovery found them).
     pub fn resources(&self) -> &Resources {
         &self.resources
+    }
+
+    /// The client of the cluster planned.
+    pub fn client(&self) -> &Client {
+        &self.client
     }
 }
 
@@ -281,14 +304,14 @@ impl Reconciler {
     pub fn new(repo: Repo, target: Target, inventory: Inventory) -> Self {
         Reconciler {
             repo,
-            target,
+            clusters: Clusters::kubeconfig(target, BTreeMap::new()),
             inventory,
-            client: OnceCell::new(),
             selection: None,
             keys: Default::default(),
             commits: CommitCache::default(),
             generate: Generate::from_environment(),
             confinement: None,
+            identity: None,
         }
     }
 
@@ -313,10 +336,10 @@ impl Reconciler {
 
     /// What the cluster serves, for charts' `.Capabilities`; none when it cannot be
     /// asked (the chart renders with Helm's defaults, and the plan reports the
-    /// cluster's error).
+    /// cluster's error). With several clusters, the default context's.
     async fn capabilities(&self) -> Option<Capabilities> {
         let client = self.client().await.ok()?;
-        match crate::cluster::capabilities(client).await {
+        match crate::cluster::capabilities(&client).await {
             Ok(capabilities) => Some(capabilities),
             Err(error) => {
                 tracing::debug!(error = %tether_core::error_chain(&error), "the cluster's capabilities are unknown");
@@ -344,11 +367,20 @@ impl Reconciler {
         }
     }
 
+    /// Reaches the KubernetesServices named here through these kubeconfig contexts
+    /// (`--cluster NAME=CONTEXT`), before the repository's own mapping.
+    pub fn with_contexts(self, contexts: BTreeMap<String, String>) -> Self {
+        Reconciler {
+            clusters: self.clusters.with_contexts(contexts),
+            ..self
+        }
+    }
+
     /// Uses `client` instead of connecting to the target (a daemon shares one client
-    /// among its sources).
+    /// among its sources): the client of its own cluster.
     pub fn with_client(self, client: Client) -> Self {
         Reconciler {
-            client: OnceCell::new_with(Some(client)),
+            clusters: Clusters::given(client),
             ..self
         }
     }
@@ -362,15 +394,42 @@ impl Reconciler {
         }
     }
 
-    /// The client, connecting on first use.
-    pub async fn client(&self) -> Result<&Client, ClusterError> {
-        self.client.get_or_try_init(|| connect(&self.target)).await
+    /// Says that the client given impersonates `user` (a Source's ServiceAccount):
+    /// refusals name it, and the watches keep to the plan's namespaces.
+    pub fn acting_as(self, user: String) -> Self {
+        Reconciler {
+            identity: Some(user),
+            ..self
+        }
+    }
+
+    /// Reaches the clusters of the KubernetesServices other than `own_name` (the
+    /// cluster of the client given) through `resolver`.
+    pub fn with_other_clusters(
+        self,
+        own_name: Option<String>,
+        resolver: clusters::Resolver,
+    ) -> Self {
+        Reconciler {
+            clusters: self.clusters.with_others(own_name, resolver),
+            ..self
+        }
+    }
+
+    /// The client of the default cluster (the only one, for models that name one
+    /// KubernetesService or none), connecting on first use.
+    pub async fn client(&self) -> Result<Client, ClusterError> {
+        let only = ClusterName {
+            service: None,
+            several: false,
+        };
+        self.clusters.client(&only, &BTreeMap::new()).await
     }
 
     /// Reads and checks the models, and compares what they render with the cluster.
     /// `prune` only tells the plan's reports whether deletions will be carried out.
     /// Invalid models are reported before any cluster error: they make the cluster
-    /// irrelevant.
+    /// irrelevant. Models of several clusters are planned by [`Reconciler::plan_clusters`].
     pub async fn plan(&self, options: PlanOptions) -> Result<Planned, ReconcileError> {
         self.plan_cached(options, None).await
     }
@@ -383,29 +442,107 @@ impl Reconciler {
         options: PlanOptions,
         cache: Option<&WatchCache>,
     ) -> Result<Planned, ReconcileError> {
+        let prepared = self.prepare().await?;
+        let mut parts = prepared.parts.into_iter();
+        let (Some(part), None) = (parts.next(), parts.next()) else {
+            return Err(ReconcileError::SeveralClusters(prepared.services));
+        };
+        self.plan_part(&prepared.common, part, options, cache).await
+    }
+
+    /// Reads and checks the models once, and plans each cluster they reach, all at
+    /// once: one cluster's error is its plan's, and the others are planned.
+    #[instrument(skip_all, fields(source = %self.repo.label()))]
+    pub async fn plan_clusters(
+        &self,
+        options: PlanOptions,
+        caches: &BTreeMap<Option<String>, &WatchCache>,
+    ) -> Result<ClusterPlans, ReconcileError> {
+        let Prepared { common, parts, .. } = self.prepare().await?;
+        let common = &common;
+        let plans = parts.into_iter().map(|part| {
+            let cache = caches.get(&part.cluster.service).copied();
+            let cluster = part.cluster.clone();
+            async move {
+                let planned = self.plan_part(common, part, options, cache).await;
+                ClusterPlan { cluster, planned }
+            }
+        });
+        let clusters = futures::future::join_all(plans).await;
+        Ok(ClusterPlans {
+            models: common.models.clone(),
+            clusters,
+        })
+    }
+
+    /// The models checked, and the objects of each cluster.
+    async fn prepare(&self) -> Result<Prepared, ReconcileError> {
         // The models first: models with Kubernetes off never reach the cluster.
         let (models, rendered) = self.checked().await?;
-        let Some(Rendered { objects, workflow }) = rendered else {
+        let Some(Rendered {
+            objects,
+            workflow,
+            services,
+        }) = rendered
+        else {
             return Err(ReconcileError::Invalid(Box::new(models)));
         };
         if let Some(reason) = &models.dormant {
             return Err(ReconcileError::Dormant(reason.clone()));
         }
-        let cluster = async {
-            let client = self.client().await?;
-            let (record, version) = read_inventory_version(client, &self.inventory).await?;
-            tracing::debug!(recorded = record.entries.len(), "inventory read");
-            Ok::<_, ReconcileError>((client, record, version.is_some()))
-        };
-        let (mut objects, selected) = select(objects, &workflow, self.selection.as_ref())?;
+        let (objects, selected) = select(objects, &workflow, self.selection.as_ref())?;
+        let parts = split(objects, &workflow, &services, selected.as_ref());
+        let names = services.iter().map(|s| s.name.clone()).collect();
+        Ok(Prepared {
+            common: Common {
+                empty: parts.iter().all(|p| p.objects.is_empty()),
+                models: Arc::new(models),
+                workflow,
+                partial: selected.is_some(),
+                services,
+            },
+            parts,
+            services: names,
+        })
+    }
+
+    /// Plans one cluster's objects against it.
+    async fn plan_part(
+        &self,
+        common: &Common,
+        part: Part,
+        options: PlanOptions,
+        cache: Option<&WatchCache>,
+    ) -> Result<Planned, ReconcileError> {
+        let Part {
+            cluster,
+            mut objects,
+            members,
+        } = part;
+        if let Some(reason) = common.dormant(&cluster) {
+            return Err(ReconcileError::Dormant(reason));
+        }
+        let mapped: BTreeMap<String, String> = common
+            .models
+            .settings
+            .clusters
+            .iter()
+            .map(|(service, c)| (service.clone(), c.context.clone()))
+            .collect();
+        let client = self.clusters.client(&cluster, &mapped).await?;
+        let (record, version) = read_inventory_version(&client, &self.inventory).await?;
+        tracing::debug!(
+            recorded = record.entries.len(),
+            cluster = cluster.display(),
+            "inventory read"
+        );
+        let recorded = version.is_some();
         let options = PlanOptions {
-            partial: selected.is_some(),
+            partial: common.partial,
             ..options
         };
-        let (client, record, recorded) = cluster.await?;
-        let revision = models.loaded.revision.clone();
         let planning = live::plan(
-            client,
+            &client,
             &self.inventory,
             &mut objects,
             record,
@@ -413,44 +550,35 @@ impl Reconciler {
             cache,
         )
         .await?;
-        let mut warnings = Vec::new();
-        if !recorded && planning.labelled > 0 {
-            warnings.push(format!(
-                "the inventory {} does not exist, but {} objects carry its labels: was it deleted? What it recorded and no model renders is not pruned",
-                self.inventory.display(),
-                planning.labelled
-            ));
-        }
-        for absent in planning
-            .steps
-            .iter()
-            .filter(|s| s.change.action == Action::Absent)
-        {
-            warnings.push(format!(
-                "node {} is not in the cluster: its model's labels, taints and lock are applied once it joins",
-                absent.change.key.name
-            ));
-        }
         let plan = Plan {
-            warnings,
-            source: models.loaded.label.clone(),
-            revision,
+            warnings: plan_warnings(&self.inventory, &planning, recorded),
+            source: common.models.loaded.label.clone(),
+            cluster: cluster.several.then(|| cluster.display().to_string()),
+            revision: common.models.loaded.revision.clone(),
             changes: planning.steps.iter().map(|s| s.change.clone()).collect(),
             prune: options.prune,
-            waves: wave_summaries(&workflow, selected.as_ref()),
-            graph: workflow.has_dependencies().then(|| workflow.mermaid()),
+            waves: wave_summaries(&common.workflow, members.as_ref()),
+            graph: common
+                .workflow
+                .has_dependencies()
+                .then(|| common.workflow.mermaid()),
         };
         Ok(Planned {
-            models,
+            models: common.models.clone(),
             plan,
             objects,
-            workflow,
-            selected,
+            workflow: common.workflow.clone(),
+            members,
+            partial: common.partial,
+            cluster,
+            client,
             steps: planning.steps,
             forgotten: planning.forgotten,
             uids: planning.uids,
             resources: planning.resources,
-            allow_empty: options.allow_empty,
+            // What guards against a wrong path is the whole source rendering nothing:
+            // one cluster of several may have no objects left.
+            allow_empty: options.allow_empty || !common.empty,
         })
     }
 
@@ -477,7 +605,7 @@ impl Reconciler {
     /// plan: a watch cannot fall back as a list does (see `live`), it would only fail
     /// again and again. The client's own identity watches the cluster.
     pub fn watch_scope(&self, planned: &Planned) -> tether_core::k8s::Scope {
-        if self.target.impersonate.is_none() {
+        if self.identity.is_none() {
             return tether_core::k8s::Scope::All;
         }
         let namespaces = planned
@@ -487,6 +615,17 @@ impl Reconciler {
             .filter_map(|s| s.change.key.namespace.clone())
             .chain([self.inventory.namespace.clone()]);
         tether_core::k8s::Scope::Namespaces(namespaces.collect())
+    }
+
+    /// How `cluster` is reached, for reports (`context edge`).
+    pub fn describe(&self, planned_models: &CheckedModels, cluster: &ClusterName) -> String {
+        let mapped = planned_models
+            .settings
+            .clusters
+            .iter()
+            .map(|(service, c)| (service.clone(), c.context.clone()))
+            .collect();
+        self.clusters.describe(cluster, &mapped)
     }
 
     /// Carries out a plan: records every object about to be applied in the inventory,
@@ -504,15 +643,32 @@ impl Reconciler {
         if options.prune && planned.objects.is_empty() && !planned.allow_empty {
             return Err(ReconcileError::NothingRendered);
         }
-        if options.prune && planned.selected.is_some() {
+        if options.prune && planned.partial {
             return Err(ReconcileError::PartialPrune);
         }
-        let client = self.client().await?;
-        let mut report = apply::apply(client, &self.inventory, planned, options, progress).await?;
-        if let Some(identity) = &self.target.impersonate {
+        let mut report =
+            apply::apply(&planned.client, &self.inventory, planned, options, progress).await?;
+        if let Some(identity) = &self.identity {
             report.refused_as(identity);
         }
         Ok(report)
+    }
+
+    /// Carries out the plan of each cluster that has one, all at once (see
+    /// [`Reconciler::apply`]); `None` for a cluster that was not planned. One
+    /// cluster's failure leaves the others applied.
+    pub async fn apply_clusters(
+        &self,
+        plans: &[ClusterPlan],
+        options: &ApplyOptions,
+        progress: &(dyn Fn(&ClusterName, ApplyProgress<'_>) + Sync),
+    ) -> Vec<Option<Result<ApplyReport, ReconcileError>>> {
+        let applies = plans.iter().map(|cluster| async move {
+            let planned = cluster.planned.as_ref().ok()?;
+            let progress = |event: ApplyProgress<'_>| progress(&cluster.cluster, event);
+            Some(self.apply(planned, options, &progress).await)
+        });
+        futures::future::join_all(applies).await
     }
 
     /// Waits until the workloads of the plan are ready by [`tether_core::readiness`]
@@ -526,15 +682,144 @@ impl Reconciler {
         timeout: Duration,
         progress: &wait::WaitProgress<'_>,
     ) -> Result<Vec<(ObjectKey, String)>, ReconcileError> {
-        let client = self.client().await?;
-        Ok(wait::wait_ready(client, &planned.objects, timeout, progress).await)
+        Ok(wait::wait_ready(&planned.client, &planned.objects, timeout, progress).await)
     }
 }
 
-/// What valid models render: the objects in apply order, and the workflow.
+/// The plans of every cluster of a source's models.
+pub struct ClusterPlans {
+    pub models: Arc<CheckedModels>,
+    /// One per cluster, in the order of their KubernetesServices' names.
+    pub clusters: Vec<ClusterPlan>,
+}
+
+/// One cluster's plan, or why it has none (unreachable, refused, switched off).
+pub struct ClusterPlan {
+    pub cluster: ClusterName,
+    pub planned: Result<Planned, ReconcileError>,
+}
+
+/// What a plan of each cluster starts from.
+struct Prepared {
+    common: Common,
+    parts: Vec<Part>,
+    /// The KubernetesServices' names.
+    services: Vec<String>,
+}
+
+/// What every cluster's plan shares.
+struct Common {
+    models: Arc<CheckedModels>,
+    workflow: Workflow,
+    partial: bool,
+    /// The whole source renders no object.
+    empty: bool,
+    services: Vec<Service>,
+}
+
+impl Common {
+    /// Why Kubernetes is off for `cluster`, when its KubernetesService says so.
+    fn dormant(&self, cluster: &ClusterName) -> Option<String> {
+        self.services
+            .iter()
+            .find(|s| Some(&s.name) == cluster.service.as_ref())
+            .and_then(|s| s.dormant.as_ref())
+            .map(|why| format!("Kubernetes is off for this cluster ({why})"))
+    }
+}
+
+/// One cluster's objects, and the workflow's members they come from (when not all).
+struct Part {
+    cluster: ClusterName,
+    objects: Vec<RenderedObject>,
+    members: Option<BTreeSet<usize>>,
+}
+
+/// A KubernetesService of the models: a cluster.
+#[derive(Clone, Debug)]
+pub struct Service {
+    pub name: String,
+    /// Where it says Kubernetes is off there (`enabled: false`), when it does.
+    pub dormant: Option<String>,
+}
+
+/// The objects by cluster, in the order of the KubernetesServices' names: every
+/// KubernetesService is a part even without objects (so that what its inventory
+/// recorded can be pruned), unless a selection chose some models only.
+fn split(
+    objects: Vec<RenderedObject>,
+    workflow: &Workflow,
+    services: &[Service],
+    selected: Option<&BTreeSet<usize>>,
+) -> Vec<Part> {
+    let several = services.len() > 1;
+    let name = |service: Option<String>| ClusterName { service, several };
+    if !several {
+        return vec![Part {
+            cluster: name(services.first().map(|s| s.name.clone())),
+            objects,
+            members: selected.cloned(),
+        }];
+    }
+    let mut parts: BTreeMap<Option<String>, Vec<RenderedObject>> = match selected {
+        Some(_) => BTreeMap::new(),
+        None => services
+            .iter()
+            .map(|s| (Some(s.name.clone()), Vec::new()))
+            .collect(),
+    };
+    for object in objects {
+        let cluster = workflow
+            .member(object.model_id)
+            .and_then(|m| workflow.members[m].cluster.clone());
+        parts.entry(cluster).or_default().push(object);
+    }
+    parts
+        .into_iter()
+        .map(|(service, objects)| {
+            let members = (0..workflow.members.len())
+                .filter(|m| workflow.members[*m].cluster == service)
+                .filter(|m| selected.is_none_or(|s| s.contains(m)))
+                .collect();
+            Part {
+                cluster: name(service),
+                objects,
+                members: Some(members),
+            }
+        })
+        .collect()
+}
+
+/// What a reviewer should know besides the changes: a missing inventory, nodes not
+/// in the cluster yet.
+fn plan_warnings(inventory: &Inventory, planning: &live::Planning, recorded: bool) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if !recorded && planning.labelled > 0 {
+        warnings.push(format!(
+            "the inventory {} does not exist, but {} objects carry its labels: was it deleted? What it recorded and no model renders is not pruned",
+            inventory.display(),
+            planning.labelled
+        ));
+    }
+    for absent in planning
+        .steps
+        .iter()
+        .filter(|s| s.change.action == Action::Absent)
+    {
+        warnings.push(format!(
+            "node {} is not in the cluster: its model's labels, taints and lock are applied once it joins",
+            absent.change.key.name
+        ));
+    }
+    warnings
+}
+
+/// What valid models render: the objects in apply order, the workflow, and the
+/// KubernetesServices (clusters) they belong to.
 pub struct Rendered {
     pub objects: Vec<RenderedObject>,
     pub workflow: Workflow,
+    pub services: Vec<Service>,
 }
 
 /// The objects of the selected models, and the members of the workflow they come
@@ -592,32 +877,56 @@ fn needs_capabilities(loaded: &LoadedModels) -> bool {
         .any(|(_, f)| f.text.contains(tether_core::model::Kind::HelmChart.name()))
 }
 
-/// Why Kubernetes is off for a repository: its settings say so, or a
+/// Why Kubernetes is off for a repository: its settings say so, or its only
 /// KubernetesService model does (StarlingX's "a system without Kubernetes behaves as
-/// if the feature did not exist").
-fn dormant(
-    settings: &Settings,
-    graph: Option<&tether_core::resolve::Graph>,
-    files: &tether_core::source::SourceFiles,
-) -> Option<String> {
+/// if the feature did not exist"). With several, each one's cluster is off apart
+/// ([`services`]).
+fn dormant(settings: &Settings, services: &[Service]) -> Option<String> {
     if settings.kubernetes.enabled == Some(false) {
         return Some(format!(
             "Kubernetes is off for this repository ({SETTINGS_FILE}: kubernetes.enabled: false)"
         ));
     }
-    let service = graph?
+    match services {
+        [only] => only
+            .dormant
+            .as_ref()
+            .map(|why| format!("Kubernetes is off for this repository ({why})")),
+        _ => None,
+    }
+}
+
+/// The KubernetesServices of the models, by name, with why each is off when it is.
+fn services(
+    graph: Option<&tether_core::resolve::Graph>,
+    files: &tether_core::source::SourceFiles,
+) -> Vec<Service> {
+    let Some(graph) = graph else {
+        return Vec::new();
+    };
+    let mut services: Vec<Service> = graph
         .models
         .kubernetes_services
         .iter()
-        .find(|s| !s.is_enabled())?;
-    let at = service.enabled.as_ref().map(|e| e.span)?;
-    Some(format!(
-        "Kubernetes is off for this repository (KubernetesService {} has enabled: false, at {}:{}:{})",
-        service.name.value,
-        files.shown_path(at.file),
-        at.line,
-        at.column
-    ))
+        .map(|service| Service {
+            name: service.name.value.clone(),
+            dormant: service
+                .enabled
+                .as_ref()
+                .filter(|_| !service.is_enabled())
+                .map(|e| {
+                    format!(
+                        "KubernetesService {} has enabled: false, at {}:{}:{}",
+                        service.name.value,
+                        files.shown_path(e.span.file),
+                        e.span.line,
+                        e.span.column
+                    )
+                }),
+        })
+        .collect();
+    services.sort_by(|a, b| a.name.cmp(&b.name));
+    services
 }
 
 /// The checks of loaded models (syntax to references, and the confinement: the
@@ -663,7 +972,8 @@ pub async fn check(
         .map_err(|e| RepoError::Interrupted(e.to_string()))?
     };
     let analysis = tether_core::complete(prepared, &loaded.files, generated);
-    let dormant = dormant(&settings, analysis.graph.as_ref(), &loaded.files);
+    let services = services(analysis.graph.as_ref(), &loaded.files);
+    let dormant = dormant(&settings, &services);
     let mut diagnostics = analysis.diagnostics;
     if loaded.sops_rules {
         diagnostics.extend(tether_sops::plain_secret_values(
@@ -674,6 +984,7 @@ pub async fn check(
     let mut objects = analysis.graph.map(|graph| Rendered {
         objects: render(&graph, &loaded.files, inventory),
         workflow: graph.workflow,
+        services,
     });
     if let Some(rendered) = &objects {
         let repository = settings.confine.as_ref().map(Confinement::from);
@@ -691,6 +1002,7 @@ pub async fn check(
         diagnostics,
         documents: analysis.documents,
         dormant,
+        settings,
     };
     Ok((checked, objects))
 }
