@@ -178,6 +178,8 @@ async fn run(
             secret_ref: None,
             decryption: None,
             discovery: (pods > 0).then(DiscoverySpec::default),
+            service_account_name: None,
+            confine: None,
         },
     );
     source.metadata.namespace = Some(SOURCE_NAMESPACE.into());

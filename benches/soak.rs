@@ -178,6 +178,8 @@ async fn create_sources(client: &Client, repos: &Repos, defs: &[SourceDef], inte
                 secret_ref: None,
                 decryption: None,
                 discovery: None,
+                service_account_name: None,
+                confine: None,
             },
         );
         source.metadata.namespace = Some(NS.into());

@@ -458,6 +458,17 @@ pub struct RunArgs {
     /// With --sources, only the Sources of this namespace (default: all namespaces).
     #[arg(long, env = "TETHER_SOURCES_NAMESPACE", requires = "sources")]
     pub sources_namespace: Option<String>,
+    /// With --sources, the ServiceAccount (of its own namespace) that a Source without
+    /// spec.serviceAccountName acts as, impersonated (Flux's flag); without it, such a
+    /// Source acts as the daemon.
+    #[arg(long, env = "TETHER_DEFAULT_SERVICE_ACCOUNT", requires = "sources")]
+    pub default_service_account: Option<String>,
+    /// With --sources, a Source may name objects only in its own namespace (and no
+    /// cluster-scoped kind) unless its spec.confine lists the namespaces: others are
+    /// refused at their models, before any request (cf. Flux's
+    /// --no-cross-namespace-refs).
+    #[arg(long, env = "TETHER_NO_CROSS_NAMESPACE_OBJECTS", requires = "sources")]
+    pub no_cross_namespace_objects: bool,
     /// With --sources, elect a leader among replicas on a Lease; only the leader writes.
     #[arg(long, env = "TETHER_LEADER_ELECT", requires = "sources")]
     pub leader_elect: bool,

@@ -30,6 +30,7 @@ pub async fn validate(global: &GlobalArgs, args: &ValidateArgs) -> miette::Resul
         &Inventory::default(),
         &Generate::from_environment(),
         None,
+        None,
     )
     .await
     .map_err(report::error)?;
@@ -105,7 +106,7 @@ async fn analysed(
 ) -> miette::Result<Result<(tether_core::source::SourceFiles, Rendered), ExitCode>> {
     let mut loaded = repo.load().await.map_err(report::error)?;
     loaded.files = tether_sops::open_files(loaded.files, &keys.keyring()?);
-    let (models, rendered) = check(loaded, inventory, &Generate::from_environment(), None)
+    let (models, rendered) = check(loaded, inventory, &Generate::from_environment(), None, None)
         .await
         .map_err(report::error)?;
     let files = models.loaded.files;

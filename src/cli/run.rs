@@ -13,6 +13,7 @@ use miette::{IntoDiagnostic, WrapErr, miette};
 use tether_daemon::controller::Directories;
 use tether_daemon::controller::{Controller, request_reconcile};
 use tether_daemon::crd::{DriftPolicy, Source};
+use tether_daemon::identity::Identities;
 use tether_daemon::leader::Election;
 use tether_daemon::runner::{NoStatus, Origin, PassError, PassOutcome, SourceLoop};
 use tether_daemon::webhook::judge_secret;
@@ -162,9 +163,8 @@ async fn run_sources(
     shared: Arc<Shared>,
     shutdown: &CancellationToken,
 ) -> miette::Result<()> {
-    let client = connect(&args.cluster.target())
-        .await
-        .map_err(report::error)?;
+    let target = args.cluster.target();
+    let client = connect(&target).await.map_err(report::error)?;
     let election = args.leader_elect.then(|| Election {
         namespace: args.lease_namespace.clone(),
         lease: args.lease_name.clone(),
@@ -184,6 +184,11 @@ async fn run_sources(
         shared,
         shutdown_timeout: args.shutdown_timeout,
         cluster_name: args.cluster_name.clone(),
+        identities: Identities {
+            target,
+            default_service_account: args.default_service_account.clone(),
+            no_cross_namespace_objects: args.no_cross_namespace_objects,
+        },
     };
     controller.run_elected(election, shutdown.clone()).await;
     Ok(())

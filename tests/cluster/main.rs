@@ -13,6 +13,7 @@ mod events;
 mod fidelity;
 mod generate;
 mod harness;
+mod identity;
 mod lifetime;
 mod nodes;
 mod nodesim;

@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::Resource;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::WatchStreamExt;
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, ResourceExt};
@@ -30,12 +30,14 @@ use super::crd::{
     SourceSpec, SourceStatus, commit_of_revision, revision_name,
 };
 use super::discovery::DiscoveryTarget;
+use super::identity::Identities;
 use super::keys::DecryptionSecret;
 use super::leader::{self, Election};
 use super::runner::{
     ClusterState, Origin, PassError, PassOutcome, Rewrite, SourceLoop, StatusSink, Trigger,
+    event_reporter,
 };
-use super::status::{PassResult, next_status, worth_writing};
+use super::status::{PassResult, next_status, refusal_event, worth_writing};
 use super::webhook::Push;
 use tether_engine::cluster::Target;
 use tether_engine::driver::{Backoff, Retries};
@@ -56,6 +58,8 @@ pub struct Controller {
     /// daemon's own part of a Source whose models belong to several clusters. `None`:
     /// a repository's only KubernetesService.
     pub cluster_name: Option<String>,
+    /// Who each Source acts as, and what it may name.
+    pub identities: Identities,
 }
 
 /// A Source's loop while it runs.
@@ -275,10 +279,13 @@ impl Controller {
         let run = run_source(
             self.client.clone(),
             source.clone(),
-            self.directories.clone(),
-            self.shared.clone(),
-            self.shutdown_timeout,
-            self.cluster_name.clone(),
+            Daemon {
+                directories: self.directories.clone(),
+                shared: self.shared.clone(),
+                shutdown_timeout: self.shutdown_timeout,
+                identities: self.identities.clone(),
+                cluster_name: self.cluster_name.clone(),
+            },
             Stops {
                 loop_: stop.clone(),
                 pass: stop_pass.clone(),
@@ -353,18 +360,22 @@ struct Stops {
     pass: CancellationToken,
 }
 
+/// What a Source's loop has of the daemon.
+struct Daemon {
+    directories: Directories,
+    shared: Arc<Shared>,
+    /// How long a pass in progress may go on after shutdown.
+    shutdown_timeout: Duration,
+    identities: Identities,
+    /// The KubernetesService the daemon's own cluster is.
+    cluster_name: Option<String>,
+}
+
 /// One Source's loop, until `stops.loop_`.
-#[expect(
-    clippy::too_many_arguments,
-    reason = "the Controller's settings a spawned loop takes by value, one each"
-)]
 async fn run_source(
     client: Client,
     source: Source,
-    directories: Directories,
-    shared: Arc<Shared>,
-    shutdown_timeout: Duration,
-    cluster_name: Option<String>,
+    daemon: Daemon,
     stops: Stops,
     triggers: (mpsc::Sender<Trigger>, mpsc::Receiver<Trigger>),
 ) {
@@ -384,12 +395,12 @@ async fn run_source(
         discovery_target(
             &source,
             discovery,
-            &directories,
+            &daemon.directories,
             &credentials,
-            cluster_name.clone(),
+            daemon.cluster_name.clone(),
         )
     });
-    let cache = directories.cache;
+    let cache = daemon.directories.cache.clone();
     let settings = match source.spec.settings(&namespace, &name, cache, credentials) {
         Ok(settings) => settings,
         Err(error) => {
@@ -405,16 +416,19 @@ async fn run_source(
     };
     // Until its decryption Secret is read (if it names one), a Source has no key.
     let no_keys = Keyring::default().given_by(crate::keys::GIVEN_BY);
-    let reconciler = Reconciler::new(settings.repo, Target::default(), settings.inventory)
-        .with_client(client.clone())
-        .with_keys(Arc::new(no_keys));
+    let reconciler = Reconciler::new(settings.repo, Target::default(), settings.inventory);
+    let acting = acting_as(&daemon, &source, reconciler, &client, &mut status);
+    let Some(reconciler) = acting.await else {
+        return;
+    };
+    let reconciler = reconciler.with_keys(Arc::new(no_keys));
     let mut work = SourceLoop::new(
         &id,
         reconciler,
         settings.plan,
         settings.apply,
         settings.interval,
-        shared.clone(),
+        daemon.shared.clone(),
         status,
     )
     .with_triggers(triggers)
@@ -423,40 +437,83 @@ async fn run_source(
     .with_last_applied(applied_before(&source))
     .with_recorded_rewrite(rewrite_recorded(&source))
     .with_pass_stop(stops.pass)
-    .with_other_clusters(
-        cluster_name,
-        crate::clusters::resolver(client.clone(), namespace.clone(), None),
-    );
+    .with_events_by(client.clone());
     if let Some(decryption) = &source.spec.decryption {
         let secret = DecryptionSecret::new(client.clone(), &namespace, &decryption.secret_ref.name);
         work = work.with_decryption(secret);
     }
-    if let Some(requested) = pending_request(&source) {
-        let _ = work.trigger().try_send(Trigger::Requested(requested));
-    }
+    pass_on_request(&source, &work.trigger());
     let discovery =
         discovery.map(|target| spawn_discovery(client, target, work.first_pass(), stop.clone()));
     let origin = Origin {
         url: Some(source.spec.url.clone()),
         reference: source.spec.reference.clone(),
     };
-    work.run(origin, shutdown_timeout, &stop, log_pass).await;
+    work.run(origin, daemon.shutdown_timeout, &stop, log_pass)
+        .await;
     if let Some(discovery) = discovery {
         let _ = discovery.await;
     }
 }
 
-/// The reconcile the Source's annotation requests that its status has not handled.
-fn pending_request(source: &Source) -> Option<String> {
+/// Asks `trigger` for a pass when the Source's reconcile request is one its status
+/// does not say was handled.
+fn pass_on_request(source: &Source, trigger: &mpsc::Sender<Trigger>) {
     let handled = source
         .status
         .as_ref()
-        .and_then(|s| s.last_handled_reconcile_at.as_deref());
-    source
+        .and_then(|s| s.last_handled_reconcile_at.clone());
+    if let Some(requested) = source
         .annotations()
         .get(RECONCILE_REQUESTED_ANNOTATION)
-        .filter(|requested| Some(requested.as_str()) != handled)
-        .cloned()
+        .filter(|r| Some(*r) != handled.as_ref())
+    {
+        let _ = trigger.try_send(Trigger::Requested(requested.clone()));
+    }
+}
+
+/// `reconciler` acting for the Source: as its ServiceAccount, through a client of
+/// its own that impersonates it (everything done for the Source, its inventory
+/// included, goes through it), else through the daemon's shared client; on the other
+/// clusters of its models through its namespace's Cluster resources, as the same
+/// identity; confined as its spec and the daemon say. `None` when the client cannot
+/// be made (the daemon's own kubeconfig unreadable now), said in the status.
+async fn acting_as(
+    daemon: &Daemon,
+    source: &Source,
+    reconciler: Reconciler,
+    client: &Client,
+    status: &mut SourceStatusWriter,
+) -> Option<Reconciler> {
+    let identities = &daemon.identities;
+    let namespace = source.namespace().unwrap_or_default();
+    let identity = identities.impersonation(&namespace, &source.spec);
+    let others = crate::clusters::resolver(client.clone(), namespace.clone(), identity.clone());
+    let reconciler = match identity {
+        Some(identity) => match identities.client(&identity).await {
+            Ok(own) => reconciler.with_client(own).acting_as(identity.user),
+            Err(error) => {
+                let result = PassResult::Failed {
+                    revision: None,
+                    reason: "IdentityUnavailable",
+                    message: format!(
+                        "no client acting as {}: {}",
+                        identity.user,
+                        tether_core::error_chain(&error)
+                    ),
+                    stalled: true,
+                };
+                status.record(&result, None).await;
+                return None;
+            }
+        },
+        None => reconciler.with_client(client.clone()),
+    }
+    .with_other_clusters(daemon.cluster_name.clone(), others);
+    Some(match identities.confinement(&namespace, &source.spec) {
+        Some(confinement) => reconciler.with_confinement(confinement),
+        None => reconciler,
+    })
 }
 
 /// The commit the Source's status says was applied last, if it was applied from the
@@ -658,10 +715,7 @@ pub struct SourceStatusWriter {
 
 impl SourceStatusWriter {
     fn new(client: &Client, source: &Source) -> Self {
-        let reporter = Reporter {
-            controller: "tether".into(),
-            instance: std::env::var("POD_NAME").ok(),
-        };
+        let reporter = event_reporter();
         SourceStatusWriter {
             api: Api::namespaced(client.clone(), &source.namespace().unwrap_or_default()),
             name: source.name_any(),
@@ -673,6 +727,20 @@ impl SourceStatusWriter {
             rewrite: None,
             clusters: None,
         }
+    }
+}
+
+/// How a cluster fared, as a Source's status says it.
+fn cluster_status(state: &ClusterState) -> ClusterStatus {
+    ClusterStatus {
+        name: state.name.clone(),
+        ready: match state.ready {
+            true => "True",
+            false => "False",
+        }
+        .to_string(),
+        reason: state.reason.clone(),
+        message: state.message.clone(),
     }
 }
 
@@ -690,7 +758,7 @@ impl StatusSink for SourceStatusWriter {
             next.last_history_rewrite = Some(rewrite.clone());
         }
         if let Some(clusters) = &self.clusters {
-            next.clusters = clusters.iter().map(ClusterStatus::from).collect();
+            next.clusters = clusters.iter().map(cluster_status).collect();
         }
         if !worth_writing(&self.status, &next) {
             return;
@@ -706,6 +774,19 @@ impl StatusSink for SourceStatusWriter {
                 self.rewrite = None;
             }
             Err(error) => tracing::warn!(%error, "cannot write the Source's status"),
+        }
+        // Said once per change of the status, not on each pass that repeats it.
+        if let Some((reason, note)) = refusal_event(result) {
+            let event = KubeEvent {
+                type_: EventType::Warning,
+                reason: reason.into(),
+                note: Some(note),
+                action: "Apply".into(),
+                secondary: None,
+            };
+            if let Err(error) = self.events.publish(&event, &self.regarding).await {
+                tracing::warn!(%error, reason, "cannot record the refusal's event");
+            }
         }
     }
 

@@ -96,6 +96,28 @@ pub struct SourceSpec {
     /// restart). Without it, an encrypted file is an error and nothing is applied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decryption: Option<Decryption>,
+    /// The ServiceAccount of the Source's namespace that the Source acts as (Flux's
+    /// `serviceAccountName`): its objects and its inventory are read, planned, applied,
+    /// pruned and watched as `system:serviceaccount:NAMESPACE:NAME`, impersonated, so
+    /// that RBAC decides what the Source may change. Default: the daemon's
+    /// `--default-service-account`, else the daemon's own identity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account_name: Option<String>,
+    /// What the Source's objects may be: the namespaces they may be in and the kinds
+    /// (`Kind` or `Kind.group`; cluster-scoped kinds only when listed). Set by the
+    /// platform team; the repository's `confine:` (`.tether.yaml`) may only narrow it.
+    /// An object outside is an error at its model, and nothing is applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confine: Option<SourceConfine>,
+}
+
+/// A Source's confinement (`spec.confine`); a list absent is unrestricted.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct SourceConfine {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespaces: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kinds: Option<Vec<String>>,
 }
 
 /// How a Source's encrypted files are opened (Flux's `spec.decryption`).
@@ -191,21 +213,6 @@ pub struct ClusterStatus {
     pub reason: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
-}
-
-impl From<&crate::runner::ClusterState> for ClusterStatus {
-    fn from(state: &crate::runner::ClusterState) -> Self {
-        ClusterStatus {
-            name: state.name.clone(),
-            ready: match state.ready {
-                true => "True",
-                false => "False",
-            }
-            .to_string(),
-            reason: state.reason.clone(),
-            message: state.message.clone(),
-        }
-    }
 }
 
 /// A rewrite of the tracked ref's history, as the status records it.

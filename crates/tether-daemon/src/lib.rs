@@ -18,6 +18,7 @@ pub mod crd;
 mod discovery;
 mod drift;
 pub mod http;
+pub mod identity;
 pub mod install;
 mod keys;
 pub mod leader;

@@ -152,8 +152,6 @@ pub struct SourceLoop<S = NoStatus> {
     /// Where the keys of the encrypted files are read before each pass that loads
     /// the models (a Source's decryption Secret).
     decryption: Option<DecryptionSecret>,
-    /// The KubernetesService this daemon's own cluster is (`--cluster-name`).
-    own_cluster: Option<String>,
     /// The KubernetesService whose cluster `cache` watches.
     cache_cluster: Option<String>,
 }
@@ -263,7 +261,6 @@ impl<S: StatusSink> SourceLoop<S> {
             recorder: None,
             first_pass: tokio::sync::watch::Sender::new(false),
             decryption: None,
-            own_cluster: None,
             cache_cluster: None,
         }
     }
@@ -309,15 +306,11 @@ impl<S: StatusSink> SourceLoop<S> {
         self
     }
 
-    /// Reaches the clusters of the KubernetesServices other than `own_name` (this
-    /// daemon's own) through `resolver` (a Source's namespace's Cluster resources).
-    pub fn with_other_clusters(
-        mut self,
-        own_name: Option<String>,
-        resolver: tether_engine::reconcile::clusters::Resolver,
-    ) -> Self {
-        self.own_cluster = own_name.clone();
-        self.reconciler = self.reconciler.with_other_clusters(own_name, resolver);
+    /// Records its Events (drift corrected or reported) through `client`: the
+    /// daemon's own, when the reconciler acts as a Source's ServiceAccount, which
+    /// need not be allowed to write Events.
+    pub fn with_events_by(mut self, client: kube::Client) -> Self {
+        self.recorder = Some(Recorder::new(client, event_reporter()));
         self
     }
 
@@ -500,7 +493,7 @@ impl<S: StatusSink> SourceLoop<S> {
             planned => planned?,
         };
         self.dormant = None;
-        let (own, others) = own_and_others(plans.clusters, self.own_cluster.as_deref());
+        let (own, others) = own_and_others(plans.clusters, self.reconciler.own_cluster());
         match own.planned {
             Ok(planned) => {
                 self.cache_cluster = planned.cluster.service.clone();
@@ -666,8 +659,8 @@ impl<S: StatusSink> SourceLoop<S> {
         }
     }
 
-    /// Starts (or restarts, when the kinds changed) the watch cache; says whether it
-    /// did.
+    /// Starts (or restarts, when the kinds or the namespaces watched changed) the
+    /// watch cache; says whether it did.
     async fn keep_watch_cache(&mut self, planned: &Planned) -> bool {
         let kinds: BTreeSet<(String, String)> = planned
             .objects
@@ -680,7 +673,12 @@ impl<S: StatusSink> SourceLoop<S> {
             })
             .map(|o| (o.api_version.clone(), o.kind.clone()))
             .collect();
-        if self.cache.as_ref().is_some_and(|c| *c.kinds() == kinds) {
+        let scope = self.reconciler.watch_scope(planned);
+        if self
+            .cache
+            .as_ref()
+            .is_some_and(|c| *c.kinds() == kinds && *c.scope() == scope)
+        {
             return false;
         }
         let inventory = self.reconciler.inventory();
@@ -689,6 +687,7 @@ impl<S: StatusSink> SourceLoop<S> {
             planned.client(),
             planned.resources().clone(),
             kinds,
+            scope,
             inventory,
             on_change,
         ));
@@ -763,11 +762,7 @@ impl<S: StatusSink> SourceLoop<S> {
             let Ok(client) = self.reconciler.client().await else {
                 return;
             };
-            let reporter = Reporter {
-                controller: "tether".into(),
-                instance: std::env::var("POD_NAME").ok(),
-            };
-            self.recorder = Some(Recorder::new(client.clone(), reporter));
+            self.recorder = Some(Recorder::new(client.clone(), event_reporter()));
         }
         let Some(recorder) = &self.recorder else {
             return;
@@ -789,6 +784,14 @@ impl<S: StatusSink> SourceLoop<S> {
         if let Some(pass_result) = pass_result(&self.status, result) {
             self.status.record(&pass_result, requested).await;
         }
+    }
+}
+
+/// Who records the daemon's Events: tether, and the replica (its pod) when known.
+pub fn event_reporter() -> Reporter {
+    Reporter {
+        controller: "tether".into(),
+        instance: std::env::var("POD_NAME").ok(),
     }
 }
 

@@ -4,7 +4,7 @@
 //! help until someone changes the models or the cluster.
 
 use super::crd::{Condition, PlanCounts, SourceStatus};
-use tether_engine::reconcile::outcome::ApplyReport;
+use tether_engine::reconcile::outcome::{ApplyReport, ObjectFailure};
 
 /// What the pass came to, as the status tells it.
 #[derive(Debug)]
@@ -153,6 +153,43 @@ fn record_revisions(status: &mut SourceStatus, result: &PassResult, now: &str) {
         | PassResult::Suspended
         | PassResult::Progressing { .. } => {}
     }
+}
+
+/// The Warning Event a refused pass records on its Source, beside its status: the
+/// reason and the note. Refused are objects the identity may not change (the API
+/// server's 403: each names its object, the verb and the identity) and models the
+/// checks refuse (the Source's confinement among them: the message names the same).
+pub fn refusal_event(result: &PassResult) -> Option<(&'static str, String)> {
+    match result {
+        PassResult::ObjectsFailed { report, .. } => {
+            let forbidden: Vec<String> = report
+                .failures()
+                .filter(|(_, f)| matches!(f, ObjectFailure::Forbidden { .. }))
+                .map(|(key, failure)| format!("{key}: {failure}"))
+                .collect();
+            (!forbidden.is_empty()).then(|| ("Forbidden", note(&forbidden.join("; "))))
+        }
+        PassResult::Failed {
+            reason: reason @ "InvalidModels",
+            message,
+            ..
+        } => Some((reason, note(message))),
+        _ => None,
+    }
+}
+
+/// An Event's note is at most 1 kB (the API server refuses a longer one): `text`,
+/// cut at a character boundary with an ellipsis when longer.
+fn note(text: &str) -> String {
+    const MOST: usize = 1024 - '…'.len_utf8();
+    if text.len() <= 1024 {
+        return text.to_string();
+    }
+    let cut = (0..=MOST)
+        .rev()
+        .find(|i| text.is_char_boundary(*i))
+        .unwrap_or(0);
+    format!("{}…", &text[..cut])
 }
 
 /// Whether two statuses differ in more than the time of the last success: a pass
@@ -370,5 +407,46 @@ mod tests {
             &before,
             &next_status(&before, Some(2), &applied(&quiet), "T3")
         ));
+    }
+
+    #[test]
+    fn a_refused_pass_records_an_event_naming_the_object_the_verb_and_the_identity() {
+        let forbidden = Outcome::Failed(ObjectFailure::Forbidden {
+            verb: "apply",
+            identity: Some("system:serviceaccount:team-a:deployer".into()),
+            message: "configmaps \"x\" is forbidden".into(),
+        });
+        let invalid = Outcome::Failed(ObjectFailure::Refused {
+            code: 422,
+            message: "invalid".into(),
+        });
+        let refused = report(vec![Outcome::Created, forbidden, invalid.clone()]);
+        let result = PassResult::ObjectsFailed {
+            revision: "main@sha1:abc".into(),
+            report: &refused,
+        };
+        assert_eq!(
+            refusal_event(&result),
+            Some((
+                "Forbidden",
+                "ConfigMap team/c1: apply refused for system:serviceaccount:team-a:deployer: configmaps \"x\" is forbidden".into()
+            ))
+        );
+        // An invalid object is the status's, not a refusal of the identity.
+        let only_invalid = report(vec![invalid]);
+        let result = PassResult::ObjectsFailed {
+            revision: "main@sha1:abc".into(),
+            report: &only_invalid,
+        };
+        assert_eq!(refusal_event(&result), None);
+        let long = PassResult::Failed {
+            revision: None,
+            reason: "InvalidModels",
+            message: "é".repeat(1000),
+            stalled: true,
+        };
+        let (reason, note) = refusal_event(&long).unwrap();
+        assert_eq!(reason, "InvalidModels");
+        assert!(note.len() <= 1024 && note.ends_with('…'), "{}", note.len());
     }
 }

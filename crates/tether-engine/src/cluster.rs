@@ -158,6 +158,22 @@ impl Impersonation {
 
 /// A client for `target`, checked by asking the server for its version.
 pub async fn connect(target: &Target) -> Result<Client, ClusterError> {
+    let (client, url) = configured(target).await?;
+    client
+        .apiserver_version()
+        .await
+        .map_err(|source| ClusterError::Unreachable { url, source })?;
+    Ok(client)
+}
+
+/// A client for `target` without a request: the server may be away now and answer
+/// later (a long-running caller's client of another identity).
+pub async fn client_of(target: &Target) -> Result<Client, ClusterError> {
+    Ok(configured(target).await?.0)
+}
+
+/// A client for `target`, and the server's URL.
+async fn configured(target: &Target) -> Result<(Client, String), ClusterError> {
     let options = KubeConfigOptions {
         context: target.context.clone(),
         ..KubeConfigOptions::default()
@@ -197,11 +213,7 @@ pub async fn connect(target: &Target) -> Result<Client, ClusterError> {
         .map_err(ClusterError::Client)?
         .with_layer(&tower::timeout::TimeoutLayer::new(timeout))
         .build();
-    client
-        .apiserver_version()
-        .await
-        .map_err(|source| ClusterError::Unreachable { url, source })?;
-    Ok(client)
+    Ok((client, url))
 }
 
 /// API resources by apiVersion and kind, found through discovery of only the groups

@@ -140,7 +140,7 @@ const ALL_VERBS: [&str; 7] = [
 /// What the daemon may do: no wildcard, no cluster-admin. Every kind tether renders
 /// from models (examples/ render all of them), Nodes for Node models (labels, taints,
 /// cordon, removal) and evictions to drain a leaving host, its Sources and their
-/// status, and Events. A KubernetesResourceInstance may name another kind: add a rule
+/// status, Events, and impersonating the Sources' ServiceAccounts. A KubernetesResourceInstance may name another kind: add a rule
 /// for it (the server's refusal is reported per object until then).
 fn cluster_role() -> Value {
     json!({
@@ -172,6 +172,11 @@ fn cluster_role() -> Value {
               "verbs": ["get", "list", "watch"] },
             { "apiGroups": ["", "events.k8s.io"], "resources": ["events"],
               "verbs": ["create", "patch"] },
+            // A Source acts as its ServiceAccount (spec.serviceAccountName,
+            // --default-service-account), impersonated with the groups of every
+            // ServiceAccount.
+            { "apiGroups": [""], "resources": ["serviceaccounts", "groups"],
+              "verbs": ["impersonate"] },
         ],
     })
 }

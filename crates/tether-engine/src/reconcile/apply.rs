@@ -112,9 +112,11 @@ pub(super) async fn apply(
     {
         report.objects.push(ObjectReport {
             key: step.change.key.clone(),
-            outcome: Outcome::Failed(ObjectFailure::Unplanned {
-                message: step.change.error.clone().unwrap_or_default(),
-            }),
+            outcome: Outcome::Failed(step.refusal.clone().unwrap_or_else(|| {
+                ObjectFailure::Unplanned {
+                    message: step.change.error.clone().unwrap_or_default(),
+                }
+            })),
         });
         applied(report.objects.len());
     }
@@ -440,10 +442,15 @@ async fn prune_one(resources: &Resources, step: &Step) -> Result<Option<Outcome>
     Ok(match api.delete(&key.name, &params).await {
         Ok(_) => Some(Outcome::Pruned),
         Err(kube::Error::Api(status)) if status.is_not_found() => None,
-        Err(e) => Some(Outcome::Failed(ObjectFailure::Prune {
-            retryable: ObjectFailure::of_kube_error(&e).retryable(),
-            message: e.to_string(),
-        })),
+        Err(e) => Some(Outcome::Failed(
+            match ObjectFailure::of_request("delete", &e) {
+                forbidden @ ObjectFailure::Forbidden { .. } => forbidden,
+                other => ObjectFailure::Prune {
+                    retryable: other.retryable(),
+                    message: e.to_string(),
+                },
+            },
+        )),
     })
 }
 
@@ -621,7 +628,7 @@ fn failure_of(error: &kube::Error) -> ObjectFailure {
         kube::Error::Api(status) if status.is_conflict() => {
             ObjectFailure::Conflict(conflicts_of(status))
         }
-        other => ObjectFailure::of_kube_error(other),
+        other => ObjectFailure::of_request("apply", other),
     }
 }
 
@@ -741,6 +748,7 @@ mod tests {
             hand_over: None,
             clear_rolling: None,
             provenance: None,
+            refusal: None,
         }
     }
 

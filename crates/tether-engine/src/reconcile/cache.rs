@@ -2,7 +2,9 @@
 //! after pass: one watch per kind keeps each kind's live objects, so that a pass plans
 //! without listing, and the same watch tells its owner of every change as it happens
 //! (the daemon's drift). A kind whose watch is not synced (starting, or re-listing
-//! after an error) is listed by the pass as before.
+//! after an error) is listed by the pass as before. An identity confined to some
+//! namespaces (a team's Source) watches each of them, since it may not watch across
+//! the cluster: a kind is synced when all of its watches are.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,7 +20,7 @@ use serde_json::Value;
 use tokio::task::JoinSet;
 
 use crate::cluster::Resources;
-use tether_core::k8s::ObjectKey;
+use tether_core::k8s::{ObjectKey, Scope};
 use tether_core::managed_fields::live_value;
 use tether_core::ownership::{Inventory, PART_OF_LABEL};
 
@@ -27,6 +29,8 @@ use tether_core::ownership::{Inventory, PART_OF_LABEL};
 pub type OnChange = Arc<dyn Fn(&str, &str, &DynamicObject, bool) + Send + Sync>;
 
 type KindId = (String, String);
+/// One watch: a kind, in one namespace or (`None`) all.
+type WatchId = (KindId, Option<String>);
 
 #[derive(Default)]
 struct KindCache {
@@ -40,38 +44,44 @@ struct KindCache {
 pub struct WatchCache {
     resources: Resources,
     kinds: BTreeSet<KindId>,
-    state: Arc<Mutex<HashMap<KindId, KindCache>>>,
+    scope: Scope,
+    state: Arc<Mutex<HashMap<WatchId, KindCache>>>,
     /// Counts every event of every watch: unchanged, nothing was seen to change.
     changes: Arc<AtomicU64>,
     tasks: JoinSet<()>,
 }
 
 impl WatchCache {
-    /// Watches `kinds` (found in `resources`) for objects labelled for `inventory`.
+    /// Watches `kinds` (found in `resources`) for objects labelled for `inventory`,
+    /// the namespaced ones in `scope` (cluster-scoped kinds across the cluster).
     pub fn start(
         client: &Client,
         resources: Resources,
         kinds: BTreeSet<KindId>,
+        scope: Scope,
         inventory: &Inventory,
         on_change: OnChange,
     ) -> Self {
-        let state: Arc<Mutex<HashMap<KindId, KindCache>>> = Arc::default();
+        let state: Arc<Mutex<HashMap<WatchId, KindCache>>> = Arc::default();
         let selector = format!("{PART_OF_LABEL}={}", inventory.applyset_id());
         let manager = inventory.field_manager();
         let changes: Arc<AtomicU64> = Arc::default();
         let mut tasks = JoinSet::new();
-        for (api_version, kind) in &kinds {
+        for (id, namespace) in watches(&resources, &kinds, &scope) {
             let Some(resource) = resources
                 .served()
-                .find(|(v, k, _)| v == api_version && k == kind)
+                .find(|(v, k, _)| *v == id.0 && *k == id.1)
                 .map(|(_, _, r)| r.clone())
             else {
                 continue;
             };
-            let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+            let api: Api<DynamicObject> = match &namespace {
+                Some(namespace) => Api::namespaced_with(client.clone(), namespace, &resource),
+                None => Api::all_with(client.clone(), &resource),
+            };
             let config = watcher::Config::default().labels(&selector);
             let watch = KindWatch {
-                id: (api_version.clone(), kind.clone()),
+                id: (id, namespace),
                 manager: manager.clone(),
                 state: state.clone(),
                 changes: changes.clone(),
@@ -87,6 +97,7 @@ impl WatchCache {
         WatchCache {
             resources,
             kinds,
+            scope,
             state,
             changes,
             tasks,
@@ -104,6 +115,11 @@ impl WatchCache {
         &self.kinds
     }
 
+    /// Where the namespaced kinds are watched.
+    pub fn scope(&self) -> &Scope {
+        &self.scope
+    }
+
     /// The discovery the watches were started from, if it covers `kinds`.
     pub(super) fn resources_covering(&self, kinds: &BTreeSet<KindId>) -> Option<&Resources> {
         kinds
@@ -112,25 +128,23 @@ impl WatchCache {
             .then_some(&self.resources)
     }
 
-    /// The live objects of one kind, if its watch is synced.
+    /// The live objects of one kind, if its watches are synced.
     pub(super) fn listed(&self, api_version: &str, kind: &str) -> Option<Vec<(ObjectKey, Value)>> {
+        let id = (api_version.to_string(), kind.to_string());
         let state = lock(&self.state);
-        let cached = state.get(&(api_version.to_string(), kind.to_string()))?;
-        cached.synced.then(|| {
-            cached
-                .objects
-                .iter()
-                .map(|(key, value)| (key.clone(), value.clone()))
-                .collect()
-        })
+        let mut listed = Vec::new();
+        for watch in watches(&self.resources, &BTreeSet::from([id]), &self.scope) {
+            let cached = state.get(&watch).filter(|c| c.synced)?;
+            listed.extend(cached.objects.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        Some(listed)
     }
 
     /// Are all watches synced (their first listing done)?
     pub fn synced(&self) -> bool {
         let state = lock(&self.state);
-        self.kinds
+        watches(&self.resources, &self.kinds, &self.scope)
             .iter()
-            .filter(|(v, k)| self.resources.namespaced(v, k).is_some())
             .all(|id| state.get(id).is_some_and(|c| c.synced))
     }
 }
@@ -141,16 +155,33 @@ impl Drop for WatchCache {
     }
 }
 
+/// The watches of `kinds` that `resources` serves: a namespaced kind's in each
+/// namespace of `scope`, a cluster-scoped kind's across the cluster.
+fn watches(resources: &Resources, kinds: &BTreeSet<KindId>, scope: &Scope) -> Vec<WatchId> {
+    let mut watches = Vec::new();
+    for (api_version, kind) in kinds {
+        let in_namespaces = match resources.namespaced(api_version, kind) {
+            None => continue,
+            Some(true) => scope.watches(),
+            Some(false) => vec![None],
+        };
+        for namespace in in_namespaces {
+            watches.push(((api_version.clone(), kind.clone()), namespace));
+        }
+    }
+    watches
+}
+
 fn lock<T>(state: &Mutex<T>) -> MutexGuard<'_, T> {
     // The data is plain maps: after a panic elsewhere it is still usable.
     state.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// One kind's watch.
+/// One kind's watch (in one namespace, or all).
 struct KindWatch {
-    id: KindId,
+    id: WatchId,
     manager: String,
-    state: Arc<Mutex<HashMap<KindId, KindCache>>>,
+    state: Arc<Mutex<HashMap<WatchId, KindCache>>>,
     changes: Arc<AtomicU64>,
     on_change: OnChange,
 }
@@ -158,8 +189,8 @@ struct KindWatch {
 impl KindWatch {
     fn key(&self, object: &DynamicObject) -> ObjectKey {
         ObjectKey::new(
-            &self.id.0,
-            &self.id.1,
+            &self.id.0.0,
+            &self.id.0.1,
             object.metadata.namespace.as_deref(),
             &object.name_any(),
         )
@@ -168,7 +199,7 @@ impl KindWatch {
     /// Keeps `object`: in the listing being made, or among the synced objects.
     fn store(&self, object: DynamicObject, listing: bool) {
         let key = self.key(&object);
-        let value = live_value(object, &self.id.0, &self.id.1, &self.manager);
+        let value = live_value(object, &self.id.0.0, &self.id.0.1, &self.manager);
         let mut state = lock(&self.state);
         let cached = state.entry(self.id.clone()).or_default();
         match listing {
@@ -194,11 +225,11 @@ impl KindWatch {
                 cached.synced = true;
             }
             Ok(Event::Apply(object)) => {
-                (self.on_change)(&self.id.0, &self.id.1, &object, false);
+                (self.on_change)(&self.id.0.0, &self.id.0.1, &object, false);
                 self.store(object, false);
             }
             Ok(Event::Delete(object)) => {
-                (self.on_change)(&self.id.0, &self.id.1, &object, true);
+                (self.on_change)(&self.id.0.0, &self.id.0.1, &object, true);
                 let key = self.key(&object);
                 let mut state = lock(&self.state);
                 state
@@ -209,7 +240,7 @@ impl KindWatch {
             }
             Err(error) => {
                 // Until the watch lists again, passes list this kind themselves.
-                tracing::debug!(%error, kind = self.id.1, "watch interrupted; resuming");
+                tracing::debug!(%error, kind = self.id.0.1, "watch interrupted; resuming");
                 lock(&self.state).entry(self.id.clone()).or_default().synced = false;
             }
         }

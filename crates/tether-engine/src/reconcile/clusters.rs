@@ -103,6 +103,14 @@ impl Clusters {
         self
     }
 
+    /// The KubernetesService of the daemon's own cluster, when named.
+    pub fn own_name(&self) -> Option<&str> {
+        match &self.reach {
+            Reach::Given { own_name, .. } => own_name.as_deref(),
+            Reach::Kubeconfig { .. } => None,
+        }
+    }
+
     /// The context the CLI uses for `cluster` (none: the kubeconfig's current one);
     /// `mapped` is the repository's mapping.
     fn context(

@@ -19,12 +19,12 @@ use tracing::instrument;
 use super::cache::WatchCache;
 use super::contents::list_namespace;
 use super::nodes;
-use super::outcome::status_text;
+use super::outcome::{ObjectFailure, status_text};
 use super::{PlanOptions, Step};
 use crate::cluster::{ClusterError, Resources, api_error, record_of};
 use tether_core::host::{HostRemoval, merged_taints};
 use tether_core::inventory::{
-    InventoryRecord, Provenance, PruneDecision, namespace_contents, prune_decisions,
+    InventoryEntry, InventoryRecord, Provenance, PruneDecision, namespace_contents, prune_decisions,
 };
 use tether_core::k8s::{ObjectKey, api_group};
 use tether_core::managed_fields::{self, live_value};
@@ -67,11 +67,11 @@ pub(super) async fn plan(
     options: PlanOptions,
     cache: Option<&WatchCache>,
 ) -> Result<Planning, ClusterError> {
-    let mut kinds: BTreeSet<(String, String)> = objects
+    let kinds: BTreeSet<(String, String)> = objects
         .iter()
         .map(|o| (o.api_version.clone(), o.kind.clone()))
+        .chain(record.kinds())
         .collect();
-    kinds.extend(record.kinds());
     let resources = match cache.and_then(|c| c.resources_covering(&kinds)) {
         Some(resources) => resources.clone(),
         None => Resources::discover(client, &kinds).await?,
@@ -82,8 +82,9 @@ pub(super) async fn plan(
         applyset: &inventory.applyset_id(),
         manager: &manager,
         cache,
+        namespaces: &concerned_namespaces(objects, &record, inventory),
     };
-    let live = list_labelled(&resources, &kinds, &selector).await?;
+    let Listed { live, unlistable } = list_labelled(&resources, &kinds, &selector).await?;
     let counts = RequestCounts::default();
     let context = ObjectContext {
         client,
@@ -116,7 +117,7 @@ pub(super) async fn plan(
     let rendered: BTreeSet<ObjectKey> = objects.iter().map(RenderedObject::key).collect();
     let (prunes, forgotten) = match options.partial {
         true => (Vec::new(), BTreeSet::new()),
-        false => prune_steps(&record, &rendered, &live, inventory, options),
+        false => prune_steps(&record, &rendered, (&live, &unlistable), inventory, options),
     };
     steps.extend(prunes);
     for step in steps
@@ -134,27 +135,46 @@ pub(super) async fn plan(
         let objects = list_namespace(client, &step.change.key.name).await?;
         step.change.contents = Some(namespace_contents(&objects, &record));
     }
-    let uids = live
-        .iter()
-        .filter_map(|(key, object)| {
-            Some((key.clone(), object["metadata"]["uid"].as_str()?.to_string()))
-        })
-        .collect();
     Ok(Planning {
         labelled: live.len(),
         steps,
         forgotten,
-        uids,
+        uids: uids_of(&live),
         resources,
     })
 }
 
+/// The uids of the live objects, by key.
+fn uids_of(live: &HashMap<ObjectKey, Value>) -> BTreeMap<ObjectKey, String> {
+    live.iter()
+        .filter_map(|(key, object)| {
+            Some((key.clone(), object["metadata"]["uid"].as_str()?.to_string()))
+        })
+        .collect()
+}
+
+/// The namespaces a plan concerns: its objects', its record's and the inventory's.
+fn concerned_namespaces(
+    objects: &[RenderedObject],
+    record: &InventoryRecord,
+    inventory: &Inventory,
+) -> BTreeSet<String> {
+    objects
+        .iter()
+        .filter_map(|o| o.namespace.clone())
+        .chain(record.entries.keys().filter_map(|e| e.key().namespace))
+        .chain([inventory.namespace.clone()])
+        .collect()
+}
+
 /// The deletions and releases of what no model renders any more (in reverse apply
-/// order), and the entries to forget.
+/// order), and the entries to forget. An entry in a namespace the identity could not
+/// list is neither: it may well be there, so it stays recorded, and its refusal is
+/// reported.
 fn prune_steps(
     record: &InventoryRecord,
     rendered: &BTreeSet<ObjectKey>,
-    live: &HashMap<ObjectKey, Value>,
+    (live, unlistable): (&HashMap<ObjectKey, Value>, &Unlistable),
     inventory: &Inventory,
     options: PlanOptions,
 ) -> (Vec<Step>, BTreeSet<ObjectKey>) {
@@ -172,6 +192,12 @@ fn prune_steps(
             }
             PruneDecision::Delete => Action::Delete,
             PruneDecision::Release => Action::Release,
+            PruneDecision::Forget(_) if let Some(message) = unlistable.of(entry) => {
+                if options.prune {
+                    steps.push(refused_prune(entry, message));
+                }
+                continue;
+            }
             PruneDecision::Forget(why) => {
                 tracing::info!(object = %key, why, "dropped from the inventory");
                 forgotten.insert(key);
@@ -198,6 +224,7 @@ fn prune_steps(
             hand_over: None,
             clear_rolling: None,
             provenance: None,
+            refusal: None,
         });
     }
     (steps, forgotten)
@@ -264,11 +291,55 @@ fn place_all(
     defined_here
 }
 
+/// A recorded object whose namespace the identity may not list: not pruned, and
+/// the refusal said.
+fn refused_prune(entry: &InventoryEntry, message: &str) -> Step {
+    let mut change = Change::new(entry.key(), entry.api_version.clone(), Action::Error);
+    change.error = Some(message.to_string());
+    Step {
+        change,
+        desired: None,
+        force: false,
+        hand_over: None,
+        clear_rolling: None,
+        provenance: None,
+        refusal: Some(ObjectFailure::Forbidden {
+            verb: "prune",
+            identity: None,
+            message: message.to_string(),
+        }),
+    }
+}
+
+/// What the labelled lists found.
+struct Listed {
+    live: HashMap<ObjectKey, Value>,
+    unlistable: Unlistable,
+}
+
+/// The namespaces where the identity may not list a kind: the server's refusal, by
+/// (apiVersion, kind, namespace).
+#[derive(Default)]
+struct Unlistable(BTreeMap<(String, String, String), String>);
+
+impl Unlistable {
+    /// Why `entry`'s namespace could not be listed for its kind, if it could not.
+    fn of(&self, entry: &InventoryEntry) -> Option<&str> {
+        let namespace = entry.namespace.clone()?;
+        let id = (entry.api_version.clone(), entry.kind.clone(), namespace);
+        self.0.get(&id).map(String::as_str)
+    }
+}
+
 /// What is labelled for an inventory, and where its kinds may be cached.
 struct Labelled<'l> {
     applyset: &'l str,
     manager: &'l str,
     cache: Option<&'l WatchCache>,
+    /// The namespaces the plan concerns (its objects', its record's, the
+    /// inventory's): listed one by one when the identity may not list a kind across
+    /// the cluster.
+    namespaces: &'l BTreeSet<String>,
 }
 
 /// Everything labelled for this inventory: from the watch cache for the kinds it has
@@ -278,14 +349,16 @@ async fn list_labelled(
     resources: &Resources,
     kinds: &BTreeSet<(String, String)>,
     labelled: &Labelled<'_>,
-) -> Result<HashMap<ObjectKey, Value>, ClusterError> {
+) -> Result<Listed, ClusterError> {
     let Labelled {
         applyset,
         manager,
         cache,
+        ..
     } = labelled;
     let selector = ListParams::default().labels(&format!("{PART_OF_LABEL}={applyset}"));
     let mut live = HashMap::new();
+    let mut unlistable = Unlistable::default();
     for (api_version, kind) in kinds {
         if resources.namespaced(api_version, kind).is_none() {
             continue; // a kind only the inventory knows, no longer served: nothing to list
@@ -294,12 +367,31 @@ async fn list_labelled(
             live.extend(cached);
             continue;
         }
-        let list = resources
-            .api_all(api_version, kind)?
-            .list(&selector)
-            .await
-            .map_err(api_error(format!("list {kind} objects")))?;
-        for item in list.items {
+        let items = match resources.api_all(api_version, kind)?.list(&selector).await {
+            Ok(list) => list.items,
+            // A team's identity (a Role in its namespaces only) may not list across
+            // the cluster: the namespaces the plan concerns are listed one by one. The
+            // cluster-wide list stays the first try, since it is one request however
+            // many namespaces, and most identities may make it.
+            Err(kube::Error::Api(status))
+                if status.code == 403 && resources.namespaced(api_version, kind) == Some(true) =>
+            {
+                let each = list_each_namespace(resources, (api_version, kind), labelled, &selector);
+                each.await?
+                    .into_iter()
+                    .filter_map(|listed| match listed {
+                        Ok(item) => Some(item),
+                        Err((namespace, message)) => {
+                            let id = (api_version.clone(), kind.clone(), namespace);
+                            unlistable.0.insert(id, message);
+                            None
+                        }
+                    })
+                    .collect()
+            }
+            Err(e) => return Err(api_error(format!("list {kind} objects"))(e)),
+        };
+        for item in items {
             let key = ObjectKey::new(
                 api_version,
                 kind,
@@ -309,7 +401,34 @@ async fn list_labelled(
             live.insert(key, live_value(item, api_version, kind, manager));
         }
     }
-    Ok(live)
+    Ok(Listed { live, unlistable })
+}
+
+/// The labelled objects of one namespaced kind, a list per namespace the plan
+/// concerns. A namespace the identity may not list is said by its refusal (the
+/// namespace and the server's message): it may change nothing there either, each of
+/// the plan's objects in it meets its own refusal when planned, and what the
+/// inventory recorded there is kept.
+async fn list_each_namespace(
+    resources: &Resources,
+    (api_version, kind): (&str, &str),
+    labelled: &Labelled<'_>,
+    selector: &ListParams,
+) -> Result<Vec<Result<DynamicObject, (String, String)>>, ClusterError> {
+    let mut items = Vec::new();
+    for namespace in labelled.namespaces {
+        let api = resources.api(api_version, kind, Some(namespace))?;
+        match api.list(selector).await {
+            Ok(list) => items.extend(list.items.into_iter().map(Ok)),
+            Err(kube::Error::Api(status)) if status.code == 403 => {
+                items.push(Err((namespace.clone(), status_text(&status))));
+            }
+            Err(e) => {
+                return Err(api_error(format!("list {kind} objects in {namespace}"))(e));
+            }
+        }
+    }
+    Ok(items)
 }
 
 /// Plans one object: the steps it can end in, and the reads and dry runs that decide.
@@ -335,6 +454,7 @@ impl ObjectPlanner<'_> {
             hand_over: None,
             clear_rolling: None,
             provenance: None,
+            refusal: None,
         }
     }
 
@@ -460,7 +580,13 @@ impl ObjectPlanner<'_> {
                         ))
                     }),
                     Err(kube::Error::Api(status)) => {
-                        return Ok(self.failed(format!("cannot read it: {}", status_text(&status))));
+                        let mut failed =
+                            self.failed(format!("cannot read it: {}", status_text(&status)));
+                        // The identity may not read it, so it may not apply it either.
+                        let refusal = ObjectFailure::of_request("apply", &kube::Error::Api(status));
+                        failed.refusal =
+                            matches!(refusal, ObjectFailure::Forbidden { .. }).then_some(refusal);
+                        return Ok(failed);
                     }
                     Err(e) => return Err(api_error(format!("read {}", self.key))(e)),
                 }

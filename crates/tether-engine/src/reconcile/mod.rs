@@ -29,7 +29,7 @@ use crate::repo::{CommitCache, LoadedModels, Repo, RepoError, SETTINGS_FILE};
 pub use cache::WatchCache;
 pub use clusters::{ClusterName, Clusters};
 pub use outcome::{ApplyReport, BlockedWave, Blocker, ObjectFailure, ObjectReport, Outcome};
-use tether_core::confine::{self, Confinement};
+use tether_core::confine::{self, Confinement, SourceConfinement};
 use tether_core::diagnostic::{Diagnostics, Severity};
 use tether_core::inventory::Provenance;
 use tether_core::k8s::ObjectKey;
@@ -56,6 +56,12 @@ pub struct Reconciler {
     commits: CommitCache,
     /// Kustomize and Helm, and what they built at the last commit.
     generate: Generate,
+    /// What the Source (a daemon's) allows, which the repository's `confine:` may
+    /// only narrow.
+    confinement: Option<SourceConfinement>,
+    /// The user its own cluster's client impersonates (a Source's ServiceAccount), as
+    /// refusals name it.
+    identity: Option<String>,
 }
 
 /// Some models only (`--only`): those and what they wait for and require, or with
@@ -289,6 +295,9 @@ struct Step {
     clear_rolling: Option<serde_json::Value>,
     /// How the object comes into the inventory if it is not recorded yet.
     provenance: Option<Provenance>,
+    /// Why an [`Action::Error`] step could not be planned, when the server refused
+    /// the identity (its report's failure); else it is reported unplanned.
+    refusal: Option<ObjectFailure>,
 }
 
 impl Reconciler {
@@ -301,6 +310,8 @@ impl Reconciler {
             keys: Default::default(),
             commits: CommitCache::default(),
             generate: Generate::from_environment(),
+            confinement: None,
+            identity: None,
         }
     }
 
@@ -318,6 +329,7 @@ impl Reconciler {
             &self.inventory,
             &self.generate,
             capabilities.as_ref(),
+            self.confinement.as_ref(),
         )
         .await
     }
@@ -373,6 +385,24 @@ impl Reconciler {
         }
     }
 
+    /// Confines the objects to what `confinement` allows (a daemon's Source: its spec
+    /// and the daemon's flags), narrowed by the repository's own `confine:`.
+    pub fn with_confinement(self, confinement: SourceConfinement) -> Self {
+        Reconciler {
+            confinement: Some(confinement),
+            ..self
+        }
+    }
+
+    /// Says that the client given impersonates `user` (a Source's ServiceAccount):
+    /// refusals name it, and the watches keep to the plan's namespaces.
+    pub fn acting_as(self, user: String) -> Self {
+        Reconciler {
+            identity: Some(user),
+            ..self
+        }
+    }
+
     /// Reaches the clusters of the KubernetesServices other than `own_name` (the
     /// cluster of the client given) through `resolver`.
     pub fn with_other_clusters(
@@ -384,6 +414,12 @@ impl Reconciler {
             clusters: self.clusters.with_others(own_name, resolver),
             ..self
         }
+    }
+
+    /// The KubernetesService of the cluster reached with the client given (the
+    /// daemon's own), when it was named.
+    pub fn own_cluster(&self) -> Option<&str> {
+        self.clusters.own_name()
     }
 
     /// The client of the default cluster (the only one, for models that name one
@@ -568,6 +604,25 @@ impl Reconciler {
         &self.inventory
     }
 
+    /// Where a watch cache of `planned`'s kinds looks. An impersonated identity (a
+    /// team's ServiceAccount) has its rights in its namespaces as a rule and may not
+    /// watch across the cluster, so it watches each namespace of the plan (and the
+    /// inventory's), but not one where the server refused it every object of the
+    /// plan: a watch cannot fall back as a list does (see `live`), it would only fail
+    /// again and again. The client's own identity watches the cluster.
+    pub fn watch_scope(&self, planned: &Planned) -> tether_core::k8s::Scope {
+        if self.identity.is_none() {
+            return tether_core::k8s::Scope::All;
+        }
+        let namespaces = planned
+            .steps
+            .iter()
+            .filter(|s| s.refusal.is_none())
+            .filter_map(|s| s.change.key.namespace.clone())
+            .chain([self.inventory.namespace.clone()]);
+        tether_core::k8s::Scope::Namespaces(namespaces.collect())
+    }
+
     /// How `cluster` is reached, for reports (`context edge`).
     pub fn describe(&self, planned_models: &CheckedModels, cluster: &ClusterName) -> String {
         let mapped = planned_models
@@ -597,7 +652,12 @@ impl Reconciler {
         if options.prune && planned.partial {
             return Err(ReconcileError::PartialPrune);
         }
-        Ok(apply::apply(&planned.client, &self.inventory, planned, options, progress).await?)
+        let mut report =
+            apply::apply(&planned.client, &self.inventory, planned, options, progress).await?;
+        if let Some(identity) = &self.identity {
+            report.refused_as(identity);
+        }
+        Ok(report)
     }
 
     /// Carries out the plan of each cluster that has one, all at once (see
@@ -875,8 +935,8 @@ fn services(
     services
 }
 
-/// The checks of loaded models (syntax to references, and the repository's
-/// confinement), with their kustomizations and charts built (by `generate`, for the
+/// The checks of loaded models (syntax to references, and the confinement: the
+/// Source's, when the daemon gives one, narrowed by the repository's), with their kustomizations and charts built (by `generate`, for the
 /// cluster `capabilities` describes when known), and what they render when there is
 /// no error.
 #[instrument(skip_all)]
@@ -885,6 +945,7 @@ pub async fn check(
     inventory: &Inventory,
     generate: &Generate,
     capabilities: Option<&Capabilities>,
+    source: Option<&SourceConfinement>,
 ) -> Result<(CheckedModels, Option<Rendered>), ReconcileError> {
     let settings = match &loaded.settings {
         Some(text) => settings::parse(SETTINGS_FILE, text)?,
@@ -931,10 +992,12 @@ pub async fn check(
         workflow: graph.workflow,
         services,
     });
-    if let (Some(confine), Some(rendered)) = (&settings.confine, &objects) {
+    if let Some(rendered) = &objects {
+        let repository = settings.confine.as_ref().map(Confinement::from);
         diagnostics.extend(confine::check(
             &rendered.objects,
-            &Confinement::from(confine),
+            source,
+            repository.as_ref(),
         ));
     }
     if diagnostics.has_errors() {

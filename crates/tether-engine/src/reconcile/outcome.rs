@@ -29,9 +29,18 @@ pub enum ObjectFailure {
     /// Another field manager owns fields the apply would set; forcing takes them.
     #[error("conflict: {}", fields(.0))]
     Conflict(Vec<FieldConflict>),
-    /// The server refused the object (invalid, forbidden): the same apply fails again.
+    /// The server refused the object (invalid): the same apply fails again.
     #[error("{message}")]
     Refused { code: u16, message: String },
+    /// The identity tether acts as may not do this to the object (the API server's
+    /// 403, RBAC): `verb` is what tether was doing (apply, delete), `identity` who it
+    /// acted as (a Source's ServiceAccount; none for the client's own user).
+    #[error("{verb} refused{}: {message}", as_identity(.identity.as_deref()))]
+    Forbidden {
+        verb: &'static str,
+        identity: Option<String>,
+        message: String,
+    },
     /// The server was busy or not ready for it after every retry.
     #[error("{message}")]
     Unavailable { message: String },
@@ -60,6 +69,10 @@ pub enum ObjectFailure {
     HostKept { message: String },
 }
 
+fn as_identity(identity: Option<&str>) -> String {
+    identity.map(|i| format!(" for {i}")).unwrap_or_default()
+}
+
 fn fields(conflicts: &[FieldConflict]) -> String {
     conflicts
         .iter()
@@ -80,6 +93,7 @@ impl ObjectFailure {
             | ObjectFailure::OwnedByInventory { .. }
             | ObjectFailure::NamespaceKept { .. }
             | ObjectFailure::Refused { .. }
+            | ObjectFailure::Forbidden { .. }
             | ObjectFailure::Request { .. }
             | ObjectFailure::Unplanned { .. } => false,
         }
@@ -101,7 +115,23 @@ impl ObjectFailure {
 
     /// The failure of a request the server answered or did not.
     pub(super) fn of_kube_error(error: &kube::Error) -> Self {
+        Self::of_request("", error)
+    }
+
+    /// The failure of a request made to `verb` an object: a 403 that will not pass is
+    /// [`ObjectFailure::Forbidden`] (the identity's rights), the rest as
+    /// [`ObjectFailure::of_kube_error`] says.
+    pub(super) fn of_request(verb: &'static str, error: &kube::Error) -> Self {
         match error {
+            kube::Error::Api(status)
+                if status.code == 403 && !verb.is_empty() && !Self::may_pass_later(status) =>
+            {
+                ObjectFailure::Forbidden {
+                    verb,
+                    identity: None,
+                    message: status_text(status),
+                }
+            }
             kube::Error::Api(status) if Self::may_pass_later(status) => {
                 ObjectFailure::Unavailable {
                     message: status_text(status),
@@ -219,6 +249,17 @@ impl ApplyReport {
     pub fn succeeded(&self) -> bool {
         self.failures().next().is_none() && self.blocked.is_none() && !self.stopped
     }
+
+    /// Says who was refused: `identity` on each [`ObjectFailure::Forbidden`].
+    pub(super) fn refused_as(&mut self, identity: &str) {
+        for object in &mut self.objects {
+            if let Outcome::Failed(ObjectFailure::Forbidden { identity: who, .. }) =
+                &mut object.outcome
+            {
+                *who = Some(identity.to_string());
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -241,6 +282,36 @@ mod tests {
             }
             .retryable()
         );
+    }
+
+    #[test]
+    fn a_forbidden_request_names_the_verb_and_the_identity_and_waits_for_a_change() {
+        let forbidden = |code: u16, message: &str| {
+            ObjectFailure::of_request(
+                "apply",
+                &kube::Error::Api(Box::new(kube::core::Status {
+                    code,
+                    message: message.into(),
+                    ..kube::core::Status::default()
+                })),
+            )
+        };
+        let mut report = ApplyReport {
+            objects: vec![ObjectReport {
+                key: ObjectKey::new("v1", "ConfigMap", Some("team-b"), "x"),
+                outcome: Outcome::Failed(forbidden(403, "configmaps \"x\" is forbidden")),
+            }],
+            ..ApplyReport::default()
+        };
+        report.refused_as("system:serviceaccount:team-a:deployer");
+        let (key, failure) = report.failures().next().unwrap();
+        assert_eq!(
+            format!("{key}: {failure}"),
+            "ConfigMap team-b/x: apply refused for system:serviceaccount:team-a:deployer: configmaps \"x\" is forbidden"
+        );
+        assert!(!failure.retryable());
+        // A namespace's default service account not made yet: it passes.
+        assert!(forbidden(403, "error looking up service account team-a/default").retryable());
     }
 
     #[test]
