@@ -258,6 +258,30 @@ fn the_demo_shows_every_step_and_stops_what_it_started() {
         "{subjects:?}"
     );
 
+    let clusters = step(&text, "Several clusters");
+    for line in [
+        "tether diff: examples/clusters → cluster core",
+        "tether diff: examples/clusters → cluster edge",
+        "cluster core (context core): 2 created",
+        "cluster edge (context edge): 3 created",
+        "cluster core (context core): not applied",
+        "cluster edge (context edge): 0 created, 0 configured, 3 unchanged",
+    ] {
+        assert!(clusters.contains(line), "{line}:\n{clusters}");
+    }
+    let teams = step(&text, "Teams:");
+    assert!(
+        teams.contains(
+            "ConfigMap team-b/intruder: apply refused for system:serviceaccount:team-a:deployer"
+        ),
+        "{teams}"
+    );
+    assert!(teams.contains("Forbidden"), "{teams}");
+    assert!(
+        teams.contains("team-b has no intruder: Error from server (NotFound)"),
+        "{teams}"
+    );
+
     let install = step(&text, "Install the daemon");
     for line in [
         "✔ you may install tether",
