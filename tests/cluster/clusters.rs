@@ -151,6 +151,27 @@ async fn each_kubernetes_service_is_applied_to_its_own_cluster_with_its_own_inve
     assert!(said.contains("--cluster NAME=CONTEXT"), "{said}");
     assert!(said.contains("→ cluster edge"), "{said}");
 
+    // Two KubernetesServices mapped to one cluster would share its inventory and prune
+    // each other's objects: neither is planned, nothing changes.
+    let before = recorded(&edge, &inventory).await;
+    let shared = tether(
+        &kubeconfig,
+        &inventory,
+        &["apply", path, "--prune", "--cluster", "core=edge"],
+    );
+    assert_eq!(shared.status.code(), Some(2), "{}", all_output(&shared));
+    let said = all_output(&shared);
+    assert!(
+        said.contains("KubernetesServices core and edge reach one cluster"),
+        "{said}"
+    );
+    assert!(!said.contains("pruned"), "{said}");
+    assert_eq!(recorded(&edge, &inventory).await, before);
+    assert_eq!(
+        value_of(live_config_map(&edge, &shop, "settings").await).as_deref(),
+        Some("1")
+    );
+
     // core's API server goes away: its part fails, edge's applies and prunes.
     own.down();
     let without_settings = two_clusters(&shop, &bill, "1", "2").replace(

@@ -55,6 +55,11 @@ pub enum ClusterError {
     NoContext { service: String, context: String },
     #[error("KubernetesService {service}'s cluster cannot be reached: {reason}")]
     NotReachable { service: String, reason: String },
+    #[error(
+        "KubernetesServices {} reach one cluster: they would share its inventory and prune each other's objects, so neither is planned",
+        .services.join(" and ")
+    )]
+    SharedCluster { services: Vec<String> },
     #[error("the inventory {namespace}/{name} is unreadable: {reason}")]
     BadInventory {
         namespace: String,
@@ -90,7 +95,8 @@ impl ClusterError {
             ClusterError::ForeignInventory { .. }
             | ClusterError::BadInventory { .. }
             | ClusterError::NoContext { .. }
-            | ClusterError::NotReachable { .. } => true,
+            | ClusterError::NotReachable { .. }
+            | ClusterError::SharedCluster { .. } => true,
             ClusterError::Api {
                 source: kube::Error::Api(status),
                 ..
@@ -313,6 +319,19 @@ fn inventory_error(verb: &str, inventory: &Inventory) -> impl FnOnce(kube::Error
         "{verb} the inventory {}/{}",
         inventory.namespace, inventory.name
     ))
+}
+
+/// What identifies a cluster whatever its address: the uid of its `kube-system`
+/// namespace; none when it cannot be read.
+pub async fn cluster_id(client: &Client) -> Option<String> {
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    match namespaces.get_opt("kube-system").await {
+        Ok(namespace) => namespace?.metadata.uid,
+        Err(error) => {
+            tracing::debug!(%error, "the cluster's identity is unknown");
+            None
+        }
+    }
 }
 
 /// Reads the inventory; a missing inventory is an empty one.

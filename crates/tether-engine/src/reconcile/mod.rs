@@ -453,7 +453,9 @@ impl Reconciler {
         let (Some(part), None) = (parts.next(), parts.next()) else {
             return Err(ReconcileError::SeveralClusters(prepared.services));
         };
-        self.plan_part(&prepared.common, part, options, cache).await
+        let client = self.connect(&prepared.common, &part.cluster).await?;
+        self.plan_part(&prepared.common, part, client, options, cache)
+            .await
     }
 
     /// Reads and checks the models once, and plans each cluster they reach, all at
@@ -466,11 +468,17 @@ impl Reconciler {
     ) -> Result<ClusterPlans, ReconcileError> {
         let Prepared { common, parts, .. } = self.prepare().await?;
         let common = &common;
-        let plans = parts.into_iter().map(|part| {
+        let connecting = parts.iter().map(|part| self.connect(common, &part.cluster));
+        let mut clients = futures::future::join_all(connecting).await;
+        refuse_shared_clusters(&parts, &mut clients).await;
+        let plans = parts.into_iter().zip(clients).map(|(part, client)| {
             let cache = caches.get(&part.cluster.service).copied();
             let cluster = part.cluster.clone();
             async move {
-                let planned = self.plan_part(common, part, options, cache).await;
+                let planned = match client {
+                    Ok(client) => self.plan_part(common, part, client, options, cache).await,
+                    Err(error) => Err(error),
+                };
                 ClusterPlan { cluster, planned }
             }
         });
@@ -512,11 +520,25 @@ impl Reconciler {
         })
     }
 
-    /// Plans one cluster's objects against it.
+    /// The client of `cluster`, unless Kubernetes is off there.
+    async fn connect(
+        &self,
+        common: &Common,
+        cluster: &ClusterName,
+    ) -> Result<Client, ReconcileError> {
+        if let Some(reason) = common.dormant(cluster) {
+            return Err(ReconcileError::Dormant(reason));
+        }
+        let mapped = contexts_of(&common.models.settings);
+        Ok(self.clusters.client(cluster, &mapped).await?)
+    }
+
+    /// Plans one cluster's objects against it, through `client`.
     async fn plan_part(
         &self,
         common: &Common,
         part: Part,
+        client: Client,
         options: PlanOptions,
         cache: Option<&WatchCache>,
     ) -> Result<Planned, ReconcileError> {
@@ -525,17 +547,6 @@ impl Reconciler {
             mut objects,
             members,
         } = part;
-        if let Some(reason) = common.dormant(&cluster) {
-            return Err(ReconcileError::Dormant(reason));
-        }
-        let mapped: BTreeMap<String, String> = common
-            .models
-            .settings
-            .clusters
-            .iter()
-            .map(|(service, c)| (service.clone(), c.context.clone()))
-            .collect();
-        let client = self.clusters.client(&cluster, &mapped).await?;
         let (record, version) = read_inventory_version(&client, &self.inventory).await?;
         tracing::debug!(
             recorded = record.entries.len(),
@@ -625,12 +636,7 @@ impl Reconciler {
 
     /// How `cluster` is reached, for reports (`context edge`).
     pub fn describe(&self, planned_models: &CheckedModels, cluster: &ClusterName) -> String {
-        let mapped = planned_models
-            .settings
-            .clusters
-            .iter()
-            .map(|(service, c)| (service.clone(), c.context.clone()))
-            .collect();
+        let mapped = contexts_of(&planned_models.settings);
         self.clusters.describe(cluster, &mapped)
     }
 
@@ -794,6 +800,52 @@ fn split(
             }
         })
         .collect()
+}
+
+/// The repository's mapping of KubernetesServices to kubeconfig contexts.
+fn contexts_of(settings: &Settings) -> BTreeMap<String, String> {
+    settings
+        .clusters
+        .iter()
+        .map(|(service, c)| (service.clone(), c.context.clone()))
+        .collect()
+}
+
+/// Two KubernetesServices that reach one cluster would share its inventory, and each
+/// would prune what the other applied: neither is planned. A cluster is known by its
+/// `kube-system` namespace's uid; where that cannot be read (an identity without the
+/// right), the cluster is taken for its own.
+async fn refuse_shared_clusters(parts: &[Part], clients: &mut [Result<Client, ReconcileError>]) {
+    if parts.len() < 2 {
+        return;
+    }
+    let ids = clients.iter().map(|client| async move {
+        let client = client.as_ref().ok()?;
+        crate::cluster::cluster_id(client).await
+    });
+    let ids = futures::future::join_all(ids).await;
+    for shared in shared_clusters(&ids) {
+        let services: Vec<String> = shared
+            .iter()
+            .map(|i| parts[*i].cluster.display().to_string())
+            .collect();
+        for i in shared {
+            clients[i] = Err(ReconcileError::Cluster(ClusterError::SharedCluster {
+                services: services.clone(),
+            }));
+        }
+    }
+}
+
+/// The groups (indexes) of equal known ids, where a group has several members.
+fn shared_clusters(ids: &[Option<String>]) -> Vec<Vec<usize>> {
+    let mut groups: BTreeMap<&str, Vec<usize>> = BTreeMap::new();
+    for (i, id) in ids.iter().enumerate() {
+        if let Some(id) = id {
+            groups.entry(id).or_default().push(i);
+        }
+    }
+    groups.into_values().filter(|g| g.len() > 1).collect()
 }
 
 /// What a reviewer should know besides the changes: a missing inventory, nodes not
@@ -1011,4 +1063,19 @@ pub async fn check(
         settings,
     };
     Ok((checked, objects))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn clusters_with_one_id_are_shared_and_unknown_ids_are_not() {
+        let ids = |list: &[Option<&str>]| -> Vec<Option<String>> {
+            list.iter().map(|id| id.map(str::to_string)).collect()
+        };
+        assert_eq!(
+            super::shared_clusters(&ids(&[Some("a"), Some("b"), Some("a"), None, None])),
+            vec![vec![0, 2]]
+        );
+        assert!(super::shared_clusters(&ids(&[Some("a"), Some("b"), None])).is_empty());
+    }
 }
