@@ -58,6 +58,14 @@ impl Finding {
             hint: Some(hint.into()),
         }
     }
+
+    fn warn(text: impl Into<String>, hint: impl Into<String>) -> Self {
+        Finding {
+            verdict: Verdict::Warn,
+            text: text.into(),
+            hint: Some(hint.into()),
+        }
+    }
 }
 
 /// The server's version against the supported range.
@@ -351,7 +359,11 @@ async fn webhook_endpoints(client: &Client, namespace: &str) -> Result<Finding, 
 /// The verbs a Source's identity needs on each kind it applied.
 const APPLY_VERBS: [&str; 6] = ["get", "list", "watch", "create", "patch", "delete"];
 
-/// For each Source, whether the identity it acts as may do what its inventory needs.
+/// For each Source, whether the identity it acts as may do what its inventory needs:
+/// the daemon's own (cluster-wide), or its `serviceAccountName` (in the namespaces of
+/// what it applied, which the daemon must be allowed to impersonate). A Source that
+/// acts as the daemon's `--default-service-account` is checked as the daemon: the
+/// check does not read the daemon's flags.
 async fn source_identities(client: &Client, namespace: &str) -> Result<Vec<Finding>, InstallError> {
     let sources: Api<Source> = Api::all(client.clone());
     let listed = sources
@@ -361,72 +373,175 @@ async fn source_identities(client: &Client, namespace: &str) -> Result<Vec<Findi
     let mut inventories = Vec::new();
     for source in listed.items {
         let (ns, name) = (source.namespace().unwrap_or_default(), source.name_any());
-        let record = read_inventory(client, &source.spec.inventory_of(&ns, &name)).await?;
-        let kinds: BTreeSet<(String, String)> = record
-            .entries
-            .keys()
-            .map(|e| (e.api_version.clone(), e.kind.clone()))
-            .collect();
-        inventories.push((format!("{ns}/{name}"), kinds));
+        let inventory = source.spec.inventory_of(&ns, &name);
+        let record = read_inventory(client, &inventory).await?;
+        inventories.push((source, inventory, record));
     }
-    // One discovery for every Source's kinds, and each question asked once: the
-    // Sources share the daemon's identity.
+    // One discovery for every Source's kinds, and each question asked once.
     let every_kind = inventories
         .iter()
-        .flat_map(|(_, kinds)| kinds.clone())
+        .flat_map(|(_, _, record)| record.entries.keys())
+        .map(|e| (e.api_version.clone(), e.kind.clone()))
         .collect();
     let resources = Resources::discover(client, &every_kind).await?;
-    let identity = format!("system:serviceaccount:{namespace}:{NAME}");
-    let mut answers: BTreeMap<(String, String, &str), bool> = BTreeMap::new();
+    let daemon = format!("system:serviceaccount:{namespace}:{NAME}");
+    let mut answers = Answers::default();
     let mut findings = Vec::new();
-    for (source, kinds) in inventories {
-        let mut needs: BTreeSet<(String, String)> =
-            BTreeSet::from([("tether.dev".into(), "sources/status".into())]);
-        for (api_version, kind, resource) in resources.served() {
-            if kinds.contains(&(api_version.to_string(), kind.to_string())) {
-                needs.insert((resource.group.clone(), resource.plural.clone()));
-            }
+    for (source, inventory, record) in inventories {
+        let ns = source.namespace().unwrap_or_default();
+        let account = source.spec.service_account_name.as_deref();
+        let identity = account.map_or(daemon.clone(), |sa| {
+            format!("system:serviceaccount:{ns}:{sa}")
+        });
+        let mut needs = needs_of(
+            &resources,
+            &record,
+            &identity,
+            account.is_some(),
+            &inventory.namespace,
+        );
+        // The daemon writes the status, and acts as the account: it must be allowed to.
+        needs.insert(Need {
+            identity: daemon.clone(),
+            group: "tether.dev".into(),
+            resource: "sources/status".into(),
+            verb: "patch",
+            namespace: None,
+        });
+        if account.is_some() {
+            needs.insert(Need {
+                identity: daemon.clone(),
+                group: String::new(),
+                resource: "serviceaccounts".into(),
+                verb: "impersonate",
+                namespace: Some(ns.clone()),
+            });
         }
         let mut denied = Vec::new();
-        for (group, resource) in &needs {
-            let verbs: &[&'static str] = if resource == "sources/status" {
-                &["patch"]
-            } else {
-                &APPLY_VERBS
-            };
-            for verb in verbs {
-                let key = (group.clone(), resource.clone(), *verb);
-                let allowed = match answers.get(&key) {
-                    Some(allowed) => *allowed,
-                    None => {
-                        let allowed = may(client, &identity, group, resource, verb).await?;
-                        answers.insert(key, allowed);
-                        allowed
-                    }
-                };
-                if !allowed {
-                    denied.push(format!("{verb} {resource}"));
-                }
+        for need in needs {
+            if !answers.may(client, &need).await? {
+                denied.push(need);
             }
         }
-        findings.push(judge_permissions(
-            &format!("Source {source}: {identity} may apply its {} kinds", needs.len() - 1),
+        findings.push(judge_source(
+            &format!(
+                "Source {ns}/{}: {identity} may apply its kinds",
+                source.name_any()
+            ),
             &denied,
-            "add the rules to the ClusterRole tether (a KubernetesResourceInstance may name kinds install does not grant)",
+            &daemon,
         ));
     }
     Ok(findings)
 }
 
-/// `kubectl auth can-i VERB RESOURCE --as USER` (cluster-wide).
-async fn may(
-    client: &Client,
-    user: &str,
-    group: &str,
-    resource: &str,
-    verb: &str,
-) -> Result<bool, InstallError> {
+/// A Source's permissions as a finding: what the daemon itself may not do (write the
+/// status, impersonate the account, apply as itself) fails; what the Source's own
+/// ServiceAccount may not do is RBAC confining the team, as meant: a warning that its
+/// changes there are refused.
+fn judge_source(subject: &str, denied: &[Need], daemon: &str) -> Finding {
+    let (by_daemon, by_account): (Vec<&Need>, Vec<&Need>) =
+        denied.iter().partition(|need| need.identity == daemon);
+    let said = |needs: &[&Need]| needs.iter().map(|n| n.describe()).collect::<Vec<_>>();
+    if !by_daemon.is_empty() {
+        return judge_permissions(
+            subject,
+            &said(&by_daemon),
+            "add the rules to the ClusterRole tether (a KubernetesResourceInstance may name kinds install does not grant)",
+        );
+    }
+    match by_account.is_empty() {
+        true => Finding::pass(subject),
+        false => Finding::warn(
+            format!(
+                "{subject}: denied {}: those changes are refused",
+                said(&by_account).join(", ")
+            ),
+            "bind a Role to the Source's ServiceAccount where it should apply",
+        ),
+    }
+}
+
+/// One permission a Source needs: `verb` on `resource` of `group`, cluster-wide or in
+/// `namespace`, for `identity`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Need {
+    identity: String,
+    group: String,
+    resource: String,
+    verb: &'static str,
+    namespace: Option<String>,
+}
+
+impl Need {
+    fn describe(&self) -> String {
+        match &self.namespace {
+            Some(namespace) => format!("{} {} in {namespace}", self.verb, self.resource),
+            None => format!("{} {}", self.verb, self.resource),
+        }
+    }
+}
+
+/// What an inventory's kinds need of `identity`: every verb of an apply on each kind,
+/// cluster-wide, or (`per_namespace`, a ServiceAccount) in each namespace of what it
+/// recorded, and on ConfigMaps in the inventory's.
+fn needs_of(
+    resources: &Resources,
+    record: &tether_core::inventory::InventoryRecord,
+    identity: &str,
+    per_namespace: bool,
+    inventory_namespace: &str,
+) -> std::collections::BTreeSet<Need> {
+    let mut wanted: BTreeSet<(String, String, Option<String>)> = BTreeSet::new();
+    for entry in record.entries.keys() {
+        let served = resources.served().find(|(api_version, kind, _)| {
+            *api_version == entry.api_version && *kind == entry.kind
+        });
+        if let Some((_, _, resource)) = served {
+            let namespace = entry.namespace.clone().filter(|_| per_namespace);
+            wanted.insert((resource.group.clone(), resource.plural.clone(), namespace));
+        }
+    }
+    if per_namespace {
+        wanted.insert((
+            String::new(),
+            "configmaps".into(),
+            Some(inventory_namespace.to_string()),
+        ));
+    }
+    wanted
+        .into_iter()
+        .flat_map(|(group, resource, namespace)| {
+            APPLY_VERBS.iter().map(move |verb| Need {
+                identity: identity.to_string(),
+                group: group.clone(),
+                resource: resource.clone(),
+                verb,
+                namespace: namespace.clone(),
+            })
+        })
+        .collect()
+}
+
+/// The answers of the API server, each question asked once.
+#[derive(Default)]
+struct Answers(BTreeMap<Need, bool>);
+
+impl Answers {
+    async fn may(&mut self, client: &Client, need: &Need) -> Result<bool, InstallError> {
+        if let Some(allowed) = self.0.get(need) {
+            return Ok(*allowed);
+        }
+        let allowed = may(client, need).await?;
+        self.0.insert(need.clone(), allowed);
+        Ok(allowed)
+    }
+}
+
+/// `kubectl auth can-i VERB RESOURCE --as USER [-n NAMESPACE]`.
+async fn may(client: &Client, need: &Need) -> Result<bool, InstallError> {
     let api: Api<SubjectAccessReview> = Api::all(client.clone());
+    let user = need.identity.as_str();
     let mut groups = vec!["system:authenticated".to_string()];
     if let Some(account_namespace) = user
         .strip_prefix("system:serviceaccount:")
@@ -440,7 +555,12 @@ async fn may(
         spec: SubjectAccessReviewSpec {
             user: Some(user.into()),
             groups: Some(groups),
-            resource_attributes: Some(attributes(group, resource, verb, None)),
+            resource_attributes: Some(attributes(
+                &need.group,
+                &need.resource,
+                need.verb,
+                need.namespace.as_deref(),
+            )),
             ..Default::default()
         },
         ..Default::default()
@@ -448,13 +568,39 @@ async fn may(
     let answer = api
         .create(&PostParams::default(), &review)
         .await
-        .map_err(request(format!("ask whether {user} may {verb} {resource}")))?;
+        .map_err(request(format!(
+            "ask whether {user} may {}",
+            need.describe()
+        )))?;
     Ok(answer.status.is_some_and(|s| s.allowed))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_teams_account_refused_warns_and_the_daemon_refused_fails() {
+        let need = |identity: &str, verb: &'static str| Need {
+            identity: identity.into(),
+            group: String::new(),
+            resource: "configmaps".into(),
+            verb,
+            namespace: Some("team-b".into()),
+        };
+        let daemon = "system:serviceaccount:tether-system:tether";
+        let team = "system:serviceaccount:team-a:deployer";
+        assert_eq!(judge_source("s", &[], daemon).verdict, Verdict::Pass);
+        let refused = judge_source("s", &[need(team, "create")], daemon);
+        assert_eq!(refused.verdict, Verdict::Warn);
+        assert!(
+            refused.text.contains("denied create configmaps in team-b"),
+            "{}",
+            refused.text
+        );
+        let both = [need(team, "create"), need(daemon, "impersonate")];
+        assert_eq!(judge_source("s", &both, daemon).verdict, Verdict::Fail);
+    }
 
     #[test]
     fn a_daemon_not_ready_fails_and_one_of_another_version_warns() {
