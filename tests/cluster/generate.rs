@@ -172,7 +172,7 @@ fn timestamp(value: &Value) -> &str {
 
 #[tokio::test]
 async fn tethers_own_deploy_directory_installs_in_one_command_and_then_shows_no_changes() {
-    // deploy/ makes tether-system and the Source CRD, which the daemon's tests apply
+    // deploy/ makes tether-system and the Source and Cluster CRDs, which the daemon's tests apply
     // too (the same CRD, with kubectl): this inventory adopts it and prunes nothing.
     let deploy = repo_root().join("deploy/kubernetes-1.20");
     let deploy = deploy.to_str().unwrap();
@@ -205,7 +205,7 @@ async fn tethers_own_deploy_directory_installs_in_one_command_and_then_shows_no_
     assert_exit(&diff, 0, "diff after apply");
     assert!(
         stdout(&diff)
-            .ends_with("0 to create, 0 to update, 0 to delete, 0 in conflict, 10 unchanged\n"),
+            .ends_with("0 to create, 0 to update, 0 to delete, 0 in conflict, 11 unchanged\n"),
         "{}",
         stdout(&diff)
     );

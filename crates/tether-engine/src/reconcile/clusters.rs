@@ -170,7 +170,7 @@ impl Clusters {
                     };
                     let Some(resolve) = others else {
                         return Err(not_reached(
-                            "it is not this daemon's own cluster (--cluster-name)".into(),
+                            "it is not the daemon's own cluster, and no other cluster can be reached".into(),
                         ));
                     };
                     // Found again at each plan, never kept: a connection removed
