@@ -260,8 +260,8 @@ fn the_demo_shows_every_step_and_stops_what_it_started() {
 
     let clusters = step(&text, "Several clusters");
     for line in [
-        "tether diff: examples/clusters → cluster core",
-        "tether diff: examples/clusters → cluster edge",
+        " → cluster core\n",
+        " → cluster edge\n",
         "cluster core (context core): 2 created",
         "cluster edge (context edge): 3 created",
         "cluster core (context core): not applied",

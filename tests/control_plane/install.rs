@@ -166,6 +166,7 @@ fn install_check_tree_suspend_uninstall_and_kustomize_from_an_empty_cluster() {
     for object in [
         "Namespace/tether-system created",
         "CustomResourceDefinition/sources.tether.dev created",
+        "CustomResourceDefinition/clusters.tether.dev created",
         "StatefulSet/tether-system/tether created",
         "PodDisruptionBudget/tether-system/tether created",
         "Secret/tether-system/tether-webhook created",
@@ -173,7 +174,7 @@ fn install_check_tree_suspend_uninstall_and_kustomize_from_an_empty_cluster() {
         assert!(first_text.contains(object), "{first_text}");
     }
     let installed = cli.installed();
-    assert_eq!(installed.len(), 10, "{installed:#?}");
+    assert_eq!(installed.len(), 11, "{installed:#?}");
     assert!(installed.contains_key("PodDisruptionBudget/tether-system/tether"));
     let established = cli.kubectl_ok(&[
         "get",
@@ -201,7 +202,7 @@ fn install_check_tree_suspend_uninstall_and_kustomize_from_an_empty_cluster() {
     // A second install changes nothing, and keeps the webhook secret.
     let second_text = cli.tether_ok(&["install"]);
     assert!(
-        second_text.contains("0 of 11 objects changed"),
+        second_text.contains("0 of 12 objects changed"),
         "{second_text}"
     );
     assert!(
