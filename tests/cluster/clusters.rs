@@ -202,14 +202,17 @@ async fn each_kubernetes_service_is_applied_to_its_own_cluster_with_its_own_inve
 
 /// Two KubernetesServices for the daemon: `edge` (its own cluster) keeps the test's
 /// namespace, made by the platform team (`xos_managed: false`), with `settings`;
-/// `core` the trust domain `bill` with `ledger`.
-fn daemon_models(ns: &str, bill: &str, value: &str) -> String {
+/// `core` the namespaces `bill` with `ledger`, and `vault` with `secrets`, which the
+/// Source's ServiceAccount may not write.
+fn daemon_models(ns: &str, bill: &str, vault: &str, value: &str) -> String {
     format!(
         "kind: KubernetesService\nname: edge\n---\nkind: KubernetesService\nname: core\n---\n\
          kind: TrustDomain\nname: {ns}\nowner: edge\nxos_managed: false\n---\n\
-         kind: TrustDomain\nname: {bill}\nowner: core\n---\n\
+         kind: TrustDomain\nname: {bill}\nowner: core\nxos_managed: false\n---\n\
+         kind: TrustDomain\nname: {vault}\nowner: core\nxos_managed: false\n---\n\
          kind: KubernetesConfigMap\nname: settings\ntrust_domain: {ns}\ndata: {{key: \"{value}\"}}\n---\n\
-         kind: KubernetesConfigMap\nname: ledger\ntrust_domain: {bill}\ndata: {{key: \"{value}\"}}\n"
+         kind: KubernetesConfigMap\nname: ledger\ntrust_domain: {bill}\ndata: {{key: \"{value}\"}}\n---\n\
+         kind: KubernetesConfigMap\nname: secrets\ntrust_domain: {vault}\ndata: {{key: \"{value}\"}}\n"
     )
 }
 
@@ -223,8 +226,49 @@ fn cluster_status(status: &Value, name: &str) -> Option<(String, String, String)
     })
 }
 
+/// Makes `namespace` on the cluster of `client`, and lets the ServiceAccount
+/// `account` (`namespace:name`) write ConfigMaps in each of `writable`.
+async fn team_namespace_and_rights(
+    client: &Client,
+    namespaces: &[&str],
+    writable: &[&str],
+    account: (&str, &str),
+) {
+    use k8s_openapi::api::core::v1::Namespace;
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    for name in namespaces {
+        let namespace: Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap();
+        let _ = Api::<Namespace>::all(client.clone())
+            .create(&Default::default(), &namespace)
+            .await;
+    }
+    for namespace in writable {
+        let role: Role = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "deployer"},
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"],
+                       "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}],
+        }))
+        .unwrap();
+        Api::<Role>::namespaced(client.clone(), namespace)
+            .create(&Default::default(), &role)
+            .await
+            .unwrap();
+        let binding: RoleBinding = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "deployer"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "deployer"},
+            "subjects": [{"kind": "ServiceAccount", "namespace": account.0, "name": account.1}],
+        }))
+        .unwrap();
+        Api::<RoleBinding>::namespaced(client.clone(), namespace)
+            .create(&Default::default(), &binding)
+            .await
+            .unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
-async fn the_daemon_applies_another_cluster_through_its_cluster_resource_and_stalls_only_that_part_without_it()
+async fn the_daemon_applies_another_cluster_through_its_cluster_resource_as_the_sources_identity_and_stalls_only_that_part_without_it()
  {
     use crate::daemon::{
         Daemon, Remote, condition, install_crd, kubectl_apply_text, kubectl_ok, source_yaml,
@@ -243,16 +287,20 @@ async fn the_daemon_applies_another_cluster_through_its_cluster_resource_and_sta
     let (edge, ns, _) = setup("clusters-daemon").await;
     let own = LocalCluster::start(0);
     let core = own.client().await;
-    let bill = format!("{ns}-bill");
-    // The team's namespace exists on both clusters (the inventory is kept there).
-    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(core.clone());
-    let namespace: k8s_openapi::api::core::v1::Namespace =
-        serde_json::from_value(serde_json::json!({"metadata": {"name": ns}})).unwrap();
-    namespaces
-        .create(&Default::default(), &namespace)
-        .await
-        .unwrap();
-    // The platform team's Cluster resource and the Secret with the kubeconfig of core.
+    let (bill, vault) = (format!("{ns}-bill"), format!("{ns}-vault"));
+    // The platform team's work: the team's ServiceAccount may write ConfigMaps in its
+    // namespace on edge, and in its namespace (the inventory) and bill on core, not
+    // in vault.
+    kubectl_ok(&["create", "serviceaccount", "deployer", "-n", &ns]);
+    team_namespace_and_rights(&edge, &[], &[&ns], (&ns, "deployer")).await;
+    team_namespace_and_rights(
+        &core,
+        &[&ns, &bill, &vault],
+        &[&ns, &bill],
+        (&ns, "deployer"),
+    )
+    .await;
+    // The Cluster resource and the Secret with the kubeconfig of core.
     kubectl_ok(&[
         "create",
         "secret",
@@ -266,7 +314,7 @@ async fn the_daemon_applies_another_cluster_through_its_cluster_resource_and_sta
         "apiVersion: tether.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: core\n  namespace: {ns}\nspec:\n  kubeConfig:\n    secretRef: {{name: core-kubeconfig}}\n"
     );
     kubectl_apply_text(&cluster_yaml);
-    let remote = Remote::new(&[("models.yaml", &daemon_models(&ns, &bill, "v1"))]);
+    let remote = Remote::new(&[("models.yaml", &daemon_models(&ns, &bill, &vault, "v1"))]);
     let _daemon = Daemon::start(&[
         "--sources",
         "--sources-namespace",
@@ -278,27 +326,54 @@ async fn the_daemon_applies_another_cluster_through_its_cluster_resource_and_sta
         "web",
         &ns,
         &remote.url,
-        "  interval: 2s\n  prune: true\n",
+        "  interval: 2s\n  prune: true\n  serviceAccountName: deployer\n",
     ));
 
-    // Each part lands in its cluster; the status says how each cluster fared.
+    // Each part lands in its cluster, as the Source's ServiceAccount on both: on core,
+    // where it may not write, its change is refused and the status and an Event say so.
     eventually(Duration::from_secs(40), || async {
         value_of(&edge, &ns).await.as_deref() == Some("v1")
             && value_of_ledger(&core, &bill).await.as_deref() == Some("v1")
     })
     .await;
     assert!(live_config_map(&core, &ns, "settings").await.is_none());
+    let identity = format!("refused for system:serviceaccount:{ns}:deployer");
     eventually(Duration::from_secs(20), || async {
         let now = status(&ns, "web");
-        cluster_status(&now, "core").is_some_and(|c| c.0 == "True")
-            && cluster_status(&now, "edge").is_some_and(|c| c.0 == "True")
-            && condition(&now, "Ready").is_some_and(|c| c.0 == "True")
+        cluster_status(&now, "core").is_some_and(|c| {
+            c.0 == "False"
+                && c.1 == "Forbidden"
+                && c.2
+                    .contains(&format!("ConfigMap {vault}/secrets: apply {identity}"))
+        }) && cluster_status(&now, "edge").is_some_and(|c| c.0 == "True")
+            && condition(&now, "Ready").is_some_and(|c| c.1 == "Forbidden")
     })
     .await;
+    assert!(
+        live_config_map(&core, &vault, "secrets").await.is_none(),
+        "refused on core"
+    );
+    let events = kubectl_ok(&[
+        "get",
+        "events",
+        "-n",
+        &ns,
+        "--field-selector",
+        "reason=Forbidden",
+        "-o",
+        "jsonpath={.items[*].message}",
+    ]);
+    assert!(
+        events.contains("cluster core") && events.contains(&identity),
+        "{events}"
+    );
 
     // Without its Cluster resource, core's part stalls with the reason; edge's goes on.
     kubectl_ok(&["delete", "cluster.tether.dev", "core", "-n", &ns]);
-    remote.push("main", &[("models.yaml", &daemon_models(&ns, &bill, "v2"))]);
+    remote.push(
+        "main",
+        &[("models.yaml", &daemon_models(&ns, &bill, &vault, "v2"))],
+    );
     eventually(Duration::from_secs(30), || async {
         value_of(&edge, &ns).await.as_deref() == Some("v2")
     })

@@ -20,7 +20,7 @@ use super::Shared;
 use super::crd::{DriftPolicy, RewritePolicy};
 use super::drift::{CorrectionBackoff, Drift, reporter};
 use super::keys::{DecryptionKeysError, DecryptionSecret};
-use super::status::PassResult;
+use super::status::{PassResult, objects_failed};
 use tether_core::k8s::ObjectKey;
 use tether_core::plan::{Action, Change};
 use tether_core::source::is_model_path;
@@ -548,8 +548,8 @@ impl<S: StatusSink> SourceLoop<S> {
                 Err(error) => failed.push(cluster_failure(name, error)),
                 Ok(report) if !report.succeeded() => failed.push(ClusterFailure {
                     name,
-                    reason: "ObjectsFailed",
-                    message: format!("{} objects failed", report.failures().count()),
+                    reason: objects_reason(report),
+                    message: objects_failed(report),
                     stalled: false,
                 }),
                 Ok(_) => {}
@@ -882,11 +882,7 @@ fn own_and_others(
 fn cluster_state(name: &str, result: Result<&ApplyReport, &ReconcileError>) -> ClusterState {
     let (ready, reason, message) = match result {
         Ok(report) if report.succeeded() => (true, "Applied", String::new()),
-        Ok(report) => (
-            false,
-            "ObjectsFailed",
-            format!("{} objects failed", report.failures().count()),
-        ),
+        Ok(report) => (false, objects_reason(report), objects_failed(report)),
         Err(error @ ReconcileError::Dormant(_)) => (true, error.reason(), error.to_string()),
         Err(error) => (false, error.reason(), tether_core::error_chain(error)),
     };
@@ -895,6 +891,18 @@ fn cluster_state(name: &str, result: Result<&ApplyReport, &ReconcileError>) -> C
         ready,
         reason: reason.to_string(),
         message,
+    }
+}
+
+/// Why a cluster's objects failed, as a status reason: `Forbidden` when its identity
+/// was refused (an Event then says so), else `ObjectsFailed`.
+fn objects_reason(report: &ApplyReport) -> &'static str {
+    match report
+        .failures()
+        .any(|(_, f)| matches!(f, tether_engine::reconcile::ObjectFailure::Forbidden { .. }))
+    {
+        true => "Forbidden",
+        false => "ObjectsFailed",
     }
 }
 

@@ -35,10 +35,6 @@ pub enum PassResult<'a> {
 
 /// The status after `result`, at `now` (RFC 3339). Conditions keep their transition
 /// time while their status does not change.
-#[expect(
-    clippy::too_many_lines,
-    reason = "a table: the conditions each kind of pass result sets"
-)]
 pub fn next_status(
     previous: &SourceStatus,
     generation: Option<i64>,
@@ -64,24 +60,10 @@ pub fn next_status(
             set("Stalled", None);
         }
         PassResult::ObjectsFailed { report, .. } => {
-            let (failed, retryable) = report
-                .failures()
-                .fold((0, false), |(n, r), (_, f)| (n + 1, r || f.retryable()));
-            let first = report
-                .failures()
-                .next()
-                .map(|(key, failure)| format!("{key}: {failure}"))
-                .unwrap_or_default();
+            let retryable = report.failures().any(|(_, f)| f.retryable());
             let (reason, message, retryable) = match &report.blocked {
                 Some(blocked) => blocked_status(blocked),
-                None => (
-                    "ObjectsFailed",
-                    format!(
-                        "{failed} of {} objects failed; {first}",
-                        report.objects.len()
-                    ),
-                    retryable,
-                ),
+                None => ("ObjectsFailed", objects_failed(report), retryable),
             };
             set("Ready", Some(("False", reason, message.clone())));
             if retryable {
@@ -157,7 +139,8 @@ fn record_revisions(status: &mut SourceStatus, result: &PassResult, now: &str) {
 
 /// The Warning Event a refused pass records on its Source, beside its status: the
 /// reason and the note. Refused are objects the identity may not change (the API
-/// server's 403: each names its object, the verb and the identity) and models the
+/// server's 403: each names its object, the verb and the identity; on another
+/// cluster of the Source, the pass fails with reason `Forbidden`) and models the
 /// checks refuse (the Source's confinement among them: the message names the same).
 pub fn refusal_event(result: &PassResult) -> Option<(&'static str, String)> {
     match result {
@@ -170,7 +153,7 @@ pub fn refusal_event(result: &PassResult) -> Option<(&'static str, String)> {
             (!forbidden.is_empty()).then(|| ("Forbidden", note(&forbidden.join("; "))))
         }
         PassResult::Failed {
-            reason: reason @ "InvalidModels",
+            reason: reason @ ("InvalidModels" | "Forbidden"),
             message,
             ..
         } => Some((reason, note(message))),
@@ -265,6 +248,21 @@ fn blocked_status(blocked: &tether_engine::reconcile::BlockedWave) -> (&'static 
     );
     let retryable = !blocked.blockers.iter().any(|b| b.failed);
     ("DependencyNotReady", message, retryable)
+}
+
+/// How many of an apply's objects failed, and the first with why: what a status says
+/// of a pass (or of one cluster) whose objects failed.
+pub fn objects_failed(report: &ApplyReport) -> String {
+    let first = report
+        .failures()
+        .next()
+        .map(|(key, failure)| format!("{key}: {failure}"))
+        .unwrap_or_default();
+    format!(
+        "{} of {} objects failed; {first}",
+        report.failures().count(),
+        report.objects.len()
+    )
 }
 
 #[cfg(test)]
