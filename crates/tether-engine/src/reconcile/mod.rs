@@ -148,9 +148,6 @@ pub enum ReconcileError {
     /// A selection names no model, or several.
     #[error("{0}")]
     Selection(String),
-    /// One plan was asked of models whose KubernetesServices are several clusters.
-    #[error("the models belong to several clusters ({}): each is planned apart", .0.join(", "))]
-    SeveralClusters(Vec<String>),
     /// Kubernetes is switched off for this repository (its KubernetesService says
     /// `enabled: false`, or `.tether.yaml` does): nothing is compared or applied,
     /// and the cluster is not contacted.
@@ -181,7 +178,6 @@ impl ReconcileError {
             ReconcileError::NothingRendered => "NothingRendered",
             ReconcileError::Dormant(_) => "KubernetesDisabled",
             ReconcileError::Selection(_) | ReconcileError::PartialPrune => "InvalidSelection",
-            ReconcileError::SeveralClusters(_) => "SeveralClusters",
             ReconcileError::Cluster(ClusterError::NotReachable { .. }) => "ClusterMissing",
             ReconcileError::Source(RepoError::Git(error)) if error.is_permanent() => "GitRefused",
             ReconcileError::Source(RepoError::Oci(error)) if error.is_permanent() => {
@@ -432,41 +428,19 @@ impl Reconciler {
         self.clusters.client(&only, &BTreeMap::new()).await
     }
 
-    /// Reads and checks the models, and compares what they render with the cluster.
-    /// `prune` only tells the plan's reports whether deletions will be carried out.
-    /// Invalid models are reported before any cluster error: they make the cluster
-    /// irrelevant. Models of several clusters are planned by [`Reconciler::plan_clusters`].
-    pub async fn plan(&self, options: PlanOptions) -> Result<Planned, ReconcileError> {
-        self.plan_cached(options, None).await
-    }
-
-    /// [`Reconciler::plan`], reading the live objects of the kinds `cache` watches
-    /// from it instead of listing them.
-    #[instrument(skip_all, fields(source = %self.repo.label()))]
-    pub async fn plan_cached(
-        &self,
-        options: PlanOptions,
-        cache: Option<&WatchCache>,
-    ) -> Result<Planned, ReconcileError> {
-        let prepared = self.prepare().await?;
-        let mut parts = prepared.parts.into_iter();
-        let (Some(part), None) = (parts.next(), parts.next()) else {
-            return Err(ReconcileError::SeveralClusters(prepared.services));
-        };
-        let client = self.connect(&prepared.common, &part.cluster).await?;
-        self.plan_part(&prepared.common, part, client, options, cache)
-            .await
-    }
-
-    /// Reads and checks the models once, and plans each cluster they reach, all at
-    /// once: one cluster's error is its plan's, and the others are planned.
+    /// Reads and checks the models once, and compares what they render with each
+    /// cluster they reach, all at once: one cluster's error is its plan's, and the
+    /// others are planned. `prune` only tells the plans' reports whether deletions
+    /// will be carried out. Invalid models are reported before any cluster error:
+    /// they make the clusters irrelevant. `caches` has the live objects of the kinds
+    /// they watch, by cluster, read instead of listing them.
     #[instrument(skip_all, fields(source = %self.repo.label()))]
     pub async fn plan_clusters(
         &self,
         options: PlanOptions,
         caches: &BTreeMap<Option<String>, &WatchCache>,
     ) -> Result<ClusterPlans, ReconcileError> {
-        let Prepared { common, parts, .. } = self.prepare().await?;
+        let Prepared { common, parts } = self.prepare().await?;
         let common = &common;
         let connecting = parts.iter().map(|part| self.connect(common, &part.cluster));
         let mut clients = futures::future::join_all(connecting).await;
@@ -506,7 +480,6 @@ impl Reconciler {
         }
         let (objects, selected) = select(objects, &workflow, self.selection.as_ref())?;
         let parts = split(objects, &workflow, &services, selected.as_ref());
-        let names = services.iter().map(|s| s.name.clone()).collect();
         Ok(Prepared {
             common: Common {
                 empty: parts.iter().all(|p| p.objects.is_empty()),
@@ -516,7 +489,6 @@ impl Reconciler {
                 services,
             },
             parts,
-            services: names,
         })
     }
 
@@ -715,8 +687,6 @@ pub struct ClusterPlan {
 struct Prepared {
     common: Common,
     parts: Vec<Part>,
-    /// The KubernetesServices' names.
-    services: Vec<String>,
 }
 
 /// What every cluster's plan shares.
