@@ -739,7 +739,7 @@ fn cluster_status(state: &ClusterState) -> ClusterStatus {
             false => "False",
         }
         .to_string(),
-        reason: state.reason.clone(),
+        reason: state.reason.to_string(),
         message: state.message.clone(),
     }
 }

@@ -65,8 +65,11 @@ pub struct ClusterState {
     pub name: String,
     pub ready: bool,
     /// `Applied`, or why not (as a Source's status reasons say it).
-    pub reason: String,
+    pub reason: &'static str,
     pub message: String,
+    /// Not ready, and retrying cannot help before something changes (its Cluster
+    /// resource, the models).
+    pub stalled: bool,
 }
 
 /// The tracked ref moved to a commit that does not descend from the one last applied:
@@ -208,19 +211,9 @@ pub enum PassError {
     #[error("{}", .failed.iter().map(|c| format!("cluster {}: {}", c.name, c.message)).collect::<Vec<_>>().join("; "))]
     Clusters {
         outcome: Box<PassOutcome>,
-        failed: Vec<ClusterFailure>,
+        /// The clusters not ready.
+        failed: Vec<ClusterState>,
     },
-}
-
-/// One cluster of several that a pass could not plan or apply.
-#[derive(Debug)]
-pub struct ClusterFailure {
-    pub name: String,
-    pub reason: &'static str,
-    pub message: String,
-    /// Retrying cannot help before something changes (its Cluster resource, the
-    /// models).
-    pub stalled: bool,
 }
 
 impl<S: StatusSink> SourceLoop<S> {
@@ -501,12 +494,12 @@ impl<S: StatusSink> SourceLoop<S> {
             }
             Err(error) if others.is_empty() => Err(error.into()),
             Err(error) => {
-                let name = own.cluster.display().to_string();
-                let own_state = cluster_state(&name, Err(&error));
-                let mut failed = self
-                    .apply_others(own_state, others, &self.apply.clone())
-                    .await;
-                failed.insert(0, cluster_failure(name, &error));
+                let own_state = cluster_state(own.cluster.display(), Err(&error));
+                let mut failed = vec![own_state.clone()];
+                failed.extend(
+                    self.apply_others(own_state, others, &self.apply.clone())
+                        .await,
+                );
                 Err(PassError::Clusters {
                     outcome: Box::new(PassOutcome::nothing(None)),
                     failed,
@@ -516,14 +509,14 @@ impl<S: StatusSink> SourceLoop<S> {
     }
 
     /// Applies the plans of the other clusters, all at once; records how each
-    /// cluster fared (`own` first), and returns those that failed. Nothing, for a
+    /// cluster fared (`own` first), and returns the others not ready. Nothing, for a
     /// source of one cluster.
     async fn apply_others(
         &mut self,
         own: ClusterState,
         others: Vec<ClusterPlan>,
         options: &ApplyOptions,
-    ) -> Vec<ClusterFailure> {
+    ) -> Vec<ClusterState> {
         if others.is_empty() {
             return Vec::new();
         }
@@ -534,27 +527,16 @@ impl<S: StatusSink> SourceLoop<S> {
         // The other clusters are not watched: each pass plans them again.
         self.settled = None;
         let mut states = vec![own];
-        let mut failed = Vec::new();
         for (plan, applied) in others.iter().zip(reports) {
-            let name = plan.cluster.display().to_string();
             let result = match (&plan.planned, &applied) {
                 (Err(error), _) | (_, Some(Err(error))) => Err(error),
                 (Ok(_), Some(Ok(report))) => Ok(report),
                 (Ok(_), None) => continue,
             };
-            states.push(cluster_state(&name, result));
-            match result {
-                Err(ReconcileError::Dormant(_)) => {}
-                Err(error) => failed.push(cluster_failure(name, error)),
-                Ok(report) if !report.succeeded() => failed.push(ClusterFailure {
-                    name,
-                    reason: objects_reason(report),
-                    message: objects_failed(report),
-                    stalled: false,
-                }),
-                Ok(_) => {}
-            }
+            states.push(cluster_state(plan.cluster.display(), result));
         }
+        // The own cluster's result is the pass's own; the others' are added to it.
+        let failed: Vec<ClusterState> = states[1..].iter().filter(|s| !s.ready).cloned().collect();
         for failure in &failed {
             tracing::warn!(cluster = %failure.name, reason = failure.reason, message = %failure.message, "a cluster of the source was not applied");
         }
@@ -853,7 +835,7 @@ fn pass_result<'r>(
 
 /// A pass's result: an error when another cluster failed, or when objects failed
 /// that a retry soon may bring.
-fn conclude(outcome: PassOutcome, failed: Vec<ClusterFailure>) -> Result<PassOutcome, PassError> {
+fn conclude(outcome: PassOutcome, failed: Vec<ClusterState>) -> Result<PassOutcome, PassError> {
     match (retries_soon(&outcome.report), failed.is_empty()) {
         (_, false) => Err(PassError::Clusters {
             outcome: Box::new(outcome),
@@ -878,19 +860,26 @@ fn own_and_others(
     (own, clusters)
 }
 
-/// How a cluster fared, as the status says it.
+/// How a cluster fared, as the status says it. A cluster where Kubernetes is off is
+/// ready: nothing is asked of it.
 fn cluster_state(name: &str, result: Result<&ApplyReport, &ReconcileError>) -> ClusterState {
-    let (ready, reason, message) = match result {
-        Ok(report) if report.succeeded() => (true, "Applied", String::new()),
-        Ok(report) => (false, objects_reason(report), objects_failed(report)),
-        Err(error @ ReconcileError::Dormant(_)) => (true, error.reason(), error.to_string()),
-        Err(error) => (false, error.reason(), tether_core::error_chain(error)),
+    let (ready, reason, message, stalled) = match result {
+        Ok(report) if report.succeeded() => (true, "Applied", String::new(), false),
+        Ok(report) => (false, objects_reason(report), objects_failed(report), false),
+        Err(error @ ReconcileError::Dormant(_)) => (true, error.reason(), error.to_string(), false),
+        Err(error) => (
+            false,
+            error.reason(),
+            tether_core::error_chain(error),
+            error.is_permanent(),
+        ),
     };
     ClusterState {
         name: name.to_string(),
         ready,
-        reason: reason.to_string(),
+        reason,
         message,
+        stalled,
     }
 }
 
@@ -903,15 +892,6 @@ fn objects_reason(report: &ApplyReport) -> &'static str {
     {
         true => "Forbidden",
         false => "ObjectsFailed",
-    }
-}
-
-fn cluster_failure(name: String, error: &ReconcileError) -> ClusterFailure {
-    ClusterFailure {
-        name,
-        reason: error.reason(),
-        message: tether_core::error_chain(error),
-        stalled: error.is_permanent(),
     }
 }
 
