@@ -135,6 +135,45 @@ async fn each_kubernetes_service_is_applied_to_its_own_cluster_with_its_own_inve
         .collect();
     assert_eq!(clusters, [("core", 1), ("edge", 0)]);
 
+    // A model moved to the other cluster (its trust domain changed): with --prune it
+    // is made on core and deleted from edge, whose namespace and other objects stay;
+    // moved back, the reverse.
+    let moved = two_clusters(&shop, &bill, "1", "2").replace(
+        &format!("name: settings\ntrust_domain: {shop}"),
+        &format!("name: settings\ntrust_domain: {bill}"),
+    );
+    repo.write("models.yaml", &moved);
+    let applied = tether(&kubeconfig, &inventory, &["apply", path, "--prune"]);
+    assert!(applied.status.success(), "{}", all_output(&applied));
+    assert!(live_config_map(&edge, &shop, "settings").await.is_none());
+    assert_eq!(
+        value_of(live_config_map(&core, &bill, "settings").await).as_deref(),
+        Some("1")
+    );
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(edge.clone());
+    assert!(
+        namespaces.get_opt(&shop).await.unwrap().is_some(),
+        "edge keeps {shop}"
+    );
+    let (edge_record, core_record) = (
+        recorded(&edge, &inventory).await,
+        recorded(&core, &inventory).await,
+    );
+    assert!(!edge_record.contains("settings"), "{edge_record}");
+    assert!(core_record.contains("settings"), "{core_record}");
+    repo.write("models.yaml", &two_clusters(&shop, &bill, "1", "2"));
+    let back = tether(&kubeconfig, &inventory, &["apply", path, "--prune"]);
+    assert!(back.status.success(), "{}", all_output(&back));
+    assert!(live_config_map(&core, &bill, "settings").await.is_none());
+    assert_eq!(
+        value_of(live_config_map(&edge, &shop, "settings").await).as_deref(),
+        Some("1")
+    );
+    assert_eq!(
+        value_of(live_config_map(&core, &bill, "ledger").await).as_deref(),
+        Some("2")
+    );
+
     // A KubernetesService mapped to a context the kubeconfig lacks: its part fails
     // with the remedy, the other is planned.
     let unmapped = tether(
