@@ -85,6 +85,20 @@ fn the_sops_crate_depends_on_no_client_runtime_or_git() {
     assert!(found.is_empty(), "tether-sops depends on {found:?}");
 }
 
+/// The web page's views and HTML are data in, text out: the daemon's HTTP server and
+/// its reads of the cluster stay in tether-daemon.
+#[test]
+fn the_web_views_depend_on_no_client_runtime_or_server() {
+    let dependencies = normal_dependencies("tether-web");
+    assert!(dependencies.contains("maud"), "cargo tree listed {dependencies:?}");
+    let found: Vec<&str> = FORBIDDEN_IN_CORE
+        .iter()
+        .copied()
+        .filter(|name| dependencies.contains(*name))
+        .collect();
+    assert!(found.is_empty(), "tether-web depends on {found:?}");
+}
+
 #[test]
 fn the_node_simulator_does_not_link_tether() {
     let dependencies = normal_dependencies("tether-nodesim");

@@ -26,6 +26,7 @@ mod metrics;
 pub mod refusal_log;
 pub mod runner;
 mod status;
+pub mod web;
 pub mod webhook;
 
 use std::collections::BTreeMap;
