@@ -174,7 +174,11 @@ fn install_check_tree_suspend_uninstall_and_kustomize_from_an_empty_cluster() {
         assert!(first_text.contains(object), "{first_text}");
     }
     let installed = cli.installed();
-    assert_eq!(installed.len(), 11, "{installed:#?}");
+    // The daemon's 11 objects and the 3 ready-made roles of people on the web page.
+    assert_eq!(installed.len(), 14, "{installed:#?}");
+    for role in ["tether-viewer", "tether-operator", "tether-host-admin"] {
+        assert!(installed.contains_key(&format!("ClusterRole/-/{role}")));
+    }
     assert!(installed.contains_key("PodDisruptionBudget/tether-system/tether"));
     let established = cli.kubectl_ok(&[
         "get",

@@ -61,6 +61,7 @@ pub fn manifests(options: &InstallOptions) -> Vec<Value> {
     let mut objects = vec![namespace(ns)];
     objects.extend(crds());
     objects.extend([service_account(ns), cluster_role()]);
+    objects.extend(people_roles());
     objects.extend([
         cluster_role_binding(ns),
         leader_role(ns),
@@ -177,8 +178,69 @@ fn cluster_role() -> Value {
             // ServiceAccount.
             { "apiGroups": [""], "resources": ["serviceaccounts", "groups"],
               "verbs": ["impersonate"] },
+            // The web page and API: who a request's bearer token is (TokenReview) and
+            // what they may do (SubjectAccessReview); Kubernetes decides, not tether.
+            { "apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"],
+              "verbs": ["create"] },
+            { "apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"],
+              "verbs": ["create"] },
         ],
     })
+}
+
+/// The ready-made roles of people on the web page and API, to bind per namespace with
+/// a RoleBinding (`kubectl create rolebinding alice-views --clusterrole tether-viewer
+/// --user alice -n team`): the daemon asks a SubjectAccessReview for each verb below in
+/// the Source's namespace. The custom verbs on `sources` are not Kubernetes' own: RBAC
+/// grants any verb, and only the daemon asks for them.
+pub const PEOPLE_ROLES: [&str; 3] = ["tether-viewer", "tether-operator", "tether-host-admin"];
+
+/// Seeing a Source's page and API: `get` (and `list`, `watch`) on `sources`.
+const VIEW_SOURCES: [&str; 3] = ["get", "list", "watch"];
+
+/// [`PEOPLE_ROLES`] with their rules:
+/// - `tether-viewer` sees the namespace's Sources (their objects, pods, drift, plans,
+///   events, hosts), and acts on nothing;
+/// - `tether-operator` also acts on the workloads: `scale` (a slice's replica count),
+///   `restart` (a slice's pods, by a commit), `rollback` (a slice to an earlier
+///   image), `reconcile` (a Source now) on `sources`; `delete` on `pods` (recreate a
+///   pod) and `create` on `pods/exec` (restart a pod's containers): cluster-only
+///   actions the API server would ask the same rights for;
+/// - `tether-host-admin` also acts on the hosts: `label` (assign and remove a host
+///   label) and `lock` (lock and unlock a host) on `sources`.
+fn people_roles() -> [Value; 3] {
+    let role = |name: &str, mut rules: Vec<Value>| {
+        rules.insert(
+            0,
+            json!({ "apiGroups": ["tether.dev"], "resources": ["sources"], "verbs": VIEW_SOURCES }),
+        );
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": { "name": name, "labels": labels() },
+            "rules": rules,
+        })
+    };
+    let [viewer, operator, host_admin] = PEOPLE_ROLES;
+    [
+        role(viewer, Vec::new()),
+        role(
+            operator,
+            vec![
+                json!({ "apiGroups": ["tether.dev"], "resources": ["sources"],
+                        "verbs": ["scale", "restart", "rollback", "reconcile"] }),
+                json!({ "apiGroups": [""], "resources": ["pods"], "verbs": ["delete"] }),
+                json!({ "apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create"] }),
+            ],
+        ),
+        role(
+            host_admin,
+            vec![
+                json!({ "apiGroups": ["tether.dev"], "resources": ["sources"],
+                         "verbs": ["label", "lock"] }),
+            ],
+        ),
+    ]
 }
 
 fn cluster_role_binding(ns: &str) -> Value {
@@ -404,8 +466,8 @@ mod tests {
 
     #[test]
     fn no_rule_grants_a_wildcard() {
-        let role = cluster_role();
-        for rule in role["rules"].as_array().unwrap() {
+        let roles = std::iter::once(cluster_role()).chain(people_roles());
+        for rule in roles.flat_map(|role| role["rules"].as_array().unwrap().clone()) {
             for field in ["apiGroups", "resources", "verbs"] {
                 for value in rule[field].as_array().unwrap() {
                     assert_ne!(value, "*", "{rule}");
