@@ -87,3 +87,8 @@ pub fn error_page(page: &Page, status: u16, message: &str) -> String {
         html! { h1 { (status) } p.error { (message) } },
     )
 }
+
+/// The `<main>` of a Source's page alone: what the script swaps in on a live update.
+pub fn source_main(page: &Page, detail: &SourceDetail) -> String {
+    source_page(page, detail)
+}
