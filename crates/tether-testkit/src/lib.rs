@@ -1,5 +1,7 @@
 //! What tether's tests and benchmarks share (a dev-dependency only):
 //!
+//! - [`browser`] (feature `browser`): headless Chromium over WebDriver, for the web
+//!   page;
 //! - [`snapshot`]: a snapshot file per test ([`snapshot::check`]) and directories of
 //!   data-driven cases ([`snapshot::Cases`]), rewritten with `TETHER_BLESS=1`;
 //! - [`git`] and [`remote`]: the `git` CLI as the tests' second Git client, a remote
@@ -19,6 +21,8 @@
 #![warn(clippy::too_many_lines)]
 
 pub mod broker;
+#[cfg(feature = "browser")]
+pub mod browser;
 #[cfg(feature = "cluster")]
 pub mod cluster;
 pub mod git;
