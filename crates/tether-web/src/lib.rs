@@ -7,7 +7,9 @@
 //! report's raw HTML is shown as text).
 
 pub mod assets;
+pub mod graph;
 pub mod html;
+pub mod markdown;
 pub mod paths;
 pub mod view;
 
