@@ -2,6 +2,8 @@
 //! per model, an arrow from what a model waits for to the model. Laid out from the
 //! graph alone (no clock, no randomness), so the same graph gives the same bytes.
 //! maud escapes every name; the stylesheet colours it (classes, no inline style).
+//! Every element is closed: inside HTML, an SVG element left open would swallow
+//! the ones after it.
 
 use std::collections::BTreeMap;
 
@@ -51,7 +53,7 @@ pub fn svg(graph: &Graph) -> String {
             role="img" aria-label="Dependency graph: waves left to right" {
             defs {
                 marker id="arrow" viewBox="0 0 8 8" refX="8" refY="4" markerWidth="8" markerHeight="8" orient="auto" {
-                    path d="M0,0 L8,4 L0,8 z";
+                    path d="M0,0 L8,4 L0,8 z" {}
                 }
             }
             @for (index, x) in columns.iter().enumerate() {
@@ -132,14 +134,14 @@ fn edge(from: Place, to: Place) -> Markup {
         x1 + bend,
         x2.saturating_sub(bend)
     );
-    html! { path.edge d=(path) marker-end="url(#arrow)"; }
+    html! { path.edge d=(path) marker-end="url(#arrow)" {} }
 }
 
 fn model_box(model: &str, place: Place) -> Markup {
     html! {
         g.model data-model=(model) {
             title { (model) }
-            rect x=(place.x) y=(place.y) width=(place.width) height=(BOX_HEIGHT) rx="4";
+            rect x=(place.x) y=(place.y) width=(place.width) height=(BOX_HEIGHT) rx="4" {}
             text x=(place.x + BOX_PADDING) y=(place.y + 16) { (label(model)) }
         }
     }
@@ -192,6 +194,15 @@ mod tests {
             );
         }
         assert!(svg.contains("data-model=\"Slice/web\""), "{svg}");
+        for element in ["rect", "path", "text", "g", "title"] {
+            let opened = svg.matches(&format!("<{element} ")).count()
+                + svg.matches(&format!("<{element}>")).count();
+            assert_eq!(
+                opened,
+                svg.matches(&format!("</{element}>")).count(),
+                "every <{element}> closed: {svg}"
+            );
+        }
     }
 
     #[test]
