@@ -74,15 +74,32 @@ fn csrf_field(csrf: &str) -> Markup {
     html! { input type="hidden" name="csrf" value=(csrf); }
 }
 
-/// An action's form (`form.act-CLASS`, posted to `action`), or nothing when the
-/// viewer may not act.
-fn action_form(page: &Page, class: &str, action: &str, fields: Markup) -> Markup {
+/// An action's form on the Source's page (`form.act.act-NAME`, posted to the
+/// action's path), or nothing when the viewer may not act.
+fn action_form(page: &Page, source: &SourceSummary, action: &Action, fields: Markup) -> Markup {
     html! {
         @if let Some(csrf) = page.csrf {
-            form class=(format!("act act-{class}")) method="post" action=(action) {
+            form class=(format!("act act-{}", action_name(action))) method="post"
+                action=(action.path(&source.namespace, &source.name)) {
                 (csrf_field(csrf)) (fields)
             }
         }
+    }
+}
+
+/// The name of an action's form class (`act-scale`, `act-remove-label`, …).
+fn action_name(action: &Action) -> &'static str {
+    match action {
+        Action::Scale { .. } => "scale",
+        Action::Restart { .. } => "restart",
+        Action::Rollback { .. } => "rollback",
+        Action::Reconcile => "reconcile",
+        Action::RecreatePod { .. } => "recreate",
+        Action::RestartContainers { .. } => "restart-containers",
+        Action::AssignLabel { .. } => "assign-label",
+        Action::RemoveLabel { .. } => "remove-label",
+        Action::Lock { .. } => "lock",
+        Action::Unlock { .. } => "unlock",
     }
 }
 
@@ -96,7 +113,7 @@ pub fn sources_page(page: &Page, sources: &[SourceSummary]) -> String {
             h1 { "Sources" }
             p #summary { (overview(sources)) }
             table #sources {
-                thead { tr { th { "State" } th { "Source" } th { "Commit" } th { "Status" } th { "Last pass" } th { "Objects" } } }
+                thead { (head_row(&["State", "Source", "Commit", "Status", "Last pass", "Objects"])) }
                 tbody { (PreEscaped(source_rows(sources))) }
             }
             @if sources.is_empty() { p.empty { "No Sources you may see." } }
@@ -291,9 +308,9 @@ pub fn source_main(page: &Page, detail: &SourceDetail) -> String {
 }
 
 fn summary_block(page: &Page, source: &SourceSummary) -> Markup {
-    let reconcile = Action::Reconcile.path(&source.namespace, &source.name);
+    let key = format!("{}/{}", source.namespace, source.name);
     html! {
-        div #summary class=(state_class(source.state)) data-source=(format!("{}/{}", source.namespace, source.name)) {
+        div #summary class=(state_class(source.state)) data-source=(key) {
             p {
                 span.state { (source.state.name()) } " "
                 span.reason { (source.reason) } " "
@@ -314,17 +331,25 @@ fn summary_block(page: &Page, source: &SourceSummary) -> Markup {
             }
             @if !source.clusters.is_empty() {
                 table.clusters {
-                    thead { tr { th { "Cluster" } th { "Ready" } th { "Reason" } th { "Message" } } }
+                    thead { (head_row(&["Cluster", "Ready", "Reason", "Message"])) }
                     tbody {
                         @for cluster in &source.clusters {
-                            tr { td { (cluster.name) } td { (yes_no(cluster.ready)) } td { (cluster.reason) } td { (cluster.message) } }
+                            tr {
+                                td { (cluster.name) } td { (yes_no(cluster.ready)) }
+                                td { (cluster.reason) } td { (cluster.message) }
+                            }
                         }
                     }
                 }
             }
-            (action_form(page, "reconcile", &reconcile, html! { button { "Reconcile now" } }))
+            (action_form(page, source, &Action::Reconcile, html! { button { "Reconcile now" } }))
         }
     }
+}
+
+/// A table's header row.
+fn head_row(columns: &[&str]) -> Markup {
+    html! { tr { @for column in columns { th { (column) } } } }
 }
 
 fn yes_no(value: bool) -> &'static str {
@@ -337,7 +362,9 @@ fn model_node(page: &Page, source: &SourceSummary, model: &ModelNode) -> Markup 
             div.model-head {
                 span.model-name { (model.model) }
                 @if let Some(wave) = model.wave { " " span.wave { "wave " (wave + 1) } }
-                @if let Some(slice) = model.model.strip_prefix("Slice/") { (slice_forms(page, source, slice)) }
+                @if let Some(slice) = model.model.strip_prefix("Slice/") {
+                    (slice_forms(page, source, slice))
+                }
             }
             ul.objects {
                 @for object in &model.objects { (object_item(page, source, object)) }
@@ -347,15 +374,15 @@ fn model_node(page: &Page, source: &SourceSummary, model: &ModelNode) -> Markup 
 }
 
 fn slice_forms(page: &Page, source: &SourceSummary, slice: &str) -> Markup {
-    let (namespace, name) = (source.namespace.as_str(), source.name.as_str());
     html! {
         span.actions {
-            (action_form(page, "scale", &Action::Scale { slice }.path(namespace, name), html! {
-                input type="text" name="replicas" required pattern="[+-]?[0-9]+" size="4" placeholder="3, +1, -1" aria-label="replicas";
+            (action_form(page, source, &Action::Scale { slice }, html! {
+                input type="text" name="replicas" required pattern="[+-]?[0-9]+" size="4"
+                    placeholder="3, +1, -1" aria-label="replicas";
                 button { "Scale" }
             }))
-            (action_form(page, "restart", &Action::Restart { slice }.path(namespace, name), html! { button { "Restart" } }))
-            (action_form(page, "rollback", &Action::Rollback { slice }.path(namespace, name), html! {
+            (action_form(page, source, &Action::Restart { slice }, html! { button { "Restart" } }))
+            (action_form(page, source, &Action::Rollback { slice }, html! {
                 input type="text" name="to" size="12" placeholder="commit (optional)" aria-label="roll back to commit";
                 button { "Roll back" }
             }))
@@ -400,22 +427,32 @@ fn object_item(page: &Page, source: &SourceSummary, object: &ObjectRow) -> Marku
 /// A pod: name, phase, readiness, restarts, node, and its recreate and
 /// restart-containers forms.
 fn pod_line(page: &Page, source: &SourceSummary, pod: &PodRow) -> Markup {
-    let (namespace, name) = (source.namespace.as_str(), source.name.as_str());
-    let target = (pod.namespace.as_str(), pod.name.as_str());
+    let (namespace, pod_name) = (pod.namespace.as_str(), pod.name.as_str());
+    let recreate = Action::RecreatePod {
+        namespace,
+        pod: pod_name,
+    };
+    let restart = Action::RestartContainers {
+        namespace,
+        pod: pod_name,
+    };
+    let (ready_class, ready_word) = if pod.ready {
+        ("ready yes", "ready")
+    } else {
+        ("ready no", "not ready")
+    };
     html! {
         span.pod data-pod=(format!("{}/{}", pod.namespace, pod.name)) {
             span.pod-name { (pod.namespace) "/" (pod.name) } " "
             span.phase { (pod.phase) } " "
-            span class=(if pod.ready { "ready yes" } else { "ready no" }) { (if pod.ready { "ready" } else { "not ready" }) }
+            span class=(ready_class) { (ready_word) }
             @if pod.restarts > 0 { " " span.restarts { (pod.restarts) " restarts" } }
             @if let Some(node) = &pod.node { " on " span.node { (node) } }
         }
-        (action_form(page, "recreate", &Action::RecreatePod { namespace: target.0, pod: target.1 }.path(namespace, name), html! {
-            button data-confirm=(format!("Recreate pod {}/{}?", pod.namespace, pod.name)) { "Recreate" }
+        (action_form(page, source, &recreate, html! {
+            button data-confirm=(format!("Recreate pod {namespace}/{pod_name}?")) { "Recreate" }
         }))
-        (action_form(page, "restart-containers", &Action::RestartContainers { namespace: target.0, pod: target.1 }.path(namespace, name), html! {
-            button { "Restart containers" }
-        }))
+        (action_form(page, source, &restart, html! { button { "Restart containers" } }))
     }
 }
 
@@ -426,7 +463,7 @@ fn events_section(events: &[EventRow]) -> Markup {
             @if events.is_empty() { p.empty { "No events." } }
             @else {
                 table.events {
-                    thead { tr { th { "Time" } th { "Type" } th { "Reason" } th { "Object" } th { "Message" } th { "Count" } } }
+                    thead { (head_row(&["Time", "Type", "Reason", "Object", "Message", "Count"])) }
                     tbody {
                         @for event in events {
                             tr.warning[event.type_ == "Warning"] {
@@ -448,7 +485,7 @@ fn discovered_section(pods: &[DiscoveredPod]) -> Markup {
             @if pods.is_empty() { p.empty { "None recorded." } }
             @else {
                 table.discovered {
-                    thead { tr { th { "Pod" } th { "File" } th { "Commit" } } }
+                    thead { (head_row(&["Pod", "File", "Commit"])) }
                     tbody {
                         @for pod in pods {
                             tr {
@@ -480,7 +517,6 @@ fn hosts_section(page: &Page, source: &SourceSummary, hosts: &[HostRow]) -> Mark
 }
 
 fn host_block(page: &Page, source: &SourceSummary, host: &HostRow) -> Markup {
-    let (namespace, name) = (source.namespace.as_str(), source.name.as_str());
     let host_name = host.name.as_str();
     let ready = match host.ready {
         Some(true) => ("ready yes", "ready"),
@@ -499,21 +535,21 @@ fn host_block(page: &Page, source: &SourceSummary, host: &HostRow) -> Markup {
                 @for (key, value) in &host.labels {
                     li.label data-key=(key) {
                         code { (key) "=" (value) }
-                        (action_form(page, "remove-label", &Action::RemoveLabel { host: host_name, key }.path(namespace, name), html! {
+                        (action_form(page, source, &Action::RemoveLabel { host: host_name, key }, html! {
                             button aria-label=(format!("remove label {key}")) { "×" }
                         }))
                     }
                 }
             }
-            (action_form(page, "assign-label", &Action::AssignLabel { host: host_name }.path(namespace, name), html! {
+            (action_form(page, source, &Action::AssignLabel { host: host_name }, html! {
                 input type="text" name="key" required placeholder="key" aria-label="label key";
                 input type="text" name="value" placeholder="value" aria-label="label value";
                 button { "Assign label" }
             }))
             @if host.locked {
-                (action_form(page, "unlock", &Action::Unlock { host: host_name }.path(namespace, name), html! { button { "Unlock" } }))
+                (action_form(page, source, &Action::Unlock { host: host_name }, html! { button { "Unlock" } }))
             } @else {
-                (action_form(page, "lock", &Action::Lock { host: host_name }.path(namespace, name), html! { button { "Lock" } }))
+                (action_form(page, source, &Action::Lock { host: host_name }, html! { button { "Lock" } }))
             }
             @if !host.pods.is_empty() {
                 ul.pods { @for pod in &host.pods { li { (pod_line(page, source, pod)) } } }
