@@ -284,7 +284,8 @@
       loading = true;
       fetch(location.pathname + "?fragment=main", { headers: { Accept: "text/html" } })
         .then(function (response) {
-          if (!response.ok) throw new Error(response.status);
+          // A redirect (to the login form) is not the fragment: the session ended.
+          if (!response.ok || response.redirected) throw new Error(response.status);
           return response.text();
         })
         .then(function (fragment) {

@@ -4,13 +4,21 @@
 //! (the daemon's Content-Security-Policy allows neither).
 //!
 //! What the script and the browser tests rely on:
+//! - every page: `body.sources-page` / `.source-page` / `.login-page` / `.error-page`;
+//!   the script adds `#live[data-state="up"|"down"]` to the header;
 //! - the Sources page: `table#sources`, a `tr[data-source="NS/NAME"]` per Source with
-//!   class `st-STATE`, its cells in order: state, name (a link), commit (`.wanted`,
-//!   `.applied`), status (`.reason`, `.message`, `.blocked`, `.clusters`), last
-//!   pass, counts; `#summary`;
+//!   class `st-STATE`, its cells in order: state (its name), name (a link), commit
+//!   (`a.wanted` when linked, `.applied` when it differs), status (`.reason`,
+//!   `.message`, `.blocked`, `.clusters`; a Ready row has no reason), last pass,
+//!   counts (`.drifted`, `.failed`, `.conflicts`); `p#summary`;
 //! - a Source's page: `<main>` holds [`source_main`] (what `?fragment=main` serves);
-//!   `#summary` (`.state`, `.blocked`), sections `#objects`, `#plan`, `#graph`,
-//!   `#events`, `#discovered`, `#hosts`; every action a `form.act-ACTION`.
+//!   `div#summary[data-source]` (`.state`, `.reason`, `.message`, `p.blocked`), sections
+//!   `#objects` (`li.model[data-model]`, `li.object[data-object="KIND/NS/NAME"]` with
+//!   `.ready.yes|.no|.unknown`, `p.drift` with `.manager` and `.corrected`,
+//!   `p.conflict`, `p.error`, `span.pod[data-pod]`), `#plan` (`.report`), `#graph`
+//!   (`svg.graph`, a `g.model[data-model]` per model), `#events`, `#discovered`,
+//!   `#hosts` (`div.host[data-host]`, `li.label[data-key]`, `.locked`); every action
+//!   a `form.act.act-NAME` (see `action_name`) with a `button`.
 
 use std::fmt::Write;
 
