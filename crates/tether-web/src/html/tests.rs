@@ -303,6 +303,17 @@ fn escaped(text: &str) -> String {
 /// string is on it, as text.
 fn assert_every_hostile_string_is_text(html: &str) {
     assert_only_own_markup(html);
+    // Spelled out: no injected element. (`onerror=alert(1)` itself is on the page, as
+    // the text between `&lt;img` and `&gt;`; the scan above finds no `on…` attribute.)
+    for injected in [
+        "<script>alert",
+        "<img",
+        "<svg onload",
+        "<b>",
+        "href=\"javascript:",
+    ] {
+        assert!(!html.contains(injected), "{injected} in the page");
+    }
     assert_eq!(
         html.matches("<script").count(),
         1,
