@@ -180,6 +180,7 @@ async fn run(
             discovery: (pods > 0).then(DiscoverySpec::default),
             service_account_name: None,
             confine: None,
+            propose_actions: false,
         },
     );
     source.metadata.namespace = Some(SOURCE_NAMESPACE.into());

@@ -180,6 +180,7 @@ async fn create_sources(client: &Client, repos: &Repos, defs: &[SourceDef], inte
                 discovery: None,
                 service_account_name: None,
                 confine: None,
+                propose_actions: false,
             },
         );
         source.metadata.namespace = Some(NS.into());

@@ -90,7 +90,10 @@ fn the_sops_crate_depends_on_no_client_runtime_or_git() {
 #[test]
 fn the_web_views_depend_on_no_client_runtime_or_server() {
     let dependencies = normal_dependencies("tether-web");
-    assert!(dependencies.contains("maud"), "cargo tree listed {dependencies:?}");
+    assert!(
+        dependencies.contains("maud"),
+        "cargo tree listed {dependencies:?}"
+    );
     let found: Vec<&str> = FORBIDDEN_IN_CORE
         .iter()
         .copied()

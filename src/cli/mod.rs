@@ -123,6 +123,11 @@ enum Command {
         after_help = "Examples:\n  tether run examples/models\n  tether run --prune --interval 5m --repo https://git.example.org/ops/models.git --ref main\n  tether run --sources --leader-elect --listen 0.0.0.0:8080 --webhook-secret-file /etc/tether/webhook/secret"
     )]
     Run(RunArgs),
+    /// The web page of one source from flags, on this machine: `tether run` on
+    /// loopback (it applies, as your kubeconfig's identity, like `tether run`), with
+    /// the page at http://127.0.0.1:8080/ (--listen to change). Like `kubectl proxy`:
+    /// no login, your own rights; actions commit to the models' repository.
+    Ui(RunArgs),
     /// Ask the daemon for a pass of a Source now, and wait until it is handled.
     ///
     /// Sets the Source's `tether.dev/reconcile-requested-at` annotation; the daemon
@@ -486,6 +491,18 @@ pub struct RunArgs {
     /// /hook/gitlab, /hook/generic) on this address, e.g. 0.0.0.0:8080.
     #[arg(long, env = "TETHER_LISTEN")]
     pub listen: Option<std::net::SocketAddr>,
+    /// Do not serve the web page and its API (/, /api/v1/…) on --listen. They are
+    /// served by default: each request needs a bearer token Kubernetes accepts
+    /// (TokenReview), and sees and does only what its RBAC allows.
+    #[arg(long, env = "TETHER_NO_WEB")]
+    pub no_web: bool,
+    /// Let requests without a token view the page and the API (never act).
+    #[arg(
+        long,
+        env = "TETHER_WEB_ANONYMOUS_READ_ONLY",
+        conflicts_with = "no_web"
+    )]
+    pub web_anonymous_read_only: bool,
     /// A file holding the webhook secret (at least 16 bytes); without a secret the
     /// webhooks are off. TETHER_WEBHOOK_SECRET may hold it instead.
     #[arg(long, env = "TETHER_WEBHOOK_SECRET_FILE")]
@@ -684,6 +701,7 @@ pub async fn run(args: Args) -> miette::Result<ExitCode> {
         Command::Diff(args) => reconcile::diff(global, &args).await,
         Command::Apply(args) => reconcile::apply(global, &args).await,
         Command::Run(args) => run::run(global, &args).await,
+        Command::Ui(args) => run::ui(global, &args).await,
         Command::Reconcile(args) => run::reconcile(&args).await,
         Command::Crd => run::crd(),
         Command::Install(args) => install::install(&args).await,

@@ -16,9 +16,13 @@ use tether_daemon::crd::{DriftPolicy, Source};
 use tether_daemon::identity::Identities;
 use tether_daemon::leader::Election;
 use tether_daemon::runner::{NoStatus, Origin, PassError, PassOutcome, SourceLoop};
+use tether_daemon::web::Web;
+use tether_daemon::web::auth::Access;
+use tether_daemon::web::views::{Shown, SourceName, Writeback};
 use tether_daemon::webhook::judge_secret;
 use tether_daemon::{Shared, http};
 use tether_engine::cluster::connect;
+use tether_engine::discovery::Destination;
 use tether_engine::driver::{Poll, shutdown_on_signal};
 use tether_engine::reconcile::{ApplyOptions, PlanOptions, ReconcileError};
 use tokio_util::sync::CancellationToken;
@@ -28,9 +32,61 @@ use super::reconcile::{reconciler, report_text};
 use super::{GlobalArgs, ReconcileSourceArgs, RunArgs, report};
 
 pub async fn run(global: &GlobalArgs, args: &RunArgs) -> miette::Result<ExitCode> {
+    let access = match (args.listen, args.no_web) {
+        (Some(_), false) => match connect(&args.cluster.target()).await {
+            Ok(client) => Some(Access::Kubernetes {
+                client,
+                anonymous_read_only: args.web_anonymous_read_only,
+            }),
+            Err(error) => {
+                tracing::warn!(error = %tether_core::error_chain(&error), "the web page is off: no client to check its requests' tokens with");
+                None
+            }
+        },
+        _ => None,
+    };
+    serve_and_run(global, args, args.listen, access).await
+}
+
+/// `tether ui`: one source from flags with its page, on loopback, as the user.
+pub async fn ui(global: &GlobalArgs, args: &RunArgs) -> miette::Result<ExitCode> {
+    if args.sources {
+        return Err(miette!(
+            help = "the daemon (tether run --sources) serves its Sources' page itself",
+            "tether ui shows one source from flags"
+        ));
+    }
+    let listen = args
+        .listen
+        .unwrap_or(std::net::SocketAddr::from(([127, 0, 0, 1], 8080)));
+    if !listen.ip().is_loopback() {
+        return Err(miette!(
+            help = "listen on 127.0.0.1 (or ::1); serve others through the daemon, which checks their tokens",
+            "tether ui acts as your kubeconfig's identity without asking who is on the page: it serves only this machine, not {listen}"
+        ));
+    }
+    let client = connect(&args.cluster.target())
+        .await
+        .map_err(report::error)?;
+    let access = Access::Local { client };
+    eprintln!("tether ui: http://{listen}/");
+    serve_and_run(global, args, Some(listen), Some(access)).await
+}
+
+/// The HTTP endpoints (and the page, with `access`) on `listen`, beside the source
+/// loops.
+async fn serve_and_run(
+    global: &GlobalArgs,
+    args: &RunArgs,
+    listen: Option<std::net::SocketAddr>,
+    access: Option<Access>,
+) -> miette::Result<ExitCode> {
     let shared = Arc::new(Shared::new(webhook_secret(args)?));
+    if let Some(access) = access {
+        shared.serve_web(Web::new(access));
+    }
     let shutdown = shutdown_on_signal();
-    let server = match args.listen {
+    let server = match listen {
         Some(address) => {
             let listener = tokio::net::TcpListener::bind(address)
                 .await
@@ -121,7 +177,19 @@ async fn run_one(
         shared.clone(),
         NoStatus,
     )
-    .with_drift_policy(drift);
+    .with_drift_policy(drift)
+    .shown_as(Shown {
+        name: SourceName {
+            namespace: args.inventory.inventory_namespace.clone(),
+            name: args.inventory.inventory_name.clone(),
+        },
+        writeback: actions_writeback(args),
+        path: args
+            .source
+            .repo
+            .is_some()
+            .then(|| args.source.path.display().to_string()),
+    });
     if args.source.repo.is_none() && args.source.path.is_dir() {
         work = work.watch_directory(&args.source.path).into_diagnostic()?;
     }
@@ -155,6 +223,29 @@ async fn run_one(
         .instrument(span)
         .await;
     Ok(())
+}
+
+/// Where the page's day-2 actions commit for a source from flags: the checkout around
+/// its directory, or tether's own clone of its repository; none for an artifact.
+fn actions_writeback(args: &RunArgs) -> Option<Writeback> {
+    let source = &args.source;
+    let destination = match &source.repo {
+        Some(url) if tether_engine::oci::Reference::is_oci(url) => return None,
+        Some(url) => Destination::Remote {
+            url: url.clone(),
+            path: source.path.clone(),
+            cache: source.git.cache_dir().join("actions"),
+            credentials: source.git.credentials(),
+        },
+        None => Destination::Checkout {
+            path: source.path.clone(),
+        },
+    };
+    Some(Writeback {
+        destination,
+        branch: source.reference.clone(),
+        propose: false,
+    })
 }
 
 /// The Sources of the cluster, led by the Lease's holder when electing.

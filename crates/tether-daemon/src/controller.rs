@@ -38,10 +38,13 @@ use super::runner::{
     event_reporter,
 };
 use super::status::{PassResult, next_status, refusal_event, worth_writing};
+use super::web::views::{Shown, SourceName, Writeback};
 use super::webhook::Push;
 use tether_engine::cluster::Target;
+use tether_engine::discovery::Destination;
 use tether_engine::driver::{Backoff, Retries};
 use tether_engine::git::{Credentials, is_full_commit_id};
+use tether_engine::oci::Reference;
 use tether_engine::reconcile::Reconciler;
 
 /// Runs the loops of the Sources in `namespace` (all namespaces: `None`).
@@ -401,6 +404,7 @@ async fn run_source(
         )
     });
     let cache = daemon.directories.cache.clone();
+    let shown = shown_on_page(&source, &daemon.directories, &credentials);
     let settings = match source.spec.settings(&namespace, &name, cache, credentials) {
         Ok(settings) => settings,
         Err(error) => {
@@ -437,7 +441,8 @@ async fn run_source(
     .with_last_applied(applied_before(&source))
     .with_recorded_rewrite(rewrite_recorded(&source))
     .with_pass_stop(stops.pass)
-    .with_events_by(client.clone());
+    .with_events_by(client.clone())
+    .shown_as(shown);
     if let Some(decryption) = &source.spec.decryption {
         let secret = DecryptionSecret::new(client.clone(), &namespace, &decryption.secret_ref.name);
         work = work.with_decryption(secret);
@@ -628,6 +633,31 @@ fn discovery_target(
             .join("outbox")
             .join(format!("{namespace}-{name}")),
         cluster,
+    }
+}
+
+/// How `source` is shown on the web page, and where its day-2 actions commit: its
+/// branch (or a new one per action, with `proposeActions`), through a clone of its
+/// own beside the Git cache; nowhere for an OCI artifact.
+fn shown_on_page(source: &Source, directories: &Directories, credentials: &Credentials) -> Shown {
+    let spec = &source.spec;
+    let writeback = (!Reference::is_oci(&spec.url)).then(|| Writeback {
+        destination: Destination::Remote {
+            url: spec.url.clone(),
+            path: PathBuf::from(spec.path.as_deref().unwrap_or(".")),
+            cache: directories.cache.join("actions"),
+            credentials: credentials.clone(),
+        },
+        branch: spec.reference.clone().filter(|r| !is_full_commit_id(r)),
+        propose: spec.propose_actions,
+    });
+    Shown {
+        name: SourceName {
+            namespace: source.namespace().unwrap_or_default(),
+            name: source.name_any(),
+        },
+        writeback,
+        path: spec.path.clone(),
     }
 }
 

@@ -109,6 +109,11 @@ pub struct SourceSpec {
     /// An object outside is an error at its model, and nothing is applied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confine: Option<SourceConfine>,
+    /// Day-2 actions from the web page and API (scale, restart, roll back, host labels
+    /// and locks) are committed to a new branch each, for a pull request, instead of
+    /// the ref's branch.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub propose_actions: bool,
 }
 
 /// A Source's confinement (`spec.confine`); a list absent is unrestricted.

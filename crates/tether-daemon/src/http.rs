@@ -2,6 +2,7 @@
 //! caches synced), `/healthz` (fails when a source loop finished no pass for three
 //! intervals: a wedged loop, not only a dead process), and `/hook/{provider}`, the
 //! webhook receiver (authenticated before anything else; see [`super::webhook`]).
+//! With [`super::web`], the web page and its API too.
 //! Refused webhooks are logged through [`super::refusal_log`]: the first of a kind at
 //! once, then a summary line a window.
 
@@ -37,6 +38,10 @@ pub async fn serve(
         .route("/hook/{provider}", post(hook))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(Arc::clone(&shared));
+    let app = match shared.web() {
+        Some(web) => app.merge(super::web::routes(Arc::clone(&shared), web)),
+        None => app,
+    };
     // Stopped when serving stops, for whatever reason, and then says what it counted.
     let stop_summaries = shutdown.child_token();
     let summaries = tokio::spawn(say_refusal_summaries(shared, stop_summaries.clone()));

@@ -43,6 +43,8 @@ use self::runner::Trigger;
 /// What the loops of one process share with its HTTP endpoints.
 pub struct Shared {
     pub metrics: Metrics,
+    /// What the web page shows of the source loops.
+    pub views: web::views::Views,
     /// The secret webhooks must prove they know; without one they are refused.
     pub webhook_secret: Option<Vec<u8>>,
     ready: AtomicBool,
@@ -52,6 +54,8 @@ pub struct Shared {
     forward: Mutex<Option<controller::Forwarder>>,
     /// Refused webhooks, counted for the log's summary lines (see [`refusal_log`]).
     refused_webhooks: Mutex<RefusalLog>,
+    /// The web page and API, when served.
+    web: std::sync::OnceLock<std::sync::Arc<web::Web>>,
 }
 
 /// A source loop of this process, as webhooks and health checks see it.
@@ -67,12 +71,23 @@ impl Shared {
     pub fn new(webhook_secret: Option<Vec<u8>>) -> Self {
         Shared {
             metrics: Metrics::default(),
+            views: web::views::Views::default(),
             webhook_secret,
             ready: AtomicBool::new(false),
             sources: Mutex::new(BTreeMap::new()),
             forward: Mutex::new(None),
             refused_webhooks: Mutex::new(RefusalLog::default()),
+            web: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Serves the web page and API beside the other endpoints (set before serving).
+    pub fn serve_web(&self, web: web::Web) {
+        let _ = self.web.set(std::sync::Arc::new(web));
+    }
+
+    pub fn web(&self) -> Option<std::sync::Arc<web::Web>> {
+        self.web.get().cloned()
     }
 
     /// The log of refused webhooks. A panic while it was held leaves counts at worst

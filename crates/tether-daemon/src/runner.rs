@@ -17,10 +17,12 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::Shared;
+use super::controller::{self, now};
 use super::crd::{DriftPolicy, RewritePolicy};
 use super::drift::{CorrectionBackoff, Drift, reporter};
 use super::keys::{DecryptionKeysError, DecryptionSecret};
 use super::status::{PassResult, objects_failed};
+use super::web::views::{Handle, LastPlan, Shown, SourceName, Views};
 use tether_core::k8s::ObjectKey;
 use tether_core::plan::{Action, Change};
 use tether_core::source::is_model_path;
@@ -157,6 +159,8 @@ pub struct SourceLoop<S = NoStatus> {
     decryption: Option<DecryptionSecret>,
     /// The KubernetesService whose cluster `cache` watches.
     cache_cluster: Option<String>,
+    /// How the web page shows the source and acts for it (none: not shown).
+    shown: Option<Shown>,
 }
 
 /// What one pass did.
@@ -255,6 +259,7 @@ impl<S: StatusSink> SourceLoop<S> {
             first_pass: tokio::sync::watch::Sender::new(false),
             decryption: None,
             cache_cluster: None,
+            shown: None,
         }
     }
 
@@ -289,6 +294,12 @@ impl<S: StatusSink> SourceLoop<S> {
     /// status), so that it is not recorded again.
     pub fn with_recorded_rewrite(mut self, rewrite: Option<Rewrite>) -> Self {
         self.recorded_rewrite = rewrite;
+        self
+    }
+
+    /// Shows the source on the web page.
+    pub fn shown_as(mut self, shown: Shown) -> Self {
+        self.shown = Some(shown);
         self
     }
 
@@ -327,6 +338,16 @@ impl<S: StatusSink> SourceLoop<S> {
     ) {
         let shared = self.shared.clone();
         let id = self.id.clone();
+        if let Some(shown) = &self.shown {
+            let handle = Handle {
+                trigger: self.trigger(),
+                writeback: shown.writeback.clone(),
+                url: origin.url.clone(),
+                reference: origin.reference.clone(),
+                path: shown.path.clone(),
+            };
+            shared.views.register(&shown.name, handle);
+        }
         shared.register(
             &id,
             origin.url,
@@ -342,6 +363,9 @@ impl<S: StatusSink> SourceLoop<S> {
         };
         drive(&mut self, &schedule, shutdown, observe).await;
         shared.unregister(&id);
+        if let Some(shown) = &self.shown {
+            shared.views.unregister(&shown.name);
+        }
     }
 
     /// Says when the first pass has finished: work that can wait (discovery's first
@@ -413,6 +437,7 @@ impl<S: StatusSink> SourceLoop<S> {
             changes = None;
         }
         let revision = planned.plan.revision.as_ref().map(|r| r.to_string());
+        self.show_plan(&planned);
         if reports_drift_only(
             self.drift_policy,
             commit.as_deref(),
@@ -540,6 +565,7 @@ impl<S: StatusSink> SourceLoop<S> {
         for failure in &failed {
             tracing::warn!(cluster = %failure.name, reason = failure.reason, message = %failure.message, "a cluster of the source was not applied");
         }
+        self.show(|views, name| views.clusters(name, &states));
         self.status.record_clusters(states);
         failed
     }
@@ -555,9 +581,9 @@ impl<S: StatusSink> SourceLoop<S> {
             )
         }) {
             let revision = self.status.revision_name(commit);
-            self.status
-                .record(&PassResult::Progressing { revision }, None)
-                .await;
+            let progressing = PassResult::Progressing { revision };
+            self.show(|views, name| views.record(name, &progressing, &now(), None));
+            self.status.record(&progressing, None).await;
         }
         self.last_attempted = commit.map(str::to_string);
         for change in planned
@@ -707,6 +733,8 @@ impl<S: StatusSink> SourceLoop<S> {
         self.shared
             .metrics
             .drift(&self.id, "corrected", corrected.len() as u64);
+        let keys: Vec<ObjectKey> = corrected.iter().map(|(key, _)| key.clone()).collect();
+        self.show(|views, name| views.corrected(name, &keys, &controller::now()));
         corrected
     }
 
@@ -762,10 +790,36 @@ impl<S: StatusSink> SourceLoop<S> {
     }
 
     /// Records a pass's result in the status.
-    async fn record(&mut self, result: &Result<PassOutcome, PassError>, requested: Option<String>) {
+    async fn record(
+        &mut self,
+        result: &Result<PassOutcome, PassError>,
+        requested: Option<String>,
+        took: Duration,
+    ) {
         if let Some(pass_result) = pass_result(&self.status, result) {
+            let took = Some(took.as_secs_f64());
+            self.show(|views, name| views.record(name, &pass_result, &now(), took));
             self.status.record(&pass_result, requested).await;
         }
+    }
+
+    /// Tells the web page's view of the source, when it is shown.
+    fn show(&self, tell: impl FnOnce(&Views, &SourceName)) {
+        if let Some(shown) = &self.shown {
+            tell(&self.shared.views, &shown.name);
+        }
+    }
+
+    /// The page's view of a plan of the source's own cluster.
+    fn show_plan(&self, planned: &Planned) {
+        self.show(|views, name| {
+            let last = LastPlan {
+                plan: planned.plan.clone(),
+                workflow: planned.workflow.clone(),
+                models: planned.models.clone(),
+            };
+            views.planned(name, last, planned.client().clone(), self.reconciler.keys());
+        });
     }
 }
 
@@ -1056,7 +1110,7 @@ impl<S: StatusSink> Loop for SourceLoop<S> {
         self.shared
             .metrics
             .pass(&self.id, label, started.elapsed(), report);
-        self.record(&result, requested).await;
+        self.record(&result, requested, started.elapsed()).await;
         self.shared.passed(&self.id);
         self.first_pass.send_replace(true);
         result
@@ -1081,6 +1135,7 @@ impl<S: StatusSink> Loop for SourceLoop<S> {
                 }
                 Some(drift) = self.drift.1.recv() => {
                     tracing::debug!(object = %drift.key, by = %drift.manager, "drift seen");
+                    self.show(|views, name| views.drifted(name, &drift.key, &drift.manager, &now()));
                     let not_before = self.backoff.not_before(&drift.key, Instant::now());
                     self.drifted.insert(drift.key.clone(), drift);
                     match not_before {

@@ -7,6 +7,7 @@
 //! report's raw HTML is shown as text).
 
 pub mod assets;
+pub mod build;
 pub mod graph;
 pub mod html;
 pub mod markdown;

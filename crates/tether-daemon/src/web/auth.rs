@@ -108,3 +108,13 @@ pub fn session_cookie(token: &str) -> String {
 pub fn end_session_cookie() -> String {
     format!("{SESSION_COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0")
 }
+
+/// Whether `token` can be a bearer token (and a cookie's value): printable ASCII
+/// without spaces, quotes, commas, semicolons or backslashes.
+pub fn valid_token(token: &str) -> bool {
+    !token.is_empty()
+        && token.len() <= 16 * 1024
+        && token
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && !matches!(b, b'"' | b',' | b';' | b'\\'))
+}

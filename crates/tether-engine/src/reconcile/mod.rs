@@ -355,6 +355,12 @@ impl Reconciler {
         self.keys = keys;
     }
 
+    /// The keys the encrypted files are opened with (and an edit of one is signed
+    /// again with).
+    pub fn keys(&self) -> std::sync::Arc<tether_sops::Keyring> {
+        self.keys.clone()
+    }
+
     /// Plans and applies only the models `selection` names.
     pub fn with_selection(self, selection: Selection) -> Self {
         Reconciler {

@@ -1,0 +1,428 @@
+//! What the page knows of each source loop of this process: the loops tell
+//! [`Views`] what each pass did (the same [`PassResult`] the Source's status is made
+//! from), and the page and the API read it. Every change is also sent to the live
+//! stream (`/api/v1/stream`).
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use kube::Client;
+use tether_core::k8s::ObjectKey;
+use tether_core::plan::Plan;
+use tether_core::workflow::Workflow;
+use tether_engine::discovery::Destination;
+use tether_engine::reconcile::{BlockedWave, CheckedModels};
+use tether_sops::Keyring;
+use tether_web::{ClusterRow, Counts, DriftRow, SourceSummary, State};
+use tokio::sync::{broadcast, mpsc};
+
+use crate::crd::SourceStatus;
+use crate::runner::{ClusterState, Trigger};
+use crate::status::{PassResult, next_status};
+
+/// How many changes the live stream holds for a slow reader before it skips to the
+/// newest (a reader that lagged reloads the list).
+const STREAM_BACKLOG: usize = 1024;
+
+/// The sources of this process, as the page shows them.
+pub struct Views {
+    shown: Mutex<BTreeMap<SourceName, Entry>>,
+    stream: broadcast::Sender<Arc<SourceSummary>>,
+}
+
+/// A Source's namespace and name (for a source from flags: its inventory's).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SourceName {
+    pub namespace: String,
+    pub name: String,
+}
+
+/// How the page acts for a source: where its commits go, how it is nudged, and
+/// the client that reads (and recreates pods) as the source's identity.
+#[derive(Clone)]
+pub struct Handle {
+    pub trigger: mpsc::Sender<Trigger>,
+    /// Where day-2 commits go; none for a source whose repository cannot be
+    /// written (an OCI artifact).
+    pub writeback: Option<Writeback>,
+    /// The source's URL and ref, as the page shows them.
+    pub url: Option<String>,
+    pub reference: Option<String>,
+    pub path: Option<String>,
+}
+
+/// How a source loop is shown on the page.
+#[derive(Clone, Debug)]
+pub struct Shown {
+    pub name: SourceName,
+    /// Where the page's day-2 actions commit.
+    pub writeback: Option<Writeback>,
+    /// The models' directory in the repository.
+    pub path: Option<String>,
+}
+
+/// Where and how the page's commits go.
+#[derive(Clone, Debug)]
+pub struct Writeback {
+    pub destination: Destination,
+    /// The branch committed to (default: the remote's default, or the checkout's).
+    pub branch: Option<String>,
+    /// Commit to a new branch per action instead (a pull request to merge).
+    pub propose: bool,
+}
+
+struct Entry {
+    handle: Handle,
+    status: SourceStatus,
+    summary: SourceSummary,
+    last: Option<Arc<LastPlan>>,
+    /// Drift seen by the watches, by object, until the next plan says otherwise.
+    drift: BTreeMap<ObjectKey, DriftRow>,
+    /// Why objects failed in the last apply, by object.
+    failed: BTreeMap<ObjectKey, String>,
+    client: Option<Client>,
+    keys: Arc<Keyring>,
+}
+
+/// The last plan of a source's own cluster, and what the page makes of it.
+pub struct LastPlan {
+    pub plan: Plan,
+    pub workflow: Workflow,
+    pub models: Arc<CheckedModels>,
+}
+
+/// One source, as a request reads it.
+pub struct Snapshot {
+    pub summary: SourceSummary,
+    pub handle: Handle,
+    pub last: Option<Arc<LastPlan>>,
+    pub drift: BTreeMap<ObjectKey, DriftRow>,
+    pub failed: BTreeMap<ObjectKey, String>,
+    pub client: Option<Client>,
+    pub keys: Arc<Keyring>,
+}
+
+impl Default for Views {
+    fn default() -> Self {
+        Views {
+            shown: Mutex::new(BTreeMap::new()),
+            stream: broadcast::channel(STREAM_BACKLOG).0,
+        }
+    }
+}
+
+impl Views {
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<SourceName, Entry>> {
+        // A panic while holding the lock leaves plain data behind: go on with it.
+        self.shown.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A source loop started (or started again, with a new handle).
+    pub fn register(&self, name: &SourceName, handle: Handle) {
+        let summary = SourceSummary {
+            namespace: name.namespace.clone(),
+            name: name.name.clone(),
+            url: handle.url.clone(),
+            reference: handle.reference.clone(),
+            path: handle.path.clone(),
+            ..SourceSummary::default()
+        };
+        let shown = Entry {
+            handle,
+            status: SourceStatus::default(),
+            summary: summary.clone(),
+            last: None,
+            drift: BTreeMap::new(),
+            failed: BTreeMap::new(),
+            client: None,
+            keys: Arc::default(),
+        };
+        self.lock().insert(name.clone(), shown);
+        let _ = self.stream.send(Arc::new(summary));
+    }
+
+    pub fn unregister(&self, name: &SourceName) {
+        self.lock().remove(name);
+    }
+
+    /// Every source, "needs attention" first.
+    pub fn list(&self) -> Vec<SourceSummary> {
+        let mut list: Vec<SourceSummary> =
+            self.lock().values().map(|s| s.summary.clone()).collect();
+        tether_web::attention_first(&mut list);
+        list
+    }
+
+    pub fn get(&self, name: &SourceName) -> Option<Snapshot> {
+        self.lock().get(name).map(|shown| Snapshot {
+            summary: shown.summary.clone(),
+            handle: shown.handle.clone(),
+            last: shown.last.clone(),
+            drift: shown.drift.clone(),
+            failed: shown.failed.clone(),
+            client: shown.client.clone(),
+            keys: shown.keys.clone(),
+        })
+    }
+
+    /// The live stream: each changed summary.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<SourceSummary>> {
+        self.stream.subscribe()
+    }
+
+    /// Changes `name`'s entry, then remakes its summary and sends it to the stream.
+    fn change(&self, name: &SourceName, change: impl FnOnce(&mut Entry)) {
+        let summary = {
+            let mut shown = self.lock();
+            let Some(entry) = shown.get_mut(name) else {
+                return;
+            };
+            change(entry);
+            entry.summary = summary_of(entry);
+            entry.summary.clone()
+        };
+        let _ = self.stream.send(Arc::new(summary));
+    }
+
+    /// A pass's result, as the status records it (at `now`, RFC 3339), and how long
+    /// the pass took.
+    pub fn record(&self, name: &SourceName, result: &PassResult<'_>, now: &str, took: Option<f64>) {
+        let blocked_on = match result {
+            PassResult::ObjectsFailed { report, .. } => report.blocked.as_ref().map(blocked_on),
+            PassResult::Progressing { .. } => None,
+            _ => Some(String::new()),
+        };
+        let failed = match result {
+            PassResult::ObjectsFailed { report, .. } | PassResult::Applied { report, .. } => Some(
+                report
+                    .failures()
+                    .map(|(key, failure)| (key.clone(), failure.to_string()))
+                    .collect::<BTreeMap<_, _>>(),
+            ),
+            _ => None,
+        };
+        self.change(name, |shown| {
+            shown.status = next_status(&shown.status, None, result, now);
+            if !matches!(result, PassResult::Progressing { .. }) {
+                shown.summary.last_pass = Some(now.to_string());
+                shown.summary.took_seconds = took;
+            }
+            match blocked_on {
+                Some(line) if line.is_empty() => shown.summary.blocked_on = None,
+                Some(line) => shown.summary.blocked_on = Some(line),
+                None => {}
+            }
+            if let Some(failed) = failed {
+                shown.failed = failed;
+            }
+        });
+    }
+
+    /// The plan a full pass made of the source's own cluster, and the client and keys
+    /// it was made with.
+    pub fn planned(&self, name: &SourceName, last: LastPlan, client: Client, keys: Arc<Keyring>) {
+        self.change(name, |shown| {
+            // What the plan now says of each object replaces what the watches said.
+            shown.drift.retain(|key, drift| {
+                drift.corrected.is_none()
+                    && last.plan.changes.iter().any(|c| c.key == *key && c.drift)
+            });
+            shown.last = Some(Arc::new(last));
+            shown.client = Some(client);
+            shown.keys = keys;
+        });
+    }
+
+    /// A watch saw `manager` change an object the source applied.
+    pub fn drifted(&self, name: &SourceName, key: &ObjectKey, manager: &str, now: &str) {
+        self.change(name, |shown| {
+            shown.drift.insert(
+                key.clone(),
+                DriftRow {
+                    manager: manager.to_string(),
+                    seen: now.to_string(),
+                    corrected: None,
+                },
+            );
+        });
+    }
+
+    /// A pass put drifted objects back.
+    pub fn corrected(&self, name: &SourceName, keys: &[ObjectKey], now: &str) {
+        if keys.is_empty() {
+            return;
+        }
+        self.change(name, |shown| {
+            for key in keys {
+                if let Some(drift) = shown.drift.get_mut(key) {
+                    drift.corrected = Some(now.to_string());
+                }
+            }
+        });
+    }
+
+    /// How each cluster fared, when the models name several.
+    pub fn clusters(&self, name: &SourceName, states: &[ClusterState]) {
+        let rows = states
+            .iter()
+            .map(|s| ClusterRow {
+                name: s.name.clone(),
+                ready: s.ready,
+                reason: s.reason.to_string(),
+                message: s.message.clone(),
+            })
+            .collect();
+        self.change(name, |shown| shown.summary.clusters = rows);
+    }
+}
+
+/// `wave 2 → Deployment shop/web: 3/5 replicas available` (1-based waves, as the
+/// status says them), and how many more it waits for.
+pub fn blocked_on(blocked: &BlockedWave) -> String {
+    let mut blockers = blocked.blockers.iter();
+    let Some(first) = blockers.next() else {
+        return format!("wave {}", blocked.wave + 1);
+    };
+    let more = match blockers.len() {
+        0 => String::new(),
+        n => format!(" (and {n} more)"),
+    };
+    format!(
+        "wave {} → {}: {}{more}",
+        blocked.wave + 1,
+        first.key,
+        first.state
+    )
+}
+
+/// The summary of a source: its status's conditions and revisions, and what the
+/// page knows beside (drift not corrected yet, the last plan's counts).
+fn summary_of(shown: &Entry) -> SourceSummary {
+    let status = &shown.status;
+    let condition = |type_: &str| status.conditions.iter().find(|c| c.type_ == type_);
+    let ready = condition("Ready");
+    let reconciling = condition("Reconciling").filter(|c| c.status == "True");
+    let drifted = shown
+        .drift
+        .values()
+        .filter(|d| d.corrected.is_none())
+        .count();
+    let state = match (ready.map(|c| c.status.as_str()), reconciling) {
+        (_, Some(c)) if c.reason == "Progressing" => State::Progressing,
+        (Some("True"), _) if drifted > 0 => State::Drifted,
+        (Some("True"), _) => State::Ready,
+        (Some("Unknown"), _) if ready.is_some_and(|c| c.reason == "Suspended") => State::Suspended,
+        (Some("False"), _) if shown.summary.blocked_on.is_some() => State::Blocked,
+        (Some("False"), _) => State::Failed,
+        _ => State::Unknown,
+    };
+    let (reason, message) = match reconciling
+        .filter(|_| state == State::Progressing)
+        .or(ready)
+    {
+        Some(c) => (c.reason.clone(), c.message.clone()),
+        None => (String::new(), String::new()),
+    };
+    let commit = |revision: &Option<String>| {
+        revision.as_deref().map(|r| {
+            r.rsplit_once(':')
+                .map_or(r, |(_, commit)| commit)
+                .to_string()
+        })
+    };
+    let wanted = commit(&status.last_attempted_revision);
+    let last = shown.last.as_ref();
+    let counts = Counts {
+        objects: last.map_or(0, |l| l.plan.changes.len()),
+        drifted,
+        failed: shown.failed.len(),
+        conflicts: last.map_or(0, |l| {
+            l.plan
+                .changes
+                .iter()
+                .filter(|c| !c.conflicts.is_empty())
+                .count()
+        }),
+    };
+    SourceSummary {
+        state,
+        reason,
+        message,
+        commit_link: match (&shown.handle.url, &wanted) {
+            (Some(url), Some(commit)) => commit_link(url, commit),
+            _ => None,
+        },
+        wanted,
+        applied: commit(&status.last_applied_revision),
+        counts,
+        ..shown.summary.clone()
+    }
+}
+
+/// The page of `commit` on the Git host of `url`, for the hosts whose commit pages
+/// tether knows: GitHub, GitLab, Gitea/Forgejo/Codeberg, Bitbucket.
+pub fn commit_link(url: &str, commit: &str) -> Option<String> {
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("ssh://git@"))
+        .or_else(|| url.strip_prefix("git@"))?;
+    let (host, path) = rest.split_once(['/', ':'])?;
+    let host = host.rsplit_once('@').map_or(host, |(_, h)| h);
+    let path = path.trim_end_matches('/').trim_end_matches(".git");
+    if path.is_empty() || !commit.chars().all(|c| c.is_ascii_hexdigit()) {
+        return None;
+    }
+    let base = format!("https://{host}/{path}");
+    match host {
+        "github.com" => Some(format!("{base}/commit/{commit}")),
+        "bitbucket.org" => Some(format!("{base}/commits/{commit}")),
+        h if h.contains("gitlab") => Some(format!("{base}/-/commit/{commit}")),
+        h if h.contains("gitea") || h.contains("forgejo") || h == "codeberg.org" => {
+            Some(format!("{base}/commit/{commit}"))
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commit_links_for_the_hosts_tether_knows_and_none_for_others() {
+        let commit = "0123456789abcdef0123456789abcdef01234567";
+        let cases = [
+            (
+                "https://github.com/acme/shop.git",
+                Some("https://github.com/acme/shop/commit/"),
+            ),
+            (
+                "git@github.com:acme/shop.git",
+                Some("https://github.com/acme/shop/commit/"),
+            ),
+            (
+                "ssh://git@gitlab.example.org/acme/shop",
+                Some("https://gitlab.example.org/acme/shop/-/commit/"),
+            ),
+            (
+                "https://codeberg.org/acme/shop",
+                Some("https://codeberg.org/acme/shop/commit/"),
+            ),
+            (
+                "https://bitbucket.org/acme/shop",
+                Some("https://bitbucket.org/acme/shop/commits/"),
+            ),
+            ("git://127.0.0.1:9418/shop", None),
+            ("file:///srv/shop", None),
+            ("https://git.example.org/shop", None),
+        ];
+        for (url, want) in cases {
+            assert_eq!(
+                commit_link(url, commit),
+                want.map(|prefix| format!("{prefix}{commit}")),
+                "{url}"
+            );
+        }
+        assert_eq!(commit_link("https://github.com/a/b", "<script>"), None);
+    }
+}
