@@ -144,15 +144,15 @@ pub fn http_post(
 /// ships them.
 pub fn install_roles() {
     let shipped = manifests(&InstallOptions::new(ServerVersion::new(1, 20)));
-    let roles: Vec<String> = shipped
+    let roles: Vec<&Value> = shipped
         .iter()
         .filter(|o| o["kind"] == "ClusterRole")
         .filter(|o| PEOPLE_ROLES.contains(&o["metadata"]["name"].as_str().unwrap_or_default()))
-        .map(|o| serde_json::to_string(o).unwrap())
         .collect();
     assert_eq!(roles.len(), PEOPLE_ROLES.len());
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": roles});
     let file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(file.path(), roles.join("\n---\n")).unwrap();
+    std::fs::write(file.path(), list.to_string()).unwrap();
     kubectl_ok(&[
         "apply",
         "--server-side",
@@ -315,12 +315,11 @@ async fn kubernetes_decides_who_sees_and_does_what_and_each_action_is_one_commit
         objects.contains(&"Deployment/web".to_string()),
         "{objects:?}"
     );
+    // The last plan, as `tether diff -o markdown` says it: nothing to change.
+    let report = detail["reportMarkdown"].as_str().unwrap();
     assert!(
-        detail["reportMarkdown"]
-            .as_str()
-            .unwrap()
-            .contains("settings"),
-        "{detail:#}"
+        report.contains("No changes: the cluster matches"),
+        "{report}"
     );
     // The outsider: an empty list, 403 on the Source.
     let (status, body) = http_get(&daemon, "/api/v1/sources", Some(&outsider));
@@ -391,6 +390,12 @@ async fn kubernetes_decides_who_sees_and_does_what_and_each_action_is_one_commit
         summary["applied"] == scaled.as_str()
     });
     assert_eq!(event["state"], "ready", "{event:#}");
+    let detail = json(&http_get(&daemon, &format!("/api/v1/sources/{ns}/web"), Some(&viewer)).1);
+    let report = detail["reportMarkdown"].as_str().unwrap();
+    assert!(
+        report.contains("replicas"),
+        "the plan that applied the commit: {report}"
+    );
     eventually(Duration::from_secs(30), || async {
         replicas(&client, &ns).await == 3
     })
