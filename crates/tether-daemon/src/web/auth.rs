@@ -4,7 +4,7 @@
 //! for each thing the request touches. No user store of tether's own.
 //!
 //! A page makes several requests, each asking the same questions: accepted tokens and
-//! decisions are remembered for [`REMEMBERED_FOR`] (what kube-apiserver's own webhook
+//! the daemon's decisions are remembered for [`REMEMBERED_FOR`] (what kube-apiserver's own webhook
 //! authenticator and authorizer do), in bounded process-wide caches keyed by what
 //! decides the answer (a token's SHA-256, never the token; the user and the check).
 //! Tokens are never logged nor put in a message.
@@ -214,27 +214,28 @@ impl Access {
                 )))
             };
         }
-        let local = matches!(self, Access::Local { .. });
-        let key = DecisionKey {
-            local,
-            user: viewer.user.clone(),
-            uid: viewer.uid.clone(),
-            groups: viewer.groups.clone(),
-            extra: viewer.extra.clone(),
-            check: check.clone(),
-        };
-        let status = match DECISIONS.get(&key) {
-            Some(status) => status,
-            None => {
-                let status = match self {
-                    Access::Kubernetes { client, .. } => {
-                        subject_access_review(client, viewer, check).await?
-                    }
-                    Access::Local { client } => self_subject_access_review(client, check).await?,
+        let status = match self {
+            Access::Kubernetes { client, .. } => {
+                let key = DecisionKey {
+                    user: viewer.user.clone(),
+                    uid: viewer.uid.clone(),
+                    groups: viewer.groups.clone(),
+                    extra: viewer.extra.clone(),
+                    check: check.clone(),
                 };
-                DECISIONS.put(key, status.clone());
-                status
+                match DECISIONS.get(&key) {
+                    Some(status) => status,
+                    None => {
+                        let status = subject_access_review(client, viewer, check).await?;
+                        DECISIONS.put(key, status.clone());
+                        status
+                    }
+                }
             }
+            // Not remembered: the answer depends on the client's identity, which a
+            // viewer of `tether ui` may not name (servers before 1.28), and one person
+            // on loopback asks little.
+            Access::Local { client } => self_subject_access_review(client, check).await?,
         };
         if status.allowed {
             return Ok(());
@@ -462,8 +463,6 @@ static PROCESS_KEY: LazyLock<[u8; 32]> = LazyLock::new(|| {
 /// What decides a SubjectAccessReview's answer.
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct DecisionKey {
-    /// Asked as the user itself (`tether ui`) or on their behalf.
-    local: bool,
     user: String,
     uid: Option<String>,
     groups: Vec<String>,
