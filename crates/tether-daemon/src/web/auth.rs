@@ -323,10 +323,7 @@ async fn reviewed(client: &Client, token: &str) -> Result<Viewer, Denied> {
         },
         ..TokenReview::default()
     };
-    let review = Api::<TokenReview>::all(client.clone())
-        .create(&PostParams::default(), &review)
-        .await
-        .map_err(unavailable("TokenReview"))?;
+    let review = ask(client, &review, "TokenReview").await?;
     let status = review.status.unwrap_or_default();
     match status.user {
         Some(user) if status.authenticated == Some(true) => {
@@ -345,10 +342,7 @@ async fn reviewed(client: &Client, token: &str) -> Result<Viewer, Denied> {
 /// `tether ui`'s user: whom the API server says the kubeconfig is (a SelfSubjectReview,
 /// from Kubernetes 1.28), else a description.
 async fn local_viewer(client: &Client) -> Viewer {
-    let user = match Api::<SelfSubjectReview>::all(client.clone())
-        .create(&PostParams::default(), &SelfSubjectReview::default())
-        .await
-    {
+    let user = match ask(client, &SelfSubjectReview::default(), "SelfSubjectReview").await {
         Ok(review) => review.status.and_then(|s| s.user_info),
         Err(_) => None,
     };
@@ -377,10 +371,7 @@ async fn subject_access_review(
         },
         ..SubjectAccessReview::default()
     };
-    let review = Api::<SubjectAccessReview>::all(client.clone())
-        .create(&PostParams::default(), &review)
-        .await
-        .map_err(unavailable("SubjectAccessReview"))?;
+    let review = ask(client, &review, "SubjectAccessReview").await?;
     Ok(review.status.unwrap_or_default())
 }
 
@@ -395,15 +386,25 @@ async fn self_subject_access_review(
         },
         ..SelfSubjectAccessReview::default()
     };
-    let review = Api::<SelfSubjectAccessReview>::all(client.clone())
-        .create(&PostParams::default(), &review)
-        .await
-        .map_err(unavailable("SelfSubjectAccessReview"))?;
+    let review = ask(client, &review, "SelfSubjectAccessReview").await?;
     Ok(review.status.unwrap_or_default())
 }
 
-fn unavailable(what: &'static str) -> impl Fn(kube::Error) -> Denied {
-    move |error| Denied::Unavailable(format!("{what}: {}", tether_core::error_chain(&error)))
+/// Creates a review (the API server answers in the created object's status).
+async fn ask<R>(client: &Client, review: &R, what: &str) -> Result<R, Denied>
+where
+    R: kube::Resource<DynamicType = (), Scope = kube::core::ClusterResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::Serialize
+        + serde::de::DeserializeOwned,
+{
+    Api::<R>::all(client.clone())
+        .create(&PostParams::default(), review)
+        .await
+        .map_err(|error| {
+            Denied::Unavailable(format!("{what}: {}", tether_core::error_chain(&error)))
+        })
 }
 
 /// Whether `token` can be a session cookie's value (RFC 6265's cookie-octets: no
@@ -446,14 +447,10 @@ static PROCESS_KEY: LazyLock<[u8; 32]> = LazyLock::new(|| {
     let mut key = [0u8; 32];
     if getrandom::fill(&mut key).is_err() {
         use std::hash::{BuildHasher, Hasher};
-        for chunk in key.chunks_mut(8) {
-            let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-            hasher.write_u128(
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_nanos())
-                    .unwrap_or(0),
-            );
+        let keys = std::collections::hash_map::RandomState::new();
+        for (index, chunk) in key.chunks_mut(8).enumerate() {
+            let mut hasher = keys.build_hasher();
+            hasher.write_usize(index);
             chunk.copy_from_slice(&hasher.finish().to_le_bytes());
         }
     }
