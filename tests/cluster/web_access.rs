@@ -21,7 +21,7 @@ use tether_daemon::install::manifests::{NAME, PEOPLE_ROLES};
 use tether_daemon::install::{InstallOptions, ServerVersion, manifests};
 use tether_daemon::web::auth::{Access, Check, Denied, Viewer};
 
-use crate::daemon::kubectl_apply_text;
+use crate::daemon::{audit_entries_since, audit_offset, kubectl_apply_text};
 use crate::harness::{cluster, eventually, fresh_namespace};
 
 /// Two teams' namespaces: A, where each person has their role, and B, where nobody
@@ -33,6 +33,7 @@ struct Teams {
     /// The daemon's side: a client acting as the ServiceAccount `tether-daemon` of A,
     /// bound to the daemon's ClusterRole.
     daemon: Client,
+    daemon_user: String,
 }
 
 /// Applies what `tether install` generates for the daemon's and the people's
@@ -86,6 +87,7 @@ async fn teams(test: &str) -> Teams {
         a,
         b,
         daemon,
+        daemon_user,
     }
 }
 
@@ -446,4 +448,53 @@ async fn tether_ui_asks_as_its_users_own_identity() {
         access.check_csrf(&me, Some("0".repeat(64).as_str())),
         Err(Denied::Csrf)
     ));
+}
+
+/// The reviews of `resource` the daemon's side created since `offset`, as the API
+/// server's audit log has them.
+fn reviews_since(offset: u64, daemon_user: &str, resource: &str) -> usize {
+    audit_entries_since(offset)
+        .iter()
+        .filter(|e| {
+            e["impersonatedUser"]["username"] == daemon_user
+                && e["objectRef"]["resource"] == resource
+                && e["stage"] == "ResponseComplete"
+        })
+        .count()
+}
+
+#[tokio::test]
+async fn a_pages_several_requests_ask_the_api_server_once() {
+    let teams = teams("web-remembered").await;
+    let (a, b) = (&teams.a, &teams.b);
+    let token = teams.person("operator", Some("tether-operator")).await;
+    let access = teams.access(false);
+    let offset = audit_offset();
+
+    // A page and its API calls: the same token and the same questions, three times.
+    for _ in 0..3 {
+        let viewer = access.viewer(&session(&token)).await.unwrap();
+        access.may(&viewer, &on_source("scale", a)).await.unwrap();
+        forbidden(&access, &viewer, &on_source("get", b)).await;
+    }
+    let asked = || {
+        (
+            reviews_since(offset, &teams.daemon_user, "tokenreviews"),
+            reviews_since(offset, &teams.daemon_user, "subjectaccessreviews"),
+        )
+    };
+    eventually(Duration::from_secs(10), || async {
+        let (tokens, accesses) = asked();
+        tokens >= 1 && accesses >= 2
+    })
+    .await;
+    // One TokenReview; one SubjectAccessReview per question, the refusal included.
+    assert_eq!(asked(), (1, 2));
+    // A token that was not accepted is asked about again (nothing remembered for it).
+    let garbage = "not-a-token.remembered";
+    for _ in 0..2 {
+        assert!(access.viewer(&bearer(garbage)).await.is_err());
+    }
+    eventually(Duration::from_secs(10), || async { asked().0 >= 3 }).await;
+    assert_eq!(asked(), (3, 2));
 }
