@@ -23,6 +23,7 @@ mod ownership;
 mod reconcile;
 mod run;
 mod secrets;
+mod web;
 mod web_access;
 mod workflow;
 

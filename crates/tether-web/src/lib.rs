@@ -8,7 +8,9 @@
 
 pub mod assets;
 pub mod build;
+pub mod graph;
 pub mod html;
+pub mod markdown;
 pub mod paths;
 pub mod view;
 

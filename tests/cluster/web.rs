@@ -1,0 +1,469 @@
+//! The daemon's web API against the control plane and a `git daemon` remote, as its
+//! users meet it: ServiceAccount tokens from the TokenRequest API bound to the Roles
+//! `deploy/` ships, Kubernetes deciding who sees and does what, each Git action one
+//! commit on the remote (read back with the `git` CLI) that the cluster then follows,
+//! and the live stream saying so.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::core::v1::{Node, ServiceAccount};
+use kube::Api;
+use kube::api::PostParams;
+use serde_json::Value;
+
+use tether_daemon::install::ServerVersion;
+use tether_daemon::install::manifests::{InstallOptions, PEOPLE_ROLES, manifests};
+
+use crate::daemon::{Daemon, Remote, install_crd, kubectl_apply_text, kubectl_ok, source_yaml};
+use crate::harness::eventually;
+use crate::reconcile::{base, config_map, setup};
+
+/// The models of the tests: the ConfigMap `settings`, the Deployment slice `web`, and
+/// the simulated node as a host.
+pub fn models(ns: &str, replicas: u32, value: &str) -> Vec<(String, String)> {
+    vec![
+        ("base.yaml".into(), base(ns)),
+        ("cm.yaml".into(), config_map("settings", ns, value)),
+        (
+            "web.yaml".into(),
+            format!(
+                "kind: Image\nname: nginx\ntag: \"1.25\"\n---\n# The front end.\nkind: Slice\nname: web\ntrust_domain: {ns}\ncontroller_kind: Deployment\ncontroller_replica_count: {replicas}   # keep it small\ndefault_image: nginx\n"
+            ),
+        ),
+        (
+            "hosts.yaml".into(),
+            format!(
+                "kind: Node\nname: tether-sim-1\nlabels:\n  web-test.example.com/{ns}: \"one\"\n"
+            ),
+        ),
+    ]
+}
+
+fn as_files(files: &[(String, String)]) -> Vec<(&str, &str)> {
+    files
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.as_str()))
+        .collect()
+}
+
+/// A token of the ServiceAccount `name` of `ns` (made if needed), bound in `ns` to
+/// each of `roles` (ClusterRoles of deploy/).
+pub async fn user(client: &kube::Client, ns: &str, name: &str, roles: &[&str]) -> String {
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+    let mut account = ServiceAccount::default();
+    account.metadata.name = Some(name.into());
+    let _ = accounts.create(&PostParams::default(), &account).await;
+    for role in roles {
+        kubectl_ok(&[
+            "create",
+            "rolebinding",
+            &format!("{name}-{role}"),
+            "-n",
+            ns,
+            &format!("--clusterrole={role}"),
+            &format!("--serviceaccount={ns}:{name}"),
+        ]);
+    }
+    let user = format!("system:serviceaccount:{ns}:{name}");
+    if roles
+        .iter()
+        .any(|r| *r == "tether-viewer" || *r == "tether-operator")
+    {
+        wait_until_allowed(&user, "get", "sources.tether.dev", ns);
+    }
+    if roles.contains(&"tether-operator") {
+        wait_until_allowed(&user, "scale", "sources.tether.dev", ns);
+    }
+    if roles.contains(&"tether-host-admin") {
+        wait_until_allowed(&user, "label", "sources.tether.dev", ns);
+    }
+    let request = TokenRequest {
+        spec: k8s_openapi::api::authentication::v1::TokenRequestSpec {
+            audiences: Vec::new(),
+            expiration_seconds: Some(3600),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let token = accounts
+        .create_token_request(name, &PostParams::default(), &request)
+        .await
+        .unwrap();
+    token.status.unwrap().token
+}
+
+pub fn bearer(token: &str) -> (&'static str, String) {
+    ("Authorization", format!("Bearer {token}"))
+}
+
+pub fn json(body: &str) -> Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("not JSON ({e}): {body}"))
+}
+
+/// The session's CSRF token for `token`.
+pub fn csrf(daemon: &Daemon, token: &str) -> String {
+    let (status, body) = http_get(daemon, "/api/v1/session", Some(token));
+    assert_eq!(status, 200, "{body}");
+    json(&body)["csrfToken"].as_str().unwrap().to_string()
+}
+
+pub fn http_get(daemon: &Daemon, path: &str, token: Option<&str>) -> (u16, String) {
+    let headers: Vec<_> = token.map(bearer).into_iter().collect();
+    crate::daemon::http(daemon.port, "GET", path, &headers, b"")
+}
+
+/// A JSON POST as `token`, with `csrf` when given.
+pub fn http_post(
+    daemon: &Daemon,
+    path: &str,
+    token: &str,
+    csrf: Option<&str>,
+    body: &Value,
+) -> (u16, String) {
+    let mut headers = vec![
+        bearer(token),
+        ("Content-Type", "application/json".to_string()),
+    ];
+    if let Some(csrf) = csrf {
+        headers.push(("X-CSRF-Token", csrf.to_string()));
+    }
+    crate::daemon::http(
+        daemon.port,
+        "POST",
+        path,
+        &headers,
+        body.to_string().as_bytes(),
+    )
+}
+
+/// The ClusterRoles the page's users are bound to, as `tether install` (and deploy/)
+/// ships them.
+pub fn install_roles() {
+    let shipped = manifests(&InstallOptions::new(ServerVersion::new(1, 20)));
+    let roles: Vec<String> = shipped
+        .iter()
+        .filter(|o| o["kind"] == "ClusterRole")
+        .filter(|o| PEOPLE_ROLES.contains(&o["metadata"]["name"].as_str().unwrap_or_default()))
+        .map(|o| serde_json::to_string(o).unwrap())
+        .collect();
+    assert_eq!(roles.len(), PEOPLE_ROLES.len());
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), roles.join("\n---\n")).unwrap();
+    kubectl_ok(&[
+        "apply",
+        "--server-side",
+        "--force-conflicts",
+        "-f",
+        file.path().to_str().unwrap(),
+    ]);
+}
+
+/// RBAC learns of a new binding from a watch, and the daemon remembers its answers
+/// for a while: waits until the API server says `user` may `verb` sources in `ns`.
+pub fn wait_until_allowed(user: &str, verb: &str, resource: &str, ns: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let answer =
+            crate::discover::kubectl(&["auth", "can-i", verb, resource, "-n", ns, "--as", user]);
+        if String::from_utf8_lossy(&answer.stdout).trim() == "yes" {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{user} never allowed to {verb} {resource} in {ns}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A namespace with a daemon of its Sources and the Source `web` applied from a
+/// remote holding [`models`].
+pub struct Site {
+    pub client: kube::Client,
+    pub ns: String,
+    pub remote: Remote,
+    pub daemon: Daemon,
+}
+
+pub async fn site(test: &str) -> Site {
+    install_crd();
+    install_roles();
+    let (client, ns, _) = setup(test).await;
+    let files = models(&ns, 1, "v1");
+    let remote = Remote::new(&as_files(&files));
+    let daemon = Daemon::start(&["--sources", "--sources-namespace", &ns]);
+    kubectl_apply_text(&source_yaml("web", &ns, &remote.url, "  prune: true\n"));
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    eventually(Duration::from_secs(60), || async {
+        deployments.get_opt("web").await.ok().flatten().is_some()
+    })
+    .await;
+    Site {
+        client,
+        ns,
+        remote,
+        daemon,
+    }
+}
+
+/// Git log subjects and authors of the remote's main, newest first.
+fn log(remote: &Remote) -> Vec<String> {
+    let out = std::process::Command::new("git")
+        .args(["log", "--format=%s|%an|%ae", "main"])
+        .current_dir(remote.bare())
+        .output()
+        .unwrap();
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+async fn replicas(client: &kube::Client, ns: &str) -> i32 {
+    let deployment = Api::<Deployment>::namespaced(client.clone(), ns)
+        .get("web")
+        .await
+        .unwrap();
+    deployment.spec.unwrap().replicas.unwrap_or(1)
+}
+
+/// Reads the live stream as `token` until an event's data satisfies `wanted`.
+fn stream_until(
+    daemon: &Daemon,
+    token: &str,
+    timeout: Duration,
+    wanted: impl Fn(&Value) -> bool,
+) -> Value {
+    let mut stream = TcpStream::connect(("127.0.0.1", daemon.port)).unwrap();
+    stream.set_read_timeout(Some(timeout)).unwrap();
+    write!(
+        stream,
+        "GET /api/v1/stream HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {token}\r\nAccept: text/event-stream\r\n\r\n"
+    )
+    .unwrap();
+    let deadline = Instant::now() + timeout;
+    let mut reader = BufReader::new(stream);
+    let mut line = String::new();
+    while Instant::now() < deadline {
+        line.clear();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            break;
+        }
+        if let Some(data) = line.trim_end().strip_prefix("data: ")
+            && let Ok(value) = serde_json::from_str::<Value>(data)
+            && wanted(&value)
+        {
+            return value;
+        }
+    }
+    panic!("no such event on the stream within {timeout:?}");
+}
+
+#[tokio::test]
+async fn kubernetes_decides_who_sees_and_does_what_and_each_action_is_one_commit() {
+    let Site {
+        client,
+        ns,
+        remote,
+        daemon,
+    } = site("web-api").await;
+    let viewer = user(&client, &ns, "viewer", &["tether-viewer"]).await;
+    let operator = user(&client, &ns, "operator", &["tether-operator"]).await;
+    let hosts = user(&client, &ns, "hosts", &["tether-host-admin"]).await;
+    // An operator of another namespace sees nothing of this one.
+    let (_, elsewhere, _) = setup("web-api-other").await;
+    let outsider = user(&client, &elsewhere, "outsider", &["tether-operator"]).await;
+
+    // No token: 401; a token Kubernetes does not know: 401.
+    assert_eq!(http_get(&daemon, "/api/v1/sources", None).0, 401);
+    assert_eq!(
+        http_get(&daemon, "/api/v1/sources", Some("not-a-token")).0,
+        401
+    );
+    // The viewer sees the Source, ready at the remote's commit.
+    let head = remote.head_of_bare("main");
+    eventually(Duration::from_secs(30), || async {
+        let (status, body) = http_get(&daemon, "/api/v1/sources", Some(&viewer));
+        let sources = json(&body)["sources"].clone();
+        status == 200
+            && sources[0]["name"] == "web"
+            && sources[0]["state"] == "ready"
+            && sources[0]["applied"] == head.as_str()
+            && sources[0]["wanted"] == head.as_str()
+    })
+    .await;
+    let detail = json(&http_get(&daemon, &format!("/api/v1/sources/{ns}/web"), Some(&viewer)).1);
+    let objects: Vec<String> = detail["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["objects"].as_array().unwrap().iter())
+        .map(|o| {
+            format!(
+                "{}/{}",
+                o["kind"].as_str().unwrap(),
+                o["name"].as_str().unwrap()
+            )
+        })
+        .collect();
+    assert!(
+        objects.contains(&"Deployment/web".to_string()),
+        "{objects:?}"
+    );
+    assert!(
+        detail["reportMarkdown"]
+            .as_str()
+            .unwrap()
+            .contains("settings"),
+        "{detail:#}"
+    );
+    // The outsider: an empty list, 403 on the Source.
+    let (status, body) = http_get(&daemon, "/api/v1/sources", Some(&outsider));
+    assert_eq!(
+        (status, json(&body)["sources"].as_array().unwrap().len()),
+        (200, 0),
+        "{body}"
+    );
+    assert_eq!(
+        http_get(
+            &daemon,
+            &format!("/api/v1/sources/{ns}/web"),
+            Some(&outsider)
+        )
+        .0,
+        403
+    );
+
+    // Scale: refused without the CSRF token, for the viewer and the outsider; nothing
+    // is committed.
+    let commits = log(&remote).len();
+    let scale = format!("/api/v1/sources/{ns}/web/slices/web/scale");
+    let to_three = serde_json::json!({"replicas": "3"});
+    let (status, body) = http_post(&daemon, &scale, &operator, None, &to_three);
+    assert_eq!(status, 403, "{body}");
+    let (status, body) = http_post(&daemon, &scale, &operator, Some("forged"), &to_three);
+    assert_eq!(status, 403, "{body}");
+    let viewer_csrf = csrf(&daemon, &viewer);
+    let (status, body) = http_post(&daemon, &scale, &viewer, Some(&viewer_csrf), &to_three);
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body.contains("scale"),
+        "the refusal says what was refused: {body}"
+    );
+    let outsider_csrf = csrf(&daemon, &outsider);
+    assert_eq!(
+        http_post(&daemon, &scale, &outsider, Some(&outsider_csrf), &to_three).0,
+        403
+    );
+    // Another session's token is not this one's.
+    assert_eq!(
+        http_post(&daemon, &scale, &operator, Some(&viewer_csrf), &to_three).0,
+        403
+    );
+    assert_eq!(
+        log(&remote).len(),
+        commits,
+        "a refused action commits nothing"
+    );
+
+    // The operator scales: one commit, authored as the ServiceAccount, and the
+    // Deployment follows; the stream says the Source took the new commit.
+    let operator_csrf = csrf(&daemon, &operator);
+    let (status, body) = http_post(&daemon, &scale, &operator, Some(&operator_csrf), &to_three);
+    assert_eq!(status, 200, "{body}");
+    let answer = json(&body);
+    assert_eq!(answer["summary"], "scale: Slice/web 1 → 3", "{body}");
+    assert_eq!(answer["pushed"], true);
+    let history = log(&remote);
+    assert_eq!(history.len(), commits + 1, "{history:?}");
+    let operator_name = format!("system:serviceaccount:{ns}:operator");
+    assert!(
+        history[0].starts_with(&format!("scale: Slice/web 1 → 3|{operator_name}|")),
+        "{history:?}"
+    );
+    let scaled = answer["commit"].as_str().unwrap().to_string();
+    let event = stream_until(&daemon, &viewer, Duration::from_secs(30), |summary| {
+        summary["applied"] == scaled.as_str()
+    });
+    assert_eq!(event["state"], "ready", "{event:#}");
+    eventually(Duration::from_secs(30), || async {
+        replicas(&client, &ns).await == 3
+    })
+    .await;
+    // The model file kept its comments: one value changed.
+    let text = std::process::Command::new("git")
+        .args(["show", "main:models/web.yaml"])
+        .current_dir(remote.bare())
+        .output()
+        .unwrap();
+    let text = String::from_utf8(text.stdout).unwrap();
+    assert!(
+        text.contains("controller_replica_count: 3   # keep it small"),
+        "{text}"
+    );
+
+    // A host label through StarlingX's resource: one commit, and the node carries it.
+    let labels = format!("/api/v1/sources/{ns}/web/hosts/tether-sim-1/labels");
+    let key = format!("web-test.example.com/{ns}-zone");
+    let (status, body) = http_post(
+        &daemon,
+        &labels,
+        &operator,
+        Some(&operator_csrf),
+        &serde_json::json!({&key: "z2"}),
+    );
+    assert_eq!(status, 403, "the operator may not label hosts: {body}");
+    let hosts_csrf = csrf(&daemon, &hosts);
+    let (status, body) = http_post(
+        &daemon,
+        &labels,
+        &hosts,
+        Some(&hosts_csrf),
+        &serde_json::json!({&key: "z2"}),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(log(&remote).len(), commits + 2);
+    let nodes: Api<Node> = Api::all(client.clone());
+    eventually(Duration::from_secs(30), || async {
+        let node = nodes.get("tether-sim-1").await.unwrap();
+        node.metadata
+            .labels
+            .unwrap_or_default()
+            .get(&key)
+            .map(String::as_str)
+            == Some("z2")
+    })
+    .await;
+    let (status, body) = http_get(&daemon, &labels, Some(&viewer));
+    assert_eq!(status, 200, "{body}");
+    let listed = json(&body)["labels"].clone();
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|l| l["label_key"] == key.as_str() && l["label_value"] == "z2"),
+        "{listed:#}"
+    );
+    // Removing it: one more commit, and the node loses it.
+    let remove = format!("{labels}/{}", key.replace('/', "%2F"));
+    let removed = crate::daemon::http(
+        daemon.port,
+        "DELETE",
+        &remove,
+        &[bearer(&hosts), ("X-CSRF-Token", hosts_csrf.clone())],
+        b"",
+    );
+    assert_eq!(removed.0, 200, "{}", removed.1);
+    assert_eq!(log(&remote).len(), commits + 3);
+    eventually(Duration::from_secs(30), || async {
+        let node = nodes.get("tether-sim-1").await.unwrap();
+        !node.metadata.labels.unwrap_or_default().contains_key(&key)
+    })
+    .await;
+}
