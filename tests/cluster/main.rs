@@ -24,6 +24,7 @@ mod reconcile;
 mod run;
 mod secrets;
 mod web;
+mod web_access;
 mod workflow;
 
 use std::time::Duration;

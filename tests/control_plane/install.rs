@@ -206,7 +206,7 @@ fn install_check_tree_suspend_uninstall_and_kustomize_from_an_empty_cluster() {
     // A second install changes nothing, and keeps the webhook secret.
     let second_text = cli.tether_ok(&["install"]);
     assert!(
-        second_text.contains("0 of 12 objects changed"),
+        second_text.contains("0 of 15 objects changed"),
         "{second_text}"
     );
     assert!(

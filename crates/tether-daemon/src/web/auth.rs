@@ -4,7 +4,7 @@
 //! for each thing the request touches. No user store of tether's own.
 //!
 //! A page makes several requests, each asking the same questions: accepted tokens and
-//! decisions are remembered for [`REMEMBERED_FOR`] (what kube-apiserver's own webhook
+//! the daemon's decisions are remembered for [`REMEMBERED_FOR`] (what kube-apiserver's own webhook
 //! authenticator and authorizer do), in bounded process-wide caches keyed by what
 //! decides the answer (a token's SHA-256, never the token; the user and the check).
 //! Tokens are never logged nor put in a message.
@@ -214,27 +214,28 @@ impl Access {
                 )))
             };
         }
-        let local = matches!(self, Access::Local { .. });
-        let key = DecisionKey {
-            local,
-            user: viewer.user.clone(),
-            uid: viewer.uid.clone(),
-            groups: viewer.groups.clone(),
-            extra: viewer.extra.clone(),
-            check: check.clone(),
-        };
-        let status = match DECISIONS.get(&key) {
-            Some(status) => status,
-            None => {
-                let status = match self {
-                    Access::Kubernetes { client, .. } => {
-                        subject_access_review(client, viewer, check).await?
-                    }
-                    Access::Local { client } => self_subject_access_review(client, check).await?,
+        let status = match self {
+            Access::Kubernetes { client, .. } => {
+                let key = DecisionKey {
+                    user: viewer.user.clone(),
+                    uid: viewer.uid.clone(),
+                    groups: viewer.groups.clone(),
+                    extra: viewer.extra.clone(),
+                    check: check.clone(),
                 };
-                DECISIONS.put(key, status.clone());
-                status
+                match DECISIONS.get(&key) {
+                    Some(status) => status,
+                    None => {
+                        let status = subject_access_review(client, viewer, check).await?;
+                        DECISIONS.put(key, status.clone());
+                        status
+                    }
+                }
             }
+            // Not remembered: the answer depends on the client's identity, which a
+            // viewer of `tether ui` may not name (servers before 1.28), and one person
+            // on loopback asks little.
+            Access::Local { client } => self_subject_access_review(client, check).await?,
         };
         if status.allowed {
             return Ok(());
@@ -322,10 +323,7 @@ async fn reviewed(client: &Client, token: &str) -> Result<Viewer, Denied> {
         },
         ..TokenReview::default()
     };
-    let review = Api::<TokenReview>::all(client.clone())
-        .create(&PostParams::default(), &review)
-        .await
-        .map_err(unavailable("TokenReview"))?;
+    let review = ask(client, &review, "TokenReview").await?;
     let status = review.status.unwrap_or_default();
     match status.user {
         Some(user) if status.authenticated == Some(true) => {
@@ -344,10 +342,7 @@ async fn reviewed(client: &Client, token: &str) -> Result<Viewer, Denied> {
 /// `tether ui`'s user: whom the API server says the kubeconfig is (a SelfSubjectReview,
 /// from Kubernetes 1.28), else a description.
 async fn local_viewer(client: &Client) -> Viewer {
-    let user = match Api::<SelfSubjectReview>::all(client.clone())
-        .create(&PostParams::default(), &SelfSubjectReview::default())
-        .await
-    {
+    let user = match ask(client, &SelfSubjectReview::default(), "SelfSubjectReview").await {
         Ok(review) => review.status.and_then(|s| s.user_info),
         Err(_) => None,
     };
@@ -376,10 +371,7 @@ async fn subject_access_review(
         },
         ..SubjectAccessReview::default()
     };
-    let review = Api::<SubjectAccessReview>::all(client.clone())
-        .create(&PostParams::default(), &review)
-        .await
-        .map_err(unavailable("SubjectAccessReview"))?;
+    let review = ask(client, &review, "SubjectAccessReview").await?;
     Ok(review.status.unwrap_or_default())
 }
 
@@ -394,15 +386,25 @@ async fn self_subject_access_review(
         },
         ..SelfSubjectAccessReview::default()
     };
-    let review = Api::<SelfSubjectAccessReview>::all(client.clone())
-        .create(&PostParams::default(), &review)
-        .await
-        .map_err(unavailable("SelfSubjectAccessReview"))?;
+    let review = ask(client, &review, "SelfSubjectAccessReview").await?;
     Ok(review.status.unwrap_or_default())
 }
 
-fn unavailable(what: &'static str) -> impl Fn(kube::Error) -> Denied {
-    move |error| Denied::Unavailable(format!("{what}: {}", tether_core::error_chain(&error)))
+/// Creates a review (the API server answers in the created object's status).
+async fn ask<R>(client: &Client, review: &R, what: &str) -> Result<R, Denied>
+where
+    R: kube::Resource<DynamicType = (), Scope = kube::core::ClusterResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::Serialize
+        + serde::de::DeserializeOwned,
+{
+    Api::<R>::all(client.clone())
+        .create(&PostParams::default(), review)
+        .await
+        .map_err(|error| {
+            Denied::Unavailable(format!("{what}: {}", tether_core::error_chain(&error)))
+        })
 }
 
 /// Whether `token` can be a session cookie's value (RFC 6265's cookie-octets: no
@@ -445,14 +447,10 @@ static PROCESS_KEY: LazyLock<[u8; 32]> = LazyLock::new(|| {
     let mut key = [0u8; 32];
     if getrandom::fill(&mut key).is_err() {
         use std::hash::{BuildHasher, Hasher};
-        for chunk in key.chunks_mut(8) {
-            let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-            hasher.write_u128(
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_nanos())
-                    .unwrap_or(0),
-            );
+        let keys = std::collections::hash_map::RandomState::new();
+        for (index, chunk) in key.chunks_mut(8).enumerate() {
+            let mut hasher = keys.build_hasher();
+            hasher.write_usize(index);
             chunk.copy_from_slice(&hasher.finish().to_le_bytes());
         }
     }
@@ -462,8 +460,6 @@ static PROCESS_KEY: LazyLock<[u8; 32]> = LazyLock::new(|| {
 /// What decides a SubjectAccessReview's answer.
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct DecisionKey {
-    /// Asked as the user itself (`tether ui`) or on their behalf.
-    local: bool,
     user: String,
     uid: Option<String>,
     groups: Vec<String>,
