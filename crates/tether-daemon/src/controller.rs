@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::Shared;
+use super::clock::now;
 use super::crd::{
     ClusterStatus, DiscoverySpec, HistoryRewrite, RECONCILE_REQUESTED_ANNOTATION, Source,
     SourceSpec, SourceStatus, commit_of_revision, revision_name,
@@ -126,12 +127,6 @@ pub async fn request_reconcile(api: &Api<Source>, name: &str) -> Result<String, 
     api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
     Ok(now)
-}
-
-/// The time as the status writes it (RFC 3339, UTC, to the nanosecond so that two
-/// requests in one second differ).
-pub fn now() -> String {
-    k8s_openapi::jiff::Timestamp::now().to_string()
 }
 
 impl Controller {

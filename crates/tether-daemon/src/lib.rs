@@ -12,6 +12,7 @@
 #![warn(clippy::too_many_lines)]
 
 pub mod check;
+pub mod clock;
 pub mod clusters;
 pub mod controller;
 pub mod crd;
@@ -38,7 +39,16 @@ use tokio::sync::mpsc;
 
 use self::metrics::Metrics;
 use self::refusal_log::RefusalLog;
-use self::runner::Trigger;
+
+/// Why a source loop should pass now.
+#[derive(Debug)]
+pub enum Trigger {
+    /// The source may have changed (a saved file, a webhook).
+    Changed,
+    /// Someone asked for a pass (the Source's annotation, or the web page, with the
+    /// time of the request).
+    Requested(String),
+}
 
 /// What the loops of one process share with its HTTP endpoints.
 pub struct Shared {

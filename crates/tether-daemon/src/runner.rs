@@ -17,31 +17,25 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::Shared;
-use super::controller::{self, now};
+use super::clock::now;
 use super::crd::{DriftPolicy, RewritePolicy};
 use super::drift::{CorrectionBackoff, Drift, reporter};
 use super::keys::{DecryptionKeysError, DecryptionSecret};
 use super::status::{PassResult, objects_failed};
-use super::web::views::{Handle, LastPlan, Shown, SourceName, Views};
+use super::web::views::{Handle, LastPlan, Shown, SourceName, Views, blocked_on};
 use tether_core::k8s::ObjectKey;
 use tether_core::plan::{Action, Change};
 use tether_core::source::is_model_path;
 use tether_engine::driver::{Backoff, Loop, Schedule, drive};
 use tether_engine::reconcile::{
-    ApplyOptions, ApplyReport, ClusterPlan, Outcome, PlanOptions, Planned, ReconcileError,
-    Reconciler, WatchCache,
+    ApplyOptions, ApplyProgress, ApplyReport, ClusterPlan, Outcome, PlanOptions, Planned,
+    ReconcileError, Reconciler, WatchCache,
 };
+use tether_web::ClusterRow;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-/// Why a pass should come now.
-#[derive(Debug)]
-pub enum Trigger {
-    /// The source may have changed (a saved file, a webhook).
-    Changed,
-    /// Someone asked for a pass (the Source's annotation, with its value).
-    Requested(String),
-}
+pub use super::Trigger;
 
 /// Where a loop records each pass's result for its users (a Source's status).
 pub trait StatusSink: Send {
@@ -452,7 +446,8 @@ impl<S: StatusSink> SourceLoop<S> {
             stop: self.stop_pass.clone(),
             ..self.apply.clone()
         };
-        let report = self.reconciler.apply(&planned, &options, &|_| {}).await?;
+        let waiting = self.waiting_shown();
+        let report = self.reconciler.apply(&planned, &options, &waiting).await?;
         if report.stopped {
             tracing::info!(
                 applied = report.objects.len(),
@@ -565,7 +560,16 @@ impl<S: StatusSink> SourceLoop<S> {
         for failure in &failed {
             tracing::warn!(cluster = %failure.name, reason = failure.reason, message = %failure.message, "a cluster of the source was not applied");
         }
-        self.show(|views, name| views.clusters(name, &states));
+        let rows: Vec<ClusterRow> = states
+            .iter()
+            .map(|s| ClusterRow {
+                name: s.name.clone(),
+                ready: s.ready,
+                reason: s.reason.to_string(),
+                message: s.message.clone(),
+            })
+            .collect();
+        self.show(|views, name| views.clusters(name, rows));
         self.status.record_clusters(states);
         failed
     }
@@ -734,7 +738,7 @@ impl<S: StatusSink> SourceLoop<S> {
             .metrics
             .drift(&self.id, "corrected", corrected.len() as u64);
         let keys: Vec<ObjectKey> = corrected.iter().map(|(key, _)| key.clone()).collect();
-        self.show(|views, name| views.corrected(name, &keys, &controller::now()));
+        self.show(|views, name| views.corrected(name, &keys, &super::clock::now()));
         corrected
     }
 
@@ -807,6 +811,24 @@ impl<S: StatusSink> SourceLoop<S> {
     fn show(&self, tell: impl FnOnce(&Views, &SourceName)) {
         if let Some(shown) = &self.shown {
             tell(&self.shared.views, &shown.name);
+        }
+    }
+
+    /// What an apply tells the page while a wave waits: what it is blocked on.
+    fn waiting_shown(&self) -> impl Fn(ApplyProgress<'_>) + Sync + use<S> {
+        let shown = self.shown.as_ref().map(|s| s.name.clone());
+        let shared = self.shared.clone();
+        move |progress| {
+            if let (
+                ApplyProgress::Waiting {
+                    wave, not_ready, ..
+                },
+                Some(name),
+            ) = (progress, &shown)
+            {
+                let blockers = not_ready.iter().map(|(key, state)| (key, state.as_str()));
+                shared.views.waiting(name, &blocked_on(wave, blockers));
+            }
         }
     }
 

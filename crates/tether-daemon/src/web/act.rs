@@ -26,8 +26,8 @@ use super::auth::{Check, Viewer};
 use super::read::{NOTICE_COOKIE, viewer};
 use super::views::{Snapshot, SourceName};
 use super::{Failure, WebState};
-use crate::controller::now;
-use crate::runner::Trigger;
+use crate::Trigger;
+use crate::clock::now;
 
 /// How long a pod action waits for its pod to be made again (or its containers to
 /// restart) before it answers.
@@ -123,7 +123,7 @@ struct Acting {
 fn source_check(verb: &'static str, source: &SourceName) -> Check {
     Check {
         verb,
-        group: "tether.dev",
+        group: super::auth::SOURCES_GROUP,
         resource: "sources",
         subresource: None,
         namespace: source.namespace.clone(),

@@ -29,7 +29,7 @@ pub const NOTICE_COOKIE: &str = "tether_notice";
 pub fn view_check(namespace: &str, name: Option<&str>) -> Check {
     Check {
         verb: "get",
-        group: "tether.dev",
+        group: super::auth::SOURCES_GROUP,
         resource: "sources",
         subresource: None,
         namespace: namespace.to_string(),

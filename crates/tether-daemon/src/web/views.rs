@@ -11,13 +11,13 @@ use tether_core::k8s::ObjectKey;
 use tether_core::plan::Plan;
 use tether_core::workflow::Workflow;
 use tether_engine::discovery::Destination;
-use tether_engine::reconcile::{BlockedWave, CheckedModels};
+use tether_engine::reconcile::CheckedModels;
 use tether_sops::Keyring;
 use tether_web::{ClusterRow, Counts, DriftRow, SourceSummary, State};
 use tokio::sync::{broadcast, mpsc};
 
+use crate::Trigger;
 use crate::crd::SourceStatus;
-use crate::runner::{ClusterState, Trigger};
 use crate::status::{PassResult, next_status};
 
 /// How many changes the live stream holds for a slow reader before it skips to the
@@ -188,7 +188,10 @@ impl Views {
     /// the pass took.
     pub fn record(&self, name: &SourceName, result: &PassResult<'_>, now: &str, took: Option<f64>) {
         let blocked_on = match result {
-            PassResult::ObjectsFailed { report, .. } => report.blocked.as_ref().map(blocked_on),
+            PassResult::ObjectsFailed { report, .. } => report.blocked.as_ref().map(|blocked| {
+                let blockers = blocked.blockers.iter().map(|b| (&b.key, b.state.as_str()));
+                blocked_on(blocked.wave, blockers)
+            }),
             PassResult::Progressing { .. } => None,
             _ => Some(String::new()),
         };
@@ -233,6 +236,13 @@ impl Views {
         });
     }
 
+    /// A pass waits for a wave: what it is blocked on, until the pass ends.
+    pub fn waiting(&self, name: &SourceName, blocked_on: &str) {
+        self.change(name, |entry| {
+            entry.summary.blocked_on = Some(blocked_on.to_string())
+        });
+    }
+
     /// A watch saw `manager` change an object the source applied.
     pub fn drifted(&self, name: &SourceName, key: &ObjectKey, manager: &str, now: &str) {
         self.change(name, |shown| {
@@ -262,37 +272,25 @@ impl Views {
     }
 
     /// How each cluster fared, when the models name several.
-    pub fn clusters(&self, name: &SourceName, states: &[ClusterState]) {
-        let rows = states
-            .iter()
-            .map(|s| ClusterRow {
-                name: s.name.clone(),
-                ready: s.ready,
-                reason: s.reason.to_string(),
-                message: s.message.clone(),
-            })
-            .collect();
+    pub fn clusters(&self, name: &SourceName, rows: Vec<ClusterRow>) {
         self.change(name, |shown| shown.summary.clusters = rows);
     }
 }
 
 /// `wave 2 → Deployment shop/web: 3/5 replicas available` (1-based waves, as the
-/// status says them), and how many more it waits for.
-pub fn blocked_on(blocked: &BlockedWave) -> String {
-    let mut blockers = blocked.blockers.iter();
-    let Some(first) = blockers.next() else {
-        return format!("wave {}", blocked.wave + 1);
+/// status says them): the first of what the wave waits for, and how many more.
+pub fn blocked_on<'a>(
+    wave: usize,
+    mut blockers: impl ExactSizeIterator<Item = (&'a ObjectKey, &'a str)>,
+) -> String {
+    let Some((first, state)) = blockers.next() else {
+        return format!("wave {}", wave + 1);
     };
     let more = match blockers.len() {
         0 => String::new(),
         n => format!(" (and {n} more)"),
     };
-    format!(
-        "wave {} → {}: {}{more}",
-        blocked.wave + 1,
-        first.key,
-        first.state
-    )
+    format!("wave {} → {first}: {state}{more}", wave + 1)
 }
 
 /// The summary of a source: its status's conditions and revisions, and what the
