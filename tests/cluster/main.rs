@@ -25,6 +25,7 @@ mod run;
 mod secrets;
 mod web;
 mod web_access;
+mod web_page;
 mod workflow;
 
 use std::time::Duration;

@@ -23,9 +23,10 @@ use crate::harness::eventually;
 use crate::reconcile::{base, config_map, setup};
 
 /// The models of the tests: the ConfigMap `settings`, the Deployment slice `web`, and
-/// the simulated node as a host.
-pub fn models(ns: &str, replicas: u32, value: &str) -> Vec<(String, String)> {
-    vec![
+/// with `host`, the simulated node (one test of the run may own it: a Node is the
+/// cluster's, and only one inventory may apply it).
+pub fn models(ns: &str, replicas: u32, value: &str, host: bool) -> Vec<(String, String)> {
+    let mut files = vec![
         ("base.yaml".into(), base(ns)),
         ("cm.yaml".into(), config_map("settings", ns, value)),
         (
@@ -34,13 +35,14 @@ pub fn models(ns: &str, replicas: u32, value: &str) -> Vec<(String, String)> {
                 "kind: Image\nname: nginx\ntag: \"1.25\"\n---\n# The front end.\nkind: Slice\nname: web\ntrust_domain: {ns}\ncontroller_kind: Deployment\ncontroller_replica_count: {replicas}   # keep it small\ndefault_image: nginx\n"
             ),
         ),
-        (
-            "hosts.yaml".into(),
-            format!(
-                "kind: Node\nname: tether-sim-1\nlabels:\n  web-test.example.com/{ns}: \"one\"\n"
-            ),
-        ),
-    ]
+    ];
+    if host {
+        let node = format!(
+            "kind: Node\nname: tether-sim-1\nlabels:\n  web-test.example.com/{ns}: \"one\"\n"
+        );
+        files.push(("hosts.yaml".into(), node));
+    }
+    files
 }
 
 fn as_files(files: &[(String, String)]) -> Vec<(&str, &str)> {
@@ -189,11 +191,11 @@ pub struct Site {
     pub daemon: Daemon,
 }
 
-pub async fn site(test: &str) -> Site {
+pub async fn site(test: &str, host: bool) -> Site {
     install_crd();
     install_roles();
     let (client, ns, _) = setup(test).await;
-    let files = models(&ns, 1, "v1");
+    let files = models(&ns, 1, "v1", host);
     let remote = Remote::new(&as_files(&files));
     let daemon = Daemon::start(&["--sources", "--sources-namespace", &ns]);
     kubectl_apply_text(&source_yaml("web", &ns, &remote.url, "  prune: true\n"));
@@ -271,7 +273,7 @@ async fn kubernetes_decides_who_sees_and_does_what_and_each_action_is_one_commit
         ns,
         remote,
         daemon,
-    } = site("web-api").await;
+    } = site("web-api", true).await;
     let viewer = user(&client, &ns, "viewer", &["tether-viewer"]).await;
     let operator = user(&client, &ns, "operator", &["tether-operator"]).await;
     let hosts = user(&client, &ns, "hosts", &["tether-host-admin"]).await;
