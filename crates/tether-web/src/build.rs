@@ -18,9 +18,12 @@ use crate::view::{
 };
 
 /// The plan's objects, grouped by the model that made them (in wave order, then as
-/// planned); `failed` says why an object failed to apply, `drift` who changed it.
+/// planned); `applied` says what the apply then did to each (it replaces the plan's
+/// action, and an applied object's conflicts were taken back), `failed` why an object
+/// failed, `drift` who changed it.
 pub fn model_nodes(
     plan: &Plan,
+    applied: &BTreeMap<ObjectKey, &str>,
     failed: &BTreeMap<ObjectKey, String>,
     drift: &BTreeMap<ObjectKey, DriftRow>,
 ) -> Vec<ModelNode> {
@@ -44,17 +47,20 @@ pub fn model_nodes(
             .get(&change.key)
             .cloned()
             .or_else(|| change.error.clone());
+        let outcome = applied.get(&change.key).copied();
+        let settled = outcome.is_some_and(is_settled);
         nodes[at].objects.push(ObjectRow {
             kind: change.key.kind.clone(),
             namespace: change.key.namespace.clone(),
             name: change.key.name.clone(),
-            action: change.action.name().into(),
+            action: outcome.unwrap_or(change.action.name()).into(),
             ready: None,
             readiness: None,
             drift: drift.get(&change.key).cloned(),
             conflicts: change
                 .conflicts
                 .iter()
+                .filter(|_| !settled)
                 .map(|c| ConflictRow {
                     manager: c.manager.clone(),
                     field: c.field.clone(),
@@ -66,6 +72,13 @@ pub fn model_nodes(
     }
     nodes.sort_by_key(|n| n.wave.unwrap_or(usize::MAX));
     nodes
+}
+
+/// Whether an apply that did `outcome` (`created`, `configured`, …) left the object
+/// as the models say, whatever the plan found before (a conflict that drift
+/// correction took back).
+pub fn is_settled(outcome: &str) -> bool {
+    matches!(outcome, "created" | "configured" | "unchanged" | "replaced")
 }
 
 /// Fills each object's readiness from its live state (`live`, by key; an object

@@ -36,7 +36,7 @@ pub async fn detail(snapshot: &Snapshot) -> SourceDetail {
         return detail;
     };
     let plan = &last.plan;
-    let mut models = build::model_nodes(plan, &snapshot.failed, &snapshot.drift);
+    let mut models = build::model_nodes(plan, &snapshot.applied, &snapshot.failed, &snapshot.drift);
     detail.graph = build::graph(&last.workflow);
     detail.report_markdown = Some(tether_core::report::markdown(plan, remedy_words));
     let files = &last.models.loaded.files;

@@ -11,7 +11,7 @@ use tether_core::k8s::ObjectKey;
 use tether_core::plan::Plan;
 use tether_core::workflow::Workflow;
 use tether_engine::discovery::Destination;
-use tether_engine::reconcile::CheckedModels;
+use tether_engine::reconcile::{CheckedModels, Outcome};
 use tether_sops::Keyring;
 use tether_web::{ClusterRow, Counts, DriftRow, SourceSummary, State};
 use tokio::sync::{broadcast, mpsc};
@@ -80,6 +80,8 @@ struct Entry {
     drift: BTreeMap<ObjectKey, DriftRow>,
     /// Why objects failed in the last apply, by object.
     failed: BTreeMap<ObjectKey, String>,
+    /// What the apply of the last plan did to each object (`configured`, …).
+    applied: BTreeMap<ObjectKey, &'static str>,
     client: Option<Client>,
     keys: Arc<Keyring>,
 }
@@ -98,6 +100,7 @@ pub struct Snapshot {
     pub last: Option<Arc<LastPlan>>,
     pub drift: BTreeMap<ObjectKey, DriftRow>,
     pub failed: BTreeMap<ObjectKey, String>,
+    pub applied: BTreeMap<ObjectKey, &'static str>,
     pub client: Option<Client>,
     pub keys: Arc<Keyring>,
 }
@@ -134,6 +137,7 @@ impl Views {
             last: None,
             drift: BTreeMap::new(),
             failed: BTreeMap::new(),
+            applied: BTreeMap::new(),
             client: None,
             keys: Arc::default(),
         };
@@ -160,6 +164,7 @@ impl Views {
             last: shown.last.clone(),
             drift: shown.drift.clone(),
             failed: shown.failed.clone(),
+            applied: shown.applied.clone(),
             client: shown.client.clone(),
             keys: shown.keys.clone(),
         })
@@ -195,15 +200,26 @@ impl Views {
             PassResult::Progressing { .. } => None,
             _ => Some(String::new()),
         };
-        let failed = match result {
-            PassResult::ObjectsFailed { report, .. } | PassResult::Applied { report, .. } => Some(
-                report
-                    .failures()
-                    .map(|(key, failure)| (key.clone(), failure.to_string()))
-                    .collect::<BTreeMap<_, _>>(),
-            ),
+        let report = match result {
+            PassResult::ObjectsFailed { report, .. } | PassResult::Applied { report, .. } => {
+                Some(report)
+            }
             _ => None,
         };
+        let failed = report.map(|report| {
+            report
+                .failures()
+                .map(|(key, failure)| (key.clone(), failure.to_string()))
+                .collect::<BTreeMap<_, _>>()
+        });
+        // A quiet pass applies nothing: what the last apply did stays.
+        let applied = report.filter(|r| !r.objects.is_empty()).map(|report| {
+            report
+                .objects
+                .iter()
+                .map(|o| (o.key.clone(), outcome_word(&o.outcome)))
+                .collect::<BTreeMap<_, _>>()
+        });
         self.change(name, |shown| {
             shown.status = next_status(&shown.status, None, result, now);
             if !matches!(result, PassResult::Progressing { .. }) {
@@ -218,6 +234,9 @@ impl Views {
             if let Some(failed) = failed {
                 shown.failed = failed;
             }
+            if let Some(applied) = applied {
+                shown.applied = applied;
+            }
         });
     }
 
@@ -231,6 +250,7 @@ impl Views {
                     && last.plan.changes.iter().any(|c| c.key == *key && c.drift)
             });
             shown.last = Some(Arc::new(last));
+            shown.applied.clear();
             shown.client = Some(client);
             shown.keys = keys;
         });
@@ -291,6 +311,20 @@ pub fn blocked_on<'a>(
         n => format!(" (and {n} more)"),
     };
     format!("wave {} → {first}: {state}{more}", wave + 1)
+}
+
+/// How the page words what an apply did to an object.
+fn outcome_word(outcome: &Outcome) -> &'static str {
+    match outcome {
+        Outcome::Created => "created",
+        Outcome::Configured => "configured",
+        Outcome::Unchanged => "unchanged",
+        Outcome::Pruned => "pruned",
+        Outcome::Released => "released",
+        Outcome::Prunable => "prunable",
+        Outcome::Replaced => "replaced",
+        Outcome::Failed(_) => "failed",
+    }
 }
 
 /// The summary of a source: its status's conditions and revisions, and what the
