@@ -474,3 +474,90 @@ async fn kubernetes_decides_who_sees_and_does_what_and_each_action_is_one_commit
     })
     .await;
 }
+
+#[tokio::test]
+async fn tether_ui_serves_one_source_on_loopback_as_its_user_and_commits_to_the_checkout() {
+    let (client, ns, inventory) = setup("web-ui").await;
+    let checkout = tempfile::tempdir().unwrap();
+    let dir = checkout.path();
+    for (name, text) in models(&ns, 1, "v1", false) {
+        std::fs::write(dir.join(name), text).unwrap();
+    }
+    let git = |args: &[&str]| crate::reconcile::git(dir, args);
+    git(&["init", "-q"]);
+    git(&["config", "user.name", "Ada Operator"]);
+    git(&["config", "user.email", "ada@example.org"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "models"]);
+    let ui = |listen: &str| {
+        let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_tether"));
+        command
+            .args(["ui", dir.to_str().unwrap(), "--listen", listen])
+            .args(["--inventory-name", &inventory, "--inventory-namespace", &ns])
+            .arg("--kubeconfig")
+            .arg(crate::harness::cluster().kubeconfig())
+            .arg("--cache-dir")
+            .arg(dir.join(".cache"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        command
+    };
+    // Anyone who reaches it acts as its user: it serves this machine only.
+    let refused = ui("0.0.0.0:0").output().unwrap();
+    assert_eq!(refused.status.code(), Some(2));
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(said.contains("serves only this machine"), "{said}");
+
+    let port = crate::daemon::free_port();
+    let mut serving = ui(&format!("127.0.0.1:{port}"));
+    let _ui = crate::harness::Running(serving.stderr(std::process::Stdio::null()).spawn().unwrap());
+    let get = |path: &str| crate::daemon::http(port, "GET", path, &[], b"");
+    eventually(Duration::from_secs(60), || async {
+        let (status, body) = get("/api/v1/sources");
+        status == 200 && {
+            let sources = json(&body)["sources"].clone();
+            sources[0]["namespace"] == ns.as_str()
+                && sources[0]["name"] == inventory.as_str()
+                && sources[0]["state"] == "ready"
+        }
+    })
+    .await;
+    let (status, page) = get("/");
+    assert_eq!(status, 200);
+    assert!(
+        page.contains(&format!("data-source=\"{ns}/{inventory}\"")),
+        "{page}"
+    );
+    // An action still needs the page's CSRF token; then it is a commit of the checkout,
+    // by the checkout's own author, and the Deployment follows.
+    let session = json(&get("/api/v1/session").1);
+    let csrf = session["csrfToken"].as_str().unwrap();
+    let scale = format!("/api/v1/sources/{ns}/{inventory}/slices/web/scale");
+    let body = serde_json::json!({"replicas": "+1"}).to_string();
+    let json_type = ("Content-Type", "application/json".to_string());
+    let refused = crate::daemon::http(
+        port,
+        "POST",
+        &scale,
+        std::slice::from_ref(&json_type),
+        body.as_bytes(),
+    );
+    assert_eq!(refused.0, 403, "{}", refused.1);
+    let (status, answer) = crate::daemon::http(
+        port,
+        "POST",
+        &scale,
+        &[json_type, ("X-CSRF-Token", csrf.to_string())],
+        body.as_bytes(),
+    );
+    assert_eq!(status, 200, "{answer}");
+    let subjects = git(&["log", "--format=%s", "-2"]);
+    assert_eq!(
+        subjects.lines().collect::<Vec<_>>(),
+        ["scale: Slice/web 1 → 2", "models"]
+    );
+    eventually(Duration::from_secs(30), || async {
+        replicas(&client, &ns).await == 2
+    })
+    .await;
+}

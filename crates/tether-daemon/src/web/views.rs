@@ -419,6 +419,151 @@ pub fn commit_link(url: &str, commit: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tether_engine::reconcile::{ApplyReport, BlockedWave, Blocker};
+
+    fn views() -> (Views, SourceName) {
+        let views = Views::default();
+        let name = SourceName {
+            namespace: "shop".into(),
+            name: "web".into(),
+        };
+        let (trigger, _) = mpsc::channel(1);
+        let handle = Handle {
+            trigger,
+            writeback: None,
+            url: Some("https://github.com/acme/shop.git".into()),
+            reference: Some("main".into()),
+            path: None,
+        };
+        views.register(&name, handle);
+        (views, name)
+    }
+
+    fn blocked() -> ApplyReport {
+        let blocker = |name: &str, state: &str| Blocker {
+            key: ObjectKey::new("apps/v1", "Deployment", Some("shop"), name),
+            state: state.into(),
+            failed: false,
+            external: false,
+            needed_by: vec!["Slice/front".into()],
+        };
+        ApplyReport {
+            blocked: Some(BlockedWave {
+                wave: 1,
+                waves: 3,
+                blockers: vec![
+                    blocker("web", "3/5 replicas available"),
+                    blocker("db", "0/1"),
+                ],
+                not_applied: 4,
+            }),
+            ..ApplyReport::default()
+        }
+    }
+
+    #[test]
+    fn each_pass_result_is_a_state_in_attention_order_with_what_it_is_blocked_on() {
+        let commit = "0123456789abcdef0123456789abcdef01234567";
+        let revision = format!("main@sha1:{commit}");
+        let applied = ApplyReport::default();
+        let blocked = blocked();
+        let cases: Vec<(PassResult, State, Option<&str>)> = vec![
+            (
+                PassResult::Progressing {
+                    revision: revision.clone(),
+                },
+                State::Progressing,
+                None,
+            ),
+            (
+                PassResult::Applied {
+                    revision: revision.clone(),
+                    report: &applied,
+                },
+                State::Ready,
+                None,
+            ),
+            (
+                PassResult::ObjectsFailed {
+                    revision: revision.clone(),
+                    report: &blocked,
+                },
+                State::Blocked,
+                Some("wave 2 → Deployment shop/web: 3/5 replicas available (and 1 more)"),
+            ),
+            (
+                PassResult::Failed {
+                    revision: None,
+                    reason: "InvalidModels",
+                    message: "models.yaml:3:1: error".into(),
+                    stalled: true,
+                },
+                State::Failed,
+                None,
+            ),
+            (PassResult::Suspended, State::Suspended, None),
+        ];
+        for (result, state, blocked_on) in cases {
+            let (views, name) = views();
+            views.record(&name, &result, "2026-11-25T00:00:00Z", Some(0.5));
+            let summary = &views.list()[0];
+            assert_eq!(summary.state, state, "{result:?}");
+            assert_eq!(summary.blocked_on.as_deref(), blocked_on, "{result:?}");
+        }
+        let (views, name) = views();
+        views.record(
+            &name,
+            &PassResult::Applied {
+                revision,
+                report: &applied,
+            },
+            "now",
+            None,
+        );
+        let summary = &views.list()[0];
+        assert_eq!(
+            (summary.wanted.as_deref(), summary.applied.as_deref()),
+            (Some(commit), Some(commit))
+        );
+        assert_eq!(
+            summary.commit_link.as_deref(),
+            Some(format!("https://github.com/acme/shop/commit/{commit}").as_str())
+        );
+    }
+
+    #[test]
+    fn drift_needs_attention_until_it_is_corrected_and_the_stream_says_each_change() {
+        let (views, name) = views();
+        let mut stream = views.subscribe();
+        let applied = ApplyReport::default();
+        let result = PassResult::Applied {
+            revision: "main@sha1:ab".into(),
+            report: &applied,
+        };
+        views.record(&name, &result, "t0", None);
+        let key = ObjectKey::new("v1", "ConfigMap", Some("shop"), "settings");
+        views.drifted(&name, &key, "kubectl-patch", "t1");
+        assert_eq!(views.list()[0].state, State::Drifted);
+        assert_eq!(views.list()[0].counts.drifted, 1);
+        views.corrected(&name, std::slice::from_ref(&key), "t2");
+        assert_eq!(views.list()[0].state, State::Ready);
+        let states: Vec<State> = std::iter::from_fn(|| stream.try_recv().ok())
+            .map(|s| s.state)
+            .collect();
+        assert_eq!(states, [State::Ready, State::Drifted, State::Ready]);
+        // A waiting wave is said while the pass goes on.
+        views.waiting(&name, "wave 2 → Pod shop/db: not ready");
+        assert_eq!(
+            views.list()[0].blocked_on.as_deref(),
+            Some("wave 2 → Pod shop/db: not ready")
+        );
+        views.record(&name, &result, "t3", None);
+        assert_eq!(
+            views.list()[0].blocked_on,
+            None,
+            "the pass that applied says nothing is blocked"
+        );
+    }
 
     #[test]
     fn commit_links_for_the_hosts_tether_knows_and_none_for_others() {
