@@ -282,6 +282,21 @@ fn the_demo_shows_every_step_and_stops_what_it_started() {
         "{teams}"
     );
 
+    let web = step(&text, "The web page and its API");
+    assert!(web.contains("team-a/shop: failed at "), "{web}");
+    assert!(
+        !web.contains("team-b/shop:"),
+        "the viewer sees team-a only: {web}"
+    );
+    assert!(web.contains("the viewer asks to scale: HTTP 403"), "{web}");
+    assert!(web.contains("no token at all: HTTP 401"), "{web}");
+    for view in ["sources", "source"] {
+        let shot = demo_dir.path().join(format!("web-{view}.png"));
+        let size = std::fs::metadata(&shot).map_or(0, |m| m.len());
+        assert!(size > 10_000, "{} is {size} bytes: {web}", shot.display());
+    }
+    assert!(!web.contains("eyJ"), "no token is printed: {web}");
+
     let install = step(&text, "Install the daemon");
     for line in [
         "✔ you may install tether",

@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+use tether_daemon::install::manifests::PEOPLE_ROLES;
 use tether_testkit::snapshot;
 
 fn root() -> PathBuf {
@@ -88,12 +89,25 @@ fn deploy_holds_what_install_applies_for_both_budget_versions() {
         &deploy.join("base/crd.yaml"),
         &pick(&newest, &|k| k == "CustomResourceDefinition"),
     );
-    snapshot::check(
-        &deploy.join("base/daemon.yaml"),
-        &pick(&newest, &|k| {
-            k != "CustomResourceDefinition" && k != "PodDisruptionBudget"
-        }),
-    );
+    // The people's ClusterRoles on their own: the demo and a cluster that runs the
+    // daemon elsewhere bind them without installing it.
+    let people_role = |d: &str| {
+        kind_of(d) == "ClusterRole"
+            && PEOPLE_ROLES
+                .iter()
+                .any(|r| d.contains(&format!("\n  name: {r}\n")))
+    };
+    let people: Vec<&String> = newest.iter().filter(|d| people_role(d)).collect();
+    assert_eq!(people.len(), PEOPLE_ROLES.len());
+    snapshot::check(&deploy.join("base/web-roles.yaml"), &file_of(&people));
+    let daemon: Vec<&String> = newest
+        .iter()
+        .filter(|d| {
+            let kind = kind_of(d);
+            kind != "CustomResourceDefinition" && kind != "PodDisruptionBudget" && !people_role(d)
+        })
+        .collect();
+    snapshot::check(&deploy.join("base/daemon.yaml"), &file_of(&daemon));
     snapshot::check(
         &deploy.join("pdb.yaml"),
         &pick(&newest, &|k| k == "PodDisruptionBudget"),

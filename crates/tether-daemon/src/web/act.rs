@@ -92,6 +92,12 @@ async fn allowed(
         f
     })?;
     let access = &state.web.access;
+    if viewer.anonymous {
+        let denied = super::auth::Denied::Unauthenticated(
+            "log in to act: anonymous viewers only view".into(),
+        );
+        return Err(Failure::denied(&denied, page));
+    }
     access
         .check_csrf(&viewer, sent.csrf.as_deref())
         .map_err(|denied| Failure::denied(&denied, page))?;
