@@ -212,10 +212,10 @@ pub async fn site(test: &str, host: bool) -> Site {
     }
 }
 
-/// Git log subjects and authors of the remote's main, newest first.
-fn log(remote: &Remote) -> Vec<String> {
+/// The remote's main as `git log --format=FORMAT` says it, newest first.
+pub fn log(remote: &Remote, format: &str) -> Vec<String> {
     let out = std::process::Command::new("git")
-        .args(["log", "--format=%s|%an|%ae", "main"])
+        .args(["log", &format!("--format={format}"), "main"])
         .current_dir(remote.bare())
         .output()
         .unwrap();
@@ -342,7 +342,7 @@ async fn kubernetes_decides_who_sees_and_does_what_and_each_action_is_one_commit
 
     // Scale: refused without the CSRF token, for the viewer and the outsider; nothing
     // is committed.
-    let commits = log(&remote).len();
+    let commits = log(&remote, "%s|%an|%ae").len();
     let scale = format!("/api/v1/sources/{ns}/web/slices/web/scale");
     let to_three = serde_json::json!({"replicas": "3"});
     let (status, body) = http_post(&daemon, &scale, &operator, None, &to_three);
@@ -367,7 +367,7 @@ async fn kubernetes_decides_who_sees_and_does_what_and_each_action_is_one_commit
         403
     );
     assert_eq!(
-        log(&remote).len(),
+        log(&remote, "%s|%an|%ae").len(),
         commits,
         "a refused action commits nothing"
     );
@@ -380,7 +380,7 @@ async fn kubernetes_decides_who_sees_and_does_what_and_each_action_is_one_commit
     let answer = json(&body);
     assert_eq!(answer["summary"], "scale: Slice/web 1 → 3", "{body}");
     assert_eq!(answer["pushed"], true);
-    let history = log(&remote);
+    let history = log(&remote, "%s|%an|%ae");
     assert_eq!(history.len(), commits + 1, "{history:?}");
     let operator_name = format!("system:serviceaccount:{ns}:operator");
     assert!(
@@ -434,7 +434,7 @@ async fn kubernetes_decides_who_sees_and_does_what_and_each_action_is_one_commit
         &serde_json::json!({&key: "z2"}),
     );
     assert_eq!(status, 200, "{body}");
-    assert_eq!(log(&remote).len(), commits + 2);
+    assert_eq!(log(&remote, "%s|%an|%ae").len(), commits + 2);
     let nodes: Api<Node> = Api::all(client.clone());
     eventually(Duration::from_secs(30), || async {
         let node = nodes.get("tether-sim-1").await.unwrap();
@@ -467,7 +467,7 @@ async fn kubernetes_decides_who_sees_and_does_what_and_each_action_is_one_commit
         b"",
     );
     assert_eq!(removed.0, 200, "{}", removed.1);
-    assert_eq!(log(&remote).len(), commits + 3);
+    assert_eq!(log(&remote, "%s|%an|%ae").len(), commits + 3);
     eventually(Duration::from_secs(30), || async {
         let node = nodes.get("tether-sim-1").await.unwrap();
         !node.metadata.labels.unwrap_or_default().contains_key(&key)

@@ -59,22 +59,22 @@ async fn submit(browser: &Browser, form: &str, fields: &[(&str, &str)]) {
         .unwrap();
 }
 
+/// Waits until the page's live stream is up (what changes after it, the page shows).
+async fn live(browser: &Browser) {
+    let script = "return document.querySelector('#live')?.dataset.state";
+    eventually(WAIT, || async {
+        browser.client().execute(script, vec![]).await.unwrap() == "up"
+    })
+    .await;
+}
+
 fn short(commit: &str) -> &str {
     &commit[..12]
 }
 
 /// Subjects and authors of the remote's main, newest first.
 fn log(site: &Site) -> Vec<String> {
-    let out = std::process::Command::new("git")
-        .args(["log", "--format=%s|%an", "main"])
-        .current_dir(site.remote.bare())
-        .output()
-        .unwrap();
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(str::to_string)
-        .collect()
+    crate::web::log(&site.remote, "%s|%an")
 }
 
 #[tokio::test]
@@ -87,19 +87,8 @@ async fn the_page_follows_a_push_shows_drift_and_scales_by_one_commit() {
     let head = site.remote.head_of_bare("main");
     browser.wait_for_text(&row, "Ready", WAIT).await;
     browser.wait_for_text(&row, short(&head), WAIT).await;
-    browser.wait_for_text("#live", "", WAIT).await;
     let client = browser.client();
-    eventually(WAIT, || async {
-        client
-            .execute(
-                "return document.querySelector('#live')?.dataset.state",
-                vec![],
-            )
-            .await
-            .unwrap()
-            == "up"
-    })
-    .await;
+    live(&browser).await;
     browser.screenshot(&screenshot("sources")).await;
 
     // A push, announced by its webhook: the row takes the new commit without a reload
@@ -125,17 +114,7 @@ async fn the_page_follows_a_push_shows_drift_and_scales_by_one_commit() {
     browser
         .goto(&format!("http://127.0.0.1:{port}/sources/{ns}/web"))
         .await;
-    eventually(WAIT, || async {
-        client
-            .execute(
-                "return document.querySelector('#live')?.dataset.state",
-                vec![],
-            )
-            .await
-            .unwrap()
-            == "up"
-    })
-    .await;
+    live(&browser).await;
     crate::daemon::kubectl_ok(&[
         "patch",
         "configmap",

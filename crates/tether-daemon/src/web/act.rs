@@ -236,6 +236,47 @@ async fn commit_as(
     Ok(done(source, form, &summary, details))
 }
 
+/// Commits `request` when Kubernetes lets the viewer `verb` the Source.
+async fn commit_allowed(
+    state: &WebState,
+    headers: &HeaderMap,
+    source: &SourceName,
+    sent: &Sent,
+    verb: &'static str,
+    request: Request,
+    what: &str,
+) -> Result<Response, Failure> {
+    let acting = allowed(state, headers, source, sent, source_check(verb, source)).await?;
+    commit_as(state, &acting, request, what).await
+}
+
+/// Commits `change` of the Node model `host` when the viewer may `verb` the Source.
+async fn change_host(
+    state: &WebState,
+    headers: &HeaderMap,
+    source: &SourceName,
+    sent: &Sent,
+    verb: &'static str,
+    host: &str,
+    change: HostChange,
+) -> Result<Response, Failure> {
+    let what = format!("{verb}-{host}");
+    let operation = Operation::Host {
+        host: host.to_string(),
+        change,
+    };
+    commit_allowed(
+        state,
+        headers,
+        source,
+        sent,
+        verb,
+        Request::Now(operation),
+        &what,
+    )
+    .await
+}
+
 /// `tether/web/scale-web-1700000000`: a new branch per proposed action.
 fn proposal_branch(what: &str) -> String {
     let words: String = what
@@ -316,15 +357,16 @@ pub async fn slice(
             ));
         }
     };
-    let acting = allowed(
+    commit_allowed(
         &state,
         &headers,
         &source,
         &sent,
-        source_check(verb, &source),
+        verb,
+        request,
+        &format!("{verb}-{slice}"),
     )
-    .await?;
-    commit_as(&state, &acting, request, &format!("{verb}-{slice}")).await
+    .await
 }
 
 /// StarlingX's label assignment: `{KEY: VALUE, …}` as JSON, or a form's `key` and
@@ -351,25 +393,8 @@ pub async fn assign_labels(
             sent.form,
         ));
     }
-    let acting = allowed(
-        &state,
-        &headers,
-        &source,
-        &sent,
-        source_check("label", &source),
-    )
-    .await?;
-    let operation = Operation::Host {
-        host: host.clone(),
-        change: HostChange::Label(labels),
-    };
-    commit_as(
-        &state,
-        &acting,
-        Request::Now(operation),
-        &format!("label-{host}"),
-    )
-    .await
+    let change = HostChange::Label(labels);
+    change_host(&state, &headers, &source, &sent, "label", &host, change).await
 }
 
 /// StarlingX's label removal.
@@ -381,25 +406,8 @@ pub async fn remove_label(
 ) -> Result<Response, Failure> {
     let source = SourceName { namespace, name };
     let sent = sent(&headers, &body)?;
-    let acting = allowed(
-        &state,
-        &headers,
-        &source,
-        &sent,
-        source_check("label", &source),
-    )
-    .await?;
-    let operation = Operation::Host {
-        host: host.clone(),
-        change: HostChange::Unlabel(vec![key]),
-    };
-    commit_as(
-        &state,
-        &acting,
-        Request::Now(operation),
-        &format!("unlabel-{host}"),
-    )
-    .await
+    let change = HostChange::Unlabel(vec![key]);
+    change_host(&state, &headers, &source, &sent, "label", &host, change).await
 }
 
 /// Lock or unlock a host.
@@ -422,25 +430,8 @@ pub async fn host(
             ));
         }
     };
-    let acting = allowed(
-        &state,
-        &headers,
-        &source,
-        &sent,
-        source_check("lock", &source),
-    )
-    .await?;
-    let operation = Operation::Host {
-        host: host.clone(),
-        change: HostChange::Lock(locked),
-    };
-    commit_as(
-        &state,
-        &acting,
-        Request::Now(operation),
-        &format!("{action}-{host}"),
-    )
-    .await
+    let change = HostChange::Lock(locked);
+    change_host(&state, &headers, &source, &sent, "lock", &host, change).await
 }
 
 /// A pass now (what `tether reconcile` asks through the Source's annotation).

@@ -199,14 +199,24 @@ pub async fn source(
     Path((namespace, name)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Response, Failure> {
-    let viewer = viewer(&state, &headers, false).await?;
-    let snapshot = visible_source(&state, &viewer, &SourceName { namespace, name }, false).await?;
-    let detail = live::detail(&snapshot).await;
+    let detail = visible_detail(&state, &headers, namespace, name).await?;
     let mut body = serde_json::to_value(&detail).unwrap_or_default();
     if let Some(object) = body.as_object_mut() {
         object.insert("schema".into(), API_SCHEMA.into());
     }
     Ok(axum::Json(body).into_response())
+}
+
+/// The Source whole, as `headers`' viewer may see it (the API's reads).
+async fn visible_detail(
+    state: &WebState,
+    headers: &HeaderMap,
+    namespace: String,
+    name: String,
+) -> Result<tether_web::SourceDetail, Failure> {
+    let viewer = viewer(state, headers, false).await?;
+    let snapshot = visible_source(state, &viewer, &SourceName { namespace, name }, false).await?;
+    Ok(live::detail(&snapshot).await)
 }
 
 /// The hosts of a Source (StarlingX's `ihosts`).
@@ -215,9 +225,7 @@ pub async fn hosts(
     Path((namespace, name)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Response, Failure> {
-    let viewer = viewer(&state, &headers, false).await?;
-    let snapshot = visible_source(&state, &viewer, &SourceName { namespace, name }, false).await?;
-    let detail = live::detail(&snapshot).await;
+    let detail = visible_detail(&state, &headers, namespace, name).await?;
     Ok(axum::Json(json!({"schema": API_SCHEMA, "ihosts": detail.hosts})).into_response())
 }
 
@@ -228,9 +236,7 @@ pub async fn host_labels(
     Path((namespace, name, host)): Path<(String, String, String)>,
     headers: HeaderMap,
 ) -> Result<Response, Failure> {
-    let viewer = viewer(&state, &headers, false).await?;
-    let snapshot = visible_source(&state, &viewer, &SourceName { namespace, name }, false).await?;
-    let detail = live::detail(&snapshot).await;
+    let detail = visible_detail(&state, &headers, namespace, name).await?;
     let Some(row) = detail.hosts.iter().find(|h| h.name == host) else {
         return Err(Failure::new(
             StatusCode::NOT_FOUND,
