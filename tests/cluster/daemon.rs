@@ -271,7 +271,7 @@ pub fn audit_offset() -> u64 {
 
 /// A replica of the daemon for the Sources of `ns`, electing its leader on a Lease
 /// there.
-fn replica(ns: &str, extra: &[&str]) -> Daemon {
+pub fn replica(ns: &str, extra: &[&str]) -> Daemon {
     let mut args = vec![
         "--sources",
         "--sources-namespace",

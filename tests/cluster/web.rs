@@ -561,3 +561,30 @@ async fn tether_ui_serves_one_source_on_loopback_as_its_user_and_commits_to_the_
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_replica_that_does_not_lead_says_so_instead_of_an_empty_list() {
+    install_crd();
+    let (client, ns, _) = setup("web-follower").await;
+    let viewer = user(&client, &ns, "viewer", &["tether-viewer"]).await;
+    let replicas = [
+        crate::daemon::replica(&ns, &[]),
+        crate::daemon::replica(&ns, &[]),
+    ];
+    let leads = |d: &Daemon| d.metric("tether_leader") == Some(1.0);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !replicas.iter().any(leads) {
+        assert!(Instant::now() < deadline, "no replica leads");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for daemon in &replicas {
+        let (status, body) = http_get(daemon, "/api/v1/sources", Some(&viewer));
+        match leads(daemon) {
+            true => assert_eq!(status, 200, "{body}"),
+            false => {
+                assert_eq!(status, 503, "{body}");
+                assert!(body.contains("this replica does not lead"), "{body}");
+            }
+        }
+    }
+}

@@ -344,6 +344,11 @@ impl Metrics {
         self.leader.set(i64::from(leader));
     }
 
+    /// Whether this replica runs the Sources (the leader, or the only one).
+    pub fn is_leader(&self) -> bool {
+        self.leader.get() == 1
+    }
+
     /// The OpenMetrics text of every metric.
     pub fn encode(&self) -> String {
         let mut text = String::new();

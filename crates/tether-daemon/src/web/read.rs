@@ -38,7 +38,16 @@ pub fn view_check(namespace: &str, name: Option<&str>) -> Check {
 }
 
 /// Who sent the request (a failure for a page sends a browser to the login form).
+/// A replica that does not lead runs no Source, so it has nothing to show: it says so
+/// (503) rather than an empty list.
 pub async fn viewer(state: &WebState, headers: &HeaderMap, page: bool) -> Result<Viewer, Failure> {
+    if !state.shared.metrics.is_leader() {
+        return Err(Failure::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "this replica does not lead, and only the leader runs the Sources and shows them: reach the leader (the holder of the daemon's Lease), e.g. with kubectl port-forward to its pod",
+            page,
+        ));
+    }
     state
         .web
         .access
