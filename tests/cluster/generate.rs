@@ -205,7 +205,7 @@ async fn tethers_own_deploy_directory_installs_in_one_command_and_then_shows_no_
     assert_exit(&diff, 0, "diff after apply");
     assert!(
         stdout(&diff)
-            .ends_with("0 to create, 0 to update, 0 to delete, 0 in conflict, 11 unchanged\n"),
+            .ends_with("0 to create, 0 to update, 0 to delete, 0 in conflict, 14 unchanged\n"),
         "{}",
         stdout(&diff)
     );
