@@ -93,6 +93,16 @@ const EXIT_STATUS: &[(&str, &[(u8, &str)])] = &[
         ],
     ),
     (
+        "ui",
+        &[
+            (0, "Stopped by SIGTERM or Ctrl-C."),
+            (
+                2,
+                "It could not start (an address other than loopback, an error), or a usage error.",
+            ),
+        ],
+    ),
+    (
         "reconcile",
         &[
             (0, "The Source is Ready after the daemon's pass."),

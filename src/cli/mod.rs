@@ -127,6 +127,9 @@ enum Command {
     /// loopback (it applies, as your kubeconfig's identity, like `tether run`), with
     /// the page at http://127.0.0.1:8080/ (--listen to change). Like `kubectl proxy`:
     /// no login, your own rights; actions commit to the models' repository.
+    #[command(
+        after_help = "Examples:\n  tether ui examples/models\n  tether ui models --listen 127.0.0.1:9000\n  tether ui --repo https://git.example.org/ops/models.git --ref main clusters/prod"
+    )]
     Ui(RunArgs),
     /// Ask the daemon for a pass of a Source now, and wait until it is handled.
     ///
