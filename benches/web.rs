@@ -250,17 +250,23 @@ return {
   rows: document.querySelectorAll('#sources tbody tr').length,
 };";
 
-/// Loads the Sources page in a new browser (nothing cached) as `token`.
-async fn load_page(base: &str, token: &str) -> Load {
+/// A new browser (nothing cached) signed in as `token`, the Sources page loaded
+/// and following the live stream.
+async fn signed_in(base: &str, token: &str) -> Browser {
     let browser = Browser::start().await;
-    // A page of the site without assets, for the cookie's domain.
-    browser.goto(&format!("{base}/no-such-page")).await;
+    // A page of the site without assets (a JSON error), for the cookie's domain.
+    browser.goto(&format!("{base}/api/v1/session")).await;
     browser.set_cookie("tether_session", token).await;
     browser.goto(&format!("{base}/")).await;
-    // The live stream is one of the page's requests once it is open.
     browser
         .wait_for_text("#live", "live", Duration::from_secs(10))
         .await;
+    browser
+}
+
+/// Loads the Sources page in a new browser as `token`.
+async fn load_page(base: &str, token: &str) -> Load {
+    let browser = signed_in(base, token).await;
     let seen = browser
         .client()
         .execute(PERFORMANCE, Vec::new())
@@ -420,15 +426,7 @@ async fn update_latency(
 ) -> (f64, f64) {
     let (sender, events) = mpsc::channel();
     follow_stream(daemon.port, token, Some(sender));
-    let browser = Browser::start().await;
-    browser
-        .goto(&format!("{}/no-such-page", daemon.base()))
-        .await;
-    browser.set_cookie("tether_session", token).await;
-    browser.goto(&format!("{}/", daemon.base())).await;
-    browser
-        .wait_for_text("#live", "live", Duration::from_secs(10))
-        .await;
+    let browser = signed_in(&daemon.base(), token).await;
     browser
         .client()
         .execute(WATCH_ROWS, Vec::new())
@@ -538,13 +536,9 @@ async fn memory(daemon: &Daemon, token: &str, clients: usize) -> (f64, f64, f64)
     for _ in 0..clients {
         follow_stream(daemon.port, token, None);
     }
-    let browser = Browser::start().await;
-    browser
-        .goto(&format!("{}/no-such-page", daemon.base()))
-        .await;
-    browser.set_cookie("tether_session", token).await;
-    let mut peak = idle;
-    for _ in 0..clients {
+    let browser = signed_in(&daemon.base(), token).await;
+    let mut peak = daemon.memory("VmRSS:");
+    for _ in 1..clients {
         browser.goto(&format!("{}/", daemon.base())).await;
         peak = peak.max(daemon.memory("VmRSS:"));
     }
