@@ -192,9 +192,8 @@ async fn create_sources(client: &kube::Client, url: &str, range: std::ops::Range
         .await;
 }
 
-/// Waits until `count` Sources are Ready; how long that took.
-async fn wait_ready(client: &kube::Client, count: usize) -> Duration {
-    let started = Instant::now();
+/// Waits until `count` Sources are Ready; how long since `started`.
+async fn wait_ready(client: &kube::Client, count: usize, started: Instant) -> Duration {
     let api: Api<Source> = Api::all(client.clone());
     loop {
         let ready = api
@@ -369,9 +368,9 @@ fn timed_get(port: u16, path: &str, token: &str, gzip: bool, samples: usize) -> 
     (median(times), size)
 }
 
-/// Follows the live stream as `token` on a thread: each `event: source`'s Source
-/// (`namespace/name`) and when it arrived, sent to `seen` while someone listens.
-fn follow_stream(port: u16, token: &str, seen: Option<mpsc::Sender<(String, Instant)>>) {
+/// Follows the live stream as `token` on a thread: each `event: source`'s summary
+/// and when it arrived, sent to `seen` while someone listens.
+fn follow_stream(port: u16, token: &str, seen: Option<mpsc::Sender<(Value, Instant)>>) {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("connect to the daemon");
     let request = format!(
         "GET /api/v1/stream HTTP/1.1\r\nHost: localhost\r\nAccept: text/event-stream\r\nAuthorization: Bearer {token}\r\n\r\n"
@@ -383,17 +382,23 @@ fn follow_stream(port: u16, token: &str, seen: Option<mpsc::Sender<(String, Inst
         while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
             let arrived = Instant::now();
             if let (Some(seen), Some(data)) = (&seen, line.trim().strip_prefix("data:")) {
-                let summary: Value = serde_json::from_str(data.trim()).unwrap_or_default();
-                if let (Some(ns), Some(name)) =
-                    (summary["namespace"].as_str(), summary["name"].as_str())
-                    && seen.send((format!("{ns}/{name}"), arrived)).is_err()
-                {
+                let summary = serde_json::from_str(data.trim()).unwrap_or_default();
+                if seen.send((summary, arrived)).is_err() {
                     return;
                 }
             }
             line.clear();
         }
     });
+}
+
+/// `namespace/name` of a Source's summary.
+fn key_of(summary: &Value) -> String {
+    format!(
+        "{}/{}",
+        summary["namespace"].as_str().unwrap_or_default(),
+        summary["name"].as_str().unwrap_or_default()
+    )
 }
 
 fn epoch_ms() -> f64 {
@@ -423,7 +428,7 @@ async fn update_latency(
     daemon: &Daemon,
     token: &str,
     config: &Config,
-) -> (f64, f64) {
+) -> Latency {
     let (sender, events) = mpsc::channel();
     follow_stream(daemon.port, token, Some(sender));
     let browser = signed_in(&daemon.base(), token).await;
@@ -432,7 +437,7 @@ async fn update_latency(
         .execute(WATCH_ROWS, Vec::new())
         .await
         .expect("watch the rows");
-    let (mut to_event, mut to_row) = (Vec::new(), Vec::new());
+    let (mut to_event, mut to_row, mut states) = (Vec::new(), Vec::new(), Vec::new());
     for sample in 0..config.samples {
         let s = (sample * 7919 + 13) % config.sources;
         let key = format!("{}/{}", team(s), source_name(s));
@@ -456,7 +461,10 @@ async fn update_latency(
         let arrived = loop {
             let left = PATIENCE.saturating_sub(edited.elapsed());
             match events.recv_timeout(left) {
-                Ok((seen, at)) if seen == key => break at,
+                Ok((summary, at)) if key_of(&summary) == key => {
+                    states.push(summary["state"].as_str().unwrap_or_default().to_string());
+                    break at;
+                }
                 Ok(_) => continue,
                 Err(e) => panic!("no event for {key}: {e}"),
             }
@@ -465,7 +473,18 @@ async fn update_latency(
         to_row.push(row_changed(&browser, &key, edited_ms).await);
     }
     browser.close().await;
-    (median(to_event), median(to_row))
+    Latency {
+        to_event: median(to_event),
+        to_row: median(to_row),
+        states,
+    }
+}
+
+/// Edit → event and edit → row (median, ms), and the state each first event said.
+struct Latency {
+    to_event: f64,
+    to_row: f64,
+    states: Vec<String>,
 }
 
 /// When the page put `key`'s row in place after `since` (epoch ms): ms after it.
@@ -575,33 +594,21 @@ async fn run(kubeconfig: &Path, config: &Config) {
 
     let started = Instant::now();
     create_sources(&client, &remote.url, 0..config.first).await;
-    let ready = wait_ready(&client, config.first).await;
+    let ready = wait_ready(&client, config.first, started).await;
     let mut stages = vec![stage(&daemon, &token, config, config.first, ready).await];
     if config.sources > config.first {
+        let added = Instant::now();
         create_sources(&client, &remote.url, config.first..config.sources).await;
-        let ready = wait_ready(&client, config.sources).await;
+        let ready = wait_ready(&client, config.sources, added).await;
         stages.push(stage(&daemon, &token, config, config.sources, ready).await);
     }
-    let total_ready = started.elapsed();
     tokio::time::sleep(Duration::from_secs(10)).await;
     let (idle, open, peak) = memory(&daemon, &token, config.clients).await;
-    let (to_event, to_row) = update_latency(&client, &daemon, &token, config).await;
-    report(
-        config,
-        &stages,
-        total_ready,
-        (idle, open, peak),
-        (to_event, to_row),
-    );
+    let latency = update_latency(&client, &daemon, &token, config).await;
+    report(config, &stages, (idle, open, peak), &latency);
 }
 
-fn report(
-    config: &Config,
-    stages: &[Stage],
-    total_ready: Duration,
-    memory: (f64, f64, f64),
-    latency: (f64, f64),
-) {
+fn report(config: &Config, stages: &[Stage], memory: (f64, f64, f64), latency: &Latency) {
     println!(
         "tether run --sources: {} Sources of one git daemon repository, {} per namespace, each a namespace of {} ConfigMaps",
         config.sources, PER_NAMESPACE, config.config_maps
@@ -609,7 +616,7 @@ fn report(
     for stage in stages {
         let page = &stage.page;
         println!(
-            "  {} Sources (Ready after {:.1} s of the stage)",
+            "  {} Sources (Ready {:.1} s after the stage's Sources were created)",
             stage.sources,
             stage.ready.as_secs_f64()
         );
@@ -639,20 +646,19 @@ fn report(
         );
     }
     println!(
-        "  all {} Sources Ready {:.1} s after the first was created",
-        config.sources,
-        total_ready.as_secs_f64()
-    );
-    println!(
         "  edit of a ConfigMap → its Source's event: source, median of {}  {:>8.0} ms   (target ≤ 1000)",
-        config.samples, latency.0
+        config.samples, latency.to_event
     );
     println!(
         "  edit of a ConfigMap → its row changed in the open page         {:>8.0} ms   (target ≤ 1000)",
-        latency.1
+        latency.to_row
     );
     println!(
-        "  RSS idle {:.1} MiB; with {} streams and {} page loads: {:.1} MiB (peak {:.1} MiB)",
+        "  the Source's state in each first event: {}",
+        latency.states.join(", ")
+    );
+    println!(
+        "  RSS idle {:.1} MiB; {} streams open and {} page loads made (the last page open): {:.1} MiB (peak {:.1} MiB)",
         memory.0, config.clients, config.clients, memory.1, memory.2
     );
 }
