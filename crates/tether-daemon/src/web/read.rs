@@ -2,7 +2,6 @@
 //! its hosts (StarlingX's label resources), the session, the live stream, and the
 //! login form.
 
-use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::time::Duration;
 
@@ -59,23 +58,21 @@ pub async fn viewer(state: &WebState, headers: &HeaderMap, page: bool) -> Result
 /// The Sources `viewer` may see: those of the namespaces where Kubernetes lets them
 /// `get` sources (one review per namespace, not per Source).
 async fn visible(state: &WebState, viewer: &Viewer) -> Vec<SourceSummary> {
-    let mut allowed: BTreeMap<String, bool> = BTreeMap::new();
     let mut shown = Vec::new();
     for source in state.shared.views.list() {
-        let may = match allowed.get(&source.namespace) {
-            Some(may) => *may,
-            None => {
-                let check = view_check(&source.namespace, None);
-                let may = state.web.access.may(viewer, &check).await.is_ok();
-                allowed.insert(source.namespace.clone(), may);
-                may
-            }
-        };
-        if may {
+        if may_view(state, viewer, &source.namespace).await {
             shown.push(source);
         }
     }
     shown
+}
+
+/// Whether `viewer` may see the Sources of `namespace`: asked once a namespace, and
+/// remembered by [`super::auth::Access::may`] for a while, so that a page of many
+/// Sources, and a stream open for hours, follow a changed RoleBinding.
+async fn may_view(state: &WebState, viewer: &Viewer, namespace: &str) -> bool {
+    let check = view_check(namespace, None);
+    state.web.access.may(viewer, &check).await.is_ok()
 }
 
 /// The Source `namespace/name`, when `viewer` may see it; else 403 (or 404 when it
@@ -287,20 +284,10 @@ pub async fn stream(
     let viewer = viewer(&state, &headers, false).await?;
     let mut changes = state.shared.views.subscribe();
     let stream = async_stream(move |sender| async move {
-        let mut allowed: BTreeMap<String, bool> = BTreeMap::new();
         loop {
             let event = match changes.recv().await {
                 Ok(summary) => {
-                    let may = match allowed.get(&summary.namespace) {
-                        Some(may) => *may,
-                        None => {
-                            let check = view_check(&summary.namespace, None);
-                            let may = state.web.access.may(&viewer, &check).await.is_ok();
-                            allowed.insert(summary.namespace.clone(), may);
-                            may
-                        }
-                    };
-                    if !may {
+                    if !may_view(&state, &viewer, &summary.namespace).await {
                         continue;
                     }
                     let data = serde_json::to_string(&*summary).unwrap_or_default();
