@@ -169,8 +169,11 @@ pub fn install_roles() {
 pub fn wait_until_allowed(user: &str, verb: &str, resource: &str, ns: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let answer =
-            crate::discover::kubectl(&["auth", "can-i", verb, resource, "-n", ns, "--as", user]);
+        // `can-i` exits 1 for "no": asked again until "yes".
+        let answer = crate::discover::kubectl_command()
+            .args(["auth", "can-i", verb, resource, "-n", ns, "--as", user])
+            .output()
+            .unwrap();
         if String::from_utf8_lossy(&answer.stdout).trim() == "yes" {
             return;
         }
@@ -565,6 +568,7 @@ async fn tether_ui_serves_one_source_on_loopback_as_its_user_and_commits_to_the_
 #[tokio::test]
 async fn a_replica_that_does_not_lead_says_so_instead_of_an_empty_list() {
     install_crd();
+    install_roles();
     let (client, ns, _) = setup("web-follower").await;
     let viewer = user(&client, &ns, "viewer", &["tether-viewer"]).await;
     let replicas = [
