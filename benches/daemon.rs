@@ -80,13 +80,7 @@ impl Drop for Daemon {
 
 impl Daemon {
     fn proc_status(&self, field: &str) -> f64 {
-        std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .unwrap_or_default()
-            .lines()
-            .find(|l| l.starts_with(field))
-            .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
-            .unwrap_or(0.0)
-            / 1024.0
+        kube_helpers::process_memory(self.child.id(), field)
     }
 
     /// User and system CPU time so far.

@@ -1,5 +1,6 @@
 //! For the benchmarks against a control plane: namespaces ready for pods, pods
-//! reported Running, the Source CRD established, and their `-- --name N` arguments.
+//! reported Running, the Source CRD established, a daemon's memory, and their
+//! `-- --name N` arguments.
 
 use std::time::Duration;
 
@@ -100,4 +101,16 @@ pub async fn install_source_crd(client: &Client) {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// A field of a process's /proc/PID/status (`VmRSS:`, `VmHWM:`), in MiB; 0 when it
+/// cannot be read.
+pub fn process_memory(pid: u32, field: &str) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with(field))
+        .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        .unwrap_or(0.0)
+        / 1024.0
 }
