@@ -195,13 +195,19 @@ pub struct Site {
 }
 
 pub async fn site(test: &str, host: bool) -> Site {
+    site_with(test, host, "").await
+}
+
+/// [`site`] with `extra` (indented lines) in the Source's spec.
+pub async fn site_with(test: &str, host: bool, extra: &str) -> Site {
     install_crd();
     install_roles();
     let (client, ns, _) = setup(test).await;
     let files = models(&ns, 1, "v1", host);
     let remote = Remote::new(&as_files(&files));
     let daemon = Daemon::start(&["--sources", "--sources-namespace", &ns]);
-    kubectl_apply_text(&source_yaml("web", &ns, &remote.url, "  prune: true\n"));
+    let spec = format!("  prune: true\n{extra}");
+    kubectl_apply_text(&source_yaml("web", &ns, &remote.url, &spec));
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
     eventually(Duration::from_secs(60), || async {
         deployments.get_opt("web").await.ok().flatten().is_some()
@@ -591,4 +597,44 @@ async fn a_replica_that_does_not_lead_says_so_instead_of_an_empty_list() {
             }
         }
     }
+}
+
+#[tokio::test]
+async fn a_source_that_proposes_actions_gets_a_branch_per_action_and_main_stays() {
+    let Site {
+        client,
+        ns,
+        remote,
+        daemon,
+    } = site_with("web-propose", false, "  proposeActions: true\n").await;
+    let operator = user(&client, &ns, "operator", &["tether-operator"]).await;
+    let main = remote.head_of_bare("main");
+    let scale = format!("/api/v1/sources/{ns}/web/slices/web/scale");
+    let csrf = csrf(&daemon, &operator);
+    let (status, body) = http_post(
+        &daemon,
+        &scale,
+        &operator,
+        Some(&csrf),
+        &serde_json::json!({"replicas": "2"}),
+    );
+    assert_eq!(status, 200, "{body}");
+    let answer = json(&body);
+    assert_eq!(answer["proposed"], true, "{body}");
+    let branch = answer["branch"].as_str().unwrap();
+    assert!(branch.starts_with("tether/web/scale-web-"), "{body}");
+    // The proposal is on its own branch, authored as the operator; main and the
+    // cluster stay as they were until it is merged.
+    let proposal = std::process::Command::new("git")
+        .args(["log", "--format=%s|%an", "-1", branch])
+        .current_dir(remote.bare())
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8(proposal.stdout).unwrap().trim(),
+        format!("scale: Slice/web 1 → 2|system:serviceaccount:{ns}:operator")
+    );
+    assert_eq!(remote.head_of_bare("main"), main);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(replicas(&client, &ns).await, 1);
 }
