@@ -2,22 +2,18 @@
 //! pages' links and forms agree on them. Every segment is percent-encoded (a name
 //! may hold any character a repository put in it).
 
-use std::fmt::Write;
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+
+/// What a path segment escapes: everything but RFC 3986's unreserved characters.
+const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~');
 
 /// Percent-encodes a path segment: everything but unreserved characters.
 pub fn segment(text: &str) -> String {
-    let mut encoded = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        match byte {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => {
-                encoded.push(byte as char);
-            }
-            _ => {
-                let _ = write!(encoded, "%{byte:02X}");
-            }
-        }
-    }
-    encoded
+    utf8_percent_encode(text, SEGMENT).to_string()
 }
 
 /// The list of Sources (the home page).

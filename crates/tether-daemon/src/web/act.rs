@@ -87,10 +87,7 @@ async fn allowed(
     check: Check,
 ) -> Result<Acting, Failure> {
     let page = sent.form;
-    let viewer = viewer(state, headers, false).await.map_err(|mut f| {
-        f.page = page;
-        f
-    })?;
+    let viewer = viewer(state, headers, page).await?;
     let access = &state.web.access;
     if viewer.anonymous {
         let denied = super::auth::Denied::Unauthenticated(

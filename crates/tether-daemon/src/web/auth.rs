@@ -306,15 +306,19 @@ fn presented_token(headers: &HeaderMap) -> Result<Option<&str>, Denied> {
             )),
         };
     }
-    let session = headers
+    Ok(cookie(headers, SESSION_COOKIE))
+}
+
+/// The value of the request's cookie `name`, when it has one that is not empty.
+pub fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|value| value.to_str().ok())
         .flat_map(|cookies| cookies.split(';'))
         .filter_map(|cookie| cookie.trim().split_once('='))
-        .find(|(name, value)| *name == SESSION_COOKIE && !value.is_empty())
-        .map(|(_, value)| value);
-    Ok(session)
+        .find(|(found, value)| *found == name && !value.is_empty())
+        .map(|(_, value)| value)
 }
 
 /// The user of `token`, as a TokenReview says (remembered for a while when accepted).

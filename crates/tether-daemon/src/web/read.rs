@@ -111,16 +111,11 @@ fn page_of<'v>(
     }
 }
 
-/// The notice the last action left (its cookie), and the header that clears it.
+/// The notice the last action left (its cookie).
 fn notice(headers: &HeaderMap) -> Option<String> {
-    let cookies = headers.get(header::COOKIE)?.to_str().ok()?;
-    let value = cookies
-        .split(';')
-        .filter_map(|c| c.trim().split_once('='))
-        .find(|(name, _)| *name == NOTICE_COOKIE)?
-        .1;
-    let decoded = percent_decode(value);
-    (!decoded.is_empty()).then_some(decoded)
+    let value = auth::cookie(headers, NOTICE_COOKIE)?;
+    let decoded = percent_encoding::percent_decode_str(value).decode_utf8_lossy();
+    (!decoded.is_empty()).then(|| decoded.into_owned())
 }
 
 fn clear_notice() -> (header::HeaderName, String) {
@@ -128,29 +123,6 @@ fn clear_notice() -> (header::HeaderName, String) {
         header::SET_COOKIE,
         format!("{NOTICE_COOKIE}=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0"),
     )
-}
-
-/// Decodes `%XX` escapes (what [`tether_web::paths::segment`] made).
-pub fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let hex = bytes
-            .get(i + 1..i + 3)
-            .and_then(|h| std::str::from_utf8(h).ok());
-        match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
-            (b'%', Some(byte)) => {
-                out.push(byte);
-                i += 3;
-            }
-            (byte, _) => {
-                out.push(byte);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 pub async fn sources_page(
