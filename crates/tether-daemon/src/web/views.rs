@@ -192,13 +192,17 @@ impl Views {
     /// A pass's result, as the status records it (at `now`, RFC 3339), and how long
     /// the pass took.
     pub fn record(&self, name: &SourceName, result: &PassResult<'_>, now: &str, took: Option<f64>) {
-        let blocked_on = match result {
-            PassResult::ObjectsFailed { report, .. } => report.blocked.as_ref().map(|blocked| {
-                let blockers = blocked.blockers.iter().map(|b| (&b.key, b.state.as_str()));
-                blocked_on(blocked.wave, blockers)
-            }),
+        // What the Source is blocked on once the pass ended (none: it ended blocked
+        // on nothing); a pass in progress keeps what its waiting waves said.
+        let ended_blocked_on = match result {
             PassResult::Progressing { .. } => None,
-            _ => Some(String::new()),
+            PassResult::ObjectsFailed { report, .. } => {
+                Some(report.blocked.as_ref().map(|blocked| {
+                    let blockers = blocked.blockers.iter().map(|b| (&b.key, b.state.as_str()));
+                    blocked_on(blocked.wave, blockers)
+                }))
+            }
+            _ => Some(None),
         };
         let report = match result {
             PassResult::ObjectsFailed { report, .. } | PassResult::Applied { report, .. } => {
@@ -226,10 +230,8 @@ impl Views {
                 shown.summary.last_pass = Some(now.to_string());
                 shown.summary.took_seconds = took;
             }
-            match blocked_on {
-                Some(line) if line.is_empty() => shown.summary.blocked_on = None,
-                Some(line) => shown.summary.blocked_on = Some(line),
-                None => {}
+            if let Some(blocked_on) = ended_blocked_on {
+                shown.summary.blocked_on = blocked_on;
             }
             if let Some(failed) = failed {
                 shown.failed = failed;
@@ -419,7 +421,9 @@ pub fn commit_link(url: &str, commit: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tether_engine::reconcile::{ApplyReport, BlockedWave, Blocker};
+    use tether_engine::reconcile::{
+        ApplyReport, BlockedWave, Blocker, ObjectFailure, ObjectReport,
+    };
 
     fn views() -> (Views, SourceName) {
         let views = Views::default();
@@ -563,6 +567,22 @@ mod tests {
             None,
             "the pass that applied says nothing is blocked"
         );
+        // A pass whose waves all started, but some objects failed: nothing blocks it.
+        views.waiting(&name, "wave 2 → Pod shop/db: not ready");
+        let failed = ApplyReport {
+            objects: vec![ObjectReport {
+                key: key.clone(),
+                outcome: Outcome::Failed(ObjectFailure::Unreachable),
+            }],
+            ..ApplyReport::default()
+        };
+        let result = PassResult::ObjectsFailed {
+            revision: "main@sha1:ab".into(),
+            report: &failed,
+        };
+        views.record(&name, &result, "t4", None);
+        assert_eq!(views.list()[0].blocked_on, None);
+        assert_eq!(views.list()[0].state, State::Failed);
     }
 
     #[test]
