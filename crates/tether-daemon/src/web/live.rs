@@ -14,7 +14,7 @@ use kube::{Client, ResourceExt};
 use serde_json::Value;
 use tether_core::k8s::ObjectKey;
 use tether_core::remedy::Remedy;
-use tether_web::{EventRow, SourceDetail, build};
+use tether_web::{EventRow, HostRow, SourceDetail, build};
 
 use super::views::Snapshot;
 
@@ -77,6 +77,24 @@ pub async fn detail(snapshot: &Snapshot) -> SourceDetail {
     detail.events = events;
     detail.hosts = build::hosts(&read, files, &nodes, &pods);
     detail
+}
+
+/// The Source's hosts (its Node models); with `live`, each node's readiness and the
+/// pods on it (one list of nodes and one of pods), else what the models say alone.
+pub async fn hosts(snapshot: &Snapshot, live: bool) -> Vec<HostRow> {
+    let Some(last) = &snapshot.last else {
+        return Vec::new();
+    };
+    let files = &last.models.loaded.files;
+    let read = tether_core::operation::read_models(files);
+    let everywhere = BTreeSet::new();
+    let (nodes, pods) = match (&snapshot.client, live && !read.hosts.is_empty()) {
+        (Some(client), true) => {
+            futures::join!(nodes(client, true), pods(client, &everywhere, true))
+        }
+        _ => (BTreeMap::new(), Vec::new()),
+    };
+    build::hosts(&read, files, &nodes, &pods)
 }
 
 /// How the page words a remedy: in the Source's terms, not the CLI's flags.

@@ -177,7 +177,8 @@ pub async fn source(
     Path((namespace, name)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Response, Failure> {
-    let detail = visible_detail(&state, &headers, namespace, name).await?;
+    let snapshot = visible_snapshot(&state, &headers, namespace, name).await?;
+    let detail = live::detail(&snapshot).await;
     let mut body = serde_json::to_value(&detail).unwrap_or_default();
     if let Some(object) = body.as_object_mut() {
         object.insert("schema".into(), API_SCHEMA.into());
@@ -185,16 +186,15 @@ pub async fn source(
     Ok(axum::Json(body).into_response())
 }
 
-/// The Source whole, as `headers`' viewer may see it (the API's reads).
-async fn visible_detail(
+/// The Source, when `headers`' viewer may see it (the API's reads).
+async fn visible_snapshot(
     state: &WebState,
     headers: &HeaderMap,
     namespace: String,
     name: String,
-) -> Result<tether_web::SourceDetail, Failure> {
+) -> Result<super::views::Snapshot, Failure> {
     let viewer = viewer(state, headers, false).await?;
-    let snapshot = visible_source(state, &viewer, &SourceName { namespace, name }, false).await?;
-    Ok(live::detail(&snapshot).await)
+    visible_source(state, &viewer, &SourceName { namespace, name }, false).await
 }
 
 /// The hosts of a Source (StarlingX's `ihosts`).
@@ -203,8 +203,9 @@ pub async fn hosts(
     Path((namespace, name)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Response, Failure> {
-    let detail = visible_detail(&state, &headers, namespace, name).await?;
-    Ok(axum::Json(json!({"schema": API_SCHEMA, "ihosts": detail.hosts})).into_response())
+    let snapshot = visible_snapshot(&state, &headers, namespace, name).await?;
+    let hosts = live::hosts(&snapshot, true).await;
+    Ok(axum::Json(json!({"schema": API_SCHEMA, "ihosts": hosts})).into_response())
 }
 
 /// A host's labels, as StarlingX lists them: `{"labels": [{"host", "label_key",
@@ -214,8 +215,10 @@ pub async fn host_labels(
     Path((namespace, name, host)): Path<(String, String, String)>,
     headers: HeaderMap,
 ) -> Result<Response, Failure> {
-    let detail = visible_detail(&state, &headers, namespace, name).await?;
-    let Some(row) = detail.hosts.iter().find(|h| h.name == host) else {
+    let snapshot = visible_snapshot(&state, &headers, namespace, name).await?;
+    // The labels are the models': nothing to read from the cluster.
+    let hosts = live::hosts(&snapshot, false).await;
+    let Some(row) = hosts.iter().find(|h| h.name == host) else {
         return Err(Failure::new(
             StatusCode::NOT_FOUND,
             format!("no host {host} in the models"),
