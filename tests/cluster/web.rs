@@ -638,3 +638,91 @@ async fn a_source_that_proposes_actions_gets_a_branch_per_action_and_main_stays(
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(replicas(&client, &ns).await, 1);
 }
+
+#[tokio::test]
+async fn recreate_from_the_api_acts_on_a_pod_kubectl_made_only_for_whom_rbac_lets_delete_it() {
+    let Site {
+        client,
+        ns,
+        daemon,
+        remote: _remote,
+    } = site("web-recreate", false).await;
+    // Another team's Deployment, made with kubectl: its pod is the cluster's, not the
+    // Source's; recreating it is RBAC's call.
+    kubectl_ok(&[
+        "create",
+        "deployment",
+        "reports",
+        "--image=nginx:1.25",
+        "-n",
+        &ns,
+    ]);
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), &ns);
+    let selector = kube::api::ListParams::default().labels("app=reports");
+    let running = |p: &k8s_openapi::api::core::v1::Pod| {
+        p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+    };
+    eventually(Duration::from_secs(60), || async {
+        pods.list(&selector)
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .any(running)
+    })
+    .await;
+    let pod = pods
+        .list(&selector)
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .find(running)
+        .unwrap();
+    let (name, uid) = (pod.metadata.name.unwrap(), pod.metadata.uid.unwrap());
+    let viewer = user(&client, &ns, "viewer", &["tether-viewer"]).await;
+    let operator = user(&client, &ns, "operator", &["tether-operator"]).await;
+    let recreate = format!("/api/v1/sources/{ns}/web/pods/{ns}/{name}/recreate");
+    let viewer_csrf = csrf(&daemon, &viewer);
+    let (status, body) = http_post(
+        &daemon,
+        &recreate,
+        &viewer,
+        Some(&viewer_csrf),
+        &serde_json::json!({}),
+    );
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(
+        pods.get(&name).await.unwrap().metadata.uid.unwrap(),
+        uid,
+        "nothing deleted"
+    );
+    let operator_csrf = csrf(&daemon, &operator);
+    let (status, body) = http_post(
+        &daemon,
+        &recreate,
+        &operator,
+        Some(&operator_csrf),
+        &serde_json::json!({}),
+    );
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        json(&body)["summary"]
+            .as_str()
+            .unwrap()
+            .contains("recreated as"),
+        "{body}"
+    );
+    // The old pod goes (its kubelet ends it), and its Deployment's new one runs.
+    eventually(Duration::from_secs(60), || async {
+        pods.get_opt(&name).await.unwrap().is_none()
+            && pods
+                .list(&selector)
+                .await
+                .unwrap()
+                .items
+                .iter()
+                .any(running)
+    })
+    .await;
+}
