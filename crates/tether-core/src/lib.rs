@@ -24,6 +24,7 @@ pub mod diagnostic;
 pub mod discover;
 pub mod edit;
 pub mod events;
+pub mod feedback;
 pub mod generate;
 pub mod host;
 pub mod inventory;

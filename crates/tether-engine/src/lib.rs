@@ -18,6 +18,7 @@ pub mod directory;
 pub mod discovery;
 pub mod driver;
 pub mod events;
+pub mod feedback;
 pub mod generate;
 pub mod git;
 pub mod handover;

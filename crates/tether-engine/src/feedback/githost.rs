@@ -1,0 +1,1 @@
+//! The Git hosts' APIs (built by the Git host work).

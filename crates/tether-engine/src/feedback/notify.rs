@@ -1,0 +1,1 @@
+//! Notice receivers (built by the notifications work).
