@@ -24,6 +24,7 @@ pub mod git;
 pub mod handover;
 pub mod keys;
 pub mod oci;
+pub mod outbox;
 pub mod reconcile;
 pub mod repo;
 pub mod watch;

@@ -18,7 +18,7 @@ use crate::config::{
     DiscoverConfig, DiscoverOverrides, EventOverrides, EventsConfig, SETTINGS_FILE,
 };
 use crate::driver::{Backoff, Schedule, drive};
-use crate::events::outbox::OutboxError;
+use crate::outbox::OutboxError;
 use crate::events::pipeline::EventPipeline;
 use tether_core::discover::{ClusterChoice, watched_service};
 use tether_core::remedy::Remedy;

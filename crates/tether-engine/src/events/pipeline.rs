@@ -11,20 +11,16 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::runtime::watcher::Event;
 use tokio::sync::mpsc;
-use tokio::sync::watch as signal;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use super::outbox::{Outbox, OutboxError};
+use super::outbox::{self as pods, Pods};
 use super::sink::{JsonLinesSink, KafkaSink, KubernetesEventsSink, Sink, SinkError};
 use crate::config::{EventsConfig, SinkConfig};
-use crate::driver::{Backoff, Loop, Schedule, drive};
+use crate::outbox::{Outbox, OutboxError, Recipient, Record, blocking, spawn_delivery};
 use crate::watch::PodWatchEvent;
-use tether_core::events::PodState;
+use tether_core::events::{PodEvent, PodState};
 use tether_core::k8s::Scope;
-
-/// How many events a sink takes in one delivery.
-const BATCH: usize = 500;
 
 /// Runs the watch and the sinks until dropped.
 pub struct EventPipeline {
@@ -80,7 +76,12 @@ impl EventPipeline {
     }
 
     /// Starts watching the pods of `scope` into `outbox`, and delivering to `sinks`.
-    pub fn start(client: &Client, scope: &Scope, outbox: Arc<Outbox>, sinks: Vec<Sink>) -> Self {
+    pub fn start(
+        client: &Client,
+        scope: &Scope,
+        outbox: Arc<Outbox<Pods>>,
+        sinks: Vec<Sink>,
+    ) -> Self {
         let (mut pipeline, feed) = EventPipeline::fed(outbox, sinks);
         for namespace in scope.watches() {
             let events = crate::watch::stream::<Pod>(client, namespace.as_deref());
@@ -105,32 +106,16 @@ impl EventPipeline {
     /// Starts delivering to `sinks` what is fed to the returned sender: the pod watch
     /// events of a watch that runs elsewhere (discovery's).
     pub(crate) fn fed(
-        outbox: Arc<Outbox>,
+        outbox: Arc<Outbox<Pods>>,
         sinks: Vec<Sink>,
     ) -> (Self, mpsc::UnboundedSender<PodWatchEvent>) {
-        let (appended, _) = signal::channel(0u64);
         let stop = CancellationToken::new();
-        let mut tasks = Vec::new();
-        for sink in sinks {
-            let mut delivery = Delivery {
-                outbox: outbox.clone(),
-                sink,
-                appended: appended.subscribe(),
-            };
-            let stop = stop.clone();
-            tasks.push(tokio::spawn(async move {
-                let schedule = Schedule {
-                    name: "event delivery",
-                    debounce: Duration::ZERO,
-                    backoff: Backoff::pass(),
-                    // A delivery in progress is finished: the outbox is flushed.
-                    grace: Duration::from_secs(5),
-                };
-                drive(&mut delivery, &schedule, &stop, |_| {}).await;
-            }));
-        }
+        let mut tasks: Vec<JoinHandle<()>> = sinks
+            .into_iter()
+            .map(|sink| spawn_delivery(outbox.clone(), sink, stop.clone(), "event delivery"))
+            .collect();
         let (feed, events) = mpsc::unbounded_channel();
-        tasks.push(tokio::spawn(observe(events, outbox, appended)));
+        tasks.push(tokio::spawn(observe(events, outbox)));
         (EventPipeline { tasks, stop }, feed)
     }
 }
@@ -156,11 +141,11 @@ async fn open_outbox(
     config: &EventsConfig,
     sinks: &[Sink],
     cluster: &str,
-) -> Result<Arc<Outbox>, OutboxError> {
+) -> Result<Arc<Outbox<Pods>>, OutboxError> {
     let names: Vec<String> = sinks.iter().map(|s| s.name().to_string()).collect();
     let dir = config.outbox.clone();
     let cluster = cluster.to_string();
-    let outbox = blocking(move || Outbox::open(&dir, &names, &cluster)).await?;
+    let outbox = blocking(move || pods::open(&dir, &names, &cluster)).await?;
     if outbox.backlog() > 0 {
         tracing::info!(
             backlog = outbox.backlog(),
@@ -170,23 +155,8 @@ async fn open_outbox(
     Ok(Arc::new(outbox))
 }
 
-async fn blocking<T: Send + 'static>(
-    work: impl FnOnce() -> Result<T, OutboxError> + Send + 'static,
-) -> Result<T, OutboxError> {
-    tokio::task::spawn_blocking(work).await.unwrap_or_else(|e| {
-        Err(OutboxError::Io {
-            path: "outbox".into(),
-            source: std::io::Error::other(e.to_string()),
-        })
-    })
-}
-
 /// Records pod watch events in the outbox, in the order they come.
-async fn observe(
-    mut events: mpsc::UnboundedReceiver<PodWatchEvent>,
-    outbox: Arc<Outbox>,
-    appended: signal::Sender<u64>,
-) {
+async fn observe(mut events: mpsc::UnboundedReceiver<PodWatchEvent>, outbox: Arc<Outbox<Pods>>) {
     // A (re)listing in progress, per watched namespace.
     let mut listings: HashMap<Option<String>, Vec<PodState>> = HashMap::new();
     while let Some((namespace, event)) = events.recv().await {
@@ -221,10 +191,7 @@ async fn observe(
         };
         match result {
             Ok(0) => {}
-            Ok(count) => {
-                tracing::debug!(count, "events recorded");
-                appended.send_modify(|n| *n += 1);
-            }
+            Ok(count) => tracing::debug!(count, "events recorded"),
             // The disk is the one thing the outbox cannot do without: say so loudly.
             Err(error) => {
                 tracing::error!(error = %tether_core::error_chain(&error), "cannot record pod events")
@@ -233,62 +200,14 @@ async fn observe(
     }
 }
 
-/// The outbox delivered to one sink, in order; the driver retries a failure with
-/// backoff, on this sink's task only.
-struct Delivery {
-    outbox: Arc<Outbox>,
-    sink: Sink,
-    appended: signal::Receiver<u64>,
-}
+impl Recipient<PodEvent> for Sink {
+    type Error = SinkError;
 
-/// Why a delivery pass stopped.
-#[derive(Debug, thiserror::Error)]
-enum DeliveryError {
-    #[error("events not delivered to {sink} ({backlog} waiting)")]
-    Sink {
-        sink: &'static str,
-        backlog: usize,
-        #[source]
-        source: SinkError,
-    },
-    #[error("cannot record a delivery to {sink}")]
-    Record {
-        sink: &'static str,
-        #[source]
-        source: OutboxError,
-    },
-}
-
-impl Loop for Delivery {
-    type Output = ();
-    type Error = DeliveryError;
-
-    /// Delivers everything pending, a batch at a time.
-    async fn pass(&mut self) -> Result<(), DeliveryError> {
-        let name = self.sink.name();
-        loop {
-            self.appended.borrow_and_update();
-            let pending = self.outbox.pending(name, BATCH);
-            let Some(last) = pending.last().map(|r| r.sequence) else {
-                return Ok(());
-            };
-            self.sink
-                .deliver(&pending)
-                .await
-                .map_err(|source| DeliveryError::Sink {
-                    sink: name,
-                    backlog: self.outbox.backlog(),
-                    source,
-                })?;
-            let outbox = self.outbox.clone();
-            blocking(move || outbox.acknowledge(name, last))
-                .await
-                .map_err(|source| DeliveryError::Record { sink: name, source })?;
-        }
+    fn name(&self) -> String {
+        Sink::name(self).to_string()
     }
 
-    /// The next event recorded, or a look again in a while.
-    async fn changed(&mut self) {
-        let _ = tokio::time::timeout(Duration::from_secs(5), self.appended.changed()).await;
+    async fn deliver(&mut self, records: &[Record<PodEvent>]) -> Result<(), SinkError> {
+        Sink::deliver(self, records).await
     }
 }
