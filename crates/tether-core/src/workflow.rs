@@ -288,6 +288,28 @@ impl Workflow {
         gates.into_values().collect()
     }
 
+    /// Every object the (`only`) managed members make, each to be ready by its
+    /// built-in rule: what a rollout of the whole plan waits for before it is done.
+    pub fn rollout(&self, only: Option<&BTreeSet<usize>>) -> Vec<WaveGate> {
+        let mut gates: BTreeMap<Gate, WaveGate> = BTreeMap::new();
+        let members = self
+            .members
+            .iter()
+            .enumerate()
+            .filter(|(i, m)| m.managed && only.is_none_or(|o| o.contains(i)));
+        for (_, member) in members {
+            for gate in &member.objects {
+                let entry = gates.entry(gate.clone()).or_insert_with(|| WaveGate {
+                    gate: gate.clone(),
+                    external: false,
+                    needed_by: Vec::new(),
+                });
+                entry.needed_by.push(member.label.clone());
+            }
+        }
+        gates.into_values().collect()
+    }
+
     /// The members `selected` and everything they wait for and require, transitively;
     /// with `skip_dependencies`, the selected members alone.
     pub fn closure(&self, selected: &[usize], skip_dependencies: bool) -> BTreeSet<usize> {

@@ -273,6 +273,38 @@ impl Planned {
     pub fn client(&self) -> &Client {
         &self.client
     }
+
+    /// What the plan's rollout is done with: every object it makes, ready.
+    pub fn rollout(&self) -> Rollout {
+        Rollout {
+            client: self.client.clone(),
+            gates: self.workflow.rollout(self.members.as_ref()),
+        }
+    }
+}
+
+/// The objects of a plan and the client that reads them: a rollout, done when each is
+/// ready (a Deployment's replicas available, a Job complete; see
+/// `tether_core::readiness`).
+#[derive(Clone)]
+pub struct Rollout {
+    client: Client,
+    gates: Vec<tether_core::workflow::WaveGate>,
+}
+
+impl Rollout {
+    /// Waits until every object is ready; else, at `timeout` or once one failed, the
+    /// objects that are not.
+    pub async fn wait(&self, timeout: Duration) -> Result<(), Vec<Blocker>> {
+        wait::wait_for(
+            &self.client,
+            &self.gates,
+            timeout,
+            &std::collections::HashMap::new(),
+            &|_| {},
+        )
+        .await
+    }
 }
 
 /// One change and the body to apply (none for deletions and errors).
