@@ -10,6 +10,7 @@ mod daemon;
 mod discover;
 mod discover_clusters;
 mod events;
+mod feedback;
 mod fidelity;
 mod generate;
 mod harness;

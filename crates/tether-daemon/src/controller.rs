@@ -31,9 +31,11 @@ use super::crd::{
     SourceSpec, SourceStatus, commit_of_revision, revision_name,
 };
 use super::discovery::DiscoveryTarget;
+use super::feedback::SourceFeedback;
 use super::identity::Identities;
 use super::keys::DecryptionSecret;
 use super::leader::{self, Election};
+use super::pull_request::PullRequestPlanner;
 use super::runner::{
     ClusterState, Origin, PassError, PassOutcome, Rewrite, SourceLoop, StatusSink, Trigger,
     event_reporter,
@@ -359,7 +361,7 @@ struct Stops {
 }
 
 /// What a Source's loop has of the daemon.
-struct Daemon {
+pub(crate) struct Daemon {
     directories: Directories,
     shared: Arc<Shared>,
     /// How long a pass in progress may go on after shutdown.
@@ -400,6 +402,7 @@ async fn run_source(
     });
     let cache = daemon.directories.cache.clone();
     let shown = shown_on_page(&source, &daemon.directories, &credentials);
+    let planner_credentials = credentials.clone();
     let settings = match source.spec.settings(&namespace, &name, cache, credentials) {
         Ok(settings) => settings,
         Err(error) => {
@@ -416,11 +419,32 @@ async fn run_source(
     // Until its decryption Secret is read (if it names one), a Source has no key.
     let no_keys = Keyring::default().given_by(crate::keys::GIVEN_BY);
     let reconciler = Reconciler::new(settings.repo, Target::default(), settings.inventory);
-    let acting = acting_as(&daemon, &source, reconciler, &client, &mut status);
-    let Some(reconciler) = acting.await else {
-        return;
+    let reconciler = match acting_as(&daemon, &source, reconciler, &client).await {
+        Ok(reconciler) => reconciler,
+        Err(message) => {
+            let result = PassResult::Failed {
+                revision: None,
+                reason: "IdentityUnavailable",
+                message,
+                stalled: true,
+            };
+            status.record(&result, None).await;
+            return;
+        }
     };
     let reconciler = reconciler.with_keys(Arc::new(no_keys));
+    let feedback = open_feedback(&client, &source, &daemon, &mut status).await;
+    let planner = feedback
+        .clone()
+        .filter(|f| f.plans_pull_requests())
+        .map(|feedback| PullRequestPlanner {
+            source: &source,
+            credentials: planner_credentials,
+            cache: daemon.directories.cache.join("pull-requests"),
+            feedback,
+            daemon: &daemon,
+            client: client.clone(),
+        });
     let mut work = SourceLoop::new(
         &id,
         reconciler,
@@ -437,6 +461,7 @@ async fn run_source(
     .with_recorded_rewrite(rewrite_recorded(&source))
     .with_pass_stop(stops.pass)
     .with_events_by(client.clone())
+    .with_feedback(feedback)
     .shown_as(shown);
     if let Some(decryption) = &source.spec.decryption {
         let secret = DecryptionSecret::new(client.clone(), &namespace, &decryption.secret_ref.name);
@@ -449,10 +474,51 @@ async fn run_source(
         url: Some(source.spec.url.clone()),
         reference: source.spec.reference.clone(),
     };
-    work.run(origin, daemon.shutdown_timeout, &stop, log_pass)
-        .await;
+    let (requests, pull_requests) = mpsc::channel(crate::pull_request::QUEUED);
+    if planner.is_some() {
+        daemon.shared.register_planner(
+            &id,
+            source.spec.url.clone(),
+            source.spec.reference.clone(),
+            requests,
+        );
+    }
+    let planning = async {
+        if let Some(planner) = &planner {
+            planner.run(pull_requests, &stop).await;
+        }
+    };
+    futures::join!(
+        work.run(origin, daemon.shutdown_timeout, &stop, log_pass),
+        planning
+    );
+    daemon.shared.unregister_planner(&id);
     if let Some(discovery) = discovery {
         let _ = discovery.await;
+    }
+}
+
+/// The Source's feedback (commit statuses, notices), with its outbox in the daemon's
+/// state directory. One that cannot start is said in the status and an Event; the
+/// Source is applied all the same.
+async fn open_feedback(
+    client: &Client,
+    source: &Source,
+    daemon: &Daemon,
+    status: &mut SourceStatusWriter,
+) -> Option<Arc<SourceFeedback>> {
+    let dir = daemon.directories.state.join("feedback").join(format!(
+        "{}-{}",
+        source.namespace().unwrap_or_default(),
+        source.name_any()
+    ));
+    match SourceFeedback::open(client, source, &dir, daemon.cluster_name.as_deref()).await {
+        Ok(feedback) => feedback,
+        Err(error) => {
+            tracing::warn!(error = %error, "no feedback for the Source");
+            status.warn("FeedbackUnavailable", error.to_string()).await;
+            None
+        }
     }
 }
 
@@ -476,15 +542,14 @@ fn pass_on_request(source: &Source, trigger: &mpsc::Sender<Trigger>) {
 /// its own that impersonates it (everything done for the Source, its inventory
 /// included, goes through it), else through the daemon's shared client; on the other
 /// clusters of its models through its namespace's Cluster resources, as the same
-/// identity; confined as its spec and the daemon say. `None` when the client cannot
-/// be made (the daemon's own kubeconfig unreadable now), said in the status.
-async fn acting_as(
+/// identity; confined as its spec and the daemon say. An error when the client
+/// cannot be made (the daemon's own kubeconfig unreadable now).
+pub(crate) async fn acting_as(
     daemon: &Daemon,
     source: &Source,
     reconciler: Reconciler,
     client: &Client,
-    status: &mut SourceStatusWriter,
-) -> Option<Reconciler> {
+) -> Result<Reconciler, String> {
     let identities = &daemon.identities;
     let namespace = source.namespace().unwrap_or_default();
     let identity = identities.impersonation(&namespace, &source.spec);
@@ -493,24 +558,17 @@ async fn acting_as(
         Some(identity) => match identities.client(&identity).await {
             Ok(own) => reconciler.with_client(own).acting_as(identity.user),
             Err(error) => {
-                let result = PassResult::Failed {
-                    revision: None,
-                    reason: "IdentityUnavailable",
-                    message: format!(
-                        "no client acting as {}: {}",
-                        identity.user,
-                        tether_core::error_chain(&error)
-                    ),
-                    stalled: true,
-                };
-                status.record(&result, None).await;
-                return None;
+                return Err(format!(
+                    "no client acting as {}: {}",
+                    identity.user,
+                    tether_core::error_chain(&error)
+                ));
             }
         },
         None => reconciler.with_client(client.clone()),
     }
     .with_other_clusters(daemon.cluster_name.clone(), others);
-    Some(match identities.confinement(&namespace, &source.spec) {
+    Ok(match identities.confinement(&namespace, &source.spec) {
         Some(confinement) => reconciler.with_confinement(confinement),
         None => reconciler,
     })
@@ -751,6 +809,20 @@ impl SourceStatusWriter {
             regarding: source.object_ref(&()),
             rewrite: None,
             clusters: None,
+        }
+    }
+
+    /// A warning Event on the Source (`kubectl describe source`).
+    async fn warn(&self, reason: &str, note: String) {
+        let event = KubeEvent {
+            type_: EventType::Warning,
+            reason: reason.into(),
+            note: Some(note),
+            action: "Configure".into(),
+            secondary: None,
+        };
+        if let Err(error) = self.events.publish(&event, &self.regarding).await {
+            tracing::warn!(%error, reason, "cannot record the Source's event");
         }
     }
 }

@@ -10,6 +10,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use tether_core::feedback::GitHost;
 use tether_core::ownership::Inventory;
 use tether_engine::git::Credentials;
 use tether_engine::oci::{self, Access, Reference};
@@ -114,6 +115,103 @@ pub struct SourceSpec {
     /// the ref's branch.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub propose_actions: bool,
+    /// How long a wave may wait for what it needs, and a commit's rollout for its
+    /// objects to be ready before its commit status fails (e.g. 90s, 10m; default 5m).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    /// Tell how commits fared where people look: commit statuses (one context per
+    /// cluster and Source), the plan of each pull request's head as a comment, and
+    /// notices to webhooks, Slack, Kafka or Kubernetes Events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub feedback: Option<FeedbackSpec>,
+}
+
+/// Where a Source tells how its commits fared (`spec.feedback`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FeedbackSpec {
+    /// The Git host's API: github or gitlab (default: by the URL's host, github.com
+    /// or gitlab.com).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<GitHost>,
+    /// The API's base URL (default: https://api.github.com, https://HOST/api/v3 for a
+    /// GitHub Enterprise, https://HOST/api/v4 for GitLab).
+    #[serde(default, rename = "apiURL", skip_serializing_if = "Option::is_none")]
+    pub api_url: Option<String>,
+    /// The repository on the host (`owner/name`; a GitLab project's full path), when
+    /// `url` does not name it (a mirror).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repository: Option<String>,
+    /// A Secret in the Source's namespace with the host's `token` (a personal or
+    /// project access token; no GitHub App needed), and `ca.crt` for a host with a
+    /// private CA. Without it, nothing goes to the Git host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<LocalObjectReference>,
+    /// Post a commit status per cluster for each commit (default true).
+    #[serde(default = "yes")]
+    pub commit_statuses: bool,
+    /// On a pull (merge) request's webhook, plan its head against the cluster and
+    /// keep one comment on it with the plan (default true).
+    #[serde(default = "yes")]
+    pub pull_requests: bool,
+    /// Where notices go.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notifications: Vec<NotificationSpec>,
+    /// Notices not sent: applied, failed, stalled, drift-corrected, drift-reported,
+    /// pruned, wave-blocked.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exclude: Vec<String>,
+    /// At most this many notices a minute (default 20); the next one says how many
+    /// were held back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notices_per_minute: Option<u32>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// One receiver of a Source's notices.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NotificationSpec {
+    #[serde(rename = "type")]
+    pub receiver: ReceiverType,
+    /// For cloudevents and slack: a Secret with the `url` (a Slack webhook's URL is
+    /// a secret), and for cloudevents an `hmacKey` that signs each body
+    /// (`X-Signature-256: sha256=…`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<LocalObjectReference>,
+    /// For kafka: the brokers (HOST:PORT).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub brokers: Vec<String>,
+    /// For kafka: the topic (default tether.notices).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topic: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReceiverType {
+    /// CloudEvents 1.0 JSON, POSTed to a URL.
+    Cloudevents,
+    /// A Slack (or compatible) incoming webhook.
+    Slack,
+    Kafka,
+    /// An Event on the Source (`kubectl describe source`).
+    KubernetesEvents,
+}
+
+impl ReceiverType {
+    /// As `spec.feedback.notifications[].type` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReceiverType::Cloudevents => "cloudevents",
+            ReceiverType::Slack => "slack",
+            ReceiverType::Kafka => "kafka",
+            ReceiverType::KubernetesEvents => "kubernetes-events",
+        }
+    }
 }
 
 /// A Source's confinement (`spec.confine`); a list absent is unrestricted.
@@ -268,6 +366,8 @@ pub enum SpecError {
     Path(String),
     #[error("spec.url: {0}")]
     Artifact(String),
+    #[error("spec.timeout: {0}")]
+    Timeout(String),
 }
 
 /// What a Source asks the loop to do, checked.
@@ -362,6 +462,7 @@ impl SourceSpec {
             apply: ApplyOptions {
                 prune: self.prune,
                 correct_drift: self.drift == DriftPolicy::Correct,
+                wave_timeout: self.timeout()?,
                 ..ApplyOptions::default()
             },
             drift: self.drift,
@@ -371,6 +472,14 @@ impl SourceSpec {
 }
 
 impl SourceSpec {
+    /// `spec.timeout`, when given.
+    pub fn timeout(&self) -> Result<Option<Duration>, SpecError> {
+        self.timeout
+            .as_deref()
+            .map(|text| tether_core::settings::parse_duration(text).map_err(SpecError::Timeout))
+            .transpose()
+    }
+
     /// The artifact an oci:// URL names, with `ref` as its tag or digest (Flux's
     /// spelling); a tag or digest in both is refused.
     fn artifact_reference(&self) -> Result<Reference, SpecError> {

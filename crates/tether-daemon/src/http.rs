@@ -219,23 +219,21 @@ async fn receive(
             format!("{refusal}\n"),
         );
     }
+    match webhook::pull_request(provider, &headers, body) {
+        Ok(Some(request)) => return pull_request(shared, &request),
+        Ok(None) => {}
+        Err(refusal) => return refused(refusal),
+    }
     let push = match webhook::push(provider, &headers, body) {
         Ok(Some(push)) => push,
-        Ok(None) => return (StatusCode::OK, "ignored", "not a push; ignored\n".into()),
-        Err(Refusal::BadRequest(message)) => {
+        Ok(None) => {
             return (
-                StatusCode::BAD_REQUEST,
-                "bad_request",
-                format!("{message}\n"),
+                StatusCode::OK,
+                "ignored",
+                "neither a push nor a pull request; ignored\n".into(),
             );
         }
-        Err(refusal @ Refusal::Unauthorized) => {
-            return (
-                StatusCode::UNAUTHORIZED,
-                "unauthorized",
-                format!("{refusal}\n"),
-            );
-        }
+        Err(refusal) => return refused(refusal),
     };
     let mut triggered = shared.trigger_matching(|url, reference| push.concerns(url, reference));
     if triggered == 0
@@ -253,6 +251,44 @@ async fn receive(
             StatusCode::ACCEPTED,
             "accepted",
             format!("{n} source(s) will reconcile\n"),
+        ),
+    }
+}
+
+/// The answer to a webhook whose body was refused.
+fn refused(refusal: Refusal) -> (StatusCode, &'static str, String) {
+    match refusal {
+        Refusal::BadRequest(message) => (
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            format!("{message}\n"),
+        ),
+        refusal @ Refusal::Unauthorized => (
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            format!("{refusal}\n"),
+        ),
+    }
+}
+
+/// A pull request opened or pushed to: the Sources that follow its base plan its head.
+fn pull_request(
+    shared: &Shared,
+    request: &webhook::PullRequest,
+) -> (StatusCode, &'static str, String) {
+    match shared.plan_pull_request(request) {
+        0 => (
+            StatusCode::OK,
+            "ignored",
+            format!(
+                "no source plans pull requests into {}\n",
+                request.base_branch
+            ),
+        ),
+        n => (
+            StatusCode::ACCEPTED,
+            "accepted",
+            format!("{n} source(s) will plan pull request {}\n", request.number),
         ),
     }
 }

@@ -18,12 +18,14 @@ pub mod controller;
 pub mod crd;
 mod discovery;
 mod drift;
+mod feedback;
 pub mod http;
 pub mod identity;
 pub mod install;
 mod keys;
 pub mod leader;
 mod metrics;
+mod pull_request;
 pub mod refusal_log;
 pub mod runner;
 mod status;
@@ -66,6 +68,16 @@ pub struct Shared {
     refused_webhooks: Mutex<RefusalLog>,
     /// The web page and API, when served.
     web: std::sync::OnceLock<std::sync::Arc<web::Web>>,
+    /// The Sources that plan pull requests, by id: what each follows, and where a
+    /// request goes.
+    planners: Mutex<BTreeMap<String, Planner>>,
+}
+
+/// A Source's pull-request planner, as webhooks see it.
+struct Planner {
+    url: String,
+    reference: Option<String>,
+    requests: mpsc::Sender<webhook::PullRequest>,
 }
 
 /// A source loop of this process, as webhooks and health checks see it.
@@ -88,6 +100,7 @@ impl Shared {
             forward: Mutex::new(None),
             refused_webhooks: Mutex::new(RefusalLog::default()),
             web: std::sync::OnceLock::new(),
+            planners: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -171,6 +184,44 @@ impl Shared {
                 let _ = s.trigger.try_send(Trigger::Changed);
             })
             .count()
+    }
+
+    /// A Source plans the pull requests of `url` into `reference` (none: the default
+    /// branch) that come through `requests`, until unregistered.
+    pub fn register_planner(
+        &self,
+        id: &str,
+        url: String,
+        reference: Option<String>,
+        requests: mpsc::Sender<webhook::PullRequest>,
+    ) {
+        let planner = Planner {
+            url,
+            reference,
+            requests,
+        };
+        self.lock_planners().insert(id.to_string(), planner);
+    }
+
+    pub fn unregister_planner(&self, id: &str) {
+        self.lock_planners().remove(id);
+    }
+
+    /// Hands `request` to every Source that plans requests into what it follows;
+    /// returns how many.
+    pub fn plan_pull_request(&self, request: &webhook::PullRequest) -> usize {
+        self.lock_planners()
+            .values()
+            .filter(|p| request.concerns(&p.url, p.reference.as_deref()))
+            // A full queue is dropped: the request's next push brings another webhook.
+            .filter(|p| p.requests.try_send(request.clone()).is_ok())
+            .count()
+    }
+
+    fn lock_planners(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Planner>> {
+        self.planners
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     pub fn set_forwarder(&self, forwarder: controller::Forwarder) {

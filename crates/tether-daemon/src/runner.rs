@@ -28,14 +28,15 @@ use tether_core::plan::{Action, Change};
 use tether_core::source::is_model_path;
 use tether_engine::driver::{Backoff, Loop, Schedule, drive};
 use tether_engine::reconcile::{
-    ApplyOptions, ApplyProgress, ApplyReport, ClusterPlan, Outcome, PlanOptions, Planned,
-    ReconcileError, Reconciler, WatchCache,
+    ApplyOptions, ApplyProgress, ApplyReport, ClusterName, ClusterPlan, Outcome, PlanOptions,
+    Planned, ReconcileError, Reconciler, WatchCache,
 };
 use tether_web::ClusterRow;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 pub use super::Trigger;
+use crate::feedback::{SourceFeedback, Verdict};
 
 /// Where a loop records each pass's result for its users (a Source's status).
 pub trait StatusSink: Send {
@@ -155,6 +156,8 @@ pub struct SourceLoop<S = NoStatus> {
     cache_cluster: Option<String>,
     /// How the web page shows the source and acts for it (none: not shown).
     shown: Option<Shown>,
+    /// Where commit statuses and notices go (none: nowhere beyond the status).
+    feedback: Option<Arc<SourceFeedback>>,
 }
 
 /// What one pass did.
@@ -254,6 +257,7 @@ impl<S: StatusSink> SourceLoop<S> {
             decryption: None,
             cache_cluster: None,
             shown: None,
+            feedback: None,
         }
     }
 
@@ -299,6 +303,12 @@ impl<S: StatusSink> SourceLoop<S> {
 
     /// Stops a pass in progress as soon as `stop` is cancelled: a plan is dropped,
     /// an apply stops between objects, and the pass records nothing.
+    /// Tells how each commit fared through `feedback` (commit statuses, notices).
+    pub fn with_feedback(mut self, feedback: Option<Arc<SourceFeedback>>) -> Self {
+        self.feedback = feedback;
+        self
+    }
+
     pub fn with_pass_stop(mut self, stop: CancellationToken) -> Self {
         self.stop_pass = stop;
         self
@@ -439,6 +449,19 @@ impl<S: StatusSink> SourceLoop<S> {
         ) {
             return Ok(self.report_drift(&planned, revision).await);
         }
+        if let (Some(feedback), Some(commit)) = (&self.feedback, commit.as_deref())
+            && is_new_attempt(
+                commit,
+                self.last_applied.as_deref(),
+                self.last_attempted.as_deref(),
+            )
+        {
+            let clusters: Vec<Option<&str>> = std::iter::once(&planned.cluster)
+                .chain(others.iter().map(|o| &o.cluster))
+                .map(status_cluster)
+                .collect();
+            feedback.taken_up(commit, &clusters).await;
+        }
         self.say_progressing(&planned, commit.as_deref()).await;
         // A source that reports drift still applies a new commit whole.
         let options = ApplyOptions {
@@ -465,6 +488,13 @@ impl<S: StatusSink> SourceLoop<S> {
             previous.as_ref(),
             self.interval,
         );
+        if let (Some(feedback), Some(commit)) = (&self.feedback, commit.as_deref()) {
+            let verdict = verdict(&report);
+            let rollout = (verdict == Verdict::Applied).then(|| planned.rollout());
+            feedback
+                .concluded(commit, status_cluster(&planned.cluster), verdict, rollout)
+                .await;
+        }
         let own = cluster_state(planned.cluster.display(), Ok(&report));
         let failed = self.apply_others(own, others, &options).await;
         if report.succeeded() && failed.is_empty() {
@@ -553,6 +583,7 @@ impl<S: StatusSink> SourceLoop<S> {
                 (Ok(_), Some(Ok(report))) => Ok(report),
                 (Ok(_), None) => continue,
             };
+            self.conclude_other(plan, result).await;
             states.push(cluster_state(plan.cluster.display(), result));
         }
         // The own cluster's result is the pass's own; the others' are added to it.
@@ -572,6 +603,32 @@ impl<S: StatusSink> SourceLoop<S> {
         self.show(|views, name| views.clusters(name, rows));
         self.status.record_clusters(states);
         failed
+    }
+
+    /// What the pass did on another cluster, for its commit status.
+    async fn conclude_other(
+        &self,
+        plan: &ClusterPlan,
+        result: Result<&ApplyReport, &ReconcileError>,
+    ) {
+        let Some(feedback) = &self.feedback else {
+            return;
+        };
+        let Ok(planned) = &plan.planned else {
+            return;
+        };
+        let Some(commit) = planned.plan.revision.as_ref().map(|r| r.commit.as_str()) else {
+            return;
+        };
+        let verdict = match result {
+            Ok(report) => verdict(report),
+            Err(error) if error.is_permanent() => Verdict::Failed(tether_core::error_chain(error)),
+            Err(_) => Verdict::Retrying,
+        };
+        let rollout = (verdict == Verdict::Applied).then(|| planned.rollout());
+        feedback
+            .concluded(commit, status_cluster(&plan.cluster), verdict, rollout)
+            .await;
     }
 
     /// A new commit is being applied: the status says so (once, not on each retry of
@@ -800,6 +857,15 @@ impl<S: StatusSink> SourceLoop<S> {
         requested: Option<String>,
         took: Duration,
     ) {
+        if let Some(feedback) = &self.feedback {
+            if let Some((commit, why)) = failed_early(result) {
+                feedback.failed_early(&commit, &why).await;
+            }
+            let revision = pass_revision(result).map(|commit| self.status.revision_name(commit));
+            feedback
+                .notify(crate::feedback::notices_of(result), revision.as_deref())
+                .await;
+        }
         if let Some(pass_result) = pass_result(&self.status, result) {
             let took = Some(took.as_secs_f64());
             self.show(|views, name| views.record(name, &pass_result, &now(), took));
@@ -907,6 +973,61 @@ fn pass_result<'r>(
         },
     };
     Some(said)
+}
+
+/// The cluster a commit status names: a KubernetesService of a Source whose models
+/// name several; else `None`, the daemon's own (`--cluster-name`), so that two
+/// clusters applying the same models never share a context.
+fn status_cluster(cluster: &ClusterName) -> Option<&str> {
+    cluster
+        .several
+        .then_some(cluster.service.as_deref())
+        .flatten()
+}
+
+/// What a cluster's apply says of its commit: applied (ready once its rollout is),
+/// failed for good (a blocked wave at its timeout, a refused object), or failed for
+/// now (a retry soon may bring it).
+fn verdict(report: &ApplyReport) -> Verdict {
+    if let Some(blocked) = &report.blocked {
+        let blockers = blocked.blockers.iter().map(|b| (&b.key, b.state.as_str()));
+        return Verdict::Failed(format!("blocked: {}", blocked_on(blocked.wave, blockers)));
+    }
+    match (report.succeeded(), retries_soon(report)) {
+        (true, _) => Verdict::Applied,
+        (false, true) => Verdict::Retrying,
+        (false, false) => Verdict::Failed(crate::status::objects_failed(report)),
+    }
+}
+
+/// The commit a pass failed before it was planned, and why: invalid models (their
+/// first errors, with file and line), or a rewritten history the Source refuses.
+fn failed_early(result: &Result<PassOutcome, PassError>) -> Option<(String, String)> {
+    match result {
+        Err(PassError::Reconcile(error @ ReconcileError::Invalid(models))) => {
+            let commit = models.loaded.revision.as_ref()?.commit.clone();
+            Some((commit, error.to_string()))
+        }
+        Err(error @ PassError::HistoryRewritten(rewrite)) => {
+            Some((rewrite.to.clone(), error.to_string()))
+        }
+        _ => None,
+    }
+}
+
+/// The commit a pass worked on, when known.
+fn pass_revision(result: &Result<PassOutcome, PassError>) -> Option<&str> {
+    match result {
+        Ok(outcome) => outcome.revision.as_deref(),
+        Err(PassError::ObjectsFailed(outcome) | PassError::Clusters { outcome, .. }) => {
+            outcome.revision.as_deref()
+        }
+        Err(PassError::Reconcile(ReconcileError::Invalid(models))) => {
+            models.loaded.revision.as_ref().map(|r| r.commit.as_str())
+        }
+        Err(PassError::HistoryRewritten(rewrite)) => Some(&rewrite.to),
+        Err(_) => None,
+    }
 }
 
 /// A pass's result: an error when another cluster failed, or when objects failed

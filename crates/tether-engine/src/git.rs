@@ -319,6 +319,48 @@ pub(crate) fn fetch(
     }
 }
 
+/// Fetches one ref of `url` that is neither a branch nor a tag (a pull request's
+/// head, `refs/pull/N/head`; a merge request's, `refs/merge-requests/N/head`) into the
+/// cache, and checks that it brought `commit`: the commit a webhook named is what is
+/// read, whatever the ref says by now. Blocking.
+pub fn fetch_pull_request_head(
+    url: &str,
+    reference: &str,
+    commit: &str,
+    cache_dir: &Path,
+    credentials: &Credentials,
+) -> Result<(), GitError> {
+    let unknown = || GitError::UnknownReference {
+        url: url.to_string(),
+        reference: reference.to_string(),
+    };
+    let valid = reference.starts_with("refs/") && git2::Reference::is_valid_name(reference);
+    let wanted = Oid::from_str(commit).map_err(|_| unknown())?;
+    if !valid {
+        return Err(GitError::BadReference {
+            reference: reference.to_string(),
+        });
+    }
+    let repo = open_cache(cache_dir, url)?;
+    if repo.find_commit(wanted).is_ok() {
+        return Ok(());
+    }
+    let mut remote = repo.remote_anonymous(url)?;
+    let mut options = FetchOptions::new();
+    options.remote_callbacks(credentials.callbacks());
+    remote
+        .fetch(
+            &[format!("+{reference}:{reference}")],
+            Some(&mut options),
+            None,
+        )
+        .map_err(|source| GitError::Fetch {
+            url: url.to_string(),
+            source,
+        })?;
+    repo.find_commit(wanted).map(|_| ()).map_err(|_| unknown())
+}
+
 pub(crate) fn is_transient(error: &git2::Error) -> bool {
     matches!(
         error.class(),

@@ -82,7 +82,7 @@ impl PullRequestComment {
 }
 
 /// Which API a repository is reached through.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum GitHost {
     #[serde(rename = "github")]
@@ -120,18 +120,22 @@ pub enum HostedRepositoryError {
         "cannot tell which Git host serves {url}: set the provider (github or gitlab) and its API URL"
     )]
     UnknownHost { url: String },
-    #[error("{url} names no repository (expected HOST/OWNER/REPOSITORY)")]
+    #[error(
+        "{url} names no repository (expected HOST/OWNER/REPOSITORY); name it in spec.feedback.repository"
+    )]
     NoPath { url: String },
 }
 
 impl HostedRepository {
-    /// The repository a clone URL (https, ssh or scp-like) names. `host` and `api`
-    /// are taken from the Source when given; else github.com and gitlab.com are known
-    /// by name, and any other host needs them.
+    /// The repository a clone URL (https, ssh or scp-like) names, or `path` on its
+    /// host when given (the URL of a mirror). `host` and `api` are taken from the
+    /// Source when given; else github.com and gitlab.com are known by name, and any
+    /// other host needs them.
     pub fn from_url(
         url: &str,
         host: Option<GitHost>,
         api: Option<&str>,
+        path: Option<&str>,
     ) -> Result<Self, HostedRepositoryError> {
         let rest = match url.split_once("://") {
             Some((_, rest)) => rest.to_string(),
@@ -140,12 +144,15 @@ impl HostedRepository {
         let rest = rest.rsplit_once('@').map_or(rest.as_str(), |(_, r)| r);
         let rest = rest.trim_end_matches('/');
         let rest = rest.strip_suffix(".git").unwrap_or(rest);
-        let (server, path) = rest
-            .split_once('/')
-            .filter(|(_, path)| path.contains('/'))
-            .ok_or_else(|| HostedRepositoryError::NoPath {
-                url: url.to_string(),
-            })?;
+        let (server, path) = match (rest.split_once('/'), path) {
+            (Some((server, _)), Some(path)) => (server, path.trim_matches('/')),
+            (Some((server, path)), None) if path.contains('/') => (server, path),
+            _ => {
+                return Err(HostedRepositoryError::NoPath {
+                    url: url.to_string(),
+                });
+            }
+        };
         let server = server.to_ascii_lowercase();
         let server_name = server.split(':').next().unwrap_or_default();
         let host = match (host, server_name) {
@@ -180,7 +187,7 @@ mod tests {
 
     #[test]
     fn a_clone_url_names_its_repository_on_its_host() {
-        let github = HostedRepository::from_url("git@github.com:team/models.git", None, None);
+        let github = HostedRepository::from_url("git@github.com:team/models.git", None, None, None);
         assert_eq!(
             github,
             Ok(HostedRepository {
@@ -190,7 +197,7 @@ mod tests {
             })
         );
         let gitlab =
-            HostedRepository::from_url("https://gitlab.com/group/sub/models.git", None, None)
+            HostedRepository::from_url("https://gitlab.com/group/sub/models.git", None, None, None)
                 .unwrap();
         assert_eq!(
             (gitlab.host, gitlab.api.as_str(), gitlab.path.as_str()),
@@ -204,13 +211,15 @@ mod tests {
             "ssh://git@git.example.com:2222/team/models",
             Some(GitHost::GitLab),
             None,
+            None,
         )
         .unwrap();
         assert_eq!(own.api, "https://git.example.com/api/v4");
         let local = HostedRepository::from_url(
-            "git://127.0.0.1:9418/team/models.git",
+            "git://127.0.0.1:9418/remote.git",
             Some(GitHost::GitHub),
             Some("https://127.0.0.1:8443/api/v3/"),
+            Some("team/models"),
         )
         .unwrap();
         assert_eq!(
@@ -218,11 +227,11 @@ mod tests {
             ("https://127.0.0.1:8443/api/v3", "team/models")
         );
         assert!(matches!(
-            HostedRepository::from_url("https://git.example.com/team/models", None, None),
+            HostedRepository::from_url("https://git.example.com/team/models", None, None, None),
             Err(HostedRepositoryError::UnknownHost { .. })
         ));
         assert!(matches!(
-            HostedRepository::from_url("https://github.com/team", None, None),
+            HostedRepository::from_url("https://github.com/team", None, None, None),
             Err(HostedRepositoryError::NoPath { .. })
         ));
     }

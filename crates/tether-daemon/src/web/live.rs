@@ -98,7 +98,7 @@ pub async fn hosts(snapshot: &Snapshot, live: bool) -> Vec<HostRow> {
 }
 
 /// How the page words a remedy: in the Source's terms, not the CLI's flags.
-fn remedy_words(remedy: Remedy) -> &'static str {
+pub(crate) fn remedy_words(remedy: Remedy) -> &'static str {
     match remedy {
         Remedy::Prune => "set spec.prune: true on the Source",
         Remedy::AllowEmpty => "set spec.allowEmpty: true on the Source to prune everything",

@@ -18,8 +18,8 @@ use crate::config::{
     DiscoverConfig, DiscoverOverrides, EventOverrides, EventsConfig, SETTINGS_FILE,
 };
 use crate::driver::{Backoff, Schedule, drive};
-use crate::outbox::OutboxError;
 use crate::events::pipeline::EventPipeline;
+use crate::outbox::OutboxError;
 use tether_core::discover::{ClusterChoice, watched_service};
 use tether_core::remedy::Remedy;
 

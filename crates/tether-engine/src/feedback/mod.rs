@@ -29,7 +29,7 @@ pub enum DeliveryError {
 
 use serde::{Deserialize, Serialize};
 
-use crate::outbox::{OutboxState, Record, Recipient};
+use crate::outbox::{OutboxState, Recipient, Record};
 use tether_core::feedback::notice::Notice;
 use tether_core::feedback::status::Ledger;
 use tether_core::feedback::{CommitStatus, PullRequestComment};

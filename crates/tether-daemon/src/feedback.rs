@@ -1,0 +1,821 @@
+//! A Source's feedback: the commit statuses of its commits, one context per cluster
+//! (`tether/<cluster>/<namespace>/<name>`), recorded in the Source's feedback outbox
+//! and delivered to the Git host on a task of its own, so that a host that is down
+//! or slow never slows a pass; a restart delivers what was left.
+//!
+//! The states follow the pass: `pending` when a commit is taken up, `success` once
+//! every wave is applied and every object ready (a [`Rollout`] waited for beside the
+//! loop), `failure` when the models are invalid, an object is refused, a wave stays
+//! blocked until its timeout, or the rollout does not finish in time; `error` for a
+//! pending commit another replaced before it was ready. The core's `Ledger` decides
+//! what is news, under the outbox's lock: one request per (commit, context, state).
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ObjectReference, Secret};
+use kube::Resource;
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
+use kube::api::Api;
+use kube::{Client, ResourceExt};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use zeroize::Zeroizing;
+
+use crate::crd::{FeedbackSpec, NotificationSpec, ReceiverType, Source};
+use crate::runner::{PassError, PassOutcome};
+use crate::web::views::blocked_on;
+use tether_core::feedback::notice::{Admission, Gate, GatePolicy, Notice, NoticeKind};
+use tether_core::feedback::status::{self, Ledger};
+use tether_core::k8s::ObjectKey;
+use tether_core::feedback::{CommitState, CommitStatus, HostedRepository, PullRequestComment};
+use tether_engine::feedback::githost::GitHostClient;
+use tether_engine::events::sink::KafkaTopic;
+use tether_engine::feedback::notify::Receiver;
+use tether_engine::feedback::{Feedback, NamedReceiver, Said};
+use tether_engine::outbox::{Outbox, Record, Recipient, blocking, spawn_delivery};
+use tether_engine::reconcile::{Blocker, ObjectFailure, Outcome, Rollout};
+
+/// How long a request to the Git host may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a rollout may take when the Source sets no timeout (as a wave's).
+pub const DEFAULT_ROLLOUT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Why a Source's feedback cannot start (said in its status; the Source is applied
+/// all the same).
+#[derive(Debug, thiserror::Error)]
+pub enum FeedbackError {
+    #[error("spec.feedback: cannot read the Secret {namespace}/{name}: {message}")]
+    Secret {
+        namespace: String,
+        name: String,
+        message: String,
+    },
+    #[error("spec.feedback: the Secret {namespace}/{name} has no `{key}`")]
+    MissingKey {
+        namespace: String,
+        name: String,
+        key: &'static str,
+    },
+    #[error("spec.feedback: {0}")]
+    Repository(#[from] tether_core::feedback::HostedRepositoryError),
+    #[error("spec.feedback: {0}")]
+    Delivery(#[from] tether_engine::feedback::DeliveryError),
+    #[error("spec.feedback: {0}")]
+    Outbox(#[from] tether_engine::outbox::OutboxError),
+    #[error("spec.feedback.exclude: {0}")]
+    Exclusion(String),
+    #[error("spec.feedback.notifications[]: a {0} receiver needs {1}")]
+    Incomplete(&'static str, &'static str),
+}
+
+/// What one cluster's part of a pass says of its commit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Applied: ready once its rollout is.
+    Applied,
+    /// Not applied, and retrying soon may bring it: still pending.
+    Retrying,
+    /// Not applied, and it will not be by retrying: failure, with why.
+    Failed(String),
+}
+
+/// A Source's feedback, while its loop runs.
+pub struct SourceFeedback {
+    /// `namespace/name`.
+    source: String,
+    /// The cluster this daemon runs in (`--cluster-name`, else `default`): the context
+    /// of a Source's part that names no KubernetesService.
+    own_cluster: String,
+    outbox: Arc<Outbox<Said>>,
+    /// The rollout each context waits for; a newer commit's replaces it.
+    rollouts: Mutex<HashMap<String, JoinHandle<()>>>,
+    /// The contexts of the last commit taken up: a commit that fails before it is
+    /// planned (invalid models) fails in each.
+    contexts: Mutex<Vec<String>>,
+    rollout_timeout: Duration,
+    /// Pull requests are planned and commented on.
+    pull_requests: bool,
+    /// Which notices are sent (none without a receiver).
+    gate: Option<Mutex<Gate>>,
+    stop: CancellationToken,
+    deliveries: Vec<JoinHandle<()>>,
+}
+
+impl Drop for SourceFeedback {
+    fn drop(&mut self) {
+        self.stop.cancel();
+        for rollout in self.lock_rollouts().values() {
+            rollout.abort();
+        }
+        // Deliveries finish what they send (the driver's grace), then stop; what is
+        // left stays in the outbox for the next start.
+        let _ = &self.deliveries;
+    }
+}
+
+impl SourceFeedback {
+    /// The feedback `source` asks for, with its outbox under `dir`; `None` when it
+    /// asks for none.
+    pub async fn open(
+        client: &Client,
+        source: &Source,
+        dir: &Path,
+        own_cluster: Option<&str>,
+    ) -> Result<Option<Arc<Self>>, FeedbackError> {
+        let Some(spec) = &source.spec.feedback else {
+            return Ok(None);
+        };
+        let namespace = source.namespace().unwrap_or_default();
+        let host = match (&spec.secret_ref, spec.commit_statuses || spec.pull_requests) {
+            (Some(secret), true) => {
+                Some(git_host(client, &namespace, &secret.name, source, spec).await?)
+            }
+            _ => None,
+        };
+        let mut recipients = Vec::new();
+        if host.is_some() {
+            recipients.push("githost".to_string());
+        }
+        let (mut receivers, mut on_source) = (Vec::new(), Vec::new());
+        for (index, notification) in spec.notifications.iter().enumerate() {
+            let name = format!("notify-{index}-{}", notification.receiver.name());
+            recipients.push(name.clone());
+            match notification.receiver {
+                ReceiverType::KubernetesEvents => on_source.push(SourceEvents {
+                    name,
+                    recorder: Recorder::new(client.clone(), crate::runner::event_reporter()),
+                    regarding: source.object_ref(&()),
+                }),
+                _ => receivers.push(NamedReceiver {
+                    name,
+                    receiver: receiver(client, &namespace, notification).await?,
+                }),
+            }
+        }
+        let gate = (!spec.notifications.is_empty()).then(|| -> Result<Mutex<Gate>, FeedbackError> {
+            let exclude = spec
+                .exclude
+                .iter()
+                .map(|name| name.parse::<NoticeKind>())
+                .collect::<Result<_, _>>()
+                .map_err(|e| FeedbackError::Exclusion(e.to_string()))?;
+            let defaults = GatePolicy::default();
+            Ok(Mutex::new(Gate::new(GatePolicy {
+                exclude,
+                per_minute: spec.notices_per_minute.unwrap_or(defaults.per_minute),
+                ..defaults
+            })))
+        });
+        let gate = gate.transpose()?;
+        let dir = dir.to_path_buf();
+        let names = recipients.clone();
+        let outbox = Arc::new(blocking(move || Outbox::<Said>::open(&dir, &names)).await?);
+        if outbox.backlog() > 0 {
+            tracing::info!(
+                backlog = outbox.backlog(),
+                "delivering feedback left from before"
+            );
+        }
+        let stop = CancellationToken::new();
+        let mut deliveries = Vec::new();
+        let pull_requests = host.is_some() && spec.pull_requests;
+        if let Some(host) = host {
+            deliveries.push(spawn_delivery(
+                outbox.clone(),
+                host,
+                stop.clone(),
+                "feedback delivery",
+            ));
+        }
+        Ok(Some(Arc::new(SourceFeedback {
+            source: format!("{namespace}/{}", source.name_any()),
+            own_cluster: own_cluster.unwrap_or("default").to_string(),
+            outbox,
+            rollouts: Mutex::new(HashMap::new()),
+            contexts: Mutex::new(Vec::new()),
+            rollout_timeout: source
+                .spec
+                .timeout()
+                .ok()
+                .flatten()
+                .unwrap_or(DEFAULT_ROLLOUT_TIMEOUT),
+            pull_requests,
+            gate,
+            stop,
+            deliveries,
+        })))
+    }
+
+    fn lock_rollouts(&self) -> std::sync::MutexGuard<'_, HashMap<String, JoinHandle<()>>> {
+        self.rollouts.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The context of the Source's part on `cluster` (its KubernetesService; `None`:
+    /// the daemon's own cluster).
+    pub fn context(&self, cluster: Option<&str>) -> String {
+        status::context(cluster.unwrap_or(&self.own_cluster), &self.source)
+    }
+
+    /// `commit` is taken up on `clusters`: pending in each; a commit still pending
+    /// there is superseded (its rollout no longer waited for).
+    pub async fn taken_up(&self, commit: &str, clusters: &[Option<&str>]) {
+        let contexts: Vec<String> = clusters.iter().map(|c| self.context(*c)).collect();
+        *self.contexts.lock().unwrap_or_else(|e| e.into_inner()) = contexts.clone();
+        let commit = commit.to_string();
+        let short = short(&commit).to_string();
+        self.record(move |ledger| {
+            let mut statuses = Vec::new();
+            for context in &contexts {
+                for older in ledger.pending(context).into_iter().filter(|c| *c != commit) {
+                    statuses.push(CommitStatus::new(
+                        older,
+                        context,
+                        CommitState::Error,
+                        &format!("superseded by {short} before it was ready"),
+                    ));
+                }
+                statuses.push(CommitStatus::new(
+                    &commit,
+                    context,
+                    CommitState::Pending,
+                    &format!("applying {short}"),
+                ));
+            }
+            statuses
+        })
+        .await;
+        let mut rollouts = self.lock_rollouts();
+        for context in clusters.iter().map(|c| self.context(*c)) {
+            if let Some(waiting) = rollouts.remove(&context) {
+                waiting.abort();
+            }
+        }
+    }
+
+    /// What a pass did with `commit` on `cluster`.
+    pub async fn concluded(
+        self: &Arc<Self>,
+        commit: &str,
+        cluster: Option<&str>,
+        verdict: Verdict,
+        rollout: Option<Rollout>,
+    ) {
+        let context = self.context(cluster);
+        let said = self.outbox.state(|said| said.ledger.said(commit, &context));
+        if said.is_some_and(CommitState::is_final) {
+            // Said already (before a restart, or by an earlier pass of the commit).
+            return;
+        }
+        match (verdict, rollout) {
+            (Verdict::Applied, Some(rollout)) => self.await_rollout(commit, context, rollout),
+            (Verdict::Applied, None) => {
+                self.say(commit, &context, CommitState::Success, "applied")
+                    .await;
+            }
+            (Verdict::Retrying, _) => {}
+            (Verdict::Failed(why), _) => {
+                self.say(commit, &context, CommitState::Failure, &why).await;
+            }
+        }
+    }
+
+    /// `commit` failed before it was planned (its models are invalid, its history
+    /// refused): pending then failure, in each context of the last commit (the own
+    /// cluster's, for the first).
+    pub async fn failed_early(&self, commit: &str, why: &str) {
+        let mut contexts = self
+            .contexts
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if contexts.is_empty() {
+            contexts.push(self.context(None));
+        }
+        let (commit, why) = (commit.to_string(), why.to_string());
+        let short = short(&commit).to_string();
+        self.record(move |_| {
+            contexts
+                .iter()
+                .flat_map(|context| {
+                    [
+                        CommitStatus::new(
+                            &commit,
+                            context,
+                            CommitState::Pending,
+                            &format!("applying {short}"),
+                        ),
+                        CommitStatus::new(&commit, context, CommitState::Failure, &why),
+                    ]
+                })
+                .collect()
+        })
+        .await;
+    }
+
+    /// Waits beside the loop for `rollout`, then says success or failure (unless a
+    /// newer commit took the context up meanwhile: that aborts the wait).
+    fn await_rollout(self: &Arc<Self>, commit: &str, context: String, rollout: Rollout) {
+        let feedback = Arc::downgrade(self);
+        let timeout = self.rollout_timeout;
+        let commit = commit.to_string();
+        let waited_for = context.clone();
+        let waiting = tokio::spawn(async move {
+            let result = rollout.wait(timeout).await;
+            let Some(feedback) = feedback.upgrade() else {
+                return;
+            };
+            let (state, description) = rollout_verdict(&result);
+            feedback
+                .say(&commit, &waited_for, state, &description)
+                .await;
+        });
+        if let Some(replaced) = self.lock_rollouts().insert(context, waiting) {
+            replaced.abort();
+        }
+    }
+
+    /// The context of a pull request's plan on this daemon's cluster.
+    fn diff_context(&self) -> String {
+        status::diff_context(&self.own_cluster, &self.source)
+    }
+
+    /// A pull request's head is being planned.
+    pub async fn planning(&self, head: &str) {
+        let context = self.diff_context();
+        self.say(head, &context, CommitState::Pending, "planning")
+            .await;
+    }
+
+    /// A pull request's plan: its comment (one per Source and cluster, edited on each
+    /// push) and the head's diff status.
+    pub async fn pull_request(
+        &self,
+        number: u64,
+        head: &str,
+        report: &str,
+        state: CommitState,
+        description: &str,
+    ) {
+        let comment = PullRequestComment::new(number, &self.own_cluster, &self.source, report);
+        let status = CommitStatus::new(head, &self.diff_context(), state, description);
+        let outbox = self.outbox.clone();
+        let recorded = blocking(move || {
+            outbox.record(|said| {
+                let mut events = vec![Feedback::Comment(comment)];
+                if said.ledger.admit(&status) {
+                    events.push(Feedback::Status(status));
+                }
+                events
+            })
+        })
+        .await;
+        if let Err(error) = recorded {
+            tracing::error!(error = %tether_core::error_chain(&error), "cannot record the pull request's plan");
+        }
+    }
+
+    /// Whether pull requests are planned (a Git host to comment on, and the Source
+    /// asks for it).
+    pub fn plans_pull_requests(&self) -> bool {
+        self.pull_requests
+    }
+
+    /// Records the notices a pass made that the gate lets through (excluded kinds,
+    /// the same news again, and notices over the rate are not sent; the next one sent
+    /// says how many the rate held back).
+    pub async fn notify(&self, drafts: Vec<Draft>, revision: Option<&str>) {
+        let Some(gate) = &self.gate else {
+            return;
+        };
+        let time = crate::clock::now();
+        let now_secs = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let notices: Vec<Feedback> = {
+            let mut gate = gate.lock().unwrap_or_else(|e| e.into_inner());
+            drafts
+                .into_iter()
+                .filter_map(|draft| {
+                    let mut notice =
+                        Notice::new(draft.kind, &self.source, &self.own_cluster, &time, draft.message);
+                    if let Some(revision) = revision {
+                        notice = notice.with_revision(revision);
+                    }
+                    if let Some(subject) = draft.subject {
+                        notice = notice.with_subject(subject);
+                    }
+                    if let Some(reason) = draft.reason {
+                        notice = notice.with_reason(reason);
+                    }
+                    match gate.admit(&notice, now_secs) {
+                        Admission::Send { suppressed: 0 } => Some(notice),
+                        Admission::Send { suppressed } => {
+                            notice.message = format!(
+                                "{} ({suppressed} earlier notices held back by the rate limit)",
+                                notice.message
+                            );
+                            Some(notice)
+                        }
+                        Admission::Duplicate | Admission::Excluded | Admission::Limited => None,
+                    }
+                })
+                .map(Feedback::Notice)
+                .collect()
+        };
+        if notices.is_empty() {
+            return;
+        }
+        let outbox = self.outbox.clone();
+        if let Err(error) = blocking(move || outbox.record(|_| notices)).await {
+            tracing::error!(error = %tether_core::error_chain(&error), "cannot record the notices");
+        }
+    }
+
+    async fn say(&self, commit: &str, context: &str, state: CommitState, description: &str) {
+        let status = CommitStatus::new(commit, context, state, description);
+        self.record(move |_| vec![status]).await;
+    }
+
+    /// Records the statuses `decide` makes that the ledger admits, off the runtime.
+    async fn record(&self, decide: impl FnOnce(&Ledger) -> Vec<CommitStatus> + Send + 'static) {
+        let outbox = self.outbox.clone();
+        let recorded = blocking(move || {
+            outbox.record(|said| {
+                decide(&said.ledger)
+                    .into_iter()
+                    .filter(|status| said.ledger.admit(status))
+                    .map(Feedback::Status)
+                    .collect()
+            })
+        })
+        .await;
+        if let Err(error) = recorded {
+            tracing::error!(error = %tether_core::error_chain(&error), "cannot record the commit status");
+        }
+    }
+}
+
+/// What a rollout's end says: success, or failure with what was not ready.
+fn rollout_verdict(result: &Result<(), Vec<Blocker>>) -> (CommitState, String) {
+    match result {
+        Ok(()) => (CommitState::Success, "applied and ready".to_string()),
+        Err(blockers) => (
+            CommitState::Failure,
+            format!(
+                "not ready: {}",
+                blocked_rollout(blockers.iter().map(|b| (&b.key, b.state.as_str())))
+            ),
+        ),
+    }
+}
+
+/// `Deployment shop/web: 3/5 replicas available (and 2 more)`.
+fn blocked_rollout<'a>(
+    blockers: impl ExactSizeIterator<Item = (&'a tether_core::k8s::ObjectKey, &'a str)>,
+) -> String {
+    let said = blocked_on(0, blockers);
+    said.strip_prefix("wave 1 → ").unwrap_or(&said).to_string()
+}
+
+/// A commit's first 7 characters, as hosts show them.
+fn short(commit: &str) -> &str {
+    commit.get(..7).unwrap_or(commit)
+}
+
+/// A Secret's value, as text.
+async fn secret_values(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> Result<std::collections::BTreeMap<String, k8s_openapi::ByteString>, FeedbackError> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let found = secrets.get(name).await.map_err(|e| FeedbackError::Secret {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+        message: e.to_string(),
+    })?;
+    Ok(found.data.unwrap_or_default())
+}
+
+/// A notification receiver, with the URL and key of its Secret.
+async fn receiver(
+    client: &Client,
+    namespace: &str,
+    spec: &NotificationSpec,
+) -> Result<Receiver, FeedbackError> {
+    let kind = spec.receiver.name();
+    let values = match &spec.secret_ref {
+        Some(secret) => secret_values(client, namespace, &secret.name).await?,
+        None => Default::default(),
+    };
+    let text = |key: &str| {
+        values
+            .get(key)
+            .map(|v| Zeroizing::new(String::from_utf8_lossy(&v.0).trim().to_string()))
+    };
+    Ok(match spec.receiver {
+        ReceiverType::Cloudevents => Receiver::Webhook {
+            url: text("url").ok_or(FeedbackError::Incomplete(kind, "a Secret with `url`"))?,
+            key: text("hmacKey").map(|k| Zeroizing::new(k.as_bytes().to_vec())),
+        },
+        ReceiverType::Slack => Receiver::Slack {
+            url: text("url").ok_or(FeedbackError::Incomplete(kind, "a Secret with `url`"))?,
+        },
+        ReceiverType::Kafka => {
+            if spec.brokers.is_empty() {
+                return Err(FeedbackError::Incomplete(kind, "brokers"));
+            }
+            Receiver::Kafka(KafkaTopic::new(
+                spec.brokers.clone(),
+                spec.topic.clone().unwrap_or_else(|| "tether.notices".into()),
+            ))
+        }
+        ReceiverType::KubernetesEvents => {
+            return Err(FeedbackError::Incomplete(kind, "no receiver: it is the Source's"));
+        }
+    })
+}
+
+/// A notice's kind as an Event's reason (CamelCase, as Kubernetes' reasons are).
+fn event_reason(kind: NoticeKind) -> &'static str {
+    match kind {
+        NoticeKind::Applied => "Applied",
+        NoticeKind::Failed => "Failed",
+        NoticeKind::Stalled => "Stalled",
+        NoticeKind::DriftCorrected => "DriftCorrected",
+        NoticeKind::DriftReported => "DriftReported",
+        NoticeKind::Pruned => "Pruned",
+        NoticeKind::WaveBlocked => "WaveBlocked",
+        NoticeKind::HostRemoved => "HostRemoved",
+    }
+}
+
+/// Notices as Events on the Source (`kubectl describe source`): Warning for what
+/// needs a person, Normal for the rest.
+struct SourceEvents {
+    name: String,
+    recorder: Recorder,
+    regarding: ObjectReference,
+}
+
+impl Recipient<Feedback> for SourceEvents {
+    type Error = kube::Error;
+
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    async fn deliver(&mut self, records: &[Record<Feedback>]) -> Result<(), kube::Error> {
+        for record in records {
+            let Feedback::Notice(notice) = &record.event else {
+                continue;
+            };
+            let type_ = match notice.kind {
+                NoticeKind::Applied | NoticeKind::DriftCorrected | NoticeKind::Pruned => {
+                    EventType::Normal
+                }
+                _ => EventType::Warning,
+            };
+            let event = KubeEvent {
+                type_,
+                reason: event_reason(notice.kind).into(),
+                note: Some(notice.message.clone()),
+                action: "Reconcile".into(),
+                secondary: None,
+            };
+            self.recorder.publish(&event, &self.regarding).await?;
+        }
+        Ok(())
+    }
+}
+
+/// The Git host's client, with the token (and CA) of the Source's Secret.
+async fn git_host(
+    client: &Client,
+    namespace: &str,
+    secret: &str,
+    source: &Source,
+    spec: &FeedbackSpec,
+) -> Result<GitHostClient, FeedbackError> {
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let found = secrets
+        .get(secret)
+        .await
+        .map_err(|e| FeedbackError::Secret {
+            namespace: namespace.to_string(),
+            name: secret.to_string(),
+            message: e.to_string(),
+        })?;
+    let data = found.data.unwrap_or_default();
+    let token = data
+        .get("token")
+        .map(|t| Zeroizing::new(String::from_utf8_lossy(&t.0).trim().to_string()))
+        .ok_or_else(|| FeedbackError::MissingKey {
+            namespace: namespace.to_string(),
+            name: secret.to_string(),
+            key: "token",
+        })?;
+    let repository = HostedRepository::from_url(
+        &source.spec.url,
+        spec.provider,
+        spec.api_url.as_deref(),
+        spec.repository.as_deref(),
+    )?;
+    let roots = data.get("ca.crt").map(|c| c.0.as_slice());
+    Ok(GitHostClient::new(
+        repository,
+        token,
+        roots,
+        REQUEST_TIMEOUT,
+    )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tether_core::k8s::ObjectKey;
+
+    #[test]
+    fn a_rollout_that_ends_names_what_was_not_ready() {
+        assert_eq!(
+            rollout_verdict(&Ok(())),
+            (CommitState::Success, "applied and ready".to_string())
+        );
+        let blocker = |name: &str, state: &str| Blocker {
+            key: ObjectKey {
+                kind: "Deployment".into(),
+                namespace: Some("shop".into()),
+                name: name.into(),
+            },
+            state: state.into(),
+            failed: false,
+            external: false,
+            needed_by: Vec::new(),
+        };
+        let (state, description) = rollout_verdict(&Err(vec![
+            blocker("web", "1/3 replicas available"),
+            blocker("api", "0/1 replicas available"),
+        ]));
+        assert_eq!(state, CommitState::Failure);
+        assert_eq!(
+            description,
+            "not ready: Deployment shop/web: 1/3 replicas available (and 1 more)"
+        );
+    }
+}
+
+/// A notice a pass makes, before it is dated and named for the Source.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Draft {
+    pub kind: NoticeKind,
+    pub subject: Option<String>,
+    pub reason: Option<String>,
+    pub message: String,
+}
+
+impl Draft {
+    fn new(kind: NoticeKind, message: String) -> Self {
+        Draft {
+            kind,
+            subject: None,
+            reason: None,
+            message,
+        }
+    }
+
+    fn about(mut self, subject: impl ToString) -> Self {
+        self.subject = Some(subject.to_string());
+        self
+    }
+
+    fn because(mut self, reason: impl ToString) -> Self {
+        self.reason = Some(reason.to_string());
+        self
+    }
+}
+
+/// The notices of a pass's result (pure): a revision applied that changed the
+/// cluster, a failure or stall with its reason, drift corrected or reported per
+/// object, what was pruned (a Node's removal as a host's), a wave left blocked.
+pub fn notices_of(result: &Result<PassOutcome, PassError>) -> Vec<Draft> {
+    let outcome = match result {
+        Ok(outcome) => outcome,
+        Err(PassError::ObjectsFailed(outcome)) => outcome,
+        Err(PassError::Clusters { outcome, failed }) => {
+            let mut drafts = notices_of_outcome(outcome);
+            drafts.extend(failed.iter().map(|cluster| {
+                let kind = match cluster.stalled {
+                    true => NoticeKind::Stalled,
+                    false => NoticeKind::Failed,
+                };
+                Draft::new(kind, format!("cluster {}: {}", cluster.name, cluster.message))
+                    .about(format!("cluster {}", cluster.name))
+                    .because(cluster.reason)
+            }));
+            return drafts;
+        }
+        Err(PassError::Stopped) => return Vec::new(),
+        Err(PassError::Reconcile(error)) => {
+            let kind = match error.is_permanent() {
+                true => NoticeKind::Stalled,
+                false => NoticeKind::Failed,
+            };
+            return vec![Draft::new(kind, tether_core::error_chain(error)).because(error.reason())];
+        }
+        Err(error @ PassError::DecryptionKeys(_)) => {
+            return vec![
+                Draft::new(NoticeKind::Failed, tether_core::error_chain(error))
+                    .because("DecryptionKeysUnavailable"),
+            ];
+        }
+        Err(error @ PassError::HistoryRewritten(_)) => {
+            return vec![Draft::new(NoticeKind::Stalled, error.to_string()).because("HistoryRewritten")];
+        }
+    };
+    notices_of_outcome(outcome)
+}
+
+fn notices_of_outcome(outcome: &PassOutcome) -> Vec<Draft> {
+    let report = &outcome.report;
+    let mut drafts = Vec::new();
+    let changed = report.created() + report.configured() + report.pruned();
+    if report.succeeded() && changed > 0 {
+        drafts.push(Draft::new(
+            NoticeKind::Applied,
+            format!(
+                "applied: {} created, {} configured, {} pruned",
+                report.created(),
+                report.configured(),
+                report.pruned()
+            ),
+        ));
+    }
+    if let Some((key, failure)) = report.failures().next() {
+        drafts.push(
+            Draft::new(NoticeKind::Failed, crate::status::objects_failed(report))
+                .about(key)
+                .because(match failure {
+                    ObjectFailure::Forbidden { .. } => "Forbidden",
+                    _ => "ObjectsFailed",
+                }),
+        );
+    }
+    for (key, manager) in &outcome.corrected {
+        drafts.push(
+            Draft::new(
+                NoticeKind::DriftCorrected,
+                format!("{key}: changed by {manager}, set back to the models"),
+            )
+            .about(key)
+            .because(manager),
+        );
+    }
+    for key in &outcome.reported {
+        drafts.push(
+            Draft::new(
+                NoticeKind::DriftReported,
+                format!("{key} differs from the models (the Source reports drift only)"),
+            )
+            .about(key),
+        );
+    }
+    let pruned: Vec<&ObjectKey> = report
+        .objects
+        .iter()
+        .filter(|o| o.outcome == Outcome::Pruned)
+        .map(|o| &o.key)
+        .collect();
+    if let Some(first) = pruned.first() {
+        let more = match pruned.len() {
+            1 => String::new(),
+            n => format!(" and {} more", n - 1),
+        };
+        drafts.push(
+            Draft::new(NoticeKind::Pruned, format!("pruned {first}{more}")).about(first),
+        );
+    }
+    for host in pruned.iter().filter(|k| k.kind == "Node") {
+        drafts.push(
+            Draft::new(NoticeKind::HostRemoved, format!("host {} removed", host.name)).about(host),
+        );
+    }
+    if let Some(blocked) = &report.blocked {
+        let blockers = blocked.blockers.iter().map(|b| (&b.key, b.state.as_str()));
+        drafts.push(
+            Draft::new(
+                NoticeKind::WaveBlocked,
+                format!(
+                    "blocked: {}; {} objects not applied",
+                    blocked_on(blocked.wave, blockers),
+                    blocked.not_applied
+                ),
+            )
+            .because("WaveBlocked"),
+        );
+    }
+    drafts
+}
