@@ -3,7 +3,8 @@
 //! fall into (`no_cluster`), the snapshot corpus (`corpus`), discovery's and the
 //! workflow's pure stages on whole repositories (`discover`, `workflow`), the loader's
 //! properties (`loader_props`), `tether schema` (`schema`), sops compatibility
-//! (`sops`), the Git source (`git_source`), OCI artifacts against a real registry (`oci`), files past the size limit (`limits`) and `tether validate` as CI runs it
+//! (`sops`), the Git source (`git_source`), OCI artifacts against a real registry (`oci`), notice receivers against a
+//! local HTTP server and a Kafka broker (`notify`), files past the size limit (`limits`) and `tether validate` as CI runs it
 //! (`validate`). Snapshots and data-driven cases go
 //! through `tether_testkit::snapshot` (`TETHER_BLESS=1` rewrites them).
 //!
@@ -20,6 +21,7 @@ mod install;
 mod limits;
 mod loader_props;
 mod no_cluster;
+mod notify;
 mod oci;
 mod readme;
 mod schema;

@@ -253,22 +253,9 @@ fn decode_hex(text: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-/// The `sha256=<hex>` signature of `body` (for senders and tests).
-pub fn sign(body: &[u8], secret: &[u8]) -> String {
-    // HMAC takes a key of any length.
-    let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(secret) else {
-        return String::new();
-    };
-    mac.update(body);
-    let digest = mac.finalize().into_bytes();
-    format!(
-        "sha256={}",
-        digest
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<String>()
-    )
-}
+/// The `sha256=<hex>` signature of `body` (for senders and tests): the core's, which
+/// tether's own webhook notices carry.
+pub use tether_core::feedback::notice::signature as sign;
 
 #[cfg(test)]
 mod tests {

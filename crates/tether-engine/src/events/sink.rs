@@ -3,6 +3,7 @@
 //! a batch of records in order and either delivers all of them or fails; the
 //! outbox keeps what failed for the next try.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -64,20 +65,55 @@ impl Sink {
 }
 
 /// Produces each event to a topic, keyed by pod name (so one pod's events stay in one
-/// partition, in order), partitioned as Kafka's default partitioner does.
+/// partition, in order).
 pub struct KafkaSink {
-    brokers: Vec<String>,
-    topic: String,
-    client: Option<(Arc<rskafka::client::Client>, i32)>,
+    topic: KafkaTopic,
 }
 
 impl KafkaSink {
     pub fn new(brokers: Vec<String>, topic: String) -> Self {
         KafkaSink {
+            topic: KafkaTopic::new(brokers, topic),
+        }
+    }
+
+    async fn deliver(&mut self, records: &[Record]) -> Result<(), SinkError> {
+        let messages = records.iter().map(|record| KafkaMessage {
+            key: record.event.pod.name.as_bytes().to_vec(),
+            value: record.event.to_json(record.sequence).into_bytes(),
+            headers: BTreeMap::new(),
+        });
+        self.topic.produce(messages.collect()).await
+    }
+}
+
+/// One keyed message for a [`KafkaTopic`].
+pub struct KafkaMessage {
+    pub key: Vec<u8>,
+    pub value: Vec<u8>,
+    pub headers: BTreeMap<String, Vec<u8>>,
+}
+
+/// A topic tether produces to, pod events and notices alike: one client, made on
+/// first use and again after a failure; messages partitioned by key as Kafka's default
+/// partitioner does.
+pub struct KafkaTopic {
+    brokers: Vec<String>,
+    topic: String,
+    client: Option<(Arc<rskafka::client::Client>, i32)>,
+}
+
+impl KafkaTopic {
+    pub fn new(brokers: Vec<String>, topic: String) -> Self {
+        KafkaTopic {
             brokers,
             topic,
             client: None,
         }
+    }
+
+    pub fn topic(&self) -> &str {
+        &self.topic
     }
 
     fn error(&self, message: impl std::fmt::Display) -> SinkError {
@@ -121,8 +157,9 @@ impl KafkaSink {
         Ok((client, partitions))
     }
 
-    async fn deliver(&mut self, records: &[Record]) -> Result<(), SinkError> {
-        let result = self.produce(records).await;
+    /// Produces all of `messages`, in order per key, or fails.
+    pub async fn produce(&mut self, messages: Vec<KafkaMessage>) -> Result<(), SinkError> {
+        let result = self.produce_once(messages).await;
         if result.is_err() {
             // Connect afresh next time: the broker may have moved or restarted.
             self.client = None;
@@ -130,9 +167,9 @@ impl KafkaSink {
         result
     }
 
-    async fn produce(&mut self, records: &[Record]) -> Result<(), SinkError> {
+    async fn produce_once(&mut self, messages: Vec<KafkaMessage>) -> Result<(), SinkError> {
         let (client, partitions) = self.connect().await?;
-        // Records of one partition go in one request, in order; partitions one after
+        // Messages of one partition go in one request, in order; partitions one after
         // another, so a failure leaves later partitions for the retry, never earlier.
         let mut by_partition: Vec<(i32, Vec<rskafka::record::Record>)> = Vec::new();
         let millis = std::time::SystemTime::now()
@@ -140,13 +177,12 @@ impl KafkaSink {
             .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
         let timestamp =
             rskafka::chrono::DateTime::from_timestamp_millis(millis).unwrap_or_default();
-        for record in records {
-            let key = record.event.pod.name.as_bytes();
-            let partition = partition_of(key, partitions);
+        for message in messages {
+            let partition = partition_of(&message.key, partitions);
             let kafka_record = rskafka::record::Record {
-                key: Some(key.to_vec()),
-                value: Some(record.event.to_json(record.sequence).into_bytes()),
-                headers: Default::default(),
+                key: Some(message.key),
+                value: Some(message.value),
+                headers: message.headers,
                 timestamp,
             };
             match by_partition.iter_mut().find(|(p, _)| *p == partition) {

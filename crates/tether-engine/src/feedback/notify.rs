@@ -1,1 +1,192 @@
-//! Notice receivers (built by the notifications work).
+//! Notice receivers: a webhook (a CloudEvent per notice, signed with HMAC-SHA256 when a
+//! key is set), a Slack incoming webhook, and a Kafka topic (CloudEvents in the
+//! structured mode of the Kafka binding, keyed by Source). What is sent is decided in
+//! `tether_core::feedback::notice`; the webhook URLs are secrets (a Slack webhook URL
+//! lets anyone post), so they are never in a receiver's name or an error.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use reqwest::header::{CONTENT_TYPE, HeaderValue};
+use tether_core::feedback::notice::{Notice, cloud_event, signature, slack_message};
+use zeroize::Zeroizing;
+
+use super::DeliveryError;
+use crate::events::sink::{KafkaMessage, KafkaTopic};
+
+/// How long one request may take before the receiver counts as unreachable.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The media type of a CloudEvent in the structured JSON format.
+const CLOUD_EVENT_JSON: &str = "application/cloudevents+json; charset=utf-8";
+
+/// The header the signature goes in: the one tether's own generic webhook receiver checks.
+const SIGNATURE_HEADER: &str = "X-Signature-256";
+
+/// How much of a refusal's body an error quotes.
+const QUOTED_BODY: usize = 200;
+
+/// Where a Source's notices go.
+pub enum Receiver {
+    Webhook {
+        url: Zeroizing<String>,
+        /// The HMAC key of `X-Signature-256`; unsigned without one.
+        key: Option<Zeroizing<Vec<u8>>>,
+    },
+    Slack {
+        url: Zeroizing<String>,
+    },
+    Kafka(KafkaTopic),
+}
+
+impl Receiver {
+    /// The receiver as logs and errors name it: never its URL.
+    pub fn name(&self) -> String {
+        match self {
+            Receiver::Webhook { .. } => "webhook".to_string(),
+            Receiver::Slack { .. } => "slack".to_string(),
+            Receiver::Kafka(topic) => format!("kafka topic {}", topic.topic()),
+        }
+    }
+
+    /// Sends every notice, in order (one request each for webhooks), or fails at the
+    /// first that does not arrive: the caller sends that one and the rest again.
+    pub async fn send(&mut self, notices: &[Notice]) -> Result<(), DeliveryError> {
+        let receiver = self.name();
+        match self {
+            Receiver::Webhook { url, key } => {
+                let poster = Poster::new(receiver, url)?;
+                for notice in notices {
+                    let body = cloud_event(notice).to_string().into_bytes();
+                    let signed = key.as_ref().map(|key| signature(&body, key));
+                    poster.post(CLOUD_EVENT_JSON, body, signed).await?;
+                }
+                Ok(())
+            }
+            Receiver::Slack { url } => {
+                let poster = Poster::new(receiver, url)?;
+                for notice in notices {
+                    let body = slack_message(notice).to_string().into_bytes();
+                    let answer = poster.post("application/json", body, None).await?;
+                    // Slack answers 200 "ok"; anything else did not post.
+                    if answer.trim() != "ok" {
+                        return Err(poster.refused(200, &answer));
+                    }
+                }
+                Ok(())
+            }
+            Receiver::Kafka(topic) => {
+                let messages = notices.iter().map(|notice| KafkaMessage {
+                    key: notice.source.as_bytes().to_vec(),
+                    value: cloud_event(notice).to_string().into_bytes(),
+                    // The Kafka binding's structured mode names the event format here.
+                    headers: BTreeMap::from([(
+                        "content-type".to_string(),
+                        CLOUD_EVENT_JSON.as_bytes().to_vec(),
+                    )]),
+                });
+                topic.produce(messages.collect()).await.map_err(|error| {
+                    DeliveryError::Unreachable {
+                        receiver,
+                        message: error.to_string(),
+                    }
+                })
+            }
+        }
+    }
+}
+
+/// POSTs to one secret URL, and words its failures without it.
+struct Poster<'a> {
+    receiver: String,
+    url: &'a str,
+    http: reqwest::Client,
+}
+
+impl<'a> Poster<'a> {
+    fn new(receiver: String, url: &'a str) -> Result<Self, DeliveryError> {
+        let http = reqwest::Client::builder()
+            .timeout(REQUEST_TIMEOUT)
+            .build()
+            .map_err(|error| {
+                DeliveryError::Misconfigured(format!(
+                    "cannot make the HTTP client of {receiver}: {}",
+                    describe(error, url)
+                ))
+            })?;
+        Ok(Poster {
+            receiver,
+            url,
+            http,
+        })
+    }
+
+    /// The answer's body, when the status is a success.
+    async fn post(
+        &self,
+        content_type: &'static str,
+        body: Vec<u8>,
+        signature: Option<String>,
+    ) -> Result<String, DeliveryError> {
+        let mut request = self
+            .http
+            .post(self.url)
+            .header(CONTENT_TYPE, HeaderValue::from_static(content_type))
+            .body(body);
+        if let Some(signature) = signature {
+            request = request.header(SIGNATURE_HEADER, signature);
+        }
+        let response = request.send().await.map_err(|e| self.unreachable(e))?;
+        let status = response.status();
+        let answer = response.text().await.map_err(|e| self.unreachable(e))?;
+        if !status.is_success() {
+            return Err(self.refused(status.as_u16(), &answer));
+        }
+        Ok(answer)
+    }
+
+    fn unreachable(&self, error: reqwest::Error) -> DeliveryError {
+        if error.is_builder() {
+            // No retry mends a URL that cannot be parsed.
+            return DeliveryError::Misconfigured(format!(
+                "the URL of {} is not valid: {}",
+                self.receiver,
+                describe(error, self.url)
+            ));
+        }
+        DeliveryError::Unreachable {
+            receiver: self.receiver.clone(),
+            message: describe(error, self.url),
+        }
+    }
+
+    fn refused(&self, status: u16, answer: &str) -> DeliveryError {
+        let quoted: String = answer.trim().chars().take(QUOTED_BODY).collect();
+        DeliveryError::Refused {
+            receiver: self.receiver.clone(),
+            status,
+            message: redact(&quoted, self.url),
+        }
+    }
+}
+
+/// The error and its causes, without the URL: reqwest's text names it, and a cause
+/// might too.
+fn describe(error: reqwest::Error, url: &str) -> String {
+    let error = error.without_url();
+    let mut text = error.to_string();
+    let mut cause = std::error::Error::source(&error);
+    while let Some(inner) = cause {
+        text.push_str(": ");
+        text.push_str(&inner.to_string());
+        cause = inner.source();
+    }
+    redact(&text, url)
+}
+
+fn redact(text: &str, url: &str) -> String {
+    if url.is_empty() {
+        return text.to_string();
+    }
+    text.replace(url, "<the receiver's URL>")
+}
