@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{ObjectReference, Secret};
 use kube::Resource;
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
 use kube::api::Api;
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
 use kube::{Client, ResourceExt};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -29,13 +29,13 @@ use crate::runner::{PassError, PassOutcome};
 use crate::web::views::blocked_on;
 use tether_core::feedback::notice::{Admission, Gate, GatePolicy, Notice, NoticeKind};
 use tether_core::feedback::status::{self, Ledger};
-use tether_core::k8s::ObjectKey;
 use tether_core::feedback::{CommitState, CommitStatus, HostedRepository, PullRequestComment};
-use tether_engine::feedback::githost::GitHostClient;
+use tether_core::k8s::ObjectKey;
 use tether_engine::events::sink::KafkaTopic;
+use tether_engine::feedback::githost::GitHostClient;
 use tether_engine::feedback::notify::Receiver;
 use tether_engine::feedback::{Feedback, NamedReceiver, Said};
-use tether_engine::outbox::{Outbox, Record, Recipient, blocking, spawn_delivery};
+use tether_engine::outbox::{Outbox, Recipient, Record, blocking, spawn_delivery};
 use tether_engine::reconcile::{Blocker, ObjectFailure, Outcome, Rollout};
 
 /// How long a request to the Git host may take.
@@ -156,20 +156,21 @@ impl SourceFeedback {
                 }),
             }
         }
-        let gate = (!spec.notifications.is_empty()).then(|| -> Result<Mutex<Gate>, FeedbackError> {
-            let exclude = spec
-                .exclude
-                .iter()
-                .map(|name| name.parse::<NoticeKind>())
-                .collect::<Result<_, _>>()
-                .map_err(|e| FeedbackError::Exclusion(e.to_string()))?;
-            let defaults = GatePolicy::default();
-            Ok(Mutex::new(Gate::new(GatePolicy {
-                exclude,
-                per_minute: spec.notices_per_minute.unwrap_or(defaults.per_minute),
-                ..defaults
-            })))
-        });
+        let gate =
+            (!spec.notifications.is_empty()).then(|| -> Result<Mutex<Gate>, FeedbackError> {
+                let exclude = spec
+                    .exclude
+                    .iter()
+                    .map(|name| name.parse::<NoticeKind>())
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| FeedbackError::Exclusion(e.to_string()))?;
+                let defaults = GatePolicy::default();
+                Ok(Mutex::new(Gate::new(GatePolicy {
+                    exclude,
+                    per_minute: spec.notices_per_minute.unwrap_or(defaults.per_minute),
+                    ..defaults
+                })))
+            });
         let gate = gate.transpose()?;
         let dir = dir.to_path_buf();
         let names = recipients.clone();
@@ -400,8 +401,13 @@ impl SourceFeedback {
             drafts
                 .into_iter()
                 .filter_map(|draft| {
-                    let mut notice =
-                        Notice::new(draft.kind, &self.source, &self.own_cluster, &time, draft.message);
+                    let mut notice = Notice::new(
+                        draft.kind,
+                        &self.source,
+                        &self.own_cluster,
+                        &time,
+                        draft.message,
+                    );
                     if let Some(revision) = revision {
                         notice = notice.with_revision(revision);
                     }
@@ -531,11 +537,16 @@ async fn receiver(
             }
             Receiver::Kafka(KafkaTopic::new(
                 spec.brokers.clone(),
-                spec.topic.clone().unwrap_or_else(|| "tether.notices".into()),
+                spec.topic
+                    .clone()
+                    .unwrap_or_else(|| "tether.notices".into()),
             ))
         }
         ReceiverType::KubernetesEvents => {
-            return Err(FeedbackError::Incomplete(kind, "no receiver: it is the Source's"));
+            return Err(FeedbackError::Incomplete(
+                kind,
+                "no receiver: it is the Source's",
+            ));
         }
     })
 }
@@ -646,11 +657,7 @@ mod tests {
             (CommitState::Success, "applied and ready".to_string())
         );
         let blocker = |name: &str, state: &str| Blocker {
-            key: ObjectKey {
-                kind: "Deployment".into(),
-                namespace: Some("shop".into()),
-                name: name.into(),
-            },
+            key: ObjectKey::new("apps/v1", "Deployment", Some("shop"), name),
             state: state.into(),
             failed: false,
             external: false,
@@ -712,9 +719,12 @@ pub fn notices_of(result: &Result<PassOutcome, PassError>) -> Vec<Draft> {
                     true => NoticeKind::Stalled,
                     false => NoticeKind::Failed,
                 };
-                Draft::new(kind, format!("cluster {}: {}", cluster.name, cluster.message))
-                    .about(format!("cluster {}", cluster.name))
-                    .because(cluster.reason)
+                Draft::new(
+                    kind,
+                    format!("cluster {}: {}", cluster.name, cluster.message),
+                )
+                .about(format!("cluster {}", cluster.name))
+                .because(cluster.reason)
             }));
             return drafts;
         }
@@ -733,7 +743,9 @@ pub fn notices_of(result: &Result<PassOutcome, PassError>) -> Vec<Draft> {
             ];
         }
         Err(error @ PassError::HistoryRewritten(_)) => {
-            return vec![Draft::new(NoticeKind::Stalled, error.to_string()).because("HistoryRewritten")];
+            return vec![
+                Draft::new(NoticeKind::Stalled, error.to_string()).because("HistoryRewritten"),
+            ];
         }
     };
     notices_of_outcome(outcome)
@@ -794,13 +806,15 @@ fn notices_of_outcome(outcome: &PassOutcome) -> Vec<Draft> {
             1 => String::new(),
             n => format!(" and {} more", n - 1),
         };
-        drafts.push(
-            Draft::new(NoticeKind::Pruned, format!("pruned {first}{more}")).about(first),
-        );
+        drafts.push(Draft::new(NoticeKind::Pruned, format!("pruned {first}{more}")).about(first));
     }
     for host in pruned.iter().filter(|k| k.kind == "Node") {
         drafts.push(
-            Draft::new(NoticeKind::HostRemoved, format!("host {} removed", host.name)).about(host),
+            Draft::new(
+                NoticeKind::HostRemoved,
+                format!("host {} removed", host.name),
+            )
+            .about(host),
         );
     }
     if let Some(blocked) = &report.blocked {

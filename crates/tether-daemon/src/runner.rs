@@ -583,7 +583,7 @@ impl<S: StatusSink> SourceLoop<S> {
                 (Ok(_), Some(Ok(report))) => Ok(report),
                 (Ok(_), None) => continue,
             };
-            self.conclude_other(plan, result).await;
+            conclude_other(self.feedback.clone(), plan, result).await;
             states.push(cluster_state(plan.cluster.display(), result));
         }
         // The own cluster's result is the pass's own; the others' are added to it.
@@ -603,32 +603,6 @@ impl<S: StatusSink> SourceLoop<S> {
         self.show(|views, name| views.clusters(name, rows));
         self.status.record_clusters(states);
         failed
-    }
-
-    /// What the pass did on another cluster, for its commit status.
-    async fn conclude_other(
-        &self,
-        plan: &ClusterPlan,
-        result: Result<&ApplyReport, &ReconcileError>,
-    ) {
-        let Some(feedback) = &self.feedback else {
-            return;
-        };
-        let Ok(planned) = &plan.planned else {
-            return;
-        };
-        let Some(commit) = planned.plan.revision.as_ref().map(|r| r.commit.as_str()) else {
-            return;
-        };
-        let verdict = match result {
-            Ok(report) => verdict(report),
-            Err(error) if error.is_permanent() => Verdict::Failed(tether_core::error_chain(error)),
-            Err(_) => Verdict::Retrying,
-        };
-        let rollout = (verdict == Verdict::Applied).then(|| planned.rollout());
-        feedback
-            .concluded(commit, status_cluster(&plan.cluster), verdict, rollout)
-            .await;
     }
 
     /// A new commit is being applied: the status says so (once, not on each retry of
@@ -1013,6 +987,32 @@ fn failed_early(result: &Result<PassOutcome, PassError>) -> Option<(String, Stri
         }
         _ => None,
     }
+}
+
+/// What the pass did on another cluster, for its commit status.
+async fn conclude_other(
+    feedback: Option<Arc<SourceFeedback>>,
+    plan: &ClusterPlan,
+    result: Result<&ApplyReport, &ReconcileError>,
+) {
+    let Some(feedback) = feedback else {
+        return;
+    };
+    let Ok(planned) = &plan.planned else {
+        return;
+    };
+    let Some(commit) = planned.plan.revision.as_ref().map(|r| r.commit.as_str()) else {
+        return;
+    };
+    let verdict = match result {
+        Ok(report) => verdict(report),
+        Err(error) if error.is_permanent() => Verdict::Failed(tether_core::error_chain(error)),
+        Err(_) => Verdict::Retrying,
+    };
+    let rollout = (verdict == Verdict::Applied).then(|| planned.rollout());
+    feedback
+        .concluded(commit, status_cluster(&plan.cluster), verdict, rollout)
+        .await;
 }
 
 /// The commit a pass worked on, when known.
