@@ -326,3 +326,48 @@ impl EventFlags {
         }
     }
 }
+
+/// Where `tether diff --post` puts its report: one comment on a pull (merge) request,
+/// edited on each run, and a commit status on the commit planned. The token is read
+/// from TETHER_POST_TOKEN (else GITHUB_TOKEN, GITLAB_TOKEN), never from a flag: a
+/// command line is seen by every process of the machine.
+#[derive(Debug, Default, clap::Args)]
+pub struct PostFlags {
+    /// Post the Markdown report on the pull request, and a commit status
+    /// `tether/diff/NAME` (failure when an object would be refused).
+    #[arg(long, env = "TETHER_POST")]
+    pub post: bool,
+    /// The pull request's number, or the merge request's iid (default: from the CI's
+    /// environment: GITHUB_REF refs/pull/N/merge, CI_MERGE_REQUEST_IID).
+    #[arg(long, env = "TETHER_PULL_REQUEST", requires = "post")]
+    pub pull_request: Option<u64>,
+    /// The repository on the host: OWNER/NAME, or a GitLab project's path (default:
+    /// GITHUB_REPOSITORY, CI_PROJECT_PATH).
+    #[arg(long, env = "TETHER_POST_REPOSITORY", requires = "post")]
+    pub post_repository: Option<String>,
+    /// The Git host (default: gitlab on GitLab CI, else github).
+    #[arg(long, env = "TETHER_POST_PROVIDER", value_enum, requires = "post")]
+    pub post_provider: Option<PostProvider>,
+    /// The host's API (default: GITHUB_API_URL, CI_API_V4_URL, else
+    /// https://api.github.com).
+    #[arg(long, env = "TETHER_POST_API_URL", requires = "post")]
+    pub post_api_url: Option<String>,
+    /// PEM certificates the host's TLS is checked against, beside the system's (a
+    /// host with a private CA).
+    #[arg(long, env = "TETHER_POST_CA_FILE", requires = "post")]
+    pub post_ca_file: Option<PathBuf>,
+    /// What the comment and the status are named after: one per name on a request.
+    #[arg(
+        long,
+        env = "TETHER_POST_NAME",
+        default_value = "ci",
+        requires = "post"
+    )]
+    pub post_name: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PostProvider {
+    Github,
+    Gitlab,
+}

@@ -9,6 +9,7 @@ mod manual;
 mod models;
 mod node;
 mod operate;
+mod post;
 mod push;
 mod reconcile;
 mod report;
@@ -24,7 +25,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::cli::flags::{
-    ClusterFlags, DiscoverFlags, EventFlags, GitFlags, InventoryFlags, KeyFlags, SourceFlags,
+    ClusterFlags, DiscoverFlags, EventFlags, GitFlags, InventoryFlags, KeyFlags, PostFlags,
+    SourceFlags,
 };
 use tether_core::settings::parse_duration;
 
@@ -98,7 +100,7 @@ enum Command {
     /// field managers, and the deletions `apply --prune` would make. Secret values
     /// are masked. Exits 0 when the cluster matches, 1 when it differs, 2 on error.
     #[command(
-        after_help = "Examples:\n  tether diff examples/models\n  tether diff --repo https://git.example.org/ops/models.git --ref main -o markdown > comment.md\n  tether diff -o json | jq '.summary'"
+        after_help = "Examples:\n  tether diff examples/models\n  tether diff --repo https://git.example.org/ops/models.git --ref main -o markdown > comment.md\n  tether diff -o json | jq '.summary'\n  TETHER_POST_TOKEN=$GITHUB_TOKEN tether diff --post   # in a pull request's GitHub Actions job"
     )]
     Diff(DiffArgs),
     /// Make the cluster match the models: server-side apply in dependency order.
@@ -439,6 +441,8 @@ pub struct DiffArgs {
     pub cluster: ClusterFlags,
     #[command(flatten)]
     pub keys: KeyFlags,
+    #[command(flatten)]
+    pub post: PostFlags,
 }
 
 #[derive(Debug, clap::Args)]

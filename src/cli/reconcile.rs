@@ -134,6 +134,49 @@ pub async fn diff(global: &GlobalArgs, args: &DiffArgs) -> miette::Result<ExitCo
             Err(code) => return Ok(code),
         };
     let colour = report::use_graphics(global.color, std::io::stdout().is_terminal());
+    let report = diff_report(&reconciler, &plans, args.output, colour)?;
+    if args.post.post {
+        let markdown = match args.output {
+            ReportFormat::Markdown => report.text.clone(),
+            _ => diff_report(&reconciler, &plans, ReportFormat::Markdown, false)?.text,
+        };
+        let commit = plans
+            .models
+            .loaded
+            .revision
+            .as_ref()
+            .map(|r| r.commit.clone());
+        super::post::post(&args.post, &markdown, report.errors, commit).await?;
+    }
+    let DiffReport {
+        text,
+        errors,
+        differences,
+    } = report;
+    std::io::stdout()
+        .lock()
+        .write_all(text.as_bytes())
+        .into_diagnostic()?;
+    Ok(match (errors, differences) {
+        (true, _) => ExitCode::from(EXIT_ERROR),
+        (false, true) => ExitCode::from(EXIT_INVALID),
+        (false, false) => ExitCode::SUCCESS,
+    })
+}
+
+/// A diff's report in one format, and whether a plan had errors or differences.
+struct DiffReport {
+    text: String,
+    errors: bool,
+    differences: bool,
+}
+
+fn diff_report(
+    reconciler: &Reconciler,
+    plans: &ClusterPlans,
+    output: ReportFormat,
+    colour: bool,
+) -> miette::Result<DiffReport> {
     let several = plans.clusters.len() > 1;
     let (mut errors, mut differences) = (false, false);
     let mut text = String::new();
@@ -144,8 +187,8 @@ pub async fn diff(global: &GlobalArgs, args: &DiffArgs) -> miette::Result<ExitCo
             Err(error) => {
                 errors |= !matches!(error, ReconcileError::Dormant(_));
                 let line =
-                    cluster_failed(&reconciler, &plans, &cluster.cluster, "not planned", error);
-                match args.output {
+                    cluster_failed(reconciler, plans, &cluster.cluster, "not planned", error);
+                match output {
                     ReportFormat::Json => values.push(serde_json::json!({
                         "cluster": cluster.cluster.display(),
                         "error": tether_core::error_chain(error),
@@ -161,7 +204,7 @@ pub async fn diff(global: &GlobalArgs, args: &DiffArgs) -> miette::Result<ExitCo
         if several && !text.is_empty() {
             text.push('\n');
         }
-        match args.output {
+        match output {
             ReportFormat::Text => text.push_str(&tether_core::report::text(
                 plan,
                 colour,
@@ -174,18 +217,14 @@ pub async fn diff(global: &GlobalArgs, args: &DiffArgs) -> miette::Result<ExitCo
             ReportFormat::Json => text.push_str(&tether_core::report::json(plan)),
         }
     }
-    if several && matches!(args.output, ReportFormat::Json) {
+    if several && matches!(output, ReportFormat::Json) {
         let report = serde_json::json!({"schema": "tether.dev/diff/v1", "clusters": values});
         text = serde_json::to_string_pretty(&report).into_diagnostic()? + "\n";
     }
-    std::io::stdout()
-        .lock()
-        .write_all(text.as_bytes())
-        .into_diagnostic()?;
-    Ok(match (errors, differences) {
-        (true, _) => ExitCode::from(EXIT_ERROR),
-        (false, true) => ExitCode::from(EXIT_INVALID),
-        (false, false) => ExitCode::SUCCESS,
+    Ok(DiffReport {
+        text,
+        errors,
+        differences,
     })
 }
 
