@@ -3,7 +3,7 @@
 //! fall into (`no_cluster`), the snapshot corpus (`corpus`), discovery's and the
 //! workflow's pure stages on whole repositories (`discover`, `workflow`), the loader's
 //! properties (`loader_props`), `tether schema` (`schema`), sops compatibility
-//! (`sops`), the Git source (`git_source`), OCI artifacts against a real registry (`oci`), files past the size limit (`limits`) and `tether validate` as CI runs it
+//! (`sops`), the Git source (`git_source`), the Git hosts' APIs and webhooks as contracts (`githost`), OCI artifacts against a real registry (`oci`), files past the size limit (`limits`) and `tether validate` as CI runs it
 //! (`validate`). Snapshots and data-driven cases go
 //! through `tether_testkit::snapshot` (`TETHER_BLESS=1` rewrites them).
 //!
@@ -15,6 +15,7 @@ mod corpus;
 mod discover;
 mod generate;
 mod git_source;
+mod githost;
 mod help;
 mod install;
 mod limits;
