@@ -145,16 +145,10 @@ pub fn push(
     headers: &impl Headers,
     body: &[u8],
 ) -> Result<Option<Push>, Refusal> {
-    let event = match provider {
-        Provider::GitHub => headers.get("x-github-event"),
-        Provider::GitLab => headers.get("x-gitlab-event"),
-        Provider::Generic => Some("push"),
-    };
-    if !matches!(event, Some("push" | "Push Hook" | "Tag Push Hook")) {
+    let events = ["push", "Push Hook", "Tag Push Hook"];
+    let Some(value) = event_body(provider, headers, body, &events, Some("push"))? else {
         return Ok(None);
-    }
-    let value: Value = serde_json::from_slice(body)
-        .map_err(|e| Refusal::BadRequest(format!("the body is not JSON: {e}")))?;
+    };
     let text = |pointer: &str| {
         value
             .pointer(pointer)
@@ -269,16 +263,10 @@ pub fn pull_request(
     headers: &impl Headers,
     body: &[u8],
 ) -> Result<Option<PullRequest>, Refusal> {
-    let event = match provider {
-        Provider::GitHub => headers.get("x-github-event"),
-        Provider::GitLab => headers.get("x-gitlab-event"),
-        Provider::Generic => None,
-    };
-    if !matches!(event, Some("pull_request" | "Merge Request Hook")) {
+    let events = ["pull_request", "Merge Request Hook"];
+    let Some(value) = event_body(provider, headers, body, &events, None)? else {
         return Ok(None);
-    }
-    let value: Value = serde_json::from_slice(body)
-        .map_err(|e| Refusal::BadRequest(format!("the body is not JSON: {e}")))?;
+    };
     let text = |pointer: &str| value.pointer(pointer).and_then(Value::as_str);
     let (wanted, number, base_branch, head_commit, from_fork) = match provider {
         Provider::GitHub => (
@@ -340,6 +328,28 @@ pub fn pull_request(
         head_ref,
         from_fork,
     }))
+}
+
+/// The JSON body of a request announcing one of `events` (the provider's event
+/// header; the generic receiver's event is `generic_event`); `None` for another event.
+fn event_body(
+    provider: Provider,
+    headers: &impl Headers,
+    body: &[u8],
+    events: &[&str],
+    generic_event: Option<&str>,
+) -> Result<Option<Value>, Refusal> {
+    let event = match provider {
+        Provider::GitHub => headers.get("x-github-event"),
+        Provider::GitLab => headers.get("x-gitlab-event"),
+        Provider::Generic => generic_event,
+    };
+    if !event.is_some_and(|event| events.contains(&event)) {
+        return Ok(None);
+    }
+    serde_json::from_slice(body)
+        .map(Some)
+        .map_err(|e| Refusal::BadRequest(format!("the body is not JSON: {e}")))
 }
 
 /// The clone, ssh and web URLs of the repository (GitHub) or project (GitLab) at

@@ -558,12 +558,7 @@ fn github(call: &Call, state: &mut HostState) -> Reply {
             Reply::new(201, comment(id, number, &body))
         }
         ("PATCH", "/repos/{owner}/{repo}/issues/comments/{comment_id}") => {
-            let id = call.number("comment_id");
-            let body = call.field("body").unwrap_or_default();
-            match edit_comment(state, id, body.clone()) {
-                Some(number) => Reply::new(200, comment(id, number, &body)),
-                None => Reply::message(404, "Not Found"),
-            }
+            edit_comment(call, state, "comment_id", comment)
         }
         // As github.com answers a personal access token: check runs need a GitHub App.
         ("POST", "/repos/{owner}/{repo}/check-runs") => Reply::new(
@@ -613,12 +608,7 @@ fn gitlab(call: &Call, state: &mut HostState) -> Reply {
             Reply::new(201, note(id, iid, &body))
         }
         ("PUT", "/projects/{id}/merge_requests/{merge_request_iid}/notes/{note_id}") => {
-            let id = call.number("note_id");
-            let body = call.field("body").unwrap_or_default();
-            match edit_comment(state, id, body.clone()) {
-                Some(iid) => Reply::new(200, note(id, iid, &body)),
-                None => Reply::message(404, "404 Not found"),
-            }
+            edit_comment(call, state, "note_id", note)
         }
         _ => Reply::message(501, "not kept by the fake host"),
     }
@@ -683,13 +673,25 @@ fn list_comments(
     call.page(&all, default_per_page)
 }
 
-/// Replaces comment `id`'s body; the number of its pull request, if it exists.
-fn edit_comment(state: &mut HostState, id: u64, body: String) -> Option<u64> {
-    state.comments.iter_mut().find_map(|(number, comments)| {
+/// Replaces the body of the comment the request's `id_param` names; answers it as
+/// the host shows it (`render(id, number, body)`), or 404.
+fn edit_comment(
+    call: &Call,
+    state: &mut HostState,
+    id_param: &str,
+    render: impl Fn(u64, u64, &str) -> Value,
+) -> Reply {
+    let id = call.number(id_param);
+    let body = call.field("body").unwrap_or_default();
+    let number = state.comments.iter_mut().find_map(|(number, comments)| {
         let comment = comments.iter_mut().find(|(c, _)| *c == id)?;
-        comment.1 = body.clone();
+        comment.1.clone_from(&body);
         Some(*number)
-    })
+    });
+    match number {
+        Some(number) => Reply::new(200, render(id, number, &body)),
+        None => Reply::message(404, "Not Found"),
+    }
 }
 
 /// An operation of a description a request matched.

@@ -13,6 +13,7 @@ use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use reqwest::header::{ACCEPT, AUTHORIZATION, HeaderMap, HeaderName, HeaderValue, USER_AGENT};
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
+use tether_core::error_chain;
 use tether_core::feedback::{
     CommitState, CommitStatus, GitHost, HostedRepository, PullRequestComment,
 };
@@ -376,18 +377,6 @@ fn host_message(answer: &Value, status: StatusCode) -> String {
         other => other.to_string(),
     };
     text.chars().take(300).collect()
-}
-
-/// An error and its causes on one line (reqwest's own text is only the outermost).
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]
