@@ -3,8 +3,9 @@
 //! fall into (`no_cluster`), the snapshot corpus (`corpus`), discovery's and the
 //! workflow's pure stages on whole repositories (`discover`, `workflow`), the loader's
 //! properties (`loader_props`), `tether schema` (`schema`), sops compatibility
-//! (`sops`), the Git source (`git_source`), OCI artifacts against a real registry (`oci`), notice receivers against a
-//! local HTTP server and a Kafka broker (`notify`), files past the size limit (`limits`) and `tether validate` as CI runs it
+//! (`sops`), the Git source (`git_source`), the Git hosts' APIs and webhooks as contracts (`githost`), OCI
+//! artifacts against a real registry (`oci`), notice receivers against a local HTTP server and a Kafka broker
+//! (`notify`), files past the size limit (`limits`) and `tether validate` as CI runs it
 //! (`validate`). Snapshots and data-driven cases go
 //! through `tether_testkit::snapshot` (`TETHER_BLESS=1` rewrites them).
 //!
@@ -16,6 +17,7 @@ mod corpus;
 mod discover;
 mod generate;
 mod git_source;
+mod githost;
 mod help;
 mod install;
 mod limits;

@@ -145,16 +145,10 @@ pub fn push(
     headers: &impl Headers,
     body: &[u8],
 ) -> Result<Option<Push>, Refusal> {
-    let event = match provider {
-        Provider::GitHub => headers.get("x-github-event"),
-        Provider::GitLab => headers.get("x-gitlab-event"),
-        Provider::Generic => Some("push"),
-    };
-    if !matches!(event, Some("push" | "Push Hook" | "Tag Push Hook")) {
+    let events = ["push", "Push Hook", "Tag Push Hook"];
+    let Some(value) = event_body(provider, headers, body, &events, Some("push"))? else {
         return Ok(None);
-    }
-    let value: Value = serde_json::from_slice(body)
-        .map_err(|e| Refusal::BadRequest(format!("the body is not JSON: {e}")))?;
+    };
     let text = |pointer: &str| {
         value
             .pointer(pointer)
@@ -163,25 +157,11 @@ pub fn push(
     };
     let (urls, default_branch) = match provider {
         Provider::GitHub => (
-            [
-                "/repository/clone_url",
-                "/repository/ssh_url",
-                "/repository/html_url",
-            ]
-            .iter()
-            .filter_map(|p| text(p))
-            .collect::<Vec<_>>(),
+            repository_urls(&value, provider, "/repository"),
             text("/repository/default_branch"),
         ),
         Provider::GitLab => (
-            [
-                "/project/git_http_url",
-                "/project/git_ssh_url",
-                "/project/web_url",
-            ]
-            .iter()
-            .filter_map(|p| text(p))
-            .collect(),
+            repository_urls(&value, provider, "/project"),
             text("/project/default_branch"),
         ),
         Provider::Generic => (text("/repository").into_iter().collect(), None),
@@ -202,28 +182,188 @@ impl Push {
     /// Does the push move what a source with `url` and `reference` (none: the
     /// default branch) reads?
     pub fn concerns(&self, url: &str, reference: Option<&str>) -> bool {
-        let repository = same_repository(url);
-        if !self.urls.iter().any(|u| same_repository(u) == repository) {
-            return false;
-        }
-        match reference {
-            Some(name) => [
-                format!("refs/heads/{name}"),
-                format!("refs/tags/{name}"),
-                name.to_string(),
-            ]
-            .contains(&self.reference),
-            None => match (
-                &self.default_branch,
-                self.reference.strip_prefix("refs/heads/"),
-            ) {
-                (Some(default), Some(branch)) => branch == default,
-                // The default branch is unknown: any branch may be it.
-                (None, Some(_)) => true,
-                (_, None) => false,
-            },
-        }
+        reads(
+            &self.urls,
+            &self.reference,
+            self.default_branch.as_deref(),
+            url,
+            reference,
+        )
     }
+}
+
+/// Whether a change of `changed` (a full ref) in the repository named by `urls` moves
+/// what a source with `url` and `reference` (none: the default branch) reads.
+fn reads(
+    urls: &[String],
+    changed: &str,
+    default_branch: Option<&str>,
+    url: &str,
+    reference: Option<&str>,
+) -> bool {
+    let repository = same_repository(url);
+    if !urls.iter().any(|u| same_repository(u) == repository) {
+        return false;
+    }
+    match reference {
+        Some(name) => [
+            format!("refs/heads/{name}"),
+            format!("refs/tags/{name}"),
+            name.to_string(),
+        ]
+        .iter()
+        .any(|r| r == changed),
+        None => match (default_branch, changed.strip_prefix("refs/heads/")) {
+            (Some(default), Some(branch)) => branch == default,
+            // The default branch is unknown: any branch may be it.
+            (None, Some(_)) => true,
+            (_, None) => false,
+        },
+    }
+}
+
+/// A pull (merge) request opened, reopened or given new commits: the base
+/// repository's plan of its head is worth a comment.
+#[derive(Debug, PartialEq, Eq)]
+pub struct PullRequest {
+    /// The base (target) repository's URLs, as the provider names them.
+    pub urls: Vec<String>,
+    /// The branch it would merge into.
+    pub base_branch: String,
+    /// The base repository's default branch, when the provider says.
+    pub default_branch: Option<String>,
+    /// GitHub's number, GitLab's iid.
+    pub number: u64,
+    pub head_commit: String,
+    /// What to fetch from the base repository for the head, forks included:
+    /// `refs/pull/N/head` (GitHub), `refs/merge-requests/N/head` (GitLab).
+    pub head_ref: String,
+    /// The head is in another repository than the base.
+    pub from_fork: bool,
+}
+
+impl PullRequest {
+    /// Would merging it move what a source with `url` and `reference` (none: the
+    /// default branch) reads?
+    pub fn concerns(&self, url: &str, reference: Option<&str>) -> bool {
+        reads(
+            &self.urls,
+            &format!("refs/heads/{}", self.base_branch),
+            self.default_branch.as_deref(),
+            url,
+            reference,
+        )
+    }
+}
+
+/// The pull request an authenticated request announces; `None` for other events and
+/// actions (closed, labeled, a merge request's update without new commits).
+pub fn pull_request(
+    provider: Provider,
+    headers: &impl Headers,
+    body: &[u8],
+) -> Result<Option<PullRequest>, Refusal> {
+    let events = ["pull_request", "Merge Request Hook"];
+    let Some(value) = event_body(provider, headers, body, &events, None)? else {
+        return Ok(None);
+    };
+    let text = |pointer: &str| value.pointer(pointer).and_then(Value::as_str);
+    let (wanted, number, base_branch, head_commit, from_fork) = match provider {
+        Provider::GitHub => (
+            matches!(text("/action"), Some("opened" | "synchronize" | "reopened")),
+            value
+                .pointer("/pull_request/number")
+                .and_then(Value::as_u64),
+            text("/pull_request/base/ref"),
+            text("/pull_request/head/sha"),
+            // A deleted fork's head repository is null: still not the base.
+            value.pointer("/pull_request/head/repo/id")
+                != value.pointer("/pull_request/base/repo/id"),
+        ),
+        _ => (
+            match text("/object_attributes/action") {
+                Some("open" | "reopen") => true,
+                Some("update") => value.pointer("/object_attributes/oldrev").is_some(),
+                _ => false,
+            },
+            value
+                .pointer("/object_attributes/iid")
+                .and_then(Value::as_u64),
+            text("/object_attributes/target_branch"),
+            text("/object_attributes/last_commit/id"),
+            value.pointer("/object_attributes/source_project_id")
+                != value.pointer("/object_attributes/target_project_id"),
+        ),
+    };
+    if !wanted {
+        return Ok(None);
+    }
+    let missing = |what: &str| Refusal::BadRequest(format!("the pull request names no {what}"));
+    let number = number.ok_or_else(|| missing("number"))?;
+    let (urls, default_branch, head_ref) = match provider {
+        Provider::GitHub => (
+            repository_urls(&value, provider, "/pull_request/base/repo"),
+            text("/pull_request/base/repo/default_branch"),
+            format!("refs/pull/{number}/head"),
+        ),
+        _ => (
+            repository_urls(&value, provider, "/project"),
+            text("/project/default_branch"),
+            format!("refs/merge-requests/{number}/head"),
+        ),
+    };
+    if urls.is_empty() {
+        return Err(missing("repository"));
+    }
+    Ok(Some(PullRequest {
+        urls,
+        base_branch: base_branch
+            .ok_or_else(|| missing("base branch"))?
+            .to_string(),
+        default_branch: default_branch.map(str::to_string),
+        number,
+        head_commit: head_commit
+            .ok_or_else(|| missing("head commit"))?
+            .to_string(),
+        head_ref,
+        from_fork,
+    }))
+}
+
+/// The JSON body of a request announcing one of `events` (the provider's event
+/// header; the generic receiver's event is `generic_event`); `None` for another event.
+fn event_body(
+    provider: Provider,
+    headers: &impl Headers,
+    body: &[u8],
+    events: &[&str],
+    generic_event: Option<&str>,
+) -> Result<Option<Value>, Refusal> {
+    let event = match provider {
+        Provider::GitHub => headers.get("x-github-event"),
+        Provider::GitLab => headers.get("x-gitlab-event"),
+        Provider::Generic => generic_event,
+    };
+    if !event.is_some_and(|event| events.contains(&event)) {
+        return Ok(None);
+    }
+    serde_json::from_slice(body)
+        .map(Some)
+        .map_err(|e| Refusal::BadRequest(format!("the body is not JSON: {e}")))
+}
+
+/// The clone, ssh and web URLs of the repository (GitHub) or project (GitLab) at
+/// `at` in a payload.
+fn repository_urls(value: &Value, provider: Provider, at: &str) -> Vec<String> {
+    let fields = match provider {
+        Provider::GitHub => ["clone_url", "ssh_url", "html_url"],
+        _ => ["git_http_url", "git_ssh_url", "web_url"],
+    };
+    fields
+        .iter()
+        .filter_map(|field| value.pointer(&format!("{at}/{field}"))?.as_str())
+        .map(str::to_string)
+        .collect()
 }
 
 /// A repository URL reduced to host and path, so that the https, ssh and scp-like
@@ -290,18 +430,30 @@ mod tests {
 
     const SECRET: &[u8] = b"a-long-webhook-secret";
 
-    fn github_push(reference: &str) -> Vec<u8> {
-        serde_json::json!({
-            "ref": reference,
-            "repository": {
-                "clone_url": "https://github.com/team/models.git",
-                "ssh_url": "git@github.com:team/models.git",
-                "html_url": "https://github.com/team/models",
-                "default_branch": "main"
+    /// A payload of `tests/contracts/webhooks` (tests/offline/githost.rs checks
+    /// GitHub's against GitHub's webhook description).
+    fn payload(name: &str) -> Value {
+        let text = match name {
+            "github-push" => include_str!("../../../tests/contracts/webhooks/github-push.json"),
+            "github-pull-request-opened" => {
+                include_str!("../../../tests/contracts/webhooks/github-pull-request-opened.json")
             }
-        })
-        .to_string()
-        .into_bytes()
+            "github-pull-request-synchronize" => include_str!(
+                "../../../tests/contracts/webhooks/github-pull-request-synchronize.json"
+            ),
+            "gitlab-merge-request-update" => {
+                include_str!("../../../tests/contracts/webhooks/gitlab-merge-request-update.json")
+            }
+            _ => panic!("no payload {name}"),
+        };
+        serde_json::from_str(text).unwrap()
+    }
+
+    /// GitHub's push payload with `reference` as its ref.
+    fn github_push(reference: &str) -> Vec<u8> {
+        let mut push = payload("github-push");
+        push["ref"] = reference.into();
+        push.to_string().into_bytes()
     }
 
     #[test]
@@ -410,5 +562,115 @@ mod tests {
         .unwrap()
         .unwrap();
         assert!(generic.concerns("file:///srv/git/models", Some("main")));
+    }
+
+    #[test]
+    fn github_pull_requests_name_the_base_repository_and_the_head_to_fetch() {
+        let headers = HashMap::from([("x-github-event", "pull_request".to_string())]);
+        let body = payload("github-pull-request-synchronize").to_string();
+        let pull = pull_request(Provider::GitHub, &headers, body.as_bytes())
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            pull,
+            PullRequest {
+                urls: vec![
+                    "https://github.com/team/models.git".into(),
+                    "git@github.com:team/models.git".into(),
+                    "https://github.com/team/models".into(),
+                ],
+                base_branch: "main".into(),
+                default_branch: Some("main".into()),
+                number: 42,
+                head_commit: "0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c".into(),
+                head_ref: "refs/pull/42/head".into(),
+                from_fork: true,
+            }
+        );
+        assert!(pull.concerns("git@github.com:team/models.git", None));
+        assert!(pull.concerns("https://github.com/team/models", Some("main")));
+        assert!(!pull.concerns("https://github.com/team/models", Some("staging")));
+        // The fork's URL is not the base's: a source of the fork is not concerned.
+        assert!(!pull.concerns("https://github.com/alice/models", None));
+
+        let mut same_repository = payload("github-pull-request-opened");
+        same_repository["pull_request"]["head"]["repo"] =
+            same_repository["pull_request"]["base"]["repo"].clone();
+        let opened = pull_request(
+            Provider::GitHub,
+            &headers,
+            same_repository.to_string().as_bytes(),
+        )
+        .unwrap()
+        .unwrap();
+        assert!(!opened.from_fork);
+
+        let mut closed = payload("github-pull-request-opened");
+        closed["action"] = "closed".into();
+        assert_eq!(
+            pull_request(Provider::GitHub, &headers, closed.to_string().as_bytes()),
+            Ok(None)
+        );
+        // A push is not a pull request, nor the other way round.
+        let push_headers = HashMap::from([("x-github-event", "push".to_string())]);
+        assert_eq!(
+            pull_request(
+                Provider::GitHub,
+                &push_headers,
+                &github_push("refs/heads/main")
+            ),
+            Ok(None)
+        );
+        assert_eq!(push(Provider::GitHub, &headers, body.as_bytes()), Ok(None));
+    }
+
+    #[test]
+    fn gitlab_merge_requests_count_when_opened_or_given_commits() {
+        let headers = HashMap::from([("x-gitlab-event", "Merge Request Hook".to_string())]);
+        let update = payload("gitlab-merge-request-update");
+        let merge = pull_request(Provider::GitLab, &headers, update.to_string().as_bytes())
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (
+                merge.number,
+                merge.base_branch.as_str(),
+                merge.head_ref.as_str(),
+                merge.from_fork
+            ),
+            (7, "main", "refs/merge-requests/7/head", false)
+        );
+        assert_eq!(
+            merge.head_commit,
+            "0d1a26e67d8f5eaf1f6ba5c57fc3c7d91ac0fd1c"
+        );
+        assert!(merge.concerns("https://gitlab.com/group/sub/models", Some("main")));
+
+        // An update without new commits (a title edited) is no new plan.
+        let mut edited = update.clone();
+        edited["object_attributes"]
+            .as_object_mut()
+            .unwrap()
+            .remove("oldrev");
+        assert_eq!(
+            pull_request(Provider::GitLab, &headers, edited.to_string().as_bytes()),
+            Ok(None)
+        );
+        let mut fork = update.clone();
+        fork["object_attributes"]["action"] = "open".into();
+        fork["object_attributes"]["source_project_id"] = 16.into();
+        let opened = pull_request(Provider::GitLab, &headers, fork.to_string().as_bytes())
+            .unwrap()
+            .unwrap();
+        assert!(opened.from_fork);
+        let mut nameless = update;
+        nameless["object_attributes"]
+            .as_object_mut()
+            .unwrap()
+            .remove("iid");
+        assert!(matches!(
+            pull_request(Provider::GitLab, &headers, nameless.to_string().as_bytes()),
+            Err(Refusal::BadRequest(_))
+        ));
     }
 }

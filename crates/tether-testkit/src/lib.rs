@@ -6,6 +6,8 @@
 //!   data-driven cases ([`snapshot::Cases`]), rewritten with `TETHER_BLESS=1`;
 //! - [`git`] and [`remote`]: the `git` CLI as the tests' second Git client, a remote
 //!   served by `git daemon`, a plain HTTP client;
+//! - [`githost`] (feature `githost`): a fake GitHub/GitLab API over HTTPS that
+//!   validates every request against the host's official description;
 //! - [`broker`]: a Kafka-protocol broker and an independent consumer;
 //! - [`registry`]: an OCI registry (Debian's docker-registry) with its access log;
 //! - [`tools`]: the pinned Helm and Kustomize (`scripts/helm-tools`);
@@ -26,6 +28,8 @@ pub mod browser;
 #[cfg(feature = "cluster")]
 pub mod cluster;
 pub mod git;
+#[cfg(feature = "githost")]
+pub mod githost;
 pub mod registry;
 pub mod remote;
 pub mod snapshot;
