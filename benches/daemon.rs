@@ -175,6 +175,8 @@ async fn run(
             service_account_name: None,
             confine: None,
             propose_actions: false,
+            timeout: None,
+            feedback: None,
         },
     );
     source.metadata.namespace = Some(SOURCE_NAMESPACE.into());

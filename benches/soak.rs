@@ -181,6 +181,8 @@ async fn create_sources(client: &Client, repos: &Repos, defs: &[SourceDef], inte
                 service_account_name: None,
                 confine: None,
                 propose_actions: false,
+                timeout: None,
+                feedback: None,
             },
         );
         source.metadata.namespace = Some(NS.into());

@@ -4,8 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use tether_core::feedback::GitHost;
-use tether_testkit::githost::GitHostServer;
+use tether_testkit::githost::{Availability, GitHost, GitHostServer};
 
 use crate::daemon::{
     Daemon, Remote, install_crd, kubectl_apply_text, kubectl_ok, source_yaml, value_of,
@@ -15,17 +14,12 @@ use crate::reconcile::{base, config_map, setup};
 
 const TOKEN: &str = "ghp_tetherTestToken0123456789abcdefABCDEF";
 
-/// The commit statuses the host accepted for `commit`: (state, context, description),
-/// in the order they came.
+/// The commit statuses the host took for `commit`: (state, context, description), in
+/// the order they came.
 fn statuses(host: &GitHostServer, commit: &str) -> Vec<(String, String, String)> {
-    host.requests()
+    host.statuses(commit)
         .into_iter()
-        .filter(|r| r.method == "POST" && r.path.ends_with(&format!("/statuses/{commit}")))
-        .filter(|r| (200..300).contains(&r.status))
-        .map(|r| {
-            let text = |key: &str| r.body[key].as_str().unwrap_or_default().to_string();
-            (text("state"), text("context"), text("description"))
-        })
+        .map(|s| (s.state, s.context, s.description.unwrap_or_default()))
         .collect()
 }
 
@@ -63,7 +57,7 @@ async fn a_push_is_pending_then_successful_and_a_broken_commit_fails_naming_its_
         ("base.yaml", &base(&ns)),
         ("cm.yaml", &config_map("settings", &ns, "v1")),
     ]);
-    let mut daemon = Daemon::start(&[
+    let daemon = Daemon::start(&[
         "--sources",
         "--sources-namespace",
         &ns,
@@ -130,7 +124,7 @@ async fn a_push_is_pending_then_successful_and_a_broken_commit_fails_naming_its_
     }
     assert_eq!(host.violations(), Vec::<String>::new());
     for request in host.requests() {
-        assert!(!request.body.to_string().contains(TOKEN));
+        assert!(!format!("{:?}", request.body).contains(TOKEN));
     }
     let source = kubectl_ok(&["get", "source", "web", "-n", &ns, "-o", "yaml"]);
     assert!(!source.contains(TOKEN));
@@ -157,7 +151,7 @@ async fn statuses_made_while_the_host_is_down_arrive_once_it_is_back_and_the_app
         "--state-dir",
         state_dir,
     ];
-    let mut daemon = Daemon::start(&args);
+    let daemon = Daemon::start(&args);
     kubectl_apply_text(&source_yaml(
         "web",
         &ns,
@@ -171,7 +165,7 @@ async fn statuses_made_while_the_host_is_down_arrive_once_it_is_back_and_the_app
     .await;
 
     // Down for a minute: the push is applied as fast as ever.
-    host.set_down(true);
+    host.set_availability(Availability::Refusing);
     let second = remote.push("main", &[("cm.yaml", &config_map("settings", &ns, "v2"))]);
     let (headers, body) =
         crate::daemon::push_hook(&remote.url, "refs/heads/main", crate::daemon::SECRET);
@@ -193,7 +187,7 @@ async fn statuses_made_while_the_host_is_down_arrive_once_it_is_back_and_the_app
     // A restart while the host is still down loses nothing.
     drop(daemon);
     let _daemon = Daemon::start(&args);
-    host.set_down(false);
+    host.set_availability(Availability::Up);
     eventually(Duration::from_secs(60), || async {
         states(&host, &second) == ["pending", "success"]
     })

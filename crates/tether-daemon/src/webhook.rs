@@ -224,7 +224,7 @@ fn reads(
 
 /// A pull (merge) request opened, reopened or given new commits: the base
 /// repository's plan of its head is worth a comment.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PullRequest {
     /// The base (target) repository's URLs, as the provider names them.
     pub urls: Vec<String>,
