@@ -97,25 +97,26 @@ impl Recorder {
 }
 
 fn notices() -> Vec<Notice> {
-    let failed = Notice::new(
-        NoticeKind::Failed,
-        "shop/web",
-        "east",
-        "2025-05-01T10:00:00Z",
-        "apply failed: admission webhook denied the request",
+    let blocked = Notice::new(
+        NoticeKind::WaveBlocked,
+        "payments/api",
+        "west",
+        "2025-06-02T08:30:00Z",
+        "wave 2 waits: Deployment payments/db is not ready",
     )
-    .with_revision("main@sha1:0123456789abcdef0123456789abcdef01234567")
-    .with_subject("Deployment shop/web")
-    .with_reason("AdmissionDenied");
+    .with_revision("release@sha1:fedcba9876543210fedcba9876543210fedcba98")
+    .with_subject("Deployment payments/db")
+    .with_reason("NotReady")
+    .with_link("https://tether.example.com/sources/payments/api");
     let drift = Notice::new(
         NoticeKind::DriftCorrected,
-        "shop/web",
-        "east",
-        "2025-05-01T10:01:00Z",
+        "payments/api",
+        "west",
+        "2025-06-02T08:31:00Z",
         "<!channel> replicas were 5, set back to 3 <http://evil.example|click>",
     )
-    .with_subject("Deployment shop/web");
-    vec![failed, drift]
+    .with_subject("Deployment payments/api");
+    vec![blocked, drift]
 }
 
 /// No error text may hold the secret URL (nor its secret path) or the key.
@@ -156,12 +157,12 @@ async fn a_webhook_gets_signed_cloud_events_its_receiver_accepts() {
         assert_eq!(event, cloud_event(&notice));
         assert_eq!(event["specversion"], "1.0");
         assert_eq!(event["id"], notice.id.as_str());
-        assert_eq!(event["source"], "/tether/east/shop/web");
-        assert_eq!(event["subject"], "Deployment shop/web");
+        assert_eq!(event["source"], "/tether/west/payments/api");
+        assert_eq!(event["subject"], notice.subject.as_deref().unwrap());
         assert_eq!(event["datacontenttype"], "application/json");
         assert_eq!(event["data"]["message"], notice.message.as_str());
     }
-    assert_eq!(received[0].json()["type"], "dev.tether.source.failed");
+    assert_eq!(received[0].json()["type"], "dev.tether.source.wave-blocked");
     assert_eq!(
         received[1].json()["type"],
         "dev.tether.source.drift-corrected"
@@ -188,18 +189,29 @@ async fn slack_gets_its_message_shape_with_hostile_text_escaped() {
     let received = server.received();
     assert_eq!(received.len(), 2);
     assert_eq!(received[0].get("content-type"), Some("application/json"));
-    let failed = received[0].json();
+    let blocked = received[0].json();
     assert_eq!(
-        failed["text"],
-        "Failed: shop/web in east: apply failed: admission webhook denied the request"
+        blocked["text"],
+        "Wave blocked: payments/api in west: wave 2 waits: Deployment payments/db is not ready"
     );
-    assert_eq!(failed["blocks"][0]["type"], "section");
-    assert_eq!(failed["blocks"][0]["text"]["type"], "mrkdwn");
-    assert_eq!(failed["blocks"][0]["text"]["text"], ":x: *Failed*");
+    assert_eq!(blocked["blocks"][0]["type"], "section");
+    assert_eq!(blocked["blocks"][0]["text"]["type"], "mrkdwn");
+    assert_eq!(
+        blocked["blocks"][0]["text"]["text"],
+        ":no_entry: *Wave blocked*"
+    );
+    assert_eq!(
+        blocked["blocks"][0]["fields"][2]["text"],
+        "Revision: release@fedcba9"
+    );
+    assert_eq!(
+        blocked["blocks"][2]["elements"][0]["text"],
+        "<https://tether.example.com/sources/payments/api|Open in tether>"
+    );
     let drift = received[1].json();
     assert_eq!(
         drift["text"],
-        "Drift corrected: shop/web in east: &lt;!channel&gt; replicas were 5, set back to 3 \
+        "Drift corrected: payments/api in west: &lt;!channel&gt; replicas were 5, set back to 3 \
          &lt;http://evil.example|click&gt;"
     );
     assert_eq!(drift["mrkdwn"], false);
@@ -298,7 +310,7 @@ fn kafka_gets_the_cloud_events_keyed_by_source() {
     let messages = broker.consume(topic, 2, Duration::from_secs(20));
     assert_eq!(messages.len(), 2, "{messages:?}");
     for (message, notice) in messages.iter().zip(notices()) {
-        assert_eq!(message["key"], "shop/web");
+        assert_eq!(message["key"], "payments/api");
         assert_eq!(message["value"], cloud_event(&notice));
     }
     assert_eq!(messages[0]["offset"], 0);
