@@ -1055,3 +1055,43 @@ pub fn validate_webhook(name: &str, payload: &Value) -> Vec<String> {
     }
     description.schema_errors(&pointer, payload)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn openapi_nullable_becomes_a_json_schema_union() {
+        let mut schema = json!({
+            "properties": {
+                "state": {"type": "string", "enum": ["a"], "nullable": true},
+                "creator": {"allOf": [{"$ref": "#/components/schemas/user"}], "nullable": true},
+                "nullable": {"type": "boolean"}
+            }
+        });
+        nullable_as_type_union(&mut schema);
+        assert_eq!(
+            schema,
+            json!({
+                "properties": {
+                    "state": {"type": ["string", "null"], "enum": ["a", null]},
+                    "creator": {"anyOf": [
+                        {"allOf": [{"$ref": "#/components/schemas/user"}]},
+                        {"type": "null"}
+                    ]},
+                    "nullable": {"type": "boolean"}
+                }
+            })
+        );
+    }
+
+    #[test]
+    fn parameters_are_typed_as_their_schema_says() {
+        let integer = json!({"type": "integer", "minimum": 1});
+        assert_eq!(parameter_fits(Draft::Draft4, &integer, "2"), Ok(()));
+        assert!(parameter_fits(Draft::Draft4, &integer, "two").is_err());
+        assert!(parameter_fits(Draft::Draft4, &integer, "0").is_err());
+        let order = json!({"type": "string", "enum": ["asc", "desc"]});
+        assert!(parameter_fits(Draft::Draft4, &order, "up").is_err());
+    }
+}
