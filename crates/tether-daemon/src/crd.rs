@@ -133,6 +133,7 @@ pub struct FeedbackSpec {
     /// The Git host's API: github or gitlab (default: by the URL's host, github.com
     /// or gitlab.com).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "git_host_schema")]
     pub provider: Option<GitHost>,
     /// The API's base URL (default: https://api.github.com, https://HOST/api/v3 for a
     /// GitHub Enterprise, https://HOST/api/v4 for GitLab).
@@ -169,6 +170,16 @@ pub struct FeedbackSpec {
 
 fn yes() -> bool {
     true
+}
+
+/// `github` or `gitlab`: an optional enum whose schema has no `null` among its values
+/// (the API server refuses one).
+fn git_host_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "string",
+        "enum": ["github", "gitlab"],
+        "description": "The Git host's API: github or gitlab (default: by the URL's host, github.com or gitlab.com)."
+    })
 }
 
 /// One receiver of a Source's notices.
