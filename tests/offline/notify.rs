@@ -133,6 +133,7 @@ async fn a_webhook_gets_signed_cloud_events_its_receiver_accepts() {
     let mut receiver = Receiver::Webhook {
         url: Zeroizing::new(server.url()),
         key: Some(Zeroizing::new(KEY.to_vec())),
+        roots: None,
     };
     assert_eq!(receiver.name(), "webhook");
     receiver.send(&notices()).await.unwrap();
@@ -172,6 +173,7 @@ async fn a_webhook_gets_signed_cloud_events_its_receiver_accepts() {
     let mut unsigned = Receiver::Webhook {
         url: Zeroizing::new(server.url()),
         key: None,
+        roots: None,
     };
     unsigned.send(&notices()[..1]).await.unwrap();
     let last = server.received().pop().unwrap();
@@ -183,6 +185,7 @@ async fn slack_gets_its_message_shape_with_hostile_text_escaped() {
     let server = Recorder::start(200, "ok").await;
     let mut receiver = Receiver::Slack {
         url: Zeroizing::new(server.url()),
+        roots: None,
     };
     assert_eq!(receiver.name(), "slack");
     receiver.send(&notices()).await.unwrap();
@@ -225,6 +228,7 @@ async fn slack_not_answering_ok_did_not_post() {
     let url = server.url();
     let mut receiver = Receiver::Slack {
         url: Zeroizing::new(url.clone()),
+        roots: None,
     };
     let error = receiver.send(&notices()).await.unwrap_err();
     assert!(
@@ -246,6 +250,7 @@ async fn a_refusal_and_a_closed_port_are_told_apart_without_the_url() {
     let mut refusing = Receiver::Webhook {
         url: Zeroizing::new(url.clone()),
         key: Some(Zeroizing::new(KEY.to_vec())),
+        roots: None,
     };
     let error = refusing.send(&notices()).await.unwrap_err();
     match &error {
@@ -273,9 +278,11 @@ async fn a_refusal_and_a_closed_port_are_told_apart_without_the_url() {
         Receiver::Webhook {
             url: Zeroizing::new(closed_url.clone()),
             key: None,
+            roots: None,
         },
         Receiver::Slack {
             url: Zeroizing::new(closed_url.clone()),
+            roots: None,
         },
     ] {
         let error = receiver.send(&notices()).await.unwrap_err();
@@ -290,6 +297,7 @@ async fn a_refusal_and_a_closed_port_are_told_apart_without_the_url() {
     // A URL that is no URL: the error does not quote it either.
     let mut malformed = Receiver::Slack {
         url: Zeroizing::new("http://[s3cr3t-path-token/".to_string()),
+        roots: None,
     };
     let error = malformed.send(&notices()).await.unwrap_err();
     assert!(

@@ -362,7 +362,7 @@ struct Stops {
 
 /// What a Source's loop has of the daemon.
 pub(crate) struct Daemon {
-    directories: Directories,
+    pub(crate) directories: Directories,
     shared: Arc<Shared>,
     /// How long a pass in progress may go on after shutdown.
     shutdown_timeout: Duration,
@@ -382,7 +382,6 @@ async fn run_source(
     let stop = stops.loop_;
     let id = id_of(&source);
     let namespace = source.namespace().unwrap_or_default();
-    let name = source.name_any();
     let mut status = SourceStatusWriter::new(&client, &source);
     if source.spec.suspend {
         status.record(&PassResult::Suspended, None).await;
@@ -400,51 +399,14 @@ async fn run_source(
             daemon.cluster_name.clone(),
         )
     });
-    let cache = daemon.directories.cache.clone();
     let shown = shown_on_page(&source, &daemon.directories, &credentials);
     let planner_credentials = credentials.clone();
-    let settings = match source.spec.settings(&namespace, &name, cache, credentials) {
-        Ok(settings) => settings,
-        Err(error) => {
-            let result = PassResult::Failed {
-                revision: None,
-                reason: "InvalidSpec",
-                message: error.to_string(),
-                stalled: true,
-            };
-            status.record(&result, None).await;
-            return;
-        }
+    let Some((reconciler, settings)) =
+        source_reconciler(&daemon, &source, &client, credentials, &mut status).await
+    else {
+        return;
     };
-    // Until its decryption Secret is read (if it names one), a Source has no key.
-    let no_keys = Keyring::default().given_by(crate::keys::GIVEN_BY);
-    let reconciler = Reconciler::new(settings.repo, Target::default(), settings.inventory);
-    let reconciler = match acting_as(&daemon, &source, reconciler, &client).await {
-        Ok(reconciler) => reconciler,
-        Err(message) => {
-            let result = PassResult::Failed {
-                revision: None,
-                reason: "IdentityUnavailable",
-                message,
-                stalled: true,
-            };
-            status.record(&result, None).await;
-            return;
-        }
-    };
-    let reconciler = reconciler.with_keys(Arc::new(no_keys));
     let feedback = open_feedback(&client, &source, &daemon, &mut status).await;
-    let planner = feedback
-        .clone()
-        .filter(|f| f.plans_pull_requests())
-        .map(|feedback| PullRequestPlanner {
-            source: &source,
-            credentials: planner_credentials,
-            cache: daemon.directories.cache.join("pull-requests"),
-            feedback,
-            daemon: &daemon,
-            client: client.clone(),
-        });
     let mut work = SourceLoop::new(
         &id,
         reconciler,
@@ -461,38 +423,26 @@ async fn run_source(
     .with_recorded_rewrite(rewrite_recorded(&source))
     .with_pass_stop(stops.pass)
     .with_events_by(client.clone())
-    .with_feedback(feedback)
+    .with_feedback(feedback.clone())
     .shown_as(shown);
     if let Some(decryption) = &source.spec.decryption {
         let secret = DecryptionSecret::new(client.clone(), &namespace, &decryption.secret_ref.name);
         work = work.with_decryption(secret);
     }
     pass_on_request(&source, &work.trigger());
-    let discovery =
-        discovery.map(|target| spawn_discovery(client, target, work.first_pass(), stop.clone()));
+    let discovery = discovery
+        .map(|target| spawn_discovery(client.clone(), target, work.first_pass(), stop.clone()));
     let origin = Origin {
         url: Some(source.spec.url.clone()),
         reference: source.spec.reference.clone(),
     };
-    let (requests, pull_requests) = mpsc::channel(crate::pull_request::QUEUED);
-    if planner.is_some() {
-        daemon.shared.register_planner(
-            &id,
-            source.spec.url.clone(),
-            source.spec.reference.clone(),
-            requests,
-        );
-    }
-    let planning = async {
-        if let Some(planner) = &planner {
-            planner.run(pull_requests, &stop).await;
-        }
-    };
-    futures::join!(
-        work.run(origin, daemon.shutdown_timeout, &stop, log_pass),
-        planning
-    );
-    daemon.shared.unregister_planner(&id);
+    let planner = feedback
+        .filter(|f| f.plans_pull_requests())
+        .map(|feedback| {
+            PullRequestPlanner::new(&source, planner_credentials, feedback, &daemon, &client)
+        });
+    let loop_ = work.run(origin, daemon.shutdown_timeout, &stop, log_pass);
+    beside_pull_requests(loop_, planner, &id, &stop).await;
     if let Some(discovery) = discovery {
         let _ = discovery.await;
     }
@@ -520,6 +470,73 @@ async fn open_feedback(
             None
         }
     }
+}
+
+/// The Source's settings and its reconciler: acting as its identity, confined as it
+/// is, with no key until its decryption Secret is read. `None` when either cannot be
+/// (said in the status).
+async fn source_reconciler(
+    daemon: &Daemon,
+    source: &Source,
+    client: &Client,
+    credentials: Credentials,
+    status: &mut SourceStatusWriter,
+) -> Option<(Reconciler, super::crd::SourceSettings)> {
+    let namespace = source.namespace().unwrap_or_default();
+    let cache = daemon.directories.cache.clone();
+    let settings = source
+        .spec
+        .settings(&namespace, &source.name_any(), cache, credentials)
+        .map_err(|error| ("InvalidSpec", error.to_string()));
+    let reconciler = match settings {
+        Ok(settings) => {
+            let reconciler = Reconciler::new(
+                settings.repo.clone(),
+                Target::default(),
+                settings.inventory.clone(),
+            );
+            acting_as(daemon, source, reconciler, client)
+                .await
+                .map(|reconciler| (reconciler, settings))
+                .map_err(|message| ("IdentityUnavailable", message))
+        }
+        Err(error) => Err(error),
+    };
+    match reconciler {
+        Ok((reconciler, settings)) => {
+            let no_keys = Keyring::default().given_by(crate::keys::GIVEN_BY);
+            Some((reconciler.with_keys(Arc::new(no_keys)), settings))
+        }
+        Err((reason, message)) => {
+            let result = PassResult::Failed {
+                revision: None,
+                reason,
+                message,
+                stalled: true,
+            };
+            status.record(&result, None).await;
+            None
+        }
+    }
+}
+
+/// Runs a Source's loop and, beside it, its pull-request planner (when it plans
+/// them), reachable by webhooks while both run.
+async fn beside_pull_requests(
+    loop_: impl Future<Output = ()>,
+    planner: Option<PullRequestPlanner<'_>>,
+    id: &str,
+    stop: &CancellationToken,
+) {
+    let Some(planner) = planner else {
+        return loop_.await;
+    };
+    let shared = planner.daemon.shared.clone();
+    let (requests, pull_requests) = mpsc::channel(crate::pull_request::QUEUED);
+    let spec = &planner.source.spec;
+    shared.register_planner(id, spec.url.clone(), spec.reference.clone(), requests);
+    futures::join!(loop_, planner.run(pull_requests, stop));
+    shared.unregister_planner(id);
 }
 
 /// Asks `trigger` for a pass when the Source's reconcile request is one its status

@@ -34,7 +34,7 @@ use tether_core::k8s::ObjectKey;
 use tether_engine::events::sink::KafkaTopic;
 use tether_engine::feedback::githost::GitHostClient;
 use tether_engine::feedback::notify::Receiver;
-use tether_engine::feedback::{Feedback, NamedReceiver, Said};
+use tether_engine::feedback::{Feedback, GIT_HOST_RECIPIENT, NamedReceiver, Said};
 use tether_engine::outbox::{Outbox, Recipient, Record, blocking, spawn_delivery};
 use tether_engine::reconcile::{Blocker, ObjectFailure, Outcome, Rollout};
 
@@ -136,45 +136,19 @@ impl SourceFeedback {
             }
             _ => None,
         };
-        let mut recipients = Vec::new();
-        if host.is_some() {
-            recipients.push("githost".to_string());
-        }
-        let (mut receivers, mut on_source) = (Vec::new(), Vec::new());
-        for (index, notification) in spec.notifications.iter().enumerate() {
-            let name = format!("notify-{index}-{}", notification.receiver.name());
-            recipients.push(name.clone());
-            match notification.receiver {
-                ReceiverType::KubernetesEvents => on_source.push(SourceEvents {
-                    name,
-                    recorder: Recorder::new(client.clone(), crate::runner::event_reporter()),
-                    regarding: source.object_ref(&()),
-                }),
-                _ => receivers.push(NamedReceiver {
-                    name,
-                    receiver: receiver(client, &namespace, notification).await?,
-                }),
-            }
-        }
-        let gate =
-            (!spec.notifications.is_empty()).then(|| -> Result<Mutex<Gate>, FeedbackError> {
-                let exclude = spec
-                    .exclude
-                    .iter()
-                    .map(|name| name.parse::<NoticeKind>())
-                    .collect::<Result<_, _>>()
-                    .map_err(|e| FeedbackError::Exclusion(e.to_string()))?;
-                let defaults = GatePolicy::default();
-                Ok(Mutex::new(Gate::new(GatePolicy {
-                    exclude,
-                    per_minute: spec.notices_per_minute.unwrap_or(defaults.per_minute),
-                    ..defaults
-                })))
-            });
-        let gate = gate.transpose()?;
+        let receivers = receivers(client, source, spec).await?;
+        let gate = match spec.notifications.is_empty() {
+            true => None,
+            false => Some(Mutex::new(Gate::new(gate_policy(spec)?))),
+        };
+        let recipients: Vec<String> = host
+            .as_ref()
+            .map(|_| GIT_HOST_RECIPIENT.to_string())
+            .into_iter()
+            .chain(receivers.iter().map(Receivers::name))
+            .collect();
         let dir = dir.to_path_buf();
-        let names = recipients.clone();
-        let outbox = Arc::new(blocking(move || Outbox::<Said>::open(&dir, &names)).await?);
+        let outbox = Arc::new(blocking(move || Outbox::<Said>::open(&dir, &recipients)).await?);
         if outbox.backlog() > 0 {
             tracing::info!(
                 backlog = outbox.backlog(),
@@ -182,15 +156,14 @@ impl SourceFeedback {
             );
         }
         let stop = CancellationToken::new();
-        let mut deliveries = Vec::new();
         let pull_requests = host.is_some() && spec.pull_requests;
+        let mut deliveries = Vec::new();
         if let Some(host) = host {
-            deliveries.push(spawn_delivery(
-                outbox.clone(),
-                host,
-                stop.clone(),
-                "feedback delivery",
-            ));
+            let delivery = spawn_delivery(outbox.clone(), host, stop.clone(), "feedback delivery");
+            deliveries.push(delivery);
+        }
+        for receiver in receivers {
+            deliveries.push(receiver.spawn(outbox.clone(), stop.clone()));
         }
         Ok(Some(Arc::new(SourceFeedback {
             source: format!("{namespace}/{}", source.name_any()),
@@ -492,6 +465,71 @@ fn short(commit: &str) -> &str {
     commit.get(..7).unwrap_or(commit)
 }
 
+/// Where a Source's notices are delivered: a receiver of the engine's, or the
+/// Source's own Events.
+enum Receivers {
+    Sent(NamedReceiver),
+    OnSource(Box<SourceEvents>),
+}
+
+impl Receivers {
+    fn name(&self) -> String {
+        match self {
+            Receivers::Sent(named) => named.name.clone(),
+            Receivers::OnSource(events) => events.name.clone(),
+        }
+    }
+
+    fn spawn(self, outbox: Arc<Outbox<Said>>, stop: CancellationToken) -> JoinHandle<()> {
+        match self {
+            Receivers::Sent(named) => spawn_delivery(outbox, named, stop, "notice delivery"),
+            Receivers::OnSource(events) => spawn_delivery(outbox, *events, stop, "notice delivery"),
+        }
+    }
+}
+
+/// The receivers of `spec.notifications`, each named by its place in the list (its
+/// delivery position is kept under that name).
+async fn receivers(
+    client: &Client,
+    source: &Source,
+    spec: &FeedbackSpec,
+) -> Result<Vec<Receivers>, FeedbackError> {
+    let namespace = source.namespace().unwrap_or_default();
+    let mut receivers = Vec::new();
+    for (index, notification) in spec.notifications.iter().enumerate() {
+        let name = format!("notify-{index}-{}", notification.receiver.name());
+        receivers.push(match notification.receiver {
+            ReceiverType::KubernetesEvents => Receivers::OnSource(Box::new(SourceEvents {
+                name,
+                recorder: Recorder::new(client.clone(), crate::runner::event_reporter()),
+                regarding: source.object_ref(&()),
+            })),
+            _ => Receivers::Sent(NamedReceiver {
+                name,
+                receiver: receiver(client, &namespace, notification).await?,
+            }),
+        });
+    }
+    Ok(receivers)
+}
+
+/// Which notices `spec` lets through, and how many a minute.
+fn gate_policy(spec: &FeedbackSpec) -> Result<GatePolicy, FeedbackError> {
+    let exclude = spec
+        .exclude
+        .iter()
+        .map(|name| name.parse::<NoticeKind>())
+        .collect::<Result<_, _>>()
+        .map_err(|e| FeedbackError::Exclusion(e.to_string()))?;
+    let defaults = GatePolicy::default();
+    Ok(GatePolicy {
+        exclude,
+        per_minute: spec.notices_per_minute.unwrap_or(defaults.per_minute),
+        ..defaults
+    })
+}
+
 /// A Secret's value, as text.
 async fn secret_values(
     client: &Client,
@@ -523,13 +561,16 @@ async fn receiver(
             .get(key)
             .map(|v| Zeroizing::new(String::from_utf8_lossy(&v.0).trim().to_string()))
     };
+    let roots = values.get("ca.crt").map(|c| c.0.clone());
     Ok(match spec.receiver {
         ReceiverType::Cloudevents => Receiver::Webhook {
             url: text("url").ok_or(FeedbackError::Incomplete(kind, "a Secret with `url`"))?,
             key: text("hmacKey").map(|k| Zeroizing::new(k.as_bytes().to_vec())),
+            roots,
         },
         ReceiverType::Slack => Receiver::Slack {
             url: text("url").ok_or(FeedbackError::Incomplete(kind, "a Secret with `url`"))?,
+            roots,
         },
         ReceiverType::Kafka => {
             if spec.brokers.is_empty() {

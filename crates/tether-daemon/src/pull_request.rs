@@ -48,7 +48,24 @@ pub struct PullRequestPlanner<'a> {
     pub client: Client,
 }
 
-impl PullRequestPlanner<'_> {
+impl<'a> PullRequestPlanner<'a> {
+    pub fn new(
+        source: &'a Source,
+        credentials: Credentials,
+        feedback: Arc<SourceFeedback>,
+        daemon: &'a Daemon,
+        client: &Client,
+    ) -> Self {
+        PullRequestPlanner {
+            source,
+            credentials,
+            cache: daemon.directories.cache.join("pull-requests"),
+            feedback,
+            daemon,
+            client: client.clone(),
+        }
+    }
+
     /// Plans each request that comes, one at a time, until `stop`.
     pub async fn run(&self, mut requests: mpsc::Receiver<PullRequest>, stop: &CancellationToken) {
         loop {

@@ -449,20 +449,9 @@ impl<S: StatusSink> SourceLoop<S> {
         ) {
             return Ok(self.report_drift(&planned, revision).await);
         }
-        if let (Some(feedback), Some(commit)) = (&self.feedback, commit.as_deref())
-            && is_new_attempt(
-                commit,
-                self.last_applied.as_deref(),
-                self.last_attempted.as_deref(),
-            )
-        {
-            let clusters: Vec<Option<&str>> = std::iter::once(&planned.cluster)
-                .chain(others.iter().map(|o| &o.cluster))
-                .map(status_cluster)
-                .collect();
-            feedback.taken_up(commit, &clusters).await;
+        if let Some(commit) = self.say_progressing(&planned, commit.as_deref()).await {
+            taken_up(self.feedback.clone(), commit, &planned, &others).await;
         }
-        self.say_progressing(&planned, commit.as_deref()).await;
         // A source that reports drift still applies a new commit whole.
         let options = ApplyOptions {
             correct_drift: self.apply.correct_drift || self.drift_policy == DriftPolicy::Report,
@@ -488,13 +477,7 @@ impl<S: StatusSink> SourceLoop<S> {
             previous.as_ref(),
             self.interval,
         );
-        if let (Some(feedback), Some(commit)) = (&self.feedback, commit.as_deref()) {
-            let verdict = verdict(&report);
-            let rollout = (verdict == Verdict::Applied).then(|| planned.rollout());
-            feedback
-                .concluded(commit, status_cluster(&planned.cluster), verdict, rollout)
-                .await;
-        }
+        conclude_own(self.feedback.clone(), commit.as_deref(), &planned, &report).await;
         let own = cluster_state(planned.cluster.display(), Ok(&report));
         let failed = self.apply_others(own, others, &options).await;
         if report.succeeded() && failed.is_empty() {
@@ -606,15 +589,20 @@ impl<S: StatusSink> SourceLoop<S> {
     }
 
     /// A new commit is being applied: the status says so (once, not on each retry of
-    /// the same commit), the log has each change.
-    async fn say_progressing(&mut self, planned: &Planned, commit: Option<&str>) {
-        if let Some(commit) = commit.filter(|c| {
+    /// the same commit), the log has each change. Returns the commit when it is new.
+    async fn say_progressing<'c>(
+        &mut self,
+        planned: &Planned,
+        commit: Option<&'c str>,
+    ) -> Option<&'c str> {
+        let new = commit.filter(|c| {
             is_new_attempt(
                 c,
                 self.last_applied.as_deref(),
                 self.last_attempted.as_deref(),
             )
-        }) {
+        });
+        if let Some(commit) = new {
             let revision = self.status.revision_name(commit);
             let progressing = PassResult::Progressing { revision };
             self.show(|views, name| views.record(name, &progressing, &now(), None));
@@ -629,6 +617,7 @@ impl<S: StatusSink> SourceLoop<S> {
         {
             tracing::debug!(object = %change.key, action = change.action.name(), drift = change.drift, "planned");
         }
+        new
     }
 
     /// A pass with nothing to do, known without reading the models: the remote's ref
@@ -987,6 +976,40 @@ fn failed_early(result: &Result<PassOutcome, PassError>) -> Option<(String, Stri
         }
         _ => None,
     }
+}
+
+/// A new commit is taken up on the plan's clusters: pending in each.
+async fn taken_up(
+    feedback: Option<Arc<SourceFeedback>>,
+    commit: &str,
+    planned: &Planned,
+    others: &[ClusterPlan],
+) {
+    let Some(feedback) = feedback else {
+        return;
+    };
+    let clusters: Vec<Option<&str>> = std::iter::once(&planned.cluster)
+        .chain(others.iter().map(|o| &o.cluster))
+        .map(status_cluster)
+        .collect();
+    feedback.taken_up(commit, &clusters).await;
+}
+
+/// What the pass did on the own cluster, for its commit status.
+async fn conclude_own(
+    feedback: Option<Arc<SourceFeedback>>,
+    commit: Option<&str>,
+    planned: &Planned,
+    report: &ApplyReport,
+) {
+    let (Some(feedback), Some(commit)) = (feedback, commit) else {
+        return;
+    };
+    let verdict = verdict(report);
+    let rollout = (verdict == Verdict::Applied).then(|| planned.rollout());
+    feedback
+        .concluded(commit, status_cluster(&planned.cluster), verdict, rollout)
+        .await;
 }
 
 /// What the pass did on another cluster, for its commit status.

@@ -83,28 +83,12 @@ impl GitHostClient {
             },
             repository.path
         );
-        let mut builder = reqwest::Client::builder()
-            .use_rustls_tls()
-            .timeout(timeout)
-            .default_headers(headers(repository.host, &token)?)
-            // The token must not follow a redirect to another host.
-            .redirect(reqwest::redirect::Policy::none());
-        if let Some(pem) = extra_roots_pem {
-            let roots = reqwest::Certificate::from_pem_bundle(pem).map_err(|_| {
-                DeliveryError::Misconfigured(format!(
-                    "the CA certificates for {receiver} are not PEM"
-                ))
-            })?;
-            for root in roots {
-                builder = builder.add_root_certificate(root);
-            }
-        }
-        let http = builder.build().map_err(|e| {
-            DeliveryError::Misconfigured(format!(
-                "cannot make an HTTPS client for {receiver}: {}",
-                e.without_url()
-            ))
-        })?;
+        let http = super::https_client(
+            &receiver,
+            extra_roots_pem,
+            timeout,
+            headers(repository.host, &token)?,
+        )?;
         Ok(GitHostClient {
             repository,
             http,

@@ -27,12 +27,44 @@ pub enum DeliveryError {
     Misconfigured(String),
 }
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
 
 use crate::outbox::{OutboxState, Recipient, Record};
 use tether_core::feedback::notice::Notice;
 use tether_core::feedback::status::Ledger;
 use tether_core::feedback::{CommitStatus, PullRequestComment};
+
+/// An HTTPS client for `receiver` (its name in errors): `extra_roots_pem` trusted
+/// beside the system's CAs (a host with a private CA), `timeout` per request, and no
+/// redirect followed (a token or a signed body must not go anywhere else).
+pub(crate) fn https_client(
+    receiver: &str,
+    extra_roots_pem: Option<&[u8]>,
+    timeout: Duration,
+    headers: reqwest::header::HeaderMap,
+) -> Result<reqwest::Client, DeliveryError> {
+    let mut builder = reqwest::Client::builder()
+        .use_rustls_tls()
+        .timeout(timeout)
+        .default_headers(headers)
+        .redirect(reqwest::redirect::Policy::none());
+    if let Some(pem) = extra_roots_pem {
+        let roots = reqwest::Certificate::from_pem_bundle(pem).map_err(|_| {
+            DeliveryError::Misconfigured(format!("the CA certificates for {receiver} are not PEM"))
+        })?;
+        for root in roots {
+            builder = builder.add_root_certificate(root);
+        }
+    }
+    builder.build().map_err(|e| {
+        DeliveryError::Misconfigured(format!(
+            "cannot make an HTTPS client for {receiver}: {}",
+            e.without_url()
+        ))
+    })
+}
 
 /// What a Source's feedback outbox holds, in the order it was decided.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -63,11 +95,14 @@ impl OutboxState for Said {
     }
 }
 
+/// The Git host's name in a feedback outbox (its delivery position is kept under it).
+pub const GIT_HOST_RECIPIENT: &str = "githost";
+
 impl Recipient<Feedback> for githost::GitHostClient {
     type Error = DeliveryError;
 
     fn name(&self) -> String {
-        "githost".to_string()
+        GIT_HOST_RECIPIENT.to_string()
     }
 
     async fn deliver(&mut self, records: &[Record<Feedback>]) -> Result<(), DeliveryError> {

@@ -32,9 +32,12 @@ pub enum Receiver {
         url: Zeroizing<String>,
         /// The HMAC key of `X-Signature-256`; unsigned without one.
         key: Option<Zeroizing<Vec<u8>>>,
+        /// CA certificates (PEM) trusted beside the system's.
+        roots: Option<Vec<u8>>,
     },
     Slack {
         url: Zeroizing<String>,
+        roots: Option<Vec<u8>>,
     },
     Kafka(KafkaTopic),
 }
@@ -54,8 +57,8 @@ impl Receiver {
     pub async fn send(&mut self, notices: &[Notice]) -> Result<(), DeliveryError> {
         let receiver = self.name();
         match self {
-            Receiver::Webhook { url, key } => {
-                let poster = Poster::new(receiver, url)?;
+            Receiver::Webhook { url, key, roots } => {
+                let poster = Poster::new(receiver, url, roots.as_deref())?;
                 for notice in notices {
                     let body = cloud_event(notice).to_string().into_bytes();
                     let signed = key.as_ref().map(|key| signature(&body, key));
@@ -63,8 +66,8 @@ impl Receiver {
                 }
                 Ok(())
             }
-            Receiver::Slack { url } => {
-                let poster = Poster::new(receiver, url)?;
+            Receiver::Slack { url, roots } => {
+                let poster = Poster::new(receiver, url, roots.as_deref())?;
                 for notice in notices {
                     let body = slack_message(notice).to_string().into_bytes();
                     let answer = poster.post("application/json", body, None).await?;
@@ -104,16 +107,8 @@ struct Poster<'a> {
 }
 
 impl<'a> Poster<'a> {
-    fn new(receiver: String, url: &'a str) -> Result<Self, DeliveryError> {
-        let http = reqwest::Client::builder()
-            .timeout(REQUEST_TIMEOUT)
-            .build()
-            .map_err(|error| {
-                DeliveryError::Misconfigured(format!(
-                    "cannot make the HTTP client of {receiver}: {}",
-                    describe(error, url)
-                ))
-            })?;
+    fn new(receiver: String, url: &'a str, roots: Option<&[u8]>) -> Result<Self, DeliveryError> {
+        let http = super::https_client(&receiver, roots, REQUEST_TIMEOUT, Default::default())?;
         Ok(Poster {
             receiver,
             url,
