@@ -196,3 +196,255 @@ async fn statuses_made_while_the_host_is_down_arrive_once_it_is_back_and_the_app
     assert_eq!(states(&host, &first), ["pending", "success"]);
     assert_eq!(host.violations(), Vec::<String>::new());
 }
+
+/// GitHub's `pull_request` webhook of `action` (opened, synchronize) for request
+/// `number` at `head` into main of `remote`, from a fork or not; checked against
+/// GitHub's webhook description, and signed as GitHub signs it.
+fn pull_request_hook(
+    remote: &Remote,
+    action: &str,
+    number: u64,
+    head: &str,
+    fork: Option<&Remote>,
+) -> (Vec<(&'static str, String)>, Vec<u8>) {
+    let fixture = match action {
+        "opened" => include_str!("../contracts/webhooks/github-pull-request-opened.json"),
+        _ => include_str!("../contracts/webhooks/github-pull-request-synchronize.json"),
+    };
+    let mut payload: serde_json::Value = serde_json::from_str(fixture).unwrap();
+    payload["number"] = number.into();
+    payload["pull_request"]["number"] = number.into();
+    payload["pull_request"]["head"]["sha"] = head.into();
+    payload["pull_request"]["base"]["ref"] = "main".into();
+    for repository in ["/repository", "/pull_request/base/repo"] {
+        let repository = payload.pointer_mut(repository).unwrap();
+        repository["clone_url"] = remote.url.clone().into();
+        repository["default_branch"] = "main".into();
+    }
+    let base = payload["pull_request"]["base"]["repo"]["full_name"].clone();
+    let head_repository = &mut payload["pull_request"]["head"]["repo"];
+    match fork {
+        Some(fork) => {
+            head_repository["full_name"] = "mallory/models".into();
+            head_repository["clone_url"] = fork.url.clone().into();
+        }
+        None => {
+            head_repository["full_name"] = base;
+            head_repository["clone_url"] = remote.url.clone().into();
+        }
+    }
+    let name = format!("pull-request-{action}");
+    assert_eq!(
+        tether_testkit::githost::validate_webhook(&name, &payload),
+        Vec::<String>::new()
+    );
+    let body = payload.to_string().into_bytes();
+    let headers = vec![
+        ("X-GitHub-Event", "pull_request".to_string()),
+        (
+            "X-Hub-Signature-256",
+            tether_daemon::webhook::sign(&body, crate::daemon::SECRET.as_bytes()),
+        ),
+    ];
+    (headers, body)
+}
+
+/// Pushes `files` to `branch` and points the pull request's ref at it, as GitHub
+/// keeps `refs/pull/N/head` in the base repository (forks included).
+fn pull_request_head(remote: &Remote, number: u64, branch: &str, files: &[(&str, &str)]) -> String {
+    let head = remote.push(branch, files);
+    let updated = std::process::Command::new("git")
+        .arg("-C")
+        .arg(remote.bare())
+        .args(["update-ref", &format!("refs/pull/{number}/head"), &head])
+        .status()
+        .unwrap();
+    assert!(updated.success());
+    head
+}
+
+fn comment_bodies(host: &GitHostServer, number: u64) -> Vec<String> {
+    host.comments(number).into_iter().map(|c| c.1).collect()
+}
+
+#[tokio::test]
+async fn a_pull_request_gets_one_comment_with_the_plan_of_its_head_edited_on_each_push() {
+    install_crd();
+    let (client, ns, _) = setup("feedback-pr").await;
+    let host = GitHostServer::start(GitHost::GitHub, TOKEN).await;
+    let remote = Remote::new(&[
+        ("base.yaml", &base(&ns)),
+        ("cm.yaml", &config_map("settings", &ns, "v1")),
+    ]);
+    let daemon = Daemon::start(&["--sources", "--sources-namespace", &ns]);
+    kubectl_apply_text(&source_yaml(
+        "web",
+        &ns,
+        &remote.url,
+        &feedback_of(&ns, &host),
+    ));
+    let first = remote.head("main");
+    eventually(Duration::from_secs(30), || async {
+        states(&host, &first) == ["pending", "success"]
+    })
+    .await;
+
+    // Opened: the head's plan, as `tether diff -o markdown` says it, in one comment.
+    let head = pull_request_head(
+        &remote,
+        7,
+        "feature",
+        &[
+            ("cm.yaml", &config_map("settings", &ns, "v2")),
+            ("extra.yaml", &config_map("extra", &ns, "new")),
+        ],
+    );
+    let (headers, body) = pull_request_hook(&remote, "opened", 7, &head, None);
+    let (code, answer) = daemon.post("/hook/github", &headers, &body);
+    assert_eq!(code, 202, "{answer}");
+    eventually(Duration::from_secs(30), || async {
+        states(&host, &head) == ["pending", "success"]
+    })
+    .await;
+    let diff = crate::reconcile::tether_command(
+        "web",
+        &[
+            "diff",
+            "models",
+            "--repo",
+            &remote.url,
+            "--ref",
+            &head,
+            "--inventory-namespace",
+            &ns,
+            "-o",
+            "markdown",
+        ],
+    )
+    .output()
+    .unwrap();
+    let markdown = String::from_utf8(diff.stdout).unwrap();
+    assert!(markdown.contains("extra"), "{markdown}");
+    let comments = comment_bodies(&host, 7);
+    assert_eq!(
+        comments,
+        [format!("<!-- tether:diff:default/{ns}/web -->\n{markdown}")]
+    );
+    let context = format!("tether/diff/default/{ns}/web");
+    assert!(statuses(&host, &head).iter().all(|s| s.1 == context));
+    // A plan applies nothing.
+    assert_eq!(value_of(&client, &ns).await.as_deref(), Some("v1"));
+
+    // Another push to the request: the same comment, edited.
+    let next = pull_request_head(
+        &remote,
+        7,
+        "feature",
+        &[("cm.yaml", &config_map("settings", &ns, "v3"))],
+    );
+    let (headers, body) = pull_request_hook(&remote, "synchronize", 7, &next, None);
+    let (code, _) = daemon.post("/hook/github", &headers, &body);
+    assert_eq!(code, 202);
+    eventually(Duration::from_secs(30), || async {
+        states(&host, &next) == ["pending", "success"]
+    })
+    .await;
+    let comments = comment_bodies(&host, 7);
+    assert_eq!(comments.len(), 1, "{comments:?}");
+    assert!(comments[0].contains("v3"), "{}", comments[0]);
+    let edits = host
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "PATCH" && r.path.contains("/issues/comments/"))
+        .count();
+    assert_eq!(edits, 1);
+
+    // From a fork: planned from the base repository's refs/pull/8/head; the fork's own
+    // URL is never contacted, and nothing carries the token.
+    let fork = Remote::new(&[("base.yaml", &base(&ns))]);
+    let forked = pull_request_head(
+        &remote,
+        8,
+        "forked",
+        &[("cm.yaml", &config_map("settings", &ns, "v4"))],
+    );
+    let (headers, body) = pull_request_hook(&remote, "opened", 8, &forked, Some(&fork));
+    let (code, _) = daemon.post("/hook/github", &headers, &body);
+    assert_eq!(code, 202);
+    eventually(Duration::from_secs(30), || async {
+        comment_bodies(&host, 8).len() == 1
+    })
+    .await;
+    assert_eq!(fork.connections(), 0);
+    assert_eq!(value_of(&client, &ns).await.as_deref(), Some("v1"));
+    for request in host.requests() {
+        assert!(!format!("{:?}", request.body).contains(TOKEN));
+    }
+    assert_eq!(host.violations(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn tether_diff_post_keeps_one_comment_and_sets_the_diff_status_from_ci() {
+    let (_client, ns, inventory) = setup("feedback-post").await;
+    let host = GitHostServer::start(GitHost::GitHub, TOKEN).await;
+    let remote = Remote::new(&[
+        ("base.yaml", &base(&ns)),
+        ("cm.yaml", &config_map("settings", &ns, "v1")),
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.crt");
+    std::fs::write(&ca, host.ca_pem()).unwrap();
+    let head = remote.head("main");
+    let post = || {
+        crate::reconcile::tether_command(
+            &inventory,
+            &[
+                "diff",
+                "models",
+                "--repo",
+                &remote.url,
+                "--ref",
+                "main",
+                "--post",
+                "--post-api-url",
+                &host.api_url(),
+                "--post-ca-file",
+                ca.to_str().unwrap(),
+            ],
+        )
+        // As a GitHub Actions job of pull request 12 has them.
+        .env("GITHUB_REPOSITORY", "team/models")
+        .env("GITHUB_REF", "refs/pull/12/merge")
+        .env("TETHER_POST_TOKEN", TOKEN)
+        .output()
+        .unwrap()
+    };
+    let first = post();
+    // Differences found: exit 1, as `tether diff` says them.
+    assert_eq!(
+        first.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    let report = String::from_utf8(first.stdout).unwrap();
+    let second = post();
+    assert_eq!(second.status.code(), Some(1));
+    let comments = comment_bodies(&host, 12);
+    assert_eq!(comments.len(), 1, "{comments:?}");
+    assert!(
+        comments[0].ends_with(&report) || report.is_empty(),
+        "{}",
+        comments[0]
+    );
+    assert!(comments[0].contains("tether diff"), "{}", comments[0]);
+    assert_eq!(
+        statuses(&host, &head)
+            .first()
+            .map(|s| (s.0.as_str(), s.1.as_str())),
+        Some(("success", "tether/diff/ci"))
+    );
+    assert_eq!(host.violations(), Vec::<String>::new());
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(!stderr.contains(TOKEN));
+}
