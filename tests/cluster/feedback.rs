@@ -362,7 +362,6 @@ async fn a_pull_request_gets_one_comment_with_the_plan_of_its_head_edited_on_eac
     // From a fork: planned from the base repository's refs/pull/8/head; the fork's own
     // URL is never contacted, and nothing carries the token.
     let fork = Remote::new(&[("base.yaml", &base(&ns))]);
-    let fork_connections = fork.connections();
     let forked = pull_request_head(
         &remote,
         8,
@@ -376,7 +375,11 @@ async fn a_pull_request_gets_one_comment_with_the_plan_of_its_head_edited_on_eac
         comment_bodies(&host, 8).len() == 1
     })
     .await;
-    assert_eq!(fork.connections(), fork_connections);
+    assert_eq!(fork.fetches(), 0);
+    assert!(
+        remote.fetches() > 0,
+        "the base repository is where heads come from"
+    );
     assert_eq!(value_of(&client, &ns).await.as_deref(), Some("v1"));
     for request in host.requests() {
         assert!(!format!("{:?}", request.body).contains(TOKEN));
@@ -453,4 +456,52 @@ async fn tether_diff_post_keeps_one_comment_and_sets_the_diff_status_from_ci() {
     assert_eq!(host.violations(), Vec::<String>::new());
     let stderr = String::from_utf8_lossy(&second.stderr);
     assert!(!stderr.contains(TOKEN));
+}
+
+/// The reasons of the Events on the Source `name`.
+fn source_event_reasons(ns: &str, name: &str) -> Vec<String> {
+    let text = kubectl_ok(&[
+        "get",
+        "events",
+        "-n",
+        ns,
+        "--field-selector",
+        &format!("involvedObject.kind=Source,involvedObject.name={name}"),
+        "-o",
+        "jsonpath={range .items[*]}{.reason}{\"\\n\"}{end}",
+    ]);
+    text.lines().map(str::to_string).collect()
+}
+
+#[tokio::test]
+async fn notices_go_to_the_sources_events_but_the_kinds_it_excludes() {
+    install_crd();
+    let (client, ns, _) = setup("feedback-notices").await;
+    let remote = Remote::new(&[
+        ("base.yaml", &base(&ns)),
+        ("cm.yaml", &config_map("settings", &ns, "v1")),
+    ]);
+    let _daemon = Daemon::start(&["--sources", "--sources-namespace", &ns]);
+    let feedback = "  feedback:\n    exclude: [applied]\n    notifications:\n      - type: kubernetes-events\n";
+    kubectl_apply_text(&source_yaml("web", &ns, &remote.url, feedback));
+    eventually(Duration::from_secs(30), || async {
+        value_of(&client, &ns).await.as_deref() == Some("v1")
+    })
+    .await;
+    kubectl_ok(&[
+        "patch",
+        "configmap",
+        "settings",
+        "-n",
+        &ns,
+        "-p",
+        r#"{"data":{"key":"by hand"}}"#,
+    ]);
+    eventually(Duration::from_secs(30), || async {
+        source_event_reasons(&ns, "web").contains(&"DriftCorrected".to_string())
+    })
+    .await;
+    assert_eq!(value_of(&client, &ns).await.as_deref(), Some("v1"));
+    let reasons = source_event_reasons(&ns, "web");
+    assert!(!reasons.contains(&"Applied".to_string()), "{reasons:?}");
 }

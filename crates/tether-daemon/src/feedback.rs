@@ -714,6 +714,71 @@ mod tests {
             "not ready: Deployment shop/web: 1/3 replicas available (and 1 more)"
         );
     }
+
+    fn outcome(objects: &[(&str, Outcome)], corrected: &[(&str, &str)]) -> PassOutcome {
+        let key = |name: &str| ObjectKey::new("v1", "ConfigMap", Some("shop"), name);
+        PassOutcome {
+            revision: Some("c1".into()),
+            quiet: false,
+            report: tether_engine::reconcile::ApplyReport {
+                objects: objects
+                    .iter()
+                    .map(|(name, outcome)| tether_engine::reconcile::ObjectReport {
+                        key: key(name),
+                        outcome: outcome.clone(),
+                    })
+                    .collect(),
+                ..Default::default()
+            },
+            corrected: corrected
+                .iter()
+                .map(|(name, manager)| (key(name), manager.to_string()))
+                .collect(),
+            reported: Vec::new(),
+        }
+    }
+
+    fn kinds(result: Result<PassOutcome, PassError>) -> Vec<(NoticeKind, Option<String>)> {
+        notices_of(&result)
+            .into_iter()
+            .map(|d| (d.kind, d.subject))
+            .collect()
+    }
+
+    #[test]
+    fn a_pass_makes_the_notices_of_what_it_did() {
+        let settings = Some("ConfigMap shop/settings".to_string());
+        // Nothing changed: nothing to tell.
+        assert_eq!(
+            kinds(Ok(outcome(&[("settings", Outcome::Unchanged)], &[]))),
+            []
+        );
+        assert_eq!(
+            kinds(Ok(outcome(&[("settings", Outcome::Created)], &[]))),
+            [(NoticeKind::Applied, None)]
+        );
+        assert_eq!(
+            kinds(Ok(outcome(
+                &[("settings", Outcome::Configured)],
+                &[("settings", "kubectl-patch")]
+            ))),
+            [
+                (NoticeKind::Applied, None),
+                (NoticeKind::DriftCorrected, settings.clone())
+            ]
+        );
+        assert_eq!(
+            kinds(Ok(outcome(
+                &[("old", Outcome::Pruned), ("older", Outcome::Pruned)],
+                &[]
+            ))),
+            [
+                (NoticeKind::Applied, None),
+                (NoticeKind::Pruned, Some("ConfigMap shop/old".into()))
+            ]
+        );
+        assert_eq!(kinds(Err(PassError::Stopped)), []);
+    }
 }
 
 /// A notice a pass makes, before it is dated and named for the Source.

@@ -191,6 +191,15 @@ impl Remote {
         git(&self.work(), &["rev-parse", branch])
     }
 
+    /// How many fetches and ref listings `git daemon` served (its readiness check, a
+    /// bare connection, is not one).
+    pub fn fetches(&self) -> usize {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .matches("Request upload-pack")
+            .count()
+    }
+
     /// How many connections `git daemon` served (each fetch or ref listing is one).
     pub fn connections(&self) -> usize {
         std::fs::read_to_string(&self.log)
