@@ -297,6 +297,25 @@ fn the_demo_shows_every_step_and_stops_what_it_started() {
     }
     assert!(!web.contains("eyJ"), "no token is printed: {web}");
 
+    let feedback = step(&text, "Feedback: each commit's status");
+    let statuses: Vec<&str> = feedback
+        .lines()
+        .filter(|l| l.starts_with("commit status"))
+        .collect();
+    // Two commits, each pending then success, under the Source's context on the
+    // teams daemon's cluster.
+    assert_eq!(statuses.len(), 4, "{feedback}");
+    for (line, state) in statuses.iter().zip(["pending", "success", "pending", "success"]) {
+        assert!(
+            line.contains(state) && line.contains("tether/edge/demo-feedback/site"),
+            "{line}"
+        );
+    }
+    assert!(
+        feedback.contains("notification   dev.tether.source.applied"),
+        "{feedback}"
+    );
+
     let install = step(&text, "Install the daemon");
     for line in [
         "✔ you may install tether",
