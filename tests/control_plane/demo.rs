@@ -305,7 +305,10 @@ fn the_demo_shows_every_step_and_stops_what_it_started() {
     // Two commits, each pending then success, under the Source's context on the
     // teams daemon's cluster.
     assert_eq!(statuses.len(), 4, "{feedback}");
-    for (line, state) in statuses.iter().zip(["pending", "success", "pending", "success"]) {
+    for (line, state) in statuses
+        .iter()
+        .zip(["pending", "success", "pending", "success"])
+    {
         assert!(
             line.contains(state) && line.contains("tether/edge/demo-feedback/site"),
             "{line}"
