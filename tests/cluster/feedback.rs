@@ -48,6 +48,18 @@ fn feedback_of(ns: &str, host: &GitHostServer) -> String {
     )
 }
 
+/// Applies the Source `web` of `remote` with feedback to `host`, and waits until its
+/// first commit is pending, then successful there; returns that commit.
+async fn follow_with_feedback(ns: &str, remote: &Remote, host: &GitHostServer) -> String {
+    kubectl_apply_text(&source_yaml("web", ns, &remote.url, &feedback_of(ns, host)));
+    let first = remote.head("main");
+    eventually(Duration::from_secs(30), || async {
+        states(host, &first) == ["pending", "success"]
+    })
+    .await;
+    first
+}
+
 #[tokio::test]
 async fn a_push_is_pending_then_successful_and_a_broken_commit_fails_naming_its_line() {
     install_crd();
@@ -64,16 +76,10 @@ async fn a_push_is_pending_then_successful_and_a_broken_commit_fails_naming_its_
         "--cluster-name",
         "east",
     ]);
-    let feedback = feedback_of(&ns, &host);
-    kubectl_apply_text(&source_yaml("web", &ns, &remote.url, &feedback));
     let context = format!("tether/east/{ns}/web");
 
     // The first commit: pending when taken up, success once applied and ready.
-    let first = remote.head("main");
-    eventually(Duration::from_secs(30), || async {
-        states(&host, &first) == ["pending", "success"]
-    })
-    .await;
+    let first = follow_with_feedback(&ns, &remote, &host).await;
     assert!(
         statuses(&host, &first).iter().all(|s| s.1 == context),
         "{:?}",
@@ -152,17 +158,7 @@ async fn statuses_made_while_the_host_is_down_arrive_once_it_is_back_and_the_app
         state_dir,
     ];
     let daemon = Daemon::start(&args);
-    kubectl_apply_text(&source_yaml(
-        "web",
-        &ns,
-        &remote.url,
-        &feedback_of(&ns, &host),
-    ));
-    let first = remote.head("main");
-    eventually(Duration::from_secs(30), || async {
-        states(&host, &first) == ["pending", "success"]
-    })
-    .await;
+    let first = follow_with_feedback(&ns, &remote, &host).await;
 
     // Down for a minute: the push is applied as fast as ever.
     host.set_availability(Availability::Refusing);
@@ -277,17 +273,7 @@ async fn a_pull_request_gets_one_comment_with_the_plan_of_its_head_edited_on_eac
         ("cm.yaml", &config_map("settings", &ns, "v1")),
     ]);
     let daemon = Daemon::start(&["--sources", "--sources-namespace", &ns]);
-    kubectl_apply_text(&source_yaml(
-        "web",
-        &ns,
-        &remote.url,
-        &feedback_of(&ns, &host),
-    ));
-    let first = remote.head("main");
-    eventually(Duration::from_secs(30), || async {
-        states(&host, &first) == ["pending", "success"]
-    })
-    .await;
+    follow_with_feedback(&ns, &remote, &host).await;
 
     // Opened: the head's plan, as `tether diff -o markdown` says it, in one comment.
     let head = pull_request_head(

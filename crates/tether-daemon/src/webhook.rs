@@ -369,17 +369,10 @@ fn repository_urls(value: &Value, provider: Provider, at: &str) -> Vec<String> {
 /// A repository URL reduced to host and path, so that the https, ssh and scp-like
 /// spellings of one repository compare equal.
 fn same_repository(url: &str) -> String {
-    let rest = match url.split_once("://") {
-        Some((_, rest)) => rest.to_string(),
-        // scp-like: git@host:org/repo
-        None => url.replacen(':', "/", 1),
-    };
-    let rest = rest.rsplit_once('@').map_or(rest.as_str(), |(_, r)| r);
-    let rest = rest.trim_end_matches('/');
-    let rest = rest.strip_suffix(".git").unwrap_or(rest);
-    match rest.split_once('/') {
+    let address = tether_core::feedback::address(url);
+    match address.split_once('/') {
         Some((host, path)) => format!("{}/{path}", host.to_ascii_lowercase()),
-        None => rest.to_ascii_lowercase(),
+        None => address.to_ascii_lowercase(),
     }
 }
 

@@ -81,6 +81,19 @@ impl PullRequestComment {
     }
 }
 
+/// A repository's URL (https, ssh or scp-like `git@host:org/repo`) as `host/path`:
+/// no scheme, user, trailing slash or `.git`, so that every spelling of one repository
+/// is one address.
+pub fn address(url: &str) -> String {
+    let rest = match url.split_once("://") {
+        Some((_, rest)) => rest.to_string(),
+        None => url.replacen(':', "/", 1),
+    };
+    let rest = rest.rsplit_once('@').map_or(rest.as_str(), |(_, r)| r);
+    let rest = rest.trim_end_matches('/');
+    rest.strip_suffix(".git").unwrap_or(rest).to_string()
+}
+
 /// Which API a repository is reached through.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
@@ -137,14 +150,8 @@ impl HostedRepository {
         api: Option<&str>,
         path: Option<&str>,
     ) -> Result<Self, HostedRepositoryError> {
-        let rest = match url.split_once("://") {
-            Some((_, rest)) => rest.to_string(),
-            None => url.replacen(':', "/", 1),
-        };
-        let rest = rest.rsplit_once('@').map_or(rest.as_str(), |(_, r)| r);
-        let rest = rest.trim_end_matches('/');
-        let rest = rest.strip_suffix(".git").unwrap_or(rest);
-        let (server, path) = match (rest.split_once('/'), path) {
+        let address = address(url);
+        let (server, path) = match (address.split_once('/'), path) {
             (Some((server, _)), Some(path)) => (server, path.trim_matches('/')),
             (Some((server, path)), None) if path.contains('/') => (server, path),
             _ => {
