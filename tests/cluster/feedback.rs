@@ -12,6 +12,8 @@ use crate::daemon::{
 use crate::harness::eventually;
 use crate::reconcile::{base, config_map, setup};
 
+/// The Sources' `spec.timeout`: a wave's wait, and a rollout's.
+const TIMEOUT_SECONDS: u64 = 20;
 const TOKEN: &str = "ghp_tetherTestToken0123456789abcdefABCDEF";
 
 /// The commit statuses the host took for `commit`: (state, context, description), in
@@ -43,7 +45,7 @@ fn feedback_of(ns: &str, host: &GitHostServer) -> String {
         &format!("--from-file=ca.crt={}", ca.display()),
     ]);
     format!(
-        "  interval: 1h\n  timeout: 20s\n  feedback:\n    provider: github\n    apiURL: {}\n    repository: team/models\n    secretRef:\n      name: githost\n",
+        "  interval: 1h\n  timeout: {TIMEOUT_SECONDS}s\n  confine:\n    namespaces: [{ns}]\n  feedback:\n    provider: github\n    apiURL: {}\n    repository: team/models\n    secretRef:\n      name: githost\n",
         host.api_url()
     )
 }
@@ -132,6 +134,13 @@ async fn a_push_is_pending_then_successful_and_a_broken_commit_fails_naming_its_
     for request in host.requests() {
         assert!(!format!("{:?}", request.body).contains(TOKEN));
     }
+    // A personal token may not create check runs: tried once, then statuses only.
+    let check_runs = host
+        .requests()
+        .into_iter()
+        .filter(|r| r.path.ends_with("/check-runs"))
+        .count();
+    assert_eq!(check_runs, 1);
     let source = kubectl_ok(&["get", "source", "web", "-n", &ns, "-o", "yaml"]);
     assert!(!source.contains(TOKEN));
 }
@@ -370,6 +379,23 @@ async fn a_pull_request_gets_one_comment_with_the_plan_of_its_head_edited_on_eac
     for request in host.requests() {
         assert!(!format!("{:?}", request.body).contains(TOKEN));
     }
+
+    // A request that reaches into another team's namespace: refused in the comment,
+    // and the diff's status fails.
+    let theirs = "kind: TrustDomain\nname: kube-public\n---\nkind: KubernetesConfigMap\nname: theirs\ntrust_domain: kube-public\ndata:\n  key: \"mine now\"\n";
+    let intruding = pull_request_head(&remote, 9, "intruder", &[("intruder.yaml", theirs)]);
+    let (headers, body) = pull_request_hook(&remote, "opened", 9, &intruding, None);
+    let (code, _) = daemon.post("/hook/github", &headers, &body);
+    assert_eq!(code, 202);
+    eventually(Duration::from_secs(30), || async {
+        states(&host, &intruding) == ["pending", "failure"]
+    })
+    .await;
+    let comment = &comment_bodies(&host, 9)[0];
+    assert!(
+        comment.contains("intruder.yaml") && comment.contains("kube-public"),
+        "{comment}"
+    );
     assert_eq!(host.violations(), Vec::<String>::new());
 }
 
@@ -490,4 +516,48 @@ async fn notices_go_to_the_sources_events_but_the_kinds_it_excludes() {
     assert_eq!(value_of(&client, &ns).await.as_deref(), Some("v1"));
     let reasons = source_event_reasons(&ns, "web");
     assert!(!reasons.contains(&"Applied".to_string()), "{reasons:?}");
+}
+
+#[tokio::test]
+async fn a_blocked_wave_stays_pending_then_fails_at_the_timeout_with_its_blocker() {
+    install_crd();
+    let (client, ns, _) = setup("feedback-blocked").await;
+    let host = GitHostServer::start(GitHost::GitHub, TOKEN).await;
+    let remote = Remote::new(&[
+        ("base.yaml", &base(&ns)),
+        ("cm.yaml", &config_map("settings", &ns, "v1")),
+    ]);
+    let _daemon = Daemon::start(&["--sources", "--sources-namespace", &ns]);
+    follow_with_feedback(&ns, &remote, &host).await;
+    // A second wave that waits for a ConfigMap nobody makes.
+    let late = format!(
+        "kind: KubernetesConfigMap\nname: late\ntrust_domain: {ns}\ndata:\n  key: \"x\"\ndepends_on:\n  - kind: ConfigMap\n    namespace: {ns}\n    name: missing\n"
+    );
+    let blocked = remote.push("main", &[("late.yaml", &late)]);
+    eventually(Duration::from_secs(30), || async {
+        states(&host, &blocked) == ["pending"]
+    })
+    .await;
+    let pending_since = Instant::now();
+    eventually(Duration::from_secs(TIMEOUT_SECONDS + 60), || async {
+        states(&host, &blocked).len() == 2
+    })
+    .await;
+    let waited = pending_since.elapsed();
+    let said = statuses(&host, &blocked);
+    assert_eq!(said[1].0, "failure", "{said:?}");
+    assert!(
+        said[1].2.contains(&format!("ConfigMap {ns}/missing")),
+        "the failure names the blocker: {said:?}"
+    );
+    // Pending for the wave's whole wait (less the time the push took to be seen).
+    assert!(
+        waited >= Duration::from_secs(TIMEOUT_SECONDS / 2),
+        "failed after {waited:?}"
+    );
+    assert!(
+        crate::reconcile::live_config_map(&client, &ns, "late")
+            .await
+            .is_none()
+    );
 }

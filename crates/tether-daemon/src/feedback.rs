@@ -34,7 +34,9 @@ use tether_core::k8s::ObjectKey;
 use tether_engine::events::sink::KafkaTopic;
 use tether_engine::feedback::githost::GitHostClient;
 use tether_engine::feedback::notify::Receiver;
-use tether_engine::feedback::{Feedback, GIT_HOST_RECIPIENT, NamedReceiver, Said};
+use tether_engine::feedback::{
+    Feedback, GIT_HOST_RECIPIENT, GitHostRecipient, NamedReceiver, Said,
+};
 use tether_engine::outbox::{Outbox, Recipient, Record, blocking, spawn_delivery};
 use tether_engine::reconcile::{Blocker, ObjectFailure, Outcome, Rollout};
 
@@ -652,7 +654,7 @@ async fn git_host(
     secret: &str,
     source: &Source,
     spec: &FeedbackSpec,
-) -> Result<GitHostClient, FeedbackError> {
+) -> Result<GitHostRecipient, FeedbackError> {
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let found = secrets
         .get(secret)
@@ -678,12 +680,9 @@ async fn git_host(
         spec.repository.as_deref(),
     )?;
     let roots = data.get("ca.crt").map(|c| c.0.as_slice());
-    Ok(GitHostClient::new(
-        repository,
-        token,
-        roots,
-        REQUEST_TIMEOUT,
-    )?)
+    let host = repository.host;
+    let client = GitHostClient::new(repository, token, roots, REQUEST_TIMEOUT)?;
+    Ok(GitHostRecipient::new(client, host))
 }
 
 #[cfg(test)]

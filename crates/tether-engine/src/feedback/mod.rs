@@ -34,7 +34,7 @@ use serde::{Deserialize, Serialize};
 use crate::outbox::{OutboxState, Recipient, Record};
 use tether_core::feedback::notice::Notice;
 use tether_core::feedback::status::Ledger;
-use tether_core::feedback::{CommitStatus, PullRequestComment};
+use tether_core::feedback::{CommitStatus, GitHost, PullRequestComment};
 
 /// An HTTPS client for `receiver` (its name in errors): `extra_roots_pem` trusted
 /// beside the system's CAs (a host with a private CA), `timeout` per request, and no
@@ -98,7 +98,49 @@ impl OutboxState for Said {
 /// The Git host's name in a feedback outbox (its delivery position is kept under it).
 pub const GIT_HOST_RECIPIENT: &str = "githost";
 
-impl Recipient<Feedback> for githost::GitHostClient {
+/// The Git host as a recipient of a feedback outbox: commit statuses and comments;
+/// and with each final status a check run carrying its summary, where the token
+/// allows (a GitHub App's: a personal token is refused, and then none is tried again).
+pub struct GitHostRecipient {
+    client: githost::GitHostClient,
+    check_runs: bool,
+}
+
+impl GitHostRecipient {
+    pub fn new(client: githost::GitHostClient, host: GitHost) -> Self {
+        GitHostRecipient {
+            client,
+            check_runs: host == GitHost::GitHub,
+        }
+    }
+
+    /// The check run of a final status; its failure never holds the status back.
+    async fn check_run(&mut self, status: &CommitStatus) {
+        let created = self
+            .client
+            .create_check_run(
+                &status.commit,
+                &status.context,
+                status.state,
+                &status.description,
+            )
+            .await;
+        match created {
+            Ok(()) => {}
+            Err(error) if error.is_forbidden() => {
+                tracing::info!(
+                    "the token may not create check runs (a GitHub App's may): commit statuses only"
+                );
+                self.check_runs = false;
+            }
+            Err(error) => {
+                tracing::warn!(error = %tether_core::error_chain(&error), "the check run was not created");
+            }
+        }
+    }
+}
+
+impl Recipient<Feedback> for GitHostRecipient {
     type Error = DeliveryError;
 
     fn name(&self) -> String {
@@ -108,9 +150,14 @@ impl Recipient<Feedback> for githost::GitHostClient {
     async fn deliver(&mut self, records: &[Record<Feedback>]) -> Result<(), DeliveryError> {
         for record in records {
             match &record.event {
-                Feedback::Status(status) => self.set_status(status).await?,
+                Feedback::Status(status) => {
+                    self.client.set_status(status).await?;
+                    if self.check_runs && status.state.is_final() {
+                        self.check_run(status).await;
+                    }
+                }
                 Feedback::Comment(comment) => {
-                    self.upsert_comment(comment).await?;
+                    self.client.upsert_comment(comment).await?;
                 }
                 Feedback::Notice(_) => {}
             }
