@@ -35,7 +35,7 @@ use super::feedback::SourceFeedback;
 use super::identity::Identities;
 use super::keys::DecryptionSecret;
 use super::leader::{self, Election};
-use super::pull_request::PullRequestPlanner;
+use super::pull_request::{ActAs, PullRequestPlanner};
 use super::runner::{
     ClusterState, Origin, PassError, PassOutcome, Rewrite, SourceLoop, StatusSink, Trigger,
     event_reporter,
@@ -361,8 +361,8 @@ struct Stops {
 }
 
 /// What a Source's loop has of the daemon.
-pub(crate) struct Daemon {
-    pub(crate) directories: Directories,
+struct Daemon {
+    directories: Directories,
     shared: Arc<Shared>,
     /// How long a pass in progress may go on after shutdown.
     shutdown_timeout: Duration,
@@ -436,13 +436,22 @@ async fn run_source(
         url: Some(source.spec.url.clone()),
         reference: source.spec.reference.clone(),
     };
+    let acting = SourceIdentity(&daemon, &source, &client);
     let planner = feedback
         .filter(|f| f.plans_pull_requests())
         .map(|feedback| {
-            PullRequestPlanner::new(&source, planner_credentials, feedback, &daemon, &client)
+            let cache = daemon.directories.cache.join("pull-requests");
+            PullRequestPlanner::new(
+                &source,
+                planner_credentials,
+                feedback,
+                cache,
+                &acting,
+                &client,
+            )
         });
     let loop_ = work.run(origin, daemon.shutdown_timeout, &stop, log_pass);
-    beside_pull_requests(loop_, planner, &id, &stop).await;
+    beside_pull_requests(loop_, planner, &daemon.shared, &id, &stop).await;
     if let Some(discovery) = discovery {
         let _ = discovery.await;
     }
@@ -520,18 +529,32 @@ async fn source_reconciler(
     }
 }
 
+/// A Source's identity (the daemon's, the Source, the daemon's client), for what acts
+/// for it beside its loop: its pull requests' plans.
+struct SourceIdentity<'a>(&'a Daemon, &'a Source, &'a Client);
+
+impl ActAs for SourceIdentity<'_> {
+    fn act_as(
+        &self,
+        reconciler: Reconciler,
+    ) -> futures::future::BoxFuture<'_, Result<Reconciler, String>> {
+        let SourceIdentity(daemon, source, client) = *self;
+        Box::pin(acting_as(daemon, source, reconciler, client))
+    }
+}
+
 /// Runs a Source's loop and, beside it, its pull-request planner (when it plans
 /// them), reachable by webhooks while both run.
 async fn beside_pull_requests(
     loop_: impl Future<Output = ()>,
     planner: Option<PullRequestPlanner<'_>>,
+    shared: &Shared,
     id: &str,
     stop: &CancellationToken,
 ) {
     let Some(planner) = planner else {
         return loop_.await;
     };
-    let shared = planner.daemon.shared.clone();
     let (requests, pull_requests) = mpsc::channel(crate::pull_request::QUEUED);
     let spec = &planner.source.spec;
     shared.register_planner(id, spec.url.clone(), spec.reference.clone(), requests);
@@ -561,7 +584,7 @@ fn pass_on_request(source: &Source, trigger: &mpsc::Sender<Trigger>) {
 /// clusters of its models through its namespace's Cluster resources, as the same
 /// identity; confined as its spec and the daemon say. An error when the client
 /// cannot be made (the daemon's own kubeconfig unreadable now).
-pub(crate) async fn acting_as(
+async fn acting_as(
     daemon: &Daemon,
     source: &Source,
     reconciler: Reconciler,

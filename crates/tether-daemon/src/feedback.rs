@@ -25,7 +25,6 @@ use tokio_util::sync::CancellationToken;
 use zeroize::Zeroizing;
 
 use crate::crd::{FeedbackSpec, NotificationSpec, ReceiverType, Source};
-use crate::runner::{PassError, PassOutcome};
 use crate::web::views::blocked_on;
 use tether_core::feedback::notice::{Admission, Gate, GatePolicy, Notice, NoticeKind};
 use tether_core::feedback::status::{self, Ledger};
@@ -38,7 +37,7 @@ use tether_engine::feedback::{
     Feedback, GIT_HOST_RECIPIENT, GitHostRecipient, NamedReceiver, Said,
 };
 use tether_engine::outbox::{Outbox, Recipient, Record, blocking, spawn_delivery};
-use tether_engine::reconcile::{Blocker, ObjectFailure, Outcome, Rollout};
+use tether_engine::reconcile::{ApplyReport, Blocker, ObjectFailure, Outcome, Rollout};
 
 /// How long a request to the Git host may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
@@ -504,7 +503,7 @@ async fn receivers(
         receivers.push(match notification.receiver {
             ReceiverType::KubernetesEvents => Receivers::OnSource(Box::new(SourceEvents {
                 name,
-                recorder: Recorder::new(client.clone(), crate::runner::event_reporter()),
+                recorder: Recorder::new(client.clone(), crate::event_reporter()),
                 regarding: source.object_ref(&()),
             })),
             _ => Receivers::Sent(NamedReceiver {
@@ -713,71 +712,6 @@ mod tests {
             "not ready: Deployment shop/web: 1/3 replicas available (and 1 more)"
         );
     }
-
-    fn outcome(objects: &[(&str, Outcome)], corrected: &[(&str, &str)]) -> PassOutcome {
-        let key = |name: &str| ObjectKey::new("v1", "ConfigMap", Some("shop"), name);
-        PassOutcome {
-            revision: Some("c1".into()),
-            quiet: false,
-            report: tether_engine::reconcile::ApplyReport {
-                objects: objects
-                    .iter()
-                    .map(|(name, outcome)| tether_engine::reconcile::ObjectReport {
-                        key: key(name),
-                        outcome: outcome.clone(),
-                    })
-                    .collect(),
-                ..Default::default()
-            },
-            corrected: corrected
-                .iter()
-                .map(|(name, manager)| (key(name), manager.to_string()))
-                .collect(),
-            reported: Vec::new(),
-        }
-    }
-
-    fn kinds(result: Result<PassOutcome, PassError>) -> Vec<(NoticeKind, Option<String>)> {
-        notices_of(&result)
-            .into_iter()
-            .map(|d| (d.kind, d.subject))
-            .collect()
-    }
-
-    #[test]
-    fn a_pass_makes_the_notices_of_what_it_did() {
-        let settings = Some("ConfigMap shop/settings".to_string());
-        // Nothing changed: nothing to tell.
-        assert_eq!(
-            kinds(Ok(outcome(&[("settings", Outcome::Unchanged)], &[]))),
-            []
-        );
-        assert_eq!(
-            kinds(Ok(outcome(&[("settings", Outcome::Created)], &[]))),
-            [(NoticeKind::Applied, None)]
-        );
-        assert_eq!(
-            kinds(Ok(outcome(
-                &[("settings", Outcome::Configured)],
-                &[("settings", "kubectl-patch")]
-            ))),
-            [
-                (NoticeKind::Applied, None),
-                (NoticeKind::DriftCorrected, settings.clone())
-            ]
-        );
-        assert_eq!(
-            kinds(Ok(outcome(
-                &[("old", Outcome::Pruned), ("older", Outcome::Pruned)],
-                &[]
-            ))),
-            [
-                (NoticeKind::Applied, None),
-                (NoticeKind::Pruned, Some("ConfigMap shop/old".into()))
-            ]
-        );
-        assert_eq!(kinds(Err(PassError::Stopped)), []);
-    }
 }
 
 /// A notice a pass makes, before it is dated and named for the Source.
@@ -790,7 +724,7 @@ pub struct Draft {
 }
 
 impl Draft {
-    fn new(kind: NoticeKind, message: String) -> Self {
+    pub fn new(kind: NoticeKind, message: String) -> Self {
         Draft {
             kind,
             subject: None,
@@ -799,65 +733,25 @@ impl Draft {
         }
     }
 
-    fn about(mut self, subject: impl ToString) -> Self {
+    pub fn about(mut self, subject: impl ToString) -> Self {
         self.subject = Some(subject.to_string());
         self
     }
 
-    fn because(mut self, reason: impl ToString) -> Self {
+    pub fn because(mut self, reason: impl ToString) -> Self {
         self.reason = Some(reason.to_string());
         self
     }
 }
 
-/// The notices of a pass's result (pure): a revision applied that changed the
-/// cluster, a failure or stall with its reason, drift corrected or reported per
-/// object, what was pruned (a Node's removal as a host's), a wave left blocked.
-pub fn notices_of(result: &Result<PassOutcome, PassError>) -> Vec<Draft> {
-    let outcome = match result {
-        Ok(outcome) => outcome,
-        Err(PassError::ObjectsFailed(outcome)) => outcome,
-        Err(PassError::Clusters { outcome, failed }) => {
-            let mut drafts = notices_of_outcome(outcome);
-            drafts.extend(failed.iter().map(|cluster| {
-                let kind = match cluster.stalled {
-                    true => NoticeKind::Stalled,
-                    false => NoticeKind::Failed,
-                };
-                Draft::new(
-                    kind,
-                    format!("cluster {}: {}", cluster.name, cluster.message),
-                )
-                .about(format!("cluster {}", cluster.name))
-                .because(cluster.reason)
-            }));
-            return drafts;
-        }
-        Err(PassError::Stopped) => return Vec::new(),
-        Err(PassError::Reconcile(error)) => {
-            let kind = match error.is_permanent() {
-                true => NoticeKind::Stalled,
-                false => NoticeKind::Failed,
-            };
-            return vec![Draft::new(kind, tether_core::error_chain(error)).because(error.reason())];
-        }
-        Err(error @ PassError::DecryptionKeys(_)) => {
-            return vec![
-                Draft::new(NoticeKind::Failed, tether_core::error_chain(error))
-                    .because("DecryptionKeysUnavailable"),
-            ];
-        }
-        Err(error @ PassError::HistoryRewritten(_)) => {
-            return vec![
-                Draft::new(NoticeKind::Stalled, error.to_string()).because("HistoryRewritten"),
-            ];
-        }
-    };
-    notices_of_outcome(outcome)
-}
-
-fn notices_of_outcome(outcome: &PassOutcome) -> Vec<Draft> {
-    let report = &outcome.report;
+/// The notices of what a pass did (pure): a revision applied that changed the
+/// cluster, the first failed object, drift corrected or reported per object, what was
+/// pruned (a Node's removal as a host's), a wave left blocked.
+pub fn notices_of_apply(
+    report: &ApplyReport,
+    corrected: &[(ObjectKey, String)],
+    reported: &[ObjectKey],
+) -> Vec<Draft> {
     let mut drafts = Vec::new();
     let changed = report.created() + report.configured() + report.pruned();
     if report.succeeded() && changed > 0 {
@@ -881,7 +775,7 @@ fn notices_of_outcome(outcome: &PassOutcome) -> Vec<Draft> {
                 }),
         );
     }
-    for (key, manager) in &outcome.corrected {
+    for (key, manager) in corrected {
         drafts.push(
             Draft::new(
                 NoticeKind::DriftCorrected,
@@ -891,7 +785,7 @@ fn notices_of_outcome(outcome: &PassOutcome) -> Vec<Draft> {
             .because(manager),
         );
     }
-    for key in &outcome.reported {
+    for key in reported {
         drafts.push(
             Draft::new(
                 NoticeKind::DriftReported,

@@ -52,6 +52,14 @@ pub enum Trigger {
     Requested(String),
 }
 
+/// Who records the daemon's Events: tether, and the replica (its pod) when known.
+pub fn event_reporter() -> kube::runtime::events::Reporter {
+    kube::runtime::events::Reporter {
+        controller: "tether".into(),
+        instance: std::env::var("POD_NAME").ok(),
+    }
+}
+
 /// What the loops of one process share with its HTTP endpoints.
 pub struct Shared {
     pub metrics: Metrics,

@@ -20,7 +20,6 @@ use kube::{Client, ResourceExt};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::controller::{Daemon, acting_as};
 use crate::crd::Source;
 use crate::feedback::SourceFeedback;
 use crate::keys::DecryptionSecret;
@@ -31,6 +30,15 @@ use tether_core::plan::Action;
 use tether_engine::cluster::Target;
 use tether_engine::git::Credentials;
 use tether_engine::reconcile::{ClusterPlans, PlanOptions, ReconcileError, Reconciler};
+
+/// What makes a reconciler act as a Source: its identity (impersonated), its
+/// confinement, its other clusters.
+pub trait ActAs: Sync {
+    fn act_as(
+        &self,
+        reconciler: Reconciler,
+    ) -> futures::future::BoxFuture<'_, Result<Reconciler, String>>;
+}
 
 /// Pull requests waiting to be planned, per Source; more are dropped (the next push
 /// to the request brings another webhook).
@@ -43,7 +51,8 @@ pub struct PullRequestPlanner<'a> {
     /// Where heads are fetched: apart from the loop's cache, so neither waits.
     pub cache: PathBuf,
     pub feedback: Arc<SourceFeedback>,
-    pub daemon: &'a Daemon,
+    /// Makes a reconciler act as the Source (its identity, its confinement).
+    pub acting: &'a dyn ActAs,
     /// The daemon's own client (the Source's Secrets are read with it).
     pub client: Client,
 }
@@ -53,15 +62,16 @@ impl<'a> PullRequestPlanner<'a> {
         source: &'a Source,
         credentials: Credentials,
         feedback: Arc<SourceFeedback>,
-        daemon: &'a Daemon,
+        cache: PathBuf,
+        acting: &'a dyn ActAs,
         client: &Client,
     ) -> Self {
         PullRequestPlanner {
             source,
             credentials,
-            cache: daemon.directories.cache.join("pull-requests"),
+            cache,
             feedback,
-            daemon,
+            acting,
             client: client.clone(),
         }
     }
@@ -133,7 +143,7 @@ impl<'a> PullRequestPlanner<'a> {
             )
             .map_err(|e| e.to_string())?;
         let reconciler = Reconciler::new(settings.repo, Target::default(), settings.inventory);
-        let mut reconciler = acting_as(self.daemon, self.source, reconciler, &self.client).await?;
+        let mut reconciler = self.acting.act_as(reconciler).await?;
         // A fork's content never sees the Source's keys.
         if let (Some(decryption), false) = (&spec.decryption, request.from_fork) {
             let secret =

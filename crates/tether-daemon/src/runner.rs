@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType, Recorder};
 use notify::{EventKind, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -35,8 +35,9 @@ use tether_web::ClusterRow;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-pub use super::Trigger;
-use crate::feedback::{SourceFeedback, Verdict};
+pub use super::{Trigger, event_reporter};
+use crate::feedback::{Draft, SourceFeedback, Verdict, notices_of_apply};
+use tether_core::feedback::notice::NoticeKind;
 
 /// Where a loop records each pass's result for its users (a Source's status).
 pub trait StatusSink: Send {
@@ -826,7 +827,7 @@ impl<S: StatusSink> SourceLoop<S> {
             }
             let revision = pass_revision(result).map(|commit| self.status.revision_name(commit));
             feedback
-                .notify(crate::feedback::notices_of(result), revision.as_deref())
+                .notify(notices_of(result), revision.as_deref())
                 .await;
         }
         if let Some(pass_result) = pass_result(&self.status, result) {
@@ -871,14 +872,6 @@ impl<S: StatusSink> SourceLoop<S> {
             };
             views.planned(name, last, planned.client().clone(), self.reconciler.keys());
         });
-    }
-}
-
-/// Who records the daemon's Events: tether, and the replica (its pod) when known.
-pub fn event_reporter() -> Reporter {
-    Reporter {
-        controller: "tether".into(),
-        instance: std::env::var("POD_NAME").ok(),
     }
 }
 
@@ -1036,6 +1029,56 @@ async fn conclude_other(
     feedback
         .concluded(commit, status_cluster(&plan.cluster), verdict, rollout)
         .await;
+}
+
+/// The notices of a pass's result (pure): a revision applied that changed the
+/// cluster, a failure or stall with its reason, drift corrected or reported per
+/// object, what was pruned (a Node's removal as a host's), a wave left blocked.
+fn notices_of(result: &Result<PassOutcome, PassError>) -> Vec<Draft> {
+    let outcome = match result {
+        Ok(outcome) => outcome,
+        Err(PassError::ObjectsFailed(outcome)) => outcome,
+        Err(PassError::Clusters { outcome, failed }) => {
+            let mut drafts = notices_of_outcome(outcome);
+            drafts.extend(failed.iter().map(|cluster| {
+                let kind = match cluster.stalled {
+                    true => NoticeKind::Stalled,
+                    false => NoticeKind::Failed,
+                };
+                Draft::new(
+                    kind,
+                    format!("cluster {}: {}", cluster.name, cluster.message),
+                )
+                .about(format!("cluster {}", cluster.name))
+                .because(cluster.reason)
+            }));
+            return drafts;
+        }
+        Err(PassError::Stopped) => return Vec::new(),
+        Err(PassError::Reconcile(error)) => {
+            let kind = match error.is_permanent() {
+                true => NoticeKind::Stalled,
+                false => NoticeKind::Failed,
+            };
+            return vec![Draft::new(kind, tether_core::error_chain(error)).because(error.reason())];
+        }
+        Err(error @ PassError::DecryptionKeys(_)) => {
+            return vec![
+                Draft::new(NoticeKind::Failed, tether_core::error_chain(error))
+                    .because("DecryptionKeysUnavailable"),
+            ];
+        }
+        Err(error @ PassError::HistoryRewritten(_)) => {
+            return vec![
+                Draft::new(NoticeKind::Stalled, error.to_string()).because("HistoryRewritten"),
+            ];
+        }
+    };
+    notices_of_outcome(outcome)
+}
+
+fn notices_of_outcome(outcome: &PassOutcome) -> Vec<Draft> {
+    notices_of_apply(&outcome.report, &outcome.corrected, &outcome.reported)
 }
 
 /// The commit a pass worked on, when known.
@@ -1499,5 +1542,70 @@ mod tests {
             },
         )]);
         assert_eq!(drift_of(&created, &seen).unwrap().manager, "a deletion");
+    }
+
+    fn outcome(objects: &[(&str, Outcome)], corrected: &[(&str, &str)]) -> PassOutcome {
+        let key = |name: &str| ObjectKey::new("v1", "ConfigMap", Some("shop"), name);
+        PassOutcome {
+            revision: Some("c1".into()),
+            quiet: false,
+            report: ApplyReport {
+                objects: objects
+                    .iter()
+                    .map(|(name, outcome)| tether_engine::reconcile::ObjectReport {
+                        key: key(name),
+                        outcome: outcome.clone(),
+                    })
+                    .collect(),
+                ..Default::default()
+            },
+            corrected: corrected
+                .iter()
+                .map(|(name, manager)| (key(name), manager.to_string()))
+                .collect(),
+            reported: Vec::new(),
+        }
+    }
+
+    fn kinds(result: Result<PassOutcome, PassError>) -> Vec<(NoticeKind, Option<String>)> {
+        notices_of(&result)
+            .into_iter()
+            .map(|d| (d.kind, d.subject))
+            .collect()
+    }
+
+    #[test]
+    fn a_pass_makes_the_notices_of_what_it_did() {
+        let settings = Some("ConfigMap shop/settings".to_string());
+        // Nothing changed: nothing to tell.
+        assert_eq!(
+            kinds(Ok(outcome(&[("settings", Outcome::Unchanged)], &[]))),
+            []
+        );
+        assert_eq!(
+            kinds(Ok(outcome(&[("settings", Outcome::Created)], &[]))),
+            [(NoticeKind::Applied, None)]
+        );
+        assert_eq!(
+            kinds(Ok(outcome(
+                &[("settings", Outcome::Configured)],
+                &[("settings", "kubectl-patch")]
+            ))),
+            [
+                (NoticeKind::Applied, None),
+                (NoticeKind::DriftCorrected, settings.clone())
+            ]
+        );
+        assert_eq!(
+            kinds(Ok(outcome(
+                &[("old", Outcome::Pruned), ("older", Outcome::Pruned)],
+                &[]
+            ))),
+            [
+                (NoticeKind::Applied, None),
+                (NoticeKind::Pruned, Some("ConfigMap shop/old".into()))
+            ]
+        );
+        assert_eq!(kinds(Err(PassError::Stopped)), []);
     }
 }
