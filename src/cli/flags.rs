@@ -332,6 +332,7 @@ impl EventFlags {
 /// from TETHER_POST_TOKEN (else GITHUB_TOKEN, GITLAB_TOKEN), never from a flag: a
 /// command line is seen by every process of the machine.
 #[derive(Debug, Default, clap::Args)]
+#[command(next_help_heading = "Posting to a pull request")]
 pub struct PostFlags {
     /// Post the Markdown report on the pull request, and a commit status
     /// `tether/diff/NAME` (failure when an object would be refused).
