@@ -44,9 +44,13 @@ fn feedback_of(ns: &str, host: &GitHostServer) -> String {
         &format!("--from-literal=token={TOKEN}"),
         &format!("--from-file=ca.crt={}", ca.display()),
     ]);
+    let api = host.api_url();
+    let provider = match api.ends_with("/api/v4") {
+        true => "gitlab",
+        false => "github",
+    };
     format!(
-        "  interval: 1h\n  timeout: {TIMEOUT_SECONDS}s\n  confine:\n    namespaces: [{ns}]\n  feedback:\n    provider: github\n    apiURL: {}\n    repository: team/models\n    secretRef:\n      name: githost\n",
-        host.api_url()
+        "  interval: 1h\n  timeout: {TIMEOUT_SECONDS}s\n  confine:\n    namespaces: [{ns}]\n  feedback:\n    provider: {provider}\n    apiURL: {api}\n    repository: team/models\n    secretRef:\n      name: githost\n"
     )
 }
 
@@ -227,13 +231,16 @@ fn pull_request_hook(
         repository["default_branch"] = "main".into();
     }
     let base = payload["pull_request"]["base"]["repo"]["full_name"].clone();
+    let base_id = payload["pull_request"]["base"]["repo"]["id"].clone();
     let head_repository = &mut payload["pull_request"]["head"]["repo"];
     match fork {
         Some(fork) => {
+            head_repository["id"] = 424_242.into();
             head_repository["full_name"] = "mallory/models".into();
             head_repository["clone_url"] = fork.url.clone().into();
         }
         None => {
+            head_repository["id"] = base_id;
             head_repository["full_name"] = base;
             head_repository["clone_url"] = remote.url.clone().into();
         }
@@ -257,11 +264,17 @@ fn pull_request_hook(
 /// Pushes `files` to `branch` and points the pull request's ref at it, as GitHub
 /// keeps `refs/pull/N/head` in the base repository (forks included).
 fn pull_request_head(remote: &Remote, number: u64, branch: &str, files: &[(&str, &str)]) -> String {
+    request_head(remote, &format!("refs/pull/{number}/head"), branch, files)
+}
+
+/// Pushes `files` to `branch` and points `reference` (where the host keeps a request's
+/// head) at it.
+fn request_head(remote: &Remote, reference: &str, branch: &str, files: &[(&str, &str)]) -> String {
     let head = remote.push(branch, files);
     let updated = std::process::Command::new("git")
         .arg("-C")
         .arg(remote.bare())
-        .args(["update-ref", &format!("refs/pull/{number}/head"), &head])
+        .args(["update-ref", reference, &head])
         .status()
         .unwrap();
     assert!(updated.success());
@@ -560,4 +573,52 @@ async fn a_blocked_wave_stays_pending_then_fails_at_the_timeout_with_its_blocker
             .await
             .is_none()
     );
+}
+
+#[tokio::test]
+async fn gitlab_gets_the_statuses_of_a_push_and_one_note_on_a_merge_request() {
+    install_crd();
+    let (client, ns, _) = setup("feedback-gitlab").await;
+    let host = GitHostServer::start(GitHost::GitLab, TOKEN).await;
+    let remote = Remote::new(&[
+        ("base.yaml", &base(&ns)),
+        ("cm.yaml", &config_map("settings", &ns, "v1")),
+    ]);
+    let daemon = Daemon::start(&["--sources", "--sources-namespace", &ns]);
+    follow_with_feedback(&ns, &remote, &host).await;
+
+    // A merge request opened into main: its head planned, one note on it.
+    let head = request_head(
+        &remote,
+        "refs/merge-requests/5/head",
+        "feature",
+        &[("cm.yaml", &config_map("settings", &ns, "v2"))],
+    );
+    let mut payload: serde_json::Value = serde_json::from_str(include_str!(
+        "../contracts/webhooks/gitlab-merge-request-update.json"
+    ))
+    .unwrap();
+    payload["project"]["git_http_url"] = remote.url.clone().into();
+    payload["object_attributes"]["iid"] = 5.into();
+    payload["object_attributes"]["action"] = "open".into();
+    payload["object_attributes"]["last_commit"]["id"] = head.clone().into();
+    let headers = [
+        ("X-Gitlab-Event", "Merge Request Hook".to_string()),
+        ("X-Gitlab-Token", crate::daemon::SECRET.to_string()),
+    ];
+    let (code, answer) = daemon.post("/hook/gitlab", &headers, payload.to_string().as_bytes());
+    assert_eq!(code, 202, "{answer}");
+    eventually(Duration::from_secs(30), || async {
+        states(&host, &head) == ["pending", "success"]
+    })
+    .await;
+    let notes = comment_bodies(&host, 5);
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].starts_with(&format!("<!-- tether:diff:default/{ns}/web -->")),
+        "{}",
+        notes[0]
+    );
+    assert_eq!(value_of(&client, &ns).await.as_deref(), Some("v1"));
+    assert_eq!(host.violations(), Vec::<String>::new());
 }
