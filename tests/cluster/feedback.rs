@@ -50,7 +50,7 @@ fn feedback_of(ns: &str, host: &GitHostServer) -> String {
         false => "github",
     };
     format!(
-        "  interval: 1h\n  timeout: {TIMEOUT_SECONDS}s\n  confine:\n    namespaces: [{ns}]\n  feedback:\n    provider: {provider}\n    apiURL: {api}\n    repository: team/models\n    secretRef:\n      name: githost\n"
+        "  interval: 1h\n  timeout: {TIMEOUT_SECONDS}s\n  confine:\n    namespaces: [{ns}]\n    kinds: [Namespace, ConfigMap]\n  feedback:\n    provider: {provider}\n    apiURL: {api}\n    repository: team/models\n    secretRef:\n      name: githost\n"
     )
 }
 
