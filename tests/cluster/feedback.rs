@@ -540,13 +540,16 @@ async fn a_blocked_wave_stays_pending_then_fails_at_the_timeout_with_its_blocker
         ("base.yaml", &base(&ns)),
         ("cm.yaml", &config_map("settings", &ns, "v1")),
     ]);
-    let _daemon = Daemon::start(&["--sources", "--sources-namespace", &ns]);
+    let daemon = Daemon::start(&["--sources", "--sources-namespace", &ns]);
     follow_with_feedback(&ns, &remote, &host).await;
     // A second wave that waits for a ConfigMap nobody makes.
     let late = format!(
         "kind: KubernetesConfigMap\nname: late\ntrust_domain: {ns}\ndata:\n  key: \"x\"\ndepends_on:\n  - kind: ConfigMap\n    namespace: {ns}\n    name: missing\n"
     );
     let blocked = remote.push("main", &[("late.yaml", &late)]);
+    let (headers, body) =
+        crate::daemon::push_hook(&remote.url, "refs/heads/main", crate::daemon::SECRET);
+    assert_eq!(daemon.post("/hook/generic", &headers, &body).0, 202);
     eventually(Duration::from_secs(30), || async {
         states(&host, &blocked) == ["pending"]
     })
