@@ -544,7 +544,7 @@ async fn a_blocked_wave_stays_pending_then_fails_at_the_timeout_with_its_blocker
     follow_with_feedback(&ns, &remote, &host).await;
     // A second wave that waits for a ConfigMap nobody makes.
     let late = format!(
-        "kind: KubernetesConfigMap\nname: late\ntrust_domain: {ns}\ndata:\n  key: \"x\"\ndepends_on:\n  - kind: ConfigMap\n    namespace: {ns}\n    name: missing\n"
+        "kind: KubernetesResourceInstance\nname: late\nresource_definition: |\n  apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: late\n    namespace: {ns}\n  data:\n    key: x\ndepends_on:\n  - kind: ConfigMap\n    namespace: {ns}\n    name: missing\n"
     );
     let blocked = remote.push("main", &[("late.yaml", &late)]);
     let (headers, body) =
