@@ -54,6 +54,19 @@ fn feedback_of(ns: &str, host: &GitHostServer) -> String {
     )
 }
 
+/// What these tests start from: the Source CRD, a namespace, a Git host of `kind`,
+/// and a remote whose models hold the ConfigMap `settings` at v1.
+async fn with_host(test: &str, kind: GitHost) -> (kube::Client, String, GitHostServer, Remote) {
+    install_crd();
+    let (client, ns, _) = setup(test).await;
+    let host = GitHostServer::start(kind, TOKEN).await;
+    let remote = Remote::new(&[
+        ("base.yaml", &base(&ns)),
+        ("cm.yaml", &config_map("settings", &ns, "v1")),
+    ]);
+    (client, ns, host, remote)
+}
+
 /// Applies the Source `web` of `remote` with feedback to `host`, and waits until its
 /// first commit is pending, then successful there; returns that commit.
 async fn follow_with_feedback(ns: &str, remote: &Remote, host: &GitHostServer) -> String {
@@ -68,13 +81,7 @@ async fn follow_with_feedback(ns: &str, remote: &Remote, host: &GitHostServer) -
 
 #[tokio::test]
 async fn a_push_is_pending_then_successful_and_a_broken_commit_fails_naming_its_line() {
-    install_crd();
-    let (client, ns, _) = setup("feedback-status").await;
-    let host = GitHostServer::start(GitHost::GitHub, TOKEN).await;
-    let remote = Remote::new(&[
-        ("base.yaml", &base(&ns)),
-        ("cm.yaml", &config_map("settings", &ns, "v1")),
-    ]);
+    let (client, ns, host, remote) = with_host("feedback-status", GitHost::GitHub).await;
     let daemon = Daemon::start(&[
         "--sources",
         "--sources-namespace",
@@ -151,13 +158,7 @@ async fn a_push_is_pending_then_successful_and_a_broken_commit_fails_naming_its_
 
 #[tokio::test]
 async fn statuses_made_while_the_host_is_down_arrive_once_it_is_back_and_the_apply_does_not_wait() {
-    install_crd();
-    let (client, ns, _) = setup("feedback-outage").await;
-    let host = GitHostServer::start(GitHost::GitHub, TOKEN).await;
-    let remote = Remote::new(&[
-        ("base.yaml", &base(&ns)),
-        ("cm.yaml", &config_map("settings", &ns, "v1")),
-    ]);
+    let (client, ns, host, remote) = with_host("feedback-outage", GitHost::GitHub).await;
     // The outboxes live in the state directory, kept across the restart.
     let state = tempfile::tempdir().unwrap();
     let state_dir = state.path().to_str().unwrap();
@@ -287,13 +288,7 @@ fn comment_bodies(host: &GitHostServer, number: u64) -> Vec<String> {
 
 #[tokio::test]
 async fn a_pull_request_gets_one_comment_with_the_plan_of_its_head_edited_on_each_push() {
-    install_crd();
-    let (client, ns, _) = setup("feedback-pr").await;
-    let host = GitHostServer::start(GitHost::GitHub, TOKEN).await;
-    let remote = Remote::new(&[
-        ("base.yaml", &base(&ns)),
-        ("cm.yaml", &config_map("settings", &ns, "v1")),
-    ]);
+    let (client, ns, host, remote) = with_host("feedback-pr", GitHost::GitHub).await;
     let daemon = Daemon::start(&["--sources", "--sources-namespace", &ns]);
     follow_with_feedback(&ns, &remote, &host).await;
 
@@ -533,13 +528,7 @@ async fn notices_go_to_the_sources_events_but_the_kinds_it_excludes() {
 
 #[tokio::test]
 async fn a_blocked_wave_stays_pending_then_fails_at_the_timeout_with_its_blocker() {
-    install_crd();
-    let (client, ns, _) = setup("feedback-blocked").await;
-    let host = GitHostServer::start(GitHost::GitHub, TOKEN).await;
-    let remote = Remote::new(&[
-        ("base.yaml", &base(&ns)),
-        ("cm.yaml", &config_map("settings", &ns, "v1")),
-    ]);
+    let (client, ns, host, remote) = with_host("feedback-blocked", GitHost::GitHub).await;
     let daemon = Daemon::start(&["--sources", "--sources-namespace", &ns]);
     follow_with_feedback(&ns, &remote, &host).await;
     // A second wave that waits for a ConfigMap nobody makes.
@@ -580,13 +569,7 @@ async fn a_blocked_wave_stays_pending_then_fails_at_the_timeout_with_its_blocker
 
 #[tokio::test]
 async fn gitlab_gets_the_statuses_of_a_push_and_one_note_on_a_merge_request() {
-    install_crd();
-    let (client, ns, _) = setup("feedback-gitlab").await;
-    let host = GitHostServer::start(GitHost::GitLab, TOKEN).await;
-    let remote = Remote::new(&[
-        ("base.yaml", &base(&ns)),
-        ("cm.yaml", &config_map("settings", &ns, "v1")),
-    ]);
+    let (client, ns, host, remote) = with_host("feedback-gitlab", GitHost::GitLab).await;
     let daemon = Daemon::start(&["--sources", "--sources-namespace", &ns]);
     follow_with_feedback(&ns, &remote, &host).await;
 

@@ -683,28 +683,24 @@ async fn recreate_from_the_api_acts_on_a_pod_kubectl_made_only_for_whom_rbac_let
     let viewer = user(&client, &ns, "viewer", &["tether-viewer"]).await;
     let operator = user(&client, &ns, "operator", &["tether-operator"]).await;
     let recreate = format!("/api/v1/sources/{ns}/web/pods/{ns}/{name}/recreate");
-    let viewer_csrf = csrf(&daemon, &viewer);
-    let (status, body) = http_post(
-        &daemon,
-        &recreate,
-        &viewer,
-        Some(&viewer_csrf),
-        &serde_json::json!({}),
-    );
+    let recreate_as = |token: &str| {
+        let csrf = csrf(&daemon, token);
+        http_post(
+            &daemon,
+            &recreate,
+            token,
+            Some(&csrf),
+            &serde_json::json!({}),
+        )
+    };
+    let (status, body) = recreate_as(&viewer);
     assert_eq!(status, 403, "{body}");
     assert_eq!(
         pods.get(&name).await.unwrap().metadata.uid.unwrap(),
         uid,
         "nothing deleted"
     );
-    let operator_csrf = csrf(&daemon, &operator);
-    let (status, body) = http_post(
-        &daemon,
-        &recreate,
-        &operator,
-        Some(&operator_csrf),
-        &serde_json::json!({}),
-    );
+    let (status, body) = recreate_as(&operator);
     assert_eq!(status, 200, "{body}");
     assert!(
         json(&body)["summary"]

@@ -130,11 +130,12 @@ fn assert_holds_no_secret(error: &DeliveryError, url: &str) {
 #[tokio::test]
 async fn a_webhook_gets_signed_cloud_events_its_receiver_accepts() {
     let server = Recorder::start(204, "").await;
-    let mut receiver = Receiver::Webhook {
-        url: Zeroizing::new(server.url()),
-        key: Some(Zeroizing::new(KEY.to_vec())),
-        roots: None,
-    };
+    let mut receiver = Receiver::webhook(
+        Zeroizing::new(server.url()),
+        Some(Zeroizing::new(KEY.to_vec())),
+        None,
+    )
+    .unwrap();
     assert_eq!(receiver.name(), "webhook");
     receiver.send(&notices()).await.unwrap();
     let received = server.received();
@@ -170,11 +171,7 @@ async fn a_webhook_gets_signed_cloud_events_its_receiver_accepts() {
     );
 
     // Without a key, nothing claims a signature.
-    let mut unsigned = Receiver::Webhook {
-        url: Zeroizing::new(server.url()),
-        key: None,
-        roots: None,
-    };
+    let mut unsigned = Receiver::webhook(Zeroizing::new(server.url()), None, None).unwrap();
     unsigned.send(&notices()[..1]).await.unwrap();
     let last = server.received().pop().unwrap();
     assert_eq!(last.get("x-signature-256"), None);
@@ -183,10 +180,7 @@ async fn a_webhook_gets_signed_cloud_events_its_receiver_accepts() {
 #[tokio::test]
 async fn slack_gets_its_message_shape_with_hostile_text_escaped() {
     let server = Recorder::start(200, "ok").await;
-    let mut receiver = Receiver::Slack {
-        url: Zeroizing::new(server.url()),
-        roots: None,
-    };
+    let mut receiver = Receiver::slack(Zeroizing::new(server.url()), None).unwrap();
     assert_eq!(receiver.name(), "slack");
     receiver.send(&notices()).await.unwrap();
     let received = server.received();
@@ -226,10 +220,7 @@ async fn slack_not_answering_ok_did_not_post() {
     // Slack answers 200 with a reason when it did not post.
     let server = Recorder::start(200, "invalid_payload").await;
     let url = server.url();
-    let mut receiver = Receiver::Slack {
-        url: Zeroizing::new(url.clone()),
-        roots: None,
-    };
+    let mut receiver = Receiver::slack(Zeroizing::new(url.clone()), None).unwrap();
     let error = receiver.send(&notices()).await.unwrap_err();
     assert!(
         matches!(&error, DeliveryError::Refused { status: 200, message, .. } if message == "invalid_payload"),
@@ -247,11 +238,12 @@ async fn slack_not_answering_ok_did_not_post() {
 async fn a_refusal_and_a_closed_port_are_told_apart_without_the_url() {
     let server = Recorder::start(500, "internal error").await;
     let url = server.url();
-    let mut refusing = Receiver::Webhook {
-        url: Zeroizing::new(url.clone()),
-        key: Some(Zeroizing::new(KEY.to_vec())),
-        roots: None,
-    };
+    let mut refusing = Receiver::webhook(
+        Zeroizing::new(url.clone()),
+        Some(Zeroizing::new(KEY.to_vec())),
+        None,
+    )
+    .unwrap();
     let error = refusing.send(&notices()).await.unwrap_err();
     match &error {
         DeliveryError::Refused {
@@ -275,15 +267,8 @@ async fn a_refusal_and_a_closed_port_are_told_apart_without_the_url() {
     );
     drop(closed);
     for mut receiver in [
-        Receiver::Webhook {
-            url: Zeroizing::new(closed_url.clone()),
-            key: None,
-            roots: None,
-        },
-        Receiver::Slack {
-            url: Zeroizing::new(closed_url.clone()),
-            roots: None,
-        },
+        Receiver::webhook(Zeroizing::new(closed_url.clone()), None, None).unwrap(),
+        Receiver::slack(Zeroizing::new(closed_url.clone()), None).unwrap(),
     ] {
         let error = receiver.send(&notices()).await.unwrap_err();
         assert!(
@@ -295,10 +280,11 @@ async fn a_refusal_and_a_closed_port_are_told_apart_without_the_url() {
     }
 
     // A URL that is no URL: the error does not quote it either.
-    let mut malformed = Receiver::Slack {
-        url: Zeroizing::new("http://[s3cr3t-path-token/".to_string()),
-        roots: None,
-    };
+    let mut malformed = Receiver::slack(
+        Zeroizing::new("http://[s3cr3t-path-token/".to_string()),
+        None,
+    )
+    .unwrap();
     let error = malformed.send(&notices()).await.unwrap_err();
     assert!(
         matches!(&error, DeliveryError::Misconfigured(text) if text.starts_with("the URL of slack is not valid")),

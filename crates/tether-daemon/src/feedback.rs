@@ -37,13 +37,12 @@ use tether_engine::feedback::{
     Feedback, GIT_HOST_RECIPIENT, GitHostRecipient, NamedReceiver, Said,
 };
 use tether_engine::outbox::{Outbox, Recipient, Record, blocking, spawn_delivery};
-use tether_engine::reconcile::{ApplyReport, Blocker, ObjectFailure, Outcome, Rollout};
+use tether_engine::reconcile::{
+    ApplyReport, Blocker, DEFAULT_WAVE_TIMEOUT, ObjectFailure, Outcome, Rollout,
+};
 
 /// How long a request to the Git host may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// How long a rollout may take when the Source sets no timeout (as a wave's).
-pub const DEFAULT_ROLLOUT_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Why a Source's feedback cannot start (said in its status; the Source is applied
 /// all the same).
@@ -177,7 +176,8 @@ impl SourceFeedback {
                 .timeout()
                 .ok()
                 .flatten()
-                .unwrap_or(DEFAULT_ROLLOUT_TIMEOUT),
+                // A rollout may take what a wave may, when the Source sets no timeout.
+                .unwrap_or(DEFAULT_WAVE_TIMEOUT),
             pull_requests,
             gate,
             stop,
@@ -564,15 +564,15 @@ async fn receiver(
     };
     let roots = values.get("ca.crt").map(|c| c.0.clone());
     Ok(match spec.receiver {
-        ReceiverType::Cloudevents => Receiver::Webhook {
-            url: text("url").ok_or(FeedbackError::Incomplete(kind, "a Secret with `url`"))?,
-            key: text("hmacKey").map(|k| Zeroizing::new(k.as_bytes().to_vec())),
-            roots,
-        },
-        ReceiverType::Slack => Receiver::Slack {
-            url: text("url").ok_or(FeedbackError::Incomplete(kind, "a Secret with `url`"))?,
-            roots,
-        },
+        ReceiverType::Cloudevents => Receiver::webhook(
+            text("url").ok_or(FeedbackError::Incomplete(kind, "a Secret with `url`"))?,
+            text("hmacKey").map(|k| Zeroizing::new(k.as_bytes().to_vec())),
+            roots.as_deref(),
+        )?,
+        ReceiverType::Slack => Receiver::slack(
+            text("url").ok_or(FeedbackError::Incomplete(kind, "a Secret with `url`"))?,
+            roots.as_deref(),
+        )?,
         ReceiverType::Kafka => {
             if spec.brokers.is_empty() {
                 return Err(FeedbackError::Incomplete(kind, "brokers"));

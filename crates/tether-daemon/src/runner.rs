@@ -478,7 +478,7 @@ impl<S: StatusSink> SourceLoop<S> {
             previous.as_ref(),
             self.interval,
         );
-        conclude_own(self.feedback.clone(), commit.as_deref(), &planned, &report).await;
+        tell_verdict(self.feedback.clone(), &planned, verdict(&report)).await;
         let own = cluster_state(planned.cluster.display(), Ok(&report));
         let failed = self.apply_others(own, others, &options).await;
         if report.succeeded() && failed.is_empty() {
@@ -567,7 +567,9 @@ impl<S: StatusSink> SourceLoop<S> {
                 (Ok(_), Some(Ok(report))) => Ok(report),
                 (Ok(_), None) => continue,
             };
-            conclude_other(self.feedback.clone(), plan, result).await;
+            if let Ok(planned) = &plan.planned {
+                tell_verdict(self.feedback.clone(), planned, verdict_of(result)).await;
+            }
             states.push(cluster_state(plan.cluster.display(), result));
         }
         // The own cluster's result is the pass's own; the others' are added to it.
@@ -988,47 +990,27 @@ async fn taken_up(
     feedback.taken_up(commit, &clusters).await;
 }
 
-/// What the pass did on the own cluster, for its commit status.
-async fn conclude_own(
-    feedback: Option<Arc<SourceFeedback>>,
-    commit: Option<&str>,
-    planned: &Planned,
-    report: &ApplyReport,
-) {
+/// What the pass did with a cluster's plan, for the commit status of its context:
+/// applied (its rollout then waited for), failed, or to be retried.
+async fn tell_verdict(feedback: Option<Arc<SourceFeedback>>, planned: &Planned, verdict: Verdict) {
+    let commit = planned.plan.revision.as_ref().map(|r| r.commit.as_str());
     let (Some(feedback), Some(commit)) = (feedback, commit) else {
         return;
     };
-    let verdict = verdict(report);
     let rollout = (verdict == Verdict::Applied).then(|| planned.rollout());
     feedback
         .concluded(commit, status_cluster(&planned.cluster), verdict, rollout)
         .await;
 }
 
-/// What the pass did on another cluster, for its commit status.
-async fn conclude_other(
-    feedback: Option<Arc<SourceFeedback>>,
-    plan: &ClusterPlan,
-    result: Result<&ApplyReport, &ReconcileError>,
-) {
-    let Some(feedback) = feedback else {
-        return;
-    };
-    let Ok(planned) = &plan.planned else {
-        return;
-    };
-    let Some(commit) = planned.plan.revision.as_ref().map(|r| r.commit.as_str()) else {
-        return;
-    };
-    let verdict = match result {
+/// What another cluster's apply (or the error that kept it from one) says of its
+/// commit.
+fn verdict_of(result: Result<&ApplyReport, &ReconcileError>) -> Verdict {
+    match result {
         Ok(report) => verdict(report),
         Err(error) if error.is_permanent() => Verdict::Failed(tether_core::error_chain(error)),
         Err(_) => Verdict::Retrying,
-    };
-    let rollout = (verdict == Verdict::Applied).then(|| planned.rollout());
-    feedback
-        .concluded(commit, status_cluster(&plan.cluster), verdict, rollout)
-        .await;
+    }
 }
 
 /// The notices of a pass's result (pure): a revision applied that changed the

@@ -29,25 +29,37 @@ const QUOTED_BODY: usize = 200;
 /// Where a Source's notices go.
 pub enum Receiver {
     Webhook {
-        url: Zeroizing<String>,
+        poster: Poster,
         /// The HMAC key of `X-Signature-256`; unsigned without one.
         key: Option<Zeroizing<Vec<u8>>>,
-        /// CA certificates (PEM) trusted beside the system's.
-        roots: Option<Vec<u8>>,
     },
-    Slack {
-        url: Zeroizing<String>,
-        roots: Option<Vec<u8>>,
-    },
+    Slack(Poster),
     Kafka(KafkaTopic),
 }
 
 impl Receiver {
+    /// A CloudEvents webhook at `url`, signed with `key` when given; `roots`: CA
+    /// certificates (PEM) trusted beside the system's.
+    pub fn webhook(
+        url: Zeroizing<String>,
+        key: Option<Zeroizing<Vec<u8>>>,
+        roots: Option<&[u8]>,
+    ) -> Result<Receiver, DeliveryError> {
+        let poster = Poster::new("webhook", url, roots)?;
+        Ok(Receiver::Webhook { poster, key })
+    }
+
+    /// A Slack (or compatible) incoming webhook at `url`.
+    pub fn slack(url: Zeroizing<String>, roots: Option<&[u8]>) -> Result<Receiver, DeliveryError> {
+        Ok(Receiver::Slack(Poster::new("slack", url, roots)?))
+    }
+
     /// The receiver as logs and errors name it: never its URL.
     pub fn name(&self) -> String {
         match self {
-            Receiver::Webhook { .. } => "webhook".to_string(),
-            Receiver::Slack { .. } => "slack".to_string(),
+            Receiver::Webhook { poster, .. } | Receiver::Slack(poster) => {
+                poster.receiver.to_string()
+            }
             Receiver::Kafka(topic) => format!("kafka topic {}", topic.topic()),
         }
     }
@@ -57,8 +69,7 @@ impl Receiver {
     pub async fn send(&mut self, notices: &[Notice]) -> Result<(), DeliveryError> {
         let receiver = self.name();
         match self {
-            Receiver::Webhook { url, key, roots } => {
-                let poster = Poster::new(receiver, url, roots.as_deref())?;
+            Receiver::Webhook { poster, key } => {
                 for notice in notices {
                     let body = cloud_event(notice).to_string().into_bytes();
                     let signed = key.as_ref().map(|key| signature(&body, key));
@@ -66,8 +77,7 @@ impl Receiver {
                 }
                 Ok(())
             }
-            Receiver::Slack { url, roots } => {
-                let poster = Poster::new(receiver, url, roots.as_deref())?;
+            Receiver::Slack(poster) => {
                 for notice in notices {
                     let body = slack_message(notice).to_string().into_bytes();
                     let answer = poster.post("application/json", body, None).await?;
@@ -99,16 +109,21 @@ impl Receiver {
     }
 }
 
-/// POSTs to one secret URL, and words its failures without it.
-struct Poster<'a> {
-    receiver: String,
-    url: &'a str,
+/// POSTs to one secret URL through a client made once, and words its failures
+/// without the URL.
+pub struct Poster {
+    receiver: &'static str,
+    url: Zeroizing<String>,
     http: reqwest::Client,
 }
 
-impl<'a> Poster<'a> {
-    fn new(receiver: String, url: &'a str, roots: Option<&[u8]>) -> Result<Self, DeliveryError> {
-        let http = super::https_client(&receiver, roots, REQUEST_TIMEOUT, Default::default())?;
+impl Poster {
+    fn new(
+        receiver: &'static str,
+        url: Zeroizing<String>,
+        roots: Option<&[u8]>,
+    ) -> Result<Self, DeliveryError> {
+        let http = super::https_client(receiver, roots, REQUEST_TIMEOUT, Default::default())?;
         Ok(Poster {
             receiver,
             url,
@@ -125,7 +140,7 @@ impl<'a> Poster<'a> {
     ) -> Result<String, DeliveryError> {
         let mut request = self
             .http
-            .post(self.url)
+            .post(self.url.as_str())
             .header(CONTENT_TYPE, HeaderValue::from_static(content_type))
             .body(body);
         if let Some(signature) = signature {
@@ -146,21 +161,21 @@ impl<'a> Poster<'a> {
             return DeliveryError::Misconfigured(format!(
                 "the URL of {} is not valid: {}",
                 self.receiver,
-                describe(error, self.url)
+                describe(error, &self.url)
             ));
         }
         DeliveryError::Unreachable {
-            receiver: self.receiver.clone(),
-            message: describe(error, self.url),
+            receiver: self.receiver.to_string(),
+            message: describe(error, &self.url),
         }
     }
 
     fn refused(&self, status: u16, answer: &str) -> DeliveryError {
         let quoted: String = answer.trim().chars().take(QUOTED_BODY).collect();
         DeliveryError::Refused {
-            receiver: self.receiver.clone(),
+            receiver: self.receiver.to_string(),
             status,
-            message: redact(&quoted, self.url),
+            message: redact(&quoted, &self.url),
         }
     }
 }

@@ -28,7 +28,7 @@ use tether_core::plan::{Action, conflicts_of};
 /// How often one object's apply is tried when the server is busy or not ready for it.
 const ATTEMPTS: u32 = 6;
 /// How long a wave waits for what it needs, unless told otherwise.
-const DEFAULT_WAVE_TIMEOUT: Duration = Duration::from_secs(300);
+pub const DEFAULT_WAVE_TIMEOUT: Duration = Duration::from_secs(300);
 /// How long the deletion of an object to replace may take.
 const REPLACE_TIMEOUT: Duration = Duration::from_secs(120);
 

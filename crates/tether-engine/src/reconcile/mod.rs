@@ -26,6 +26,7 @@ use tracing::instrument;
 use crate::cluster::{ClusterError, Resources, Target, read_inventory_version};
 use crate::generate::{Capabilities, Generate};
 use crate::repo::{CommitCache, LoadedModels, Repo, RepoError, SETTINGS_FILE};
+pub use apply::DEFAULT_WAVE_TIMEOUT;
 pub use cache::WatchCache;
 pub use clusters::{ClusterName, Clusters};
 pub use outcome::{ApplyReport, BlockedWave, Blocker, ObjectFailure, ObjectReport, Outcome};
