@@ -91,16 +91,80 @@ fn double_quoted(s: &str) -> String {
 
 /// Text that reads back as itself, as a string, in YAML 1.1 and 1.2.
 fn is_plain_safe(s: &str) -> bool {
-    let simple = !s.is_empty()
-        && s.bytes().next().is_some_and(|b| b.is_ascii_alphabetic())
-        && s.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'/'));
     let lower = s.to_ascii_lowercase();
     let yaml_1_1_word = matches!(
         lower.as_str(),
         "y" | "n" | "yes" | "no" | "on" | "off" | "true" | "false" | "null" | "nan" | "inf"
     );
-    simple && !yaml_1_1_word
+    // `:` never last (`a:` would be a key) and never before a blank (none is allowed).
+    let in_word = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'/');
+    let word = !s.ends_with(':')
+        && s.bytes()
+            .all(|b| in_word(b) || matches!(b, b':' | b'@' | b'+'));
+    match s.bytes().next() {
+        Some(b) if b.is_ascii_alphabetic() => word && !yaml_1_1_word,
+        Some(b) if b.is_ascii_digit() => is_plain_version(s),
+        _ => false,
+    }
+}
+
+/// A version that starts with a digit (`2.4.1`, `1.25-alpine`, `20240101-abc`) and is
+/// a string in YAML 1.1 and 1.2: no number, date, sexagesimal or hexadecimal spelling.
+fn is_plain_version(s: &str) -> bool {
+    let bytes = s.as_bytes();
+    let versionish = s
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'+'))
+        && (s.bytes().any(|b| b.is_ascii_alphabetic()) || s.matches('.').count() >= 2);
+    let date = bytes.len() >= 6
+        && bytes[..4].iter().all(u8::is_ascii_digit)
+        && bytes[4] == b'-'
+        && bytes[5].is_ascii_digit();
+    let radix = s.starts_with("0x") || s.starts_with("0o") || s.starts_with("0b");
+    let reads_as_string = |dialect| {
+        parse_yaml(&format!("v: {s}"), dialect).is_ok_and(|documents| {
+            documents
+                .first()
+                .and_then(|d| d.field("v"))
+                .is_some_and(|v| v.value == Value::Str(s.to_string()))
+        })
+    };
+    versionish
+        && !date
+        && !radix
+        && reads_as_string(Dialect::Models)
+        && reads_as_string(Dialect::Kubernetes)
+}
+
+/// A string spelled as YAML where `written` was (quoted as it was; plain when plain
+/// reads back as the same string everywhere), or as a new value (`None`).
+pub fn spell_string(value: &str, written: Option<&str>) -> String {
+    Scalar::Str(value.to_string()).spell(written)
+}
+
+/// Applies `change` to one document of `text`, the one holding byte `at` (a model's
+/// origin), as if it were the file's only document, and puts the result in its place:
+/// for models whose kind and name do not single them out in their file (an Image per
+/// tag of one name).
+pub fn in_document(
+    text: &str,
+    at: usize,
+    change: impl FnOnce(&str) -> Result<String, EditError>,
+) -> Result<String, EditError> {
+    let documents = parse_yaml(text, Dialect::Models).map_err(|e| EditError::Syntax {
+        line: e.line,
+        column: e.column,
+        message: e.message,
+    })?;
+    let range = documents
+        .iter()
+        .map(|root| document_range(text, root))
+        .find(|range| range.contains(&at))
+        .ok_or_else(|| EditError::NotFound {
+            model: format!("the document at byte {at}"),
+        })?;
+    let edited = change(&text[range.clone()])?;
+    Ok(splice(text, range, &edited))
 }
 
 /// Sets `path` (mapping keys from the model's top) to `value`, adding the key (and

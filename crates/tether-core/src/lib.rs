@@ -27,6 +27,7 @@ pub mod events;
 pub mod feedback;
 pub mod generate;
 pub mod host;
+pub mod image;
 pub mod inventory;
 pub mod k8s;
 pub mod load;
@@ -72,12 +73,7 @@ pub struct Prepared {
 /// Load and read the models, and find what Kustomize and Helm must build.
 /// `allow_remote_bases`: may a kustomization include a remote base?
 pub fn prepare(files: &SourceFiles, allow_remote_bases: bool) -> Prepared {
-    let (layout, mut diagnostics) = generate::layout(files, allow_remote_bases);
-    let (mut documents, load_diagnostics) = load::load_except(files, &layout.not_models);
-    diagnostics.extend(load_diagnostics);
-    // The values files a chart names are the chart's, not models.
-    let values_files = generate::values_file_paths(files, &documents);
-    documents.retain(|d| !values_files.contains(files.path(d.file)));
+    let (layout, documents, mut diagnostics) = model_documents(files, allow_remote_bases);
     let (models, model_diagnostics) = model::read_models(files, &documents);
     diagnostics.extend(model_diagnostics);
     let generators = generate::generators(&layout, &models, files, &mut diagnostics);
@@ -87,6 +83,22 @@ pub fn prepare(files: &SourceFiles, allow_remote_bases: bool) -> Prepared {
         documents: documents.len(),
         generators,
     }
+}
+
+/// The documents of the model files (every YAML file but a kustomization's, a chart's
+/// and the values files charts name), the layout that says which those are, and the
+/// problems found on the way.
+pub fn model_documents(
+    files: &SourceFiles,
+    allow_remote_bases: bool,
+) -> (generate::Layout, Vec<load::Document>, Diagnostics) {
+    let (layout, mut diagnostics) = generate::layout(files, allow_remote_bases);
+    let (mut documents, load_diagnostics) = load::load_except(files, &layout.not_models);
+    diagnostics.extend(load_diagnostics);
+    // The values files a chart names are the chart's, not models.
+    let values_files = generate::values_file_paths(files, &documents);
+    documents.retain(|d| !values_files.contains(files.path(d.file)));
+    (layout, documents, diagnostics)
 }
 
 /// Reads what the generators made and resolves the whole: a graph only when no error
