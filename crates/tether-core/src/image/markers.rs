@@ -312,7 +312,11 @@ fn value_on_line<'n>(
     scalars: &Scalars<'n>,
 ) -> Result<&'n Node, MarkerProblem> {
     let not_in_place = |what| Err(MarkerProblem::NotInPlace { what });
-    let ends = |node: &Node| (node.pos.offset + node.pos.len) as usize;
+    // A block scalar's span runs on over the line breaks and indentation after it.
+    let ends = |node: &Node| {
+        let trailing = [' ', '\t', '\n', '\r'];
+        node.pos.offset as usize + node.raw(text).trim_end_matches(trailing).len()
+    };
     if scalars
         .values
         .iter()
@@ -349,7 +353,7 @@ fn value_on_line<'n>(
     {
         return not_in_place("anchored (&) and may be shared through aliases");
     }
-    if ends(node) > before.end || raw.contains('\n') {
+    if ends(node) > before.end || raw.trim_end().contains('\n') {
         return not_in_place("written over several lines");
     }
     Ok(node)

@@ -577,13 +577,15 @@ fn check_no_duplicates(
 /// The trailer that names a policy an image commit updated (one per policy).
 pub const POLICY_TRAILER: &str = "Tether-Image-Policy";
 
-/// A version as a message shows it: `tag`, `tag@sha256:0123456789ab`, or the digest alone.
+/// A version as a message shows it: `tag`, `tag@sha256:0123456789ab` (digests cut
+/// to 12 digits when `short`), the digest alone, or `(nothing)`.
 fn shown(tag: &str, digest: Option<&str>, short: bool) -> String {
     let digest = digest.map(|d| match short {
         true => short_digest(d),
         false => d,
     });
     match (tag, digest) {
+        ("", None) => "(nothing)".to_string(),
         ("", Some(digest)) => digest.to_string(),
         (tag, Some(digest)) => format!("{tag}@{digest}"),
         (tag, None) => tag.to_string(),
@@ -596,49 +598,104 @@ fn short_digest(digest: &str) -> &str {
     digest.get(..end).unwrap_or(digest)
 }
 
-/// The commit message: a first line `images: <policy> <image> <from> → <to>` (or
-/// `images: N updates` when several policies or versions change); a body with, per
-/// update, the policy, what it chose, from what, where, and why; a trailer
-/// `Tether-Image-Policy: <policy>` per policy.
-pub fn message(updates: &[Update]) -> String {
-    let change = |u: &Update, short| {
-        let from = shown(
-            &u.target.current_tag,
-            u.target.current_digest.as_deref(),
-            short,
-        );
-        let to = shown(&u.to_tag, u.to_digest.as_deref(), short);
-        (from, to)
-    };
-    // One change may be written at several places: it is one line of the subject.
-    let mut changes: Vec<(&str, &str, String, String)> = Vec::new();
-    for update in updates {
-        let (from, to) = change(update, true);
-        let key = (update.policy.as_str(), update.image.as_str(), from, to);
-        if !changes.contains(&key) {
-            changes.push(key);
+/// The updates of one policy to one version: written at one place or several.
+struct Change<'u> {
+    policy: &'u str,
+    image: &'u str,
+    to_tag: &'u str,
+    to_digest: Option<&'u str>,
+    updates: Vec<&'u Update>,
+}
+
+impl Change<'_> {
+    /// What was written before, as the places that hold a version had it (a
+    /// `:name` marker holds none).
+    fn from(&self, short: bool) -> String {
+        let mut froms: Vec<String> = Vec::new();
+        for update in &self.updates {
+            let target = &update.target;
+            if target.place == Place::Marker(MarkerField::Name) {
+                continue;
+            }
+            let from = shown(&target.current_tag, target.current_digest.as_deref(), short);
+            if !froms.contains(&from) {
+                froms.push(from);
+            }
+        }
+        match froms.is_empty() {
+            true => "(nothing)".to_string(),
+            false => froms.join(", "),
         }
     }
+
+    fn to(&self, short: bool) -> String {
+        shown(self.to_tag, self.to_digest, short)
+    }
+}
+
+fn changes(updates: &[Update]) -> Vec<Change<'_>> {
+    let mut changes: Vec<Change<'_>> = Vec::new();
+    for update in updates {
+        let same = |c: &&mut Change<'_>| {
+            (c.policy, c.image, c.to_tag, c.to_digest)
+                == (
+                    update.policy.as_str(),
+                    update.image.as_str(),
+                    update.to_tag.as_str(),
+                    update.to_digest.as_deref(),
+                )
+        };
+        match changes.iter_mut().find(same) {
+            Some(change) => change.updates.push(update),
+            None => changes.push(Change {
+                policy: &update.policy,
+                image: &update.image,
+                to_tag: &update.to_tag,
+                to_digest: update.to_digest.as_deref(),
+                updates: vec![update],
+            }),
+        }
+    }
+    changes
+}
+
+/// The commit message: a first line `images: <policy> <image> <from> → <to>` (or
+/// `images: N updates` when several policies or versions change); a body with, per
+/// change, the policy, what it chose, from what, why, and where it is written; a
+/// trailer `Tether-Image-Policy: <policy>` per policy.
+pub fn message(updates: &[Update]) -> String {
+    let changes = changes(updates);
     let subject = match changes.as_slice() {
-        [(policy, image, from, to)] => format!("images: {policy} {image} {from} → {to}"),
+        [one] => format!(
+            "images: {} {} {} → {}",
+            one.policy,
+            one.image,
+            one.from(true),
+            one.to(true)
+        ),
         _ => format!("images: {} updates", changes.len()),
     };
-    let mut message = format!("{subject}\n\n");
-    for update in updates {
-        let (from, to) = change(update, false);
-        let place = match &update.target.place {
-            Place::ImageModel { name, .. } => format!("Image {name}"),
-            Place::Marker(field) => format!("marker {}{}", update.policy, field.suffix()),
-        };
+    let mut message = format!("{subject}\n");
+    for change in &changes {
         message.push_str(&format!(
-            "- {policy} ({image}) chose {to}, was {from}: {why}\n  at {path}:{line}:{column}, {place}\n",
-            policy = update.policy,
-            image = update.image,
-            why = update.why,
-            path = update.target.path,
-            line = update.target.line,
-            column = update.target.column,
+            "\n{policy} ({image}) chose {to}, was {from}: {why}\n",
+            policy = change.policy,
+            image = change.image,
+            to = change.to(false),
+            from = change.from(false),
+            why = change.updates[0].why,
         ));
+        for update in &change.updates {
+            let target = &update.target;
+            let place = match &target.place {
+                Place::ImageModel { name, tag } => format!("Image {name}:{tag}"),
+                Place::Marker(field) => format!("marker {}{}", update.policy, field.suffix()),
+            };
+            message.push_str(&format!(
+                "- {}:{}:{} ({place})\n",
+                target.path, target.line, target.column
+            ));
+        }
     }
     let policies: BTreeSet<&str> = updates.iter().map(|u| u.policy.as_str()).collect();
     message.push('\n');

@@ -9,6 +9,7 @@
 
 mod edit;
 mod hostile_yaml;
+mod image;
 mod inventory;
 mod normalize;
 mod readiness;
