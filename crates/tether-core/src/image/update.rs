@@ -444,10 +444,13 @@ fn write_image_model(
 ) -> Result<(), UpdateError> {
     let path = update.target.path.as_str();
     let text = texts.get(path).ok_or_else(|| moved(update))?;
+    // Found where it was read; its tag may have been written already, by a marker of
+    // the same policy on the model's own `tag` line.
+    let at = (update.target.line, update.target.column);
     let model = image_models_in(path, text)
         .into_iter()
-        .find(|m| m.name == name && m.target.current_tag == tag)
-        .filter(|m| m.target.current_digest == update.target.current_digest)
+        .find(|m| m.name == name && (m.target.line, m.target.column) == at)
+        .filter(|m| [tag, update.to_tag.as_str()].contains(&m.target.current_tag.as_str()))
         .ok_or_else(|| moved(update))?;
     let unchanged = update.to_tag == tag && update.to_digest == update.target.current_digest;
     if unchanged {

@@ -1,5 +1,5 @@
 //! Image updates as data: each `tests/image/<case>/` holds a repository (`in/`), the
-//! versions its policies chose (`updates`: `policy image tag [digest] | why` a line),
+//! versions its policies chose (`updates`: `policy image tag [digest] | why` a line), data files (`assets/`),
 //! the files the edit must write, byte for byte (`out/`), and `expected.txt`: the
 //! markers found, each policy's targets, the commit message or the refusal
 //! (`TETHER_BLESS=1` rewrites `out/` and `expected.txt`).
@@ -32,9 +32,10 @@ fn tree(dir: &Path) -> BTreeMap<String, String> {
     files
 }
 
-/// The repository: a `*.sops.yaml` file stands for one opened from sops.
-fn repository(dir: &Path) -> SourceFiles {
-    let files = tree(dir)
+/// The repository (`in/`): a `*.sops.yaml` file stands for one opened from sops; the
+/// files of `assets/`, if any, are data files models take (not models).
+fn repository(case: &Path) -> SourceFiles {
+    let files = tree(&case.join("in"))
         .into_iter()
         .map(|(path, text)| {
             let mut file = SourceFile::new(path.clone(), text.clone());
@@ -44,11 +45,15 @@ fn repository(dir: &Path) -> SourceFiles {
             file
         })
         .collect();
-    SourceFiles::from_files(files)
+    let assets = tree(&case.join("assets"))
+        .into_iter()
+        .map(|(path, text)| (path, text.into_bytes()))
+        .collect();
+    SourceFiles::from_files(files).with_assets(assets)
 }
 
 fn run_case(case: &Path) -> String {
-    let files = repository(&case.join("in"));
+    let files = repository(case);
     let mut report = String::from("## markers\n");
     let (found, errors) = markers::find(&files);
     for marker in found {
@@ -168,4 +173,52 @@ fn a_new_value_is_plain_only_where_plain_reads_back_as_the_same_string() {
             "{value} written like {written:?}"
         );
     }
+}
+
+/// A Pod whose container image is marked for policy `web`.
+fn marked_pod(image: &str) -> SourceFiles {
+    let text = format!(
+        "kind: Pod\nspec:\n  containers:\n    - image: {image} # tether:image-policy web\n"
+    );
+    SourceFiles::from_files(vec![SourceFile::new("pod.yaml", text)])
+}
+
+fn update_to(target: update::Target, tag: &str) -> Update {
+    Update {
+        policy: "web".into(),
+        image: "nginx".into(),
+        target,
+        to_tag: tag.into(),
+        to_digest: None,
+        why: "semver".into(),
+    }
+}
+
+#[test]
+fn a_value_changed_since_its_target_was_read_is_not_overwritten() {
+    let read = update::targets(&marked_pod("nginx:1.25"), "web", "nginx").unwrap();
+    let updates = [update_to(read[0].clone(), "1.26")];
+    let error = update::plan(&marked_pod("nginx:1.27"), &updates).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "pod.yaml:4:14: the value image policy web read there has changed since (the files are not those its targets came from)"
+    );
+    let edit = update::plan(&marked_pod("nginx:1.25"), &updates).unwrap();
+    assert_eq!(
+        edit.writes["pod.yaml"],
+        "kind: Pod\nspec:\n  containers:\n    - image: nginx:1.26 # tether:image-policy web\n"
+    );
+    assert_eq!(edit.summary, "images: web nginx 1.25 → 1.26");
+}
+
+#[test]
+fn two_updates_of_one_value_to_different_versions_are_refused() {
+    let files = marked_pod("nginx:1.25");
+    let target = update::targets(&files, "web", "nginx").unwrap().remove(0);
+    let updates = [update_to(target.clone(), "1.26"), update_to(target, "1.27")];
+    let error = update::plan(&files, &updates).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "pod.yaml:4:14: two updates write different values here: nginx:1.26 and nginx:1.27"
+    );
 }
