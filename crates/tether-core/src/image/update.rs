@@ -280,9 +280,14 @@ struct Texts<'f> {
 
 impl<'f> Texts<'f> {
     fn get(&self, path: &str) -> Option<&str> {
-        if let Some(text) = self.written.get(path) {
-            return Some(text);
+        match self.written.get(path) {
+            Some(text) => Some(text),
+            None => self.as_read(path),
         }
+    }
+
+    /// The text of a model file or a data file as the edit found it.
+    fn as_read(&self, path: &str) -> Option<&str> {
         match self.files.by_path(path) {
             Some((_, file)) => Some(&file.text),
             None => self
@@ -326,13 +331,9 @@ pub fn plan(files: &SourceFiles, updates: &[Update]) -> Result<Edit, UpdateError
     check_no_duplicates(&texts, &models, updates)?;
     let writes = texts
         .written
-        .into_iter()
-        .filter(|(path, text)| {
-            texts
-                .files
-                .by_path(path)
-                .is_none_or(|(_, f)| &f.text != text)
-        })
+        .iter()
+        .filter(|(path, text)| texts.as_read(path) != Some(text.as_str()))
+        .map(|(path, text)| (path.clone(), text.clone()))
         .collect();
     Ok(Edit {
         writes,
