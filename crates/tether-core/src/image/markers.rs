@@ -89,6 +89,8 @@ pub enum MarkerProblem {
     NoValue,
     #[error("cannot update a value that is {what}; put it on its own line")]
     NotInPlace { what: &'static str },
+    #[error("cannot update a value that is {what}; write the value itself on the marker's line")]
+    Shared { what: &'static str },
     #[error("the file does not parse (line {line}, column {column}): {message}")]
     Syntax {
         line: u32,
@@ -104,9 +106,12 @@ pub(crate) struct Located {
     pub range: std::ops::Range<usize>,
 }
 
-/// Every marker of the repository's YAML files (models and data files), and those
-/// that cannot be used. Files without a marker are not parsed; a file that does not
-/// open (sops, no key) is passed over: its markers cannot be read.
+/// Every marker of the repository's YAML files (models, plain manifests,
+/// kustomizations, charts' values, YAML data files), and those that cannot be used.
+/// Files without a marker are not parsed. A sops-encrypted file's markers are read
+/// (from its opened text, or its structure when no key opened it) and marked
+/// `sealed`: they are an error only when an update would rewrite them; a file that
+/// could not be read at all is passed over.
 pub fn find(files: &SourceFiles) -> (Vec<Marker>, Vec<MarkerError>) {
     let (located, errors) = find_located(files);
     (located.into_iter().map(|l| l.marker).collect(), errors)
@@ -342,8 +347,9 @@ fn value_on_line<'n>(
         _ => return not_in_place("one of several values on the line"),
     };
     let raw = node.raw(text);
+    let shared = |what| Err(MarkerProblem::Shared { what });
     if raw.starts_with('*') {
-        return not_in_place("an alias (*) of a value written elsewhere");
+        return shared("an alias (*) of a value written elsewhere");
     }
     let head = text[before.start..node.pos.offset as usize].trim_end();
     if head
@@ -351,7 +357,7 @@ fn value_on_line<'n>(
         .next()
         .is_some_and(|w| w.starts_with('&'))
     {
-        return not_in_place("anchored (&) and may be shared through aliases");
+        return shared("anchored (&) and may be shared through aliases");
     }
     if ends(node) > before.end || raw.trim_end().contains('\n') {
         return not_in_place("written over several lines");
