@@ -136,6 +136,7 @@ impl Resolver<'_> {
             Kind::KubernetesService
             | Kind::Site
             | Kind::Image
+            | Kind::ImagePolicy
             | Kind::ServicePort
             | Kind::KubernetesConfigVolumeMount
             | Kind::KubernetesSecretVolumeMount => {
