@@ -195,9 +195,6 @@ pub fn is_digest(text: &str) -> bool {
     })
 }
 
-/// A checked field: `Ok(None)` when absent, `Err(())` when wrong (reported).
-type Checked<T> = Result<Option<T>, ()>;
-
 impl Reader<'_> {
     pub(super) fn read_image_policy(&mut self, models: &mut Models) {
         let name = self.required_text("name");
@@ -213,19 +210,12 @@ impl Reader<'_> {
         if let Some(Rule::Digest { .. }) = &rule {
             self.follows_one_tag(&["tag_pattern", "extract", "min_age"]);
         }
-        let (Some(name), Some(image), Some(rule), Ok(filter), Ok(min_age)) =
-            (name, image, rule, filter, min_age)
-        else {
+        // As for every model, a wrong optional field is reported and read as absent:
+        // the repo has an error, so nothing acts on the policy, and resolve still
+        // sees its name (a duplicate is reported too).
+        let (Some(name), Some(image), Some(rule)) = (name, image, rule) else {
             return;
         };
-        let (Ok(interval), Ok(secret), Ok(max_tags)) = (interval, secret, max_tags) else {
-            return;
-        };
-        // A wrong `insecure` or `update` is reported and makes no policy either.
-        let wrong = |field: &str, read: bool| self.present(field).is_some() && !read;
-        if wrong("insecure", insecure.is_some()) || wrong("update", update.is_some()) {
-            return;
-        }
         models.image_policies.push(ImagePolicy {
             origin: self.origin,
             name,
@@ -358,16 +348,15 @@ impl Reader<'_> {
     }
 
     /// `tag_pattern` with its `extract`.
-    fn tag_filter(&mut self) -> Checked<TagFilter> {
+    fn tag_filter(&mut self) -> Option<TagFilter> {
         let pattern = self.text("tag_pattern");
         let extract = self.text("extract");
         let Some(pattern) = pattern else {
             if let Some(extract) = extract {
                 self.error(extract.span, "extract needs a tag_pattern")
                     .hint = Some("extract takes what tag_pattern's groups captured: add tag_pattern: '^main-(?P<ts>[0-9]+)-[0-9a-f]+$'".into());
-                return Err(());
             }
-            return Ok(None);
+            return None;
         };
         let chars = pattern.value.chars().count();
         if chars > MAX_TAG_PATTERN_CHARS {
@@ -376,7 +365,7 @@ impl Reader<'_> {
                 format!("tag_pattern is {chars} characters long, more than the limit of {MAX_TAG_PATTERN_CHARS}"),
             )
             .hint = Some("match only what tells the tags apart: a tag is at most 128 characters".into());
-            return Err(());
+            return None;
         }
         let compiled = match RegexBuilder::new(&pattern.value)
             .size_limit(TAG_PATTERN_SIZE_LIMIT)
@@ -395,45 +384,39 @@ impl Reader<'_> {
                     format!("tag_pattern does not compile: {why}"),
                 )
                 .hint = Some("tag_pattern is a Rust regex (https://docs.rs/regex/#syntax), e.g. '^main-(?P<ts>[0-9]+)$'".into());
-                return Err(());
+                return None;
             }
         };
         if let Some(extract) = &extract
             && let Some((message, hint)) = extract_problem(&compiled, &extract.value)
         {
             self.error(extract.span, message).hint = Some(hint);
-            return Err(());
+            return None;
         }
-        Ok(Some(TagFilter {
+        Some(TagFilter {
             pattern: compiled,
             extract: extract.map(|e| e.value),
-        }))
+        })
     }
 
-    fn duration(&mut self, field: &str) -> Checked<Duration> {
-        let Some(text) = self.text(field) else {
-            return if self.present(field).is_some() {
-                Err(())
-            } else {
-                Ok(None)
-            };
-        };
+    fn duration(&mut self, field: &str) -> Option<Duration> {
+        let text = self.text(field)?;
         match humantime::parse_duration(&text.value) {
-            Ok(duration) => Ok(Some(duration)),
+            Ok(duration) => Some(duration),
             Err(error) => {
                 self.error(
                     text.span,
                     format!("{field} \"{}\" is not a duration: {error}", text.value),
                 )
                 .hint = Some("a number and its unit: 30s, 10m, 1h, 2d".into());
-                Err(())
+                None
             }
         }
     }
 
-    fn interval(&mut self) -> Checked<Duration> {
+    fn interval(&mut self) -> Option<Duration> {
         let interval = self.duration("interval")?;
-        if let Some(short) = interval.filter(|i| *i < MIN_INTERVAL)
+        if interval < MIN_INTERVAL
             && let Some((_, node)) = self.present("interval")
         {
             let span = self.document.span(node);
@@ -441,7 +424,7 @@ impl Reader<'_> {
                 span,
                 format!(
                     "interval {} is shorter than {}",
-                    humantime::format_duration(short),
+                    humantime::format_duration(interval),
                     humantime::format_duration(MIN_INTERVAL)
                 ),
             )
@@ -449,19 +432,13 @@ impl Reader<'_> {
                 "a registry is listed at most every 10s; its webhook triggers a scan at once"
                     .into(),
             );
-            return Err(());
+            return None;
         }
-        Ok(interval)
+        Some(interval)
     }
 
-    fn secret(&mut self) -> Checked<String> {
-        let Some(secret) = self.text("secret") else {
-            return if self.present("secret").is_some() {
-                Err(())
-            } else {
-                Ok(None)
-            };
-        };
+    fn secret(&mut self) -> Option<String> {
+        let secret = self.text("secret")?;
         if !crate::k8s::is_dns1123_subdomain(&secret.value) {
             self.error(
                 secret.span,
@@ -471,28 +448,22 @@ impl Reader<'_> {
                 "name the Secret with the registry's credentials (a docker config), e.g. regcred"
                     .into(),
             );
-            return Err(());
+            return None;
         }
-        Ok(Some(secret.value))
+        Some(secret.value)
     }
 
-    fn max_tags(&mut self) -> Checked<usize> {
-        let Some(count) = self.integer("max_tags") else {
-            return if self.present("max_tags").is_some() {
-                Err(())
-            } else {
-                Ok(None)
-            };
-        };
+    fn max_tags(&mut self) -> Option<usize> {
+        let count = self.integer("max_tags")?;
         match usize::try_from(count.value) {
-            Ok(n) if n > 0 => Ok(Some(n)),
+            Ok(n) if n > 0 => Some(n),
             _ => {
                 self.error(
                     count.span,
                     format!("max_tags {} is not a tag count", count.value),
                 )
                 .hint = Some(format!("1 or more; the default is {DEFAULT_MAX_TAGS}"));
-                Err(())
+                None
             }
         }
     }

@@ -101,6 +101,15 @@ impl Kind {
         }
     }
 
+    /// "a" or "an", as the kind's name is said.
+    pub fn article(self) -> &'static str {
+        if self.name().starts_with(['A', 'E', 'I', 'O', 'U']) {
+            "an"
+        } else {
+            "a"
+        }
+    }
+
     /// The kind a `kind:` value names, also through the deprecated alias.
     pub fn parse(name: &str) -> Option<Kind> {
         if name == CONFIG_MOUNT_ALIAS {

@@ -301,7 +301,11 @@ impl<'a> Reader<'a> {
             self.origin.span,
             format!("missing required field \"{name}\""),
         )
-        .hint = Some(format!("a {kind} needs {}", required.join(", ")));
+        .hint = Some(format!(
+            "{} {kind} needs {}",
+            kind.article(),
+            required.join(", ")
+        ));
     }
 
     pub(super) fn text(&mut self, name: &str) -> Option<Text> {

@@ -150,11 +150,7 @@ impl Resolver<'_> {
                     }
                     _ => "depend on a model that makes objects: a Slice, a KubernetesServiceInstance, a KubernetesResourceInstance, …".to_string(),
                 };
-                let article = if kind.name().starts_with(['A', 'E', 'I', 'O', 'U']) {
-                    "an"
-                } else {
-                    "a"
-                };
+                let article = kind.article();
                 self.error(
                     from,
                     reference.span,
