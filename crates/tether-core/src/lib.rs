@@ -7,7 +7,8 @@
 //! diagnostics. [`plan`] compares rendered objects with what the engine read from the
 //! cluster; [`inventory`] decides what prune may touch; [`report`] writes plans for
 //! people and programs. Back from the cluster: [`discover`] (pods to model files),
-//! [`operation`] and [`edit`] (day-2 operations as edits of model files).
+//! [`operation`] and [`edit`] (day-2 operations as edits of model files); [`image`]
+//! (image policies: which registry tag replaces the one written).
 //!
 //! Nothing here reads the clock, the environment or the filesystem, opens a
 //! connection or spawns a task: the time, the keys and the files are passed in. The

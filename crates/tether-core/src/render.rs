@@ -541,7 +541,7 @@ impl Renderer<'_> {
             service_account_name: principal,
             containers: vec![Container {
                 name: container.to_string(),
-                image: Some(g.models.images[image].reference()),
+                image: Some(g.models.images[image].container_image()),
                 volume_mounts: (!volume_mounts.is_empty()).then_some(volume_mounts),
                 ..Container::default()
             }],

@@ -21,6 +21,8 @@ pub enum Kind {
     Node,
     /// A Helm chart rendered with values into a trust domain (Kolla's layer 3).
     HelmChart,
+    /// Which tags of an image repository replace the ones written (image automation).
+    ImagePolicy,
     /// Not a model one writes: the plain Kubernetes objects of one repository file.
     Manifest,
     /// Not a model one writes: the output of a kustomization directory.
@@ -55,7 +57,7 @@ pub const XOS_FEEDBACK_FIELDS: &[&str] = &[
 
 impl Kind {
     /// The kinds a `kind:` field may name.
-    pub const ALL: [Kind; 16] = [
+    pub const ALL: [Kind; 17] = [
         Kind::KubernetesService,
         Kind::Site,
         Kind::Image,
@@ -72,6 +74,7 @@ impl Kind {
         Kind::KubernetesResourceInstance,
         Kind::Node,
         Kind::HelmChart,
+        Kind::ImagePolicy,
     ];
 
     pub fn name(self) -> &'static str {
@@ -92,8 +95,18 @@ impl Kind {
             Kind::KubernetesResourceInstance => "KubernetesResourceInstance",
             Kind::Node => "Node",
             Kind::HelmChart => "HelmChart",
+            Kind::ImagePolicy => "ImagePolicy",
             Kind::Manifest => "Manifest",
             Kind::Kustomization => "Kustomization",
+        }
+    }
+
+    /// "a" or "an", as the kind's name is said.
+    pub fn article(self) -> &'static str {
+        if self.name().starts_with(['A', 'E', 'I', 'O', 'U']) {
+            "an"
+        } else {
+            "a"
         }
     }
 
@@ -124,7 +137,7 @@ impl Kind {
         match self {
             Kind::KubernetesService => &["name", "enabled"],
             Kind::Site => &["name", "abbreviated_name", "site_url"],
-            Kind::Image => &["name", "tag", "image_kind"],
+            Kind::Image => &["name", "tag", "image_kind", "digest"],
             Kind::TrustDomain => &["name", "owner", "xos_managed"],
             Kind::Principal => &["name", "trust_domain", "xos_managed"],
             Kind::Slice => &[
@@ -201,6 +214,22 @@ impl Kind {
                 "values_files",
                 "depends_on",
                 "ready_when",
+            ],
+            Kind::ImagePolicy => &[
+                "name",
+                "image",
+                "semver",
+                "numerical",
+                "alphabetical",
+                "digest",
+                "tag_pattern",
+                "extract",
+                "min_age",
+                "interval",
+                "secret",
+                "insecure",
+                "max_tags",
+                "update",
             ],
             Kind::Manifest | Kind::Kustomization => &[],
         }

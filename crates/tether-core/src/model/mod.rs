@@ -9,6 +9,7 @@
 mod data;
 mod depends;
 mod files;
+mod image_policy;
 mod index;
 mod kind;
 mod kubernetes;
@@ -16,14 +17,20 @@ mod node;
 mod object;
 mod read;
 mod schema;
+mod semver_range;
 
 pub use data::ObjectReader;
 pub use files::{data_file_paths, resolve_data_path};
+pub use image_policy::{
+    DEFAULT_INTERVAL, DEFAULT_MAX_TAGS, ImagePolicy, MAX_TAG_PATTERN_CHARS, MIN_INTERVAL, Order,
+    Rule, TagFilter, UpdateMode, is_digest,
+};
 pub use index::{Idx, PerModel, indexed};
 pub use kind::{CONFIG_MOUNT_ALIAS, Kind, XOS_FEEDBACK_FIELDS};
 pub use node::LOCK_TAINT_KEY;
 pub use object::{ModelObject, object_key};
 pub use schema::model_schema;
+pub use semver_range::{RangeError, SemverRange};
 
 use crate::diagnostic::{Diagnostics, Span};
 use crate::load::Document;
@@ -121,6 +128,8 @@ pub struct Image {
     pub tag: Option<Text>,
     /// XOS's `kind` field of Image; only `container` exists.
     pub image_kind: Option<Text>,
+    /// `sha256:…`: the tag's content, pinned (a digest ImagePolicy writes it).
+    pub digest: Option<Text>,
 }
 
 impl Image {
@@ -129,13 +138,42 @@ impl Image {
         self.tag.as_ref().map_or("latest", |t| t.value.as_str())
     }
 
-    /// The `image:` string of a container.
+    /// `name:tag` (or `name`), as other models refer to the Image.
     pub fn reference(&self) -> String {
         match &self.tag {
             Some(tag) => format!("{}:{}", self.name.value, tag.value),
             None => self.name.value.clone(),
         }
     }
+
+    /// The `image:` string of a container: the reference, pinned to its digest
+    /// when one is written (`name:tag@sha256:…`).
+    pub fn container_image(&self) -> String {
+        match &self.digest {
+            Some(digest) => format!("{}@{}", self.reference(), digest.value),
+            None => self.reference(),
+        }
+    }
+}
+
+/// An image name as Image models and ImagePolicies write it: not empty, lowercase,
+/// no spaces.
+pub fn is_valid_image_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name
+            .chars()
+            .any(|c| c.is_whitespace() || c.is_ascii_uppercase())
+}
+
+/// A tag as registries accept it: letters, digits, `_`, `.` and `-`, at most 128,
+/// not starting with `.` or `-`.
+pub fn is_valid_tag(tag: &str) -> bool {
+    !tag.is_empty()
+        && tag.len() <= 128
+        && !tag.starts_with(['.', '-'])
+        && tag
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
 }
 
 /// `name:tag` into its name and tag: the tag is what follows the last `:` after the
@@ -575,6 +613,7 @@ pub struct Models {
     pub resources: Vec<KubernetesResourceInstance>,
     pub hosts: Vec<Host>,
     pub charts: Vec<HelmChart>,
+    pub image_policies: Vec<ImagePolicy>,
 }
 
 impl Models {
@@ -593,6 +632,7 @@ impl Models {
             + self.resources.len()
             + self.hosts.len()
             + self.charts.len()
+            + self.image_policies.len()
     }
 
     pub fn is_empty(&self) -> bool {

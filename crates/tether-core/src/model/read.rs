@@ -231,17 +231,19 @@ fn read_kind(
     Some(kind)
 }
 
-struct Reader<'a> {
+/// Reads one document's fields into its model; the kinds with many fields of their
+/// own are read in their module (`image_policy`).
+pub(super) struct Reader<'a> {
     file: &'a SourceFile,
-    document: &'a Document,
+    pub(super) document: &'a Document,
     fields: Vec<(&'a str, &'a Node, &'a Node)>,
-    origin: Origin,
+    pub(super) origin: Origin,
     label: String,
     diagnostics: &'a mut Diagnostics,
 }
 
 impl<'a> Reader<'a> {
-    fn error(&mut self, span: Span, message: impl Into<String>) -> &mut Diagnostic {
+    pub(super) fn error(&mut self, span: Span, message: impl Into<String>) -> &mut Diagnostic {
         self.push(Diagnostic::error(span, message))
     }
 
@@ -287,7 +289,7 @@ impl<'a> Reader<'a> {
     }
 
     /// The field's node, unless it is absent or null.
-    fn present(&self, name: &str) -> Option<(&'a Node, &'a Node)> {
+    pub(super) fn present(&self, name: &str) -> Option<(&'a Node, &'a Node)> {
         self.node(name)
             .filter(|(_, value)| value.value != Value::Null)
     }
@@ -299,10 +301,14 @@ impl<'a> Reader<'a> {
             self.origin.span,
             format!("missing required field \"{name}\""),
         )
-        .hint = Some(format!("a {kind} needs {}", required.join(", ")));
+        .hint = Some(format!(
+            "{} {kind} needs {}",
+            kind.article(),
+            required.join(", ")
+        ));
     }
 
-    fn text(&mut self, name: &str) -> Option<Text> {
+    pub(super) fn text(&mut self, name: &str) -> Option<Text> {
         let (_, node) = self.present(name)?;
         let span = self.document.span(node);
         match node.scalar_text(&self.file.text) {
@@ -315,7 +321,7 @@ impl<'a> Reader<'a> {
         }
     }
 
-    fn required_text(&mut self, name: &str) -> Option<Text> {
+    pub(super) fn required_text(&mut self, name: &str) -> Option<Text> {
         if self.present(name).is_none() {
             self.missing(name);
             return None;
@@ -323,7 +329,7 @@ impl<'a> Reader<'a> {
         self.text(name)
     }
 
-    fn boolean(&mut self, name: &str) -> Option<Spanned<bool>> {
+    pub(super) fn boolean(&mut self, name: &str) -> Option<Spanned<bool>> {
         let (_, node) = self.present(name)?;
         let span = self.document.span(node);
         match &node.value {
@@ -350,7 +356,7 @@ impl<'a> Reader<'a> {
         }
     }
 
-    fn integer(&mut self, name: &str) -> Option<Spanned<i64>> {
+    pub(super) fn integer(&mut self, name: &str) -> Option<Spanned<i64>> {
         let (_, node) = self.present(name)?;
         let span = self.document.span(node);
         let plain = node.is_plain(&self.file.text);
@@ -401,7 +407,7 @@ impl<'a> Reader<'a> {
     }
 
     /// A text field whose value is one of a fixed set of names.
-    fn choice<T: Copy>(
+    pub(super) fn choice<T: Copy>(
         &mut self,
         name: &str,
         choices: &[T],
@@ -568,6 +574,7 @@ impl<'a> Reader<'a> {
             Kind::KubernetesResourceInstance => self.read_resource(models),
             Kind::Node => self.read_host(models),
             Kind::HelmChart => self.read_chart(models),
+            Kind::ImagePolicy => self.read_image_policy(models),
             // Not kinds one writes: `Kind::parse` does not know them.
             Kind::Manifest | Kind::Kustomization => {}
         }
@@ -720,12 +727,20 @@ impl<'a> Reader<'a> {
             self.error(k.span, format!("\"{}\" is not a valid image_kind", k.value))
                 .hint = Some("the only image kind is \"container\"".into());
         }
+        let digest = self.text("digest");
+        if let Some(d) = &digest
+            && !super::is_digest(&d.value)
+        {
+            self.error(d.span, format!("\"{}\" is not an image digest", d.value))
+                .hint = Some("sha256: and 64 lowercase hex digits, as the registry gives it (a digest ImagePolicy writes it)".into());
+        }
         if let Some(name) = name {
             models.images.push(Image {
                 origin: self.origin,
                 name,
                 tag,
                 image_kind,
+                digest,
             });
         }
     }
@@ -1036,6 +1051,7 @@ fn required_fields(kind: Kind) -> &'static [&'static str] {
         Kind::ServicePort => &["name", "service", "internal_port"],
         Kind::KubernetesResourceInstance => &["name", "resource_definition"],
         Kind::HelmChart => &["name", "chart", "trust_domain"],
+        Kind::ImagePolicy => &["name", "image", "semver, numerical, alphabetical or digest"],
         Kind::Manifest | Kind::Kustomization => &[],
     }
 }

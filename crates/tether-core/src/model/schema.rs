@@ -11,7 +11,9 @@ use std::collections::BTreeMap;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::Deserialize;
 
-use super::{ControllerKind, Protocol, TaintEffect, UpdateStrategy, XOS_FEEDBACK_FIELDS};
+use super::{
+    ControllerKind, Order, Protocol, TaintEffect, UpdateMode, UpdateStrategy, XOS_FEEDBACK_FIELDS,
+};
 
 /// The JSON Schema of one model document, pretty-printed.
 pub fn model_schema() -> String {
@@ -126,6 +128,7 @@ enum ModelDocument {
     KubernetesResourceInstance(ResourceInstanceDoc),
     Node(NodeDoc),
     HelmChart(HelmChartDoc),
+    ImagePolicy(ImagePolicyDoc),
 }
 
 /// A field value whose schema is given by hand-picked JSON (a choice from a model
@@ -282,6 +285,9 @@ struct ImageDoc {
     tag: Option<Scalar>,
     /// XOS's `kind` of Image: only `container`.
     image_kind: Option<Scalar>,
+    /// `sha256:` and 64 hex digits: containers run `name:tag@digest` (a digest
+    /// ImagePolicy writes it).
+    digest: Option<Digest>,
 }
 
 /// A Kubernetes Namespace.
@@ -542,6 +548,62 @@ struct NodeDoc {
     taints: Option<Vec<TaintDoc>>,
     /// true: cordoned, with a NoExecute taint, so pods that do not tolerate it leave.
     locked: Option<bool>,
+}
+
+value_schema!(
+    Digest,
+    json_schema!({"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"})
+);
+value_schema!(OrderName, {
+    let names: Vec<&str> = Order::ALL.iter().map(|o| o.name()).collect();
+    json_schema!({"enum": names, "description": "asc: the highest wins; desc: the lowest wins."})
+});
+value_schema!(UpdateModeName, {
+    let names: Vec<&str> = UpdateMode::ALL.iter().map(|u| u.name()).collect();
+    json_schema!({"enum": names, "description": "commit (default): on the Source's branch; branch: on tether/image/<name>, updated in place."})
+});
+value_schema!(
+    /// A duration with its unit (`30s`, `10m`, `1h`).
+    DurationText,
+    json_schema!({"type": "string", "pattern": "^\\s*[0-9]+\\s*[a-zA-Zµ]+(\\s*[0-9]+\\s*[a-zA-Zµ]+)*\\s*$"})
+);
+value_schema!(
+    TagCount,
+    json_schema!({"type": "integer", "minimum": 1, "description": "More tags than this (default 5000): nothing is chosen, with a warning."})
+);
+
+/// Which tags of an image repository replace the ones written in the repo: exactly
+/// one of `semver`, `numerical`, `alphabetical` and `digest`.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct ImagePolicyDoc {
+    #[serde(rename = "apiVersion")]
+    api_version: Option<ApiVersion>,
+    name: Scalar,
+    /// The image repository as Image models name it, without a tag or a digest.
+    image: String,
+    /// A semver range (Flux's spelling): the highest admitted version wins.
+    semver: Option<Scalar>,
+    /// Rank tags (or what extract takes of them) as numbers.
+    numerical: Option<OrderName>,
+    /// Rank tags (or what extract takes of them) in byte order.
+    alphabetical: Option<OrderName>,
+    /// Follow this tag's digest.
+    digest: Option<Scalar>,
+    /// Only tags that match (a Rust regex).
+    tag_pattern: Option<String>,
+    /// What is ranked: tag_pattern's groups in replacement syntax (`$ts`).
+    extract: Option<String>,
+    /// A tag younger than this is not chosen.
+    min_age: Option<DurationText>,
+    /// How often the registry is listed (default 5m, at least 10s).
+    interval: Option<DurationText>,
+    /// The Secret with the registry's credentials.
+    secret: Option<String>,
+    /// A plain-HTTP registry.
+    insecure: Option<bool>,
+    max_tags: Option<TagCount>,
+    update: Option<UpdateModeName>,
 }
 
 #[derive(Deserialize, JsonSchema)]

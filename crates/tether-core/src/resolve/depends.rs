@@ -136,6 +136,7 @@ impl Resolver<'_> {
             Kind::KubernetesService
             | Kind::Site
             | Kind::Image
+            | Kind::ImagePolicy
             | Kind::ServicePort
             | Kind::KubernetesConfigVolumeMount
             | Kind::KubernetesSecretVolumeMount => {
@@ -149,11 +150,7 @@ impl Resolver<'_> {
                     }
                     _ => "depend on a model that makes objects: a Slice, a KubernetesServiceInstance, a KubernetesResourceInstance, …".to_string(),
                 };
-                let article = if kind.name().starts_with(['A', 'E', 'I', 'O', 'U']) {
-                    "an"
-                } else {
-                    "a"
-                };
+                let article = kind.article();
                 self.error(
                     from,
                     reference.span,

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use super::{Resolver, label};
 use crate::diagnostic::Span;
 use crate::k8s;
-use crate::model::{Kind, KubernetesService, Text};
+use crate::model::{Kind, KubernetesService, Text, is_valid_image_name, is_valid_tag};
 
 /// A model name that becomes a Kubernetes name: the model kind, the name, its rule,
 /// and the rule in words.
@@ -57,6 +57,11 @@ impl<'m> Resolver<'m> {
         );
         identities.extend(m.resources.iter().map(|x| named(x.origin.kind, &x.name)));
         identities.extend(m.hosts.iter().map(|x| named(Kind::Node, &x.name)));
+        identities.extend(
+            m.image_policies
+                .iter()
+                .map(|x| named(Kind::ImagePolicy, &x.name)),
+        );
         for (kind, id, name) in identities {
             let span = name.span;
             match seen.get(&(kind, id.clone())) {
@@ -256,11 +261,7 @@ impl<'m> Resolver<'m> {
                 format!("image name \"{name}\" includes a tag"),
                 Some("write the tag in the \"tag\" field".into()),
             );
-        } else if name.is_empty()
-            || name
-                .chars()
-                .any(|c| c.is_whitespace() || c.is_ascii_uppercase())
-        {
+        } else if !is_valid_image_name(name) {
             self.error(
                 &model,
                 image.name.span,
@@ -268,22 +269,15 @@ impl<'m> Resolver<'m> {
                 Some("image names are lowercase, without spaces".into()),
             );
         }
-        if let Some(tag) = &image.tag {
-            let valid = !tag.value.is_empty()
-                && tag.value.len() <= 128
-                && !tag.value.starts_with(['.', '-'])
-                && tag
-                    .value
-                    .bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
-            if !valid {
-                self.error(
-                    &model,
-                    tag.span,
-                    format!("\"{}\" is not a valid image tag", tag.value),
-                    Some("tags use letters, digits, '_', '.' and '-', at most 128".into()),
-                );
-            }
+        if let Some(tag) = &image.tag
+            && !is_valid_tag(&tag.value)
+        {
+            self.error(
+                &model,
+                tag.span,
+                format!("\"{}\" is not a valid image tag", tag.value),
+                Some("tags use letters, digits, '_', '.' and '-', at most 128".into()),
+            );
         }
     }
 }
