@@ -49,7 +49,9 @@ pub async fn list_tags_in_pages(
     loop {
         // One tag past the cap is asked for, so that a list of exactly `max_tags`
         // is not taken for a longer one.
-        let wanted = page_size.min(max_tags - listing.listed + 1).max(1);
+        let wanted = page_size
+            .min((max_tags - listing.listed).saturating_add(1))
+            .max(1);
         let page = registry.tags_page(next.as_deref(), wanted).await?;
         listing.calls += 1;
         for tag in &page.tags {
