@@ -64,7 +64,15 @@ impl Registry {
     /// A registry open to all or to an htpasswd line's user, with `extra` appended to
     /// its configuration. Deletes are allowed (distribution refuses them otherwise).
     fn start_configured(htpasswd: Option<&str>, extra: &str) -> Registry {
-        let storage = tempfile::tempdir().unwrap();
+        // In memory where the machine has it: hundreds of thousands of tags are
+        // written (and removed) ten times faster there than on disk.
+        let shm = std::path::Path::new("/dev/shm");
+        let storage = if shm.is_dir() {
+            tempfile::tempdir_in(shm)
+        } else {
+            tempfile::tempdir()
+        }
+        .unwrap();
         let port = free_port();
         let config = storage.path().join("config.yml");
         let auth = match htpasswd {
@@ -207,9 +215,9 @@ impl Registry {
         ]);
     }
 
-    /// Writes `tags` straight into the registry's storage, each pointing at the
-    /// manifest of an already pushed tag of `repository` (`existing`): how tests make
-    /// tens of thousands of tags in seconds.
+    /// Writes `tags` straight into the registry's storage, each the same as an
+    /// already pushed tag of `repository` (`existing`; a symlink to its directory, so
+    /// its link names the same manifest): how tests make 200,000 tags in seconds.
     pub fn add_tags_in_storage(
         &self,
         repository: &str,
@@ -222,12 +230,12 @@ impl Registry {
             .join("data/docker/registry/v2/repositories")
             .join(repository)
             .join("_manifests/tags");
-        let link = std::fs::read(tags_dir.join(existing).join("current/link"))
-            .unwrap_or_else(|e| panic!("{repository}:{existing} was pushed: {e}"));
+        assert!(
+            tags_dir.join(existing).join("current/link").is_file(),
+            "{repository}:{existing} was pushed"
+        );
         for tag in tags {
-            let current = tags_dir.join(tag).join("current");
-            std::fs::create_dir_all(&current).unwrap();
-            std::fs::write(current.join("link"), &link).unwrap();
+            std::os::unix::fs::symlink(existing, tags_dir.join(tag)).unwrap();
         }
     }
 
