@@ -231,6 +231,10 @@ impl Registry {
     /// A 404 for a tag names the tag: the repository may well exist.
     fn tag_not_found(&self, error: OciError, tag: &str) -> OciError {
         match error {
+            // An artifact's reference names its tag already.
+            OciError::NotFound { reference } if reference == self.reference.to_string() => {
+                OciError::NotFound { reference }
+            }
             OciError::NotFound { .. } => OciError::NotFound {
                 reference: format!("{}:{tag}", self.shown),
             },
