@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::remote::{KillOnDrop, free_port, http};
+use crate::remote::{KillOnDrop, free_port, http, status_and_body};
 
 /// A running registry; stopped when dropped.
 pub struct Registry {
@@ -347,16 +347,7 @@ fn whole_answer(registry_port: u16, path: &str) -> (u16, String) {
     write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
     let mut response = String::new();
     std::io::Read::read_to_string(&mut stream, &mut response).unwrap();
-    let status = response
-        .split(' ')
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, body)| body.to_string())
-        .unwrap_or_default();
-    (status, body)
+    status_and_body(&response)
 }
 
 /// Answers one `GET /v2/<repository>/tags/list?n=…&last=…` with the page after
