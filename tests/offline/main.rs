@@ -4,7 +4,7 @@
 //! workflow's pure stages on whole repositories (`discover`, `workflow`), the loader's
 //! properties (`loader_props`), `tether schema` (`schema`), sops compatibility
 //! (`sops`), the Git source (`git_source`), the Git hosts' APIs and webhooks as contracts (`githost`), OCI
-//! artifacts against a real registry (`oci`), notice receivers against a local HTTP server and a Kafka broker
+//! artifacts against a real registry (`oci`), image registries and their notifications (`images`), notice receivers against a local HTTP server and a Kafka broker
 //! (`notify`), files past the size limit (`limits`) and `tether validate` as CI runs it
 //! (`validate`). Snapshots and data-driven cases go
 //! through `tether_testkit::snapshot` (`TETHER_BLESS=1` rewrites them).
@@ -19,6 +19,7 @@ mod generate;
 mod git_source;
 mod githost;
 mod help;
+mod images;
 mod install;
 mod limits;
 mod loader_props;

@@ -22,6 +22,7 @@ pub mod feedback;
 pub mod generate;
 pub mod git;
 pub mod handover;
+pub mod images;
 pub mod keys;
 pub mod oci;
 pub mod outbox;

@@ -21,7 +21,7 @@ use sha2::{Digest as _, Sha256};
 use thiserror::Error;
 
 pub use reference::{Reference, ReferenceError, Target, target_of};
-pub use registry::Registry;
+pub use registry::{Registry, TAG_PAGE_BYTES, TagsPage};
 
 /// The media type of a Flux artifact's config.
 pub const FLUX_CONFIG: &str = "application/vnd.cncf.flux.config.v1+json";
@@ -66,6 +66,12 @@ pub enum OciError {
         expected: String,
         actual: String,
     },
+    #[error("{reference}: {what} is malformed: {why}")]
+    Malformed {
+        reference: String,
+        what: String,
+        why: String,
+    },
     #[error("{reference} is not a Flux artifact: {why}")]
     NotFluxArtifact { reference: String, why: String },
     #[error("{reference}: {what} is larger than {limit} bytes")]
@@ -101,6 +107,7 @@ impl OciError {
                 | OciError::PathLeaves { .. }
                 | OciError::WrongDigest { .. }
                 | OciError::NotFluxArtifact { .. }
+                | OciError::Malformed { .. }
                 | OciError::TooLarge { .. }
                 | OciError::Archive { .. }
         )

@@ -253,7 +253,11 @@ pub fn http(
     let _ = stream.write_all(body);
     let mut response = Vec::new();
     let _ = stream.read_to_end(&mut response);
-    let response = String::from_utf8_lossy(&response).into_owned();
+    status_and_body(&String::from_utf8_lossy(&response))
+}
+
+/// An HTTP response's status and body (read to its end, not chunked).
+pub(crate) fn status_and_body(response: &str) -> (u16, String) {
     let status = response
         .split(' ')
         .nth(1)

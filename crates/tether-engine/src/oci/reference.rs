@@ -140,7 +140,7 @@ pub(crate) fn is_sha256_digest(text: &str) -> bool {
 }
 
 /// The distribution spec's tag: `[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}`.
-fn is_tag(text: &str) -> bool {
+pub(crate) fn is_tag(text: &str) -> bool {
     let mut chars = text.chars();
     chars
         .next()

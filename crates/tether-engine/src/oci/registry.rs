@@ -25,6 +25,20 @@ const REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
 /// The manifest types asked for: an OCI manifest, or Docker's (some registries
 /// convert).
 const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json";
+/// What an image's tag may name: a manifest, or an index of one per platform (a
+/// multi-platform image); asked for when a tag's digest or its image's config matters.
+const ANY_MANIFEST_ACCEPT: &str = "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.index.v1+json, application/vnd.docker.distribution.manifest.list.v2+json";
+/// A page of a tag list larger than this is refused: 8 MiB is about 300,000 tags of
+/// twenty characters, far past any page a registry sends.
+pub const TAG_PAGE_BYTES: u64 = 8 * 1024 * 1024;
+
+/// One page of a repository's tag list.
+#[derive(Debug)]
+pub struct TagsPage {
+    pub tags: Vec<String>,
+    /// The next page's address (its `Link` header), when there is one.
+    pub next: Option<String>,
+}
 
 /// One repository on one registry, with the authorization it was granted.
 #[derive(Debug)]
@@ -33,6 +47,9 @@ pub struct Registry {
     /// `https://host` (or `http://` when insecure).
     base: String,
     reference: Reference,
+    /// How errors name what was asked: the artifact's reference, or `host/repository`
+    /// for an image repository.
+    shown: String,
     credentials: Option<Credentials>,
     /// The `Authorization` header that the last challenge earned.
     authorization: Mutex<Option<String>>,
@@ -53,9 +70,31 @@ impl Registry {
             http,
             base: format!("{scheme}://{}", reference.registry),
             reference: reference.clone(),
+            shown: reference.to_string(),
             credentials: access.credentials.clone(),
             authorization: Mutex::new(None),
         })
+    }
+
+    /// An image repository (`registry` is `host[:port]`), not one tag of it: for
+    /// listing its tags and asking about any of them.
+    pub fn for_repository(
+        registry: &str,
+        repository: &str,
+        access: &Access,
+    ) -> Result<Registry, OciError> {
+        let reference = Reference::parse(&format!(
+            "{}{registry}/{repository}",
+            super::reference::SCHEME
+        ))?;
+        let mut client = Registry::new(&reference, access)?;
+        client.shown = reference.name();
+        Ok(client)
+    }
+
+    /// How errors name this repository (or artifact).
+    pub fn name(&self) -> &str {
+        &self.shown
     }
 
     fn url(&self, tail: &str) -> String {
@@ -63,28 +102,154 @@ impl Registry {
     }
 
     /// The manifest's digest that the reference names: a pinned digest as it is, a
-    /// tag by one HEAD request (a GET, hashed, when the registry sends no
-    /// `Docker-Content-Digest`).
+    /// tag by [`Registry::resolve_tag`].
     pub async fn resolve(&self) -> Result<String, OciError> {
-        if let super::Target::Digest(digest) = &self.reference.target {
-            return Ok(digest.clone());
+        match &self.reference.target {
+            super::Target::Digest(digest) => Ok(digest.clone()),
+            super::Target::Tag(tag) => self.resolve_tag(tag).await,
         }
-        let url = self.url(&format!("manifests/{}", self.reference.target_text()));
-        let response = self.manifest_request(Method::HEAD, &url).await?;
+    }
+
+    /// The digest of the manifest `tag` points at now: one HEAD request (a GET,
+    /// hashed, when the registry sends no `Docker-Content-Digest`). An image index
+    /// is named by its own digest.
+    pub async fn resolve_tag(&self, tag: &str) -> Result<String, OciError> {
+        self.check_tag(tag)?;
+        let url = self.url(&format!("manifests/{tag}"));
+        let missing_tag = |error| self.tag_not_found(error, tag);
+        let response = self
+            .manifest_request(Method::HEAD, &url, ANY_MANIFEST_ACCEPT)
+            .await
+            .map_err(missing_tag)?;
         if let Some(digest) = header_digest(response.headers()) {
             return Ok(digest);
         }
-        let response = self.manifest_request(Method::GET, &url).await?;
+        let response = self
+            .manifest_request(Method::GET, &url, ANY_MANIFEST_ACCEPT)
+            .await
+            .map_err(missing_tag)?;
         let bytes = self
             .read_bounded(response, "the manifest", MANIFEST_BYTES)
             .await?;
         Ok(super::sha256_digest(&bytes))
     }
 
-    async fn manifest_request(&self, method: Method, url: &str) -> Result<Response, OciError> {
+    /// The manifest `tag` points at, or an image index, as bytes checked against the
+    /// digest the registry names it by (when it names one).
+    pub async fn manifest_of_tag(&self, tag: &str) -> Result<Vec<u8>, OciError> {
+        self.check_tag(tag)?;
+        let url = self.url(&format!("manifests/{tag}"));
+        let response = self
+            .manifest_request(Method::GET, &url, ANY_MANIFEST_ACCEPT)
+            .await
+            .map_err(|error| self.tag_not_found(error, tag))?;
+        let named = header_digest(response.headers());
+        let bytes = self
+            .read_bounded(response, "the manifest", MANIFEST_BYTES)
+            .await?;
+        if let Some(named) = named {
+            self.check_digest("the manifest", &named, &super::sha256_digest(&bytes))?;
+        }
+        Ok(bytes)
+    }
+
+    /// The manifest of `digest` (an image's, or an index's), as bytes checked against it.
+    pub async fn manifest_bytes(&self, digest: &str) -> Result<Vec<u8>, OciError> {
+        let url = self.url(&format!("manifests/{digest}"));
+        let response = self
+            .manifest_request(Method::GET, &url, ANY_MANIFEST_ACCEPT)
+            .await?;
+        let bytes = self
+            .read_bounded(response, "the manifest", MANIFEST_BYTES)
+            .await?;
+        self.check_digest("the manifest", digest, &super::sha256_digest(&bytes))?;
+        Ok(bytes)
+    }
+
+    /// A small blob (an image's config), checked against its digest; refused past
+    /// the size of a manifest.
+    pub async fn small_blob(&self, descriptor: &Descriptor) -> Result<Vec<u8>, OciError> {
+        let what = format!("the blob {}", descriptor.digest);
+        if descriptor.size > MANIFEST_BYTES {
+            return Err(self.too_large(&what, MANIFEST_BYTES));
+        }
+        let url = self.url(&format!("blobs/{}", descriptor.digest));
+        let response = self.send("a blob", |http| http.get(&url)).await?;
+        let bytes = self.read_bounded(response, &what, MANIFEST_BYTES).await?;
+        self.check_digest(&what, &descriptor.digest, &super::sha256_digest(&bytes))?;
+        Ok(bytes)
+    }
+
+    /// One page of the repository's tags (`GET /v2/<repository>/tags/list?n=<n>`),
+    /// or the page `next` (a previous page's `Link: <…>; rel="next"`) asked for `n`
+    /// tags. The body is bounded by [`TAG_PAGE_BYTES`].
+    pub async fn tags_page(&self, next: Option<&str>, n: usize) -> Result<TagsPage, OciError> {
+        let mut url = match next {
+            None => reqwest::Url::parse(&self.url("tags/list")),
+            Some(link) => reqwest::Url::parse(&self.base).and_then(|base| base.join(link)),
+        }
+        .map_err(|e| self.malformed("the tag list's next page", e.to_string()))?;
+        let kept: Vec<(String, String)> = url
+            .query_pairs()
+            .filter(|(key, _)| key != "n")
+            .map(|(key, value)| (key.into_owned(), value.into_owned()))
+            .collect();
+        url.query_pairs_mut()
+            .clear()
+            .extend_pairs(kept)
+            .append_pair("n", &n.to_string());
+        let response = self
+            .send("the tag list", |http| http.get(url.clone()))
+            .await?;
+        let next = next_link(response.headers());
+        let bytes = self
+            .read_bounded(response, "the tag list", TAG_PAGE_BYTES)
+            .await?;
+        #[derive(serde::Deserialize)]
+        struct TagList {
+            tags: Option<Vec<String>>,
+        }
+        let list: TagList = serde_json::from_slice(&bytes)
+            .map_err(|e| self.malformed("the tag list", e.to_string()))?;
+        Ok(TagsPage {
+            tags: list.tags.unwrap_or_default(),
+            next,
+        })
+    }
+
+    /// A tag goes into a URL's path: only what the distribution spec allows.
+    fn check_tag(&self, tag: &str) -> Result<(), OciError> {
+        if super::reference::is_tag(tag) {
+            return Ok(());
+        }
+        Err(self.malformed(
+            &format!("the tag {tag:?}"),
+            "a tag is 1 to 128 letters, digits, '_', '.' or '-' (not first)".into(),
+        ))
+    }
+
+    /// A 404 for a tag names the tag: the repository may well exist.
+    fn tag_not_found(&self, error: OciError, tag: &str) -> OciError {
+        match error {
+            // An artifact's reference names its tag already.
+            OciError::NotFound { reference } if reference == self.reference.to_string() => {
+                OciError::NotFound { reference }
+            }
+            OciError::NotFound { .. } => OciError::NotFound {
+                reference: format!("{}:{tag}", self.shown),
+            },
+            other => other,
+        }
+    }
+
+    async fn manifest_request(
+        &self,
+        method: Method,
+        url: &str,
+        accept: &'static str,
+    ) -> Result<Response, OciError> {
         self.send("the manifest", |http| {
-            http.request(method.clone(), url)
-                .header(ACCEPT, MANIFEST_ACCEPT)
+            http.request(method.clone(), url).header(ACCEPT, accept)
         })
         .await
     }
@@ -92,13 +257,15 @@ impl Registry {
     /// The manifest of `digest`, checked against it.
     pub async fn manifest(&self, digest: &str) -> Result<Manifest, OciError> {
         let url = self.url(&format!("manifests/{digest}"));
-        let response = self.manifest_request(Method::GET, &url).await?;
+        let response = self
+            .manifest_request(Method::GET, &url, MANIFEST_ACCEPT)
+            .await?;
         let bytes = self
             .read_bounded(response, "the manifest", MANIFEST_BYTES)
             .await?;
         self.check_digest("the manifest", digest, &super::sha256_digest(&bytes))?;
         serde_json::from_slice(&bytes).map_err(|e| OciError::NotFluxArtifact {
-            reference: self.reference.to_string(),
+            reference: self.shown.clone(),
             why: format!("its manifest is not an OCI image manifest: {e}"),
         })
     }
@@ -206,7 +373,7 @@ impl Registry {
             response = self.send_once(&build).await?;
             if response.status() == StatusCode::UNAUTHORIZED {
                 return Err(OciError::Unauthorized {
-                    reference: self.reference.to_string(),
+                    reference: self.shown.clone(),
                     status: response.status().as_u16(),
                 });
             }
@@ -214,12 +381,12 @@ impl Registry {
         let status = response.status();
         if status == StatusCode::NOT_FOUND {
             return Err(OciError::NotFound {
-                reference: self.reference.to_string(),
+                reference: self.shown.clone(),
             });
         }
         if status == StatusCode::FORBIDDEN {
             return Err(OciError::Unauthorized {
-                reference: self.reference.to_string(),
+                reference: self.shown.clone(),
                 status: status.as_u16(),
             });
         }
@@ -260,7 +427,7 @@ impl Registry {
                 self.credentials
                     .as_ref()
                     .ok_or_else(|| OciError::CredentialsNeeded {
-                        reference: self.reference.to_string(),
+                        reference: self.shown.clone(),
                     })?;
             basic(credentials)
         };
@@ -300,7 +467,7 @@ impl Registry {
         let response = request.send().await.map_err(|e| self.unreachable(e))?;
         if !response.status().is_success() {
             return Err(OciError::Unauthorized {
-                reference: self.reference.to_string(),
+                reference: self.shown.clone(),
                 status: response.status().as_u16(),
             });
         }
@@ -341,7 +508,7 @@ impl Registry {
             return Ok(());
         }
         Err(OciError::WrongDigest {
-            reference: self.reference.to_string(),
+            reference: self.shown.clone(),
             what: what.to_string(),
             expected: expected.to_string(),
             actual: actual.to_string(),
@@ -350,22 +517,30 @@ impl Registry {
 
     fn unreachable(&self, source: reqwest::Error) -> OciError {
         OciError::Unreachable {
-            reference: self.reference.to_string(),
+            reference: self.shown.clone(),
             source,
         }
     }
 
     fn too_large(&self, what: &str, limit: u64) -> OciError {
         OciError::TooLarge {
-            reference: self.reference.to_string(),
+            reference: self.shown.clone(),
             what: what.to_string(),
             limit,
         }
     }
 
+    fn malformed(&self, what: &str, why: String) -> OciError {
+        OciError::Malformed {
+            reference: self.shown.clone(),
+            what: what.to_string(),
+            why,
+        }
+    }
+
     fn status_error(&self, what: &'static str, status: StatusCode, body: String) -> OciError {
         OciError::Status {
-            reference: self.reference.to_string(),
+            reference: self.shown.clone(),
             what,
             status: status.as_u16(),
             body,
@@ -380,6 +555,24 @@ fn header_digest(headers: &HeaderMap) -> Option<String> {
         .and_then(|d| d.to_str().ok())
         .filter(|d| super::reference::is_sha256_digest(d))
         .map(str::to_string)
+}
+
+/// The target of a `Link: <…>; rel="next"` header (distribution's pagination).
+fn next_link(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(reqwest::header::LINK)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(','))
+        .find_map(|link| {
+            let (target, params) = link.trim().split_once(';')?;
+            let is_next = params.split(';').any(|param| {
+                let param = param.replace(' ', "").to_ascii_lowercase();
+                param == "rel=\"next\"" || param == "rel=next"
+            });
+            let target = target.trim().strip_prefix('<')?.strip_suffix('>')?;
+            is_next.then(|| target.to_string())
+        })
 }
 
 fn basic(credentials: &Credentials) -> String {
@@ -436,5 +629,32 @@ mod tests {
             ]
         );
         assert_eq!(strip_scheme(r#"Basic realm="x""#, "Bearer"), None);
+    }
+
+    #[test]
+    fn the_next_page_is_the_link_whose_rel_is_next() {
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            reqwest::header::LINK,
+            r#"</v2/shop/app/tags/list?n=2&last=b>; rel="next""#
+                .parse()
+                .unwrap(),
+        );
+        assert_eq!(
+            next_link(&headers).as_deref(),
+            Some("/v2/shop/app/tags/list?n=2&last=b")
+        );
+        headers.insert(
+            reqwest::header::LINK,
+            r#"<https://x/first>; rel="prev", <https://x/second>; rel=next"#
+                .parse()
+                .unwrap(),
+        );
+        assert_eq!(next_link(&headers).as_deref(), Some("https://x/second"));
+        headers.insert(
+            reqwest::header::LINK,
+            "<https://x/a>; rel=\"prev\"".parse().unwrap(),
+        );
+        assert_eq!(next_link(&headers), None);
     }
 }
