@@ -172,6 +172,7 @@ async fn run(
             secret_ref: None,
             decryption: None,
             discovery: (pods > 0).then(DiscoverySpec::default),
+            image_automation: None,
             service_account_name: None,
             confine: None,
             propose_actions: false,

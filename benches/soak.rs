@@ -178,6 +178,7 @@ async fn create_sources(client: &Client, repos: &Repos, defs: &[SourceDef], inte
                 secret_ref: None,
                 decryption: None,
                 discovery: None,
+                image_automation: None,
                 service_account_name: None,
                 confine: None,
                 propose_actions: false,

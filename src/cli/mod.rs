@@ -4,6 +4,7 @@ mod check;
 mod discover;
 mod events;
 mod flags;
+mod images;
 mod install;
 mod manual;
 mod models;
@@ -231,6 +232,21 @@ enum Command {
         after_help = "Examples:\n  tether scale web +1 -C examples/models\n  tether scale web 5 --repo ssh://git@git.example.org/ops/models.git --author 'Ada <ada@example.org>'\n  tether scale web -1 --propose scale-web-down"
     )]
     Scale(operate::ScaleArgs),
+    /// What each ImagePolicy of the models chooses from its registry now; with
+    /// --commit, the commits that write it.
+    ///
+    /// Each image repository is listed once (its tag list, page by page); a policy
+    /// never replaces a tag with one it ranks lower, unless the tag written is outside
+    /// the policy (the policy changed). The chosen tag is written in place (the Image
+    /// model and the references to it, or the value a `# tether:image-policy NAME`
+    /// marker comment sits on), one commit per policy (--batch: one for all), to the
+    /// branch or, for `update: branch` policies, to `tether/image/NAME`. Exits 0, or 2
+    /// when a policy could not be decided (registry, credentials, targets).
+    #[command(after_help = "Examples:
+  tether images -C models
+  tether images --commit --repo ssh://git@git.example.org/ops/models.git
+  tether images --json | jq '.policies[] | select(.result == \"failed\")'")]
+    Images(images::ImagesArgs),
     /// Roll a slice's pods (as `kubectl rollout restart`), as a commit to the models repo.
     ///
     /// Sets the slice's `restarted_at` to now; it goes into the pod template's
@@ -725,6 +741,7 @@ pub async fn run(args: Args) -> miette::Result<ExitCode> {
         }
         Command::Discover(args) => discover::run(&args).await,
         Command::Scale(args) => operate::scale(global, &args).await,
+        Command::Images(args) => images::images(global, &args).await,
         Command::Restart(args) => operate::restart(global, &args).await,
         Command::Rollback(args) => operate::rollback(global, &args).await,
         Command::Rollout(command) => operate::rollout(&command).await,

@@ -40,7 +40,7 @@ pub struct ModelsArgs {
 }
 
 impl ModelsArgs {
-    fn destination(&self) -> Destination {
+    pub(super) fn destination(&self) -> Destination {
         match &self.repo {
             Some(url) => Destination::Remote {
                 url: url.clone(),

@@ -15,6 +15,7 @@ mod fidelity;
 mod generate;
 mod harness;
 mod identity;
+mod images;
 mod lifetime;
 mod nodes;
 mod nodesim;

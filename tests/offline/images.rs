@@ -317,7 +317,7 @@ async fn the_registrys_own_notification_names_the_pushed_image() {
     let url = format!("http://{}/events", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });
 
-    let registry = TestRegistry::start_with_notifications(&url);
+    let registry = TestRegistry::start_with_notifications(&url, &[]);
     let host = registry.host();
     let pushed = tokio::task::spawn_blocking(move || {
         let image = registry.push_image("shop/app", "1.4.0", pushed_at(3));

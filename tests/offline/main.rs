@@ -19,6 +19,7 @@ mod generate;
 mod git_source;
 mod githost;
 mod help;
+mod image_automation;
 mod images;
 mod install;
 mod limits;

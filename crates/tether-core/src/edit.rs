@@ -103,7 +103,9 @@ fn is_plain_safe(s: &str) -> bool {
             .all(|b| in_word(b) || matches!(b, b':' | b'@' | b'+'));
     match s.bytes().next() {
         Some(b) if b.is_ascii_alphabetic() => word && !yaml_1_1_word,
-        Some(b) if b.is_ascii_digit() => is_plain_version(s),
+        // An image reference on an address (`127.0.0.1:5000/shop/app:1.1`): a `/` makes
+        // it no number, date or time in either YAML version.
+        Some(b) if b.is_ascii_digit() => is_plain_version(s) || (word && s.contains('/')),
         _ => false,
     }
 }

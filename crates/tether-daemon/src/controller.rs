@@ -33,6 +33,7 @@ use super::crd::{
 use super::discovery::DiscoveryTarget;
 use super::feedback::SourceFeedback;
 use super::identity::Identities;
+use super::images::SourceImages;
 use super::keys::DecryptionSecret;
 use super::leader::{self, Election};
 use super::pull_request::{ActAs, PullRequestPlanner};
@@ -47,6 +48,7 @@ use tether_engine::cluster::Target;
 use tether_engine::discovery::Destination;
 use tether_engine::driver::{Backoff, Retries};
 use tether_engine::git::{Credentials, is_full_commit_id};
+use tether_engine::images::automation::Automation;
 use tether_engine::oci::Reference;
 use tether_engine::reconcile::Reconciler;
 
@@ -400,6 +402,7 @@ async fn run_source(
         )
     });
     let shown = shown_on_page(&source, &daemon.directories, &credentials);
+    let images = image_automation(&source, &daemon, &client, &credentials);
     let planner_credentials = credentials.clone();
     let Some((reconciler, settings)) =
         source_reconciler(&daemon, &source, &client, credentials, &mut status).await
@@ -430,8 +433,8 @@ async fn run_source(
         work = work.with_decryption(secret);
     }
     pass_on_request(&source, &work.trigger());
-    let discovery = discovery
-        .map(|target| spawn_discovery(client.clone(), target, work.first_pass(), stop.clone()));
+    let images = images.map(|images| images(work.trigger()));
+    let beside = spawn_beside(&client, discovery, images, work.first_pass(), &stop);
     let origin = Origin {
         url: Some(source.spec.url.clone()),
         reference: source.spec.reference.clone(),
@@ -452,8 +455,8 @@ async fn run_source(
         });
     let loop_ = work.run(origin, daemon.shutdown_timeout, &stop, log_pass);
     beside_pull_requests(loop_, planner, &daemon.shared, &id, &stop).await;
-    if let Some(discovery) = discovery {
-        let _ = discovery.await;
+    for task in beside {
+        let _ = task.await;
     }
 }
 
@@ -754,6 +757,89 @@ fn shown_on_page(source: &Source, directories: &Directories, credentials: &Crede
     }
 }
 
+/// The Source's image automation (`spec.imageAutomation`), given the trigger of its
+/// loop: on its branch (else main), through a clone of its own beside the Git cache;
+/// none for an OCI artifact, which tether cannot commit to.
+fn image_automation<'a>(
+    source: &'a Source,
+    daemon: &'a Daemon,
+    client: &'a Client,
+    credentials: &Credentials,
+) -> Option<impl FnOnce(mpsc::Sender<Trigger>) -> SourceImages + use<'a>> {
+    let spec = &source.spec;
+    let automation = spec.image_automation.as_ref()?;
+    if Reference::is_oci(&spec.url) {
+        return None;
+    }
+    let namespace = source.namespace().unwrap_or_default();
+    let author = automation
+        .author
+        .as_deref()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_default();
+    let run = Automation {
+        destination: Destination::Remote {
+            url: spec.url.clone(),
+            path: PathBuf::from(spec.path.as_deref().unwrap_or(".")),
+            cache: daemon.directories.cache.join("images"),
+            credentials: credentials.clone(),
+        },
+        branch: Some(
+            spec.reference
+                .clone()
+                .filter(|r| !is_full_commit_id(r))
+                .unwrap_or_else(|| "main".into()),
+        ),
+        author,
+        push: true,
+        batch: automation.batch,
+        commit: true,
+        docker_config: None,
+    };
+    Some(move |trigger| SourceImages {
+        id: id_of(source),
+        automation: run,
+        sources: Api::namespaced(client.clone(), &namespace),
+        secrets: Api::namespaced(client.clone(), &namespace),
+        name: source.name_any(),
+        trigger,
+        shared: daemon.shared.clone(),
+    })
+}
+
+/// Discovery and image automation, beside the Source's loop once its first pass is
+/// over, until `stop`.
+fn spawn_beside(
+    client: &Client,
+    discovery: Option<DiscoveryTarget>,
+    images: Option<SourceImages>,
+    first_pass: tokio::sync::watch::Receiver<bool>,
+    stop: &CancellationToken,
+) -> Vec<JoinHandle<()>> {
+    let discovery = discovery
+        .map(|target| spawn_discovery(client.clone(), target, first_pass.clone(), stop.clone()));
+    let images = images.map(|images| spawn_images(images, first_pass, stop.clone()));
+    discovery.into_iter().chain(images).collect()
+}
+
+/// Runs the image automation once the Source's first pass is over, until `stop`.
+fn spawn_images(
+    images: SourceImages,
+    mut first_pass: tokio::sync::watch::Receiver<bool>,
+    stop: CancellationToken,
+) -> JoinHandle<()> {
+    tokio::spawn(
+        async move {
+            tokio::select! {
+                _ = first_pass.wait_for(|done| *done) => {}
+                () = stop.cancelled() => return,
+            }
+            images.run(stop).await;
+        }
+        .in_current_span(),
+    )
+}
+
 /// Runs discovery once the Source's first pass is over (the two start-ups do not
 /// peak together), until `stop`.
 fn spawn_discovery(
@@ -836,6 +922,16 @@ pub struct SourceStatusWriter {
     clusters: Option<Vec<ClusterState>>,
 }
 
+/// The part of the Source's status its passes write: the image policies' part is
+/// the image automation's, so a pass's patch never carries (nor puts back) an older
+/// copy of it.
+fn passes_status(source: &Source) -> SourceStatus {
+    let mut status = source.status.clone().unwrap_or_default();
+    status.images.clear();
+    status.images_summary = None;
+    status
+}
+
 impl SourceStatusWriter {
     fn new(client: &Client, source: &Source) -> Self {
         let reporter = event_reporter();
@@ -844,7 +940,7 @@ impl SourceStatusWriter {
             name: source.name_any(),
             reference: source.spec.reference.clone(),
             generation: source.metadata.generation,
-            status: source.status.clone().unwrap_or_default(),
+            status: passes_status(source),
             events: Recorder::new(client.clone(), reporter),
             regarding: source.object_ref(&()),
             rewrite: None,

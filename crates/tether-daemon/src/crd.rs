@@ -35,6 +35,7 @@ pub const RECONCILE_REQUESTED_ANNOTATION: &str = "tether.dev/reconcile-requested
     printcolumn = r#"{"name":"Status","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].message"}"#,
     printcolumn = r#"{"name":"Revision","type":"string","jsonPath":".status.lastAppliedRevision"}"#,
     printcolumn = r#"{"name":"Last Success","type":"date","jsonPath":".status.lastSuccessTime"}"#,
+    printcolumn = r#"{"name":"Images","type":"string","priority":1,"jsonPath":".status.imagesSummary"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -87,6 +88,11 @@ pub struct SourceSpec {
     /// `.tether.yaml` names. The credentials must allow a push.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub discovery: Option<DiscoverySpec>,
+    /// Update the images the models' ImagePolicies choose, as commits to the
+    /// repository (the credentials must allow a push). Registry credentials are the
+    /// Secrets the policies' `secret` names, in the Source's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_automation: Option<ImageAutomationSpec>,
     /// A Secret in the Source's namespace with Git (or registry) credentials:
     /// `username`, and `password` or `token`; for an oci:// URL, also a
     /// `.dockerconfigjson` (`kubectl create secret docker-registry`).
@@ -267,6 +273,20 @@ pub enum RewritePolicy {
     Refuse,
 }
 
+/// Image automation: the models' ImagePolicies scanned on their intervals (and at
+/// once at a registry's webhook), the tags they choose committed to the Source's
+/// branch (or each `update: branch` policy's own), then applied like any push.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageAutomationSpec {
+    /// One commit for every policy that updates in a scan, instead of one each.
+    #[serde(default)]
+    pub batch: bool,
+    /// The commits' author, "Name <email>" (default: tether <tether@localhost>).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub author: Option<String>,
+}
+
 /// Where discovered models are committed.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 pub struct DiscoverySpec {
@@ -314,6 +334,33 @@ pub struct SourceStatus {
     /// in the last pass.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub clusters: Vec<ClusterStatus>,
+    /// Each image policy at its last scan (written by the image automation, not by
+    /// the passes).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<ImagePolicyStatus>,
+    /// The image policies in one line (`kubectl get sources -o wide`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images_summary: Option<String>,
+}
+
+/// An image policy at its last scan.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ImagePolicyStatus {
+    pub policy: String,
+    pub image: String,
+    /// When the registry was last scanned (RFC 3339).
+    pub last_scan_time: String,
+    /// How many tags the repository listed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tags: Option<u64>,
+    /// The best tag (or digest) the policy admits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub candidate: Option<String>,
+    /// Updated, Kept or Failed.
+    pub result: String,
+    /// What was chosen and from what, why nothing was, or what went wrong.
+    pub message: String,
 }
 
 /// One cluster of a Source whose models name several.

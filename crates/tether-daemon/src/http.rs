@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 use super::Shared;
 use super::refusal_log::{Decision, FLUSH_EVERY, RefusalKind, Summary, WINDOW};
 use super::webhook::{self, Headers, MAX_BODY, Provider, Refusal};
+use tether_engine::images::notification;
 
 /// Serves the endpoints on `listener` until `shutdown`.
 pub async fn serve(
@@ -219,6 +220,9 @@ async fn receive(
             format!("{refusal}\n"),
         );
     }
+    if matches!(provider, Provider::Registry | Provider::Image) {
+        return image_pushes(shared, provider, &headers, body, secret);
+    }
     match webhook::pull_request(provider, &headers, body) {
         Ok(Some(request)) => return pull_request(shared, &request),
         Ok(None) => {}
@@ -267,6 +271,44 @@ fn refused(refusal: Refusal) -> (StatusCode, &'static str, String) {
             StatusCode::UNAUTHORIZED,
             "unauthorized",
             format!("{refusal}\n"),
+        ),
+    }
+}
+
+/// Images pushed to a registry: the image automations whose policies list one of
+/// their repositories scan it now.
+fn image_pushes(
+    shared: &Shared,
+    provider: Provider,
+    headers: &RequestHeaders<'_>,
+    body: &[u8],
+    secret: &[u8],
+) -> (StatusCode, &'static str, String) {
+    let pushes = match provider {
+        Provider::Registry => notification::docker_distribution(body),
+        _ => notification::generic(body, headers.get("x-signature-256"), secret).map(|p| vec![p]),
+    };
+    let pushes = match pushes {
+        Ok(pushes) => pushes,
+        Err(error) => return refused(Refusal::BadRequest(error.to_string())),
+    };
+    if pushes.is_empty() {
+        return (
+            StatusCode::OK,
+            "ignored",
+            "no image push in the notification; ignored\n".into(),
+        );
+    }
+    match shared.push_images(&pushes) {
+        0 => (
+            StatusCode::OK,
+            "ignored",
+            "no image policy lists these repositories\n".into(),
+        ),
+        n => (
+            StatusCode::ACCEPTED,
+            "accepted",
+            format!("{n} source(s) will scan their registries\n"),
         ),
     }
 }

@@ -21,6 +21,7 @@ mod drift;
 mod feedback;
 pub mod http;
 pub mod identity;
+mod images;
 pub mod install;
 mod keys;
 pub mod leader;
@@ -38,6 +39,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
+
+use tether_engine::images::automation::pushed_to;
 
 use self::metrics::Metrics;
 use self::refusal_log::RefusalLog;
@@ -79,6 +82,16 @@ pub struct Shared {
     /// The Sources that plan pull requests, by id: what each follows, and where a
     /// request goes.
     planners: Mutex<BTreeMap<String, Planner>>,
+    /// The Sources' image automations, by id: the image repositories their policies
+    /// list, and where a registry's push goes.
+    images: Mutex<BTreeMap<String, ImageWatch>>,
+}
+
+/// A Source's image automation, as registry webhooks see it.
+struct ImageWatch {
+    /// `registry/repository` of each policy's image.
+    repositories: Vec<String>,
+    pushes: mpsc::Sender<Vec<tether_engine::images::notification::Pushed>>,
 }
 
 /// A Source's pull-request planner, as webhooks see it.
@@ -109,6 +122,7 @@ impl Shared {
             refused_webhooks: Mutex::new(RefusalLog::default()),
             web: std::sync::OnceLock::new(),
             planners: Mutex::new(BTreeMap::new()),
+            images: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -224,6 +238,49 @@ impl Shared {
             // A full queue is dropped: the request's next push brings another webhook.
             .filter(|p| p.requests.try_send(request.clone()).is_ok())
             .count()
+    }
+
+    /// A Source's image automation lists `repositories` (`registry/repository`) and
+    /// takes their pushes through `pushes`, until unregistered.
+    pub(crate) fn register_images(
+        &self,
+        id: &str,
+        repositories: Vec<String>,
+        pushes: mpsc::Sender<Vec<tether_engine::images::notification::Pushed>>,
+    ) {
+        let watch = ImageWatch {
+            repositories,
+            pushes,
+        };
+        self.lock_images().insert(id.to_string(), watch);
+    }
+
+    pub(crate) fn unregister_images(&self, id: &str) {
+        self.lock_images().remove(id);
+    }
+
+    /// Hands a registry's `pushes` to every image automation whose policies list one
+    /// of their repositories; returns how many.
+    pub fn push_images(&self, pushes: &[tether_engine::images::notification::Pushed]) -> usize {
+        self.lock_images()
+            .values()
+            .filter_map(|watch| {
+                let concerned: Vec<_> = pushes
+                    .iter()
+                    .filter(|push| watch.repositories.iter().any(|r| pushed_to(push, r)))
+                    .cloned()
+                    .collect();
+                // A full queue already holds a run to come, which lists anew.
+                (!concerned.is_empty()).then(|| watch.pushes.try_send(concerned))
+            })
+            .filter(|sent| !matches!(sent, Err(mpsc::error::TrySendError::Closed(_))))
+            .count()
+    }
+
+    fn lock_images(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, ImageWatch>> {
+        self.images
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn lock_planners(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Planner>> {

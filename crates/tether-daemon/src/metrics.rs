@@ -5,6 +5,7 @@
 //! (`process_resident_memory_bytes`, `process_open_fds`) and the runtime's alive tasks
 //! (`tether_runtime_alive_tasks`), read at each scrape: what shows a leak over weeks.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
@@ -36,6 +37,19 @@ pub struct ActionLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PolicyLabels {
+    pub source: String,
+    pub policy: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PolicyResultLabels {
+    pub source: String,
+    pub policy: String,
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WebhookLabels {
     pub provider: String,
     pub outcome: String,
@@ -53,7 +67,15 @@ pub struct Metrics {
     leader: Gauge,
     last_success: Family<SourceLabel, Gauge<f64, AtomicU64>>,
     history_rewrites: Family<SourceLabel, Counter>,
+    image_scans: Family<PolicyResultLabels, Counter>,
+    image_last_scan: Family<PolicyLabels, Gauge<f64, AtomicU64>>,
+    image_tags: Family<PolicyLabels, Gauge>,
+    /// The image policies each source has had series for, to forget them with it.
+    image_policies: std::sync::Mutex<BTreeMap<String, BTreeSet<String>>>,
 }
+
+/// The values of the `result` label of image policies' scans.
+const IMAGE_RESULTS: [&str; 3] = ["updated", "kept", "failed"];
 
 /// The values of the `result` label.
 const RESULTS: [&str; 2] = ["success", "failure"];
@@ -89,6 +111,10 @@ impl Default for Metrics {
             leader: Gauge::default(),
             last_success: Family::default(),
             history_rewrites: Family::default(),
+            image_scans: Family::default(),
+            image_last_scan: Family::default(),
+            image_tags: Family::default(),
+            image_policies: std::sync::Mutex::default(),
         };
         // The root registry has no prefix, so that the process's figures keep the names
         // every dashboard knows; tether's own live in the `tether` sub-registry.
@@ -136,6 +162,7 @@ impl Default for Metrics {
             "When a pass of the source last succeeded (Unix time)",
             metrics.last_success.clone(),
         );
+        metrics.register_images(tether);
         tether.register(
             "history_rewrites",
             "Times a source's ref moved to a commit that does not descend from the applied one",
@@ -313,9 +340,83 @@ impl Metrics {
             .inc();
     }
 
+    fn register_images(&self, tether: &mut Registry) {
+        tether.register(
+            "image_policy_scans",
+            "Scans of an image policy's registry, by what came of them (updated, kept, failed)",
+            self.image_scans.clone(),
+        );
+        tether.register(
+            "image_policy_last_scan_timestamp_seconds",
+            "When an image policy's registry was last scanned (Unix time)",
+            self.image_last_scan.clone(),
+        );
+        tether.register(
+            "image_policy_tags",
+            "How many tags an image policy's repository listed at its last scan",
+            self.image_tags.clone(),
+        );
+    }
+
+    /// A scan of image policy `policy` of `source`: what came of it (`updated`,
+    /// `kept`, `failed`), when (Unix time), and the tags listed.
+    pub fn image_scanned(
+        &self,
+        source: &str,
+        policy: &str,
+        result: &str,
+        at: f64,
+        tags: Option<usize>,
+    ) {
+        let labels = PolicyLabels {
+            source: source.to_string(),
+            policy: policy.to_string(),
+        };
+        self.image_scans
+            .get_or_create(&PolicyResultLabels {
+                source: source.to_string(),
+                policy: policy.to_string(),
+                result: result.to_string(),
+            })
+            .inc();
+        self.image_last_scan.get_or_create(&labels).set(at);
+        if let Some(tags) = tags {
+            self.image_tags
+                .get_or_create(&labels)
+                .set(i64::try_from(tags).unwrap_or(i64::MAX));
+        }
+        self.image_policies
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(source.to_string())
+            .or_default()
+            .insert(policy.to_string());
+    }
+
     /// Drops the series of a deleted source: over a month of Sources made and
     /// deleted, the series (and the memory behind them) are those of the live ones.
     pub fn forget(&self, source: &str) {
+        let policies = self
+            .image_policies
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(source)
+            .unwrap_or_default();
+        for policy in policies {
+            let labels = PolicyLabels {
+                source: source.to_string(),
+                policy: policy.clone(),
+            };
+            self.image_last_scan.remove(&labels);
+            self.image_tags.remove(&labels);
+            for result in IMAGE_RESULTS {
+                self.image_scans.remove(&PolicyResultLabels {
+                    source: source.to_string(),
+                    policy: policy.clone(),
+                    result: result.to_string(),
+                });
+            }
+        }
         let source_label = SourceLabel {
             source: source.to_string(),
         };

@@ -56,6 +56,10 @@ pub enum Provider {
     GitHub,
     GitLab,
     Generic,
+    /// A registry's Docker distribution notifications (`Authorization: Bearer`).
+    Registry,
+    /// An image pushed, announced by anyone who signs it (`X-Signature-256`).
+    Image,
 }
 
 impl Provider {
@@ -64,6 +68,8 @@ impl Provider {
             "github" => Some(Provider::GitHub),
             "gitlab" => Some(Provider::GitLab),
             "generic" => Some(Provider::Generic),
+            "registry" => Some(Provider::Registry),
+            "image" => Some(Provider::Image),
             _ => None,
         }
     }
@@ -73,6 +79,8 @@ impl Provider {
             Provider::GitHub => "github",
             Provider::GitLab => "gitlab",
             Provider::Generic => "generic",
+            Provider::Registry => "registry",
+            Provider::Image => "image",
         }
     }
 }
@@ -108,8 +116,15 @@ pub fn authenticate(
     secret: &[u8],
 ) -> Result<(), Refusal> {
     match provider {
-        Provider::GitLab => {
-            let token = headers.get("x-gitlab-token").ok_or(Refusal::Unauthorized)?;
+        Provider::GitLab | Provider::Registry => {
+            // Docker distribution sends the headers its endpoint's configuration names.
+            let token = match provider {
+                Provider::GitLab => headers.get("x-gitlab-token"),
+                _ => headers
+                    .get("authorization")
+                    .and_then(|v| v.strip_prefix("Bearer ")),
+            }
+            .ok_or(Refusal::Unauthorized)?;
             // Compared as digests: equal length, so neither time nor length leaks.
             let given = Sha256::digest(token.as_bytes());
             let expected = Sha256::digest(secret);
@@ -118,7 +133,7 @@ pub fn authenticate(
                 false => Err(Refusal::Unauthorized),
             }
         }
-        Provider::GitHub | Provider::Generic => {
+        Provider::GitHub | Provider::Generic | Provider::Image => {
             let header = match provider {
                 Provider::GitHub => "x-hub-signature-256",
                 _ => "x-signature-256",
@@ -165,6 +180,8 @@ pub fn push(
             text("/project/default_branch"),
         ),
         Provider::Generic => (text("/repository").into_iter().collect(), None),
+        // An image pushed to a registry is no Git push.
+        Provider::Registry | Provider::Image => return Ok(None),
     };
     let reference =
         text("/ref").ok_or_else(|| Refusal::BadRequest("the push names no ref".into()))?;
@@ -343,6 +360,7 @@ fn event_body(
         Provider::GitHub => headers.get("x-github-event"),
         Provider::GitLab => headers.get("x-gitlab-event"),
         Provider::Generic => generic_event,
+        Provider::Registry | Provider::Image => None,
     };
     if !event.is_some_and(|event| events.contains(&event)) {
         return Ok(None);

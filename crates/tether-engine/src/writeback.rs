@@ -170,8 +170,17 @@ pub struct Workspace {
     /// The models root inside the repository ("" for its top).
     root: PathBuf,
     credentials: Credentials,
-    /// A new branch that commits go to instead, made from `branch` (`--propose`).
-    proposal: Option<String>,
+    /// A branch that commits go to instead, made from `branch` (`--propose`, an
+    /// image policy's branch).
+    proposal: Option<Proposal>,
+}
+
+/// A branch of proposed changes, made from the workspace's branch, whose tip stays.
+struct Proposal {
+    branch: String,
+    /// The branch is tether's own and each commit replaces it (one open proposal per
+    /// image policy, updated in place); otherwise it must be new (`--propose`).
+    replaced: bool,
 }
 
 /// The result of one [`Workspace::sync`].
@@ -278,12 +287,37 @@ impl Workspace {
     /// Commits to the new branch `proposal`, made from the branch's tip, which stays
     /// as it is (a pull request's branch).
     pub fn propose(&mut self, proposal: &str) {
-        self.proposal = Some(proposal.to_string());
+        self.proposal = Some(Proposal {
+            branch: proposal.to_string(),
+            replaced: false,
+        });
+    }
+
+    /// Commits to `proposal`, a branch of tether's own: each commit is made from the
+    /// branch's tip and replaces what the proposal held (pushed with force), and a
+    /// commit that would repeat the proposal's tip (same parent, same files) is not
+    /// made again.
+    pub fn propose_replacing(&mut self, proposal: &str) {
+        self.proposal = Some(Proposal {
+            branch: proposal.to_string(),
+            replaced: true,
+        });
+    }
+
+    /// Commits to the branch itself again (after a proposal).
+    pub fn commit_to_branch(&mut self) {
+        self.proposal = None;
     }
 
     /// The branch commits go to.
     pub(crate) fn target_branch(&self) -> &str {
-        self.proposal.as_deref().unwrap_or(&self.branch)
+        self.proposal
+            .as_ref()
+            .map_or(&self.branch, |p| p.branch.as_str())
+    }
+
+    fn replaces_proposal(&self) -> bool {
+        self.proposal.as_ref().is_some_and(|p| p.replaced)
     }
 
     /// The models root inside the repository.
@@ -469,7 +503,7 @@ impl Workspace {
             let commit_text = commit.map(|c| c.to_string());
             // Only a clone pushes, and only what the remote lacks.
             let url = match &self.place {
-                Place::Clone { url } if push && self.ahead_of_remote() => url.clone(),
+                Place::Clone { url } if push && self.needs_push() => url.clone(),
                 _ => {
                     return Ok(Synced {
                         commit: commit_text,
@@ -486,7 +520,7 @@ impl Workspace {
                         pushed: true,
                     });
                 }
-                Some(_) if self.proposal.is_some() => {
+                Some(_) if self.proposal.is_some() && !self.replaces_proposal() => {
                     // A proposal's branch is new: the remote has one by that name.
                     let branch = self.target_branch().to_string();
                     if let Ok(mut local) = self.repo.find_reference(&self.local_ref()) {
@@ -547,12 +581,17 @@ impl Workspace {
         let signature = Signature::now(&author.name, &author.email)?;
         let parents: Vec<&git2::Commit> = parent.iter().collect();
         let message = change.message();
+        if self.replaces_proposal()
+            && let Some(tip) = self.proposal_repeated(base, tree.id())?
+        {
+            return Ok(tip);
+        }
         let commit = repo.commit(None, &signature, &signature, &message, &tree, &parents)?;
         let reflog = message.lines().next().unwrap_or("tether");
         if let Some(proposal) = &self.proposal {
-            return match repo.reference(&self.local_ref(), commit, false, reflog) {
+            return match repo.reference(&self.local_ref(), commit, proposal.replaced, reflog) {
                 Err(e) if e.code() == ErrorCode::Exists => Err(WritebackError::BranchExists {
-                    branch: proposal.clone(),
+                    branch: proposal.branch.clone(),
                 }),
                 Err(e) => Err(e.into()),
                 Ok(_) => Ok(commit),
@@ -580,6 +619,29 @@ impl Workspace {
         }
         self.check_out(&paths)?;
         Ok(commit)
+    }
+
+    /// The proposal's tip (the remote's, else the local one) when it is already the
+    /// commit of `tree` on `base`: the same proposal made again.
+    fn proposal_repeated(
+        &self,
+        base: Option<Oid>,
+        tree: Oid,
+    ) -> Result<Option<Oid>, WritebackError> {
+        let Some(tip) = self
+            .tip(&self.remote_ref())
+            .or_else(|| self.tip(&self.local_ref()))
+        else {
+            return Ok(None);
+        };
+        let commit = self.repo.find_commit(tip)?;
+        if commit.parent_id(0).ok() != base || commit.tree_id() != tree {
+            return Ok(None);
+        }
+        // The local branch follows, so that nothing is pushed.
+        self.repo
+            .reference(&self.local_ref(), tip, true, "tether: proposal unchanged")?;
+        Ok(Some(tip))
     }
 
     /// Refuses to change a file of a checked-out branch that the working tree or the
@@ -645,7 +707,9 @@ impl Workspace {
             let mut options = PushOptions::new();
             options.remote_callbacks(callbacks);
             let mut remote = self.repo.remote_anonymous(url)?;
-            let refspec = format!("{0}:{0}", self.local_ref());
+            // A replaced proposal is tether's own branch: forced, nothing else is.
+            let force = if self.replaces_proposal() { "+" } else { "" };
+            let refspec = format!("{force}{0}:{0}", self.local_ref());
             remote.push(&[refspec.as_str()], Some(&mut options))
         };
         match result {
@@ -667,6 +731,16 @@ impl Workspace {
                 .reference(&self.remote_ref(), tip, true, "tether: pushed")?;
         }
         Ok(None)
+    }
+
+    /// Whether the remote lacks what the local branch holds: commits ahead of it, or a
+    /// replaced proposal that differs from it.
+    fn needs_push(&self) -> bool {
+        if self.replaces_proposal() {
+            return self.tip(&self.local_ref()).is_some()
+                && self.tip(&self.local_ref()) != self.tip(&self.remote_ref());
+        }
+        self.ahead_of_remote()
     }
 
     /// Whether the local branch has commits the remote's branch lacks.

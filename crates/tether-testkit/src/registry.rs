@@ -46,12 +46,21 @@ impl Registry {
     }
 
     /// Starts a registry, open to all, that POSTs its notifications (distribution's
-    /// events envelope) to `url`.
-    pub fn start_with_notifications(url: &str) -> Registry {
+    /// events envelope) to `url`, with `headers` (an `Authorization` for a receiver
+    /// that asks for one).
+    pub fn start_with_notifications(url: &str, headers: &[(&str, &str)]) -> Registry {
+        let headers: String = headers
+            .iter()
+            .map(|(name, value)| format!("        {name}: [\"{value}\"]\n"))
+            .collect();
+        let headers = match headers.is_empty() {
+            true => String::new(),
+            false => format!("      headers:\n{headers}"),
+        };
         Registry::start_configured(
             None,
             &format!(
-                "notifications:\n  endpoints:\n    - name: tests\n      url: {url}\n      timeout: 2s\n      threshold: 3\n      backoff: 1s\n"
+                "notifications:\n  endpoints:\n    - name: tests\n      url: {url}\n{headers}      timeout: 2s\n      threshold: 3\n      backoff: 1s\n"
             ),
         )
     }

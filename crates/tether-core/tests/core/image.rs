@@ -152,6 +152,12 @@ fn a_new_value_is_plain_only_where_plain_reads_back_as_the_same_string() {
             "registry.local:5000/shop/api:2.5.0@sha256:ab12",
         ),
         ("2.4.1", plain, "2.4.1"),
+        (
+            "127.0.0.1:5000/shop/app:1.1.0",
+            plain,
+            "127.0.0.1:5000/shop/app:1.1.0",
+        ),
+        ("10.0.0.7/app", plain, "10.0.0.7/app"),
         ("1.25-alpine", plain, "1.25-alpine"),
         ("v1.10", plain, "v1.10"),
         ("1.10", plain, "\"1.10\""),

@@ -1,0 +1,196 @@
+//! Image automation in the daemon, against the control plane, a `git daemon` remote
+//! and a real registry (Debian's docker-registry) that announces each push to the
+//! daemon's `/hook/registry` as Docker distribution does; images pushed by skopeo. What
+//! a team sees: a new matching tag committed within seconds and rolled out, a tag
+//! outside the policy or too young changing nothing, and each policy's state in the
+//! Source's status and the metrics.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::Api;
+use tether_testkit::registry::Registry;
+
+use crate::daemon::{
+    Daemon, Remote, SECRET, install_crd, kubectl_apply_text, kubectl_ok, source_yaml, status,
+};
+use crate::harness::eventually;
+use crate::reconcile::{base, setup};
+
+/// An Image of `host/shop/app` at 1.0.0, a Deployment Slice of two replicas running
+/// it, and the policy: 1.x, at least an hour old.
+fn models(ns: &str, host: &str) -> Vec<(String, String)> {
+    vec![
+        ("base.yaml".into(), base(ns)),
+        (
+            "app.yaml".into(),
+            format!(
+                "kind: Image\nname: {host}/shop/app\ntag: 1.0.0\n---\nkind: Slice\nname: app\ntrust_domain: {ns}\ncontroller_kind: Deployment\ncontroller_replica_count: 2\ndefault_image: {host}/shop/app:1.0.0\n"
+            ),
+        ),
+        (
+            "policy.yaml".into(),
+            format!(
+                "kind: ImagePolicy\nname: app\nimage: {host}/shop/app\nsemver: \">=1.0.0 <2.0.0\"\nmin_age: 1h\ninterval: 1h\ninsecure: true\n"
+            ),
+        ),
+    ]
+}
+
+async fn image_of(client: &kube::Client, ns: &str) -> Option<String> {
+    let deployment = Api::<Deployment>::namespaced(client.clone(), ns)
+        .get_opt("app")
+        .await
+        .ok()??;
+    deployment
+        .spec?
+        .template
+        .spec?
+        .containers
+        .first()?
+        .image
+        .clone()
+}
+
+/// The `app` policy's entry in the Source's status.
+fn policy_status(ns: &str) -> serde_json::Value {
+    status(ns, "web")["images"]
+        .as_array()
+        .and_then(|images| images.iter().find(|i| i["policy"] == "app").cloned())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_pushed_tag_is_committed_within_seconds_of_the_registry_webhook_then_rolled_out() {
+    install_crd();
+    let (client, ns, _) = setup("images-hook").await;
+    let daemon = Daemon::start(&["--sources", "--sources-namespace", &ns]);
+    let registry = Registry::start_with_notifications(
+        &format!("http://127.0.0.1:{}/hook/registry", daemon.port),
+        &[("Authorization", &format!("Bearer {SECRET}"))],
+    );
+    let host = registry.host();
+    let a_day_ago = Utc::now() - chrono::Duration::days(1);
+    registry.push_image("shop/app", "1.0.0", a_day_ago);
+    let files = models(&ns, &host);
+    let files: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(p, t)| (p.as_str(), t.as_str()))
+        .collect();
+    let remote = Remote::new(&files);
+    kubectl_apply_text(&source_yaml(
+        "web",
+        &ns,
+        &remote.url,
+        "  interval: 1h\n  imageAutomation: {}\n",
+    ));
+    eventually(Duration::from_secs(60), || async {
+        image_of(&client, &ns).await == Some(format!("{host}/shop/app:1.0.0"))
+            && policy_status(&ns)["result"] == "Kept"
+    })
+    .await;
+    let first_scan = policy_status(&ns)["lastScanTime"].clone();
+
+    // A matching tag, a day old: committed within 10 s of the registry's webhook.
+    let before = remote.head_of_bare("main");
+    registry.push_image("shop/app", "1.0.1", a_day_ago);
+    eventually(Duration::from_secs(10), || async {
+        remote.head_of_bare("main") != before
+    })
+    .await;
+    let message = tether_testkit::git::git(&remote.bare(), &["log", "-1", "--format=%B", "main"]);
+    assert!(message.contains("1.0.0 → 1.0.1"), "{message}");
+    // Then applied like any push, and the Deployment rolls to it.
+    eventually(Duration::from_secs(60), || async {
+        image_of(&client, &ns).await == Some(format!("{host}/shop/app:1.0.1"))
+    })
+    .await;
+    let rolled = kubectl_ok(&[
+        "rollout",
+        "status",
+        "deployment/app",
+        "-n",
+        &ns,
+        "--timeout=60s",
+    ]);
+    assert!(rolled.contains("successfully rolled out"), "{rolled}");
+    eventually(Duration::from_secs(30), || async {
+        let entry = policy_status(&ns);
+        entry["result"] == "Updated" && entry["lastScanTime"] != first_scan
+    })
+    .await;
+
+    // Outside the range (2.0.0), and too young (1.0.2, pushed now): scanned, nothing
+    // committed, and the status says why.
+    let head = remote.head_of_bare("main");
+    registry.push_image("shop/app", "2.0.0", a_day_ago);
+    registry.push_image("shop/app", "1.0.2", Utc::now());
+    eventually(Duration::from_secs(20), || async {
+        let entry = policy_status(&ns);
+        entry["result"] == "Kept" && entry["message"].as_str().unwrap_or("").contains("1.0.2")
+    })
+    .await;
+    assert_eq!(remote.head_of_bare("main"), head);
+    let entry = policy_status(&ns);
+    assert!(
+        entry["message"].as_str().unwrap().contains("young"),
+        "{entry}"
+    );
+    let wide = kubectl_ok(&["get", "source", "web", "-n", &ns, "-o", "wide"]);
+    assert!(wide.contains("1 policy: 0 updated, 0 failed"), "{wide}");
+    let scans = daemon
+        .metric(&format!(
+            "tether_image_policy_scans_total{{source=\"{ns}/web\",policy=\"app\",result=\"kept\"}}"
+        ))
+        .unwrap_or(0.0);
+    assert!(scans >= 2.0, "{scans}");
+}
+
+#[tokio::test]
+async fn a_registry_that_refuses_the_credentials_is_said_in_the_status_and_nothing_is_committed() {
+    install_crd();
+    let (_client, ns, _) = setup("images-creds").await;
+    let daemon = Daemon::start(&["--sources", "--sources-namespace", &ns]);
+    let registry = Registry::start_for_user("ci", "right-password");
+    let host = registry.host();
+    kubectl_ok(&[
+        "create",
+        "secret",
+        "docker-registry",
+        "regcred",
+        "-n",
+        &ns,
+        &format!("--docker-server={host}"),
+        "--docker-username=ci",
+        "--docker-password=Wr0ngPassw0rd",
+    ]);
+    let files = models(&ns, &host);
+    let policy = files[2]
+        .1
+        .replace("insecure: true\n", "insecure: true\nsecret: regcred\n");
+    let remote = Remote::new(&[
+        ("base.yaml", &files[0].1),
+        ("app.yaml", &files[1].1),
+        ("policy.yaml", &policy),
+    ]);
+    let before = remote.head_of_bare("main");
+    kubectl_apply_text(&source_yaml(
+        "web",
+        &ns,
+        &remote.url,
+        "  interval: 1h\n  imageAutomation: {}\n",
+    ));
+    eventually(Duration::from_secs(60), || async {
+        policy_status(&ns)["result"] == "Failed"
+    })
+    .await;
+    let entry = policy_status(&ns);
+    let message = entry["message"].as_str().unwrap();
+    assert!(message.contains("refused the credentials"), "{entry}");
+    assert!(!message.contains("Wr0ngPassw0rd"));
+    assert_eq!(remote.head_of_bare("main"), before);
+    let wide = kubectl_ok(&["get", "source", "web", "-n", &ns, "-o", "wide"]);
+    assert!(wide.contains("1 failed (app)"), "{wide}");
+    drop(daemon);
+}
