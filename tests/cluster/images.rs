@@ -17,6 +17,7 @@ use crate::daemon::{
 };
 use crate::harness::eventually;
 use crate::reconcile::{base, setup};
+use crate::web::{http_get, install_roles, json, user};
 
 /// An Image of `host/shop/app` at 1.0.0, a Deployment Slice of two replicas running
 /// it, and the policy: 1.x, at least an hour old.
@@ -139,6 +140,19 @@ async fn a_pushed_tag_is_committed_within_seconds_of_the_registry_webhook_then_r
     );
     let wide = kubectl_ok(&["get", "source", "web", "-n", &ns, "-o", "wide"]);
     assert!(wide.contains("1 policy: 0 updated, 0 failed"), "{wide}");
+    // The web page and its API show the policy as the status says it.
+    install_roles();
+    let viewer = user(&client, &ns, "viewer", &["tether-viewer"]).await;
+    let (code, body) = http_get(&daemon, &format!("/api/v1/sources/{ns}/web"), Some(&viewer));
+    assert_eq!(code, 200, "{body}");
+    let shown = &json(&body)["images"][0];
+    assert_eq!(shown["policy"], "app", "{body}");
+    assert_eq!(shown["result"], entry["result"], "{body}");
+    assert_eq!(shown["message"], entry["message"], "{body}");
+    assert_eq!(shown["candidate"], entry["candidate"], "{body}");
+    let (code, page) = http_get(&daemon, &format!("/sources/{ns}/web"), Some(&viewer));
+    assert_eq!(code, 200, "{page}");
+    assert!(page.contains("data-policy=\"app\""), "{page}");
     let scans = daemon
         .metric(&format!(
             "tether_image_policy_scans_total{{source=\"{ns}/web\",policy=\"app\",result=\"kept\"}}"
@@ -193,4 +207,64 @@ async fn a_registry_that_refuses_the_credentials_is_said_in_the_status_and_nothi
     let wide = kubectl_ok(&["get", "source", "web", "-n", &ns, "-o", "wide"]);
     assert!(wide.contains("1 failed (app)"), "{wide}");
     drop(daemon);
+}
+
+#[tokio::test]
+async fn without_a_webhook_a_pushed_tag_is_committed_within_one_interval_listing_once_a_run() {
+    install_crd();
+    let (client, ns, _) = setup("images-interval").await;
+    let _daemon = Daemon::start(&["--sources", "--sources-namespace", &ns]);
+    let registry = Registry::start();
+    let host = registry.host();
+    let a_day_ago = Utc::now() - chrono::Duration::days(1);
+    registry.push_image("shop/app", "1.0.0", a_day_ago);
+    let files = models(&ns, &host);
+    // Listed every 10 s (the shortest interval a policy may have), no webhook.
+    let policy = files[2].1.replace("interval: 1h", "interval: 10s");
+    let remote = Remote::new(&[
+        ("base.yaml", &files[0].1),
+        ("app.yaml", &files[1].1),
+        ("policy.yaml", &policy),
+    ]);
+    kubectl_apply_text(&source_yaml(
+        "web",
+        &ns,
+        &remote.url,
+        "  interval: 1h\n  imageAutomation: {}\n",
+    ));
+    eventually(Duration::from_secs(60), || async {
+        policy_status(&ns)["result"] == "Kept"
+    })
+    .await;
+    let before = remote.head_of_bare("main");
+    let lists_before = tag_lists(&registry);
+    registry.push_image("shop/app", "1.0.1", a_day_ago);
+    let pushed = std::time::Instant::now();
+    // One interval, and the time a run and its push take.
+    eventually(Duration::from_secs(20), || async {
+        remote.head_of_bare("main") != before
+    })
+    .await;
+    let message = tether_testkit::git::git(&remote.bare(), &["log", "-1", "--format=%B", "main"]);
+    assert!(message.contains("1.0.0 → 1.0.1"), "{message}");
+    eventually(Duration::from_secs(60), || async {
+        image_of(&client, &ns).await == Some(format!("{host}/shop/app:1.0.1"))
+    })
+    .await;
+    // One list call per run: no more than one per interval since the push.
+    let runs = pushed.elapsed().as_secs() / 10 + 1;
+    let lists = tag_lists(&registry) - lists_before;
+    assert!(
+        (1..=runs as usize).contains(&lists),
+        "{lists} tag lists in {runs} intervals"
+    );
+}
+
+/// How many times the registry was asked for `shop/app`'s tags.
+fn tag_lists(registry: &Registry) -> usize {
+    registry
+        .requests()
+        .iter()
+        .filter(|r| r.contains("/v2/shop/app/tags/list"))
+        .count()
 }

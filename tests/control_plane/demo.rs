@@ -319,6 +319,18 @@ fn the_demo_shows_every_step_and_stops_what_it_started() {
         "{feedback}"
     );
 
+    let images = step(&text, "Image automation: a new tag");
+    for line in [
+        "ms after the push:",
+        "1.0.0 → 1.0.1",
+        "deployment \"web\" successfully rolled out",
+    ] {
+        assert!(images.contains(line), "{line} not in: {images}");
+    }
+    // 2.0.0 is outside the policy's range: `tether images` keeps 1.0.1.
+    let (_, listed) = around(images, "tether images");
+    assert!(listed.contains("kept"), "{images}");
+
     let install = step(&text, "Install the daemon");
     for line in [
         "✔ you may install tether",

@@ -801,7 +801,10 @@ fn image_automation<'a>(
         automation: run,
         sources: Api::namespaced(client.clone(), &namespace),
         secrets: Api::namespaced(client.clone(), &namespace),
-        name: source.name_any(),
+        source: SourceName {
+            namespace: namespace.clone(),
+            name: source.name_any(),
+        },
         trigger,
         shared: daemon.shared.clone(),
     })

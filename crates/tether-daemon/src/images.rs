@@ -19,7 +19,10 @@ use tether_engine::images::automation::{
 use tether_engine::images::notification::Pushed;
 use tether_engine::oci::Credentials;
 
+use tether_web::ImagePolicyRow;
+
 use super::crd::{ImagePolicyStatus, Source};
+use super::web::views::SourceName;
 use super::{Shared, Trigger};
 
 /// How long to wait for the next run when the models have no policy (they may gain
@@ -34,7 +37,8 @@ pub(crate) struct SourceImages {
     pub automation: Automation,
     pub sources: Api<Source>,
     pub secrets: Api<Secret>,
-    pub name: String,
+    /// The Source, as its status and the web page name it.
+    pub source: SourceName,
     /// The Source's loop, nudged after a commit.
     pub trigger: mpsc::Sender<Trigger>,
     pub shared: Arc<Shared>,
@@ -148,7 +152,7 @@ impl SourceImages {
     }
 
     async fn write_status(&self, report: &RunReport, now: &str) {
-        let current = match self.sources.get_status(&self.name).await {
+        let current = match self.sources.get_status(&self.source.name).await {
             Ok(source) => source.status.unwrap_or_default().images,
             Err(error) => {
                 tracing::warn!(%error, "cannot read the Source's status");
@@ -156,16 +160,36 @@ impl SourceImages {
             }
         };
         let images = merged_status(current, report, now);
+        self.shared
+            .views
+            .images(&self.source, images.iter().map(row_of).collect());
         let patch = serde_json::json!({
             "status": { "images": images, "imagesSummary": summary(&images) }
         });
         if let Err(error) = self
             .sources
-            .patch_status(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .patch_status(
+                &self.source.name,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
             .await
         {
             tracing::warn!(%error, "cannot write the image policies' status");
         }
+    }
+}
+
+/// A policy's status as the web page shows it.
+fn row_of(status: &ImagePolicyStatus) -> ImagePolicyRow {
+    ImagePolicyRow {
+        policy: status.policy.clone(),
+        image: status.image.clone(),
+        last_scan: status.last_scan_time.clone(),
+        tags: status.tags,
+        candidate: status.candidate.clone(),
+        result: status.result.clone(),
+        message: status.message.clone(),
     }
 }
 

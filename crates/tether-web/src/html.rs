@@ -17,7 +17,8 @@
 //!   `.ready.yes|.no|.unknown`, `p.drift` with `.manager` and `.corrected`,
 //!   `p.conflict`, `p.error`, `span.pod[data-pod]`), `#plan` (`.report`), `#graph`
 //!   (`svg.graph`, a `g.model[data-model]` per model), `#events`, `#discovered`,
-//!   `#hosts` (`div.host[data-host]`, `li.label[data-key]`, `.locked`); every action
+//!   `#hosts` (`div.host[data-host]`, `li.label[data-key]`, `.locked`), `#images`
+//!   (`tr[data-policy]` with `.result` and `.message`, class `warning` when failed); every action
 //!   a `form.act.act-NAME` (see `action_name`) with a `button`.
 
 use std::fmt::Write;
@@ -28,8 +29,8 @@ use crate::graph;
 use crate::markdown;
 use crate::paths::{self, Action};
 use crate::view::{
-    ClusterRow, Counts, DiscoveredPod, EventRow, HostRow, ModelNode, ObjectRow, PodRow,
-    SourceDetail, SourceSummary, State,
+    ClusterRow, Counts, DiscoveredPod, EventRow, HostRow, ImagePolicyRow, ModelNode, ObjectRow,
+    PodRow, SourceDetail, SourceSummary, State,
 };
 
 /// What every page knows of the request.
@@ -311,6 +312,7 @@ pub fn source_main(page: &Page, detail: &SourceDetail) -> String {
         (events_section(&detail.events))
         (discovered_section(&detail.discovered))
         (hosts_section(page, source, &detail.hosts))
+        (images_section(&detail.images))
     }
     .into_string()
 }
@@ -505,6 +507,30 @@ fn discovered_section(pods: &[DiscoveredPod]) -> Markup {
                                         (None, _) => "—",
                                     }
                                 }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn images_section(policies: &[ImagePolicyRow]) -> Markup {
+    html! {
+        section #images {
+            h2 { "Image policies" }
+            @if policies.is_empty() { p.empty { "No image policies." } }
+            @else {
+                table.images {
+                    thead { (head_row(&["Policy", "Image", "Last scan", "Tags", "Candidate", "Result", "Message"])) }
+                    tbody {
+                        @for policy in policies {
+                            tr.warning[policy.result == "Failed"] data-policy=(policy.policy) {
+                                td { (policy.policy) } td { (policy.image) } td { (policy.last_scan) }
+                                td { @match policy.tags { Some(tags) => (tags), None => "—" } }
+                                td { (policy.candidate.as_deref().unwrap_or("—")) }
+                                td.result { (policy.result) } td.message { (policy.message) }
                             }
                         }
                     }

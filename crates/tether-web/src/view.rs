@@ -123,6 +123,8 @@ pub struct SourceDetail {
     pub discovered: Vec<DiscoveredPod>,
     /// The hosts (Node models) of the Source.
     pub hosts: Vec<HostRow>,
+    /// The image policies of the Source's models, as their last scan left them.
+    pub images: Vec<ImagePolicyRow>,
 }
 
 /// A model and the objects it made (objects no model made, e.g. plain manifests,
@@ -236,4 +238,24 @@ pub struct HostRow {
     pub pods: Vec<PodRow>,
     /// The model's file, relative to the repository.
     pub file: Option<String>,
+}
+
+/// An image policy at its last scan: the same entry as the Source's `status.images`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ImagePolicyRow {
+    pub policy: String,
+    /// The image repository it follows.
+    pub image: String,
+    /// When the registry was last scanned (RFC 3339).
+    pub last_scan: String,
+    /// How many tags the repository listed (none for a digest policy, or when the
+    /// registry was not reached).
+    pub tags: Option<u64>,
+    /// The best tag (or digest) the policy admits now.
+    pub candidate: Option<String>,
+    /// `Updated`, `Kept` or `Failed`.
+    pub result: String,
+    /// What was chosen and from what, why nothing was, or what went wrong.
+    pub message: String,
 }

@@ -30,6 +30,7 @@ const MAX_EVENTS: usize = 50;
 pub async fn detail(snapshot: &Snapshot) -> SourceDetail {
     let mut detail = SourceDetail {
         summary: snapshot.summary.clone(),
+        images: snapshot.images.clone(),
         ..SourceDetail::default()
     };
     let Some(last) = &snapshot.last else {

@@ -13,7 +13,7 @@ use tether_core::workflow::Workflow;
 use tether_engine::discovery::Destination;
 use tether_engine::reconcile::{CheckedModels, Outcome};
 use tether_sops::Keyring;
-use tether_web::{ClusterRow, Counts, DriftRow, SourceSummary, State};
+use tether_web::{ClusterRow, Counts, DriftRow, ImagePolicyRow, SourceSummary, State};
 use tokio::sync::{broadcast, mpsc};
 
 use crate::Trigger;
@@ -84,6 +84,8 @@ struct Entry {
     applied: BTreeMap<ObjectKey, &'static str>,
     client: Option<Client>,
     keys: Arc<Keyring>,
+    /// The image policies at their last scan.
+    images: Vec<ImagePolicyRow>,
 }
 
 /// The last plan of a source's own cluster, and what the page makes of it.
@@ -103,6 +105,7 @@ pub struct Snapshot {
     pub applied: BTreeMap<ObjectKey, &'static str>,
     pub client: Option<Client>,
     pub keys: Arc<Keyring>,
+    pub images: Vec<ImagePolicyRow>,
 }
 
 impl Default for Views {
@@ -140,6 +143,7 @@ impl Views {
             applied: BTreeMap::new(),
             client: None,
             keys: Arc::default(),
+            images: Vec::new(),
         };
         self.lock().insert(name.clone(), shown);
         let _ = self.stream.send(Arc::new(summary));
@@ -167,6 +171,7 @@ impl Views {
             applied: shown.applied.clone(),
             client: shown.client.clone(),
             keys: shown.keys.clone(),
+            images: shown.images.clone(),
         })
     }
 
@@ -291,6 +296,11 @@ impl Views {
                 }
             }
         });
+    }
+
+    /// The image policies after a run of the Source's image automation.
+    pub fn images(&self, name: &SourceName, rows: Vec<ImagePolicyRow>) {
+        self.change(name, |entry| entry.images = rows);
     }
 
     /// How each cluster fared, when the models name several.

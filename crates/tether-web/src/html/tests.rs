@@ -3,7 +3,7 @@ use std::collections::BTreeMap;
 use maud::html;
 
 use super::*;
-use crate::view::{ConflictRow, DriftRow, Graph};
+use crate::view::{ConflictRow, DriftRow, Graph, ImagePolicyRow};
 
 /// Strings a repository, a cluster or a user could put anywhere.
 const HOSTILE: [&str; 6] = [
@@ -136,6 +136,15 @@ fn hostile_detail() -> SourceDetail {
             ready: Some(true),
             pods: vec![hostile_pod(h)],
             file: Some(h.next()),
+        }],
+        images: vec![ImagePolicyRow {
+            policy: h.next(),
+            image: h.next(),
+            last_scan: h.next(),
+            tags: Some(200_000),
+            candidate: Some(h.next()),
+            result: "Failed".into(),
+            message: h.next(),
         }],
     }
 }
