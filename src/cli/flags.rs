@@ -277,6 +277,7 @@ impl ClusterFlags {
             request_timeout: Some(self.request_timeout),
             impersonate: self.impersonate.clone(),
             impersonate_groups: self.impersonate_groups.clone(),
+            user_agent: None,
         }
     }
 

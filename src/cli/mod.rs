@@ -500,15 +500,29 @@ pub struct RunArgs {
     /// With --sources, elect a leader among replicas on a Lease; only the leader writes.
     #[arg(long, env = "TETHER_LEADER_ELECT", requires = "sources")]
     pub leader_elect: bool,
+    /// With --sources, share the Sources among the replicas: each holds a Lease of
+    /// its own (`<lease-name>-<identity>`), and runs the Sources that rendezvous
+    /// hashing over the live members gives it, each claimed in its status.owner first.
+    #[arg(
+        long,
+        env = "TETHER_SHARD",
+        requires = "sources",
+        conflicts_with = "leader_elect"
+    )]
+    pub shard: bool,
+    /// This replica's name among the others (default: the pod's name, POD_NAME, else
+    /// the host's name and the process id).
+    #[arg(long, env = "TETHER_IDENTITY")]
+    pub identity: Option<String>,
     /// The Lease's namespace (default: the pod's namespace, POD_NAMESPACE).
     #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
     pub lease_namespace: String,
-    /// The Lease's name.
+    /// The Lease's name (with --shard, the members' Leases begin with it).
     #[arg(long, env = "TETHER_LEASE_NAME", default_value = "tether-leader")]
     pub lease_name: String,
-    /// How long a Lease stays valid without renewal: a crashed leader is replaced after
-    /// this (a leader that stops releases it at once).
-    #[arg(long, env = "TETHER_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
+    /// How long a Lease stays valid without renewal: a crashed leader (or member) is
+    /// replaced after this (one that stops releases it at once).
+    #[arg(long, env = "TETHER_LEASE_DURATION", default_value = "10s", value_parser = parse_duration)]
     pub lease_duration: Duration,
     /// Serve /metrics, /readyz, /healthz and the webhooks (/hook/github,
     /// /hook/gitlab, /hook/generic) on this address, e.g. 0.0.0.0:8080.

@@ -11,17 +11,19 @@ use kube::Client;
 use kube::api::Api;
 use miette::{IntoDiagnostic, WrapErr, miette};
 use tether_daemon::controller::Directories;
-use tether_daemon::controller::{Controller, request_reconcile};
+use tether_daemon::controller::{Controller, Replicas, request_reconcile};
 use tether_daemon::crd::{DriftPolicy, Source};
 use tether_daemon::identity::Identities;
 use tether_daemon::leader::Election;
+use tether_daemon::members::Membership;
 use tether_daemon::runner::{NoStatus, Origin, PassError, PassOutcome, SourceLoop};
+use tether_daemon::shard;
 use tether_daemon::web::Web;
 use tether_daemon::web::auth::Access;
 use tether_daemon::web::views::{Shown, SourceName, Writeback};
 use tether_daemon::webhook::judge_secret;
 use tether_daemon::{Shared, http};
-use tether_engine::cluster::connect;
+use tether_engine::cluster::{Target, connect};
 use tether_engine::discovery::Destination;
 use tether_engine::driver::{Poll, shutdown_on_signal};
 use tether_engine::reconcile::{ApplyOptions, PlanOptions, ReconcileError};
@@ -254,14 +256,30 @@ async fn run_sources(
     shared: Arc<Shared>,
     shutdown: &CancellationToken,
 ) -> miette::Result<()> {
-    let target = args.cluster.target();
+    let identity = shard::lease_safe(&args.identity.clone().unwrap_or_else(identity));
+    // Each replica's requests name it in the API server's audit log.
+    let target = Target {
+        user_agent: Some(format!("tether/{} ({identity})", env!("CARGO_PKG_VERSION"))),
+        ..args.cluster.target()
+    };
     let client = connect(&target).await.map_err(report::error)?;
-    let election = args.leader_elect.then(|| Election {
-        namespace: args.lease_namespace.clone(),
-        lease: args.lease_name.clone(),
-        identity: identity(),
-        duration: args.lease_duration,
-    });
+    let replicas = if args.shard {
+        Replicas::Sharded(Membership {
+            namespace: args.lease_namespace.clone(),
+            group: args.lease_name.clone(),
+            identity,
+            duration: args.lease_duration,
+        })
+    } else if args.leader_elect {
+        Replicas::Elected(Election {
+            namespace: args.lease_namespace.clone(),
+            lease: args.lease_name.clone(),
+            identity,
+            duration: args.lease_duration,
+        })
+    } else {
+        Replicas::Alone
+    };
     let controller = Controller {
         client,
         namespace: args.sources_namespace.clone(),
@@ -281,7 +299,7 @@ async fn run_sources(
             no_cross_namespace_objects: args.no_cross_namespace_objects,
         },
     };
-    controller.run_elected(election, shutdown.clone()).await;
+    controller.run_replicated(replicas, shutdown.clone()).await;
     Ok(())
 }
 

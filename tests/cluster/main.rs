@@ -25,6 +25,7 @@ mod ownership;
 mod reconcile;
 mod run;
 mod secrets;
+mod shard;
 mod web;
 mod web_access;
 mod web_page;

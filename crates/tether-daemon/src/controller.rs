@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use super::Shared;
+use super::claim;
 use super::clock::now;
 use super::crd::{
     ClusterStatus, DiscoverySpec, HistoryRewrite, RECONCILE_REQUESTED_ANNOTATION, Source,
@@ -36,11 +37,13 @@ use super::identity::Identities;
 use super::images::SourceImages;
 use super::keys::DecryptionSecret;
 use super::leader::{self, Election};
+use super::members::{self, Membership};
 use super::pull_request::{ActAs, PullRequestPlanner};
 use super::runner::{
     ClusterState, Origin, PassError, PassOutcome, Rewrite, SourceLoop, StatusSink, Trigger,
     event_reporter,
 };
+use super::shard::Share;
 use super::status::{PassResult, next_status, refusal_event, worth_writing};
 use super::web::views::{Shown, SourceName, Writeback};
 use super::webhook::Push;
@@ -83,6 +86,9 @@ struct Running {
     /// so the pass no longer does what anyone asks.
     stop_pass: CancellationToken,
     task: JoinHandle<()>,
+    /// Sharded: the Source's claim to release once the loop stopped (the Source's
+    /// API, its name, this replica's identity).
+    claimed: Option<(Api<Source>, String, String)>,
 }
 
 impl Running {
@@ -93,32 +99,43 @@ impl Running {
     }
 }
 
-/// Passes a webhook's push to the Sources it concerns through their annotation, for
-/// the leader to see (on a replica that runs no loops).
+/// Passes a webhook's push to the Sources it concerns that another replica runs
+/// (the leader, or their owner among the shard's members) through their annotation,
+/// which that replica's watch sees.
 #[derive(Clone)]
 pub struct Forwarder {
     client: Client,
     store: Store<Source>,
+    share: watch::Receiver<Share>,
 }
 
 impl Forwarder {
-    /// Requests a reconcile of every Source `push` concerns; returns how many.
+    /// Requests a reconcile of every Source `push` concerns that this replica does
+    /// not run; returns how many.
     pub async fn forward(&self, push: &Push) -> usize {
-        let mut forwarded = 0;
-        for source in self.store.state() {
-            if !push.concerns(&source.spec.url, source.spec.reference.as_deref()) {
-                continue;
-            }
-            let api: Api<Source> =
-                Api::namespaced(self.client.clone(), &source.namespace().unwrap_or_default());
-            match request_reconcile(&api, &source.name_any()).await {
-                Ok(_) => forwarded += 1,
+        let elsewhere: Vec<(Api<Source>, String)> = self
+            .store
+            .state()
+            .into_iter()
+            .filter(|source| push.concerns(&source.spec.url, source.spec.reference.as_deref()))
+            .filter(|source| !self.share.borrow().owns(&id_of(source)))
+            .map(|source| (api_of(&self.client, &source), source.name_any()))
+            .collect();
+        let requests = elsewhere.into_iter().map(|(api, name)| async move {
+            match request_reconcile(&api, &name).await {
+                Ok(_) => 1,
                 Err(error) => {
-                    tracing::warn!(%error, source = %source.name_any(), "cannot forward the push")
+                    tracing::warn!(%error, source = %name, "cannot forward the push");
+                    0
                 }
             }
-        }
-        forwarded
+        });
+        futures::stream::iter(requests)
+            .buffer_unordered(16)
+            .collect::<Vec<usize>>()
+            .await
+            .into_iter()
+            .sum()
     }
 }
 
@@ -133,36 +150,71 @@ pub async fn request_reconcile(api: &Api<Source>, name: &str) -> Result<String, 
     Ok(now)
 }
 
+/// How often a sharded replica looks for claims of its own on Sources it does not run.
+const STRAY_CLAIMS_SWEEP: Duration = Duration::from_secs(10);
+
+/// How this replica shares the Sources with others.
+#[derive(Clone, Debug)]
+pub enum Replicas {
+    /// It runs them all.
+    Alone,
+    /// It runs them all while it holds the leader's Lease.
+    Elected(Election),
+    /// It runs its part among the live members (`--shard`).
+    Sharded(Membership),
+}
+
+/// What the Source loops started by [`Controller::sync`] read: the watch's cache
+/// and this replica's share.
+struct Watched {
+    store: Store<Source>,
+    share: watch::Receiver<Share>,
+}
+
 impl Controller {
-    /// The daemon over the cluster's Sources until `shutdown`: with an `election`,
-    /// their loops run only while this replica holds the Lease; the loops stop
-    /// (passes finish within the timeout) before the Lease is released, so that the
-    /// next leader never writes beside this one.
-    pub async fn run_elected(self, election: Option<Election>, shutdown: CancellationToken) {
-        let (leading_tx, leading) = watch::channel(election.is_none());
+    /// The daemon over the cluster's Sources until `shutdown`, as one of `replicas`:
+    /// the loops stop (passes finish within the timeout) before the Lease is
+    /// released, so that the next leader or owner never writes beside this one.
+    pub async fn run_replicated(self, replicas: Replicas, shutdown: CancellationToken) {
+        let (share_tx, share) = watch::channel(match replicas {
+            Replicas::Alone => Share::Everything,
+            Replicas::Elected(_) | Replicas::Sharded(_) => Share::Nothing,
+        });
         let release = CancellationToken::new();
-        let election = match election {
-            Some(election) => Some(tokio::spawn(leader::run(
-                self.client.clone(),
-                election,
-                self.shared.clone(),
-                leading_tx,
-                release.clone(),
-            ))),
-            None => {
+        let membership = match replicas {
+            Replicas::Alone => {
                 self.shared.metrics.set_leader(true);
                 None
             }
+            Replicas::Elected(election) => {
+                let (leading_tx, leading) = watch::channel(false);
+                Some(tokio::spawn(lead(
+                    self.client.clone(),
+                    election,
+                    self.shared.clone(),
+                    (leading_tx, leading),
+                    share_tx,
+                    release.clone(),
+                )))
+            }
+            Replicas::Sharded(membership) => Some(tokio::spawn(members::run(
+                self.client.clone(),
+                membership,
+                self.shared.clone(),
+                share_tx,
+                release.clone(),
+            ))),
         };
-        self.run(leading, shutdown).await;
+        self.run(share, shutdown).await;
         release.cancel();
-        if let Some(election) = election {
-            let _ = election.await;
+        if let Some(membership) = membership {
+            let _ = membership.await;
         }
     }
 
-    /// Watches the Sources until `shutdown`; runs their loops while `leading` says so.
-    pub async fn run(self, mut leading: watch::Receiver<bool>, shutdown: CancellationToken) {
+    /// Watches the Sources until `shutdown`; runs the loops of those `share` gives
+    /// this replica.
+    pub async fn run(self, mut share: watch::Receiver<Share>, shutdown: CancellationToken) {
         let api: Api<Source> = match &self.namespace {
             Some(namespace) => Api::namespaced(self.client.clone(), namespace),
             None => Api::all(self.client.clone()),
@@ -175,28 +227,41 @@ impl Controller {
         self.shared.set_forwarder(Forwarder {
             client: self.client.clone(),
             store: store.clone(),
+            share: share.clone(),
         });
+        let watched = Watched {
+            store: store.clone(),
+            share: share.clone(),
+        };
         let mut running: HashMap<String, Running> = HashMap::new();
         let mut synced = false;
+        // A sharded replica looks again now and then for claims of its own left on
+        // Sources it does not run (a release that failed).
+        let mut sweep = tokio::time::interval(STRAY_CLAIMS_SWEEP);
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => break,
-                changed = leading.changed() => {
+                changed = share.changed() => {
                     if changed.is_err() {
                         break;
                     }
                     if synced {
-                        self.sync_all(&store, *leading.borrow(), &mut running).await;
+                        self.sync_all(&watched, &mut running).await;
+                    }
+                }
+                _ = sweep.tick() => {
+                    if synced && share.borrow().claims().is_some() {
+                        self.sync_all(&watched, &mut running).await;
                     }
                 }
                 event = events.next() => match event {
                     Some(Ok(Event::InitDone)) => {
                         synced = true;
                         self.shared.set_ready();
-                        self.sync_all(&store, *leading.borrow(), &mut running).await;
+                        self.sync_all(&watched, &mut running).await;
                     }
-                    Some(Ok(Event::Apply(source))) if synced && *leading.borrow() => {
-                        self.sync(&source, &mut running);
+                    Some(Ok(Event::Apply(source))) if synced && share.borrow().owns(&id_of(&source)) => {
+                        self.sync(&source, &watched, &mut running);
                     }
                     Some(Ok(Event::Delete(source))) => {
                         let id = id_of(&source);
@@ -216,20 +281,12 @@ impl Controller {
         self.stop(running.into_values().collect()).await;
     }
 
-    /// Brings the running loops in line with the store: all of them while leading,
-    /// none otherwise.
-    async fn sync_all(
-        &self,
-        store: &Store<Source>,
-        leading: bool,
-        running: &mut HashMap<String, Running>,
-    ) {
-        if !leading {
-            let all = running.drain().map(|(_, r)| r).collect();
-            self.stop(all).await;
-            return;
-        }
-        let sources = store.state();
+    /// Brings the running loops in line with the store and this replica's share:
+    /// the loops of deleted Sources and of those it no longer owns stop (and, when
+    /// sharded, their claims are released), those it owns run.
+    async fn sync_all(&self, watched: &Watched, running: &mut HashMap<String, Running>) {
+        let share = watched.share.borrow().clone();
+        let sources = watched.store.state();
         let gone: Vec<String> = running
             .keys()
             .filter(|id| !sources.iter().any(|s| id_of(s) == **id))
@@ -243,13 +300,40 @@ impl Controller {
         for id in &gone {
             self.shared.metrics.forget(id);
         }
-        for source in sources {
-            self.sync(&source, running);
+        let moved: Vec<String> = running
+            .keys()
+            .filter(|id| !share.owns(id))
+            .cloned()
+            .collect();
+        if !moved.is_empty() {
+            tracing::info!(
+                count = moved.len(),
+                "Sources owned elsewhere now: their loops stop"
+            );
+        }
+        let stopped: Vec<Running> = moved.iter().filter_map(|id| running.remove(id)).collect();
+        self.stop(stopped).await;
+        for id in &moved {
+            self.shared.metrics.forget(id);
+        }
+        if let Some(members) = share.claims() {
+            let strays = sources.iter().filter(|s| {
+                !share.owns(&id_of(s))
+                    && claim::stray(s, &members.me, running.contains_key(&id_of(s)))
+            });
+            for source in strays {
+                let api: Api<Source> =
+                    Api::namespaced(self.client.clone(), &source.namespace().unwrap_or_default());
+                claim::release(&api, &source.name_any(), &members.me).await;
+            }
+        }
+        for source in sources.iter().filter(|s| share.owns(&id_of(s))) {
+            self.sync(source, watched, running);
         }
     }
 
     /// Starts, restarts or nudges one Source's loop.
-    fn sync(&self, source: &Source, running: &mut HashMap<String, Running>) {
+    fn sync(&self, source: &Source, watched: &Watched, running: &mut HashMap<String, Running>) {
         let id = id_of(source);
         let requested = source
             .annotations()
@@ -295,13 +379,27 @@ impl Controller {
             (trigger.clone(), triggers),
         );
         let wait_at_most = self.shutdown_timeout + Duration::from_secs(1);
+        let namespace = source.namespace().unwrap_or_default();
+        let name = source.name_any();
+        let api: Api<Source> = Api::namespaced(self.client.clone(), &namespace);
+        let (store, share, stopped) = (watched.store.clone(), watched.share.clone(), stop.clone());
         let task = tokio::spawn(
             async move {
-                if let Some(previous) = previous {
+                if let Some(mut previous) = previous {
                     // It stops between objects: a moment.
-                    let _ = tokio::time::timeout(wait_at_most, previous).await;
+                    if tokio::time::timeout(wait_at_most, &mut previous)
+                        .await
+                        .is_err()
+                    {
+                        previous.abort();
+                        let _ = previous.await;
+                    }
                 }
-                run.await;
+                // Sharded: the Source's claim first, so that the replica that ran it
+                // before has stopped.
+                if claim::acquire(&api, &store, (&namespace, &name), &share, &stopped).await {
+                    run.await;
+                }
             }
             // The span's fields are set here, once: a field recorded on this long-lived
             // span would be kept and logged once per pass (a pass has its own span).
@@ -315,11 +413,19 @@ impl Controller {
             stop,
             stop_pass,
             task,
+            claimed: watched.share.borrow().claims().map(|members| {
+                (
+                    api_of(&self.client, source),
+                    source.name_any(),
+                    members.me.clone(),
+                )
+            }),
         };
         running.insert(id, started);
     }
 
-    /// Stops loops, letting passes in progress finish within the shutdown timeout.
+    /// Stops loops, letting passes in progress finish within the shutdown timeout,
+    /// then releases the claims of those that held one.
     async fn stop(&self, loops: Vec<Running>) {
         for running in &loops {
             running.stop.cancel();
@@ -331,9 +437,38 @@ impl Controller {
                 .is_err()
             {
                 task.abort();
+                let _ = task.await;
+            }
+            if let Some((api, name, me)) = running.claimed {
+                claim::release(&api, &name, &me).await;
             }
         }
     }
+}
+
+/// The leader election, as a share: everything while leading, nothing otherwise.
+async fn lead(
+    client: Client,
+    election: Election,
+    shared: Arc<Shared>,
+    (leading_tx, mut leading): (watch::Sender<bool>, watch::Receiver<bool>),
+    share: watch::Sender<Share>,
+    release: CancellationToken,
+) {
+    let election = tokio::spawn(leader::run(client, election, shared, leading_tx, release));
+    while leading.changed().await.is_ok() {
+        let leads = *leading.borrow();
+        let _ = share.send(if leads {
+            Share::Everything
+        } else {
+            Share::Nothing
+        });
+    }
+    let _ = election.await;
+}
+
+fn api_of(client: &Client, source: &Source) -> Api<Source> {
+    Api::namespaced(client.clone(), &source.namespace().unwrap_or_default())
 }
 
 /// The daemon's directories: a cache it may lose, and state it must not.
@@ -926,12 +1061,13 @@ pub struct SourceStatusWriter {
 }
 
 /// The part of the Source's status its passes write: the image policies' part is
-/// the image automation's, so a pass's patch never carries (nor puts back) an older
-/// copy of it.
+/// the image automation's, and the owner the claim's, so a pass's patch never
+/// carries (nor puts back) an older copy of them.
 fn passes_status(source: &Source) -> SourceStatus {
     let mut status = source.status.clone().unwrap_or_default();
     status.images.clear();
     status.images_summary = None;
+    status.owner = None;
     status
 }
 

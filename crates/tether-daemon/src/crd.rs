@@ -36,6 +36,7 @@ pub const RECONCILE_REQUESTED_ANNOTATION: &str = "tether.dev/reconcile-requested
     printcolumn = r#"{"name":"Revision","type":"string","jsonPath":".status.lastAppliedRevision"}"#,
     printcolumn = r#"{"name":"Last Success","type":"date","jsonPath":".status.lastSuccessTime"}"#,
     printcolumn = r#"{"name":"Images","type":"string","priority":1,"jsonPath":".status.imagesSummary"}"#,
+    printcolumn = r#"{"name":"Owner","type":"string","jsonPath":".status.owner"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -341,6 +342,11 @@ pub struct SourceStatus {
     /// The image policies in one line (`kubectl get sources -o wide`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub images_summary: Option<String>,
+    /// The replica that runs the Source, when the daemon is sharded (`--shard`): its
+    /// claim, written before its loop starts and cleared after it stops (not by the
+    /// passes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 /// An image policy at its last scan.

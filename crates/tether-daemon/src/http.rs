@@ -239,11 +239,11 @@ async fn receive(
         }
         Err(refusal) => return refused(refusal),
     };
+    // The Sources this replica runs at once; those another replica runs (the
+    // leader's, or their owners' among the shard) through their annotation.
     let mut triggered = shared.trigger_matching(|url, reference| push.concerns(url, reference));
-    if triggered == 0
-        && let Some(forwarder) = shared.forwarder()
-    {
-        triggered = forwarder.forward(&push).await;
+    if let Some(forwarder) = shared.forwarder() {
+        triggered += forwarder.forward(&push).await;
     }
     match triggered {
         0 => (

@@ -12,6 +12,7 @@
 #![warn(clippy::too_many_lines)]
 
 pub mod check;
+mod claim;
 pub mod clock;
 pub mod clusters;
 pub mod controller;
@@ -25,10 +26,12 @@ mod images;
 pub mod install;
 mod keys;
 pub mod leader;
+pub mod members;
 mod metrics;
 mod pull_request;
 pub mod refusal_log;
 pub mod runner;
+pub mod shard;
 mod status;
 pub mod web;
 pub mod webhook;

@@ -116,6 +116,9 @@ pub struct Target {
     /// The user to act as (impersonation), so that RBAC confines what a run changes.
     pub impersonate: Option<String>,
     pub impersonate_groups: Vec<String>,
+    /// The User-Agent of every request (the API server's audit log records it): the
+    /// daemon names its replica there.
+    pub user_agent: Option<String>,
 }
 
 impl Target {
@@ -205,6 +208,13 @@ async fn configured(target: &Target) -> Result<(Client, String), ClusterError> {
             groups: target.impersonate_groups.clone(),
         };
         identity.apply_to(&mut config);
+    }
+    // A name a header cannot carry (a control character) is not sent: the agent only
+    // labels the audit log.
+    if let Some(agent) = &target.user_agent
+        && let Ok(value) = reqwest::header::HeaderValue::from_str(agent)
+    {
+        config.headers.push((reqwest::header::USER_AGENT, value));
     }
     // tether paces its own retries (`driver::Backoff`, per request where it helps):
     // kube's built-in retry of 429s would also wait out answers that are final for

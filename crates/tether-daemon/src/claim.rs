@@ -1,0 +1,120 @@
+//! A sharded replica's claim on a Source: `status.owner`, written before the
+//! Source's loop starts and cleared after it stops, each write conditional on the
+//! Source's resourceVersion so that of two replicas writing at once one is refused.
+//! A claim held by a live member is waited for ([`shard::claim`]); one whose holder
+//! died is taken. This, not the hash alone, is what keeps two replicas from running a
+//! Source at once while their views of the members differ.
+
+use std::time::Duration;
+
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::reflector::{ObjectRef, Store};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::crd::Source;
+use super::shard::{self, Claim, Members, Share};
+
+/// How often a waiting replica looks at the claim again (in its watch's cache: no
+/// request).
+const LOOK_AGAIN: Duration = Duration::from_millis(250);
+
+/// Waits until this replica holds the claim on `source` (`namespace`, `name`), taking
+/// it when free. True when held (or when the share needs no claims); false when
+/// `stop` came first or the Source is gone.
+pub async fn acquire(
+    api: &Api<Source>,
+    store: &Store<Source>,
+    (namespace, name): (&str, &str),
+    share: &watch::Receiver<Share>,
+    stop: &CancellationToken,
+) -> bool {
+    let key = ObjectRef::<Source>::new(name).within(namespace);
+    let id = format!("{namespace}/{name}");
+    loop {
+        let members = match &*share.borrow() {
+            Share::Everything => return true,
+            // Not (or no longer) this replica's: the controller stops this loop.
+            Share::Part(members) if members_own(members, &id) => Some(members.clone()),
+            Share::Part(_) | Share::Nothing => None,
+        };
+        if let Some(members) = members {
+            let Some(source) = store.get(&key) else {
+                return false;
+            };
+            let holder = source.status.as_ref().and_then(|s| s.owner.as_deref());
+            match shard::claim(holder, &members) {
+                Claim::Held => return true,
+                Claim::Take => match write_owner(api, &source, Some(&members.me)).await {
+                    Ok(()) => {
+                        tracing::info!(owner = %members.me, was = ?holder, "claimed the Source");
+                        return true;
+                    }
+                    // Another replica wrote first, or the cache is behind: look again.
+                    Err(error) => tracing::debug!(%error, "the claim was not taken"),
+                },
+                Claim::Wait => {
+                    tracing::debug!(holder = ?holder, "waiting for the Source's claim");
+                }
+            }
+        }
+        tokio::select! {
+            () = stop.cancelled() => return false,
+            () = tokio::time::sleep(LOOK_AGAIN) => {}
+        }
+    }
+}
+
+fn members_own(members: &Members, id: &str) -> bool {
+    shard::owner(&members.live, id) == Some(members.me.as_str())
+}
+
+/// Clears this replica's claim on the Source `name`, read afresh; nothing when
+/// another replica holds it (or nobody does). Tried a few times: a claim left behind
+/// is cleared by the next sweep ([`stray`]).
+pub async fn release(api: &Api<Source>, name: &str, me: &str) {
+    for _ in 0..5 {
+        let source = match api.get_status(name).await {
+            Ok(source) => source,
+            Err(kube::Error::Api(response)) if response.code == 404 => return,
+            Err(error) => {
+                tracing::warn!(%error, source = name, "cannot read the Source to release its claim");
+                tokio::time::sleep(LOOK_AGAIN).await;
+                continue;
+            }
+        };
+        if source.status.as_ref().and_then(|s| s.owner.as_deref()) != Some(me) {
+            return;
+        }
+        match write_owner(api, &source, None).await {
+            Ok(()) => {
+                tracing::info!(source = name, owner = me, "released the Source");
+                return;
+            }
+            Err(error) => tracing::debug!(%error, source = name, "the release was refused; again"),
+        }
+    }
+}
+
+/// Whether `source` carries this replica's claim though this replica does not run
+/// it (a release that failed, a loop that ended): such a claim is released.
+pub fn stray(source: &Source, me: &str, running: bool) -> bool {
+    !running && source.status.as_ref().and_then(|s| s.owner.as_deref()) == Some(me)
+}
+
+/// Writes `owner` (or clears it) on the resourceVersion `source` was read at: a
+/// Source changed since (another replica's claim) refuses it with a conflict.
+async fn write_owner(
+    api: &Api<Source>,
+    source: &Source,
+    owner: Option<&str>,
+) -> Result<(), kube::Error> {
+    let name = source.metadata.name.as_deref().unwrap_or_default();
+    let patch = serde_json::json!({
+        "metadata": {"resourceVersion": source.metadata.resource_version},
+        "status": {"owner": owner},
+    });
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map(|_| ())
+}

@@ -1,0 +1,167 @@
+//! A sharded daemon's membership (`--shard`): each replica holds a Lease of its own,
+//! `<group>-<identity>`, labelled as a member of the group, and reads the group's
+//! Leases to know who is alive. The Lease is held and released as the leader
+//! election holds its one ([`leader::run`] on a Lease nobody else wants); a replica
+//! that stops releases it, so its Sources move at once, and one that dies drops out
+//! when its Lease expires. What this replica may run ([`Share`]) is sent on a watch
+//! channel: its part among the live members while it holds its own Lease, nothing
+//! otherwise.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher;
+use tether_engine::driver::{Backoff, Retries};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use super::Shared;
+use super::leader::{self, Election};
+use super::shard::{MEMBER_LABEL, Members, Share, live_members};
+
+/// Where the members' Leases are and who this replica is.
+#[derive(Clone, Debug)]
+pub struct Membership {
+    pub namespace: String,
+    /// The group's name: each member's Lease is `<group>-<identity>`.
+    pub group: String,
+    /// This replica's identity, as Lease names may hold it ([`super::shard::lease_safe`]).
+    pub identity: String,
+    /// How long a member's Lease stays valid without renewal: a replica that dies
+    /// hands its Sources over after this.
+    pub duration: Duration,
+}
+
+impl Membership {
+    fn lease_name(&self) -> String {
+        format!("{}-{}", self.group, self.identity)
+    }
+}
+
+/// Takes part in the group until `release` is cancelled, then releases this
+/// replica's Lease. `share` says which Sources this replica may run.
+pub async fn run(
+    client: Client,
+    membership: Membership,
+    shared: Arc<Shared>,
+    share: watch::Sender<Share>,
+    release: CancellationToken,
+) {
+    if !labelled(&client, &membership, &release).await {
+        return;
+    }
+    let (holding_tx, mut holding) = watch::channel(false);
+    let election = tokio::spawn(leader::run(
+        client.clone(),
+        Election {
+            namespace: membership.namespace.clone(),
+            lease: membership.lease_name(),
+            identity: membership.identity.clone(),
+            duration: membership.duration,
+        },
+        shared,
+        holding_tx,
+        release.clone(),
+    ));
+    let leases: Api<Lease> = Api::namespaced(client, &membership.namespace);
+    let selector = format!("{MEMBER_LABEL}={}", membership.group);
+    let (store, writer) = reflector::store();
+    let mut events = reflector::reflector(
+        writer,
+        watcher::watcher(leases, watcher::Config::default().labels(&selector)),
+    )
+    .default_backoff()
+    .boxed();
+    let mut next_expiry: Option<SystemTime> = None;
+    loop {
+        let until_expiry = next_expiry
+            .and_then(|at| at.duration_since(SystemTime::now()).ok())
+            .unwrap_or(Duration::from_secs(3600));
+        tokio::select! {
+            () = release.cancelled() => break,
+            changed = holding.changed() => if changed.is_err() { break },
+            event = events.next() => match event {
+                Some(Ok(_)) => {}
+                Some(Err(error)) => tracing::warn!(%error, "the members' Lease watch failed; retrying"),
+                None => break,
+            },
+            // An expiry changes no Lease: look again once the next one is due.
+            () = tokio::time::sleep(until_expiry + Duration::from_millis(50)) => {}
+        }
+        let (now_share, expiry) = share_of(&store, &membership.identity, *holding.borrow());
+        next_expiry = expiry;
+        share.send_if_modified(|current| {
+            let changed = *current != now_share;
+            if changed {
+                tracing::info!(share = ?now_share, "the members changed");
+                *current = now_share;
+            }
+            changed
+        });
+    }
+    let _ = share.send(Share::Nothing);
+    let _ = election.await;
+}
+
+/// This replica's share: its part among the live members while it holds its own
+/// Lease (itself counted even before the watch shows its Lease), else nothing.
+fn share_of(store: &Store<Lease>, me: &str, holding: bool) -> (Share, Option<SystemTime>) {
+    if !holding {
+        return (Share::Nothing, None);
+    }
+    let leases: Vec<Lease> = store.state().iter().map(|l| (**l).clone()).collect();
+    let (mut live, next_expiry) = live_members(&leases, SystemTime::now());
+    live.insert(me.to_string());
+    (
+        Share::Part(Members {
+            me: me.to_string(),
+            live,
+        }),
+        next_expiry,
+    )
+}
+
+/// Makes this replica's Lease carry the group's label (server-side apply of the
+/// label alone: the Lease manager creates Leases without labels and patches only
+/// their spec). False when `release` came first.
+async fn labelled(client: &Client, membership: &Membership, release: &CancellationToken) -> bool {
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &membership.namespace);
+    let name = membership.lease_name();
+    let patch = serde_json::json!({
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {
+            "name": name,
+            "labels": {
+                MEMBER_LABEL: membership.group,
+                "app.kubernetes.io/managed-by": "tether",
+            },
+        },
+    });
+    let mut retries =
+        Retries::endless(Backoff::new(Duration::from_secs(1), Duration::from_secs(5)));
+    loop {
+        match leases
+            .patch(
+                &name,
+                &PatchParams::apply("tether-members"),
+                &Patch::Apply(&patch),
+            )
+            .await
+        {
+            Ok(_) => return true,
+            Err(error) => {
+                tracing::warn!(%error, lease = %name, "cannot label this replica's Lease; retrying");
+                if !retries.again_unless(release).await {
+                    return false;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,259 @@
+//! Which replica runs which Source: the decisions, pure. The replicas of a sharded
+//! daemon (`--shard`) are the holders of live member Leases ([`live_members`]); each
+//! Source belongs to one of them by rendezvous hashing ([`owner`]), so a replica that
+//! joins takes about 1/N of the Sources, and one that leaves gives away only its own.
+//! Before a replica runs a Source it claims it in the Source's `status.owner`
+//! ([`claim`]): a claim held by a live replica is waited for, so two replicas never
+//! run a Source at once even while their views of the members differ.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::coordination::v1::Lease;
+use sha2::{Digest, Sha256};
+
+/// The label every member Lease of a sharded daemon carries: its value is the group
+/// (`--lease-name`), so that two daemons in one namespace never count each other.
+pub const MEMBER_LABEL: &str = "tether.dev/member-of";
+
+/// Which Sources this process may run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Share {
+    /// None: a follower of the leader election, or a member whose own Lease is lost.
+    Nothing,
+    /// All: the only replica, or the elected leader.
+    Everything,
+    /// Its part among the live members (itself among them).
+    Part(Members),
+}
+
+impl Share {
+    /// Does this process run the Source `id` (`namespace/name`)?
+    pub fn owns(&self, id: &str) -> bool {
+        match self {
+            Share::Nothing => false,
+            Share::Everything => true,
+            Share::Part(members) => owner(&members.live, id) == Some(members.me.as_str()),
+        }
+    }
+
+    /// Whether Sources are claimed in their status before they run (sharded only:
+    /// the leader's Lease already keeps others out).
+    pub fn claims(&self) -> Option<&Members> {
+        match self {
+            Share::Part(members) => Some(members),
+            _ => None,
+        }
+    }
+}
+
+/// The live members of a sharded daemon, as one replica sees them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Members {
+    /// This replica's identity.
+    pub me: String,
+    /// Every live member's identity, this replica's included.
+    pub live: BTreeSet<String>,
+}
+
+/// The member that owns `key`: the highest of `hash(member, key)` (rendezvous
+/// hashing). The same on every replica for the same members; a member that leaves
+/// moves only its own keys, one that joins takes only keys that become its own.
+pub fn owner<'m>(live: &'m BTreeSet<String>, key: &str) -> Option<&'m str> {
+    live.iter()
+        .max_by_key(|member| (weight(member, key), *member))
+        .map(String::as_str)
+}
+
+fn weight(member: &str, key: &str) -> u64 {
+    let mut hash = Sha256::new();
+    hash.update(member.as_bytes());
+    // A separator no identity holds: ("ab", "c") and ("a", "bc") hash apart.
+    hash.update([0]);
+    hash.update(key.as_bytes());
+    let digest = hash.finalize();
+    let mut first = [0u8; 8];
+    first.copy_from_slice(&digest[..8]);
+    u64::from_be_bytes(first)
+}
+
+/// The identities of the member Leases held now, and when the next of them expires
+/// unless renewed (the time to look again: an expiry makes no watch event).
+pub fn live_members(leases: &[Lease], now: SystemTime) -> (BTreeSet<String>, Option<SystemTime>) {
+    let mut live = BTreeSet::new();
+    let mut next_expiry: Option<SystemTime> = None;
+    for lease in leases {
+        let Some(spec) = &lease.spec else { continue };
+        let (Some(holder), Some(renewed), Some(seconds)) = (
+            &spec.holder_identity,
+            &spec.renew_time,
+            spec.lease_duration_seconds,
+        ) else {
+            continue;
+        };
+        let Ok(seconds) = u64::try_from(seconds) else {
+            continue;
+        };
+        let expires = SystemTime::from(renewed.0) + Duration::from_secs(seconds);
+        if expires > now {
+            live.insert(holder.clone());
+            next_expiry = Some(next_expiry.map_or(expires, |next| next.min(expires)));
+        }
+    }
+    (live, next_expiry)
+}
+
+/// What a replica that owns a Source does with the Source's claim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Claim {
+    /// It holds the claim: the loop may run.
+    Held,
+    /// Nobody holds it, or its holder is no longer a member: write this replica's.
+    Take,
+    /// Another live member holds it: that replica is still stopping the Source's
+    /// loop (it no longer owns it, or has not yet seen that).
+    Wait,
+}
+
+/// The decision on a Source whose `status.owner` is `holder`.
+pub fn claim(holder: Option<&str>, members: &Members) -> Claim {
+    match holder {
+        Some(holder) if holder == members.me => Claim::Held,
+        Some(holder) if members.live.contains(holder) => Claim::Wait,
+        _ => Claim::Take,
+    }
+}
+
+/// An identity as a Lease's name may hold it (lowercase letters, digits, `-`, `.`):
+/// other characters become `-`.
+pub fn lease_safe(identity: &str) -> String {
+    let safe: String = identity
+        .chars()
+        .map(|c| match c.to_ascii_lowercase() {
+            c @ ('a'..='z' | '0'..='9' | '-' | '.') => c,
+            _ => '-',
+        })
+        .collect();
+    safe.trim_matches(|c| c == '-' || c == '.').to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use k8s_openapi::api::coordination::v1::LeaseSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+
+    fn members(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|n| n.to_string()).collect()
+    }
+
+    fn keys(count: usize) -> Vec<String> {
+        (0..count)
+            .map(|i| format!("team-{}/source-{i}", i % 7))
+            .collect()
+    }
+
+    #[test]
+    fn the_owner_of_a_source_is_pinned_for_given_members() {
+        // Pinned: replicas of two versions in a rolling upgrade must agree, so a
+        // change of the hash fails here.
+        let live = members(&["tether-0", "tether-1", "tether-2"]);
+        let owners: Vec<&str> = ["a/web", "a/api", "b/web", "shop/site"]
+            .iter()
+            .map(|key| owner(&live, key).unwrap())
+            .collect();
+        assert_eq!(owners, ["tether-1", "tether-2", "tether-2", "tether-0"]);
+        assert_eq!(owner(&BTreeSet::new(), "a/web"), None);
+    }
+
+    #[test]
+    fn a_member_that_leaves_moves_only_its_own_sources_and_one_that_joins_about_a_share() {
+        let three = members(&["r0", "r1", "r2"]);
+        let four = members(&["r0", "r1", "r2", "r3"]);
+        let two = members(&["r0", "r2"]);
+        let keys = keys(3000);
+        let mut moved_in = 0;
+        let mut moved_out = 0;
+        for key in &keys {
+            let before = owner(&three, key).unwrap();
+            let joined = owner(&four, key).unwrap();
+            if joined != before {
+                assert_eq!(joined, "r3", "{key} moved between old members");
+                moved_in += 1;
+            }
+            let left = owner(&two, key).unwrap();
+            if left != before {
+                assert_eq!(before, "r1", "{key} moved though its owner stayed");
+                moved_out += 1;
+            }
+        }
+        // About a quarter join r3 (750 ± 5 σ); r1's third leaves with it.
+        assert!((650..=850).contains(&moved_in), "{moved_in} moved to r3");
+        assert!(
+            (900..=1100).contains(&moved_out),
+            "{moved_out} moved from r1"
+        );
+    }
+
+    #[test]
+    fn the_sources_are_shared_about_evenly() {
+        let live = members(&["tether-0", "tether-1", "tether-2"]);
+        let keys = keys(300);
+        for member in &live {
+            let owned = keys
+                .iter()
+                .filter(|k| owner(&live, k) == Some(member.as_str()))
+                .count();
+            assert!((70..=130).contains(&owned), "{member} owns {owned} of 300");
+        }
+    }
+
+    fn lease(holder: Option<&str>, renewed_ago: u64, seconds: i32, now: SystemTime) -> Lease {
+        Lease {
+            spec: Some(LeaseSpec {
+                holder_identity: holder.map(str::to_string),
+                renew_time: Some(MicroTime(
+                    (now - Duration::from_secs(renewed_ago)).try_into().unwrap(),
+                )),
+                lease_duration_seconds: Some(seconds),
+                ..LeaseSpec::default()
+            }),
+            ..Lease::default()
+        }
+    }
+
+    #[test]
+    fn members_are_the_holders_of_leases_not_yet_expired() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let leases = [
+            lease(Some("fresh"), 2, 10, now),
+            lease(Some("expired"), 11, 10, now),
+            lease(None, 0, 10, now),
+            lease(Some("older"), 8, 10, now),
+            Lease::default(),
+        ];
+        let (live, next) = live_members(&leases, now);
+        assert_eq!(live, members(&["fresh", "older"]));
+        assert_eq!(next, Some(now + Duration::from_secs(2)));
+    }
+
+    #[test]
+    fn a_claim_of_a_live_member_is_waited_for_and_a_dead_ones_taken() {
+        let me = Members {
+            me: "r0".into(),
+            live: members(&["r0", "r1"]),
+        };
+        assert_eq!(claim(Some("r0"), &me), Claim::Held);
+        assert_eq!(claim(Some("r1"), &me), Claim::Wait);
+        assert_eq!(claim(Some("r2"), &me), Claim::Take);
+        assert_eq!(claim(None, &me), Claim::Take);
+    }
+
+    #[test]
+    fn identities_become_lease_names() {
+        assert_eq!(lease_safe("tether-0"), "tether-0");
+        assert_eq!(lease_safe("Build_Host-1234"), "build-host-1234");
+        assert_eq!(lease_safe("-x:y/"), "x-y");
+    }
+}

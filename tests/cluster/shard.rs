@@ -1,0 +1,315 @@
+//! Sources shared among replicas (`tether run --sources --shard`), against the
+//! control plane: every Source has exactly one owner, shown in `kubectl get
+//! sources`; a replica that joins takes about its share and only from the others, one
+//! killed hands its Sources over within 15 s, one stopped at once; a webhook sent to
+//! any replica reaches every Source; and the API server's audit log (each replica's
+//! requests carry its name in their User-Agent) shows no Source written by two
+//! replicas at once.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::Api;
+
+use crate::daemon::{
+    Daemon, Remote, SECRET, audit_entries_since, audit_offset, install_crd, kubectl_apply_text,
+    kubectl_ok, push_hook, signal,
+};
+use crate::harness::eventually;
+use crate::reconcile::{base, config_map, setup};
+use tether_daemon::shard;
+
+/// Sources shared by the replicas.
+const SOURCES: usize = 90;
+
+/// A replica named `identity`, sharding the Sources of `ns` on Leases there.
+fn member(ns: &str, identity: &str) -> Daemon {
+    Daemon::start(&[
+        "--sources",
+        "--sources-namespace",
+        ns,
+        "--shard",
+        "--identity",
+        identity,
+        "--lease-namespace",
+        ns,
+    ])
+}
+
+/// The namespace of Source `i`'s objects.
+fn domain(ns: &str, i: usize) -> String {
+    format!("{ns}-s{i}")
+}
+
+/// Each Source's owner, by name, as `status.owner` says (none: not claimed).
+fn owners(ns: &str) -> BTreeMap<String, Option<String>> {
+    let text = kubectl_ok(&["get", "sources", "-n", ns, "-o", "json"]);
+    let list: serde_json::Value = serde_json::from_str(&text).unwrap();
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["metadata"]["name"].as_str().unwrap().to_string(),
+                s["status"]["owner"].as_str().map(str::to_string),
+            )
+        })
+        .collect()
+}
+
+/// Waits until each Source is claimed by the replica that rendezvous hashing over
+/// `live` gives it (each replica must agree on that); returns the owners.
+async fn settled(ns: &str, live: &[&str], within: Duration) -> BTreeMap<String, String> {
+    let members: BTreeSet<String> = live.iter().map(|m| m.to_string()).collect();
+    let expected: BTreeMap<String, String> = (0..SOURCES)
+        .map(|i| {
+            let name = format!("s{i}");
+            let owner = shard::owner(&members, &format!("{ns}/{name}")).unwrap();
+            (name, owner.to_string())
+        })
+        .collect();
+    let mut last = BTreeMap::new();
+    let started = Instant::now();
+    while last != expected {
+        assert!(
+            started.elapsed() < within,
+            "not settled on {live:?} within {within:?}: {:?}",
+            last.iter()
+                .filter(|(name, owner)| expected.get(*name) != Some(*owner))
+                .collect::<Vec<_>>()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        last = owners(ns)
+            .into_iter()
+            .filter_map(|(name, owner)| Some((name, owner?)))
+            .collect();
+    }
+    expected
+}
+
+async fn all_at(client: &kube::Client, ns: &str, value: &str) -> bool {
+    for i in 0..SOURCES {
+        let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &domain(ns, i));
+        let live = config_maps.get_opt("c").await.ok().flatten();
+        let at = live
+            .and_then(|c| c.data)
+            .and_then(|d| d.get("key").cloned());
+        if at.as_deref() != Some(value) {
+            return false;
+        }
+    }
+    true
+}
+
+fn count(owners: &BTreeMap<String, String>, member: &str) -> usize {
+    owners.values().filter(|o| *o == member).count()
+}
+
+/// Each Source's writers in the order the API server logged them: the replica named
+/// in the User-Agent of each successful write to its objects, its inventory or its
+/// status.
+fn writers_by_source(ns: &str, since: u64) -> BTreeMap<String, Vec<String>> {
+    let mut writers: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut entries = audit_entries_since(since);
+    entries.sort_by(|a, b| {
+        a["stageTimestamp"]
+            .as_str()
+            .cmp(&b["stageTimestamp"].as_str())
+    });
+    for entry in entries {
+        let verb = entry["verb"].as_str().unwrap_or_default();
+        let code = entry["responseStatus"]["code"].as_i64().unwrap_or(0);
+        if verb == "list" || !(200..300).contains(&code) {
+            continue;
+        }
+        let agent = entry["userAgent"].as_str().unwrap_or_default();
+        let Some(replica) = agent
+            .strip_prefix("tether/")
+            .and_then(|rest| rest.split_once(" ("))
+            .map(|(_, r)| r.trim_end_matches(')').to_string())
+        else {
+            continue;
+        };
+        let object = &entry["objectRef"];
+        let resource = object["resource"].as_str().unwrap_or_default();
+        let namespace = object["namespace"].as_str().unwrap_or_default();
+        let name = object["name"].as_str().unwrap_or_default();
+        let subresource = object["subresource"].as_str().unwrap_or_default();
+        let source = match resource {
+            // Its status (a Source's annotation is written by whichever replica a
+            // webhook reached: not the Source's own write).
+            "sources" if subresource == "status" && namespace == ns => Some(name.to_string()),
+            // Its inventory record.
+            "configmaps" if namespace == ns => Some(name.to_string()),
+            // Its objects, in the namespace of its own.
+            _ => namespace
+                .strip_prefix(&format!("{ns}-"))
+                .or_else(|| {
+                    (resource == "namespaces")
+                        .then(|| name.strip_prefix(&format!("{ns}-")))
+                        .flatten()
+                })
+                .map(str::to_string),
+        };
+        if let Some(source) = source
+            && source.starts_with('s')
+        {
+            writers.entry(source).or_default().push(replica);
+        }
+    }
+    writers
+}
+
+/// How many times the writer changed in `writers` (runs of one writer, minus one).
+fn switches(writers: &[String]) -> usize {
+    writers.windows(2).filter(|w| w[0] != w[1]).count()
+}
+
+#[tokio::test]
+async fn replicas_share_the_sources_and_hand_them_over_without_writing_one_at_once() {
+    install_crd();
+    let (client, ns, _) = setup("shard").await;
+    let since = audit_offset();
+    let files: Vec<(String, String)> = (0..SOURCES)
+        .map(|i| {
+            let domain = domain(&ns, i);
+            (
+                format!("s{i}/m.yaml"),
+                format!("{}---\n{}", base(&domain), config_map("c", &domain, "v1")),
+            )
+        })
+        .collect();
+    let borrowed: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(p, t)| (p.as_str(), t.as_str()))
+        .collect();
+    let remote = Remote::new(&borrowed);
+    let r0 = member(&ns, "r0");
+    let r1 = member(&ns, "r1");
+    let r2 = member(&ns, "r2");
+    let sources: String = (0..SOURCES)
+        .map(|i| {
+            format!(
+                "---\napiVersion: tether.dev/v1alpha1\nkind: Source\nmetadata:\n  name: s{i}\n  namespace: {ns}\nspec:\n  url: {}\n  ref: main\n  path: models/s{i}\n  interval: 1h\n",
+                remote.url
+            )
+        })
+        .collect();
+    kubectl_apply_text(&sources);
+
+    // Each Source has one owner among the three, each about a third, and is applied.
+    let three = settled(&ns, &["r0", "r1", "r2"], Duration::from_secs(120)).await;
+    for member in ["r0", "r1", "r2"] {
+        let owned = count(&three, member);
+        assert!(
+            (SOURCES / 6..=SOURCES / 2).contains(&owned),
+            "{member} owns {owned} of {SOURCES}: {three:?}"
+        );
+    }
+    eventually(Duration::from_secs(120), || all_at(&client, &ns, "v1")).await;
+    let table = kubectl_ok(&["get", "sources", "-n", &ns]);
+    assert!(table.lines().next().unwrap().contains("OWNER"), "{table}");
+    assert!(
+        table
+            .lines()
+            .any(|l| l.starts_with("s0 ") && l.contains(&three["s0"])),
+        "{table}"
+    );
+    // Only the owner reconciles: each Source's series is on one replica alone.
+    for (name, owner) in three.iter().take(10) {
+        let series =
+            format!("tether_reconciles_total{{source=\"{ns}/{name}\",result=\"success\"}}");
+        for (member, daemon) in [("r0", &r0), ("r1", &r1), ("r2", &r2)] {
+            assert_eq!(
+                daemon.metric(&series).is_some(),
+                member == owner,
+                "{name} (owned by {owner}) on {member}"
+            );
+        }
+    }
+
+    // A fourth replica takes about a quarter, and only from the others.
+    let mut r3 = member(&ns, "r3");
+    let four = settled(&ns, &["r0", "r1", "r2", "r3"], Duration::from_secs(60)).await;
+    let moved: Vec<&String> = three.keys().filter(|s| three[*s] != four[*s]).collect();
+    assert!(
+        moved.iter().all(|s| four[*s] == "r3"),
+        "moved between the old replicas: {three:?} → {four:?}"
+    );
+    assert!(
+        (SOURCES / 8..=SOURCES * 2 / 5).contains(&moved.len()),
+        "{} of {SOURCES} moved to the fourth",
+        moved.len()
+    );
+
+    // SIGKILL: the killed replica's Sources have a new owner within 15 s.
+    signal(&r1.process, "KILL");
+    let killed = Instant::now();
+    let after_kill = settled(&ns, &["r0", "r2", "r3"], Duration::from_secs(15)).await;
+    eprintln!(
+        "a killed replica's Sources owned again after {:?}",
+        killed.elapsed()
+    );
+    for (name, owner) in &four {
+        if owner != "r1" {
+            assert_eq!(
+                &after_kill[name], owner,
+                "{name} moved, though its owner lives"
+            );
+        }
+    }
+    drop(r1.process);
+
+    // SIGTERM: a replica that stops hands its Sources over at once.
+    let (code, stopping) = r3.terminate();
+    assert_eq!(code, Some(0));
+    let stopped = Instant::now();
+    let after_stop = settled(&ns, &["r0", "r2"], Duration::from_secs(10)).await;
+    eprintln!(
+        "a stopped replica's Sources owned again {:?} after its exit ({stopping:?} to stop)",
+        stopped.elapsed()
+    );
+    assert!(after_stop.values().all(|o| o == "r0" || o == "r2"));
+
+    // A push, announced to one replica: every Source applies it.
+    let changed: Vec<(String, String)> = (0..SOURCES)
+        .map(|i| {
+            let domain = domain(&ns, i);
+            (
+                format!("s{i}/m.yaml"),
+                format!("{}---\n{}", base(&domain), config_map("c", &domain, "v2")),
+            )
+        })
+        .collect();
+    let borrowed: Vec<(&str, &str)> = changed
+        .iter()
+        .map(|(p, t)| (p.as_str(), t.as_str()))
+        .collect();
+    remote.push("main", &borrowed);
+    let (headers, body) = push_hook(&remote.url, "refs/heads/main", SECRET);
+    let (code, answer) = r2.post("/hook/generic", &headers, &body);
+    assert_eq!(code, 202, "{answer}");
+    eventually(Duration::from_secs(90), || all_at(&client, &ns, "v2")).await;
+
+    // Never two writers at once: each Source's writes change hands no more often
+    // than its owner did (each handover: the old owner's last write, then the new
+    // one's first).
+    let handovers = |name: &str| {
+        [&three, &four, &after_kill, &after_stop]
+            .windows(2)
+            .filter(|w| w[0][name] != w[1][name])
+            .count()
+    };
+    let writers = writers_by_source(&ns, since);
+    assert_eq!(writers.len(), SOURCES, "{:?}", writers.keys());
+    for (name, writers) in &writers {
+        assert!(
+            switches(writers) <= handovers(name),
+            "{name} was written by {writers:?}, its owners {:?}",
+            [&three, &four, &after_kill, &after_stop].map(|o| o[name].clone())
+        );
+    }
+    drop((r0, r2));
+}
