@@ -21,7 +21,7 @@ use crate::reconcile::{base, config_map, setup};
 use tether_daemon::shard;
 
 /// Sources shared by the replicas.
-const SOURCES: usize = 90;
+const SOURCES: usize = 150;
 
 /// A replica named `identity`, sharding the Sources of `ns` on Leases there.
 fn member(ns: &str, identity: &str) -> Daemon {
@@ -76,8 +76,10 @@ async fn settled(ns: &str, live: &[&str], within: Duration) -> BTreeMap<String, 
         assert!(
             started.elapsed() < within,
             "not settled on {live:?} within {within:?}: {:?}",
-            last.iter()
-                .filter(|(name, owner)| expected.get(*name) != Some(*owner))
+            expected
+                .iter()
+                .filter(|(name, owner)| last.get(*name) != Some(*owner))
+                .map(|(name, owner)| (name, owner, last.get(name)))
                 .collect::<Vec<_>>()
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -230,29 +232,16 @@ async fn replicas_share_the_sources_and_hand_them_over_without_writing_one_at_on
         }
     }
 
-    // A fourth replica takes about a quarter, and only from the others.
-    let mut r3 = member(&ns, "r3");
-    let four = settled(&ns, &["r0", "r1", "r2", "r3"], Duration::from_secs(60)).await;
-    let moved: Vec<&String> = three.keys().filter(|s| three[*s] != four[*s]).collect();
-    assert!(
-        moved.iter().all(|s| four[*s] == "r3"),
-        "moved between the old replicas: {three:?} → {four:?}"
-    );
-    assert!(
-        (SOURCES / 8..=SOURCES * 2 / 5).contains(&moved.len()),
-        "{} of {SOURCES} moved to the fourth",
-        moved.len()
-    );
-
-    // SIGKILL: the killed replica's Sources have a new owner within 15 s.
+    // SIGKILL: the killed replica's Sources, and only those, have a new owner
+    // within 15 s.
     signal(&r1.process, "KILL");
     let killed = Instant::now();
-    let after_kill = settled(&ns, &["r0", "r2", "r3"], Duration::from_secs(15)).await;
+    let after_kill = settled(&ns, &["r0", "r2"], Duration::from_secs(15)).await;
     eprintln!(
         "a killed replica's Sources owned again after {:?}",
         killed.elapsed()
     );
-    for (name, owner) in &four {
+    for (name, owner) in &three {
         if owner != "r1" {
             assert_eq!(
                 &after_kill[name], owner,
@@ -261,6 +250,28 @@ async fn replicas_share_the_sources_and_hand_them_over_without_writing_one_at_on
         }
     }
     drop(r1.process);
+
+    // A replica that joins takes about a third, and only from the others.
+    let mut r3 = member(&ns, "r3");
+    let joined = Instant::now();
+    let with_r3 = settled(&ns, &["r0", "r2", "r3"], Duration::from_secs(60)).await;
+    eprintln!(
+        "a joining replica's share owned after {:?}",
+        joined.elapsed()
+    );
+    let moved: Vec<&String> = after_kill
+        .keys()
+        .filter(|s| after_kill[*s] != with_r3[*s])
+        .collect();
+    assert!(
+        moved.iter().all(|s| with_r3[*s] == "r3"),
+        "moved between the old replicas: {after_kill:?} → {with_r3:?}"
+    );
+    assert!(
+        (SOURCES / 5..=SOURCES / 2).contains(&moved.len()),
+        "{} of {SOURCES} moved to the new replica",
+        moved.len()
+    );
 
     // SIGTERM: a replica that stops hands its Sources over at once.
     let (code, stopping) = r3.terminate();
@@ -271,7 +282,6 @@ async fn replicas_share_the_sources_and_hand_them_over_without_writing_one_at_on
         "a stopped replica's Sources owned again {:?} after its exit ({stopping:?} to stop)",
         stopped.elapsed()
     );
-    assert!(after_stop.values().all(|o| o == "r0" || o == "r2"));
 
     // A push, announced to one replica: every Source applies it.
     let changed: Vec<(String, String)> = (0..SOURCES)
@@ -291,13 +301,13 @@ async fn replicas_share_the_sources_and_hand_them_over_without_writing_one_at_on
     let (headers, body) = push_hook(&remote.url, "refs/heads/main", SECRET);
     let (code, answer) = r2.post("/hook/generic", &headers, &body);
     assert_eq!(code, 202, "{answer}");
-    eventually(Duration::from_secs(90), || all_at(&client, &ns, "v2")).await;
+    eventually(Duration::from_secs(120), || all_at(&client, &ns, "v2")).await;
 
     // Never two writers at once: each Source's writes change hands no more often
     // than its owner did (each handover: the old owner's last write, then the new
     // one's first).
     let handovers = |name: &str| {
-        [&three, &four, &after_kill, &after_stop]
+        [&three, &after_kill, &with_r3, &after_stop]
             .windows(2)
             .filter(|w| w[0][name] != w[1][name])
             .count()
@@ -308,7 +318,7 @@ async fn replicas_share_the_sources_and_hand_them_over_without_writing_one_at_on
         assert!(
             switches(writers) <= handovers(name),
             "{name} was written by {writers:?}, its owners {:?}",
-            [&three, &four, &after_kill, &after_stop].map(|o| o[name].clone())
+            [&three, &after_kill, &with_r3, &after_stop].map(|o| o[name].clone())
         );
     }
     drop((r0, r2));

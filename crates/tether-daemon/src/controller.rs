@@ -150,6 +150,9 @@ pub async fn request_reconcile(api: &Api<Source>, name: &str) -> Result<String, 
     Ok(now)
 }
 
+/// How many loops are stopped (and their claims released) at once.
+const CONCURRENT_STOPS: usize = 32;
+
 /// How often a sharded replica looks for claims of its own on Sources it does not run.
 const STRAY_CLAIMS_SWEEP: Duration = Duration::from_secs(10);
 
@@ -162,6 +165,22 @@ pub enum Replicas {
     Elected(Election),
     /// It runs its part among the live members (`--shard`).
     Sharded(Membership),
+}
+
+/// The Source loops of this replica.
+#[derive(Default)]
+struct Loops {
+    running: HashMap<String, Running>,
+    /// Loops of Sources now owned elsewhere, stopping in the background: each ends
+    /// with its claim released. A loop started again for one of them waits for it.
+    stopping: HashMap<String, JoinHandle<()>>,
+}
+
+impl Loops {
+    /// Whether a loop of `id` runs here, or still stops.
+    fn runs(&self, id: &str) -> bool {
+        self.running.contains_key(id) || self.stopping.contains_key(id)
+    }
 }
 
 /// What the Source loops started by [`Controller::sync`] read: the watch's cache
@@ -233,7 +252,7 @@ impl Controller {
             store: store.clone(),
             share: share.clone(),
         };
-        let mut running: HashMap<String, Running> = HashMap::new();
+        let mut loops = Loops::default();
         let mut synced = false;
         // A sharded replica looks again now and then for claims of its own left on
         // Sources it does not run (a release that failed).
@@ -246,26 +265,26 @@ impl Controller {
                         break;
                     }
                     if synced {
-                        self.sync_all(&watched, &mut running).await;
+                        self.sync_all(&watched, &mut loops).await;
                     }
                 }
                 _ = sweep.tick() => {
                     if synced && share.borrow().claims().is_some() {
-                        self.sync_all(&watched, &mut running).await;
+                        self.sync_all(&watched, &mut loops).await;
                     }
                 }
                 event = events.next() => match event {
                     Some(Ok(Event::InitDone)) => {
                         synced = true;
                         self.shared.set_ready();
-                        self.sync_all(&watched, &mut running).await;
+                        self.sync_all(&watched, &mut loops).await;
                     }
                     Some(Ok(Event::Apply(source))) if synced && share.borrow().owns(&id_of(&source)) => {
-                        self.sync(&source, &watched, &mut running);
+                        self.sync(&source, &watched, &mut loops);
                     }
                     Some(Ok(Event::Delete(source))) => {
                         let id = id_of(&source);
-                        if let Some(deleted) = running.remove(&id) {
+                        if let Some(deleted) = loops.running.remove(&id) {
                             tracing::info!(source = %id, "the Source was deleted: its loop stops (its objects stay)");
                             deleted.abandon();
                             self.stop(vec![deleted]).await;
@@ -278,13 +297,17 @@ impl Controller {
                 },
             }
         }
-        self.stop(running.into_values().collect()).await;
+        self.stop(loops.running.into_values().collect()).await;
+        for (_, stopping) in loops.stopping {
+            let _ = stopping.await;
+        }
     }
 
     /// Brings the running loops in line with the store and this replica's share:
     /// the loops of deleted Sources and of those it no longer owns stop (and, when
     /// sharded, their claims are released), those it owns run.
-    async fn sync_all(&self, watched: &Watched, running: &mut HashMap<String, Running>) {
+    async fn sync_all(&self, watched: &Watched, loops: &mut Loops) {
+        let running = &mut loops.running;
         let share = watched.share.borrow().clone();
         let sources = watched.store.state();
         let gone: Vec<String> = running
@@ -311,15 +334,20 @@ impl Controller {
                 "Sources owned elsewhere now: their loops stop"
             );
         }
-        let stopped: Vec<Running> = moved.iter().filter_map(|id| running.remove(id)).collect();
-        self.stop(stopped).await;
+        // In the background: the controller goes on (other Sources may be moving
+        // here meanwhile), and the Source's new owner waits for the claim.
         for id in &moved {
+            if let Some(stopped) = running.remove(id) {
+                loops
+                    .stopping
+                    .insert(id.clone(), self.stop_in_background(stopped));
+            }
             self.shared.metrics.forget(id);
         }
+        loops.stopping.retain(|_, stopping| !stopping.is_finished());
         if let Some(members) = share.claims() {
             let strays = sources.iter().filter(|s| {
-                !share.owns(&id_of(s))
-                    && claim::stray(s, &members.me, running.contains_key(&id_of(s)))
+                !share.owns(&id_of(s)) && claim::stray(s, &members.me, loops.runs(&id_of(s)))
             });
             for source in strays {
                 let api: Api<Source> =
@@ -328,12 +356,13 @@ impl Controller {
             }
         }
         for source in sources.iter().filter(|s| share.owns(&id_of(s))) {
-            self.sync(source, watched, running);
+            self.sync(source, watched, loops);
         }
     }
 
     /// Starts, restarts or nudges one Source's loop.
-    fn sync(&self, source: &Source, watched: &Watched, running: &mut HashMap<String, Running>) {
+    fn sync(&self, source: &Source, watched: &Watched, loops: &mut Loops) {
+        let running = &mut loops.running;
         let id = id_of(source);
         let requested = source
             .annotations()
@@ -354,10 +383,14 @@ impl Controller {
         // A changed spec (suspended, say) stops the old loop's pass between objects;
         // the new loop starts once the old one is done, so that the two never write
         // side by side.
-        let previous = running.remove(&id).map(|old| {
-            old.abandon();
-            old.task
-        });
+        let previous = running
+            .remove(&id)
+            .map(|old| {
+                old.abandon();
+                old.task
+            })
+            // A loop stopping since the Source moved away, back here now.
+            .or_else(|| loops.stopping.remove(&id));
         let stop = CancellationToken::new();
         let stop_pass = CancellationToken::new();
         // One pending trigger is enough: a pass reads the whole source.
@@ -382,22 +415,17 @@ impl Controller {
         let namespace = source.namespace().unwrap_or_default();
         let name = source.name_any();
         let api: Api<Source> = Api::namespaced(self.client.clone(), &namespace);
-        let (store, share, stopped) = (watched.store.clone(), watched.share.clone(), stop.clone());
+        let (store, share, cancelled) =
+            (watched.store.clone(), watched.share.clone(), stop.clone());
         let task = tokio::spawn(
             async move {
-                if let Some(mut previous) = previous {
+                if let Some(previous) = previous {
                     // It stops between objects: a moment.
-                    if tokio::time::timeout(wait_at_most, &mut previous)
-                        .await
-                        .is_err()
-                    {
-                        previous.abort();
-                        let _ = previous.await;
-                    }
+                    stopped(previous, wait_at_most).await;
                 }
                 // Sharded: the Source's claim first, so that the replica that ran it
                 // before has stopped.
-                if claim::acquire(&api, &store, (&namespace, &name), &share, &stopped).await {
+                if claim::acquire(&api, &store, (&namespace, &name), &share, &cancelled).await {
                     run.await;
                 }
             }
@@ -421,7 +449,13 @@ impl Controller {
                 )
             }),
         };
-        running.insert(id, started);
+        loops.running.insert(id, started);
+    }
+
+    /// Stops a loop without waiting: its pass in progress may finish within the
+    /// shutdown timeout, then its claim is released.
+    fn stop_in_background(&self, running: Running) -> JoinHandle<()> {
+        tokio::spawn(self.stop_one(running))
     }
 
     /// Stops loops, letting passes in progress finish within the shutdown timeout,
@@ -430,19 +464,33 @@ impl Controller {
         for running in &loops {
             running.stop.cancel();
         }
-        for running in loops {
-            let mut task = running.task;
-            if tokio::time::timeout(self.shutdown_timeout + Duration::from_secs(1), &mut task)
-                .await
-                .is_err()
-            {
-                task.abort();
-                let _ = task.await;
-            }
+        // All at once: each waits for its own pass, then gives its claim back.
+        futures::stream::iter(loops.into_iter().map(|running| self.stop_one(running)))
+            .buffer_unordered(CONCURRENT_STOPS)
+            .collect::<()>()
+            .await;
+    }
+
+    /// Waits for a stopped loop (its pass may finish within the shutdown timeout),
+    /// then releases its claim.
+    fn stop_one(&self, running: Running) -> impl Future<Output = ()> + Send + 'static {
+        running.stop.cancel();
+        let wait_at_most = self.shutdown_timeout + Duration::from_secs(1);
+        async move {
+            stopped(running.task, wait_at_most).await;
             if let Some((api, name, me)) = running.claimed {
                 claim::release(&api, &name, &me).await;
             }
         }
+    }
+}
+
+/// Waits for a stopping loop's task: its pass may finish within `wait_at_most`, then
+/// it is aborted (and awaited, so that nothing of it goes on).
+async fn stopped(mut task: JoinHandle<()>, wait_at_most: Duration) {
+    if tokio::time::timeout(wait_at_most, &mut task).await.is_err() {
+        task.abort();
+        let _ = task.await;
     }
 }
 
