@@ -331,6 +331,11 @@ fn the_demo_shows_every_step_and_stops_what_it_started() {
     let (_, listed) = around(images, "tether images");
     assert!(listed.contains("kept"), "{images}");
 
+    let shard = step(&text, "Scale-out: replicas share the Sources");
+    assert!(shard.contains("OWNER"), "{shard}");
+    assert!(shard.contains("replica-a"), "{shard}");
+    assert!(shard.contains("all six owned by replica-b"), "{shard}");
+
     let install = step(&text, "Install the daemon");
     for line in [
         "✔ you may install tether",
