@@ -367,6 +367,12 @@ pub struct ImagePolicyStatus {
     pub result: String,
     /// What was chosen and from what, why nothing was, or what went wrong.
     pub message: String,
+    /// The policy's last update (`1.0.0 → 1.0.1 on main`), kept by the scans after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_update: Option<String>,
+    /// When it was committed (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_update_time: Option<String>,
 }
 
 /// One cluster of a Source whose models name several.

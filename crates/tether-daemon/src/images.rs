@@ -190,6 +190,8 @@ fn row_of(status: &ImagePolicyStatus) -> ImagePolicyRow {
         candidate: status.candidate.clone(),
         result: status.result.clone(),
         message: status.message.clone(),
+        last_update: status.last_update.clone(),
+        last_update_time: status.last_update_time.clone(),
     }
 }
 
@@ -209,12 +211,21 @@ fn merged_status(
     report: &RunReport,
     now: &str,
 ) -> Vec<ImagePolicyStatus> {
-    let mut images: Vec<ImagePolicyStatus> = current
+    let (scanned, mut images): (Vec<ImagePolicyStatus>, Vec<ImagePolicyStatus>) = current
         .into_iter()
         .filter(|s| report.names.contains(&s.policy))
-        .filter(|s| !report.policies.iter().any(|p| p.policy == s.policy))
-        .collect();
-    images.extend(report.policies.iter().map(|p| policy_status(p, now)));
+        .partition(|s| report.policies.iter().any(|p| p.policy == s.policy));
+    images.extend(report.policies.iter().map(|p| {
+        let mut status = policy_status(p, now);
+        // A scan that chose nothing new keeps the policy's last update.
+        if status.last_update.is_none()
+            && let Some(before) = scanned.iter().find(|s| s.policy == p.policy)
+        {
+            status.last_update.clone_from(&before.last_update);
+            status.last_update_time.clone_from(&before.last_update_time);
+        }
+        status
+    }));
     images.sort_by(|a, b| a.policy.cmp(&b.policy));
     images
 }
@@ -233,6 +244,10 @@ fn policy_status(policy: &PolicyOutcome, now: &str) -> ImagePolicyStatus {
         candidate: policy.candidate.clone(),
         result: result.to_string(),
         message: policy.summary(),
+        last_update: matches!(policy.result, PolicyResult::Updated { .. })
+            .then(|| policy.summary()),
+        last_update_time: matches!(policy.result, PolicyResult::Updated { .. })
+            .then(|| now.to_string()),
     }
 }
 

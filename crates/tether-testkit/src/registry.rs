@@ -2,7 +2,8 @@
 //! loopback port, storing into a temporary directory, its access log in a file so
 //! that a test can count the requests a client made. Images are pushed by skopeo (a
 //! second client) from OCI layouts made here, deleted by skopeo (the registry allows
-//! deletes), or their tags written straight into the storage by the thousand.
+//! deletes), or their tags (and copies of whole repositories) written straight into
+//! the storage by the thousand.
 
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::net::{TcpListener, TcpStream};
@@ -248,6 +249,26 @@ impl Registry {
         }
     }
 
+    /// Makes `copy` a repository with the same tags as the already pushed
+    /// `repository`, straight in the registry's storage (its `_manifests` and
+    /// `_layers` links copied; the blobs they name are shared): how a benchmark makes
+    /// a thousand repositories in a second, where a thousand skopeo pushes take
+    /// minutes.
+    pub fn copy_repository_in_storage(&self, repository: &str, copy: &str) {
+        let repositories = self
+            .storage
+            .path()
+            .join("data/docker/registry/v2/repositories");
+        let from = repositories.join(repository);
+        assert!(
+            from.join("_manifests/tags").is_dir(),
+            "{repository} was pushed"
+        );
+        let to = repositories.join(copy);
+        assert!(!to.exists(), "{copy} is a new repository");
+        copy_tree(&from, &to);
+    }
+
     /// A front to this registry that pages its tag lists as the distribution spec
     /// says (`n`, `last`, `Link: <…>; rel="next"`), which distribution 2.8 does not:
     /// it answers every list whole. The tags are the registry's own, asked of it
@@ -264,6 +285,24 @@ pub struct PushedImage {
     pub manifest_digest: String,
     /// The digest of its config blob ([`Registry::blob_path`] finds it).
     pub config_digest: String,
+}
+
+/// Copies the directory `from` to `to` (made), symbolic links as links (a tag
+/// [`Registry::add_tags_in_storage`] wrote stays a link to its sibling).
+fn copy_tree(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        let kind = entry.file_type().unwrap();
+        if kind.is_symlink() {
+            std::os::unix::fs::symlink(std::fs::read_link(entry.path()).unwrap(), target).unwrap();
+        } else if kind.is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
 }
 
 fn skopeo(args: &[&str]) -> String {

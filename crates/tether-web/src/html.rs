@@ -523,7 +523,7 @@ fn images_section(policies: &[ImagePolicyRow]) -> Markup {
             @if policies.is_empty() { p.empty { "No image policies." } }
             @else {
                 table.images {
-                    thead { (head_row(&["Policy", "Image", "Last scan", "Tags", "Candidate", "Result", "Message"])) }
+                    thead { (head_row(&["Policy", "Image", "Last scan", "Tags", "Candidate", "Result", "Message", "Last update"])) }
                     tbody {
                         @for policy in policies {
                             tr.warning[policy.result == "Failed"] data-policy=(policy.policy) {
@@ -531,6 +531,13 @@ fn images_section(policies: &[ImagePolicyRow]) -> Markup {
                                 td { @match policy.tags { Some(tags) => (tags), None => "—" } }
                                 td { (policy.candidate.as_deref().unwrap_or("—")) }
                                 td.result { (policy.result) } td.message { (policy.message) }
+                                td.update {
+                                    @match (&policy.last_update, &policy.last_update_time) {
+                                        (Some(update), Some(time)) => { (update) " (" (time) ")" },
+                                        (Some(update), None) => (update),
+                                        (None, _) => "—",
+                                    }
+                                }
                             }
                         }
                     }

@@ -258,4 +258,7 @@ pub struct ImagePolicyRow {
     pub result: String,
     /// What was chosen and from what, why nothing was, or what went wrong.
     pub message: String,
+    /// The policy's last update (`1.0.0 → 1.0.1 on main`) and when (RFC 3339).
+    pub last_update: Option<String>,
+    pub last_update_time: Option<String>,
 }

@@ -134,27 +134,52 @@ pub enum UpdateError {
 /// when a marker of the policy cannot be used, or when a marked value names another
 /// repository.
 pub fn targets(files: &SourceFiles, policy: &str, image: &str) -> Result<Vec<Target>, UpdateError> {
-    let mut targets: Vec<Target> = image_models(files)
-        .into_iter()
-        .filter(|model| model.name == image)
-        .map(|model| model.target)
-        .collect();
-    let (located, errors) = markers::find_located(files);
-    if let Some(error) = errors
-        .into_iter()
-        .find(|e| e.policy.as_deref() == Some(policy))
-    {
-        return Err(error.into());
+    Places::read(files).targets(policy, image)
+}
+
+/// The places any policy may write, read from the files once: the Image models and
+/// the marked values. Many policies are answered without parsing the files again.
+pub struct Places {
+    models: Vec<ImageModel>,
+    located: Vec<Located>,
+    errors: Vec<MarkerError>,
+}
+
+impl Places {
+    pub fn read(files: &SourceFiles) -> Places {
+        let (located, errors) = markers::find_located(files);
+        Places {
+            models: image_models(files),
+            located,
+            errors,
+        }
     }
-    for found in located.iter().filter(|l| l.marker.policy == policy) {
-        targets.push(marker_target(found, image)?);
-    }
-    match targets.is_empty() {
-        true => Err(UpdateError::NoTarget {
-            policy: policy.to_string(),
-            image: image.to_string(),
-        }),
-        false => Ok(targets),
+
+    /// What [`targets`] says of `policy`.
+    pub fn targets(&self, policy: &str, image: &str) -> Result<Vec<Target>, UpdateError> {
+        let mut targets: Vec<Target> = self
+            .models
+            .iter()
+            .filter(|model| model.name == image)
+            .map(|model| model.target.clone())
+            .collect();
+        if let Some(error) = self
+            .errors
+            .iter()
+            .find(|e| e.policy.as_deref() == Some(policy))
+        {
+            return Err(error.clone().into());
+        }
+        for found in self.located.iter().filter(|l| l.marker.policy == policy) {
+            targets.push(marker_target(found, image)?);
+        }
+        match targets.is_empty() {
+            true => Err(UpdateError::NoTarget {
+                policy: policy.to_string(),
+                image: image.to_string(),
+            }),
+            false => Ok(targets),
+        }
     }
 }
 

@@ -2,7 +2,7 @@
 //! and the daemon alike:
 //!
 //! ```text
-//! branch's files ──models: ImagePolicies──▶ per policy, its targets (update::targets)
+//! branch's files ──models: ImagePolicies──▶ per policy, its targets (update::Places, read once)
 //!       ──one tag list per image repository (scan::list_tags, folded into a Shortlist
 //!         per policy: bounded memory)──▶ candidates, best first (ages for min_age)
 //!       ──Workspace::sync: on the branch's tip, for each target choose::decide
@@ -26,7 +26,7 @@ use thiserror::Error;
 use tether_core::image::choose::{self, Decision, Shortlist};
 use tether_core::image::markers::MarkerField;
 use tether_core::image::policy::{ImagePolicy, Rule, UpdateMode};
-use tether_core::image::update::{self, Place, Target, Update};
+use tether_core::image::update::{self, Place, Places, Target, Update};
 use tether_core::operation::Edit;
 use tether_core::source::SourceFiles;
 
@@ -271,13 +271,14 @@ impl Automation {
                 pushed.is_none_or(|pushes| pushes.iter().any(|push| pushed_to(push, &key)))
             })
             .collect();
+        let places = Places::read(&files);
         let groups: Vec<(String, Vec<PolicyTargets>)> = by_repository(&chosen)
             .into_iter()
             .map(|(key, group)| {
                 let targets = group
                     .into_iter()
                     .map(|p| {
-                        let targets = update::targets(&files, &p.name.value, &p.image.value);
+                        let targets = places.targets(&p.name.value, &p.image.value);
                         (p, targets.unwrap_or_default())
                     })
                     .collect();
@@ -299,7 +300,7 @@ impl Automation {
         };
         report.policies = chosen
             .iter()
-            .map(|p| initial_outcome(p, &files, found.get(&p.name.value)))
+            .map(|p| initial_outcome(p, &places, found.get(&p.name.value)))
             .collect();
         self.commit(workspace, &commit, &mut report).await?;
         Ok(report)
@@ -394,7 +395,21 @@ impl Automation {
             let mut workspace = workspace;
             let mut outcomes: Vec<(String, PolicyResult)> = Vec::new();
             let mut commits = Vec::new();
+            // Decided first on the files as read: a group none of whose policies would
+            // change anything is not synced (no fetch, no commit); the others are
+            // decided again on the branch's tip as they commit.
+            let every: Vec<String> = groups.iter().flat_map(|(_, n)| n.clone()).collect();
+            let as_read = decide_all(&workspace.models()?, &policies, &every, &found)?;
             for (proposal, names) in groups {
+                if !as_read.updates.iter().any(|u| names.contains(&u.policy)) {
+                    outcomes.extend(as_read.kept.iter().filter(|(n, _)| names.contains(n)).map(
+                        |(name, reason)| {
+                            let reason = reason.clone();
+                            (name.clone(), PolicyResult::Kept { reason })
+                        },
+                    ));
+                    continue;
+                }
                 match &proposal {
                     Some(branch) => workspace.propose_replacing(branch),
                     None => workspace.commit_to_branch(),
@@ -568,11 +583,7 @@ async fn aged(
 
 /// The outcome before anything is committed: what the scan found, or why the policy
 /// cannot be decided.
-fn initial_outcome(
-    policy: &ImagePolicy,
-    files: &SourceFiles,
-    found: Option<&Found>,
-) -> PolicyOutcome {
+fn initial_outcome(policy: &ImagePolicy, places: &Places, found: Option<&Found>) -> PolicyOutcome {
     let (listed, candidate, failure) = match found {
         Some(Found::Tags { listed, candidates }) => (
             Some(*listed),
@@ -592,7 +603,8 @@ fn initial_outcome(
         None => (None, None, Some("not scanned".to_string())),
     };
     let failure = failure.or_else(|| {
-        update::targets(files, &policy.name.value, &policy.image.value)
+        places
+            .targets(&policy.name.value, &policy.image.value)
             .err()
             .map(|e| e.to_string())
     });
@@ -619,8 +631,9 @@ fn decide_all(
 ) -> Result<Planned, ImagesError> {
     let mut updates = Vec::new();
     let mut kept = BTreeMap::new();
+    let places = Places::read(files);
     for policy in policies.iter().filter(|p| names.contains(&p.name.value)) {
-        let Ok(targets) = update::targets(files, &policy.name.value, &policy.image.value) else {
+        let Ok(targets) = places.targets(&policy.name.value, &policy.image.value) else {
             continue;
         };
         for target in targets.into_iter().filter(|t| decides(policy, &t.place)) {

@@ -145,6 +145,8 @@ fn hostile_detail() -> SourceDetail {
             candidate: Some(h.next()),
             result: "Failed".into(),
             message: h.next(),
+            last_update: Some(h.next()),
+            last_update_time: Some(h.next()),
         }],
     }
 }
