@@ -86,6 +86,19 @@ const EXIT_STATUS: &[(&str, &[(u8, &str)])] = &[
         ],
     ),
     (
+        "images",
+        &[
+            (
+                0,
+                "Every policy was decided (and, with --commit, its choice committed).",
+            ),
+            (
+                2,
+                "A policy could not be decided (its registry, credentials or targets), an error, or a usage error.",
+            ),
+        ],
+    ),
+    (
         "run",
         &[
             (0, "Stopped by SIGTERM or Ctrl-C."),

@@ -5,8 +5,10 @@ use std::collections::BTreeMap;
 use std::process::Command;
 
 /// The commands that never reach a cluster: their help has no connection flags.
-const OFFLINE: [&str; 12] = [
+const OFFLINE: [&str; 13] = [
     "push artifact",
+    // A registry and Git, never a cluster.
+    "images",
     "validate",
     "render",
     "graph",
@@ -21,8 +23,11 @@ const OFFLINE: [&str; 12] = [
 ];
 
 /// The commands that read no models: their help has no --age-key-file.
-const NO_MODELS: [&str; 19] = [
+const NO_MODELS: [&str; 20] = [
     "push artifact",
+    // It reads the models' policies and writes plain values: a sealed (sops) file is
+    // never rewritten, so it decrypts nothing.
+    "images",
     "install",
     "uninstall",
     "check",

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
+use tether_engine::driver::{Backoff, Retries};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -31,6 +32,7 @@ pub async fn acquire(
 ) -> bool {
     let key = ObjectRef::<Source>::new(name).within(namespace);
     let id = format!("{namespace}/{name}");
+    let mut looks = Retries::endless(Backoff::new(LOOK_AGAIN, LOOK_AGAIN));
     loop {
         let members = match &*share.borrow() {
             Share::Everything => return true,
@@ -58,9 +60,8 @@ pub async fn acquire(
                 }
             }
         }
-        tokio::select! {
-            () = stop.cancelled() => return false,
-            () = tokio::time::sleep(LOOK_AGAIN) => {}
+        if !looks.again_unless(stop).await {
+            return false;
         }
     }
 }
@@ -73,25 +74,28 @@ fn members_own(members: &Members, id: &str) -> bool {
 /// another replica holds it (or nobody does). Tried a few times: a claim left behind
 /// is cleared by the next sweep ([`stray`]).
 pub async fn release(api: &Api<Source>, name: &str, me: &str) {
-    for _ in 0..5 {
-        let source = match api.get_status(name).await {
-            Ok(source) => source,
+    let mut retries = Retries::new(Backoff::request(), 5);
+    loop {
+        match api.get_status(name).await {
+            Ok(source) if source.status.as_ref().and_then(|s| s.owner.as_deref()) != Some(me) => {
+                return;
+            }
+            Ok(source) => match write_owner(api, &source, None).await {
+                Ok(()) => {
+                    tracing::info!(source = name, owner = me, "released the Source");
+                    return;
+                }
+                Err(error) => {
+                    tracing::debug!(%error, source = name, "the release was refused; again");
+                }
+            },
             Err(kube::Error::Api(response)) if response.code == 404 => return,
             Err(error) => {
                 tracing::warn!(%error, source = name, "cannot read the Source to release its claim");
-                tokio::time::sleep(LOOK_AGAIN).await;
-                continue;
             }
-        };
-        if source.status.as_ref().and_then(|s| s.owner.as_deref()) != Some(me) {
-            return;
         }
-        match write_owner(api, &source, None).await {
-            Ok(()) => {
-                tracing::info!(source = name, owner = me, "released the Source");
-                return;
-            }
-            Err(error) => tracing::debug!(%error, source = name, "the release was refused; again"),
+        if !retries.again().await {
+            return;
         }
     }
 }

@@ -92,7 +92,7 @@ impl SourceImages {
                         self.record(&report).await;
                         self.shared
                             .register_images(&self.id, report.repositories.clone(), nudge.clone());
-                        report.interval.unwrap_or(WITHOUT_POLICIES)
+                        report.rescan_after.unwrap_or(WITHOUT_POLICIES)
                     }
                     Err(error) => {
                         tracing::warn!(error = %tether_core::error_chain(&error), "image automation failed; trying again after a minute");
@@ -100,16 +100,20 @@ impl SourceImages {
                     }
                 },
             };
+            // The next registry push, or the interval's end (`None`; the channel
+            // cannot close: this loop holds a sender).
             pushed = tokio::select! {
                 () = stop.cancelled() => break,
-                () = tokio::time::sleep(wait) => None,
-                Some(first) = pushes.recv() => {
-                    let mut all = first;
-                    while let Ok(more) = pushes.try_recv() {
-                        all.extend(more);
+                received = tokio::time::timeout(wait, pushes.recv()) => match received {
+                    Ok(Some(first)) => {
+                        let mut all = first;
+                        while let Ok(more) = pushes.try_recv() {
+                            all.extend(more);
+                        }
+                        Some(all)
                     }
-                    Some(all)
-                }
+                    Ok(None) | Err(_) => None,
+                },
             };
         }
         self.shared.unregister_images(&self.id);

@@ -86,13 +86,13 @@ pub async fn run(
         tokio::select! {
             () = release.cancelled() => break,
             changed = holding.changed() => if changed.is_err() { break },
-            event = events.next() => match event {
-                Some(Ok(_)) => {}
-                Some(Err(error)) => tracing::warn!(%error, "the members' Lease watch failed; retrying"),
-                None => break,
+            // The next Lease event, or the next expiry, which changes no Lease: then
+            // the members are counted again.
+            event = tokio::time::timeout(until_expiry + Duration::from_millis(50), events.next()) => match event {
+                Ok(Some(Ok(_))) | Err(_) => {}
+                Ok(Some(Err(error))) => tracing::warn!(%error, "the members' Lease watch failed; retrying"),
+                Ok(None) => break,
             },
-            // An expiry changes no Lease: look again once the next one is due.
-            () = tokio::time::sleep(until_expiry + Duration::from_millis(50)) => {}
         }
         let (now_share, expiry) = share_of(&store, &membership.identity, *holding.borrow());
         next_expiry = expiry;

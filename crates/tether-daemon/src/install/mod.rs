@@ -18,7 +18,7 @@ use serde_json::Value;
 use thiserror::Error;
 
 use tether_engine::cluster::{ClusterError, Resources};
-use tether_engine::driver::Poll;
+use tether_engine::driver::{Backoff, Poll, Retries};
 
 pub use manifests::{InstallOptions, manifests};
 
@@ -220,10 +220,19 @@ async fn apply(resources: &Resources, object: &Value) -> Result<Applied, Install
         .await
         .map_err(request(format!("read {object_name}")))?;
     let params = PatchParams::apply(FIELD_MANAGER).force();
-    let after: DynamicObject = api
-        .patch(name, &params, &Patch::Apply(object))
-        .await
-        .map_err(request(format!("apply {object_name}")))?;
+    // Another install applying the same object at once can make the server answer
+    // 409 (it read the object before the other's write landed): the same apply again
+    // is right, as it is idempotent.
+    let mut retries = Retries::new(Backoff::request(), 5);
+    let after: DynamicObject = loop {
+        match api.patch(name, &params, &Patch::Apply(object)).await {
+            Ok(after) => break after,
+            Err(kube::Error::Api(response)) if response.code == 409 && retries.again().await => {
+                tracing::debug!(object = %object_name, "the apply met another writer; again");
+            }
+            Err(error) => return Err(request(format!("apply {object_name}"))(error)),
+        }
+    };
     Ok(Applied {
         outcome: Outcome::of(before.as_ref().map(installs_entry), installs_entry(&after)),
         object: object_name,

@@ -70,7 +70,7 @@ pub struct NoSecrets;
 impl Secrets for NoSecrets {
     async fn get(&self, name: &str) -> Result<SecretCredentials, String> {
         Err(format!(
-            "the policy names the secret {name}, which only the daemon reads (from the Source's namespace); give the CLI a Docker config (--registry-config)"
+            "the policy names the secret {name}, which only the daemon reads (from the Source's namespace); the CLI reads registry credentials from a Docker config"
         ))
     }
 }
@@ -201,7 +201,7 @@ pub struct RunReport {
     /// registry's webhook is matched against.
     pub repositories: Vec<String>,
     /// The shortest interval of the policies: when the next run is due.
-    pub interval: Option<Duration>,
+    pub rescan_after: Option<Duration>,
     /// Every policy of the models (a run for a registry's webhook scans some).
     pub names: Vec<String>,
 }
@@ -258,7 +258,7 @@ impl Automation {
                 .iter()
                 .map(|p| repository_key(&p.image.value))
                 .collect(),
-            interval: policies.iter().map(|p| p.interval).min(),
+            rescan_after: policies.iter().map(|p| p.interval).min(),
             names: policies.iter().map(|p| p.name.value.clone()).collect(),
             ..RunReport::default()
         };
