@@ -118,7 +118,7 @@ async fn a_pushed_tag_is_committed_within_seconds_of_the_registry_webhook_then_r
     assert!(rolled.contains("successfully rolled out"), "{rolled}");
     // The status says what was chosen, from what, and keeps it through the scans
     // that follow (each later push's notification is a scan too).
-    eventually(Duration::from_secs(30), || async {
+    eventually(Duration::from_secs(60), || async {
         let entry = policy_status(&ns);
         entry["lastUpdate"] == "1.0.0 → 1.0.1 on main" && entry["lastScanTime"] != first_scan
     })
