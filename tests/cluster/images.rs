@@ -54,6 +54,25 @@ async fn image_of(client: &kube::Client, ns: &str) -> Option<String> {
         .clone()
 }
 
+/// A remote of [`models`] with `policy` instead of its policy file.
+fn remote_with_policy(files: &[(String, String)], policy: &str) -> Remote {
+    Remote::new(&[
+        ("base.yaml", &files[0].1),
+        ("app.yaml", &files[1].1),
+        ("policy.yaml", policy),
+    ])
+}
+
+/// The Source `web` of `remote`, with image automation, reconciled hourly.
+fn apply_source(ns: &str, remote: &Remote) {
+    kubectl_apply_text(&source_yaml(
+        "web",
+        ns,
+        &remote.url,
+        "  interval: 1h\n  imageAutomation: {}\n",
+    ));
+}
+
 /// The `app` policy's entry in the Source's status.
 fn policy_status(ns: &str) -> serde_json::Value {
     status(ns, "web")["images"]
@@ -75,17 +94,8 @@ async fn a_pushed_tag_is_committed_within_seconds_of_the_registry_webhook_then_r
     let a_day_ago = Utc::now() - chrono::Duration::days(1);
     registry.push_image("shop/app", "1.0.0", a_day_ago);
     let files = models(&ns, &host);
-    let files: Vec<(&str, &str)> = files
-        .iter()
-        .map(|(p, t)| (p.as_str(), t.as_str()))
-        .collect();
-    let remote = Remote::new(&files);
-    kubectl_apply_text(&source_yaml(
-        "web",
-        &ns,
-        &remote.url,
-        "  interval: 1h\n  imageAutomation: {}\n",
-    ));
+    let remote = remote_with_policy(&files, &files[2].1);
+    apply_source(&ns, &remote);
     eventually(Duration::from_secs(60), || async {
         image_of(&client, &ns).await == Some(format!("{host}/shop/app:1.0.0"))
             && policy_status(&ns)["result"] == "Kept"
@@ -189,18 +199,9 @@ async fn a_registry_that_refuses_the_credentials_is_said_in_the_status_and_nothi
     let policy = files[2]
         .1
         .replace("insecure: true\n", "insecure: true\nsecret: regcred\n");
-    let remote = Remote::new(&[
-        ("base.yaml", &files[0].1),
-        ("app.yaml", &files[1].1),
-        ("policy.yaml", &policy),
-    ]);
+    let remote = remote_with_policy(&files, &policy);
     let before = remote.head_of_bare("main");
-    kubectl_apply_text(&source_yaml(
-        "web",
-        &ns,
-        &remote.url,
-        "  interval: 1h\n  imageAutomation: {}\n",
-    ));
+    apply_source(&ns, &remote);
     eventually(Duration::from_secs(60), || async {
         policy_status(&ns)["result"] == "Failed"
     })
@@ -227,17 +228,8 @@ async fn without_a_webhook_a_pushed_tag_is_committed_within_one_interval_listing
     let files = models(&ns, &host);
     // Listed every 10 s (the shortest interval a policy may have), no webhook.
     let policy = files[2].1.replace("interval: 1h", "interval: 10s");
-    let remote = Remote::new(&[
-        ("base.yaml", &files[0].1),
-        ("app.yaml", &files[1].1),
-        ("policy.yaml", &policy),
-    ]);
-    kubectl_apply_text(&source_yaml(
-        "web",
-        &ns,
-        &remote.url,
-        "  interval: 1h\n  imageAutomation: {}\n",
-    ));
+    let remote = remote_with_policy(&files, &policy);
+    apply_source(&ns, &remote);
     eventually(Duration::from_secs(60), || async {
         policy_status(&ns)["result"] == "Kept"
     })

@@ -42,6 +42,26 @@ fn domain(ns: &str, i: usize) -> String {
     format!("{ns}-s{i}")
 }
 
+/// Each Source's models: its namespace and the ConfigMap `c` at `value`.
+fn models_at(ns: &str, value: &str) -> Vec<(String, String)> {
+    (0..SOURCES)
+        .map(|i| {
+            let domain = domain(ns, i);
+            (
+                format!("s{i}/m.yaml"),
+                format!("{}---\n{}", base(&domain), config_map("c", &domain, value)),
+            )
+        })
+        .collect()
+}
+
+fn borrowed(files: &[(String, String)]) -> Vec<(&str, &str)> {
+    files
+        .iter()
+        .map(|(p, t)| (p.as_str(), t.as_str()))
+        .collect()
+}
+
 /// Each Source's owner, by name, as `status.owner` says (none: not claimed).
 fn owners(ns: &str) -> BTreeMap<String, Option<String>> {
     let text = kubectl_ok(&["get", "sources", "-n", ns, "-o", "json"]);
@@ -174,20 +194,7 @@ async fn replicas_share_the_sources_and_hand_them_over_without_writing_one_at_on
     install_crd();
     let (client, ns, _) = setup("shard").await;
     let since = audit_offset();
-    let files: Vec<(String, String)> = (0..SOURCES)
-        .map(|i| {
-            let domain = domain(&ns, i);
-            (
-                format!("s{i}/m.yaml"),
-                format!("{}---\n{}", base(&domain), config_map("c", &domain, "v1")),
-            )
-        })
-        .collect();
-    let borrowed: Vec<(&str, &str)> = files
-        .iter()
-        .map(|(p, t)| (p.as_str(), t.as_str()))
-        .collect();
-    let remote = Remote::new(&borrowed);
+    let remote = Remote::new(&borrowed(&models_at(&ns, "v1")));
     let r0 = member(&ns, "r0");
     let r1 = member(&ns, "r1");
     let r2 = member(&ns, "r2");
@@ -284,20 +291,7 @@ async fn replicas_share_the_sources_and_hand_them_over_without_writing_one_at_on
     );
 
     // A push, announced to one replica: every Source applies it.
-    let changed: Vec<(String, String)> = (0..SOURCES)
-        .map(|i| {
-            let domain = domain(&ns, i);
-            (
-                format!("s{i}/m.yaml"),
-                format!("{}---\n{}", base(&domain), config_map("c", &domain, "v2")),
-            )
-        })
-        .collect();
-    let borrowed: Vec<(&str, &str)> = changed
-        .iter()
-        .map(|(p, t)| (p.as_str(), t.as_str()))
-        .collect();
-    remote.push("main", &borrowed);
+    remote.push("main", &borrowed(&models_at(&ns, "v2")));
     let (headers, body) = push_hook(&remote.url, "refs/heads/main", SECRET);
     let (code, answer) = r2.post("/hook/generic", &headers, &body);
     assert_eq!(code, 202, "{answer}");
