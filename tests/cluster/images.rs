@@ -105,16 +105,15 @@ async fn a_pushed_tag_is_committed_within_seconds_of_the_registry_webhook_then_r
     // A matching tag, a day old: committed within 10 s of the registry's webhook.
     let before = remote.head_of_bare("main");
     registry.push_image("shop/app", "1.0.1", a_day_ago);
-    eventually(Duration::from_secs(10), || async {
-        remote.head_of_bare("main") != before
-    })
-    .await;
-    let message = tether_testkit::git::git(&remote.bare(), &["log", "-1", "--format=%B", "main"]);
-    assert!(message.contains("1.0.0 → 1.0.1"), "{message}");
     // Then applied like any push, and the Deployment rolls to it.
-    eventually(Duration::from_secs(60), || async {
-        image_of(&client, &ns).await == Some(format!("{host}/shop/app:1.0.1"))
-    })
+    committed_then_applied(
+        &client,
+        &ns,
+        &remote,
+        &before,
+        Duration::from_secs(10),
+        &host,
+    )
     .await;
     let rolled = kubectl_ok(&[
         "rollout",
@@ -239,15 +238,14 @@ async fn without_a_webhook_a_pushed_tag_is_committed_within_one_interval_listing
     registry.push_image("shop/app", "1.0.1", a_day_ago);
     let pushed = std::time::Instant::now();
     // One interval, and the time a run and its push take.
-    eventually(Duration::from_secs(20), || async {
-        remote.head_of_bare("main") != before
-    })
-    .await;
-    let message = tether_testkit::git::git(&remote.bare(), &["log", "-1", "--format=%B", "main"]);
-    assert!(message.contains("1.0.0 → 1.0.1"), "{message}");
-    eventually(Duration::from_secs(60), || async {
-        image_of(&client, &ns).await == Some(format!("{host}/shop/app:1.0.1"))
-    })
+    committed_then_applied(
+        &client,
+        &ns,
+        &remote,
+        &before,
+        Duration::from_secs(20),
+        &host,
+    )
     .await;
     // One list call per run: no more than one per interval since the push.
     let runs = pushed.elapsed().as_secs() / 10 + 1;
@@ -256,6 +254,25 @@ async fn without_a_webhook_a_pushed_tag_is_committed_within_one_interval_listing
         (1..=runs as usize).contains(&lists),
         "{lists} tag lists in {runs} intervals"
     );
+}
+
+/// Waits `within` for the commit of `1.0.0 → 1.0.1` on the remote's main (which was
+/// at `before`), then for the Deployment to run `host`'s 1.0.1.
+async fn committed_then_applied(
+    client: &kube::Client,
+    ns: &str,
+    remote: &Remote,
+    before: &str,
+    within: Duration,
+    host: &str,
+) {
+    eventually(within, || async { remote.head_of_bare("main") != before }).await;
+    let message = tether_testkit::git::git(&remote.bare(), &["log", "-1", "--format=%B", "main"]);
+    assert!(message.contains("1.0.0 → 1.0.1"), "{message}");
+    eventually(Duration::from_secs(60), || async {
+        image_of(client, ns).await == Some(format!("{host}/shop/app:1.0.1"))
+    })
+    .await;
 }
 
 /// How many times the registry was asked for `shop/app`'s tags.

@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::crd::Source;
-use super::shard::{self, Claim, Members, Share};
+use super::shard::{self, Claim, Share};
 
 /// How often a waiting replica looks at the claim again (in its watch's cache: no
 /// request).
@@ -37,7 +37,7 @@ pub async fn acquire(
         let members = match &*share.borrow() {
             Share::Everything => return true,
             // Not (or no longer) this replica's: the controller stops this loop.
-            Share::Part(members) if members_own(members, &id) => Some(members.clone()),
+            Share::Part(members) if members.own(&id) => Some(members.clone()),
             Share::Part(_) | Share::Nothing => None,
         };
         if let Some(members) = members {
@@ -64,10 +64,6 @@ pub async fn acquire(
             return false;
         }
     }
-}
-
-fn members_own(members: &Members, id: &str) -> bool {
-    shard::owner(&members.live, id) == Some(members.me.as_str())
 }
 
 /// Clears this replica's claim on the Source `name`, read afresh; nothing when

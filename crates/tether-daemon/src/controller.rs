@@ -350,9 +350,12 @@ impl Controller {
                 !share.owns(&id_of(s)) && claim::stray(s, &members.me, loops.runs(&id_of(s)))
             });
             for source in strays {
-                let api: Api<Source> =
-                    Api::namespaced(self.client.clone(), &source.namespace().unwrap_or_default());
-                claim::release(&api, &source.name_any(), &members.me).await;
+                claim::release(
+                    &api_of(&self.client, source),
+                    &source.name_any(),
+                    &members.me,
+                )
+                .await;
             }
         }
         for source in sources.iter().filter(|s| share.owns(&id_of(s))) {
@@ -414,7 +417,12 @@ impl Controller {
         let wait_at_most = self.shutdown_timeout + Duration::from_secs(1);
         let namespace = source.namespace().unwrap_or_default();
         let name = source.name_any();
-        let api: Api<Source> = Api::namespaced(self.client.clone(), &namespace);
+        let api = api_of(&self.client, source);
+        let claimed = watched
+            .share
+            .borrow()
+            .claims()
+            .map(|members| (api.clone(), name.clone(), members.me.clone()));
         let (store, share, cancelled) =
             (watched.store.clone(), watched.share.clone(), stop.clone());
         let task = tokio::spawn(
@@ -441,13 +449,7 @@ impl Controller {
             stop,
             stop_pass,
             task,
-            claimed: watched.share.borrow().claims().map(|members| {
-                (
-                    api_of(&self.client, source),
-                    source.name_any(),
-                    members.me.clone(),
-                )
-            }),
+            claimed,
         };
         loops.running.insert(id, started);
     }

@@ -115,8 +115,8 @@ fn share_of(store: &Store<Lease>, me: &str, holding: bool) -> (Share, Option<Sys
     if !holding {
         return (Share::Nothing, None);
     }
-    let leases: Vec<Lease> = store.state().iter().map(|l| (**l).clone()).collect();
-    let (mut live, next_expiry) = live_members(&leases, SystemTime::now());
+    let leases = store.state();
+    let (mut live, next_expiry) = live_members(leases.iter().map(|l| &**l), SystemTime::now());
     live.insert(me.to_string());
     (
         Share::Part(Members {

@@ -33,7 +33,7 @@ impl Share {
         match self {
             Share::Nothing => false,
             Share::Everything => true,
-            Share::Part(members) => owner(&members.live, id) == Some(members.me.as_str()),
+            Share::Part(members) => members.own(id),
         }
     }
 
@@ -54,6 +54,13 @@ pub struct Members {
     pub me: String,
     /// Every live member's identity, this replica's included.
     pub live: BTreeSet<String>,
+}
+
+impl Members {
+    /// Does this replica own the Source `id`?
+    pub fn own(&self, id: &str) -> bool {
+        owner(&self.live, id) == Some(self.me.as_str())
+    }
 }
 
 /// The member that owns `key`: the highest of `hash(member, key)` (rendezvous
@@ -79,7 +86,10 @@ fn weight(member: &str, key: &str) -> u64 {
 
 /// The identities of the member Leases held now, and when the next of them expires
 /// unless renewed (the time to look again: an expiry makes no watch event).
-pub fn live_members(leases: &[Lease], now: SystemTime) -> (BTreeSet<String>, Option<SystemTime>) {
+pub fn live_members<'l>(
+    leases: impl IntoIterator<Item = &'l Lease>,
+    now: SystemTime,
+) -> (BTreeSet<String>, Option<SystemTime>) {
     let mut live = BTreeSet::new();
     let mut next_expiry: Option<SystemTime> = None;
     for lease in leases {
