@@ -10,8 +10,9 @@ use miette::{IntoDiagnostic, WrapErr};
 use tether_core::inventory::{InventoryEntry, InventoryRecord, Origin, Provenance};
 use tether_core::ownership::Inventory;
 use tether_daemon::crd::Source;
-use tether_engine::cluster::{Resources, connect, read_inventory};
+use tether_engine::cluster::{Resources, connect};
 use tether_engine::handover::{Left, hand_over};
+use tether_engine::record::read_inventory;
 
 use super::flags::ClusterFlags;
 use super::report;

@@ -1038,7 +1038,9 @@ async fn sigterm_in_the_middle_of_a_pass_exits_cleanly_and_the_next_leader_conve
     let ours = live.items.iter().filter(|c| is_ours(c)).count();
     assert_eq!(ours, OBJECTS);
     // The inventory records every object, each once.
-    let inventory = live_config_map(&client, &ns, "web").await.unwrap();
+    let inventory = live_config_map(&client, &ns, "tether-inventory-web")
+        .await
+        .unwrap();
     let objects = inventory
         .data
         .unwrap_or_default()

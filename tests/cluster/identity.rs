@@ -252,7 +252,7 @@ async fn what_a_source_recorded_where_its_service_account_may_not_list_is_kept_n
         name: "team".into(),
         namespace: a.clone(),
     };
-    let record = tether_engine::cluster::read_inventory(&teams.client, &inventory)
+    let record = tether_engine::record::read_inventory(&teams.client, &inventory)
         .await
         .unwrap();
     assert!(

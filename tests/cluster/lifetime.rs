@@ -154,7 +154,7 @@ async fn interrupted_mid_pass(test: &str, interrupt: &[&str]) -> (kube::Client, 
         name: "big".into(),
         namespace: ns.clone(),
     };
-    let record = tether_engine::cluster::read_inventory(&client, &inventory)
+    let record = tether_engine::record::read_inventory(&client, &inventory)
         .await
         .unwrap();
     let recorded: BTreeMap<String, Option<String>> = record

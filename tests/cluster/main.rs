@@ -23,6 +23,7 @@ mod oci;
 mod operations;
 mod ownership;
 mod reconcile;
+mod record;
 mod run;
 mod secrets;
 mod shard;

@@ -21,6 +21,15 @@ fn applyset_of(inventory: &str) -> String {
     .applyset_id()
 }
 
+/// The ConfigMap holding the record's head of the inventory `inventory` in `default`.
+fn record_name(inventory: &str) -> String {
+    Inventory {
+        name: inventory.into(),
+        namespace: "default".into(),
+    }
+    .record_name()
+}
+
 /// A Deployment "theirs" that someone else makes in `namespace`.
 async fn someone_elses_deployment(client: &Client, namespace: &str) -> Api<Deployment> {
     let deployment: Deployment = serde_json::from_value(serde_json::json!({
@@ -183,27 +192,151 @@ async fn a_resource_instance_naming_an_inventory_record_is_refused() {
     let path_b = repo_b.path().to_str().unwrap();
     assert_eq!(tether(&victim, &["apply", path_b]).status.code(), Some(0));
 
-    let overwrite = format!(
-        "kind: KubernetesResourceInstance\nname: overwrite\nresource_definition: |\n  apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: {victim}\n    namespace: default\n  data:\n    objects: \"\"\n"
-    );
-    let repo_a = Repo::new(&[
-        ("base.yaml", "kind: KubernetesService\nname: kubernetes\n"),
-        ("overwrite.yaml", &overwrite),
-    ]);
-    let path_a = repo_a.path().to_str().unwrap();
-    let refused = tether(&inventory, &["apply", path_a]);
-    assert_eq!(refused.status.code(), Some(2), "{}", all_output(&refused));
-    assert!(
-        stdout(&refused).contains("tether never applies over an inventory"),
-        "{}",
-        all_output(&refused)
-    );
+    for (name, why) in [
+        (
+            record_name(&victim),
+            "reserved for tether's inventory records",
+        ),
+        // A name of the reserved kind no inventory uses yet is refused all the same.
+        (
+            "tether-inventory-someday".to_string(),
+            "reserved for tether's inventory records",
+        ),
+    ] {
+        let overwrite = format!(
+            "kind: KubernetesResourceInstance\nname: overwrite\nresource_definition: |\n  apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: {name}\n    namespace: default\n  data:\n    objects: \"\"\n"
+        );
+        let repo_a = Repo::new(&[
+            ("base.yaml", "kind: KubernetesService\nname: kubernetes\n"),
+            ("overwrite.yaml", &overwrite),
+        ]);
+        let refused = tether(&inventory, &["apply", repo_a.path().to_str().unwrap()]);
+        assert_eq!(refused.status.code(), Some(2), "{}", all_output(&refused));
+        assert!(stdout(&refused).contains(why), "{}", all_output(&refused));
+    }
     // B's inventory is intact: its diff still works and shows no change.
     let diff = tether(&victim, &["diff", path_b]);
     assert_eq!(diff.status.code(), Some(0), "{}", all_output(&diff));
     let record: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-    let data = record.get(&victim).await.unwrap().data.unwrap_or_default();
+    let data = record
+        .get(&record_name(&victim))
+        .await
+        .unwrap()
+        .data
+        .unwrap_or_default();
     assert!(data["objects"].contains("b-data"), "{data:?}");
+    assert!(
+        record
+            .get_opt("tether-inventory-someday")
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn a_config_map_named_like_its_inventory_is_a_model_like_any_other() {
+    // A Source `web` in namespace `web` once kept its record in ConfigMap `web/web`,
+    // and refused a model's own ConfigMap `web`.
+    let (client, ns, inventory) = setup("named-like-inventory").await;
+    let repo = Repo::new(&[
+        ("base.yaml", &base(&ns)),
+        ("cm.yaml", &config_map(&inventory, &ns, "the user's")),
+    ]);
+    let path = repo.path().to_str().unwrap();
+    let applied = tether(&inventory, &["apply", path, "--inventory-namespace", &ns]);
+    assert_eq!(applied.status.code(), Some(0), "{}", all_output(&applied));
+    let theirs = live_config_map(&client, &ns, &inventory).await.unwrap();
+    assert_eq!(theirs.data.unwrap_or_default()["key"], "the user's");
+    let heads: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let head = heads
+        .get(&format!("tether-inventory-{inventory}"))
+        .await
+        .unwrap();
+    assert!(
+        head.data.unwrap_or_default()["objects"]
+            .contains(&format!("v1 ConfigMap {ns} {inventory} ")),
+        "the inventory records the user's ConfigMap"
+    );
+    // Pruned like any other object the inventory made.
+    repo.remove("cm.yaml");
+    let pruned = tether(
+        &inventory,
+        &["apply", "--prune", path, "--inventory-namespace", &ns],
+    );
+    assert_eq!(pruned.status.code(), Some(0), "{}", all_output(&pruned));
+    assert!(live_config_map(&client, &ns, &inventory).await.is_none());
+    assert!(
+        heads
+            .get_opt(&format!("tether-inventory-{inventory}"))
+            .await
+            .unwrap()
+            .is_some()
+    );
+}
+
+#[tokio::test]
+async fn a_record_kept_under_the_inventorys_own_name_moves_to_the_reserved_name_without_a_gap() {
+    let (client, ns, inventory) = setup("moved-record").await;
+    let repo = Repo::new(&[
+        ("base.yaml", &base(&ns)),
+        ("keep.yaml", &config_map("keep", &ns, "k")),
+        ("gone.yaml", &config_map("gone", &ns, "g")),
+    ]);
+    let path = repo.path().to_str().unwrap();
+    assert_eq!(tether(&inventory, &["apply", path]).status.code(), Some(0));
+    // Make the record what a tether before reserved names left: ConfigMap `<inventory>`
+    // with the same labels and lines, and no head.
+    let records: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let head = records.get(&record_name(&inventory)).await.unwrap();
+    let mut old = ConfigMap::default();
+    old.metadata.name = Some(inventory.clone());
+    old.metadata.labels = head.metadata.labels.clone();
+    old.data = head.data.clone();
+    records.create(&PostParams::default(), &old).await.unwrap();
+    records
+        .delete(&record_name(&inventory), &Default::default())
+        .await
+        .unwrap();
+
+    // Read before any write: the plan knows what the old record holds.
+    repo.remove("gone.yaml");
+    let diff = tether(&inventory, &["diff", path]);
+    assert!(
+        stdout(&diff).contains("gone") && !stdout(&diff).contains("does not exist, but"),
+        "{}",
+        all_output(&diff)
+    );
+    // The first apply moves the record and prunes what only the old record held.
+    let applied = tether(&inventory, &["apply", "--prune", path]);
+    assert_eq!(applied.status.code(), Some(0), "{}", all_output(&applied));
+    assert!(
+        live_config_map(&client, &ns, "gone").await.is_none(),
+        "pruned"
+    );
+    assert!(live_config_map(&client, &ns, "keep").await.is_some());
+    assert!(
+        records.get_opt(&inventory).await.unwrap().is_none(),
+        "the old record is gone"
+    );
+    let head = records.get(&record_name(&inventory)).await.unwrap();
+    let objects = head.data.unwrap_or_default()["objects"].clone();
+    assert!(objects.contains(&format!(" {ns} keep ")), "{objects}");
+    assert!(!objects.contains(&format!(" {ns} gone ")), "{objects}");
+
+    // A ConfigMap of the inventory's name that is not tether's is neither read as the
+    // record nor removed.
+    let mut theirs = ConfigMap::default();
+    theirs.metadata.name = Some(inventory.clone());
+    theirs.data = Some([("objects".to_string(), format!("v1 ConfigMap {ns} keep\n"))].into());
+    records
+        .create(&PostParams::default(), &theirs)
+        .await
+        .unwrap();
+    let again = tether(&inventory, &["apply", "--prune", path]);
+    assert_eq!(again.status.code(), Some(0), "{}", all_output(&again));
+    assert!(records.get_opt(&inventory).await.unwrap().is_some());
+    assert!(live_config_map(&client, &ns, "keep").await.is_some());
 }
 
 #[tokio::test]
@@ -247,7 +380,7 @@ async fn a_same_name_object_made_after_a_killed_prune_survives_the_next_prune() 
     );
     let record: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     let data = record
-        .get(&inventory)
+        .get(&record_name(&inventory))
         .await
         .unwrap()
         .data
@@ -323,7 +456,7 @@ async fn concurrent_applies_of_one_inventory_never_lose_an_entry() {
             .collect();
         assert_eq!(names.len(), 26, "round {round}: {names:?}");
         let recorded = records
-            .get(&inventory)
+            .get(&record_name(&inventory))
             .await
             .unwrap()
             .data
@@ -449,7 +582,7 @@ async fn sources_that_should_stop_a_run_stop_it_and_change_nothing() {
     // A deleted inventory is reported when objects still carry its labels.
     let records: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     records
-        .delete(&inventory, &Default::default())
+        .delete(&record_name(&inventory), &Default::default())
         .await
         .unwrap();
     let models = Repo::new(&[
@@ -577,39 +710,6 @@ async fn acting_as_a_service_account_without_rights_is_refused_by_the_api_server
 }
 
 #[tokio::test]
-async fn an_inventory_of_twenty_thousand_objects_is_stored_and_read_back() {
-    let (client, _, inventory) = setup("big-inventory").await;
-    let inventory = Inventory {
-        name: inventory,
-        namespace: "default".into(),
-    };
-    let entries = (0..20_000).map(|i| {
-        let entry = tether_core::inventory::InventoryEntry::parse(&format!(
-            "apps/v1 Deployment team-{} web-{i}",
-            i % 50
-        ))
-        .unwrap();
-        let uid = format!("{:08x}-7d1c-4f0e-9b2a-{:012x}", i * 7919, i);
-        (
-            entry,
-            tether_core::inventory::Provenance::adopted(Some(uid)),
-        )
-    });
-    let record = tether_core::inventory::InventoryRecord {
-        entries: entries.collect(),
-        commit: Some("0123456789abcdef0123456789abcdef01234567".into()),
-    };
-    let written = tether_engine::cluster::update_inventory(&client, &inventory, |_| record.clone())
-        .await
-        .expect("the API server takes it");
-    let read = tether_engine::cluster::read_inventory(&client, &inventory)
-        .await
-        .unwrap();
-    assert_eq!(read, written);
-    assert_eq!(read.entries.len(), 20_000);
-}
-
-#[tokio::test]
 async fn an_object_recorded_by_another_inventory_is_its_own_even_without_labels() {
     let (client, ns, inventory) = setup("recorded-elsewhere").await;
     let (a, b) = (format!("{inventory}-a"), format!("{inventory}-b"));
@@ -698,7 +798,7 @@ async fn a_prune_killed_midway_leaves_no_entry_that_could_delete_a_newcomer() {
     );
     let records: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
     let recorded = records
-        .get(&inventory)
+        .get(&record_name(&inventory))
         .await
         .unwrap()
         .data
@@ -731,7 +831,7 @@ async fn a_prune_killed_midway_leaves_no_entry_that_could_delete_a_newcomer() {
     );
     assert_eq!(count().await, 1, "only the newcomer is left of cm-*");
     let recorded = records
-        .get(&inventory)
+        .get(&record_name(&inventory))
         .await
         .unwrap()
         .data

@@ -164,7 +164,9 @@ fn writers_by_source(ns: &str, since: u64) -> BTreeMap<String, Vec<String>> {
             // webhook reached: not the Source's own write).
             "sources" if subresource == "status" && namespace == ns => Some(name.to_string()),
             // Its inventory record.
-            "configmaps" if namespace == ns => Some(name.to_string()),
+            "configmaps" if namespace == ns => name
+                .strip_prefix(tether_core::ownership::RECORD_PREFIX)
+                .map(str::to_string),
             // Its objects, in the namespace of its own.
             _ => namespace
                 .strip_prefix(&format!("{ns}-"))

@@ -376,7 +376,7 @@ fn install_check_tree_suspend_uninstall_and_kustomize_from_an_empty_cluster() {
     // applied (a Source installed later in its place takes the objects up again).
     assert!(
         uninstall_text.contains(
-            "Namespace/tether-system kept: it holds 1 tether did not install (ConfigMap/shop)"
+            "Namespace/tether-system kept: it holds 1 tether did not install (ConfigMap/tether-inventory-shop)"
         ),
         "{uninstall_text}"
     );
@@ -386,7 +386,7 @@ fn install_check_tree_suspend_uninstall_and_kustomize_from_an_empty_cluster() {
         || cli.installed().into_keys().collect::<Vec<_>>() == ["Namespace/-/tether-system"],
     );
     assert!(
-        cli.kubectl(&["get", "configmap", "shop", "-n", NS])
+        cli.kubectl(&["get", "configmap", "tether-inventory-shop", "-n", NS])
             .status
             .success()
     );

@@ -390,7 +390,9 @@ fn a_hundred_kills_at_random_moments_never_downgrade_nor_commit_a_tag_never_push
     assert_eq!(
         &tag_at(&remote, "main"),
         newest,
-        "the last run chose the newest tag"
+        "the last run chose the newest tag; it said:\n{}{}",
+        text(&last.stdout),
+        text(&last.stderr)
     );
     let quiet = images(&remote, cache.path(), &["--commit"]);
     assert_eq!(quiet.status.code(), Some(0));

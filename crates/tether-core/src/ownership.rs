@@ -20,10 +20,19 @@ pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub const PART_OF_LABEL: &str = "applyset.kubernetes.io/part-of";
 /// The ApplySet parent's own id label.
 pub const APPLYSET_ID_LABEL: &str = "applyset.kubernetes.io/id";
+/// The label every shard of a record carries: the ApplySet id of its inventory, so
+/// that orphans are found by one list.
+pub const SHARD_OF_LABEL: &str = "tether.dev/inventory-shard-of";
 /// `Kind/name` of the model an object was rendered from.
 pub const MODEL_ANNOTATION: &str = "tether.dev/model";
 /// The model's file, relative to the models root.
 pub const SOURCE_ANNOTATION: &str = "tether.dev/source";
+
+/// How every ConfigMap storing an inventory's record begins (its head and its shards):
+/// a prefix tether reserves, so that a record never takes a name a user wants.
+pub const RECORD_PREFIX: &str = "tether-inventory-";
+/// The longest name of a ConfigMap (a DNS subdomain).
+const NAME_LIMIT: usize = 253;
 
 /// The object that records what tether applied (an ApplySet parent ConfigMap).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,6 +61,20 @@ impl Inventory {
             true => named,
             false => format!("{MANAGER}:{}", self.applyset_id()),
         }
+    }
+
+    /// The name of the ConfigMap holding the record's head: `tether-inventory-<name>`,
+    /// or, for a name too long for that, its start and a hash of it. The inventory's
+    /// identity (its ApplySet id and field manager) stays its name's, so objects
+    /// applied before records moved here are still its own.
+    pub fn record_name(&self) -> String {
+        let named = format!("{RECORD_PREFIX}{}", self.name);
+        if named.len() <= NAME_LIMIT {
+            return named;
+        }
+        let hash = format!("{:x}", Sha256::digest(&self.name));
+        let start: String = self.name.chars().take(200).collect();
+        format!("{RECORD_PREFIX}{start}-{}", &hash[..16])
     }
 
     /// `namespace/name`, as reports name an inventory.
@@ -103,9 +126,17 @@ pub fn other_inventory<'v>(object: &'v serde_json::Value, applyset: &str) -> Opt
     (labels[MANAGED_BY_LABEL].as_str() == Some(MANAGER) && part_of != applyset).then_some(part_of)
 }
 
-/// Is a live object the record of some tether inventory (an ApplySet parent)?
+/// Is a live object (part of) the record of some tether inventory: an ApplySet parent,
+/// or a shard of one?
 pub fn is_inventory_record(object: &serde_json::Value) -> bool {
-    object["metadata"]["labels"][APPLYSET_ID_LABEL].is_string()
+    let labels = &object["metadata"]["labels"];
+    labels[APPLYSET_ID_LABEL].is_string() || labels[SHARD_OF_LABEL].is_string()
+}
+
+/// Is this the name of a ConfigMap that stores some inventory's record (reserved for
+/// tether: no model may take it)?
+pub fn is_record_name(api_version: &str, kind: &str, name: &str) -> bool {
+    api_version == "v1" && kind == "ConfigMap" && name.starts_with(RECORD_PREFIX)
 }
 
 /// An annotation of a live object, if it has it.

@@ -15,7 +15,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 
-use tether_engine::cluster::{Resources, read_inventory};
+use tether_engine::cluster::Resources;
+use tether_engine::record::read_inventory;
 
 use crate::crd::Source;
 use crate::install::manifests::{NAME, WEBHOOK_SECRET};

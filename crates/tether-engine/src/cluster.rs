@@ -1,13 +1,12 @@
 //! The cluster edge: a client from a kubeconfig, the API resources of the kinds we
-//! render (discovery, so newer servers work the same), and tether's inventory, the
-//! ApplySet parent ConfigMap that records which objects tether applied.
+//! render (discovery, so newer servers work the same), and the errors of the cluster
+//! edge (`record` reads and writes the inventory's record).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, DynamicObject, ObjectMeta, PostParams};
+use kube::api::{Api, DynamicObject};
 use kube::client::ClientBuilder;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -15,10 +14,7 @@ use kube::discovery::{Discovery, Scope};
 use kube::{Client, Config};
 use thiserror::Error;
 
-use crate::driver::{Backoff, Retries};
-use tether_core::inventory::InventoryRecord;
 use tether_core::k8s::api_group;
-use tether_core::ownership::{APPLYSET_ID_LABEL, Inventory, MANAGED_BY_LABEL, MANAGER};
 use tether_core::remedy::Remedy;
 
 #[derive(Debug, Error)]
@@ -48,7 +44,7 @@ pub enum ClusterError {
         source: kube::Error,
     },
     #[error(
-        "the inventory {namespace}/{name} exists but is not tether's (no matching applyset.kubernetes.io/id label)"
+        "the ConfigMap {namespace}/{name} exists but is not tether's (no matching applyset.kubernetes.io/id label): the name is reserved for tether's inventory records"
     )]
     ForeignInventory { namespace: String, name: String },
     #[error("KubernetesService {service}: the kubeconfig has no context {context}")]
@@ -324,13 +320,6 @@ pub(crate) fn api_error(action: String) -> impl FnOnce(kube::Error) -> ClusterEr
     move |source| ClusterError::Api { action, source }
 }
 
-fn inventory_error(verb: &str, inventory: &Inventory) -> impl FnOnce(kube::Error) -> ClusterError {
-    api_error(format!(
-        "{verb} the inventory {}/{}",
-        inventory.namespace, inventory.name
-    ))
-}
-
 /// What identifies a cluster whatever its address: the uid of its `kube-system`
 /// namespace; none when it cannot be read.
 pub async fn cluster_id(client: &Client) -> Option<String> {
@@ -341,137 +330,6 @@ pub async fn cluster_id(client: &Client) -> Option<String> {
             tracing::debug!(%error, "the cluster's identity is unknown");
             None
         }
-    }
-}
-
-/// Reads the inventory; a missing inventory is an empty one.
-pub async fn read_inventory(
-    client: &Client,
-    inventory: &Inventory,
-) -> Result<InventoryRecord, ClusterError> {
-    Ok(read_inventory_version(client, inventory).await?.0)
-}
-
-/// The inventory and the resourceVersion it was read at (none when it does not exist).
-pub(crate) async fn read_inventory_version(
-    client: &Client,
-    inventory: &Inventory,
-) -> Result<(InventoryRecord, Option<String>), ClusterError> {
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &inventory.namespace);
-    let Some(config_map) = api
-        .get_opt(&inventory.name)
-        .await
-        .map_err(inventory_error("read", inventory))?
-    else {
-        return Ok((InventoryRecord::default(), None));
-    };
-    let labels = config_map.metadata.labels.clone().unwrap_or_default();
-    if labels.get(APPLYSET_ID_LABEL) != Some(&inventory.applyset_id()) {
-        return Err(ClusterError::ForeignInventory {
-            namespace: inventory.namespace.clone(),
-            name: inventory.name.clone(),
-        });
-    }
-    let record = record_of(&config_map).map_err(|reason| ClusterError::BadInventory {
-        namespace: inventory.namespace.clone(),
-        name: inventory.name.clone(),
-        reason,
-    })?;
-    Ok((record, config_map.metadata.resource_version))
-}
-
-/// The record an inventory ConfigMap holds (its data, and its packed lines in
-/// binaryData); the error says what is unreadable.
-pub(crate) fn record_of(config_map: &ConfigMap) -> Result<InventoryRecord, String> {
-    let binary: BTreeMap<String, Vec<u8>> = config_map
-        .binary_data
-        .iter()
-        .flatten()
-        .map(|(k, v)| (k.clone(), v.0.clone()))
-        .collect();
-    InventoryRecord::from_config(&config_map.data.clone().unwrap_or_default(), &binary)
-}
-
-/// How often an inventory update is tried when another apply wrote it meanwhile.
-const INVENTORY_UPDATE_ATTEMPTS: u32 = 20;
-
-/// Updates the inventory: reads it, applies `update` to what it holds, and writes the
-/// result only if nobody wrote it in between (its resourceVersion), reading again
-/// otherwise. Two applies of one inventory at once therefore never drop each other's
-/// entries: each update is made to the record as the other left it.
-pub async fn update_inventory(
-    client: &Client,
-    inventory: &Inventory,
-    update: impl Fn(&InventoryRecord) -> InventoryRecord,
-) -> Result<InventoryRecord, ClusterError> {
-    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &inventory.namespace);
-    let params = PostParams {
-        field_manager: Some(inventory.field_manager()),
-        ..PostParams::default()
-    };
-    let mut retries = Retries::new(Backoff::request(), INVENTORY_UPDATE_ATTEMPTS);
-    loop {
-        let (current, version) = read_inventory_version(client, inventory).await?;
-        let record = update(&current);
-        // An unchanged record is not written: a pass that changed nothing writes nothing.
-        if version.is_some() && record == current {
-            return Ok(record);
-        }
-        let mut config_map = inventory_config_map(inventory, &record);
-        let written = match version {
-            Some(version) => {
-                config_map.metadata.resource_version = Some(version);
-                api.replace(&inventory.name, &params, &config_map).await
-            }
-            None => api.create(&params, &config_map).await,
-        };
-        match written {
-            Ok(_) => return Ok(record),
-            Err(kube::Error::Api(status))
-                if (status.is_conflict() || status.reason == "AlreadyExists") && retries.left() =>
-            {
-                tracing::debug!(
-                    attempt = retries.attempt(),
-                    "the inventory changed meanwhile; merging again"
-                );
-                retries.again().await;
-            }
-            Err(e) => return Err(inventory_error("write", inventory)(e)),
-        }
-    }
-}
-
-/// The inventory's ConfigMap holding `record`.
-fn inventory_config_map(inventory: &Inventory, record: &InventoryRecord) -> ConfigMap {
-    let (data, binary) = record.to_config();
-    ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(inventory.name.clone()),
-            namespace: Some(inventory.namespace.clone()),
-            labels: Some(BTreeMap::from([
-                (APPLYSET_ID_LABEL.to_string(), inventory.applyset_id()),
-                (MANAGED_BY_LABEL.to_string(), MANAGER.to_string()),
-            ])),
-            annotations: Some(BTreeMap::from([
-                (
-                    "applyset.kubernetes.io/tooling".to_string(),
-                    format!("tether/v{}", env!("CARGO_PKG_VERSION")),
-                ),
-                (
-                    "applyset.kubernetes.io/contains-group-kinds".to_string(),
-                    record.group_kinds(),
-                ),
-            ])),
-            ..ObjectMeta::default()
-        },
-        data: Some(data),
-        binary_data: Some(
-            binary
-                .into_iter()
-                .map(|(k, v)| (k, k8s_openapi::ByteString(v)))
-                .collect(),
-        ),
-        ..ConfigMap::default()
     }
 }
 

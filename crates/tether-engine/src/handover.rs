@@ -16,7 +16,8 @@ use tether_core::inventory::{InventoryEntry, InventoryRecord};
 use tether_core::managed_fields::rename_manager;
 use tether_core::ownership::{Inventory, PART_OF_LABEL};
 
-use crate::cluster::{ClusterError, Resources, api_error, read_inventory, update_inventory};
+use crate::cluster::{ClusterError, Resources, api_error};
+use crate::record::{read_inventory, update_inventory};
 
 /// Why a recorded object was not handed over.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -27,6 +27,7 @@ pub mod keys;
 pub mod oci;
 pub mod outbox;
 pub mod reconcile;
+pub mod record;
 pub mod repo;
 pub mod watch;
 pub mod writeback;

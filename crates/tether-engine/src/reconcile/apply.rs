@@ -15,8 +15,9 @@ use super::live::CONCURRENCY;
 use super::nodes;
 use super::outcome::{ApplyReport, BlockedWave, ObjectFailure, ObjectReport, Outcome};
 use super::{ApplyOptions, ApplyProgress, Planned, Step, wait};
-use crate::cluster::{ClusterError, Resources, update_inventory};
+use crate::cluster::{ClusterError, Resources};
 use crate::driver::{Backoff, Poll, Retries};
+use crate::record::update_inventory;
 use tether_core::inventory::{InventoryEntry, Provenance, by_rank};
 use tether_core::k8s::ObjectKey;
 use tether_core::ownership::{

@@ -21,7 +21,8 @@ use super::contents::list_namespace;
 use super::nodes;
 use super::outcome::{ObjectFailure, status_text};
 use super::{PlanOptions, Step};
-use crate::cluster::{ClusterError, Resources, api_error, record_of};
+use crate::cluster::{ClusterError, Resources, api_error};
+use crate::record::head_record;
 use tether_core::host::{HostRemoval, merged_taints};
 use tether_core::inventory::{
     InventoryEntry, InventoryRecord, Provenance, PruneDecision, namespace_contents, prune_decisions,
@@ -31,7 +32,7 @@ use tether_core::managed_fields::{self, live_value};
 use tether_core::normalize::place;
 use tether_core::ownership::{
     APPLYSET_ID_LABEL, Inventory, MANAGER, MODEL_ANNOTATION, PART_OF_LABEL, SOURCE_ANNOTATION,
-    annotation, is_inventory_record, is_ownership_mark, other_inventory,
+    annotation, is_inventory_record, is_ownership_mark, is_record_name, other_inventory,
 };
 use tether_core::plan::{
     Action, Change, FieldConflict, change_diff, conflicts_of, provably_unchanged, replace_diff,
@@ -548,16 +549,12 @@ impl ObjectPlanner<'_> {
                 )));
             }
         }
-        let own_record = ObjectKey::new(
-            "v1",
-            "ConfigMap",
-            Some(&inventory.namespace),
-            &inventory.name,
-        );
-        if self.key == own_record {
+        if is_record_name(&object.api_version, &object.kind, &object.name) {
             return Ok(self.failed(format!(
-                "this is the record of the inventory {}: tether never applies over an inventory",
-                inventory.display()
+                "the name {} is reserved for tether's inventory records (the record of the inventory {} is {}): give the ConfigMap another name",
+                object.name,
+                inventory.display(),
+                inventory.record_name()
             )));
         }
         let api = context.resources.api(
@@ -926,18 +923,21 @@ async fn other_inventories(
         Err(e) => return Err(api_error("read the other inventories".into())(e)),
     };
     let mut others = OtherInventories::default();
+    let ours = ours.applyset_id();
     for parent in list.items {
-        let (namespace, name) = (parent.namespace().unwrap_or_default(), parent.name_any());
-        if namespace == ours.namespace && name == ours.name {
-            continue;
-        }
-        let display = format!("{namespace}/{name}");
-        if let Some(id) = parent.labels().get(APPLYSET_ID_LABEL) {
-            others.by_applyset.insert(id.clone(), display.clone());
-        }
-        let Ok(record) = record_of(&parent) else {
+        let Some(id) = parent.labels().get(APPLYSET_ID_LABEL).cloned() else {
             continue;
         };
+        // Ours (its head, or its record before heads not yet moved).
+        if id == ours {
+            continue;
+        }
+        // A sharded record's entries are not read: its labels name its objects.
+        let Some((name, record)) = head_record(&parent) else {
+            continue;
+        };
+        let display = format!("{}/{name}", parent.namespace().unwrap_or_default());
+        others.by_applyset.insert(id, display.clone());
         for entry in record.entries.keys() {
             others.recorded.insert(entry.key(), display.clone());
         }

@@ -23,8 +23,9 @@ use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 use tracing::instrument;
 
-use crate::cluster::{ClusterError, Resources, Target, read_inventory_version};
+use crate::cluster::{ClusterError, Resources, Target};
 use crate::generate::{Capabilities, Generate};
+use crate::record::read_inventory_existing;
 use crate::repo::{CommitCache, LoadedModels, Repo, RepoError, SETTINGS_FILE};
 pub use apply::DEFAULT_WAVE_TIMEOUT;
 pub use cache::WatchCache;
@@ -558,13 +559,12 @@ impl Reconciler {
             mut objects,
             members,
         } = part;
-        let (record, version) = read_inventory_version(&client, &self.inventory).await?;
+        let (record, recorded) = read_inventory_existing(&client, &self.inventory).await?;
         tracing::debug!(
             recorded = record.entries.len(),
             cluster = cluster.display(),
             "inventory read"
         );
-        let recorded = version.is_some();
         let options = PlanOptions {
             partial: common.partial,
             ..options

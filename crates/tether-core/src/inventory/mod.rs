@@ -1,8 +1,9 @@
 //! The inventory's content and the decisions made with it, all pure: what the
 //! ApplySet parent records (one line per object: which object, whether tether created
 //! or adopted it, and its uid; and the commit applied), what to prune, what to record
-//! before and after an apply, and how objects are batched by apply rank. `cluster`
-//! reads and writes the ConfigMap; `reconcile` carries out the decisions.
+//! before and after an apply, and how objects are batched by apply rank. [`stored`]
+//! says how a record is laid out in ConfigMaps; `cluster` reads and writes them;
+//! `reconcile` carries out the decisions.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -11,43 +12,7 @@ use serde_json::Value;
 use crate::k8s::{ObjectKey, api_group, apply_rank};
 use crate::ownership::carries_tether_labels;
 
-/// The ConfigMap key of the object lines.
-const OBJECTS_KEY: &str = "objects";
-/// The binaryData key of the object lines, gzipped, once they outgrow [`INLINE_LIMIT`].
-const OBJECTS_GZIP_KEY: &str = "objects.gz";
-/// Object lines up to this size are kept as text (readable with kubectl); beyond it
-/// they are gzipped, so that an inventory of tens of thousands of objects stays within
-/// a ConfigMap's 1 MiB (lines compress about tenfold).
-const INLINE_LIMIT: usize = 256 * 1024;
-/// Object lines unpacked from gzip beyond this size are refused (the record is
-/// tether's own, but a ConfigMap anyone may write is no reason to fill memory).
-const UNPACKED_LIMIT: u64 = 64 * 1024 * 1024;
-/// The ConfigMap key of the commit last applied without a failure.
-const COMMIT_KEY: &str = "commit";
-
-fn pack(text: &str) -> Vec<u8> {
-    use std::io::Write as _;
-    let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    // Writing into memory cannot fail.
-    let _ = encoder.write_all(text.as_bytes());
-    encoder.finish().unwrap_or_default()
-}
-
-fn unpack(packed: &[u8]) -> Result<String, String> {
-    use std::io::Read as _;
-    let mut text = String::new();
-    flate2::read::GzDecoder::new(packed)
-        .take(UNPACKED_LIMIT)
-        .read_to_string(&mut text)
-        .map_err(|e| format!("the packed object lines are unreadable: {e}"))?;
-    if text.len() as u64 >= UNPACKED_LIMIT {
-        return Err(format!(
-            "the packed object lines unpack past {} MiB",
-            UNPACKED_LIMIT / (1024 * 1024)
-        ));
-    }
-    Ok(text)
-}
+pub mod stored;
 
 /// A line of the inventory: the entry, then `created` or `adopted` and the uid when
 /// known (lines of older inventories have neither).
@@ -181,52 +146,6 @@ pub enum PruneDecision {
 }
 
 impl InventoryRecord {
-    /// Reads the ConfigMap's data and binaryData; the error says what is unreadable:
-    /// the first line that is not an entry, or the packed lines.
-    pub fn from_config(
-        data: &BTreeMap<String, String>,
-        binary: &BTreeMap<String, Vec<u8>>,
-    ) -> Result<Self, String> {
-        let unpacked;
-        let objects = match binary.get(OBJECTS_GZIP_KEY) {
-            Some(packed) => {
-                unpacked = unpack(packed)?;
-                unpacked.as_str()
-            }
-            None => data.get(OBJECTS_KEY).map(String::as_str).unwrap_or(""),
-        };
-        let mut entries = BTreeMap::new();
-        for line in objects.lines().filter(|l| !l.is_empty()) {
-            let (entry, provenance) =
-                parse_line(line).ok_or_else(|| format!("unreadable line {line:?}"))?;
-            entries.insert(entry, provenance);
-        }
-        Ok(InventoryRecord {
-            entries,
-            commit: data.get(COMMIT_KEY).cloned(),
-        })
-    }
-
-    /// The ConfigMap's data and binaryData: the object lines as text, or gzipped
-    /// when they are large.
-    pub fn to_config(&self) -> (BTreeMap<String, String>, BTreeMap<String, Vec<u8>>) {
-        let objects = self.lines();
-        let mut data = BTreeMap::new();
-        let mut binary = BTreeMap::new();
-        match objects.len() > INLINE_LIMIT {
-            true => {
-                binary.insert(OBJECTS_GZIP_KEY.to_string(), pack(&objects));
-            }
-            false => {
-                data.insert(OBJECTS_KEY.to_string(), objects);
-            }
-        }
-        if let Some(commit) = &self.commit {
-            data.insert(COMMIT_KEY.to_string(), commit.clone());
-        }
-        (data, binary)
-    }
-
     /// The object lines, one per entry, as the inventory stores them.
     pub fn lines(&self) -> String {
         self.entries
@@ -502,7 +421,7 @@ mod tests {
         ];
         let record = InventoryRecord::from_config(
             &BTreeMap::from([(
-            OBJECTS_KEY.to_string(),
+            stored::OBJECTS_KEY.to_string(),
             "apps/v1 Deployment team web created d1\nv1 Service team web\nv1 ConfigMap team adopted adopted c2\n"
                 .to_string(),
             )]),
@@ -515,63 +434,6 @@ mod tests {
         assert_eq!(
             contents.not_created_here,
             vec![key("ConfigMap", "adopted"), key("ConfigMap", "theirs")]
-        );
-    }
-
-    #[test]
-    fn twenty_thousand_objects_fit_in_one_config_map() {
-        let record = InventoryRecord {
-            entries: (0..20_000)
-                .map(|i| {
-                    let entry = InventoryEntry::parse(&format!(
-                        "apps/v1 Deployment team-{} web-{i}",
-                        i % 50
-                    ))
-                    .unwrap();
-                    let uid = format!("{:08x}-7d1c-4f0e-9b2a-{:012x}", i * 7919, i);
-                    (entry, Provenance::adopted(Some(uid)))
-                })
-                .collect(),
-            commit: Some("abc".into()),
-        };
-        let (data, binary) = record.to_config();
-        let size: usize = data.values().map(String::len).sum::<usize>()
-            + binary.values().map(Vec::len).sum::<usize>();
-        assert!(
-            record.lines().len() > 1024 * 1024,
-            "more than a ConfigMap holds as text"
-        );
-        assert!(size * 4 / 3 < 900 * 1024, "{size} bytes, base64 included");
-        assert_eq!(InventoryRecord::from_config(&data, &binary), Ok(record));
-        let garbage = BTreeMap::from([(OBJECTS_GZIP_KEY.to_string(), vec![1, 2, 3])]);
-        assert!(InventoryRecord::from_config(&BTreeMap::new(), &garbage).is_err());
-    }
-
-    #[test]
-    fn data_round_trips_and_names_a_bad_line() {
-        let entry = |line| InventoryEntry::parse(line).unwrap();
-        let record = InventoryRecord {
-            entries: [
-                (entry("v1 ConfigMap shop a"), Provenance::created()),
-                (
-                    entry("v1 ConfigMap shop b"),
-                    Provenance::adopted(Some("1b4e-77".into())),
-                ),
-                (entry("v1 ConfigMap shop c"), Provenance::UNKNOWN),
-            ]
-            .into(),
-            commit: Some("abc".into()),
-        };
-        assert_eq!(
-            record.to_config().0[OBJECTS_KEY],
-            "v1 ConfigMap shop a created\nv1 ConfigMap shop b adopted 1b4e-77\nv1 ConfigMap shop c\n"
-        );
-        let (data, binary) = record.to_config();
-        assert_eq!(InventoryRecord::from_config(&data, &binary), Ok(record));
-        let bad = BTreeMap::from([(OBJECTS_KEY.to_string(), "v1 ConfigMap\n".to_string())]);
-        assert_eq!(
-            InventoryRecord::from_config(&bad, &BTreeMap::new()),
-            Err("unreadable line \"v1 ConfigMap\"".to_string())
         );
     }
 }
