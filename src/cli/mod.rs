@@ -514,6 +514,12 @@ pub struct RunArgs {
     /// the host's name and the process id).
     #[arg(long, env = "TETHER_IDENTITY")]
     pub identity: Option<String>,
+    /// With --shard, where the other replicas reach this one's webhooks, announced on
+    /// its Lease: pull-request and registry webhooks that reach any replica are
+    /// passed on to the others (default: http://POD_IP:PORT of --listen, else
+    /// --listen itself when it names an address).
+    #[arg(long, env = "TETHER_ADVERTISE_URL", requires = "shard")]
+    pub advertise_url: Option<String>,
     /// The Lease's namespace (default: the pod's namespace, POD_NAMESPACE).
     #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
     pub lease_namespace: String,

@@ -269,6 +269,7 @@ async fn run_sources(
             group: args.lease_name.clone(),
             identity,
             duration: args.lease_duration,
+            address: advertised(args),
         })
     } else if args.leader_elect {
         Replicas::Elected(Election {
@@ -304,6 +305,26 @@ async fn run_sources(
 }
 
 /// This replica's name in the election: the pod's name, else host and process.
+/// Where the other replicas reach this one: --advertise-url, else the pod's IP and
+/// the port of --listen, else --listen when it names an address.
+fn advertised(args: &RunArgs) -> Option<String> {
+    if let Some(url) = &args.advertise_url {
+        return Some(url.clone());
+    }
+    let listen = args.listen?;
+    let pod_ip = std::env::var("POD_IP")
+        .ok()
+        .and_then(|ip| ip.parse::<std::net::IpAddr>().ok());
+    match pod_ip {
+        Some(ip) => Some(format!(
+            "http://{}",
+            std::net::SocketAddr::new(ip, listen.port())
+        )),
+        None if !listen.ip().is_unspecified() => Some(format!("http://{listen}")),
+        None => None,
+    }
+}
+
 fn identity() -> String {
     std::env::var("POD_NAME").unwrap_or_else(|_| {
         let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();

@@ -5,11 +5,13 @@
 //! outside the policy or too young changing nothing, and each policy's state in the
 //! Source's status and the metrics.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use chrono::Utc;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::Api;
+use tether_daemon::shard;
 use tether_testkit::registry::Registry;
 
 use crate::daemon::{
@@ -253,6 +255,72 @@ async fn without_a_webhook_a_pushed_tag_is_committed_within_one_interval_listing
     assert!(
         (1..=runs as usize).contains(&lists),
         "{lists} tag lists in {runs} intervals"
+    );
+}
+
+#[tokio::test]
+async fn a_registry_webhook_reaching_a_replica_that_does_not_run_the_source_reaches_its_owner() {
+    install_crd();
+    let (client, ns, _) = setup("images-shard").await;
+    let replica = |identity: &str| {
+        Daemon::start(&[
+            "--sources",
+            "--sources-namespace",
+            &ns,
+            "--shard",
+            "--identity",
+            identity,
+            "--lease-namespace",
+            &ns,
+        ])
+    };
+    let replicas = [("a", replica("a")), ("b", replica("b"))];
+    let members = BTreeSet::from(["a".to_string(), "b".to_string()]);
+    let owner = shard::owner(&members, &format!("{ns}/web")).unwrap();
+    let (_, elsewhere) = replicas.iter().find(|(id, _)| *id != owner).unwrap();
+    let (_, running) = replicas.iter().find(|(id, _)| *id == owner).unwrap();
+    // The registry announces its pushes to the replica that does not run the Source.
+    let registry = Registry::start_with_notifications(
+        &format!("http://127.0.0.1:{}/hook/registry", elsewhere.port),
+        &[("Authorization", &format!("Bearer {SECRET}"))],
+    );
+    let host = registry.host();
+    let a_day_ago = Utc::now() - chrono::Duration::days(1);
+    registry.push_image("shop/app", "1.0.0", a_day_ago);
+    let files = models(&ns, &host);
+    let remote = remote_with_policy(&files, &files[2].1);
+    apply_source(&ns, &remote);
+    eventually(Duration::from_secs(60), || async {
+        status(&ns, "web")["owner"] == owner
+            && image_of(&client, &ns).await == Some(format!("{host}/shop/app:1.0.0"))
+            && policy_status(&ns)["result"] == "Kept"
+    })
+    .await;
+
+    // The policy scans hourly: only the webhook, passed on, can commit within 10 s.
+    let before = remote.head_of_bare("main");
+    registry.push_image("shop/app", "1.0.1", a_day_ago);
+    committed_then_applied(
+        &client,
+        &ns,
+        &remote,
+        &before,
+        Duration::from_secs(10),
+        &host,
+    )
+    .await;
+    let scans = |replica: &Daemon| {
+        replica
+            .metric(&format!(
+                "tether_image_policy_scans_total{{source=\"{ns}/web\",policy=\"app\",result=\"updated\"}}"
+            ))
+            .unwrap_or(0.0)
+    };
+    assert_eq!(scans(running), 1.0, "the owner scanned and updated");
+    assert_eq!(
+        scans(elsewhere),
+        0.0,
+        "the replica the webhook reached runs nothing of it"
     );
 }
 

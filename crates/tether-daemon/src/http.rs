@@ -220,11 +220,22 @@ async fn receive(
             format!("{refusal}\n"),
         );
     }
+    // What names no Source is acted on here for the Sources this replica runs, and
+    // passed on to the other replicas for theirs.
+    let pass_on = |answer: (StatusCode, &'static str, String)| async move {
+        match answer.0.is_client_error() {
+            true => answer,
+            false => {
+                let path = format!("/hook/{}", provider.name());
+                passed_on(answer, shared.peers.pass_on(&path, headers.0, body).await)
+            }
+        }
+    };
     if matches!(provider, Provider::Registry | Provider::Image) {
-        return image_pushes(shared, provider, &headers, body, secret);
+        return pass_on(image_pushes(shared, provider, &headers, body, secret)).await;
     }
     match webhook::pull_request(provider, &headers, body) {
-        Ok(Some(request)) => return pull_request(shared, &request),
+        Ok(Some(request)) => return pass_on(pull_request(shared, &request)).await,
         Ok(None) => {}
         Err(refusal) => return refused(refusal),
     }
@@ -255,6 +266,27 @@ async fn receive(
             StatusCode::ACCEPTED,
             "accepted",
             format!("{n} source(s) will reconcile\n"),
+        ),
+    }
+}
+
+/// The answer to a webhook also passed on to other replicas, `taken` of which act on
+/// it: accepted when any replica does.
+fn passed_on(
+    (status, outcome, message): (StatusCode, &'static str, String),
+    taken: usize,
+) -> (StatusCode, &'static str, String) {
+    match (taken, status) {
+        (0, _) => (status, outcome, message),
+        (_, StatusCode::ACCEPTED) => (
+            status,
+            outcome,
+            format!("{}; and by {taken} other replica(s)\n", message.trim_end()),
+        ),
+        _ => (
+            StatusCode::ACCEPTED,
+            "accepted",
+            format!("taken by {taken} other replica(s)\n"),
         ),
     }
 }

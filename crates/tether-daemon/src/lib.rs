@@ -28,6 +28,7 @@ mod keys;
 pub mod leader;
 pub mod members;
 mod metrics;
+pub mod peers;
 mod pull_request;
 pub mod refusal_log;
 pub mod runner;
@@ -88,6 +89,9 @@ pub struct Shared {
     /// The Sources' image automations, by id: the image repositories their policies
     /// list, and where a registry's push goes.
     images: Mutex<BTreeMap<String, ImageWatch>>,
+    /// The other replicas of a sharded group, which pull-request and registry
+    /// webhooks are passed on to.
+    pub peers: peers::Peers,
 }
 
 /// A Source's image automation, as registry webhooks see it.
@@ -126,6 +130,7 @@ impl Shared {
             web: std::sync::OnceLock::new(),
             planners: Mutex::new(BTreeMap::new()),
             images: Mutex::new(BTreeMap::new()),
+            peers: peers::Peers::default(),
         }
     }
 

@@ -36,7 +36,13 @@ pub struct Membership {
     /// How long a member's Lease stays valid without renewal: a replica that dies
     /// hands its Sources over after this.
     pub duration: Duration,
+    /// Where the other members reach this replica's webhooks (`http://IP:PORT`),
+    /// announced on its Lease; none: webhooks are not passed on to it.
+    pub address: Option<String>,
 }
+
+/// The annotation on a member's Lease that says where its webhooks are reached.
+pub const ADDRESS_ANNOTATION: &str = "tether.dev/address";
 
 impl Membership {
     fn lease_name(&self) -> String {
@@ -65,7 +71,7 @@ pub async fn run(
             identity: membership.identity.clone(),
             duration: membership.duration,
         },
-        shared,
+        shared.clone(),
         holding_tx,
         release.clone(),
     ));
@@ -96,6 +102,9 @@ pub async fn run(
         }
         let (now_share, expiry) = share_of(&store, &membership.identity, *holding.borrow());
         next_expiry = expiry;
+        shared
+            .peers
+            .set(peer_addresses(&store.state(), &membership.identity));
         share.send_if_modified(|current| {
             let changed = *current != now_share;
             if changed {
@@ -127,9 +136,29 @@ fn share_of(store: &Store<Lease>, me: &str, holding: bool) -> (Share, Option<Sys
     )
 }
 
-/// Makes this replica's Lease carry the group's label (server-side apply of the
-/// label alone: the Lease manager creates Leases without labels and patches only
-/// their spec). False when `release` came first.
+/// Where the other live members are reached, as their Leases announce it.
+fn peer_addresses(leases: &[Arc<Lease>], me: &str) -> Vec<String> {
+    let (live, _) = live_members(leases.iter().map(|l| &**l), SystemTime::now());
+    leases
+        .iter()
+        .filter(|lease| {
+            let holder = lease.spec.as_ref().and_then(|s| s.holder_identity.as_ref());
+            holder.is_some_and(|h| h != me && live.contains(h))
+        })
+        .filter_map(|lease| {
+            lease
+                .metadata
+                .annotations
+                .as_ref()?
+                .get(ADDRESS_ANNOTATION)
+                .cloned()
+        })
+        .collect()
+}
+
+/// Makes this replica's Lease carry the group's label and its address (server-side
+/// apply of those alone: the Lease manager creates Leases without them and patches
+/// only their spec). False when `release` came first.
 async fn labelled(client: &Client, membership: &Membership, release: &CancellationToken) -> bool {
     let leases: Api<Lease> = Api::namespaced(client.clone(), &membership.namespace);
     let name = membership.lease_name();
@@ -142,6 +171,9 @@ async fn labelled(client: &Client, membership: &Membership, release: &Cancellati
                 MEMBER_LABEL: membership.group,
                 "app.kubernetes.io/managed-by": "tether",
             },
+            "annotations": membership.address.as_ref().map(|address| {
+                serde_json::json!({ ADDRESS_ANNOTATION: address })
+            }),
         },
     });
     let mut retries =

@@ -255,7 +255,8 @@ fn cluster_role_binding(ns: &str) -> Value {
 
 const LEADER_ROLE: &str = "tether-leader-election";
 
-/// The leader election's Lease, in the daemon's namespace only.
+/// The replicas' Leases (each member's, or the leader election's), in the daemon's namespace
+/// only; the Role keeps its first name, so an upgrade replaces it in place.
 fn leader_role(ns: &str) -> Value {
     json!({
         "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -276,8 +277,9 @@ fn leader_role_binding(ns: &str) -> Value {
     })
 }
 
-/// Webhooks (/hook/github, /hook/gitlab, /hook/generic) and /metrics; either replica
-/// may take a webhook (a follower passes it to the leader through the Source).
+/// Webhooks (/hook/github, /hook/gitlab, /hook/generic, /hook/registry) and /metrics;
+/// any replica may take a webhook (a push reaches the Sources' owners through their
+/// annotation, a pull request or a registry's push is passed on to the other replicas).
 fn service(ns: &str) -> Value {
     json!({
         "apiVersion": "v1",
@@ -323,7 +325,7 @@ fn stateful_set(options: &InstallOptions) -> Value {
         "spec": {
             "serviceName": NAME,
             "replicas": options.replicas,
-            // Replicas are peers under leader election: no reason to start them in turn.
+            // Replicas are peers sharing the Sources: no reason to start them in turn.
             "podManagementPolicy": "Parallel",
             "selector": { "matchLabels": selector() },
             "template": {
@@ -342,8 +344,10 @@ fn pod_spec(image: &str) -> Value {
     let env = json!([
         { "name": "POD_NAME", "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } } },
         { "name": "POD_NAMESPACE", "valueFrom": { "fieldRef": { "fieldPath": "metadata.namespace" } } },
+        // Where the other replicas pass webhooks on to this one.
+        { "name": "POD_IP", "valueFrom": { "fieldRef": { "fieldPath": "status.podIP" } } },
         { "name": "TETHER_SOURCES", "value": "true" },
-        { "name": "TETHER_LEADER_ELECT", "value": "true" },
+        { "name": "TETHER_SHARD", "value": "true" },
         { "name": "TETHER_LISTEN", "value": "0.0.0.0:8080" },
         { "name": "TETHER_LOG_FORMAT", "value": "json" },
         { "name": "TETHER_WEBHOOK_SECRET_FILE", "value": "/etc/tether/webhook/secret" },
@@ -391,7 +395,7 @@ fn pod_spec(image: &str) -> Value {
     })
 }
 
-/// One replica stays through voluntary disruptions (node drains), so that a leader is
+/// One replica stays through voluntary disruptions (node drains), so that a replica is
 /// there to take over. policy/v1 came with Kubernetes 1.21; older servers have the
 /// same fields as v1beta1.
 fn disruption_budget(ns: &str, server: ServerVersion) -> Value {
