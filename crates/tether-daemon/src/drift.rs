@@ -5,10 +5,11 @@
 //! fighting, each object's corrections back off (from 2 s, ×3, up to 5 min).
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, Time};
 use kube::ResourceExt;
 use kube::api::DynamicObject;
 use tokio::sync::mpsc;
@@ -26,11 +27,11 @@ pub struct Drift {
     pub reference: ObjectReference,
 }
 
-/// The field manager of the object's newest write to its main resource (status
-/// writes go through a subresource and are not drift). Times have whole seconds: of
-/// writes in the same second, another manager's is taken as the newer, since a pass
-/// that finds nothing to correct costs little and a missed drift stays.
-pub fn newest_writer<'o>(object: &'o DynamicObject, ours: &str) -> Option<&'o str> {
+/// The object's newest write to its main resource (status writes go through a
+/// subresource and are not drift). Times have whole seconds: of writes in the same
+/// second, another manager's is taken as the newer, since a pass that finds nothing
+/// to correct costs little and a missed drift stays.
+pub fn newest_write<'o>(object: &'o DynamicObject, ours: &str) -> Option<&'o ManagedFieldsEntry> {
     object
         .managed_fields()
         .iter()
@@ -41,21 +42,53 @@ pub fn newest_writer<'o>(object: &'o DynamicObject, ours: &str) -> Option<&'o st
                 entry.manager.as_deref() != Some(ours),
             )
         })
-        .and_then(|entry| entry.manager.as_deref())
 }
 
+/// A write as the drift reports remember it: who, and when.
+type Write = (String, Option<Time>);
+
 /// What a reconciler's watch cache calls on each change: a write by anyone but
-/// `manager`, or a deletion, is sent to `drift`. A full channel drops the report: the
-/// passes it would trigger are already due.
+/// `manager`, or a deletion, is sent to `drift`, once per write. A status update
+/// changes the object but not its newest write to the main resource (a Deployment
+/// rolling out is updated many times a second by kube-controller-manager, whose last
+/// main write was its revision annotation): not drift again. A full channel drops the
+/// report: the passes it would trigger are already due.
 pub fn reporter(manager: String, drift: mpsc::Sender<Drift>) -> OnChange {
+    let reported: Mutex<HashMap<ObjectKey, Write>> = Mutex::new(HashMap::new());
     Arc::new(move |api_version, kind, object, deleted| {
+        let key = ObjectKey::new(
+            api_version,
+            kind,
+            object.metadata.namespace.as_deref(),
+            &object.name_any(),
+        );
+        let mut reported = reported
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let writer = match deleted {
-            true => "a deletion".to_string(),
-            false => match newest_writer(object, &manager) {
-                Some(writer) if writer != manager => writer.to_string(),
-                _ => return,
+            true => {
+                reported.remove(&key);
+                "a deletion".to_string()
+            }
+            false => match newest_write(object, &manager) {
+                Some(write) if write.manager.as_deref() != Some(manager.as_str()) => {
+                    let writer = write.manager.clone().unwrap_or_default();
+                    let seen = (writer.clone(), write.time.clone());
+                    if reported.get(&key) == Some(&seen) {
+                        return;
+                    }
+                    reported.insert(key.clone(), seen);
+                    writer
+                }
+                // tether wrote last: the next write of anyone else is news, even in
+                // the same second as one reported before.
+                _ => {
+                    reported.remove(&key);
+                    return;
+                }
             },
         };
+        drop(reported);
         let reference = ObjectReference {
             api_version: Some(api_version.to_string()),
             kind: Some(kind.to_string()),
@@ -65,12 +98,7 @@ pub fn reporter(manager: String, drift: mpsc::Sender<Drift>) -> OnChange {
             ..ObjectReference::default()
         };
         let seen = Drift {
-            key: ObjectKey::new(
-                api_version,
-                kind,
-                object.metadata.namespace.as_deref(),
-                &object.name_any(),
-            ),
+            key,
             manager: writer,
             reference,
         };
@@ -179,6 +207,85 @@ mod tests {
             ]}
         }))
         .unwrap();
-        assert_eq!(newest_writer(&object, "tether:abc"), Some("kubectl-patch"));
+        let newest = newest_write(&object, "tether:abc").unwrap();
+        assert_eq!(newest.manager.as_deref(), Some("kubectl-patch"));
+    }
+
+    fn deployment(writes: serde_json::Value) -> DynamicObject {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "shop", "managedFields": writes}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_write_is_reported_once_and_status_updates_after_it_are_not_drift() {
+        let (sender, mut reports) = mpsc::channel(16);
+        let report = reporter("tether:abc".into(), sender);
+        let applied = serde_json::json!({"manager": "tether:abc", "operation": "Apply", "time": "2026-11-22T10:00:00Z"});
+        let revision = serde_json::json!({"manager": "kube-controller-manager", "operation": "Update", "time": "2026-11-22T10:00:01Z"});
+        let status = |second: u32| {
+            serde_json::json!({"manager": "kube-controller-manager", "operation": "Update",
+            "subresource": "status", "time": format!("2026-11-22T10:00:{second:02}Z")})
+        };
+        // A rollout: the revision annotation, then status after status.
+        for second in 2..12 {
+            report(
+                "apps/v1",
+                "Deployment",
+                &deployment(serde_json::json!([applied, revision, status(second)])),
+                false,
+            );
+        }
+        assert_eq!(
+            reports.try_recv().unwrap().manager,
+            "kube-controller-manager"
+        );
+        assert!(
+            reports.try_recv().is_err(),
+            "status updates are not drift again"
+        );
+        // Someone edits it: news.
+        let edit = serde_json::json!({"manager": "kubectl-edit", "operation": "Update", "time": "2026-11-22T10:00:20Z"});
+        report(
+            "apps/v1",
+            "Deployment",
+            &deployment(serde_json::json!([applied, revision, edit])),
+            false,
+        );
+        assert_eq!(reports.try_recv().unwrap().manager, "kubectl-edit");
+        // tether corrects it, and the same editor writes again within the second.
+        let corrected = serde_json::json!({"manager": "tether:abc", "operation": "Apply", "time": "2026-11-22T10:00:21Z"});
+        report(
+            "apps/v1",
+            "Deployment",
+            &deployment(serde_json::json!([corrected, revision, edit])),
+            false,
+        );
+        assert!(reports.try_recv().is_err(), "tether's own write");
+        report(
+            "apps/v1",
+            "Deployment",
+            &deployment(serde_json::json!([corrected, revision, edit])),
+            false,
+        );
+        assert!(reports.try_recv().is_err(), "nothing new");
+        let again = serde_json::json!({"manager": "kubectl-edit", "operation": "Update", "time": "2026-11-22T10:00:21Z"});
+        report(
+            "apps/v1",
+            "Deployment",
+            &deployment(serde_json::json!([applied, revision, again])),
+            false,
+        );
+        assert_eq!(reports.try_recv().unwrap().manager, "kubectl-edit");
+        // A deletion is always news.
+        report(
+            "apps/v1",
+            "Deployment",
+            &deployment(serde_json::json!([applied, revision, again])),
+            true,
+        );
+        assert_eq!(reports.try_recv().unwrap().manager, "a deletion");
     }
 }
