@@ -220,6 +220,17 @@ async fn replicas_share_the_sources_and_hand_them_over_without_writing_one_at_on
         );
     }
     eventually(Duration::from_secs(120), || all_at(&client, &ns, "v1")).await;
+    // The Sources of a replica share its watches: one per kind (a Namespace and a
+    // ConfigMap each), not one per kind and Source.
+    for (member, daemon) in [("r0", &r0), ("r1", &r1), ("r2", &r2)] {
+        let watches = daemon.metric("tether_watches ").unwrap_or(f64::NAN);
+        assert_eq!(
+            watches,
+            2.0,
+            "{member}'s watches for {} Sources",
+            count(&three, member)
+        );
+    }
     let table = kubectl_ok(&["get", "sources", "-n", &ns]);
     assert!(table.lines().next().unwrap().contains("OWNER"), "{table}");
     assert!(

@@ -92,6 +92,8 @@ pub struct Shared {
     /// The other replicas of a sharded group, which pull-request and registry
     /// webhooks are passed on to.
     pub peers: peers::Peers,
+    /// The watches of the Sources' objects, one per kind and identity on a cluster.
+    pub watches: tether_engine::reconcile::Watches,
 }
 
 /// A Source's image automation, as registry webhooks see it.
@@ -119,8 +121,9 @@ struct Registered {
 
 impl Shared {
     pub fn new(webhook_secret: Option<Vec<u8>>) -> Self {
+        let watches = tether_engine::reconcile::Watches::default();
         Shared {
-            metrics: Metrics::default(),
+            metrics: Metrics::counting(watches.clone()),
             views: web::views::Views::default(),
             webhook_secret,
             ready: AtomicBool::new(false),
@@ -131,6 +134,7 @@ impl Shared {
             planners: Mutex::new(BTreeMap::new()),
             images: Mutex::new(BTreeMap::new()),
             peers: peers::Peers::default(),
+            watches,
         }
     }
 

@@ -208,6 +208,24 @@ impl Collector for ProcessCollector {
     }
 }
 
+/// The watches the Sources share: one per kind and identity on a cluster, however
+/// many Sources subscribe.
+#[derive(Debug)]
+struct WatchesCollector(tether_engine::reconcile::Watches);
+
+impl Collector for WatchesCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let gauge = ConstGauge::new(i64::try_from(self.0.count()).unwrap_or(i64::MAX));
+        let metric = encoder.encode_descriptor(
+            "watches",
+            "Watches of the Sources' objects (shared: one per kind, namespace and identity on a cluster)",
+            None,
+            gauge.metric_type(),
+        )?;
+        gauge.encode(metric)
+    }
+}
+
 /// The tokio runtime's alive tasks: a task per Source, watch and connection, so a
 /// number that grows with time, not with the Sources, is a task leak.
 #[derive(Debug)]
@@ -439,6 +457,16 @@ impl Metrics {
             self.applied.remove(&labels);
             self.drift.remove(&labels);
         }
+    }
+
+    /// The metrics, with the number of `watches` read at each scrape.
+    pub fn counting(watches: tether_engine::reconcile::Watches) -> Self {
+        let mut metrics = Metrics::default();
+        metrics
+            .registry
+            .sub_registry_with_prefix("tether")
+            .register_collector(Box::new(WatchesCollector(watches)));
+        metrics
     }
 
     pub fn set_leader(&self, leader: bool) {

@@ -718,7 +718,16 @@ impl<S: StatusSink> SourceLoop<S> {
         }
         let inventory = self.reconciler.inventory();
         let on_change = reporter(inventory.field_manager(), self.drift.0.clone());
-        self.cache = Some(WatchCache::start(
+        let identity = watch_identity(
+            &planned.cluster,
+            self.reconciler.own_cluster(),
+            self.id.split('/').next().unwrap_or_default(),
+            self.reconciler.identity(),
+        );
+        // The old subscription first: a new one of the same inventory replaces it.
+        self.cache = None;
+        self.cache = Some(self.shared.watches.subscribe(
+            &identity,
             planned.client(),
             planned.resources().clone(),
             kinds,
@@ -1093,6 +1102,25 @@ fn conclude(outcome: PassOutcome, failed: Vec<ClusterState>) -> Result<PassOutco
 
 /// The plan of the cluster this daemon reaches itself (the only one, or the
 /// KubernetesService `own_name`), else the first; and the others.
+/// Who a Source's watches are shared with: the Sources that reach the same cluster as
+/// the same user. The daemon's own cluster is one for all; another is reached through
+/// the Cluster resources of the Source's namespace, so its name means that cluster only
+/// there.
+fn watch_identity(
+    cluster: &ClusterName,
+    own_name: Option<&str>,
+    source_namespace: &str,
+    user: Option<&str>,
+) -> String {
+    let user = user.unwrap_or("the daemon's identity");
+    match (&cluster.service, cluster.several) {
+        (Some(service), true) if own_name != Some(service.as_str()) => {
+            format!("cluster {service} of namespace {source_namespace} as {user}")
+        }
+        _ => format!("the daemon's cluster as {user}"),
+    }
+}
+
 fn own_and_others(
     mut clusters: Vec<ClusterPlan>,
     own_name: Option<&str>,
@@ -1343,6 +1371,35 @@ impl<S: StatusSink> Loop for SourceLoop<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn watches_are_shared_by_cluster_and_user_and_another_cluster_is_its_namespaces() {
+        let cluster = |service: Option<&str>, several| ClusterName {
+            service: service.map(str::to_string),
+            several,
+        };
+        let own = watch_identity(&cluster(Some("core"), false), Some("core"), "team-a", None);
+        assert_eq!(
+            own,
+            watch_identity(&cluster(None, false), Some("core"), "team-b", None)
+        );
+        assert_eq!(
+            own,
+            watch_identity(&cluster(Some("core"), true), Some("core"), "team-b", None)
+        );
+        let as_team = watch_identity(
+            &cluster(None, false),
+            None,
+            "team-a",
+            Some("system:serviceaccount:team-a:tether"),
+        );
+        assert_ne!(own, as_team, "another user sees what it may see");
+        // "edge" of two namespaces may be two clusters.
+        let edge_a = watch_identity(&cluster(Some("edge"), true), Some("core"), "team-a", None);
+        let edge_b = watch_identity(&cluster(Some("edge"), true), Some("core"), "team-b", None);
+        assert_ne!(edge_a, edge_b);
+        assert_ne!(edge_a, own);
+    }
     use tether_core::plan::FieldConflict;
     use tether_engine::reconcile::{BlockedWave, Blocker, ObjectFailure};
 

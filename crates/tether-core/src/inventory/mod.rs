@@ -237,7 +237,7 @@ impl InventoryRecord {
 pub fn prune_decisions<'r>(
     record: &'r InventoryRecord,
     rendered: &BTreeSet<ObjectKey>,
-    live: &HashMap<ObjectKey, Value>,
+    live: &HashMap<ObjectKey, impl std::borrow::Borrow<Value>>,
     applyset: &str,
     allow_empty: bool,
 ) -> Vec<(&'r InventoryEntry, PruneDecision)> {
@@ -249,7 +249,7 @@ pub fn prune_decisions<'r>(
         .iter()
         .filter(|(e, _)| !rendered.contains(&e.key()))
         .filter_map(|(entry, provenance)| {
-            let decision = match live.get(&entry.key()) {
+            let decision = match live.get(&entry.key()).map(std::borrow::Borrow::borrow) {
                 // Recorded to be created and not created yet: an apply may be under way.
                 None if provenance.origin == Origin::Created && provenance.uid.is_none() => {
                     return None;

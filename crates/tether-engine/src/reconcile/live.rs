@@ -4,6 +4,7 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::sync::OnceCell;
@@ -146,7 +147,7 @@ pub(super) async fn plan(
 }
 
 /// The uids of the live objects, by key.
-fn uids_of(live: &HashMap<ObjectKey, Value>) -> BTreeMap<ObjectKey, String> {
+fn uids_of(live: &HashMap<ObjectKey, Arc<Value>>) -> BTreeMap<ObjectKey, String> {
     live.iter()
         .filter_map(|(key, object)| {
             Some((key.clone(), object["metadata"]["uid"].as_str()?.to_string()))
@@ -175,7 +176,7 @@ fn concerned_namespaces(
 fn prune_steps(
     record: &InventoryRecord,
     rendered: &BTreeSet<ObjectKey>,
-    (live, unlistable): (&HashMap<ObjectKey, Value>, &Unlistable),
+    (live, unlistable): (&HashMap<ObjectKey, Arc<Value>>, &Unlistable),
     inventory: &Inventory,
     options: PlanOptions,
 ) -> (Vec<Step>, BTreeSet<ObjectKey>) {
@@ -246,7 +247,7 @@ struct ObjectContext<'p> {
     /// The inventory's field manager.
     manager: &'p str,
     resources: &'p Resources,
-    labelled: &'p HashMap<ObjectKey, Value>,
+    labelled: &'p HashMap<ObjectKey, Arc<Value>>,
     /// Kinds that CustomResourceDefinitions of this apply define: namespaced or not.
     defined_here: &'p HashMap<(String, String), bool>,
     counts: &'p RequestCounts,
@@ -314,7 +315,7 @@ fn refused_prune(entry: &InventoryEntry, message: &str) -> Step {
 
 /// What the labelled lists found.
 struct Listed {
-    live: HashMap<ObjectKey, Value>,
+    live: HashMap<ObjectKey, Arc<Value>>,
     unlistable: Unlistable,
 }
 
@@ -399,7 +400,7 @@ async fn list_labelled(
                 item.namespace().as_deref(),
                 &item.name_any(),
             );
-            live.insert(key, live_value(item, api_version, kind, manager));
+            live.insert(key, Arc::new(live_value(item, api_version, kind, manager)));
         }
     }
     Ok(Listed { live, unlistable })
@@ -563,7 +564,7 @@ impl ObjectPlanner<'_> {
             object.namespace.as_deref(),
         )?;
         let live: Option<Cow<'_, Value>> = match context.labelled.get(&self.key) {
-            Some(live) => Some(Cow::Borrowed(live)),
+            Some(live) => Some(Cow::Borrowed(&**live)),
             // Not labelled for us: new, or someone else's object with the same name.
             None => {
                 context.counts.reads.fetch_add(1, Ordering::Relaxed);

@@ -28,7 +28,7 @@ use crate::generate::{Capabilities, Generate};
 use crate::record::read_inventory_existing;
 use crate::repo::{CommitCache, LoadedModels, Repo, RepoError, SETTINGS_FILE};
 pub use apply::DEFAULT_WAVE_TIMEOUT;
-pub use cache::WatchCache;
+pub use cache::{WatchCache, Watches};
 pub use clusters::{ClusterName, Clusters};
 pub use outcome::{ApplyReport, BlockedWave, Blocker, ObjectFailure, ObjectReport, Outcome};
 use tether_core::confine::{self, Confinement, SourceConfinement};
@@ -437,6 +437,11 @@ impl Reconciler {
             identity: Some(user),
             ..self
         }
+    }
+
+    /// The user the client impersonates, if it does (a Source's ServiceAccount).
+    pub fn identity(&self) -> Option<&str> {
+        self.identity.as_deref()
     }
 
     /// Reaches the clusters of the KubernetesServices other than `own_name` (the
