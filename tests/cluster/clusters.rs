@@ -42,7 +42,10 @@ fn two_clusters(shop: &str, bill: &str, edge_value: &str, core_value: &str) -> S
 /// The objects an inventory recorded on a cluster (its ConfigMap's entries).
 async fn recorded(client: &Client, inventory: &str) -> String {
     let parent = Api::<ConfigMap>::namespaced(client.clone(), "default")
-        .get(inventory)
+        .get(&format!(
+            "{}{inventory}",
+            tether_core::ownership::RECORD_PREFIX
+        ))
         .await
         .unwrap();
     serde_json::to_string(&parent.data).unwrap()

@@ -185,9 +185,10 @@ async fn a_source_acting_as_its_service_account_is_refused_by_rbac_beyond_its_na
         "everything for the Source is done as its ServiceAccount: {written:?}"
     );
     assert!(
-        live_config_map(&teams.client, &teams.a, "team")
+        live_config_map(&teams.client, &teams.a, "tether-inventory-team")
             .await
-            .is_some()
+            .is_some(),
+        "the inventory's record is written as the ServiceAccount too"
     );
     // B's is refused: unchanged, and no write of the Source there went through.
     assert_eq!(teams.theirs().await.as_deref(), Some("theirs"));

@@ -484,7 +484,10 @@ async fn a_git_repository_is_reconciled_at_the_commit_its_reference_names() {
     assert_eq!(applied.status.code(), Some(0), "{}", all_output(&applied));
     assert_eq!(live_value_of_key(&client, &ns, "settings").await, "v1");
     let record = Api::<ConfigMap>::namespaced(client.clone(), "default")
-        .get(&inventory)
+        .get(&format!(
+            "{}{inventory}",
+            tether_core::ownership::RECORD_PREFIX
+        ))
         .await
         .unwrap();
     assert_eq!(

@@ -114,6 +114,8 @@ async fn nothing_applied(client: &Client, ns: &str, inventory: &str) {
     assert!(config_maps.get_opt("settings").await.unwrap().is_none());
     assert!(secrets.get_opt("db-credentials").await.unwrap().is_none());
     let inventories: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
+    let record = format!("{}{inventory}", tether_core::ownership::RECORD_PREFIX);
+    assert!(inventories.get_opt(&record).await.unwrap().is_none());
     assert!(inventories.get_opt(inventory).await.unwrap().is_none());
 }
 

@@ -1,0 +1,340 @@
+//! Scale-out: many Sources shared by sharded replicas (`tether run --sources
+//! --shard`), against a local control plane of the benchmark's own (with its audit
+//! log) and one `git daemon` remote. Each Source is a namespace of its own holding
+//! `--objects` ConfigMaps. Measures the first apply of all, the replicas' memory at
+//! steady state (per Source), the quiet state (CPU, and the API requests the replicas
+//! make, from the audit log), and one push that changes every Source, announced by a
+//! webhook to one replica: each Source's time to apply it, p50, p99 and worst.
+//! Run with `cargo bench --bench scale` (`-- --sources 300 --objects 20 --replicas 3`).
+
+// Shared by the benchmarks; each uses part of it.
+#[allow(dead_code)]
+#[path = "common/kube.rs"]
+mod kube_helpers;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader, Seek, SeekFrom};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use tether_daemon::crd::Source;
+use tether_daemon::webhook::sign;
+
+use kube_helpers::arg;
+use tether_testkit::cluster::LocalCluster;
+use tether_testkit::remote::{Remote, free_port, http};
+
+const SECRET: &str = "a-webhook-secret-for-the-benchmark";
+const NAMESPACE: &str = "tether-scale";
+
+fn main() {
+    let sources = arg("--sources", 1000);
+    let objects = arg("--objects", 20);
+    let replicas = arg("--replicas", 3).max(1);
+    let cluster = LocalCluster::start(0);
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    runtime.block_on(run(&cluster, sources, objects, replicas));
+}
+
+/// Each Source's models, at `value`: its namespace and `objects` ConfigMaps.
+fn models(sources: usize, objects: usize, value: &str) -> Vec<(String, String)> {
+    (0..sources)
+        .map(|s| {
+            let mut text = format!("kind: TrustDomain\nname: scale-{s}\n");
+            for i in 0..objects {
+                text.push_str(&format!(
+                    "---\nkind: KubernetesConfigMap\nname: c-{i}\ntrust_domain: scale-{s}\ndata:\n  key: \"{value}\"\n"
+                ));
+            }
+            (format!("s{s}/m.yaml"), text)
+        })
+        .chain([(
+            "service.yaml".to_string(),
+            "kind: KubernetesService\nname: kubernetes\n".to_string(),
+        )])
+        .collect()
+}
+
+struct Replica {
+    child: Child,
+    port: u16,
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Replica {
+    fn start(kubeconfig: &std::path::Path, identity: &str, secret: &std::path::Path) -> Replica {
+        let port = free_port();
+        let cache = tempfile::tempdir().expect("cache").keep();
+        let child = Command::new(env!("CARGO_BIN_EXE_tether"))
+            .args([
+                "run",
+                "--sources",
+                "--sources-namespace",
+                NAMESPACE,
+                "--shard",
+            ])
+            .args(["--identity", identity, "--lease-namespace", NAMESPACE])
+            .arg(format!("--listen=127.0.0.1:{port}"))
+            .arg("--webhook-secret-file")
+            .arg(secret)
+            .arg("--cache-dir")
+            .arg(&cache)
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(["--log-level", "error"])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("tether run");
+        Replica { child, port }
+    }
+
+    fn rss(&self) -> f64 {
+        kube_helpers::process_memory(self.child.id(), "VmRSS:")
+    }
+
+    fn peak(&self) -> f64 {
+        kube_helpers::process_memory(self.child.id(), "VmHWM:")
+    }
+
+    /// User and system CPU time so far.
+    fn cpu(&self) -> Duration {
+        let stat =
+            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        let fields: Vec<&str> = stat
+            .rsplit_once(')')
+            .map(|(_, r)| r)
+            .unwrap_or("")
+            .split_whitespace()
+            .collect();
+        let ticks: u64 = [11, 12]
+            .iter()
+            .filter_map(|i| fields.get(*i)?.parse::<u64>().ok())
+            .sum();
+        // USER_HZ is 100 on Linux.
+        Duration::from_millis(ticks * 10)
+    }
+
+    fn metric(&self, series: &str) -> f64 {
+        let (_, text) = http(self.port, "GET", "/metrics", &[], b"");
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+            .unwrap_or(0.0)
+    }
+}
+
+/// The Sources whose last applied revision is `revision`, by name.
+async fn applied(api: &Api<Source>, revision: &str) -> BTreeSet<String> {
+    let Ok(list) = api.list(&ListParams::default()).await else {
+        return BTreeSet::new();
+    };
+    list.items
+        .into_iter()
+        .filter(|s| {
+            s.status
+                .as_ref()
+                .and_then(|s| s.last_applied_revision.as_deref())
+                == Some(revision)
+        })
+        .filter_map(|s| s.metadata.name)
+        .collect()
+}
+
+/// The requests tether's replicas made from the audit log's `offset` on, by resource
+/// and verb.
+fn requests_since(audit: &std::path::Path, offset: u64) -> BTreeMap<String, usize> {
+    let mut file = std::fs::File::open(audit).expect("the audit log");
+    file.seek(SeekFrom::Start(offset)).expect("seek");
+    let mut counts = BTreeMap::new();
+    for line in BufReader::new(file).lines().map_while(Result::ok) {
+        let Ok(entry) = serde_json::from_str::<serde_json::Value>(&line) else {
+            continue;
+        };
+        if entry["stage"] != "ResponseComplete"
+            || !entry["userAgent"]
+                .as_str()
+                .is_some_and(|a| a.starts_with("tether/"))
+        {
+            continue;
+        }
+        let resource = entry["objectRef"]["resource"].as_str().unwrap_or("-");
+        let verb = entry["verb"].as_str().unwrap_or("-");
+        *counts.entry(format!("{verb} {resource}")).or_default() += 1;
+    }
+    counts
+}
+
+fn audit_size(audit: &std::path::Path) -> u64 {
+    std::fs::metadata(audit).map(|m| m.len()).unwrap_or(0)
+}
+
+fn percentile(sorted: &[Duration], percent: usize) -> Duration {
+    sorted
+        .get((sorted.len() * percent).div_ceil(100).saturating_sub(1))
+        .copied()
+        .unwrap_or_default()
+}
+
+async fn run(cluster: &LocalCluster, sources: usize, objects: usize, replicas: usize) {
+    let kubeconfig = cluster.kubeconfig();
+    let audit = cluster.state_dir().join("logs/audit.log");
+    let client = tether_testkit::cluster::client(kubeconfig)
+        .await
+        .expect("client");
+    kube_helpers::install_source_crd(&client).await;
+    kube_helpers::namespace(&client, NAMESPACE).await;
+    let files = models(sources, objects, "v1");
+    let borrowed: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.as_str()))
+        .collect();
+    let remote = Remote::new(&borrowed);
+    let secret = tempfile::NamedTempFile::new().expect("secret");
+    std::fs::write(secret.path(), SECRET).expect("secret");
+    let replicas: Vec<Replica> = (0..replicas)
+        .map(|r| Replica::start(kubeconfig, &format!("r{r}"), secret.path()))
+        .collect();
+    let idle: f64 = replicas.iter().map(Replica::rss).sum();
+
+    let api: Api<Source> = Api::namespaced(client.clone(), NAMESPACE);
+    let started = Instant::now();
+    for s in 0..sources {
+        let source = serde_json::json!({
+            "apiVersion": "tether.dev/v1alpha1", "kind": "Source",
+            "metadata": {"name": format!("s{s}"), "namespace": NAMESPACE},
+            "spec": {"url": remote.url, "ref": "main", "path": format!("models/s{s}"), "interval": "1h"},
+        });
+        api.patch(
+            &format!("s{s}"),
+            &PatchParams::apply("bench"),
+            &Patch::Apply(&source),
+        )
+        .await
+        .expect("Source");
+    }
+    let head = format!("main@sha1:{}", remote.head_of_bare("main"));
+    loop {
+        if applied(&api, &head).await.len() == sources {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(3600),
+            "never all applied"
+        );
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let first_apply = started.elapsed();
+    let start_peak: f64 = replicas.iter().map(Replica::peak).sum();
+
+    // Quiet: nothing changes for 30 s.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let steady: Vec<f64> = replicas.iter().map(Replica::rss).collect();
+    let watches: Vec<f64> = replicas
+        .iter()
+        .map(|r| r.metric("tether_watches "))
+        .collect();
+    let cpu0: Vec<Duration> = replicas.iter().map(Replica::cpu).collect();
+    let offset = audit_size(&audit);
+    let quiet = Duration::from_secs(30);
+    tokio::time::sleep(quiet).await;
+    let cpu1: Vec<Duration> = replicas.iter().map(Replica::cpu).collect();
+    let quiet_requests = requests_since(&audit, offset);
+
+    // One commit changing every Source, announced to one replica.
+    let changed = models(sources, objects, "v2");
+    let changed: Vec<(&str, &str)> = changed
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.as_str()))
+        .collect();
+    remote.push("main", &changed);
+    let head = format!("main@sha1:{}", remote.head_of_bare("main"));
+    let body = serde_json::json!({"repository": remote.url, "ref": "refs/heads/main"}).to_string();
+    let headers = [("X-Signature-256", sign(body.as_bytes(), SECRET.as_bytes()))];
+    let pushed = Instant::now();
+    let (code, _) = http(
+        replicas[0].port,
+        "POST",
+        "/hook/generic",
+        &headers,
+        body.as_bytes(),
+    );
+    assert_eq!(code, 202, "the webhook is taken");
+    let mut when: BTreeMap<String, Duration> = BTreeMap::new();
+    while when.len() < sources {
+        for name in applied(&api, &head).await {
+            when.entry(name).or_insert_with(|| pushed.elapsed());
+        }
+        assert!(
+            pushed.elapsed() < Duration::from_secs(1800),
+            "the push was never applied everywhere ({} of {sources})",
+            when.len()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut latencies: Vec<Duration> = when.into_values().collect();
+    latencies.sort();
+
+    let total: f64 = steady.iter().sum();
+    println!(
+        "tether run --sources --shard: {sources} Sources of {objects} ConfigMaps each, {} replicas, one control plane",
+        replicas.len()
+    );
+    println!(
+        "  first apply of all (Sources created → all applied)     {:>8.1} s",
+        first_apply.as_secs_f64()
+    );
+    println!(
+        "  RSS steady per replica {} MiB; {:.1} MiB in all, {:.0} KiB per Source beyond the idle replicas' {idle:.1} MiB; peak {start_peak:.1} MiB in all",
+        steady
+            .iter()
+            .map(|m| format!("{m:.1}"))
+            .collect::<Vec<_>>()
+            .join(" / "),
+        total,
+        (total - idle).max(0.0) * 1024.0 / sources as f64
+    );
+    println!(
+        "  watches per replica: {}",
+        watches
+            .iter()
+            .map(|w| format!("{w:.0}"))
+            .collect::<Vec<_>>()
+            .join(" / ")
+    );
+    let cpu: Vec<String> = cpu0
+        .iter()
+        .zip(&cpu1)
+        .map(|(a, b)| {
+            format!(
+                "{:.1}",
+                (*b - *a).as_secs_f64() * 1000.0 / quiet.as_secs_f64()
+            )
+        })
+        .collect();
+    println!(
+        "  quiet state: CPU per replica {} ms per s; API requests in {} s by all replicas: {}",
+        cpu.join(" / "),
+        quiet.as_secs(),
+        if quiet_requests.is_empty() {
+            "none".to_string()
+        } else {
+            quiet_requests
+                .iter()
+                .map(|(what, n)| format!("{n} {what}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        }
+    );
+    println!(
+        "  one push changing all {sources} → each applied, p50 / p99 / worst  {:.1} / {:.1} / {:.1} s",
+        percentile(&latencies, 50).as_secs_f64(),
+        percentile(&latencies, 99).as_secs_f64(),
+        latencies.last().copied().unwrap_or_default().as_secs_f64()
+    );
+}
