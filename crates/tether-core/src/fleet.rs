@@ -54,15 +54,15 @@ pub struct SourceReport {
     /// The revision last applied without error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub applied: Option<String>,
-    /// The Ready condition's status: True, False or Unknown (empty: no pass yet).
-    #[serde(default)]
-    pub ready: String,
+    /// The Ready condition's status: True, False or Unknown (none: no pass yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<String>,
     /// The Ready condition's reason.
-    #[serde(default)]
-    pub reason: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     /// The Ready condition's message.
-    #[serde(default)]
-    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
     /// Retrying cannot help before the models or the cluster change.
     #[serde(default)]
     pub stalled: bool,
@@ -174,15 +174,15 @@ pub fn source_state(source: &SourceReport) -> SourceState {
         SourceState::Stalled
     } else if source.suspended {
         SourceState::Suspended
-    } else if source.ready == "False" && source.blocked_on.is_some() {
+    } else if source.ready.as_deref() == Some("False") && source.blocked_on.is_some() {
         SourceState::Blocked
-    } else if source.ready == "False" {
+    } else if source.ready.as_deref() == Some("False") {
         SourceState::Failed
     } else if source.drift.reported > 0 {
         SourceState::Drifted
     } else if source.reconciling || (source.wanted.is_some() && source.wanted != source.applied) {
         SourceState::Progressing
-    } else if source.ready == "True" {
+    } else if source.ready.as_deref() == Some("True") {
         SourceState::Ready
     } else {
         SourceState::Pending
@@ -472,12 +472,13 @@ fn source_line(source: &SourceView) -> String {
     }
     if let Some(blocked) = &report.blocked_on {
         line.push_str(&format!("  waiting on: {}", printable(blocked)));
-    } else if source.state != SourceState::Ready && !report.message.is_empty() {
-        line.push_str(&format!(
-            "  {}: {}",
-            printable(&report.reason),
-            printable(&report.message)
-        ));
+    } else if let Some(message) = report
+        .message
+        .as_deref()
+        .filter(|_| source.state != SourceState::Ready)
+    {
+        let reason = report.reason.as_deref().unwrap_or_default();
+        line.push_str(&format!("  {}: {}", printable(reason), printable(message)));
     }
     line
 }
@@ -496,9 +497,9 @@ mod tests {
             name: name.into(),
             wanted: Some("main@sha1:aaa".into()),
             applied: Some("main@sha1:aaa".into()),
-            ready: "True".into(),
-            reason: "ReconciliationSucceeded".into(),
-            message: "Applied revision main@sha1:aaa".into(),
+            ready: Some("True".into()),
+            reason: Some("ReconciliationSucceeded".into()),
+            message: Some("Applied revision main@sha1:aaa".into()),
             ..SourceReport::default()
         }
     }
@@ -519,22 +520,22 @@ mod tests {
             (
                 SourceReport {
                     stalled: true,
-                    ready: "False".into(),
+                    ready: Some("False".into()),
                     ..ready("a", "s")
                 },
                 SourceState::Stalled,
             ),
             (
                 SourceReport {
-                    ready: "False".into(),
-                    reason: "FetchFailed".into(),
+                    ready: Some("False".into()),
+                    reason: Some("FetchFailed".into()),
                     ..ready("a", "f")
                 },
                 SourceState::Failed,
             ),
             (
                 SourceReport {
-                    ready: "False".into(),
+                    ready: Some("False".into()),
                     blocked_on: Some("Deployment db not ready".into()),
                     ..ready("a", "b")
                 },
@@ -570,7 +571,7 @@ mod tests {
             (
                 SourceReport {
                     suspended: true,
-                    ready: "Unknown".into(),
+                    ready: Some("Unknown".into()),
                     ..ready("a", "z")
                 },
                 SourceState::Suspended,
@@ -593,9 +594,9 @@ mod tests {
     fn clusters_and_sources_needing_attention_come_first() {
         let now = at("2025-01-01T00:10:00Z");
         let failing = SourceReport {
-            ready: "False".into(),
-            reason: "FetchFailed".into(),
-            message: "cannot fetch".into(),
+            ready: Some("False".into()),
+            reason: Some("FetchFailed".into()),
+            message: Some("cannot fetch".into()),
             ..ready("team", "z-web")
         };
         let reports = vec![
@@ -669,9 +670,9 @@ mod tests {
     fn the_text_shows_a_silent_cluster_with_its_last_report_and_hostile_strings_as_text() {
         let now = at("2025-01-01T00:10:00Z");
         let hostile = SourceReport {
-            ready: "False".into(),
-            reason: "Failed".into(),
-            message: "see https://evil.example/x\u{1b}[2J\nfake line\u{202e}".into(),
+            ready: Some("False".into()),
+            reason: Some("Failed".into()),
+            message: Some("see https://evil.example/x\u{1b}[2J\nfake line\u{202e}".into()),
             ..ready("team", "http://evil.example:8443/")
         };
         let view = view(
