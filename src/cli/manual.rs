@@ -212,6 +212,41 @@ const EXIT_STATUS: &[(&str, &[(u8, &str)])] = &[
         ],
     ),
     ("crd", &[(0, "Printed."), (2, "A usage error.")]),
+    ("fleet", GROUP),
+    (
+        "fleet join",
+        &[
+            (
+                0,
+                "Joined: the cluster's kubeconfig was printed or written.",
+            ),
+            (
+                2,
+                "An error (the hub unreachable or refusing, no token issued), or a usage error.",
+            ),
+        ],
+    ),
+    (
+        "fleet revoke",
+        &[
+            (0, "Revoked: the cluster's token is refused from now on."),
+            (2, "An error, or a usage error."),
+        ],
+    ),
+    (
+        "fleet status",
+        &[
+            (0, "Every cluster reports and no Source needs attention."),
+            (
+                1,
+                "A cluster is not reporting, or a Source needs attention.",
+            ),
+            (
+                2,
+                "An error (the hub unreachable or refusing), or a usage error.",
+            ),
+        ],
+    ),
     (
         "discover",
         &[

@@ -4,6 +4,7 @@ mod check;
 mod discover;
 mod events;
 mod flags;
+mod fleet;
 mod images;
 mod install;
 mod manual;
@@ -203,6 +204,14 @@ enum Command {
         after_help = "Example:\n  tether handover web -n team-a --from-inventory-namespace default"
     )]
     Handover(sources::HandoverArgs),
+    /// A fleet's view from a hub that holds no cluster's keys: clusters join, their
+    /// daemons report their Sources (`tether run --fleet-hub-kubeconfig`), and
+    /// `status` shows every cluster and Source, those needing attention first.
+    #[command(
+        subcommand,
+        after_help = "Examples:\n  tether fleet join edge-1 --hub-kubeconfig hub.yaml -o edge-1-hub.yaml\n  tether fleet status --hub-kubeconfig hub.yaml\n  tether fleet revoke edge-1 --hub-kubeconfig hub.yaml"
+    )]
+    Fleet(fleet::FleetCommand),
     /// Print the CustomResourceDefinitions of `Source` and `Cluster` (as deploy/base/crd.yaml holds them).
     #[command(after_help = "Example:\n  tether crd | kubectl apply --server-side -f -")]
     Crd,
@@ -565,6 +574,25 @@ pub struct RunArgs {
         requires = "sources"
     )]
     pub cluster_name: Option<String>,
+    /// With --sources and --cluster-name, report the Sources' status to a fleet hub
+    /// as the cluster's ServiceAccount there, with this kubeconfig (`tether fleet
+    /// join` writes it; in a pod, a Secret mounted as a file): on each change of a
+    /// status and at each --fleet-heartbeat. Reporting runs beside the Sources and
+    /// never holds them up; while the hub is away it is retried every few seconds.
+    #[arg(
+        long,
+        env = "TETHER_FLEET_HUB_KUBECONFIG",
+        value_name = "PATH",
+        requires_all = ["sources", "cluster_name"]
+    )]
+    pub fleet_hub_kubeconfig: Option<PathBuf>,
+    /// The hub's namespace of ClusterReports.
+    #[arg(long, env = "TETHER_FLEET_NAMESPACE", default_value = tether_daemon::fleet::NAMESPACE)]
+    pub fleet_namespace: String,
+    /// How often the report is written to the hub when nothing changed (the hub
+    /// shows a cluster silent for three heartbeats as not reporting).
+    #[arg(long, env = "TETHER_FLEET_HEARTBEAT", default_value = "60s", value_parser = parse_duration)]
+    pub fleet_heartbeat: Duration,
     /// Report drift (a field tether applied changed in place by someone else) without
     /// correcting it; by default it is taken back within seconds.
     #[arg(long, env = "TETHER_REPORT_DRIFT", conflicts_with = "sources")]
@@ -747,6 +775,7 @@ pub async fn run(args: Args) -> miette::Result<ExitCode> {
         Command::Ui(args) => run::ui(global, &args).await,
         Command::Reconcile(args) => run::reconcile(&args).await,
         Command::Crd => run::crd(),
+        Command::Fleet(command) => fleet::run(&command).await,
         Command::Install(args) => install::install(&args).await,
         Command::Uninstall(args) => install::uninstall(&args).await,
         Command::Suspend(args) => sources::set_suspend(&args, true).await,

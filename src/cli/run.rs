@@ -13,6 +13,7 @@ use miette::{IntoDiagnostic, WrapErr, miette};
 use tether_daemon::controller::Directories;
 use tether_daemon::controller::{Controller, Replicas, request_reconcile};
 use tether_daemon::crd::{DriftPolicy, Source};
+use tether_daemon::fleet::reporter::Reporting;
 use tether_daemon::identity::Identities;
 use tether_daemon::leader::Election;
 use tether_daemon::members::Membership;
@@ -262,6 +263,7 @@ async fn run_sources(
         user_agent: Some(format!("tether/{} ({identity})", env!("CARGO_PKG_VERSION"))),
         ..args.cluster.target()
     };
+    let user_agent = target.user_agent.clone();
     let client = connect(&target).await.map_err(report::error)?;
     let replicas = if args.shard {
         Replicas::Sharded(Membership {
@@ -300,7 +302,34 @@ async fn run_sources(
             no_cross_namespace_objects: args.no_cross_namespace_objects,
         },
     };
+    let reporting = args
+        .fleet_hub_kubeconfig
+        .as_ref()
+        .zip(args.cluster_name.as_ref())
+        .map(|(kubeconfig, cluster)| {
+            let reporting = Reporting {
+                hub: Target {
+                    kubeconfig: Some(kubeconfig.clone()),
+                    request_timeout: Some(Duration::from_secs(10)),
+                    user_agent: user_agent.clone(),
+                    ..Target::default()
+                },
+                namespace: args.fleet_namespace.clone(),
+                cluster: cluster.clone(),
+                heartbeat: args.fleet_heartbeat,
+            };
+            tokio::spawn(tether_daemon::fleet::reporter::run(
+                reporting,
+                controller.client.clone(),
+                controller.namespace.clone(),
+                controller.shared.clone(),
+                shutdown.clone(),
+            ))
+        });
     controller.run_replicated(replicas, shutdown.clone()).await;
+    if let Some(reporting) = reporting {
+        let _ = reporting.await;
+    }
     Ok(())
 }
 

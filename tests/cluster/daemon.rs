@@ -35,6 +35,12 @@ impl Daemon {
         Daemon::spawn(args, "json", &level, Stdio::inherit(), envs)
     }
 
+    /// A daemon of another control plane than the run's shared one.
+    pub fn start_on(kubeconfig: &std::path::Path, args: &[&str]) -> Daemon {
+        let level = std::env::var("TETHER_TEST_DAEMON_LOG").unwrap_or_else(|_| "warn".into());
+        Daemon::spawn_on(kubeconfig, args, "json", &level, Stdio::inherit(), &[])
+    }
+
     /// A daemon whose log, at `level`, goes to `log`.
     pub fn start_logging(args: &[&str], level: &str, log: Stdio) -> Daemon {
         Daemon::start_with_log(args, "json", level, log)
@@ -52,11 +58,22 @@ impl Daemon {
         log: Stdio,
         envs: &[(&str, &std::path::Path)],
     ) -> Daemon {
+        Daemon::spawn_on(cluster().kubeconfig(), args, format, level, log, envs)
+    }
+
+    fn spawn_on(
+        kubeconfig: &std::path::Path,
+        args: &[&str],
+        format: &str,
+        level: &str,
+        log: Stdio,
+        envs: &[(&str, &std::path::Path)],
+    ) -> Daemon {
         let port = free_port();
         let secret = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(secret.path(), format!("{SECRET}\n")).unwrap();
         let cache = tempfile::tempdir().unwrap().keep();
-        let child = Command::new(env!("CARGO_BIN_EXE_tether"))
+        let child = Command::new(crate::harness::tether_binary())
             .args(["run", "--log-format", format, "--log-level", level])
             .args(args)
             .arg(format!("--listen=127.0.0.1:{port}"))
@@ -65,7 +82,7 @@ impl Daemon {
             .arg("--cache-dir")
             .arg(&cache)
             .arg("--kubeconfig")
-            .arg(cluster().kubeconfig())
+            .arg(kubeconfig)
             .env("TETHER_COLOR", "never")
             .envs(envs.iter().copied())
             .stdout(Stdio::null())

@@ -108,6 +108,15 @@ fn rand_suffix() -> u32 {
     hasher.finish() as u32
 }
 
+/// The tether binary the tests run: `CARGO_BIN_EXE_tether`, or `TETHER_TEST_BIN`
+/// (a copy of it, when several checkouts share one target directory and another
+/// build may replace the binary while the tests run).
+pub fn tether_binary() -> std::path::PathBuf {
+    std::env::var_os("TETHER_TEST_BIN")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from(env!("CARGO_BIN_EXE_tether")))
+}
+
 /// A process a test started (tether --watch), killed when dropped, also when the test
 /// fails.
 pub struct Running(pub std::process::Child);

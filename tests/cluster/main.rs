@@ -12,6 +12,7 @@ mod discover_clusters;
 mod events;
 mod feedback;
 mod fidelity;
+mod fleet;
 mod generate;
 mod harness;
 mod identity;

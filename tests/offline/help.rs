@@ -5,8 +5,12 @@ use std::collections::BTreeMap;
 use std::process::Command;
 
 /// The commands that never reach a cluster: their help has no connection flags.
-const OFFLINE: [&str; 13] = [
+const OFFLINE: [&str; 16] = [
     "push artifact",
+    // A fleet hub, through its own --hub-kubeconfig, never a cluster.
+    "fleet join",
+    "fleet revoke",
+    "fleet status",
     // A registry and Git, never a cluster.
     "images",
     "validate",
@@ -23,8 +27,11 @@ const OFFLINE: [&str; 13] = [
 ];
 
 /// The commands that read no models: their help has no --age-key-file.
-const NO_MODELS: [&str; 20] = [
+const NO_MODELS: [&str; 23] = [
     "push artifact",
+    "fleet join",
+    "fleet revoke",
+    "fleet status",
     // It reads the models' policies and writes plain values: a sealed (sops) file is
     // never rewritten, so it decrypts nothing.
     "images",

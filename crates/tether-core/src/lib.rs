@@ -26,6 +26,7 @@ pub mod discover;
 pub mod edit;
 pub mod events;
 pub mod feedback;
+pub mod fleet;
 pub mod generate;
 pub mod host;
 pub mod image;

@@ -20,6 +20,7 @@ pub mod crd;
 mod discovery;
 mod drift;
 mod feedback;
+pub mod fleet;
 pub mod http;
 pub mod identity;
 mod images;

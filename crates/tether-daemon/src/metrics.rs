@@ -341,6 +341,20 @@ impl Metrics {
             .inc_by(count);
     }
 
+    /// The drift seen on `source`'s objects since the process started: (corrected,
+    /// reported).
+    pub fn drift_seen(&self, source: &str) -> (u64, u64) {
+        let count = |action: &str| {
+            self.drift
+                .get(&ActionLabels {
+                    source: source.to_string(),
+                    action: action.to_string(),
+                })
+                .map_or(0, |counter| counter.get())
+        };
+        (count("corrected"), count("reported"))
+    }
+
     pub fn webhook(&self, provider: &str, outcome: &str) {
         self.webhooks
             .get_or_create(&WebhookLabels {

@@ -101,6 +101,31 @@ impl LocalCluster {
             .expect("a client for the local control plane")
     }
 
+    /// Stops the API server alone (`scripts/local-cluster apiserver stop`): clients get
+    /// their connections refused; etcd keeps the state for [`LocalCluster::start_api_server`].
+    pub fn stop_api_server(&self) {
+        self.api_server("stop");
+    }
+
+    /// Starts the stopped API server again, on the same port with the same state, and
+    /// waits until it is ready.
+    pub fn start_api_server(&self) {
+        self.api_server("start");
+    }
+
+    fn api_server(&self, action: &str) {
+        let output = script()
+            .args(["apiserver", action, "--state-dir"])
+            .arg(&self.state_dir)
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("run scripts/local-cluster apiserver");
+        assert!(
+            output.status.success(),
+            "scripts/local-cluster apiserver {action} failed"
+        );
+    }
+
     /// Stops the control plane (`scripts/local-cluster down`), which must succeed.
     pub fn down(&self) {
         let output = script()

@@ -258,7 +258,7 @@ pub fn established(crd: &CustomResourceDefinition) -> bool {
         })
 }
 
-async fn wait_established(client: &Client, name: &str) -> Result<(), InstallError> {
+pub(crate) async fn wait_established(client: &Client, name: &str) -> Result<(), InstallError> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let mut poll = Poll::new(Duration::from_millis(200), ESTABLISHED_TIMEOUT);
     loop {
