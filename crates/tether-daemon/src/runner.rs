@@ -29,7 +29,7 @@ use tether_core::source::is_model_path;
 use tether_engine::driver::{Backoff, Loop, Schedule, drive};
 use tether_engine::reconcile::{
     ApplyOptions, ApplyProgress, ApplyReport, ClusterName, ClusterPlan, Outcome, PlanOptions,
-    Planned, ReconcileError, Reconciler, WatchCache,
+    Planned, ReconcileError, Reconciler, WatchAs, WatchCache,
 };
 use tether_web::ClusterRow;
 use tokio_util::sync::CancellationToken;
@@ -726,15 +726,16 @@ impl<S: StatusSink> SourceLoop<S> {
         );
         // The old subscription first: a new one of the same inventory replaces it.
         self.cache = None;
-        self.cache = Some(self.shared.watches.subscribe(
-            &identity,
-            planned.client(),
-            planned.resources().clone(),
-            kinds,
-            scope,
-            inventory,
-            on_change,
-        ));
+        let watch_as = WatchAs {
+            identity: &identity,
+            client: planned.client(),
+            resources: planned.resources().clone(),
+        };
+        self.cache = Some(
+            self.shared
+                .watches
+                .subscribe(watch_as, kinds, scope, inventory, on_change),
+        );
         true
     }
 

@@ -49,7 +49,18 @@ const REJOIN_DELAY: Duration = Duration::from_secs(2);
 /// kinds, not a thousand times as many.
 #[derive(Clone, Default)]
 pub struct Watches {
-    shared: Arc<Mutex<HashMap<(String, WatchId), Arc<SharedWatch>>>>,
+    shared: Arc<Mutex<Registry>>,
+}
+
+/// The watches running, by identity and watch.
+type Registry = HashMap<(String, WatchId), Arc<SharedWatch>>;
+
+/// Who subscribes: the identity the watches are shared by (its cluster and user: only
+/// Sources that see the same share them), its client, and what its cluster serves.
+pub struct WatchAs<'w> {
+    pub identity: &'w str,
+    pub client: &'w Client,
+    pub resources: Resources,
 }
 
 impl std::fmt::Debug for Watches {
@@ -102,20 +113,22 @@ pub struct WatchCache {
 }
 
 impl Watches {
-    /// Subscribes `inventory` to the watches of `kinds` (found in `resources`), the
-    /// namespaced ones in `scope` (cluster-scoped kinds across the cluster), as the
-    /// identity `identity` names (its cluster and user: watches are shared only among
-    /// Sources that see the same). `on_change` hears of each change of its objects.
+    /// Subscribes `inventory` to the watches of `kinds` (found in `watch_as`'s
+    /// resources), the namespaced ones in `scope` (cluster-scoped kinds across the
+    /// cluster). `on_change` hears of each change of its objects.
     pub fn subscribe(
         &self,
-        identity: &str,
-        client: &Client,
-        resources: Resources,
+        watch_as: WatchAs<'_>,
         kinds: BTreeSet<KindId>,
         scope: Scope,
         inventory: &Inventory,
         on_change: OnChange,
     ) -> WatchCache {
+        let WatchAs {
+            identity,
+            client,
+            resources,
+        } = watch_as;
         let applyset = inventory.applyset_id();
         let changes: Arc<AtomicU64> = Arc::default();
         let mut watches = Vec::new();

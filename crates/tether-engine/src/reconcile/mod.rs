@@ -28,7 +28,7 @@ use crate::generate::{Capabilities, Generate};
 use crate::record::read_inventory_existing;
 use crate::repo::{CommitCache, LoadedModels, Repo, RepoError, SETTINGS_FILE};
 pub use apply::DEFAULT_WAVE_TIMEOUT;
-pub use cache::{WatchCache, Watches};
+pub use cache::{WatchAs, WatchCache, Watches};
 pub use clusters::{ClusterName, Clusters};
 pub use outcome::{ApplyReport, BlockedWave, Blocker, ObjectFailure, ObjectReport, Outcome};
 use tether_core::confine::{self, Confinement, SourceConfinement};
