@@ -333,7 +333,6 @@ async fn run_sources(
     Ok(())
 }
 
-/// This replica's name in the election: the pod's name, else host and process.
 /// Where the other replicas reach this one: --advertise-url, else the pod's IP and
 /// the port of --listen, else --listen when it names an address.
 fn advertised(args: &RunArgs) -> Option<String> {
@@ -354,6 +353,7 @@ fn advertised(args: &RunArgs) -> Option<String> {
     }
 }
 
+/// This replica's name in the election: the pod's name, else host and process.
 fn identity() -> String {
     std::env::var("POD_NAME").unwrap_or_else(|_| {
         let host = std::fs::read_to_string("/etc/hostname").unwrap_or_default();

@@ -335,6 +335,13 @@ fn the_demo_shows_every_step_and_stops_what_it_started() {
     assert!(shard.contains("OWNER"), "{shard}");
     assert!(shard.contains("replica-a"), "{shard}");
     assert!(shard.contains("all six owned by replica-b"), "{shard}");
+    // The fleet hub's view, written by the cluster's own daemon.
+    assert!(
+        shard.contains(
+            "0 of 1 cluster(s) need attention (0 not reporting); 0 of 6 Source(s) need attention"
+        ),
+        "{shard}"
+    );
 
     let install = step(&text, "Install the daemon");
     for line in [
