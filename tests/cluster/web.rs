@@ -722,3 +722,130 @@ async fn recreate_from_the_api_acts_on_a_pod_kubectl_made_only_for_whom_rbac_let
     })
     .await;
 }
+
+#[tokio::test]
+async fn any_replica_of_a_shard_shows_every_source_and_acts_through_the_one_that_runs_it() {
+    install_crd();
+    install_roles();
+    let (client, ns, _) = setup("web-shard").await;
+    let replica = |identity: &str| {
+        Daemon::start(&[
+            "--sources",
+            "--sources-namespace",
+            &ns,
+            "--shard",
+            "--identity",
+            identity,
+            "--lease-namespace",
+            &ns,
+        ])
+    };
+    let (a, b) = (replica("a"), replica("b"));
+    // Two Sources, one run by each replica.
+    let members = std::collections::BTreeSet::from(["a".to_string(), "b".to_string()]);
+    let owner = |name: &str| {
+        tether_daemon::shard::owner(&members, &format!("{ns}/{name}"))
+            .unwrap()
+            .to_string()
+    };
+    let names: Vec<String> = (0..)
+        .map(|i| format!("s{i}"))
+        .filter(|name| owner(name) == "a")
+        .take(1)
+        .chain(
+            (0..)
+                .map(|i| format!("s{i}"))
+                .filter(|name| owner(name) == "b")
+                .take(1),
+        )
+        .collect();
+    let (on_a, on_b) = (&names[0], &names[1]);
+    let files: Vec<(String, String)> = names
+        .iter()
+        .map(|name| {
+            let domain = format!("{ns}-{name}");
+            (
+                format!("{name}/m.yaml"),
+                format!("{}---\n{}", base(&domain), config_map("c", &domain, "v1")),
+            )
+        })
+        .collect();
+    let borrowed: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(p, t)| (p.as_str(), t.as_str()))
+        .collect();
+    let remote = Remote::new(&borrowed);
+    for name in &names {
+        kubectl_apply_text(&format!(
+            "apiVersion: tether.dev/v1alpha1\nkind: Source\nmetadata:\n  name: {name}\n  namespace: {ns}\nspec:\n  url: {}\n  ref: main\n  path: models/{name}\n  interval: 1h\n",
+            remote.url
+        ));
+    }
+    eventually(Duration::from_secs(60), || async {
+        names.iter().all(|name| {
+            let status = crate::daemon::status(&ns, name);
+            status["owner"] == owner(name) && status["lastAppliedRevision"].is_string()
+        })
+    })
+    .await;
+
+    let viewer = user(&client, &ns, "viewer", &["tether-viewer"]).await;
+    let operator = user(&client, &ns, "operator", &["tether-operator"]).await;
+    let outsider = user(&client, &ns, "outsider", &[]).await;
+    // Each replica lists both.
+    for daemon in [&a, &b] {
+        let (status, body) = http_get(daemon, "/api/v1/sources", Some(&viewer));
+        assert_eq!(status, 200, "{body}");
+        let listed: Vec<String> = json(&body)["sources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["name"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(listed.len(), 2, "{listed:?}");
+        assert!(names.iter().all(|n| listed.contains(n)), "{listed:?}");
+        let (status, page) = http_get(daemon, "/", Some(&viewer));
+        assert_eq!(status, 200);
+        assert!(
+            page.contains(on_a.as_str()) && page.contains(on_b.as_str()),
+            "{page}"
+        );
+    }
+    // Replica a answers for b's Source, as b does: the API, the page, an action.
+    let (status, body) = http_get(&a, &format!("/api/v1/sources/{ns}/{on_b}"), Some(&viewer));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(json(&body)["summary"]["name"], on_b.as_str(), "{body}");
+    let (status, page) = http_get(&a, &format!("/sources/{ns}/{on_b}"), Some(&viewer));
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains(on_b.as_str()));
+    let passes = format!("tether_reconciles_total{{source=\"{ns}/{on_b}\",result=\"success\"}}");
+    let before = b.metric(&passes).unwrap_or(0.0);
+    let token = csrf(&a, &operator);
+    let reconcile = format!("/api/v1/sources/{ns}/{on_b}/reconcile");
+    let (status, body) = http_post(
+        &a,
+        &reconcile,
+        &operator,
+        Some(&token),
+        &serde_json::json!({}),
+    );
+    assert_eq!(status, 200, "{body}");
+    eventually(Duration::from_secs(30), || async {
+        b.metric(&passes).unwrap_or(0.0) > before
+    })
+    .await;
+    // Each replica still decides by the requester's own rights, and says no more than
+    // it would about a Source of its own.
+    let (status, _) = http_get(&a, &format!("/api/v1/sources/{ns}/{on_b}"), Some(&outsider));
+    assert_eq!(status, 403);
+    let (status, _) = http_post(
+        &a,
+        &reconcile,
+        &viewer,
+        Some(&csrf(&a, &viewer)),
+        &serde_json::json!({}),
+    );
+    assert_eq!(status, 403);
+    let (status, _) = http_get(&a, &format!("/api/v1/sources/{ns}/nothing"), Some(&viewer));
+    assert_eq!(status, 404);
+}

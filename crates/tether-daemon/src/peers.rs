@@ -3,7 +3,10 @@
 //! knows its pull-request planner and its image policies, so the replica a webhook
 //! reaches hands it, as received, to every other live member at the address its Lease
 //! announces. Each member authenticates it again with the shared webhook secret and
-//! acts for the Sources it runs; a webhook passed on is never passed on again.
+//! acts for the Sources it runs; a webhook passed on is never passed on again. The
+//! web page and API do the same: the list shows every member's Sources, and a
+//! Source's page, API documents and actions are answered by the member that runs it,
+//! asked with the viewer's own credentials.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -73,6 +76,115 @@ impl Peers {
             .count()
             .await
     }
+}
+
+impl Peers {
+    /// Whether any other member is known.
+    pub fn any(&self) -> bool {
+        self.addresses.lock().is_ok_and(|a| !a.is_empty())
+    }
+
+    /// Asks the other members, one after the other, for what the request names (a
+    /// page, an API document or an action of a Source this replica does not run),
+    /// with the requester's own credentials, which each member checks itself; the
+    /// first answer that is not 404 (the Source is not there either).
+    pub async fn ask(
+        &self,
+        method: &axum::http::Method,
+        path_and_query: &str,
+        headers: &HeaderMap,
+        body: &[u8],
+    ) -> Option<Answer> {
+        let addresses = self.addresses.lock().map(|a| a.clone()).unwrap_or_default();
+        let mut headers = passed_on(headers);
+        // The answer is compressed, if at all, by this replica.
+        headers.remove(header::ACCEPT_ENCODING);
+        for address in addresses {
+            let url = format!("{}{path_and_query}", address.trim_end_matches('/'));
+            let request = self
+                .client
+                .request(method.clone(), url)
+                .headers(headers.clone())
+                .body(body.to_vec());
+            let answer = match request.send().await {
+                Ok(answer) => answer,
+                Err(error) => {
+                    tracing::warn!(%error, peer = %address, "cannot ask the other replica");
+                    continue;
+                }
+            };
+            if answer.status() == reqwest::StatusCode::NOT_FOUND {
+                continue;
+            }
+            let status = answer.status();
+            let headers: HeaderMap = answer
+                .headers()
+                .iter()
+                .filter(|(name, _)| ANSWER_HEADERS.contains(name))
+                .map(|(name, value)| (name.clone(), value.clone()))
+                .collect();
+            let Ok(body) = answer.bytes().await else {
+                continue;
+            };
+            return Some(Answer {
+                status,
+                headers,
+                body,
+            });
+        }
+        None
+    }
+}
+
+impl Peers {
+    /// Asks every other member for `path` (a GET with the requester's credentials);
+    /// the bodies of those that answered 200.
+    pub async fn ask_all(&self, path: &str, headers: &HeaderMap) -> Vec<axum::body::Bytes> {
+        let addresses = self.addresses.lock().map(|a| a.clone()).unwrap_or_default();
+        let mut headers = passed_on(headers);
+        headers.remove(header::ACCEPT_ENCODING);
+        futures::stream::iter(addresses)
+            .map(|address| {
+                let request = self
+                    .client
+                    .get(format!("{}{path}", address.trim_end_matches('/')))
+                    .headers(headers.clone());
+                async move {
+                    match request.send().await {
+                        Ok(answer) if answer.status() == reqwest::StatusCode::OK => {
+                            answer.bytes().await.ok()
+                        }
+                        Ok(answer) => {
+                            tracing::debug!(status = %answer.status(), peer = %address, "another replica did not list its Sources");
+                            None
+                        }
+                        Err(error) => {
+                            tracing::warn!(%error, peer = %address, "cannot ask the other replica");
+                            None
+                        }
+                    }
+                }
+            })
+            .buffer_unordered(8)
+            .filter_map(std::future::ready)
+            .collect()
+            .await
+    }
+}
+
+/// The headers of another replica's answer that are passed back.
+const ANSWER_HEADERS: [HeaderName; 4] = [
+    header::CONTENT_TYPE,
+    header::LOCATION,
+    header::SET_COOKIE,
+    header::CACHE_CONTROL,
+];
+
+/// Another replica's answer.
+pub struct Answer {
+    pub status: reqwest::StatusCode,
+    pub headers: HeaderMap,
+    pub body: axum::body::Bytes,
 }
 
 /// The headers a webhook is passed on with: the sender's own (its event, signature or

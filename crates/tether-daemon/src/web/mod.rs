@@ -89,9 +89,67 @@ pub fn routes(shared: Arc<Shared>, web: Arc<Web>) -> Router {
             post(act::remove_label),
         )
         .route(&format!("{api}/hosts/{{host}}/{{action}}"), post(act::host))
+        .layer(axum::middleware::from_fn_with_state(
+            shared.clone(),
+            answered_where_run,
+        ))
         .layer(axum::middleware::map_response(secure_headers))
         .layer(CompressionLayer::new())
         .with_state(WebState { shared, web })
+}
+
+/// The largest request body passed on to another replica (an action's form).
+const PASSED_ON_BODY: usize = 64 * 1024;
+
+/// A request about one Source that this replica does not run (`--shard`: 404 here) is
+/// answered by the replica that runs it, asked with the requester's own credentials
+/// (which that replica checks itself); a request passed on already is not passed on
+/// again.
+async fn answered_where_run(
+    axum::extract::State(shared): axum::extract::State<Arc<Shared>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let path = request.uri().path();
+    let about_one_source = path.starts_with("/sources/")
+        || path
+            .strip_prefix(paths::API_SOURCES)
+            .is_some_and(|rest| rest.starts_with('/'));
+    if !about_one_source
+        || request
+            .headers()
+            .contains_key(crate::peers::PASSED_ON_HEADER)
+        || !shared.peers.any()
+    {
+        return next.run(request).await;
+    }
+    let (parts, body) = request.into_parts();
+    let Ok(body) = axum::body::to_bytes(body, PASSED_ON_BODY).await else {
+        return (StatusCode::PAYLOAD_TOO_LARGE, "request too large\n").into_response();
+    };
+    let (method, headers) = (parts.method.clone(), parts.headers.clone());
+    let path_and_query = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str().to_string())
+        .unwrap_or_default();
+    let here = next
+        .run(axum::extract::Request::from_parts(
+            parts,
+            axum::body::Body::from(body.clone()),
+        ))
+        .await;
+    if here.status() != StatusCode::NOT_FOUND {
+        return here;
+    }
+    match shared
+        .peers
+        .ask(&method, &path_and_query, &headers, &body)
+        .await
+    {
+        Some(answer) => (answer.status, answer.headers, answer.body).into_response(),
+        None => here,
+    }
 }
 
 async fn secure_headers(mut response: Response) -> Response {

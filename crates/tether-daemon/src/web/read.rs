@@ -56,15 +56,43 @@ pub async fn viewer(state: &WebState, headers: &HeaderMap, page: bool) -> Result
 }
 
 /// The Sources `viewer` may see: those of the namespaces where Kubernetes lets them
-/// `get` sources (one review per namespace, not per Source).
-async fn visible(state: &WebState, viewer: &Viewer) -> Vec<SourceSummary> {
+/// `get` sources (one review per namespace, not per Source), this replica's and, for a
+/// request that reached it first, the other replicas' (`--shard`), each asked with the
+/// viewer's own credentials.
+async fn visible(state: &WebState, viewer: &Viewer, headers: &HeaderMap) -> Vec<SourceSummary> {
     let mut shown = Vec::new();
     for source in state.shared.views.list() {
         if may_view(state, viewer, &source.namespace).await {
             shown.push(source);
         }
     }
+    if state.shared.peers.any() && !headers.contains_key(crate::peers::PASSED_ON_HEADER) {
+        shown.extend(elsewhere(state, headers).await);
+        tether_web::attention_first(&mut shown);
+    }
     shown
+}
+
+/// The Sources the other replicas run, as they list them for the same viewer.
+async fn elsewhere(state: &WebState, headers: &HeaderMap) -> Vec<SourceSummary> {
+    let mut listed = Vec::new();
+    for answer in state
+        .shared
+        .peers
+        .ask_all(paths::API_SOURCES, headers)
+        .await
+    {
+        match serde_json::from_slice::<serde_json::Value>(&answer) {
+            Ok(mut document) => {
+                let sources = document["sources"].take();
+                listed.extend(
+                    serde_json::from_value::<Vec<SourceSummary>>(sources).unwrap_or_default(),
+                );
+            }
+            Err(error) => tracing::warn!(%error, "another replica's list is unreadable"),
+        }
+    }
+    listed
 }
 
 /// Whether `viewer` may see the Sources of `namespace`: asked once a namespace, and
@@ -130,7 +158,7 @@ pub async fn sources_page(
     headers: HeaderMap,
 ) -> Result<Response, Failure> {
     let viewer = viewer(&state, &headers, true).await?;
-    let sources = visible(&state, &viewer).await;
+    let sources = visible(&state, &viewer, &headers).await;
     let csrf = state.web.access.csrf_token(&viewer);
     let notice = notice(&headers);
     let page = page_of(&state, &viewer, &csrf, notice.as_deref());
@@ -168,7 +196,7 @@ pub async fn sources(
     headers: HeaderMap,
 ) -> Result<Response, Failure> {
     let viewer = viewer(&state, &headers, false).await?;
-    let sources = visible(&state, &viewer).await;
+    let sources = visible(&state, &viewer, &headers).await;
     Ok(axum::Json(json!({"schema": API_SCHEMA, "sources": sources})).into_response())
 }
 
