@@ -278,6 +278,7 @@ impl ClusterFlags {
             impersonate: self.impersonate.clone(),
             impersonate_groups: self.impersonate_groups.clone(),
             user_agent: None,
+            fence: None,
         }
     }
 

@@ -253,6 +253,8 @@ pub async fn apply(global: &GlobalArgs, args: &ApplyArgs) -> miette::Result<Exit
             wave_timeout: Some(args.timeout),
             // Runs to its end: Ctrl-C ends the process (the inventory was recorded first).
             stop: Default::default(),
+            // A one-shot apply holds no Lease: nothing fences it.
+            fence: Default::default(),
         },
         dry_run: args.dry_run,
         wait: args.wait,

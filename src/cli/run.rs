@@ -24,7 +24,7 @@ use tether_daemon::web::auth::Access;
 use tether_daemon::web::views::{Shown, SourceName, Writeback};
 use tether_daemon::webhook::judge_secret;
 use tether_daemon::{Shared, http};
-use tether_engine::cluster::{Target, connect};
+use tether_engine::cluster::{Target, client_of, connect};
 use tether_engine::discovery::Destination;
 use tether_engine::driver::{Poll, shutdown_on_signal};
 use tether_engine::reconcile::{ApplyOptions, PlanOptions, ReconcileError};
@@ -265,26 +265,17 @@ async fn run_sources(
     };
     let user_agent = target.user_agent.clone();
     let client = connect(&target).await.map_err(report::error)?;
-    let replicas = if args.shard {
-        Replicas::Sharded(Membership {
-            namespace: args.lease_namespace.clone(),
-            group: args.lease_name.clone(),
-            identity,
-            duration: args.lease_duration,
-            address: advertised(args),
-        })
-    } else if args.leader_elect {
-        Replicas::Elected(Election {
-            namespace: args.lease_namespace.clone(),
-            lease: args.lease_name.clone(),
-            identity,
-            duration: args.lease_duration,
-        })
-    } else {
-        Replicas::Alone
+    // What the Sources apply with writes only while this replica may (`--shard`); the
+    // daemon's own client keeps its Lease and its claims.
+    let fenced = Target {
+        fence: Some(shared.fence.clone()),
+        ..target.clone()
     };
+    let sources_client = client_of(&fenced).await.map_err(report::error)?;
+    let replicas = replicas(args, identity);
     let controller = Controller {
         client,
+        sources_client,
         namespace: args.sources_namespace.clone(),
         directories: Directories {
             cache: args.source.git.cache_dir(),
@@ -297,7 +288,7 @@ async fn run_sources(
         shutdown_timeout: args.shutdown_timeout,
         cluster_name: args.cluster_name.clone(),
         identities: Identities {
-            target,
+            target: fenced,
             default_service_account: args.default_service_account.clone(),
             no_cross_namespace_objects: args.no_cross_namespace_objects,
         },
@@ -331,6 +322,28 @@ async fn run_sources(
         let _ = reporting.await;
     }
     Ok(())
+}
+
+/// How this replica shares the Sources with the others, as `identity`.
+fn replicas(args: &RunArgs, identity: String) -> Replicas {
+    if args.shard {
+        Replicas::Sharded(Membership {
+            namespace: args.lease_namespace.clone(),
+            group: args.lease_name.clone(),
+            identity,
+            duration: args.lease_duration,
+            address: advertised(args),
+        })
+    } else if args.leader_elect {
+        Replicas::Elected(Election {
+            namespace: args.lease_namespace.clone(),
+            lease: args.lease_name.clone(),
+            identity,
+            duration: args.lease_duration,
+        })
+    } else {
+        Replicas::Alone
+    }
 }
 
 /// Where the other replicas reach this one: --advertise-url, else the pod's IP and

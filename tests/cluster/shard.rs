@@ -330,3 +330,135 @@ async fn replicas_share_the_sources_and_hand_them_over_without_writing_one_at_on
     }
     drop((r0, r2));
 }
+
+/// The replica's name in a request's User-Agent (`tether/VERSION (NAME)`).
+fn replica_of(entry: &serde_json::Value) -> Option<&str> {
+    entry["userAgent"]
+        .as_str()?
+        .strip_prefix("tether/")?
+        .split_once(" (")
+        .map(|(_, r)| r.trim_end_matches(')'))
+}
+
+#[tokio::test]
+async fn a_replica_paused_past_its_lease_stops_the_pass_it_was_in_when_it_wakes() {
+    install_crd();
+    let (client, ns, _) = setup("fence").await;
+    // One Source of 400 objects, which the hash over both members gives r0.
+    let members = BTreeSet::from(["r0".to_string(), "r1".to_string()]);
+    let name = (0..)
+        .map(|i| format!("big{i}"))
+        .find(|n| shard::owner(&members, &format!("{ns}/{n}")) == Some("r0"))
+        .unwrap();
+    let domain = format!("{ns}-big");
+    let mut models = base(&domain);
+    for i in 0..400 {
+        models.push_str("---\n");
+        models.push_str(&config_map(&format!("c{i}"), &domain, "v1"));
+    }
+    let remote = Remote::new(&[(&format!("{name}/m.yaml"), &models)]);
+    let r0 = member(&ns, "r0");
+    let _r1 = member(&ns, "r1");
+    eventually(Duration::from_secs(30), || async {
+        kubectl_ok(&[
+            "get",
+            "leases",
+            "-n",
+            &ns,
+            "-l",
+            "tether.dev/member-of",
+            "-o",
+            "name",
+        ])
+        .lines()
+        .count()
+            == 2
+    })
+    .await;
+    kubectl_apply_text(&format!(
+        "apiVersion: tether.dev/v1alpha1\nkind: Source\nmetadata:\n  name: {name}\n  namespace: {ns}\nspec:\n  url: {}\n  ref: main\n  path: models/{name}\n  interval: 1h\n",
+        remote.url
+    ));
+    // Paused (SIGSTOP) in the middle of its first pass.
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &domain);
+    let count = || async {
+        config_maps
+            .list_metadata(&Default::default())
+            .await
+            .map(|l| {
+                l.items
+                    .iter()
+                    .filter(|c| {
+                        c.metadata
+                            .name
+                            .as_deref()
+                            .is_some_and(|n| n.starts_with('c'))
+                    })
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    eventually(Duration::from_secs(60), || async { count().await >= 20 }).await;
+    signal(&r0.process, "STOP");
+    let at_pause = count().await;
+    assert!(
+        at_pause < 400,
+        "paused in the middle of the pass ({at_pause} of 400 made)"
+    );
+    // r1 takes the Source once r0's Lease expired, and applies all of it.
+    eventually(Duration::from_secs(90), || async {
+        let status = crate::daemon::status(&ns, &name);
+        status["owner"] == "r1" && status["lastAppliedRevision"].is_string()
+    })
+    .await;
+    assert_eq!(count().await, 400);
+    let woke = audit_offset();
+    signal(&r0.process, "CONT");
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    // From the audit log: r0 wrote none of the Source's objects, nor its record,
+    // before it claimed the Source again (a new pass, after r1 let it go).
+    let mut entries: Vec<serde_json::Value> = audit_entries_since(woke)
+        .into_iter()
+        .filter(|e| replica_of(e) == Some("r0"))
+        .filter(|e| !matches!(e["verb"].as_str(), Some("get" | "list" | "watch")))
+        .collect();
+    entries.sort_by(|a, b| {
+        a["requestReceivedTimestamp"]
+            .as_str()
+            .cmp(&b["requestReceivedTimestamp"].as_str())
+    });
+    let claimed = entries.iter().position(|e| {
+        e["objectRef"]["resource"] == "sources" && e["objectRef"]["subresource"] == "status"
+    });
+    let before_claim = &entries[..claimed.unwrap_or(entries.len())];
+    let written = |e: &&serde_json::Value, namespace: &str| {
+        e["objectRef"]["resource"] == "configmaps" && e["objectRef"]["namespace"] == namespace
+    };
+    let objects: Vec<String> = before_claim
+        .iter()
+        .filter(|e| written(e, &domain))
+        .map(|e| format!("{} {}", e["verb"], e["objectRef"]["name"]))
+        .collect();
+    // Its pass stops at the fence: no object starts after it, and its client sends no
+    // write past it. What no client can take back is a request on its way at the very
+    // moment of the pause (at most the 16 an apply has in flight); without the fence the
+    // pass would go on through the 200 and more objects it had left.
+    assert!(
+        objects.len() <= 16,
+        "r0 went on with its old pass: {objects:?}"
+    );
+    let record: Vec<String> = before_claim
+        .iter()
+        .filter(|e| written(e, &ns))
+        .map(|e| format!("{} {}", e["verb"], e["objectRef"]["name"]))
+        .collect();
+    assert_eq!(
+        record,
+        Vec::<String>::new(),
+        "r0 wrote the inventory's record"
+    );
+    eprintln!(
+        "writes of r0's paused pass after it woke: {}",
+        objects.len()
+    );
+}

@@ -57,7 +57,11 @@ use tether_engine::reconcile::Reconciler;
 
 /// Runs the loops of the Sources in `namespace` (all namespaces: `None`).
 pub struct Controller {
+    /// The daemon's own client: the Sources' watch, their status, claims and Leases.
     pub client: Client,
+    /// The client the Sources that act as the daemon apply with: with `--shard`, it
+    /// writes only while this replica's Lease holds (`tether_engine::cluster::Fence`).
+    pub sources_client: Client,
     pub namespace: Option<String>,
     /// Where Git repositories are cached and the outboxes kept.
     pub directories: Directories,
@@ -407,6 +411,7 @@ impl Controller {
                 shutdown_timeout: self.shutdown_timeout,
                 identities: self.identities.clone(),
                 cluster_name: self.cluster_name.clone(),
+                sources_client: self.sources_client.clone(),
             },
             Stops {
                 loop_: stop.clone(),
@@ -556,6 +561,8 @@ struct Daemon {
     identities: Identities,
     /// The KubernetesService the daemon's own cluster is.
     cluster_name: Option<String>,
+    /// What a Source that acts as the daemon applies with.
+    sources_client: Client,
 }
 
 /// One Source's loop, until `stops.loop_`.
@@ -793,7 +800,7 @@ async fn acting_as(
                 ));
             }
         },
-        None => reconciler.with_client(client.clone()),
+        None => reconciler.with_client(daemon.sources_client.clone()),
     }
     .with_other_clusters(daemon.cluster_name.clone(), others);
     Ok(match identities.confinement(&namespace, &source.spec) {

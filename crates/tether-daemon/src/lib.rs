@@ -95,6 +95,8 @@ pub struct Shared {
     pub peers: peers::Peers,
     /// The watches of the Sources' objects, one per kind and identity on a cluster.
     pub watches: tether_engine::reconcile::Watches,
+    /// Until when this replica may write (`--shard`: its own Lease, less a margin).
+    pub fence: tether_engine::reconcile::Fence,
 }
 
 /// A Source's image automation, as registry webhooks see it.
@@ -136,6 +138,7 @@ impl Shared {
             images: Mutex::new(BTreeMap::new()),
             peers: peers::Peers::default(),
             watches,
+            fence: tether_engine::reconcile::Fence::default(),
         }
     }
 

@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::Shared;
 use super::leader::{self, Election};
-use super::shard::{MEMBER_LABEL, Members, Share, live_members};
+use super::shard::{self, MEMBER_LABEL, Members, Share, live_members};
 
 /// Where the members' Leases are and who this replica is.
 #[derive(Clone, Debug)]
@@ -85,6 +85,8 @@ pub async fn run(
     .default_backoff()
     .boxed();
     let mut next_expiry: Option<SystemTime> = None;
+    // Since when this replica holds its Lease, as the election said.
+    let mut holding_since: Option<SystemTime> = None;
     loop {
         let until_expiry = next_expiry
             .and_then(|at| at.duration_since(SystemTime::now()).ok())
@@ -100,8 +102,31 @@ pub async fn run(
                 Ok(None) => break,
             },
         }
-        let (now_share, expiry) = share_of(&store, &membership.identity, *holding.borrow());
-        next_expiry = expiry;
+        let holds = *holding.borrow();
+        holding_since = match (holds, holding_since) {
+            (true, None) => Some(SystemTime::now()),
+            (true, since) => since,
+            (false, _) => None,
+        };
+        let own = store
+            .state()
+            .into_iter()
+            .find(|l| l.metadata.name.as_deref() == Some(membership.lease_name().as_str()));
+        let fence = shard::fence(own.as_deref(), holding_since, membership.duration);
+        shared.fence.until(fence);
+        let fenced = holds && fence <= SystemTime::now();
+        if fenced {
+            tracing::warn!(
+                "this replica's Lease was not seen renewed in time: it writes nothing and runs no Source until it is"
+            );
+        }
+        let (now_share, expiry) = share_of(&store, &membership.identity, holds && !fenced);
+        // Woken at the fence too, which no Lease event may come before.
+        next_expiry = match (holds && !fenced, expiry) {
+            (true, Some(expiry)) => Some(expiry.min(fence)),
+            (true, None) => Some(fence),
+            (false, expiry) => expiry,
+        };
         shared
             .peers
             .set(peer_addresses(&store.state(), &membership.identity));

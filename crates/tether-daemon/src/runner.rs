@@ -457,6 +457,7 @@ impl<S: StatusSink> SourceLoop<S> {
         let options = ApplyOptions {
             correct_drift: self.apply.correct_drift || self.drift_policy == DriftPolicy::Report,
             stop: self.stop_pass.clone(),
+            fence: self.shared.fence.clone(),
             ..self.apply.clone()
         };
         let waiting = self.waiting_shown();

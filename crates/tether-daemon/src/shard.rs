@@ -113,6 +113,30 @@ pub fn live_members<'l>(
     (live, next_expiry)
 }
 
+/// How long before its own Lease could expire a replica stops writing: the others
+/// take its Sources only once it expired, and then claim them before they write.
+pub const FENCE_MARGIN: Duration = Duration::from_secs(1);
+
+/// Until when a member may write: while it holds its Lease, the Lease's last renewal
+/// as the watch shows it (or, before the watch shows it, when this member came to
+/// hold it) plus its duration, less [`FENCE_MARGIN`]; not at all otherwise.
+pub fn fence(
+    own: Option<&Lease>,
+    holding_since: Option<SystemTime>,
+    duration: Duration,
+) -> SystemTime {
+    let Some(since) = holding_since else {
+        return SystemTime::UNIX_EPOCH;
+    };
+    let renewed = own
+        .and_then(|lease| lease.spec.as_ref()?.renew_time.as_ref())
+        .map(|renewed| SystemTime::from(renewed.0))
+        .map_or(since, |renewed| renewed.max(since));
+    (renewed + duration)
+        .checked_sub(FENCE_MARGIN)
+        .unwrap_or(SystemTime::UNIX_EPOCH)
+}
+
 /// What a replica that owns a Source does with the Source's claim.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Claim {
@@ -150,6 +174,34 @@ pub fn lease_safe(identity: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_member_may_write_until_a_margin_before_its_lease_could_expire() {
+        let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let duration = Duration::from_secs(10);
+        let lease = |renewed: SystemTime| lease(Some("me"), 0, 10, renewed);
+        // Not holding its Lease: no writes at all.
+        assert_eq!(fence(None, None, duration), SystemTime::UNIX_EPOCH);
+        assert_eq!(
+            fence(Some(&lease(start)), None, duration),
+            SystemTime::UNIX_EPOCH
+        );
+        // Just acquired, before the watch shows the Lease: from the acquisition.
+        assert_eq!(
+            fence(None, Some(start), duration),
+            start + Duration::from_secs(9)
+        );
+        // Each renewal moves it on; a renewal older than the acquisition does not count.
+        let renewed = start + Duration::from_secs(7);
+        assert_eq!(
+            fence(Some(&lease(renewed)), Some(start), duration),
+            renewed + Duration::from_secs(9)
+        );
+        assert_eq!(
+            fence(Some(&lease(start - duration)), Some(start), duration),
+            start + Duration::from_secs(9)
+        );
+    }
 
     use k8s_openapi::api::coordination::v1::LeaseSpec;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;

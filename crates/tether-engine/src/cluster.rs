@@ -4,7 +4,9 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
-use std::time::Duration;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, SystemTime};
 
 use kube::api::{Api, DynamicObject};
 use kube::client::ClientBuilder;
@@ -115,6 +117,42 @@ pub struct Target {
     /// The User-Agent of every request (the API server's audit log records it): the
     /// daemon names its replica there.
     pub user_agent: Option<String>,
+    /// Past it, the client sends no request that writes (see [`Fence`]).
+    pub fence: Option<Fence>,
+}
+
+/// Until when this process may write: for a replica whose right to run its Sources is
+/// a Lease (`tether run --shard`), its Lease's renewal plus its duration, less a
+/// margin. Checked as each object of an apply starts (`ApplyOptions::fence`) and by
+/// every client made from a [`Target`] that carries it, before each request that
+/// writes, so that a replica cut off from the API server, or paused past its Lease,
+/// writes nothing more even before it learns that its Lease is gone (the others take
+/// its Sources only once the Lease expired). Unlimited by default.
+#[derive(Clone, Debug)]
+pub struct Fence(Arc<AtomicI64>);
+
+impl Default for Fence {
+    fn default() -> Self {
+        Fence(Arc::new(AtomicI64::new(i64::MAX)))
+    }
+}
+
+impl Fence {
+    /// Writes are allowed until `deadline` (wall-clock time, as Leases are renewed).
+    pub fn until(&self, deadline: SystemTime) {
+        self.0.store(unix_millis(deadline), Ordering::Release);
+    }
+
+    /// May this process write now?
+    pub fn holds(&self) -> bool {
+        unix_millis(SystemTime::now()) < self.0.load(Ordering::Acquire)
+    }
+}
+
+fn unix_millis(time: SystemTime) -> i64 {
+    time.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
 }
 
 impl Target {
@@ -221,11 +259,31 @@ async fn configured(target: &Target) -> Result<(Client, String), ClusterError> {
     config.connect_timeout = Some(timeout);
     // A whole request, not only a socket read, is bounded: a server that accepts
     // connections but stops answering (overloaded, paused) must not hang tether.
+    let fence = target.fence.clone().unwrap_or_default();
     let client = ClientBuilder::try_from(config)
         .map_err(ClusterError::Client)?
         .with_layer(&tower::timeout::TimeoutLayer::new(timeout))
+        .with_layer(&tower::filter::FilterLayer::new(move |request| {
+            fenced(&fence, request)
+        }))
         .build();
     Ok((client, url))
+}
+
+/// A request as the fence lets it go: one that writes is refused once this process may
+/// not write any more; reads (and watches) always go.
+fn fenced<B>(
+    fence: &Fence,
+    request: http::Request<B>,
+) -> Result<http::Request<B>, tower::BoxError> {
+    let reads = matches!(
+        *request.method(),
+        http::Method::GET | http::Method::HEAD | http::Method::OPTIONS
+    );
+    match reads || fence.holds() {
+        true => Ok(request),
+        false => Err("this replica may not write: its Lease was not renewed in time".into()),
+    }
 }
 
 /// API resources by apiVersion and kind, found through discovery of only the groups
@@ -352,4 +410,42 @@ pub async fn capabilities(client: &Client) -> Result<crate::generate::Capabiliti
         kube_version: version.git_version,
         api_versions,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(method: http::Method) -> http::Request<()> {
+        http::Request::builder()
+            .method(method)
+            .uri("/api/v1/namespaces/shop/configmaps/settings")
+            .body(())
+            .unwrap()
+    }
+
+    #[test]
+    fn past_its_fence_a_client_still_reads_and_writes_nothing() {
+        let fence = Fence::default();
+        assert!(
+            fenced(&fence, request(http::Method::PATCH)).is_ok(),
+            "unlimited"
+        );
+        fence.until(SystemTime::now() + Duration::from_secs(60));
+        assert!(fenced(&fence, request(http::Method::DELETE)).is_ok());
+        fence.until(SystemTime::now() - Duration::from_millis(1));
+        for write in [
+            http::Method::POST,
+            http::Method::PUT,
+            http::Method::PATCH,
+            http::Method::DELETE,
+        ] {
+            let refused = fenced(&fence, request(write.clone())).unwrap_err();
+            assert!(refused.to_string().contains("may not write"), "{write}");
+        }
+        assert!(
+            fenced(&fence, request(http::Method::GET)).is_ok(),
+            "reads go on"
+        );
+    }
 }

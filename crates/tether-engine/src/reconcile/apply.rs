@@ -45,6 +45,12 @@ pub(super) async fn apply(
     progress: &(dyn Fn(ApplyProgress<'_>) + Sync),
 ) -> Result<ApplyReport, ClusterError> {
     let commit = planned.plan.revision.as_ref().map(|r| r.commit.clone());
+    if stopped(options) {
+        return Ok(ApplyReport {
+            stopped: true,
+            ..ApplyReport::default()
+        });
+    }
     let applying = record_before_apply(client, inventory, planned).await?;
     let manager = inventory.field_manager();
     let manager = manager.as_str();
@@ -90,7 +96,7 @@ pub(super) async fn apply(
             resources = served?;
             let resources = &resources;
             let results = apply_batch(resources, batch, manager, options, unreachable).await;
-            report.stopped = options.stop.is_cancelled();
+            report.stopped = stopped(options);
             for (result, uid) in results {
                 if let Some(uid) = uid {
                     uids.insert(result.key.clone(), uid);
@@ -133,6 +139,12 @@ pub(super) async fn apply(
         };
         prune_all(&pruning, planned, &mut report, &mut removed, &applied).await?;
     }
+    // A replica past its fence writes nothing more: the record written before the
+    // apply holds every object it may have made, and the Source's new owner goes on.
+    if !options.fence.holds() {
+        report.stopped = true;
+        return Ok(report);
+    }
     let succeeded = report.succeeded();
     update_inventory(client, inventory, |current| {
         current.after_apply(
@@ -171,7 +183,7 @@ async fn prune_all(
     });
     let mut done = report.objects.len();
     for step in deletions {
-        if pruning.options.stop.is_cancelled() {
+        if stopped(pruning.options) {
             report.stopped = true;
             break;
         }
@@ -311,7 +323,7 @@ async fn apply_batch(
         .map(|step| async move {
             // Checked as each object starts: those sent before the stop finish (and
             // are reported, their uid recorded); none starts after it.
-            if options.stop.is_cancelled() {
+            if stopped(options) {
                 return None;
             }
             let (outcome, uid) =
@@ -339,6 +351,12 @@ async fn apply_batch(
         .filter_map(std::future::ready)
         .collect()
         .await
+}
+
+/// Whether the apply must stop: its Source no longer wants it, or this process may not
+/// write any more.
+fn stopped(options: &ApplyOptions) -> bool {
+    options.stop.is_cancelled() || !options.fence.holds()
 }
 
 /// `work`'s result, or `None` as soon as `stop` is cancelled (then `work`, which

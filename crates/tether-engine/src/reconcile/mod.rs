@@ -23,6 +23,7 @@ use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 use tracing::instrument;
 
+pub use crate::cluster::Fence;
 use crate::cluster::{ClusterError, Resources, Target};
 use crate::generate::{Capabilities, Generate};
 use crate::record::read_inventory_existing;
@@ -114,6 +115,9 @@ pub struct ApplyOptions {
     /// pruned, and the inventory keeps every object that may exist
     /// ([`ApplyReport::stopped`]).
     pub stop: CancellationToken,
+    /// Until when this process may write at all (see [`Fence`]): past it, the apply
+    /// stops as it does on `stop`, and writes no inventory record either.
+    pub fence: Fence,
 }
 
 /// How a plan treats what the inventory recorded and the source no longer renders.
