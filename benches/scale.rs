@@ -41,7 +41,8 @@ fn main() {
 fn models(sources: usize, objects: usize, value: &str) -> Vec<(String, String)> {
     (0..sources)
         .map(|s| {
-            let mut text = format!("kind: TrustDomain\nname: scale-{s}\n");
+            let mut text =
+                format!("kind: KubernetesService\nname: kubernetes\n---\nkind: TrustDomain\nname: scale-{s}\n");
             for i in 0..objects {
                 text.push_str(&format!(
                     "---\nkind: KubernetesConfigMap\nname: c-{i}\ntrust_domain: scale-{s}\ndata:\n  key: \"{value}\"\n"
@@ -49,10 +50,6 @@ fn models(sources: usize, objects: usize, value: &str) -> Vec<(String, String)> 
             }
             (format!("s{s}/m.yaml"), text)
         })
-        .chain([(
-            "service.yaml".to_string(),
-            "kind: KubernetesService\nname: kubernetes\n".to_string(),
-        )])
         .collect()
 }
 
@@ -129,11 +126,22 @@ impl Replica {
     }
 }
 
-/// The Sources whose last applied revision is `revision`, by name.
+/// The Sources whose last applied revision is `revision`, by name. A Source that
+/// stalled ends the benchmark: it would never be applied.
 async fn applied(api: &Api<Source>, revision: &str) -> BTreeSet<String> {
     let Ok(list) = api.list(&ListParams::default()).await else {
         return BTreeSet::new();
     };
+    let stalled = list.items.iter().find(|s| {
+        s.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "Stalled" && c.status == "True")
+        })
+    });
+    if let Some(source) = stalled {
+        panic!("a Source stalled: {:?}", source.status);
+    }
     list.items
         .into_iter()
         .filter(|s| {
