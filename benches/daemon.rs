@@ -12,7 +12,7 @@
 #[path = "common/kube.rs"]
 mod kube_helpers;
 
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -20,7 +20,7 @@ use kube::api::{Api, PostParams};
 use tether_daemon::crd::{DiscoverySpec, Source, SourceSpec};
 use tether_daemon::webhook::sign;
 
-use kube_helpers::arg;
+use kube_helpers::{Daemon, arg};
 use tether_testkit::cluster::LocalCluster;
 use tether_testkit::remote::{Remote, free_port, http};
 
@@ -64,49 +64,6 @@ fn models(
         files.push((format!("ns-{n}.yaml"), text));
     }
     files
-}
-
-struct Daemon {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Daemon {
-    fn proc_status(&self, field: &str) -> f64 {
-        kube_helpers::process_memory(self.child.id(), field)
-    }
-
-    /// User and system CPU time so far.
-    fn cpu(&self) -> Duration {
-        let stat =
-            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
-        let fields: Vec<&str> = stat
-            .rsplit_once(')')
-            .map(|(_, r)| r)
-            .unwrap_or("")
-            .split_whitespace()
-            .collect();
-        let ticks: u64 = [11, 12]
-            .iter()
-            .filter_map(|i| fields.get(*i)?.parse::<u64>().ok())
-            .sum();
-        // USER_HZ is 100 on Linux.
-        Duration::from_millis(ticks * 10)
-    }
-
-    fn metric(&self, series: &str) -> f64 {
-        let (_, text) = http(self.port, "GET", "/metrics", &[], b"");
-        text.lines()
-            .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-            .unwrap_or(0.0)
-    }
 }
 
 async fn run(

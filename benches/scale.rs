@@ -14,14 +14,14 @@ mod kube_helpers;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use tether_daemon::crd::Source;
 use tether_daemon::webhook::sign;
 
-use kube_helpers::arg;
+use kube_helpers::{Daemon, arg};
 use tether_testkit::cluster::LocalCluster;
 use tether_testkit::remote::{Remote, free_port, http};
 
@@ -53,77 +53,31 @@ fn models(sources: usize, objects: usize, value: &str) -> Vec<(String, String)> 
         .collect()
 }
 
-struct Replica {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for Replica {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Replica {
-    fn start(kubeconfig: &std::path::Path, identity: &str, secret: &std::path::Path) -> Replica {
-        let port = free_port();
-        let cache = tempfile::tempdir().expect("cache").keep();
-        let child = Command::new(env!("CARGO_BIN_EXE_tether"))
-            .args([
-                "run",
-                "--sources",
-                "--sources-namespace",
-                NAMESPACE,
-                "--shard",
-            ])
-            .args(["--identity", identity, "--lease-namespace", NAMESPACE])
-            .arg(format!("--listen=127.0.0.1:{port}"))
-            .arg("--webhook-secret-file")
-            .arg(secret)
-            .arg("--cache-dir")
-            .arg(&cache)
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .args(["--log-level", "error"])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("tether run");
-        Replica { child, port }
-    }
-
-    fn rss(&self) -> f64 {
-        kube_helpers::process_memory(self.child.id(), "VmRSS:")
-    }
-
-    fn peak(&self) -> f64 {
-        kube_helpers::process_memory(self.child.id(), "VmHWM:")
-    }
-
-    /// User and system CPU time so far.
-    fn cpu(&self) -> Duration {
-        let stat =
-            std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
-        let fields: Vec<&str> = stat
-            .rsplit_once(')')
-            .map(|(_, r)| r)
-            .unwrap_or("")
-            .split_whitespace()
-            .collect();
-        let ticks: u64 = [11, 12]
-            .iter()
-            .filter_map(|i| fields.get(*i)?.parse::<u64>().ok())
-            .sum();
-        // USER_HZ is 100 on Linux.
-        Duration::from_millis(ticks * 10)
-    }
-
-    fn metric(&self, series: &str) -> f64 {
-        let (_, text) = http(self.port, "GET", "/metrics", &[], b"");
-        text.lines()
-            .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-            .unwrap_or(0.0)
-    }
+/// A replica named `identity`, sharding the Sources with the others.
+fn replica(kubeconfig: &std::path::Path, identity: &str, secret: &std::path::Path) -> Daemon {
+    let port = free_port();
+    let cache = tempfile::tempdir().expect("cache").keep();
+    let child = Command::new(env!("CARGO_BIN_EXE_tether"))
+        .args([
+            "run",
+            "--sources",
+            "--sources-namespace",
+            NAMESPACE,
+            "--shard",
+        ])
+        .args(["--identity", identity, "--lease-namespace", NAMESPACE])
+        .arg(format!("--listen=127.0.0.1:{port}"))
+        .arg("--webhook-secret-file")
+        .arg(secret)
+        .arg("--cache-dir")
+        .arg(&cache)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["--log-level", "error"])
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("tether run");
+    Daemon { child, port }
 }
 
 /// The Sources whose last applied revision is `revision`, by name. A Source that
@@ -205,10 +159,10 @@ async fn run(cluster: &LocalCluster, sources: usize, objects: usize, replicas: u
     let remote = Remote::new(&borrowed);
     let secret = tempfile::NamedTempFile::new().expect("secret");
     std::fs::write(secret.path(), SECRET).expect("secret");
-    let replicas: Vec<Replica> = (0..replicas)
-        .map(|r| Replica::start(kubeconfig, &format!("r{r}"), secret.path()))
+    let replicas: Vec<Daemon> = (0..replicas)
+        .map(|r| replica(kubeconfig, &format!("r{r}"), secret.path()))
         .collect();
-    let idle: f64 = replicas.iter().map(Replica::rss).sum();
+    let idle: f64 = replicas.iter().map(|r| r.proc_status("VmRSS:")).sum();
 
     let api: Api<Source> = Api::namespaced(client.clone(), NAMESPACE);
     let started = Instant::now();
@@ -238,20 +192,20 @@ async fn run(cluster: &LocalCluster, sources: usize, objects: usize, replicas: u
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     let first_apply = started.elapsed();
-    let start_peak: f64 = replicas.iter().map(Replica::peak).sum();
+    let start_peak: f64 = replicas.iter().map(|r| r.proc_status("VmHWM:")).sum();
 
     // Quiet: nothing changes for 30 s.
     tokio::time::sleep(Duration::from_secs(10)).await;
-    let steady: Vec<f64> = replicas.iter().map(Replica::rss).collect();
+    let steady: Vec<f64> = replicas.iter().map(|r| r.proc_status("VmRSS:")).collect();
     let watches: Vec<f64> = replicas
         .iter()
         .map(|r| r.metric("tether_watches "))
         .collect();
-    let cpu0: Vec<Duration> = replicas.iter().map(Replica::cpu).collect();
+    let cpu0: Vec<Duration> = replicas.iter().map(Daemon::cpu).collect();
     let offset = audit_size(&audit);
     let quiet = Duration::from_secs(30);
     tokio::time::sleep(quiet).await;
-    let cpu1: Vec<Duration> = replicas.iter().map(Replica::cpu).collect();
+    let cpu1: Vec<Duration> = replicas.iter().map(Daemon::cpu).collect();
     let quiet_requests = requests_since(&audit, offset);
 
     // One commit changing every Source, announced to one replica.

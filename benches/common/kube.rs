@@ -114,3 +114,55 @@ pub fn process_memory(pid: u32, field: &str) -> f64 {
         .unwrap_or(0.0)
         / 1024.0
 }
+
+/// User and system CPU time a process used so far (/proc/PID/stat); zero when it
+/// cannot be read.
+pub fn process_cpu(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    let ticks: u64 = [11, 12]
+        .iter()
+        .filter_map(|i| fields.get(*i)?.parse::<u64>().ok())
+        .sum();
+    // USER_HZ is 100 on Linux.
+    Duration::from_millis(ticks * 10)
+}
+
+/// A `tether run` the benchmark started, killed when dropped.
+pub struct Daemon {
+    pub child: std::process::Child,
+    /// Its `--listen` port on 127.0.0.1.
+    pub port: u16,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Daemon {
+    /// A field of its /proc/PID/status (`VmRSS:`, `VmHWM:`), in MiB.
+    pub fn proc_status(&self, field: &str) -> f64 {
+        process_memory(self.child.id(), field)
+    }
+
+    /// User and system CPU time so far.
+    pub fn cpu(&self) -> Duration {
+        process_cpu(self.child.id())
+    }
+
+    /// A series of its /metrics; 0 when it has none.
+    pub fn metric(&self, series: &str) -> f64 {
+        let (_, text) = tether_testkit::remote::http(self.port, "GET", "/metrics", &[], b"");
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+            .unwrap_or(0.0)
+    }
+}

@@ -189,6 +189,21 @@ pub fn install_crd() {
     ]);
 }
 
+/// A replica named `identity` sharing the Sources of `ns` with the others (`--shard`,
+/// its Lease in `ns`).
+pub fn sharded_replica(ns: &str, identity: &str) -> Daemon {
+    Daemon::start(&[
+        "--sources",
+        "--sources-namespace",
+        ns,
+        "--shard",
+        "--identity",
+        identity,
+        "--lease-namespace",
+        ns,
+    ])
+}
+
 pub fn source_yaml(name: &str, namespace: &str, url: &str, extra: &str) -> String {
     format!(
         "apiVersion: tether.dev/v1alpha1\nkind: Source\nmetadata:\n  name: {name}\n  namespace: {namespace}\nspec:\n  url: {url}\n  ref: main\n  path: models\n{extra}"

@@ -92,31 +92,12 @@ async fn a_pushed_tag_is_committed_within_seconds_of_the_registry_webhook_then_r
         &format!("http://127.0.0.1:{}/hook/registry", daemon.port),
         &[("Authorization", &format!("Bearer {SECRET}"))],
     );
-    let host = registry.host();
     let a_day_ago = Utc::now() - chrono::Duration::days(1);
-    registry.push_image("shop/app", "1.0.0", a_day_ago);
-    let files = models(&ns, &host);
-    let remote = remote_with_policy(&files, &files[2].1);
-    apply_source(&ns, &remote);
-    eventually(Duration::from_secs(60), || async {
-        image_of(&client, &ns).await == Some(format!("{host}/shop/app:1.0.0"))
-            && policy_status(&ns)["result"] == "Kept"
-    })
-    .await;
+    let remote = applied_at_1_0_0(&client, &ns, &registry).await;
 
-    // A matching tag, a day old: committed within 10 s of the registry's webhook.
-    let before = remote.head_of_bare("main");
-    registry.push_image("shop/app", "1.0.1", a_day_ago);
-    // Then applied like any push, and the Deployment rolls to it.
-    committed_then_applied(
-        &client,
-        &ns,
-        &remote,
-        &before,
-        Duration::from_secs(10),
-        &host,
-    )
-    .await;
+    // A matching tag, a day old: committed within 10 s of the registry's webhook, then
+    // applied like any push, and the Deployment rolls to it.
+    pushed_1_0_1_committed_within_10_s(&client, &ns, &remote, &registry).await;
     let rolled = kubectl_ok(&[
         "rollout",
         "status",
@@ -262,18 +243,7 @@ async fn without_a_webhook_a_pushed_tag_is_committed_within_one_interval_listing
 async fn a_registry_webhook_reaching_a_replica_that_does_not_run_the_source_reaches_its_owner() {
     install_crd();
     let (client, ns, _) = setup("images-shard").await;
-    let replica = |identity: &str| {
-        Daemon::start(&[
-            "--sources",
-            "--sources-namespace",
-            &ns,
-            "--shard",
-            "--identity",
-            identity,
-            "--lease-namespace",
-            &ns,
-        ])
-    };
+    let replica = |identity: &str| crate::daemon::sharded_replica(&ns, identity);
     let replicas = [("a", replica("a")), ("b", replica("b"))];
     let members = BTreeSet::from(["a".to_string(), "b".to_string()]);
     let owner = shard::owner(&members, &format!("{ns}/web")).unwrap();
@@ -284,31 +254,11 @@ async fn a_registry_webhook_reaching_a_replica_that_does_not_run_the_source_reac
         &format!("http://127.0.0.1:{}/hook/registry", elsewhere.port),
         &[("Authorization", &format!("Bearer {SECRET}"))],
     );
-    let host = registry.host();
-    let a_day_ago = Utc::now() - chrono::Duration::days(1);
-    registry.push_image("shop/app", "1.0.0", a_day_ago);
-    let files = models(&ns, &host);
-    let remote = remote_with_policy(&files, &files[2].1);
-    apply_source(&ns, &remote);
-    eventually(Duration::from_secs(60), || async {
-        status(&ns, "web")["owner"] == owner
-            && image_of(&client, &ns).await == Some(format!("{host}/shop/app:1.0.0"))
-            && policy_status(&ns)["result"] == "Kept"
-    })
-    .await;
+    let remote = applied_at_1_0_0(&client, &ns, &registry).await;
+    assert_eq!(status(&ns, "web")["owner"], owner);
 
     // The policy scans hourly: only the webhook, passed on, can commit within 10 s.
-    let before = remote.head_of_bare("main");
-    registry.push_image("shop/app", "1.0.1", a_day_ago);
-    committed_then_applied(
-        &client,
-        &ns,
-        &remote,
-        &before,
-        Duration::from_secs(10),
-        &host,
-    )
-    .await;
+    pushed_1_0_1_committed_within_10_s(&client, &ns, &remote, &registry).await;
     let scans = |replica: &Daemon| {
         replica
             .metric(&format!(
@@ -322,6 +272,42 @@ async fn a_registry_webhook_reaching_a_replica_that_does_not_run_the_source_reac
         0.0,
         "the replica the webhook reached runs nothing of it"
     );
+}
+
+/// The Source `web` of [`models`] with its policy, the registry holding 1.0.0 (a day
+/// old): waits until it runs 1.0.0 and its policy was scanned; returns its remote.
+async fn applied_at_1_0_0(client: &kube::Client, ns: &str, registry: &Registry) -> Remote {
+    let host = registry.host();
+    registry.push_image("shop/app", "1.0.0", Utc::now() - chrono::Duration::days(1));
+    let files = models(ns, &host);
+    let remote = remote_with_policy(&files, &files[2].1);
+    apply_source(ns, &remote);
+    eventually(Duration::from_secs(60), || async {
+        image_of(client, ns).await == Some(format!("{host}/shop/app:1.0.0"))
+            && policy_status(ns)["result"] == "Kept"
+    })
+    .await;
+    remote
+}
+
+/// Pushes 1.0.1 (a day old) to the registry: its commit within 10 s, then its rollout.
+async fn pushed_1_0_1_committed_within_10_s(
+    client: &kube::Client,
+    ns: &str,
+    remote: &Remote,
+    registry: &Registry,
+) {
+    let before = remote.head_of_bare("main");
+    registry.push_image("shop/app", "1.0.1", Utc::now() - chrono::Duration::days(1));
+    committed_then_applied(
+        client,
+        ns,
+        remote,
+        &before,
+        Duration::from_secs(10),
+        &registry.host(),
+    )
+    .await;
 }
 
 /// Waits `within` for the commit of `1.0.0 → 1.0.1` on the remote's main (which was

@@ -13,8 +13,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 
 use crate::daemon::{
-    Daemon, Remote, SECRET, audit_entries_since, audit_offset, install_crd, kubectl_apply_text,
-    kubectl_ok, push_hook, signal,
+    Remote, SECRET, audit_entries_since, audit_offset, install_crd, kubectl_apply_text, kubectl_ok,
+    push_hook, sharded_replica, signal,
 };
 use crate::harness::eventually;
 use crate::reconcile::{base, config_map, setup};
@@ -22,20 +22,6 @@ use tether_daemon::shard;
 
 /// Sources shared by the replicas.
 const SOURCES: usize = 150;
-
-/// A replica named `identity`, sharding the Sources of `ns` on Leases there.
-fn member(ns: &str, identity: &str) -> Daemon {
-    Daemon::start(&[
-        "--sources",
-        "--sources-namespace",
-        ns,
-        "--shard",
-        "--identity",
-        identity,
-        "--lease-namespace",
-        ns,
-    ])
-}
 
 /// The namespace of Source `i`'s objects.
 fn domain(ns: &str, i: usize) -> String {
@@ -197,9 +183,9 @@ async fn replicas_share_the_sources_and_hand_them_over_without_writing_one_at_on
     let (client, ns, _) = setup("shard").await;
     let since = audit_offset();
     let remote = Remote::new(&borrowed(&models_at(&ns, "v1")));
-    let r0 = member(&ns, "r0");
-    let r1 = member(&ns, "r1");
-    let r2 = member(&ns, "r2");
+    let r0 = sharded_replica(&ns, "r0");
+    let r1 = sharded_replica(&ns, "r1");
+    let r2 = sharded_replica(&ns, "r2");
     let sources: String = (0..SOURCES)
         .map(|i| {
             format!(
@@ -272,7 +258,7 @@ async fn replicas_share_the_sources_and_hand_them_over_without_writing_one_at_on
     drop(r1.process);
 
     // A replica that joins takes about a third, and only from the others.
-    let mut r3 = member(&ns, "r3");
+    let mut r3 = sharded_replica(&ns, "r3");
     let joined = Instant::now();
     let with_r3 = settled(&ns, &["r0", "r2", "r3"], Duration::from_secs(60)).await;
     eprintln!(
@@ -357,8 +343,8 @@ async fn a_replica_paused_past_its_lease_stops_the_pass_it_was_in_when_it_wakes(
         models.push_str(&config_map(&format!("c{i}"), &domain, "v1"));
     }
     let remote = Remote::new(&[(&format!("{name}/m.yaml"), &models)]);
-    let r0 = member(&ns, "r0");
-    let _r1 = member(&ns, "r1");
+    let r0 = sharded_replica(&ns, "r0");
+    let _r1 = sharded_replica(&ns, "r1");
     eventually(Duration::from_secs(30), || async {
         kubectl_ok(&[
             "get",

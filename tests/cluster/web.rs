@@ -728,18 +728,7 @@ async fn any_replica_of_a_shard_shows_every_source_and_acts_through_the_one_that
     install_crd();
     install_roles();
     let (client, ns, _) = setup("web-shard").await;
-    let replica = |identity: &str| {
-        Daemon::start(&[
-            "--sources",
-            "--sources-namespace",
-            &ns,
-            "--shard",
-            "--identity",
-            identity,
-            "--lease-namespace",
-            &ns,
-        ])
-    };
+    let replica = |identity: &str| crate::daemon::sharded_replica(&ns, identity);
     let (a, b) = (replica("a"), replica("b"));
     // Two Sources, one run by each replica.
     let members = std::collections::BTreeSet::from(["a".to_string(), "b".to_string()]);
