@@ -3,27 +3,27 @@
 //! without listing, and the same watch tells its owner of every change as it happens
 //! (the daemon's drift). The watches are shared ([`Watches`]): one per kind and
 //! identity on a cluster, whatever the number of Sources, each Source subscribing with
-//! its inventory. A kind whose watch is not synced for a Source (starting, re-listing
-//! after an error, or listing again for a Source that just joined) is listed by the
-//! pass as before. An identity confined to some namespaces (a team's Source) watches
+//! its inventory; one that joins a running watch lists its own objects once. A kind
+//! whose watch is not synced for a Source (starting, re-listing after an error, or a
+//! newcomer's own listing not done yet) is listed by the pass as before. An identity confined to some namespaces (a team's Source) watches
 //! each of them, since it may not watch across the cluster: a kind is synced when all
 //! of its watches are.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::time::Duration;
 
 use futures::StreamExt;
 use kube::Client;
 use kube::ResourceExt;
-use kube::api::{Api, DynamicObject};
+use kube::api::{Api, DynamicObject, ListParams};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use serde_json::Value;
 use tokio::task::JoinHandle;
 
 use crate::cluster::Resources;
+use crate::driver::{Backoff, Retries};
 use tether_core::k8s::{ObjectKey, Scope};
 use tether_core::managed_fields::live_value;
 use tether_core::ownership::{Inventory, PART_OF_LABEL};
@@ -38,9 +38,8 @@ type WatchId = (KindId, Option<String>);
 /// The live objects of one inventory in one watch, shared with the plans that read them.
 type Objects = HashMap<ObjectKey, Arc<Value>>;
 
-/// How long a quiet watch waits before it looks whether Sources joined it (their
-/// objects come with a new listing, one for all who joined meanwhile).
-const REJOIN_DELAY: Duration = Duration::from_secs(2);
+/// How often a newcomer's own listing is tried before its passes list for themselves.
+const JOIN_ATTEMPTS: u32 = 5;
 
 /// The watches of one daemon, shared by the Sources that act as one identity on one
 /// cluster: one watch per kind (and namespace, for a confined identity) of everything
@@ -72,10 +71,9 @@ impl std::fmt::Debug for Watches {
 /// One shared watch and what it keeps.
 struct SharedWatch {
     state: Mutex<WatchState>,
-    /// The running watch (replaced when it lists again for a newcomer).
+    /// What it watches, for a newcomer's own listing.
+    api: Api<DynamicObject>,
     task: Mutex<Option<JoinHandle<()>>>,
-    /// Whether a new listing is due (a Source joined since the last one).
-    relist: AtomicBool,
 }
 
 #[derive(Default)]
@@ -83,8 +81,6 @@ struct WatchState {
     subscribers: HashMap<String, Subscriber>,
     /// Filled while the watch (re)lists; swapped in when the listing is done.
     listing: HashMap<String, Objects>,
-    /// Whether a listing is under way.
-    listing_active: bool,
 }
 
 struct Subscriber {
@@ -94,7 +90,13 @@ struct Subscriber {
     changes: Arc<AtomicU64>,
     /// Whether its objects were listed since it joined.
     synced: bool,
+    /// Whether it was there when the watch's listing under way began, so that the
+    /// listing holds all of its objects.
+    in_listing: bool,
     objects: Objects,
+    /// Until it is synced: objects the watch saw deleted, at their resourceVersion,
+    /// which its own listing (read before) may still hold.
+    deleted: HashMap<ObjectKey, u64>,
 }
 
 /// One inventory's view of the shared watches of its kinds: the live objects it
@@ -146,15 +148,19 @@ impl Watches {
                 on_change: on_change.clone(),
                 changes: changes.clone(),
                 synced: false,
+                in_listing: false,
                 objects: HashMap::new(),
+                deleted: HashMap::new(),
             };
             let key = (identity.to_string(), id.clone());
             let watch = match registry.get(&key) {
+                // A newcomer lists its own objects (by its label) and takes the
+                // watch's events from now on.
                 Some(watch) => {
                     lock(&watch.state)
                         .subscribers
                         .insert(applyset.clone(), subscriber);
-                    watch.rejoin();
+                    watch.join(id.0.clone(), applyset.clone());
                     watch.clone()
                 }
                 None => {
@@ -168,12 +174,11 @@ impl Watches {
                         state: Mutex::new(WatchState {
                             subscribers: HashMap::from([(applyset.clone(), subscriber)]),
                             listing: HashMap::new(),
-                            listing_active: false,
                         }),
+                        api,
                         task: Mutex::new(None),
-                        relist: AtomicBool::new(false),
                     });
-                    watch.run(api, id.0.clone());
+                    watch.run(id.0.clone());
                     registry.insert(key, watch.clone());
                     watch
                 }
@@ -200,41 +205,76 @@ impl Watches {
 }
 
 impl SharedWatch {
-    /// Starts the watch on `api` (tether's objects of one kind).
-    fn run(self: &Arc<Self>, api: Api<DynamicObject>, kind: KindId) {
+    /// Starts the watch (tether's objects of one kind).
+    fn run(self: &Arc<Self>, kind: KindId) {
         let config = watcher::Config::default().labels(PART_OF_LABEL);
+        let mut events = watcher::watcher(self.api.clone(), config)
+            .default_backoff()
+            .boxed();
         let watch = Arc::downgrade(self);
         let task = tokio::spawn(async move {
-            let mut events = watcher::watcher(api.clone(), config.clone())
-                .default_backoff()
-                .boxed();
-            loop {
-                let next = tokio::time::timeout(REJOIN_DELAY, events.next()).await;
+            while let Some(event) = events.next().await {
                 let Some(shared) = watch.upgrade() else {
                     return;
                 };
-                match next {
-                    Ok(Some(event)) => shared.observe(&kind, event),
-                    Ok(None) => return,
-                    Err(_) => {}
-                }
-                // Newcomers' objects come with a new listing, one for all who joined
-                // meanwhile, once the listing under way (if any) is done.
-                if !lock(&shared.state).listing_active
-                    && shared.relist.swap(false, Ordering::AcqRel)
-                {
-                    events = watcher::watcher(api.clone(), config.clone())
-                        .default_backoff()
-                        .boxed();
-                }
+                shared.observe(&kind, event);
             }
         });
         *lock(&self.task) = Some(task);
     }
 
-    /// A Source joined: its objects come with the next listing.
-    fn rejoin(&self) {
-        self.relist.store(true, Ordering::Release);
+    /// A Source joined a running watch: its own objects are listed (by its label, a
+    /// read of the newest state) and merged with what the watch told it meanwhile, the
+    /// newer of each object kept. Sources that join together never make the watch list
+    /// everyone's objects again.
+    fn join(self: &Arc<Self>, kind: KindId, applyset: String) {
+        let watch = Arc::downgrade(self);
+        let api = self.api.clone();
+        tokio::spawn(async move {
+            let labelled = ListParams::default().labels(&format!("{PART_OF_LABEL}={applyset}"));
+            let mut retries = Retries::new(Backoff::request(), JOIN_ATTEMPTS);
+            let listed = loop {
+                match api.list(&labelled).await {
+                    Ok(list) => break list.items,
+                    Err(error) if retries.left() => {
+                        tracing::debug!(%error, kind = kind.1, "listing a newcomer's objects; retrying");
+                        retries.again().await;
+                    }
+                    Err(error) => {
+                        tracing::warn!(%error, kind = kind.1, "a Source's objects could not be listed: its passes list them");
+                        return;
+                    }
+                }
+            };
+            let Some(shared) = watch.upgrade() else {
+                return;
+            };
+            let mut state = lock(&shared.state);
+            let Some(subscriber) = state.subscribers.get_mut(&applyset) else {
+                return;
+            };
+            for object in listed {
+                let key = ObjectKey::new(
+                    &kind.0,
+                    &kind.1,
+                    object.metadata.namespace.as_deref(),
+                    &object.name_any(),
+                );
+                // Deleted since (the watch said so while this listing was made).
+                if subscriber
+                    .deleted
+                    .get(&key)
+                    .is_some_and(|gone| *gone >= version_of_object(&object))
+                {
+                    continue;
+                }
+                let value = live_value(object, &kind.0, &kind.1, &subscriber.manager);
+                keep_newer(&mut subscriber.objects, key, Arc::new(value));
+            }
+            subscriber.deleted.clear();
+            subscriber.synced = true;
+            subscriber.changes.fetch_add(1, Ordering::AcqRel);
+        });
     }
 
     fn observe(
@@ -244,33 +284,9 @@ impl SharedWatch {
     ) {
         let mut state = lock(&self.state);
         match event {
-            Ok(Event::Init) => {
-                state.listing.clear();
-                state.listing_active = true;
-            }
-            Ok(Event::InitApply(object)) => {
-                let Some((applyset, key)) = identify(api_version, kind, &object) else {
-                    return;
-                };
-                let Some(subscriber) = state.subscribers.get(&applyset) else {
-                    return;
-                };
-                let value = live_value(object, api_version, kind, &subscriber.manager);
-                state
-                    .listing
-                    .entry(applyset)
-                    .or_default()
-                    .insert(key, Arc::new(value));
-            }
-            Ok(Event::InitDone) => {
-                state.listing_active = false;
-                let mut listing = std::mem::take(&mut state.listing);
-                for (applyset, subscriber) in &mut state.subscribers {
-                    subscriber.objects = listing.remove(applyset).unwrap_or_default();
-                    subscriber.synced = true;
-                    subscriber.changes.fetch_add(1, Ordering::AcqRel);
-                }
-            }
+            Ok(Event::Init) => state.begin_listing(),
+            Ok(Event::InitApply(object)) => state.listed(api_version, kind, object),
+            Ok(Event::InitDone) => state.end_listing(),
             Ok(Event::Apply(object)) => {
                 let Some((applyset, key)) = identify(api_version, kind, &object) else {
                     return;
@@ -292,7 +308,7 @@ impl SharedWatch {
                 let value = live_value(object, api_version, kind, &manager);
                 let mut state = lock(&self.state);
                 if let Some(subscriber) = state.subscribers.get_mut(&applyset) {
-                    subscriber.objects.insert(key, Arc::new(value));
+                    keep_newer(&mut subscriber.objects, key, Arc::new(value));
                 }
             }
             Ok(Event::Delete(object)) => {
@@ -304,6 +320,10 @@ impl SharedWatch {
                 };
                 subscriber.changes.fetch_add(1, Ordering::AcqRel);
                 subscriber.objects.remove(&key);
+                // Its own listing, still to come, may hold it: it is gone all the same.
+                if !subscriber.synced {
+                    subscriber.deleted.insert(key, version_of_object(&object));
+                }
                 let on_change = subscriber.on_change.clone();
                 drop(state);
                 on_change(api_version, kind, &object, true);
@@ -318,6 +338,83 @@ impl SharedWatch {
             }
         }
     }
+}
+
+impl WatchState {
+    /// The watch lists again: whoever is here now is complete once it is done.
+    fn begin_listing(&mut self) {
+        self.listing.clear();
+        for subscriber in self.subscribers.values_mut() {
+            subscriber.in_listing = true;
+        }
+    }
+
+    /// An object of the listing, kept for its inventory if that one subscribed.
+    fn listed(&mut self, api_version: &str, kind: &str, object: DynamicObject) {
+        let Some((applyset, key)) = identify(api_version, kind, &object) else {
+            return;
+        };
+        let Some(subscriber) = self.subscribers.get(&applyset) else {
+            return;
+        };
+        let value = live_value(object, api_version, kind, &subscriber.manager);
+        self.listing
+            .entry(applyset)
+            .or_default()
+            .insert(key, Arc::new(value));
+    }
+
+    /// The listing is done: it replaces the objects of those it holds completely.
+    fn end_listing(&mut self) {
+        let mut listing = std::mem::take(&mut self.listing);
+        for (applyset, subscriber) in &mut self.subscribers {
+            let listed = listing.remove(applyset).unwrap_or_default();
+            match subscriber.in_listing {
+                // The listing holds all of its objects: what it lacks is gone.
+                true => {
+                    subscriber.objects = listed;
+                    subscriber.synced = true;
+                    subscriber.deleted.clear();
+                }
+                // It joined during the listing: its own listing completes it.
+                false => {
+                    for (key, value) in listed {
+                        keep_newer(&mut subscriber.objects, key, value);
+                    }
+                }
+            }
+            subscriber.changes.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// Keeps `value` unless the object is kept at a newer resourceVersion already (a
+/// newcomer's own listing may be newer than the watch's events still to come).
+/// Resource versions are compared as etcd's numbers (0: not one).
+fn keep_newer(objects: &mut Objects, key: ObjectKey, value: Arc<Value>) {
+    let version = |v: &Value| {
+        v["metadata"]["resourceVersion"]
+            .as_str()
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    if objects
+        .get(&key)
+        .is_some_and(|kept| version(kept) > version(&value))
+    {
+        return;
+    }
+    objects.insert(key, value);
+}
+
+/// An object's resourceVersion as etcd's number (0: not one).
+fn version_of_object(object: &DynamicObject) -> u64 {
+    object
+        .metadata
+        .resource_version
+        .as_deref()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
 }
 
 /// The inventory an object is labelled for, and its key.
@@ -432,4 +529,75 @@ fn watch_ids(resources: &Resources, kinds: &BTreeSet<KindId>, scope: &Scope) -> 
 fn lock<T>(state: &Mutex<T>) -> MutexGuard<'_, T> {
     // The data is plain maps: after a panic elsewhere it is still usable.
     state.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn value(version: &str) -> Arc<Value> {
+        Arc::new(serde_json::json!({"metadata": {"resourceVersion": version}}))
+    }
+
+    fn object(name: &str, version: &str, applyset: &str) -> DynamicObject {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": "shop", "resourceVersion": version,
+                "labels": {PART_OF_LABEL: applyset}},
+        }))
+        .unwrap()
+    }
+
+    fn subscriber() -> Subscriber {
+        Subscriber {
+            manager: "tether:shop/web".into(),
+            on_change: Arc::new(|_, _, _, _| {}),
+            changes: Arc::default(),
+            synced: false,
+            in_listing: false,
+            objects: HashMap::new(),
+            deleted: HashMap::new(),
+        }
+    }
+
+    fn key(name: &str) -> ObjectKey {
+        ObjectKey::new("v1", "ConfigMap", Some("shop"), name)
+    }
+
+    #[test]
+    fn the_newer_of_two_views_of_an_object_is_kept() {
+        let mut objects = Objects::new();
+        keep_newer(&mut objects, key("a"), value("12"));
+        keep_newer(&mut objects, key("a"), value("9"));
+        assert_eq!(objects[&key("a")]["metadata"]["resourceVersion"], "12");
+        keep_newer(&mut objects, key("a"), value("15"));
+        assert_eq!(objects[&key("a")]["metadata"]["resourceVersion"], "15");
+    }
+
+    #[test]
+    fn a_listing_replaces_what_it_holds_completely_and_completes_a_newcomer() {
+        let mut state = WatchState::default();
+        state.subscribers.insert("old".into(), subscriber());
+        state.begin_listing();
+        state.listed("v1", "ConfigMap", object("kept", "5", "old"));
+        // Someone else's objects are not kept.
+        state.listed("v1", "ConfigMap", object("theirs", "5", "nobody"));
+        // A newcomer joins during the listing and has listed some of its own already.
+        let mut newcomer = subscriber();
+        newcomer.objects.insert(key("newer"), value("30"));
+        state.subscribers.insert("new".into(), newcomer);
+        state.listed("v1", "ConfigMap", object("newer", "20", "new"));
+        state.listed("v1", "ConfigMap", object("more", "21", "new"));
+        state.end_listing();
+        let old = &state.subscribers["old"];
+        assert!(old.synced);
+        assert_eq!(old.objects.keys().collect::<Vec<_>>(), [&key("kept")]);
+        let new = &state.subscribers["new"];
+        assert!(!new.synced, "synced by its own listing, not this one");
+        assert_eq!(
+            new.objects[&key("newer")]["metadata"]["resourceVersion"],
+            "30"
+        );
+        assert!(new.objects.contains_key(&key("more")));
+    }
 }
