@@ -90,7 +90,7 @@ struct Entry {
 
 /// The last plan of a source's own cluster, and what the page makes of it.
 pub struct LastPlan {
-    pub plan: Plan,
+    pub plan: Arc<Plan>,
     pub workflow: Workflow,
     pub models: Arc<CheckedModels>,
 }

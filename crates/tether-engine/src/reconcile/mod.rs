@@ -249,7 +249,8 @@ impl CheckedModels {
 /// A plan of one cluster, and what carrying it out needs.
 pub struct Planned {
     pub models: Arc<CheckedModels>,
-    pub plan: Plan,
+    /// Shared with whoever shows it after the pass (the daemon's page), not copied.
+    pub plan: Arc<Plan>,
     /// The rendered objects of this cluster, in apply order.
     pub objects: Vec<RenderedObject>,
     /// Which models wait for which.
@@ -602,7 +603,7 @@ impl Reconciler {
         };
         Ok(Planned {
             models: common.models.clone(),
-            plan,
+            plan: Arc::new(plan),
             objects,
             workflow: common.workflow.clone(),
             members,
