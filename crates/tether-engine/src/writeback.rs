@@ -735,7 +735,7 @@ impl Workspace {
 
     /// Whether the remote lacks what the local branch holds: commits ahead of it, or a
     /// replaced proposal that differs from it.
-    fn needs_push(&self) -> bool {
+    pub(crate) fn needs_push(&self) -> bool {
         if self.replaces_proposal() {
             return self.tip(&self.local_ref()).is_some()
                 && self.tip(&self.local_ref()) != self.tip(&self.remote_ref());

@@ -401,7 +401,14 @@ impl Automation {
             let every: Vec<String> = groups.iter().flat_map(|(_, n)| n.clone()).collect();
             let as_read = decide_all(&workspace.models()?, &policies, &every, &found)?;
             for (proposal, names) in groups {
-                if !as_read.updates.iter().any(|u| names.contains(&u.policy)) {
+                match &proposal {
+                    Some(branch) => workspace.propose_replacing(branch),
+                    None => workspace.commit_to_branch(),
+                }
+                // A commit an earlier run made and could not push (it was killed in
+                // between) is pushed now, though nothing more changes.
+                let unpushed = write && push && workspace.needs_push();
+                if !unpushed && !as_read.updates.iter().any(|u| names.contains(&u.policy)) {
                     outcomes.extend(as_read.kept.iter().filter(|(n, _)| names.contains(n)).map(
                         |(name, reason)| {
                             let reason = reason.clone();
@@ -409,10 +416,6 @@ impl Automation {
                         },
                     ));
                     continue;
-                }
-                match &proposal {
-                    Some(branch) => workspace.propose_replacing(branch),
-                    None => workspace.commit_to_branch(),
                 }
                 let branch = workspace.target_branch().to_string();
                 let decide = |files: &SourceFiles| decide_all(files, &policies, &names, &found);
