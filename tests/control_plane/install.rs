@@ -473,7 +473,7 @@ fn install_check_tree_suspend_uninstall_and_kustomize_from_an_empty_cluster() {
     ]);
     let again = cli.tether_ok(&["uninstall"]);
     assert!(
-        again.contains("(ConfigMap/shop, Secret/git-credentials)"),
+        again.contains("(ConfigMap/tether-inventory-shop, Secret/git-credentials)"),
         "{again}"
     );
     assert!(!again.contains("t0k3n"), "{again}");
