@@ -52,7 +52,7 @@ impl Peers {
         if headers.contains_key(PASSED_ON_HEADER) {
             return 0;
         }
-        let addresses = self.addresses.lock().map(|a| a.clone()).unwrap_or_default();
+        let addresses = self.addresses();
         let headers = passed_on(headers);
         futures::stream::iter(addresses)
             .map(|address| {
@@ -79,6 +79,11 @@ impl Peers {
 }
 
 impl Peers {
+    /// The other members' addresses now.
+    fn addresses(&self) -> Vec<String> {
+        self.addresses.lock().map(|a| a.clone()).unwrap_or_default()
+    }
+
     /// Whether any other member is known.
     pub fn any(&self) -> bool {
         self.addresses.lock().is_ok_and(|a| !a.is_empty())
@@ -95,10 +100,7 @@ impl Peers {
         headers: &HeaderMap,
         body: &[u8],
     ) -> Option<Answer> {
-        let addresses = self.addresses.lock().map(|a| a.clone()).unwrap_or_default();
-        let mut headers = passed_on(headers);
-        // The answer is compressed, if at all, by this replica.
-        headers.remove(header::ACCEPT_ENCODING);
+        let (addresses, headers) = (self.addresses(), asked_with(headers));
         for address in addresses {
             let url = format!("{}{path_and_query}", address.trim_end_matches('/'));
             let request = self
@@ -140,9 +142,7 @@ impl Peers {
     /// Asks every other member for `path` (a GET with the requester's credentials);
     /// the bodies of those that answered 200.
     pub async fn ask_all(&self, path: &str, headers: &HeaderMap) -> Vec<axum::body::Bytes> {
-        let addresses = self.addresses.lock().map(|a| a.clone()).unwrap_or_default();
-        let mut headers = passed_on(headers);
-        headers.remove(header::ACCEPT_ENCODING);
+        let (addresses, headers) = (self.addresses(), asked_with(headers));
         futures::stream::iter(addresses)
             .map(|address| {
                 let request = self
@@ -170,6 +170,14 @@ impl Peers {
             .collect()
             .await
     }
+}
+
+/// The headers another replica is asked with: the requester's, passed on, without
+/// `Accept-Encoding` (the answer is compressed, if at all, by this replica).
+fn asked_with(headers: &HeaderMap) -> HeaderMap {
+    let mut headers = passed_on(headers);
+    headers.remove(header::ACCEPT_ENCODING);
+    headers
 }
 
 /// The headers of another replica's answer that are passed back.

@@ -210,8 +210,8 @@ pub async fn update_inventory(
             moving = !remove_record_before_heads(&api, inventory, old, None).await;
         }
         match write(&api, inventory, &current, &record, moving).await {
-            Ok(()) => {
-                remove_replaced(&api, inventory, &current).await;
+            Ok(sharded) => {
+                remove_replaced(&api, inventory, &current, sharded).await;
                 return Ok(record);
             }
             Err(kube::Error::Api(status))
@@ -229,15 +229,15 @@ pub async fn update_inventory(
 }
 
 /// Writes `record` over `current`: its shards first, then the head on the version read
-/// (the commit point). When the head is not written, the shards made for it are
-/// removed again.
+/// (the commit point); says whether it wrote shards. When the head is not written,
+/// the shards made for it are removed again.
 async fn write(
     api: &Api<ConfigMap>,
     inventory: &Inventory,
     current: &Stored,
     record: &InventoryRecord,
     moving: bool,
-) -> Result<(), kube::Error> {
+) -> Result<bool, kube::Error> {
     let layout = record.layout();
     let names = create_shards(api, inventory, &layout).await?;
     let mut head = head_config_map(inventory, record, &layout.head_naming(&names));
@@ -261,7 +261,7 @@ async fn write(
         remove(api, &names).await;
         return Err(error);
     }
-    Ok(())
+    Ok(!names.is_empty())
 }
 
 /// Creates the layout's shards, immutable, under names the server gives; returns
@@ -316,14 +316,23 @@ async fn create_shards(
 
 /// After a head was written: removes the shards of the head it replaced, the record
 /// before heads once the head holds it, and orphan shards (made for a head that was
-/// never written, by a writer that was killed). None of these is needed any more, so
-/// a failure is only logged: the next write tries again.
-async fn remove_replaced(api: &Api<ConfigMap>, inventory: &Inventory, replaced: &Stored) {
+/// never written, by a writer that was killed), looked for only where shards are
+/// written at all (`sharded`: this write's or the replaced head's), so that a record
+/// of a few thousand entries costs no list per write. None of these is needed any
+/// more, so a failure is only logged: the next write tries again.
+async fn remove_replaced(
+    api: &Api<ConfigMap>,
+    inventory: &Inventory,
+    replaced: &Stored,
+    sharded: bool,
+) {
     remove(api, &names_of(&replaced.shards)).await;
     if let (Some((old, Some(uid))), None) = (&replaced.moved_from, &replaced.version) {
         remove_record_before_heads(api, inventory, old, Some(uid.clone())).await;
     }
-    remove_orphans(api, inventory, &replaced.shards).await;
+    if sharded || !replaced.shards.is_empty() {
+        remove_orphans(api, inventory, &replaced.shards).await;
+    }
 }
 
 /// Removes the record before heads, only when it is still this inventory's (its uid
