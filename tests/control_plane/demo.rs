@@ -336,11 +336,12 @@ fn the_demo_shows_every_step_and_stops_what_it_started() {
     assert!(shard.contains("replica-a"), "{shard}");
     assert!(shard.contains("all six owned by replica-b"), "{shard}");
     // The fleet hub's view, written by the cluster's own daemon.
+    let fleet = step(&text, "A fleet view");
     assert!(
-        shard.contains(
+        fleet.contains(
             "0 of 1 cluster(s) need attention (0 not reporting); 0 of 6 Source(s) need attention"
         ),
-        "{shard}"
+        "{fleet}"
     );
 
     let install = step(&text, "Install the daemon");
