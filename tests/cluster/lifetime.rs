@@ -61,6 +61,40 @@ async fn made(client: &kube::Client, ns: &str) -> BTreeMap<String, String> {
         .collect()
 }
 
+/// The live objects of the big Source, once its record holds every one of them with
+/// its uid (within 30 s).
+async fn recorded_with_their_uids(client: &kube::Client, ns: &str) -> BTreeMap<String, String> {
+    let inventory = Inventory {
+        name: "big".into(),
+        namespace: ns.to_string(),
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let live = made(client, ns).await;
+        let record = tether_engine::record::read_inventory(client, &inventory)
+            .await
+            .unwrap();
+        let recorded: BTreeMap<&str, Option<&str>> = record
+            .entries
+            .iter()
+            .map(|(entry, provenance)| (entry.name.as_str(), provenance.uid.as_deref()))
+            .collect();
+        let unrecorded: Vec<String> = live
+            .iter()
+            .filter(|(name, uid)| recorded.get(name.as_str()) != Some(&Some(uid.as_str())))
+            .map(|(name, _)| format!("{name}: {:?}", recorded.get(name.as_str())))
+            .collect();
+        if unrecorded.is_empty() {
+            return live;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "objects exist that the inventory does not record with their uid: {unrecorded:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 fn received_at(entry: &serde_json::Value) -> Timestamp {
     entry["requestReceivedTimestamp"]
         .as_str()
@@ -96,7 +130,17 @@ async fn interrupted_mid_pass(test: &str, interrupt: &[&str]) -> (kube::Client, 
     let mut args = interrupt.to_vec();
     args.extend(["-n", &ns]);
     kubectl_ok(&args);
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    let interrupted_at = std::time::Instant::now();
+    // The stop is over once the record holds every object that exists, with its uid:
+    // the applies sent before it finish and are recorded (under load, that takes a
+    // while). Nothing is half-recorded meanwhile or after.
+    let live = recorded_with_their_uids(&client, &ns).await;
+    assert!(
+        live.len() < BIG,
+        "the pass ended before {interrupt:?}: the test proves nothing"
+    );
+    // A moment more, for an apply that would come late to show in the audit log.
+    tokio::time::sleep(Duration::from_secs(3).saturating_sub(interrupted_at.elapsed())).await;
     let entries = audit_entries_since(offset);
     let interrupted = entries
         .iter()
@@ -144,32 +188,6 @@ async fn interrupted_mid_pass(test: &str, interrupt: &[&str]) -> (kube::Client, 
             .map(String::as_str),
         Some("another-team")
     );
-    let live = made(&client, &ns).await;
-    assert!(
-        live.len() < BIG,
-        "the pass ended before {interrupt:?}: the test proves nothing"
-    );
-    // Nothing half-recorded: every object that exists is in the inventory, with its uid.
-    let inventory = Inventory {
-        name: "big".into(),
-        namespace: ns.clone(),
-    };
-    let record = tether_engine::record::read_inventory(&client, &inventory)
-        .await
-        .unwrap();
-    let recorded: BTreeMap<String, Option<String>> = record
-        .entries
-        .iter()
-        .map(|(entry, provenance)| (entry.name.clone(), provenance.uid.clone()))
-        .collect();
-    for (name, uid) in &live {
-        assert_eq!(
-            recorded.get(name),
-            Some(&Some(uid.clone())),
-            "{name} exists but its inventory entry is {:?}",
-            recorded.get(name)
-        );
-    }
     (client, ns)
 }
 

@@ -703,6 +703,10 @@ async fn apply_one(
             AfterFailure::Retry => {
                 tracing::debug!(attempt = retries.attempt(), error = %error, "apply failed; retrying");
                 retries.again().await;
+                // A retry is a new write: none starts once the apply stopped.
+                if stopped(options) {
+                    return Err(failure_of(&error));
+                }
             }
             AfterFailure::ServerGone => {
                 unreachable.store(true, Ordering::Relaxed);
