@@ -1,11 +1,15 @@
 //! Scale-out: many Sources shared by sharded replicas (`tether run --sources
-//! --shard`), against a local control plane of the benchmark's own (with its audit
-//! log) and one `git daemon` remote. Each Source is a namespace of its own holding
-//! `--objects` ConfigMaps. Measures the first apply of all, the replicas' memory at
-//! steady state (per Source), the quiet state (CPU, and the API requests the replicas
-//! make, from the audit log), and one push that changes every Source, announced by a
-//! webhook to one replica: each Source's time to apply it, p50, p99 and worst.
-//! Run with `cargo bench --bench scale` (`-- --sources 300 --objects 20 --replicas 3`).
+//! --shard`), against `--clusters` local control planes of the benchmark's own (each
+//! with its audit log) and one `git daemon` remote. The replicas run in the first
+//! cluster, which holds the Sources; each Source is a namespace of its own holding
+//! `--objects` ConfigMaps, in the first cluster or, through a `Cluster` resource, in
+//! one of the others (round robin). Measures the first apply of all, the replicas'
+//! memory at steady state (per Source), the quiet state (CPU, and the API requests the
+//! replicas make in every cluster, from the audit logs), and one push that changes
+//! every Source, announced by a webhook to one replica: each Source's time to apply
+//! it, p50, p99 and worst.
+//! Run with `cargo bench --bench scale` (`-- --sources 300 --objects 20 --replicas 3
+//! --clusters 3`).
 
 // Shared by the benchmarks; each uses part of it.
 #[allow(dead_code)]
@@ -17,7 +21,10 @@ use std::io::{BufRead, BufReader, Seek, SeekFrom};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use k8s_openapi::api::core::v1::Secret;
+use kube::CustomResourceExt;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use tether_daemon::clusters::Cluster;
 use tether_daemon::crd::Source;
 use tether_daemon::webhook::sign;
 
@@ -32,17 +39,31 @@ fn main() {
     let sources = arg("--sources", 1000);
     let objects = arg("--objects", 20);
     let replicas = arg("--replicas", 3).max(1);
-    let cluster = LocalCluster::start(0);
+    let clusters: Vec<LocalCluster> = (0..arg("--clusters", 3).max(1))
+        .map(|_| LocalCluster::start(0))
+        .collect();
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    runtime.block_on(run(&cluster, sources, objects, replicas));
+    runtime.block_on(run(&clusters, sources, objects, replicas));
 }
 
-/// Each Source's models, at `value`: its namespace and `objects` ConfigMaps.
-fn models(sources: usize, objects: usize, value: &str) -> Vec<(String, String)> {
+/// The KubernetesService of Source `s`: the replicas' own cluster, or one of the
+/// others (`far-N`, reached through the Cluster resource of that name).
+fn service_of(s: usize, clusters: usize) -> String {
+    match s % clusters {
+        0 => "kubernetes".to_string(),
+        n => format!("far-{n}"),
+    }
+}
+
+/// Each Source's models, at `value`: its namespace and `objects` ConfigMaps, in the
+/// cluster of its KubernetesService.
+fn models(sources: usize, objects: usize, clusters: usize, value: &str) -> Vec<(String, String)> {
     (0..sources)
         .map(|s| {
-            let mut text =
-                format!("kind: KubernetesService\nname: kubernetes\n---\nkind: TrustDomain\nname: scale-{s}\n");
+            let service = service_of(s, clusters);
+            let mut text = format!(
+                "kind: KubernetesService\nname: {service}\n---\nkind: TrustDomain\nname: scale-{s}\nowner: {service}\n"
+            );
             for i in 0..objects {
                 text.push_str(&format!(
                     "---\nkind: KubernetesConfigMap\nname: c-{i}\ntrust_domain: scale-{s}\ndata:\n  key: \"{value}\"\n"
@@ -66,6 +87,7 @@ fn replica(kubeconfig: &std::path::Path, identity: &str, secret: &std::path::Pat
             "--shard",
         ])
         .args(["--identity", identity, "--lease-namespace", NAMESPACE])
+        .args(["--cluster-name", "kubernetes"])
         .arg(format!("--listen=127.0.0.1:{port}"))
         .arg("--webhook-secret-file")
         .arg(secret)
@@ -143,15 +165,49 @@ fn percentile(sorted: &[Duration], percent: usize) -> Duration {
         .unwrap_or_default()
 }
 
-async fn run(cluster: &LocalCluster, sources: usize, objects: usize, replicas: usize) {
-    let kubeconfig = cluster.kubeconfig();
-    let audit = cluster.state_dir().join("logs/audit.log");
+/// The Cluster resource `far-N` for each cluster but the first, with the Secret
+/// holding its kubeconfig, in the Sources' namespace.
+async fn register_far_clusters(client: &kube::Client, clusters: &[LocalCluster]) {
+    kube_helpers::install_crd(client, Cluster::crd()).await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
+    let resources: Api<Cluster> = Api::namespaced(client.clone(), NAMESPACE);
+    for (n, far) in clusters.iter().enumerate().skip(1) {
+        let kubeconfig = std::fs::read_to_string(far.kubeconfig()).expect("a kubeconfig");
+        let secret: Secret = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": format!("far-{n}-kubeconfig")},
+            "stringData": {"value": kubeconfig},
+        }))
+        .expect("Secret");
+        secrets
+            .create(&PostParams::default(), &secret)
+            .await
+            .expect("Secret");
+        let cluster: Cluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "tether.dev/v1alpha1", "kind": "Cluster",
+            "metadata": {"name": format!("far-{n}")},
+            "spec": {"kubeConfig": {"secretRef": {"name": format!("far-{n}-kubeconfig")}}},
+        }))
+        .expect("Cluster");
+        resources
+            .create(&PostParams::default(), &cluster)
+            .await
+            .expect("Cluster");
+    }
+}
+
+async fn run(clusters: &[LocalCluster], sources: usize, objects: usize, replicas: usize) {
+    let kubeconfig = clusters[0].kubeconfig();
+    let audits: Vec<std::path::PathBuf> = clusters
+        .iter()
+        .map(|c| c.state_dir().join("logs/audit.log"))
+        .collect();
     let client = tether_testkit::cluster::client(kubeconfig)
         .await
         .expect("client");
     kube_helpers::install_source_crd(&client).await;
     kube_helpers::namespace(&client, NAMESPACE).await;
-    let files = models(sources, objects, "v1");
+    register_far_clusters(&client, clusters).await;
+    let files = models(sources, objects, clusters.len(), "v1");
     let borrowed: Vec<(&str, &str)> = files
         .iter()
         .map(|(n, t)| (n.as_str(), t.as_str()))
@@ -202,14 +258,19 @@ async fn run(cluster: &LocalCluster, sources: usize, objects: usize, replicas: u
         .map(|r| r.metric("tether_watches "))
         .collect();
     let cpu0: Vec<Duration> = replicas.iter().map(Daemon::cpu).collect();
-    let offset = audit_size(&audit);
+    let offsets: Vec<u64> = audits.iter().map(|a| audit_size(a)).collect();
     let quiet = Duration::from_secs(30);
     tokio::time::sleep(quiet).await;
     let cpu1: Vec<Duration> = replicas.iter().map(Daemon::cpu).collect();
-    let quiet_requests = requests_since(&audit, offset);
+    let mut quiet_requests: BTreeMap<String, usize> = BTreeMap::new();
+    for (audit, offset) in audits.iter().zip(offsets) {
+        for (what, n) in requests_since(audit, offset) {
+            *quiet_requests.entry(what).or_default() += n;
+        }
+    }
 
     // One commit changing every Source, announced to one replica.
-    let changed = models(sources, objects, "v2");
+    let changed = models(sources, objects, clusters.len(), "v2");
     let changed: Vec<(&str, &str)> = changed
         .iter()
         .map(|(n, t)| (n.as_str(), t.as_str()))
@@ -244,8 +305,9 @@ async fn run(cluster: &LocalCluster, sources: usize, objects: usize, replicas: u
 
     let total: f64 = steady.iter().sum();
     println!(
-        "tether run --sources --shard: {sources} Sources of {objects} ConfigMaps each, {} replicas, one control plane",
-        replicas.len()
+        "tether run --sources --shard: {sources} Sources of {objects} ConfigMaps each, {} replicas, {} control planes",
+        replicas.len(),
+        clusters.len()
     );
     println!(
         "  first apply of all (Sources created → all applied)     {:>8.1} s",
@@ -280,7 +342,7 @@ async fn run(cluster: &LocalCluster, sources: usize, objects: usize, replicas: u
         })
         .collect();
     println!(
-        "  quiet state: CPU per replica {} ms per s; API requests in {} s by all replicas: {}",
+        "  quiet state: CPU per replica {} ms per s; API requests in {} s by all replicas, in all clusters: {}",
         cpu.join(" / "),
         quiet.as_secs(),
         if quiet_requests.is_empty() {

@@ -81,13 +81,19 @@ pub async fn make_pods(client: &Client, ns: &str, count: usize) {
 
 /// The Source CRD, created and waited for until established.
 pub async fn install_source_crd(client: &Client) {
+    install_crd(client, Source::crd()).await;
+}
+
+/// Creates `crd` and waits until it is served.
+pub async fn install_crd(client: &Client, crd: CustomResourceDefinition) {
     let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    crds.create(&PostParams::default(), &Source::crd())
+    let name = crd.metadata.name.clone().expect("a CRD's name");
+    crds.create(&PostParams::default(), &crd)
         .await
         .expect("CRD");
     loop {
         let established = crds
-            .get("sources.tether.dev")
+            .get(&name)
             .await
             .ok()
             .and_then(|c| c.status)

@@ -155,3 +155,42 @@ fn a_reference_that_did_not_move_is_not_fetched_again() {
     assert_eq!(revision.commit, v4);
     assert_ne!(last_fetch(&cache), fetched);
 }
+
+#[test]
+fn loads_of_one_repository_at_once_share_their_look_at_the_remote() {
+    // Thirty Sources of one repository in one process, woken by the same push.
+    const LOADS: usize = 30;
+    let remote = tether_testkit::remote::Remote::new(&[("site.yaml", "kind: Site\nname: v1\n")]);
+    let cache = tempfile::tempdir().unwrap();
+    let none = Credentials::default();
+    fetch_models(&remote.url, Some("main"), None, cache.path(), &none).unwrap();
+    let pushed = remote.push("main", &[("site.yaml", "kind: Site\nname: v2\n")]);
+    let before = remote.connections();
+    let start = std::sync::Barrier::new(LOADS);
+    let commits: Vec<String> = std::thread::scope(|scope| {
+        let loads: Vec<_> = (0..LOADS)
+            .map(|_| {
+                scope.spawn(|| {
+                    start.wait();
+                    fetch_models(&remote.url, Some("main"), None, cache.path(), &none)
+                        .map(|(_, revision)| revision.commit)
+                        .map_err(|e| format!("{e:?}"))
+                })
+            })
+            .collect();
+        loads
+            .into_iter()
+            .map(|load| load.join().unwrap().unwrap())
+            .collect()
+    });
+    assert!(
+        commits.iter().all(|c| *c == pushed),
+        "every load reads the pushed commit {pushed}: {commits:?}"
+    );
+    // Each load on its own lists the remote's refs, then fetches: two connections.
+    let connections = remote.connections() - before;
+    assert!(
+        connections < LOADS,
+        "{LOADS} loads at once made {connections} connections"
+    );
+}

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, SystemTime};
 
-use kube::api::{Api, DynamicObject};
+use kube::api::{Api, DynamicObject, ListParams};
 use kube::client::ClientBuilder;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -376,6 +376,33 @@ impl Resources {
 /// A failed request as a [`ClusterError`] that says what was asked (`action`).
 pub(crate) fn api_error(action: String) -> impl FnOnce(kube::Error) -> ClusterError {
     move |source| ClusterError::Api { action, source }
+}
+
+/// How many objects a list asks for at a time: one page's response and its parsed
+/// objects are what a list holds at once, however many objects it selects (a whole
+/// list of 5,000 ConfigMaps at once made a daemon's start-up peak).
+pub const LIST_PAGE: u32 = 500;
+
+/// Lists what `params` selects a page at a time, handing each object to `each` as
+/// its page arrives.
+pub async fn list_paged<K>(
+    api: &Api<K>,
+    params: &ListParams,
+    mut each: impl FnMut(K),
+) -> Result<(), kube::Error>
+where
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let mut params = params.clone().limit(LIST_PAGE);
+    loop {
+        let page = api.list(&params).await?;
+        let next = page.metadata.continue_.filter(|token| !token.is_empty());
+        page.items.into_iter().for_each(&mut each);
+        match next {
+            Some(token) => params = params.continue_token(&token),
+            None => return Ok(()),
+        }
+    }
 }
 
 /// What identifies a cluster whatever its address: the uid of its `kube-system`

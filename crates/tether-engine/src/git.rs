@@ -4,7 +4,10 @@
 //! database's header before the blob: one past the core's limit is never inflated.
 //! Blocking (git2): call off the async runtime.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+use std::time::Instant;
 
 use git2::{
     Cred, CredentialType, FetchOptions, ObjectType, Oid, RemoteCallbacks, Repository, TreeWalkMode,
@@ -171,12 +174,21 @@ pub(crate) fn fetch_commit(
     cache_dir: &Path,
     credentials: &Credentials,
 ) -> Result<(Repository, Oid, Option<std::time::Duration>), GitError> {
+    let asked = Instant::now();
+    let path = cache_path(cache_dir, url);
+    let gate = gate_of(&path);
+    let mut looks = gate.lock().unwrap_or_else(PoisonError::into_inner);
     let repo = open_cache(cache_dir, url)?;
     let mut fetched = None;
-    if !cached_is_current(&repo, url, reference, credentials) {
-        let started = std::time::Instant::now();
-        fetch(&repo, url, credentials)?;
-        fetched = Some(started.elapsed());
+    if !looks.fresh_since(reference, asked) {
+        let began = Instant::now();
+        if cached_is_current(&repo, url, reference, credentials) {
+            looks.found_current(reference, began);
+        } else {
+            fetch(&repo, url, credentials)?;
+            looks.fetched = Some(began);
+            fetched = Some(began.elapsed());
+        }
     }
     let commit = resolve(&repo, url, reference)?;
     Ok((repo, commit, fetched))
@@ -198,9 +210,16 @@ pub fn unmoved_commit(
     cache_dir: &Path,
     credentials: &Credentials,
 ) -> Option<String> {
+    let asked = Instant::now();
+    let gate = gate_of(&cache_path(cache_dir, url));
+    let mut looks = gate.lock().unwrap_or_else(PoisonError::into_inner);
     let repo = open_cache(cache_dir, url).ok()?;
-    if !cached_is_current(&repo, url, reference, credentials) {
-        return None;
+    if !looks.fresh_since(reference, asked) {
+        let began = Instant::now();
+        if !cached_is_current(&repo, url, reference, credentials) {
+            return None;
+        }
+        looks.found_current(reference, began);
     }
     resolve(&repo, url, reference)
         .ok()
@@ -270,6 +289,44 @@ fn cached_is_current(
     })
 }
 
+/// The Sources of one repository share its cache, and a push reaches them all at once.
+/// Each looking at the remote on its own, at the same moment and into the same
+/// directory, makes libgit2's lock files collide and the server turn connections
+/// away. So a cache is looked at by one caller at a time (a process-wide gate per
+/// cache, as the directory is process-wide), and a caller that waited takes the
+/// answer of a look that began after it asked, with no round trip of its own.
+#[derive(Default)]
+struct Looks {
+    /// When the last fetch (of every branch and tag) began.
+    fetched: Option<Instant>,
+    /// When the remote last said the cache holds a reference's commit, by reference.
+    current: HashMap<Option<String>, Instant>,
+}
+
+impl Looks {
+    /// Whether the remote was looked at for `reference` since `asked`: what the
+    /// cache holds is what the caller would have found.
+    fn fresh_since(&self, reference: Option<&str>, asked: Instant) -> bool {
+        self.fetched.is_some_and(|began| began >= asked)
+            || self
+                .current
+                .get(&reference.map(String::from))
+                .is_some_and(|began| *began >= asked)
+    }
+
+    fn found_current(&mut self, reference: Option<&str>, began: Instant) {
+        self.current.insert(reference.map(String::from), began);
+    }
+}
+
+/// The gate of the cache at `path` (see [`Looks`]).
+fn gate_of(path: &Path) -> Arc<Mutex<Looks>> {
+    static GATES: LazyLock<Mutex<HashMap<PathBuf, Arc<Mutex<Looks>>>>> =
+        LazyLock::new(Mutex::default);
+    let mut gates = GATES.lock().unwrap_or_else(PoisonError::into_inner);
+    Arc::clone(gates.entry(path.to_path_buf()).or_default())
+}
+
 /// The bare repository that caches `url`'s objects, created when missing.
 pub(crate) fn open_cache(cache_dir: &Path, url: &str) -> Result<Repository, GitError> {
     let path = cache_path(cache_dir, url);
@@ -281,6 +338,22 @@ pub(crate) fn open_cache(cache_dir: &Path, url: &str) -> Result<Repository, GitE
         Ok(repo) => Ok(repo),
         Err(_) => Ok(Repository::init_bare(&path)?),
     }
+}
+
+/// The cache of `url`, with every branch and tag fetched now (through the cache's
+/// gate, see [`Looks`]).
+pub(crate) fn fetch_cache(
+    cache_dir: &Path,
+    url: &str,
+    credentials: &Credentials,
+) -> Result<Repository, GitError> {
+    let gate = gate_of(&cache_path(cache_dir, url));
+    let mut looks = gate.lock().unwrap_or_else(PoisonError::into_inner);
+    let repo = open_cache(cache_dir, url)?;
+    let began = Instant::now();
+    fetch(&repo, url, credentials)?;
+    looks.fetched = Some(began);
+    Ok(repo)
 }
 
 /// Fetches every branch and tag of `url` into `refs/remotes/origin/*` and `refs/tags/*`,
@@ -341,6 +414,8 @@ pub fn fetch_pull_request_head(
             reference: reference.to_string(),
         });
     }
+    let gate = gate_of(&cache_path(cache_dir, url));
+    let _writing = gate.lock().unwrap_or_else(PoisonError::into_inner);
     let repo = open_cache(cache_dir, url)?;
     if repo.find_commit(wanted).is_ok() {
         return Ok(());
@@ -682,5 +757,29 @@ mod tests {
         let absent = Oid::from_str(unknown).unwrap();
         assert_eq!(descends(absent, &first.to_string()), None);
         assert_eq!(descends(second, "not a commit id"), None);
+    }
+
+    #[test]
+    fn a_look_at_the_remote_answers_those_who_asked_before_it_began() {
+        let asked = Instant::now();
+        let mut looks = Looks::default();
+        assert!(!looks.fresh_since(Some("main"), asked), "never looked");
+        let later = asked + std::time::Duration::from_millis(5);
+        looks.found_current(Some("main"), later);
+        assert!(looks.fresh_since(Some("main"), asked));
+        assert!(
+            !looks.fresh_since(Some("main"), later + std::time::Duration::from_millis(1)),
+            "asked after the look began: the push may be newer"
+        );
+        assert!(
+            !looks.fresh_since(Some("next"), asked),
+            "main being current says nothing of next"
+        );
+        looks.fetched = Some(later);
+        assert!(
+            looks.fresh_since(Some("next"), asked),
+            "a fetch brings every ref"
+        );
+        assert!(looks.fresh_since(None, asked));
     }
 }

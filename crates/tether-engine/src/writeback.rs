@@ -19,7 +19,7 @@ use git2::{
 use thiserror::Error;
 
 use crate::driver::{Backoff, Retries};
-use crate::git::{Credentials, GitError, fetch, open_cache, read_tree};
+use crate::git::{Credentials, GitError, fetch, fetch_cache, read_tree};
 use tether_core::discover::{DISCOVERED_DIR, Outcome};
 use tether_core::operation::{RestoredDocument, rollout_state, same_state};
 use tether_core::remedy::Remedy;
@@ -258,8 +258,7 @@ impl Workspace {
         cache_dir: &Path,
         credentials: Credentials,
     ) -> Result<Self, WritebackError> {
-        let repo = open_cache(cache_dir, url)?;
-        fetch(&repo, url, &credentials)?;
+        let repo = fetch_cache(cache_dir, url, &credentials)?;
         Ok(Workspace {
             repo,
             place: Place::Clone {

@@ -11,7 +11,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Propagatio
 use tokio_util::sync::CancellationToken;
 use tracing::instrument;
 
-use super::live::CONCURRENCY;
+use super::live::{CONCURRENCY, FUTURES_AT_ONCE};
 use super::nodes;
 use super::outcome::{ApplyReport, BlockedWave, ObjectFailure, ObjectReport, Outcome};
 use super::{ApplyOptions, ApplyProgress, Planned, Step, wait};
@@ -317,40 +317,45 @@ async fn apply_batch(
     options: &ApplyOptions,
     unreachable: &AtomicBool,
 ) -> Vec<(ObjectReport, Option<String>)> {
-    // The futures are made first (see `live::plan`).
-    let applies: Vec<_> = batch
-        .into_iter()
-        .map(|step| async move {
-            // Checked as each object starts: those sent before the stop finish (and
-            // are reported, their uid recorded); none starts after it.
-            if stopped(options) {
-                return None;
-            }
-            let (outcome, uid) =
-                match apply_one(resources, step, manager, options, unreachable).await {
-                    Ok(uid) => {
-                        let outcome = match step.change.action {
-                            Action::Create => Outcome::Created,
-                            Action::Replace => Outcome::Replaced,
-                            Action::Update | Action::Conflict => Outcome::Configured,
-                            _ => Outcome::Unchanged,
-                        };
-                        (outcome, uid)
-                    }
-                    Err(failure) => (Outcome::Failed(failure), None),
+    // The futures are made first, a chunk at a time (see `live::plan`).
+    let mut results = Vec::with_capacity(batch.len());
+    for chunk in batch.chunks(FUTURES_AT_ONCE) {
+        let applies: Vec<_> = chunk
+            .iter()
+            .map(|step| async move {
+                // Checked as each object starts: those sent before the stop finish (and
+                // are reported, their uid recorded); none starts after it.
+                if stopped(options) {
+                    return None;
+                }
+                let (outcome, uid) =
+                    match apply_one(resources, step, manager, options, unreachable).await {
+                        Ok(uid) => {
+                            let outcome = match step.change.action {
+                                Action::Create => Outcome::Created,
+                                Action::Replace => Outcome::Replaced,
+                                Action::Update | Action::Conflict => Outcome::Configured,
+                                _ => Outcome::Unchanged,
+                            };
+                            (outcome, uid)
+                        }
+                        Err(failure) => (Outcome::Failed(failure), None),
+                    };
+                let report = ObjectReport {
+                    key: step.change.key.clone(),
+                    outcome,
                 };
-            let report = ObjectReport {
-                key: step.change.key.clone(),
-                outcome,
-            };
-            Some((report, uid))
-        })
-        .collect();
-    futures::stream::iter(applies)
-        .buffer_unordered(CONCURRENCY)
-        .filter_map(std::future::ready)
-        .collect()
-        .await
+                Some((report, uid))
+            })
+            .collect();
+        let applied: Vec<_> = futures::stream::iter(applies)
+            .buffer_unordered(CONCURRENCY)
+            .filter_map(std::future::ready)
+            .collect()
+            .await;
+        results.extend(applied);
+    }
+    results
 }
 
 /// Whether the apply must stop: its Source no longer wants it, or this process may not

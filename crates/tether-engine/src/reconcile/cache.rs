@@ -22,7 +22,7 @@ use kube::runtime::watcher::{self, Event};
 use serde_json::Value;
 use tokio::task::JoinHandle;
 
-use crate::cluster::Resources;
+use crate::cluster::{Resources, list_paged};
 use crate::driver::{Backoff, Retries};
 use tether_core::k8s::{ObjectKey, Scope};
 use tether_core::managed_fields::live_value;
@@ -160,7 +160,7 @@ impl Watches {
                     lock(&watch.state)
                         .subscribers
                         .insert(applyset.clone(), subscriber);
-                    watch.join(id.0.clone(), applyset.clone());
+                    watch.join(id.0.clone(), applyset.clone(), inventory.field_manager());
                     watch.clone()
                 }
                 None => {
@@ -227,15 +227,27 @@ impl SharedWatch {
     /// read of the newest state) and merged with what the watch told it meanwhile, the
     /// newer of each object kept. Sources that join together never make the watch list
     /// everyone's objects again.
-    fn join(self: &Arc<Self>, kind: KindId, applyset: String) {
+    fn join(self: &Arc<Self>, kind: KindId, applyset: String, manager: String) {
         let watch = Arc::downgrade(self);
         let api = self.api.clone();
         tokio::spawn(async move {
             let labelled = ListParams::default().labels(&format!("{PART_OF_LABEL}={applyset}"));
+            // Trimmed as each page arrives: a page of objects is held at once, not all.
+            let trimmed = |item: DynamicObject| {
+                let key = ObjectKey::new(
+                    &kind.0,
+                    &kind.1,
+                    item.metadata.namespace.as_deref(),
+                    &item.name_any(),
+                );
+                let version = version_of_object(&item);
+                (key, version, live_value(item, &kind.0, &kind.1, &manager))
+            };
             let mut retries = Retries::new(Backoff::request(), JOIN_ATTEMPTS);
             let listed = loop {
-                match api.list(&labelled).await {
-                    Ok(list) => break list.items,
+                let mut listed = Vec::new();
+                match list_paged(&api, &labelled, |item| listed.push(trimmed(item))).await {
+                    Ok(()) => break listed,
                     Err(error) if retries.left() => {
                         tracing::debug!(%error, kind = kind.1, "listing a newcomer's objects; retrying");
                         retries.again().await;
@@ -253,22 +265,15 @@ impl SharedWatch {
             let Some(subscriber) = state.subscribers.get_mut(&applyset) else {
                 return;
             };
-            for object in listed {
-                let key = ObjectKey::new(
-                    &kind.0,
-                    &kind.1,
-                    object.metadata.namespace.as_deref(),
-                    &object.name_any(),
-                );
+            for (key, version, value) in listed {
                 // Deleted since (the watch said so while this listing was made).
                 if subscriber
                     .deleted
                     .get(&key)
-                    .is_some_and(|gone| *gone >= version_of_object(&object))
+                    .is_some_and(|gone| *gone >= version)
                 {
                     continue;
                 }
-                let value = live_value(object, &kind.0, &kind.1, &subscriber.manager);
                 keep_newer(&mut subscriber.objects, key, Arc::new(value));
             }
             subscriber.deleted.clear();

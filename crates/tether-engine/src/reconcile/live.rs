@@ -22,7 +22,7 @@ use super::contents::list_namespace;
 use super::nodes;
 use super::outcome::{ObjectFailure, status_text};
 use super::{PlanOptions, Step};
-use crate::cluster::{ClusterError, Resources, api_error};
+use crate::cluster::{ClusterError, Resources, api_error, list_paged};
 use crate::record::head_record;
 use tether_core::host::{HostRemoval, merged_taints};
 use tether_core::inventory::{
@@ -43,6 +43,10 @@ use tether_core::render::RenderedObject;
 
 /// How many requests are in flight at once.
 pub(super) const CONCURRENCY: usize = 16;
+
+/// How many per-object futures of a plan or an apply exist at once (each is a few
+/// KiB: the requests it may make); the rest are made as these finish.
+pub(super) const FUTURES_AT_ONCE: usize = 256;
 
 /// The steps of a plan, with what they were planned from.
 pub(super) struct Planning {
@@ -100,15 +104,21 @@ pub(super) async fn plan(
         others: OnceCell::new(),
     };
     // The futures are made first: a stream over a borrowing closure would not be
-    // `Send` for every lifetime, which a long-running caller's task needs.
-    let planning: Vec<_> = objects
-        .iter()
-        .map(|object| plan_object(&context, object))
-        .collect();
-    let mut steps: Vec<Step> = futures::stream::iter(planning)
-        .buffered(CONCURRENCY)
-        .try_collect()
-        .await?;
+    // `Send` for every lifetime, which a long-running caller's task needs. They are
+    // made a chunk at a time: a future per object of 5,000 at once was most of a
+    // start-up's peak.
+    let mut steps: Vec<Step> = Vec::with_capacity(objects.len());
+    for chunk in objects.chunks(FUTURES_AT_ONCE) {
+        let planning: Vec<_> = chunk
+            .iter()
+            .map(|object| plan_object(&context, object))
+            .collect();
+        let planned: Vec<Step> = futures::stream::iter(planning)
+            .buffered(CONCURRENCY)
+            .try_collect()
+            .await?;
+        steps.extend(planned);
+    }
     tracing::info!(
         objects = objects.len(),
         listed_kinds = kinds.len(),
@@ -369,8 +379,18 @@ async fn list_labelled(
             live.extend(cached);
             continue;
         }
-        let items = match resources.api_all(api_version, kind)?.list(&selector).await {
-            Ok(list) => list.items,
+        let keep = |live: &mut HashMap<_, _>, item: DynamicObject| {
+            let key = ObjectKey::new(
+                api_version,
+                kind,
+                item.namespace().as_deref(),
+                &item.name_any(),
+            );
+            live.insert(key, Arc::new(live_value(item, api_version, kind, manager)));
+        };
+        let api = resources.api_all(api_version, kind)?;
+        match list_paged(&api, &selector, |item| keep(&mut live, item)).await {
+            Ok(()) => {}
             // A team's identity (a Role in its namespaces only) may not list across
             // the cluster: the namespaces the plan concerns are listed one by one. The
             // cluster-wide list stays the first try, since it is one request however
@@ -379,28 +399,17 @@ async fn list_labelled(
                 if status.code == 403 && resources.namespaced(api_version, kind) == Some(true) =>
             {
                 let each = list_each_namespace(resources, (api_version, kind), labelled, &selector);
-                each.await?
-                    .into_iter()
-                    .filter_map(|listed| match listed {
-                        Ok(item) => Some(item),
+                for listed in each.await? {
+                    match listed {
+                        Ok(item) => keep(&mut live, item),
                         Err((namespace, message)) => {
                             let id = (api_version.clone(), kind.clone(), namespace);
                             unlistable.0.insert(id, message);
-                            None
                         }
-                    })
-                    .collect()
+                    }
+                }
             }
             Err(e) => return Err(api_error(format!("list {kind} objects"))(e)),
-        };
-        for item in items {
-            let key = ObjectKey::new(
-                api_version,
-                kind,
-                item.namespace().as_deref(),
-                &item.name_any(),
-            );
-            live.insert(key, Arc::new(live_value(item, api_version, kind, manager)));
         }
     }
     Ok(Listed { live, unlistable })
@@ -420,8 +429,8 @@ async fn list_each_namespace(
     let mut items = Vec::new();
     for namespace in labelled.namespaces {
         let api = resources.api(api_version, kind, Some(namespace))?;
-        match api.list(selector).await {
-            Ok(list) => items.extend(list.items.into_iter().map(Ok)),
+        match list_paged(&api, selector, |item| items.push(Ok(item))).await {
+            Ok(()) => {}
             Err(kube::Error::Api(status)) if status.code == 403 => {
                 items.push(Err((namespace.clone(), status_text(&status))));
             }
