@@ -681,3 +681,57 @@ async fn apply_wait_piped_names_the_workloads_it_still_waits_for() {
     let succeeded = jobs.get("migrate").await.unwrap().status.unwrap().succeeded;
     assert_eq!(succeeded, Some(1));
 }
+
+#[tokio::test]
+async fn objects_listed_over_several_pages_are_planned_and_pruned_whole() {
+    // More objects than a page of the list (500): the plan reads every page.
+    let (client, ns, inventory) = setup("pages").await;
+    let mut files = vec![("base.yaml".to_string(), base(&ns))];
+    for file in 0..12 {
+        let text = (0..100)
+            .map(|i| config_map(&format!("cm-{file}-{i}"), &ns, "v1"))
+            .collect::<Vec<_>>()
+            .join("---\n");
+        files.push((format!("cms-{file}.yaml"), text));
+    }
+    let borrowed: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.as_str()))
+        .collect();
+    let repo = Repo::new(&borrowed);
+    let path = repo.path().to_str().unwrap();
+    let first = tether(&inventory, &["apply", path]);
+    assert_eq!(first.status.code(), Some(0), "{}", all_output(&first));
+    let unchanged = tether(&inventory, &["diff", path]);
+    assert_eq!(
+        unchanged.status.code(),
+        Some(0),
+        "every page was read: nothing to change\n{}",
+        all_output(&unchanged)
+    );
+
+    // Another hand deletes one object (kubectl), and a file of 100 models goes.
+    let api = Api::<ConfigMap>::namespaced(client.clone(), &ns);
+    api.delete("cm-0-5", &Default::default()).await.unwrap();
+    repo.remove("cms-7.yaml");
+    let pruned = tether(&inventory, &["apply", "--prune", path]);
+    assert_eq!(pruned.status.code(), Some(0), "{}", all_output(&pruned));
+    assert!(
+        stdout(&pruned).starts_with("1 created, 0 configured, ")
+            && stdout(&pruned).ends_with(", 100 pruned, 0 failed\n"),
+        "{}",
+        all_output(&pruned)
+    );
+    let live: Vec<String> = api
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|c| c.metadata.name)
+        .filter(|n| n.starts_with("cm-"))
+        .collect();
+    assert_eq!(live.len(), 1_100, "{live:?}");
+    assert!(live.contains(&"cm-0-5".to_string()), "made again");
+    assert!(!live.iter().any(|n| n.starts_with("cm-7-")), "{live:?}");
+}

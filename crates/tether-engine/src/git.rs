@@ -174,22 +174,11 @@ pub(crate) fn fetch_commit(
     cache_dir: &Path,
     credentials: &Credentials,
 ) -> Result<(Repository, Oid, Option<std::time::Duration>), GitError> {
-    let asked = Instant::now();
-    let path = cache_path(cache_dir, url);
-    let gate = gate_of(&path);
-    let mut looks = gate.lock().unwrap_or_else(PoisonError::into_inner);
-    let repo = open_cache(cache_dir, url)?;
-    let mut fetched = None;
-    if !looks.fresh_since(reference, asked) {
-        let began = Instant::now();
-        if cached_is_current(&repo, url, reference, credentials) {
-            looks.found_current(reference, began);
-        } else {
-            fetch(&repo, url, credentials)?;
-            looks.fetched = Some(began);
-            fetched = Some(began.elapsed());
-        }
-    }
+    let (repo, look) = look_at_remote(cache_dir, url, reference, credentials, true)?;
+    let fetched = match look {
+        Look::Fetched(took) => Some(took),
+        Look::Current | Look::Moved => None,
+    };
     let commit = resolve(&repo, url, reference)?;
     Ok((repo, commit, fetched))
 }
@@ -210,16 +199,9 @@ pub fn unmoved_commit(
     cache_dir: &Path,
     credentials: &Credentials,
 ) -> Option<String> {
-    let asked = Instant::now();
-    let gate = gate_of(&cache_path(cache_dir, url));
-    let mut looks = gate.lock().unwrap_or_else(PoisonError::into_inner);
-    let repo = open_cache(cache_dir, url).ok()?;
-    if !looks.fresh_since(reference, asked) {
-        let began = Instant::now();
-        if !cached_is_current(&repo, url, reference, credentials) {
-            return None;
-        }
-        looks.found_current(reference, began);
+    let (repo, look) = look_at_remote(cache_dir, url, reference, credentials, false).ok()?;
+    if matches!(look, Look::Moved) {
+        return None;
     }
     resolve(&repo, url, reference)
         .ok()
@@ -317,6 +299,47 @@ impl Looks {
     fn found_current(&mut self, reference: Option<&str>, began: Instant) {
         self.current.insert(reference.map(String::from), began);
     }
+}
+
+/// What a look at the remote found for a reference.
+enum Look {
+    /// The cache holds what the remote names (or a look since the caller asked said so).
+    Current,
+    /// It moved, and was fetched (how long that took).
+    Fetched(std::time::Duration),
+    /// It moved, and was not fetched.
+    Moved,
+}
+
+/// Opens the cache of `url` through its gate and, unless a look that began since
+/// this call already answered, lists the remote's refs, then fetches when
+/// `reference` moved and `fetch_moved` says so.
+fn look_at_remote(
+    cache_dir: &Path,
+    url: &str,
+    reference: Option<&str>,
+    credentials: &Credentials,
+    fetch_moved: bool,
+) -> Result<(Repository, Look), GitError> {
+    let asked = Instant::now();
+    let gate = gate_of(&cache_path(cache_dir, url));
+    let mut looks = gate.lock().unwrap_or_else(PoisonError::into_inner);
+    let repo = open_cache(cache_dir, url)?;
+    if looks.fresh_since(reference, asked) {
+        return Ok((repo, Look::Current));
+    }
+    let began = Instant::now();
+    let look = if cached_is_current(&repo, url, reference, credentials) {
+        looks.found_current(reference, began);
+        Look::Current
+    } else if fetch_moved {
+        fetch(&repo, url, credentials)?;
+        looks.fetched = Some(began);
+        Look::Fetched(began.elapsed())
+    } else {
+        Look::Moved
+    };
+    Ok((repo, look))
 }
 
 /// The gate of the cache at `path` (see [`Looks`]).

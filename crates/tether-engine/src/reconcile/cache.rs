@@ -5,9 +5,9 @@
 //! identity on a cluster, whatever the number of Sources, each Source subscribing with
 //! its inventory; one that joins a running watch lists its own objects once. A kind
 //! whose watch is not synced for a Source (starting, re-listing after an error, or a
-//! newcomer's own listing not done yet) is listed by the pass as before. An identity confined to some namespaces (a team's Source) watches
-//! each of them, since it may not watch across the cluster: a kind is synced when all
-//! of its watches are.
+//! newcomer's own listing not done yet) is listed by the pass as before. An identity
+//! confined to some namespaces (a team's Source) watches each of them, since it may
+//! not watch across the cluster: a kind is synced when all of its watches are.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -397,12 +397,7 @@ impl WatchState {
 /// newcomer's own listing may be newer than the watch's events still to come).
 /// Resource versions are compared as etcd's numbers (0: not one).
 fn keep_newer(objects: &mut Objects, key: ObjectKey, value: Arc<Value>) {
-    let version = |v: &Value| {
-        v["metadata"]["resourceVersion"]
-            .as_str()
-            .and_then(|v| v.parse::<u64>().ok())
-            .unwrap_or(0)
-    };
+    let version = |v: &Value| etcd_version(v["metadata"]["resourceVersion"].as_str());
     if objects
         .get(&key)
         .is_some_and(|kept| version(kept) > version(&value))
@@ -414,12 +409,12 @@ fn keep_newer(objects: &mut Objects, key: ObjectKey, value: Arc<Value>) {
 
 /// An object's resourceVersion as etcd's number (0: not one).
 fn version_of_object(object: &DynamicObject) -> u64 {
-    object
-        .metadata
-        .resource_version
-        .as_deref()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0)
+    etcd_version(object.metadata.resource_version.as_deref())
+}
+
+/// A resourceVersion as etcd's number (0: none, or not a number).
+fn etcd_version(text: Option<&str>) -> u64 {
+    text.and_then(|v| v.parse().ok()).unwrap_or(0)
 }
 
 /// The inventory an object is labelled for, and its key.

@@ -398,15 +398,16 @@ async fn list_labelled(
             Err(kube::Error::Api(status))
                 if status.code == 403 && resources.namespaced(api_version, kind) == Some(true) =>
             {
-                let each = list_each_namespace(resources, (api_version, kind), labelled, &selector);
-                for listed in each.await? {
-                    match listed {
-                        Ok(item) => keep(&mut live, item),
-                        Err((namespace, message)) => {
-                            let id = (api_version.clone(), kind.clone(), namespace);
-                            unlistable.0.insert(id, message);
-                        }
-                    }
+                let refused = list_each_namespace(
+                    resources,
+                    (api_version, kind),
+                    labelled,
+                    &selector,
+                    |item| keep(&mut live, item),
+                );
+                for (namespace, message) in refused.await? {
+                    let id = (api_version.clone(), kind.clone(), namespace);
+                    unlistable.0.insert(id, message);
                 }
             }
             Err(e) => return Err(api_error(format!("list {kind} objects"))(e)),
@@ -416,30 +417,31 @@ async fn list_labelled(
 }
 
 /// The labelled objects of one namespaced kind, a list per namespace the plan
-/// concerns. A namespace the identity may not list is said by its refusal (the
-/// namespace and the server's message): it may change nothing there either, each of
-/// the plan's objects in it meets its own refusal when planned, and what the
-/// inventory recorded there is kept.
+/// concerns, each handed to `each` as its page arrives. A namespace the identity may
+/// not list is returned with its refusal (the namespace and the server's message): it
+/// may change nothing there either, each of the plan's objects in it meets its own
+/// refusal when planned, and what the inventory recorded there is kept.
 async fn list_each_namespace(
     resources: &Resources,
     (api_version, kind): (&str, &str),
     labelled: &Labelled<'_>,
     selector: &ListParams,
-) -> Result<Vec<Result<DynamicObject, (String, String)>>, ClusterError> {
-    let mut items = Vec::new();
+    mut each: impl FnMut(DynamicObject),
+) -> Result<Vec<(String, String)>, ClusterError> {
+    let mut refused = Vec::new();
     for namespace in labelled.namespaces {
         let api = resources.api(api_version, kind, Some(namespace))?;
-        match list_paged(&api, selector, |item| items.push(Ok(item))).await {
+        match list_paged(&api, selector, &mut each).await {
             Ok(()) => {}
             Err(kube::Error::Api(status)) if status.code == 403 => {
-                items.push(Err((namespace.clone(), status_text(&status))));
+                refused.push((namespace.clone(), status_text(&status)));
             }
             Err(e) => {
                 return Err(api_error(format!("list {kind} objects in {namespace}"))(e));
             }
         }
     }
-    Ok(items)
+    Ok(refused)
 }
 
 /// Plans one object: the steps it can end in, and the reads and dry runs that decide.
