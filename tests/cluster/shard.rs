@@ -448,3 +448,103 @@ async fn a_replica_paused_past_its_lease_stops_the_pass_it_was_in_when_it_wakes(
         objects.len()
     );
 }
+
+/// The engine's half of the test above, without the race of a real pause: an apply
+/// under a tenure of the fence stops for good once the fence lapsed, though the
+/// fence is moved on a moment later (a replica's Lease renewed as it wakes).
+#[tokio::test]
+async fn an_apply_begun_before_its_fence_lapsed_stops_though_the_fence_is_moved_on() {
+    use tether_engine::cluster::{Fence, Target};
+    use tether_engine::reconcile::{ApplyOptions, PlanOptions, Reconciler};
+    use tether_engine::repo::Repo;
+
+    let (client, ns, inventory) = setup("tenure").await;
+    let domain = format!("{ns}-t");
+    let mut models = base(&domain);
+    for i in 0..400 {
+        models.push_str("---\n");
+        models.push_str(&config_map(&format!("c{i}"), &domain, "v1"));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("m.yaml"), models).unwrap();
+    let fence = Fence::default();
+    let tenure = fence.until(std::time::SystemTime::now() + Duration::from_secs(60));
+    let reconciler = Reconciler::new(
+        Repo::Directory(dir.path().to_path_buf()),
+        Target {
+            kubeconfig: Some(crate::harness::cluster().kubeconfig().to_path_buf()),
+            fence: Some(fence.clone()),
+            ..Target::default()
+        },
+        tether_core::ownership::Inventory {
+            name: inventory,
+            namespace: ns.clone(),
+        },
+    );
+    let mut plans = reconciler
+        .plan_clusters(PlanOptions::default(), &BTreeMap::new())
+        .await
+        .unwrap();
+    let planned = plans.clusters.remove(0).planned.unwrap();
+    let options = ApplyOptions {
+        fence: tenure.clone(),
+        ..ApplyOptions::default()
+    };
+    let apply = async {
+        let report = reconciler.apply(&planned, &options, &|_| {}).await;
+        report.unwrap()
+    };
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &domain);
+    let count = || async {
+        config_maps
+            .list_metadata(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|c| {
+                c.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with('c'))
+            })
+            .count()
+    };
+    let lapse = async {
+        while count().await < 20 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // Lapsed, and moved on at once.
+        fence.until(std::time::SystemTime::now() - Duration::from_millis(1));
+        let next = fence.until(std::time::SystemTime::now() + Duration::from_secs(60));
+        assert!(fence.holds() && next.holds() && !tenure.holds());
+        count().await
+    };
+    let (report, at_lapse) = tokio::join!(apply, lapse);
+    assert!(report.stopped, "the apply says it stopped");
+    let made = count().await;
+    // What was on its way at the lapse finishes (at most the 16 an apply has in
+    // flight, and those its chunk had begun); nothing starts after it.
+    assert!(
+        made < 400 && made <= at_lapse + 16,
+        "{made} made, {at_lapse} at the lapse"
+    );
+    assert!(
+        tokio::time::timeout(Duration::from_secs(3), async {
+            while count().await == made {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .await
+        .is_err(),
+        "nothing more is made"
+    );
+    // The process itself may write again: a new tenure's work goes on.
+    let later = ApplyOptions {
+        fence: fence.tenure(),
+        ..ApplyOptions::default()
+    };
+    let again = reconciler.apply(&planned, &later, &|_| {}).await.unwrap();
+    assert!(!again.stopped);
+    assert_eq!(count().await, 400);
+}

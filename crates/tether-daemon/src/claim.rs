@@ -41,22 +41,38 @@ pub async fn acquire(
             Share::Part(_) | Share::Nothing => None,
         };
         if let Some(members) = members {
-            let Some(source) = store.get(&key) else {
+            let Some(cached) = store.get(&key) else {
                 return false;
             };
-            let holder = source.status.as_ref().and_then(|s| s.owner.as_deref());
-            match shard::claim(holder, &members) {
-                Claim::Held => return true,
-                Claim::Take => match write_owner(api, &source, Some(&members.me)).await {
-                    Ok(()) => {
-                        tracing::info!(owner = %members.me, was = ?holder, "claimed the Source");
-                        return true;
+            let source = match shard::claim(holder_of(&cached), &members) {
+                // The cache may not yet show a claim another replica took while this
+                // one was away (paused, cut off): a claim the loop is to run on is
+                // read afresh first.
+                Claim::Held => match api.get_status(name).await {
+                    Ok(fresh) => Some(fresh),
+                    Err(kube::Error::Api(response)) if response.code == 404 => return false,
+                    Err(error) => {
+                        tracing::debug!(%error, "cannot read the Source's claim; again");
+                        None
                     }
-                    // Another replica wrote first, or the cache is behind: look again.
-                    Err(error) => tracing::debug!(%error, "the claim was not taken"),
                 },
-                Claim::Wait => {
-                    tracing::debug!(holder = ?holder, "waiting for the Source's claim");
+                Claim::Take | Claim::Wait => Some((*cached).clone()),
+            };
+            if let Some(source) = source {
+                let holder = holder_of(&source);
+                match shard::claim(holder, &members) {
+                    Claim::Held => return true,
+                    Claim::Take => match write_owner(api, &source, Some(&members.me)).await {
+                        Ok(()) => {
+                            tracing::info!(owner = %members.me, was = ?holder, "claimed the Source");
+                            return true;
+                        }
+                        // Another replica wrote first, or the cache is behind: look again.
+                        Err(error) => tracing::debug!(%error, "the claim was not taken"),
+                    },
+                    Claim::Wait => {
+                        tracing::debug!(holder = ?holder, "waiting for the Source's claim");
+                    }
                 }
             }
         }
@@ -66,6 +82,11 @@ pub async fn acquire(
     }
 }
 
+/// Who claims `source`.
+fn holder_of(source: &Source) -> Option<&str> {
+    source.status.as_ref().and_then(|s| s.owner.as_deref())
+}
+
 /// Clears this replica's claim on the Source `name`, read afresh; nothing when
 /// another replica holds it (or nobody does). Tried a few times: a claim left behind
 /// is cleared by the next sweep ([`stray`]).
@@ -73,7 +94,7 @@ pub async fn release(api: &Api<Source>, name: &str, me: &str) {
     let mut retries = Retries::new(Backoff::request(), 5);
     loop {
         match api.get_status(name).await {
-            Ok(source) if source.status.as_ref().and_then(|s| s.owner.as_deref()) != Some(me) => {
+            Ok(source) if holder_of(&source) != Some(me) => {
                 return;
             }
             Ok(source) => match write_owner(api, &source, None).await {
@@ -99,7 +120,7 @@ pub async fn release(api: &Api<Source>, name: &str, me: &str) {
 /// Whether `source` carries this replica's claim though this replica does not run
 /// it (a release that failed, a loop that ended): such a claim is released.
 pub fn stray(source: &Source, me: &str, running: bool) -> bool {
-    !running && source.status.as_ref().and_then(|s| s.owner.as_deref()) == Some(me)
+    !running && holder_of(source) == Some(me)
 }
 
 /// Writes `owner` (or clears it) on the resourceVersion `source` was read at: a

@@ -47,7 +47,7 @@ use super::shard::Share;
 use super::status::{PassResult, next_status, refusal_event, worth_writing};
 use super::web::views::{Shown, SourceName, Writeback};
 use super::webhook::Push;
-use tether_engine::cluster::Target;
+use tether_engine::cluster::{Target, Tenure};
 use tether_engine::discovery::Destination;
 use tether_engine::driver::{Backoff, Retries};
 use tether_engine::git::{Credentials, is_full_commit_id};
@@ -93,6 +93,8 @@ struct Running {
     /// Sharded: the Source's claim to release once the loop stopped (the Source's
     /// API, its name, this replica's identity).
     claimed: Option<(Api<Source>, String, String)>,
+    /// The tenure of this replica's Lease the loop began in: it writes only in it.
+    tenure: Tenure,
 }
 
 impl Running {
@@ -100,6 +102,29 @@ impl Running {
     fn abandon(&self) {
         self.stop_pass.cancel();
         self.stop.cancel();
+    }
+
+    /// Whether the loop runs `source` as it is: then a new reconcile request is passed
+    /// on to it.
+    fn runs(&mut self, source: &Source, requested: Option<&String>) -> bool {
+        if self.spec != source.spec || self.generation != source.metadata.generation {
+            return false;
+        }
+        if let Some(value) = requested
+            && self.requested.as_ref() != Some(value)
+        {
+            self.requested = Some(value.clone());
+            let _ = self.trigger.try_send(Trigger::Requested(value.clone()));
+        }
+        true
+    }
+
+    /// Whether the loop began before this replica's Lease lapsed: it writes nothing
+    /// more, and the Source is claimed again before a new loop runs it.
+    fn outlived(&self, share: &Share) -> bool {
+        share
+            .claims()
+            .is_some_and(|members| members.tenure != self.tenure)
     }
 }
 
@@ -328,14 +353,14 @@ impl Controller {
             self.shared.metrics.forget(id);
         }
         let moved: Vec<String> = running
-            .keys()
-            .filter(|id| !share.owns(id))
-            .cloned()
+            .iter()
+            .filter(|(id, loop_)| !share.owns(id) || loop_.outlived(&share))
+            .map(|(id, _)| id.clone())
             .collect();
         if !moved.is_empty() {
             tracing::info!(
                 count = moved.len(),
-                "Sources owned elsewhere now: their loops stop"
+                "Sources owned elsewhere now, or run since before this replica's Lease lapsed: their loops stop"
             );
         }
         // In the background: the controller goes on (other Sources may be moving
@@ -376,15 +401,8 @@ impl Controller {
             .get(RECONCILE_REQUESTED_ANNOTATION)
             .cloned();
         if let Some(current) = running.get_mut(&id)
-            && current.spec == source.spec
-            && current.generation == source.metadata.generation
+            && current.runs(source, requested.as_ref())
         {
-            if requested.is_some() && requested != current.requested {
-                current.requested.clone_from(&requested);
-                if let Some(value) = requested {
-                    let _ = current.trigger.try_send(Trigger::Requested(value));
-                }
-            }
             return;
         }
         // A changed spec (suspended, say) stops the old loop's pass between objects;
@@ -400,6 +418,10 @@ impl Controller {
             .or_else(|| loops.stopping.remove(&id));
         let stop = CancellationToken::new();
         let stop_pass = CancellationToken::new();
+        let tenure = match watched.share.borrow().claims() {
+            Some(members) => members.tenure.clone(),
+            None => self.shared.fence.tenure(),
+        };
         // One pending trigger is enough: a pass reads the whole source.
         let (trigger, triggers) = mpsc::channel(1);
         let run = run_source(
@@ -416,6 +438,7 @@ impl Controller {
             Stops {
                 loop_: stop.clone(),
                 pass: stop_pass.clone(),
+                tenure: tenure.clone(),
             },
             (trigger.clone(), triggers),
         );
@@ -455,6 +478,7 @@ impl Controller {
             stop_pass,
             task,
             claimed,
+            tenure,
         };
         loops.running.insert(id, started);
     }
@@ -550,6 +574,8 @@ struct Stops {
     loop_: CancellationToken,
     /// The pass in progress, between objects.
     pass: CancellationToken,
+    /// Writes stop, between objects, once this tenure of the replica's Lease ends.
+    tenure: Tenure,
 }
 
 /// What a Source's loop has of the daemon.
@@ -616,7 +642,7 @@ async fn run_source(
     .with_rewrite_policy(settings.rewrites)
     .with_last_applied(applied_before(&source))
     .with_recorded_rewrite(rewrite_recorded(&source))
-    .with_pass_stop(stops.pass)
+    .with_pass_stop(stops.pass, stops.tenure)
     .with_events_by(client.clone())
     .with_feedback(feedback.clone())
     .shown_as(shown);

@@ -18,6 +18,7 @@ use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher;
 use tether_engine::driver::{Backoff, Retries};
+use tether_engine::reconcile::Tenure;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -113,14 +114,14 @@ pub async fn run(
             .into_iter()
             .find(|l| l.metadata.name.as_deref() == Some(membership.lease_name().as_str()));
         let fence = shard::fence(own.as_deref(), holding_since, membership.duration);
-        shared.fence.until(fence);
+        let tenure = shared.fence.until(fence);
         let fenced = holds && fence <= SystemTime::now();
         if fenced {
             tracing::warn!(
                 "this replica's Lease was not seen renewed in time: it writes nothing and runs no Source until it is"
             );
         }
-        let (now_share, expiry) = share_of(&store, &membership.identity, holds && !fenced);
+        let (now_share, expiry) = share_of(&store, &membership.identity, holds && !fenced, tenure);
         // Woken at the fence too, which no Lease event may come before.
         next_expiry = match (holds && !fenced, expiry) {
             (true, Some(expiry)) => Some(expiry.min(fence)),
@@ -145,7 +146,12 @@ pub async fn run(
 
 /// This replica's share: its part among the live members while it holds its own
 /// Lease (itself counted even before the watch shows its Lease), else nothing.
-fn share_of(store: &Store<Lease>, me: &str, holding: bool) -> (Share, Option<SystemTime>) {
+fn share_of(
+    store: &Store<Lease>,
+    me: &str,
+    holding: bool,
+    tenure: Tenure,
+) -> (Share, Option<SystemTime>) {
     if !holding {
         return (Share::Nothing, None);
     }
@@ -156,6 +162,7 @@ fn share_of(store: &Store<Lease>, me: &str, holding: bool) -> (Share, Option<Sys
         Share::Part(Members {
             me: me.to_string(),
             live,
+            tenure,
         }),
         next_expiry,
     )

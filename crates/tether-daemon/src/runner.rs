@@ -29,7 +29,7 @@ use tether_core::source::is_model_path;
 use tether_engine::driver::{Backoff, Loop, Schedule, drive};
 use tether_engine::reconcile::{
     ApplyOptions, ApplyProgress, ApplyReport, ClusterName, ClusterPlan, Outcome, PlanOptions,
-    Planned, ReconcileError, Reconciler, WatchAs, WatchCache,
+    Planned, ReconcileError, Reconciler, Tenure, WatchAs, WatchCache,
 };
 use tether_web::ClusterRow;
 use tokio_util::sync::CancellationToken;
@@ -137,6 +137,9 @@ pub struct SourceLoop<S = NoStatus> {
     recorded_rewrite: Option<Rewrite>,
     /// Stops the pass in progress between objects (the Source deleted or changed).
     stop_pass: CancellationToken,
+    /// The tenure of the replica's Lease the loop runs in: once it ends, a pass in
+    /// progress stops between objects as on `stop_pass`.
+    tenure: Tenure,
     /// Why Kubernetes is off for the source, as last said (said once, not each pass).
     dormant: Option<String>,
     /// The commit of the last pass that applied everything (or stalled on refusals),
@@ -248,6 +251,7 @@ impl<S: StatusSink> SourceLoop<S> {
             last_attempted: None,
             recorded_rewrite: None,
             stop_pass: CancellationToken::new(),
+            tenure: shared.fence.tenure(),
             dormant: None,
             settled: None,
             directory: None,
@@ -302,16 +306,18 @@ impl<S: StatusSink> SourceLoop<S> {
         self
     }
 
-    /// Stops a pass in progress as soon as `stop` is cancelled: a plan is dropped,
-    /// an apply stops between objects, and the pass records nothing.
     /// Tells how each commit fared through `feedback` (commit statuses, notices).
     pub fn with_feedback(mut self, feedback: Option<Arc<SourceFeedback>>) -> Self {
         self.feedback = feedback;
         self
     }
 
-    pub fn with_pass_stop(mut self, stop: CancellationToken) -> Self {
+    /// Stops a pass in progress as soon as `stop` is cancelled: a plan is dropped,
+    /// an apply stops between objects, and the pass records nothing. Its applies
+    /// stop so too once `tenure` ends.
+    pub fn with_pass_stop(mut self, stop: CancellationToken, tenure: Tenure) -> Self {
         self.stop_pass = stop;
+        self.tenure = tenure;
         self
     }
 
@@ -457,7 +463,7 @@ impl<S: StatusSink> SourceLoop<S> {
         let options = ApplyOptions {
             correct_drift: self.apply.correct_drift || self.drift_policy == DriftPolicy::Report,
             stop: self.stop_pass.clone(),
-            fence: self.shared.fence.clone(),
+            fence: self.tenure.clone(),
             ..self.apply.clone()
         };
         let waiting = self.waiting_shown();

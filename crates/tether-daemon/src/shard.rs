@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use sha2::{Digest, Sha256};
+use tether_engine::reconcile::Tenure;
 
 /// The label every member Lease of a sharded daemon carries: its value is the group
 /// (`--lease-name`), so that two daemons in one namespace never count each other.
@@ -54,6 +55,10 @@ pub struct Members {
     pub me: String,
     /// Every live member's identity, this replica's included.
     pub live: BTreeSet<String>,
+    /// The stretch of holding its own Lease that this view belongs to: a replica whose
+    /// Lease lapsed (paused, cut off) starts its loops again under a new one, claims
+    /// first, since others may have run its Sources meanwhile.
+    pub tenure: Tenure,
 }
 
 impl Members {
@@ -305,6 +310,7 @@ mod tests {
         let me = Members {
             me: "r0".into(),
             live: members(&["r0", "r1"]),
+            tenure: Tenure::default(),
         };
         assert_eq!(claim(Some("r0"), &me), Claim::Held);
         assert_eq!(claim(Some("r1"), &me), Claim::Wait);

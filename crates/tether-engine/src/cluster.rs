@@ -5,7 +5,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use kube::api::{Api, DynamicObject, ListParams};
@@ -123,31 +123,99 @@ pub struct Target {
 
 /// Until when this process may write: for a replica whose right to run its Sources is
 /// a Lease (`tether run --shard`), its Lease's renewal plus its duration, less a
-/// margin. Checked as each object of an apply starts (`ApplyOptions::fence`) and by
-/// every client made from a [`Target`] that carries it, before each request that
-/// writes, so that a replica cut off from the API server, or paused past its Lease,
-/// writes nothing more even before it learns that its Lease is gone (the others take
-/// its Sources only once the Lease expired). Unlimited by default.
+/// margin. Checked by every client made from a [`Target`] that carries it, before
+/// each request that writes, so that a replica cut off from the API server, or paused
+/// past its Lease, writes nothing more even before it learns that its Lease is gone
+/// (the others take its Sources only once the Lease expired). Unlimited by default.
+///
+/// A fence that lapsed and is then moved on (the Lease renewed after all) begins a new
+/// [`Tenure`]: while it was lapsed, another replica may have taken this one's Sources,
+/// so what began before must not write again.
 #[derive(Clone, Debug)]
-pub struct Fence(Arc<AtomicI64>);
+pub struct Fence(Arc<FenceState>);
+
+#[derive(Debug)]
+struct FenceState {
+    /// Unix milliseconds.
+    deadline: AtomicI64,
+    /// How many times the fence was moved on after it lapsed.
+    tenure: AtomicU64,
+}
 
 impl Default for Fence {
     fn default() -> Self {
-        Fence(Arc::new(AtomicI64::new(i64::MAX)))
+        Fence(Arc::new(FenceState {
+            deadline: AtomicI64::new(i64::MAX),
+            tenure: AtomicU64::new(0),
+        }))
     }
 }
 
 impl Fence {
     /// Writes are allowed until `deadline` (wall-clock time, as Leases are renewed).
-    pub fn until(&self, deadline: SystemTime) {
-        self.0.store(unix_millis(deadline), Ordering::Release);
+    /// The tenure in which they are: a new one when the fence had lapsed.
+    pub fn until(&self, deadline: SystemTime) -> Tenure {
+        let now = unix_millis(SystemTime::now());
+        let deadline = unix_millis(deadline);
+        let lapsed = self.0.deadline.load(Ordering::Acquire) <= now;
+        if lapsed && deadline > now {
+            // Counted before the deadline moves: whoever sees the new deadline sees
+            // the new tenure too.
+            self.0.tenure.fetch_add(1, Ordering::AcqRel);
+        }
+        self.0.deadline.store(deadline, Ordering::Release);
+        self.tenure()
     }
 
     /// May this process write now?
     pub fn holds(&self) -> bool {
-        unix_millis(SystemTime::now()) < self.0.load(Ordering::Acquire)
+        unix_millis(SystemTime::now()) < self.0.deadline.load(Ordering::Acquire)
+    }
+
+    /// The tenure now: it holds until the fence next lapses.
+    pub fn tenure(&self) -> Tenure {
+        Tenure {
+            fence: self.clone(),
+            number: self.0.tenure.load(Ordering::Acquire),
+        }
     }
 }
+
+/// One unbroken stretch of a [`Fence`]: work that began in it (a Source's loop, and
+/// the passes and applies of that loop) may write while the fence holds and has not
+/// lapsed since. Checked as each object of an apply starts (`ApplyOptions::fence`),
+/// so that a replica paused past its Lease and renewed on waking does not go on with
+/// the pass it was in: its Sources may have had another owner meanwhile.
+#[derive(Clone, Default)]
+pub struct Tenure {
+    fence: Fence,
+    number: u64,
+}
+
+impl Tenure {
+    /// May work begun in this tenure write now?
+    pub fn holds(&self) -> bool {
+        // The deadline first: a fence moved on after a lapse has counted its new
+        // tenure before its new deadline shows.
+        self.fence.holds() && self.fence.0.tenure.load(Ordering::Acquire) == self.number
+    }
+}
+
+/// Its number alone: the fence's state is logged where it changes.
+impl std::fmt::Debug for Tenure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tenure({})", self.number)
+    }
+}
+
+/// Tenures of one fence are equal when they are the same stretch.
+impl PartialEq for Tenure {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.fence.0, &other.fence.0) && self.number == other.number
+    }
+}
+
+impl Eq for Tenure {}
 
 fn unix_millis(time: SystemTime) -> i64 {
     time.duration_since(SystemTime::UNIX_EPOCH)
@@ -473,6 +541,34 @@ mod tests {
         assert!(
             fenced(&fence, request(http::Method::GET)).is_ok(),
             "reads go on"
+        );
+    }
+
+    #[test]
+    fn a_fence_moved_on_after_it_lapsed_ends_the_tenure_before() {
+        let fence = Fence::default();
+        let unlimited = fence.tenure();
+        assert!(unlimited.holds());
+        let renewed = fence.until(SystemTime::now() + Duration::from_secs(60));
+        assert_eq!(
+            renewed, unlimited,
+            "moved on before it lapsed: the same tenure"
+        );
+        let again = fence.until(SystemTime::now() + Duration::from_secs(120));
+        assert_eq!(again, renewed);
+        assert!(again.holds());
+        let lapsed = fence.until(SystemTime::now() - Duration::from_millis(1));
+        assert_eq!(lapsed, renewed, "a lapse alone begins nothing");
+        assert!(!renewed.holds() && !lapsed.holds());
+        let next = fence.until(SystemTime::now() + Duration::from_secs(60));
+        assert_ne!(next, renewed);
+        assert!(next.holds(), "the new tenure writes");
+        assert!(fence.holds(), "and so does the process");
+        assert!(!renewed.holds(), "what began before the lapse does not");
+        assert_ne!(
+            Fence::default().tenure(),
+            Fence::default().tenure(),
+            "two fences"
         );
     }
 }

@@ -23,8 +23,8 @@ use thiserror::Error;
 use tokio_util::sync::CancellationToken;
 use tracing::instrument;
 
-pub use crate::cluster::Fence;
 use crate::cluster::{ClusterError, Resources, Target};
+pub use crate::cluster::{Fence, Tenure};
 use crate::generate::{Capabilities, Generate};
 use crate::record::read_inventory_existing;
 use crate::repo::{CommitCache, LoadedModels, Repo, RepoError, SETTINGS_FILE};
@@ -115,9 +115,10 @@ pub struct ApplyOptions {
     /// pruned, and the inventory keeps every object that may exist
     /// ([`ApplyReport::stopped`]).
     pub stop: CancellationToken,
-    /// Until when this process may write at all (see [`Fence`]): past it, the apply
-    /// stops as it does on `stop`, and writes no inventory record either.
-    pub fence: Fence,
+    /// The stretch of this process's right to write that the apply began in (see
+    /// [`Tenure`]): once it ends, the apply stops as it does on `stop`, and writes no
+    /// inventory record either.
+    pub fence: Tenure,
 }
 
 /// How a plan treats what the inventory recorded and the source no longer renders.
