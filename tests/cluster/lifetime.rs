@@ -1,8 +1,9 @@
 //! The daemon over time, and what users do to a running Source: a Source deleted or
 //! suspended in the middle of a pass stops applying at once (the API server's audit
 //! log says so), a stalled Source does not write its status on each retry, a
-//! force-push backwards is applied and recorded (or refused), and the log of a source
-//! does not grow with the number of its passes.
+//! force-push backwards is applied and recorded (or refused), the log of a source
+//! does not grow with the number of its passes, and an API server out of reach for a
+//! while leaves the watch caches in use.
 
 use std::collections::BTreeMap;
 use std::process::Stdio;
@@ -444,5 +445,73 @@ async fn a_leader_renews_its_lease_once_in_a_while_not_on_each_of_its_events() {
         (1..=3).contains(&renewals.len()),
         "{} Lease writes in 21 s: {renewals:?}",
         renewals.len()
+    );
+}
+
+/// The API server is out of a running daemon's reach for a few seconds (every
+/// connection cut, new ones closed: a load balancer restarting): its watches fail to
+/// resume for a while, then resume where they were, and their caches are kept
+/// meanwhile, so its passes go on planning from them. A change made while it was out
+/// of reach (an object deleted by another hand) still arrives through the resumed
+/// watch and is corrected, a push is applied, and no pass lists the Source's objects
+/// for itself: with a thousand Sources, each listing at once would swamp the API
+/// server as it recovers.
+#[tokio::test]
+async fn connections_cut_under_a_running_daemon_resume_its_watches_and_no_pass_lists() {
+    install_crd();
+    let (client, ns, _) = setup("cut").await;
+    let remote = Remote::new(&[
+        ("base.yaml", &base(&ns)),
+        ("cm.yaml", &config_map("settings", &ns, "v1")),
+        ("other.yaml", &config_map("other", &ns, "v1")),
+    ]);
+    let cluster = crate::harness::cluster();
+    let proxy = tether_testkit::proxy::CutProxy::start(cluster.api_server_address());
+    let kubeconfig = cluster.kubeconfig_through(proxy.port());
+    let daemon = Daemon::start_on(
+        kubeconfig.path(),
+        &["--sources", "--sources-namespace", &ns],
+    );
+    kubectl_apply_text(&source_yaml("web", &ns, &remote.url, "  interval: 1s\n"));
+    eventually(Duration::from_secs(30), || async {
+        value_of(&client, &ns).await.as_deref() == Some("v1")
+    })
+    .await;
+    let passes = format!("tether_reconciles_total{{source=\"{ns}/web\",result=\"success\"}}");
+    eventually(Duration::from_secs(10), || async {
+        daemon.metric(&passes) >= Some(3.0)
+    })
+    .await;
+    let offset = audit_offset();
+    let cut = proxy.down();
+    assert!(cut >= 2, "the daemon's connections were cut ({cut})");
+    let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns);
+    config_maps
+        .delete("other", &Default::default())
+        .await
+        .unwrap();
+    remote.push("main", &[("cm.yaml", &config_map("settings", &ns, "v2"))]);
+    // Long enough for the watches' attempts to resume to fail, and passes too.
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    proxy.up();
+    eventually(Duration::from_secs(30), || async {
+        value_of(&client, &ns).await.as_deref() == Some("v2")
+            && config_maps.get_opt("other").await.unwrap().is_some()
+    })
+    .await;
+    // And a few quiet passes after.
+    let now = daemon.metric(&passes).unwrap_or(0.0);
+    eventually(Duration::from_secs(10), || async {
+        daemon.metric(&passes) >= Some(now + 3.0)
+    })
+    .await;
+    let inventory = Inventory {
+        name: "web".into(),
+        namespace: ns.clone(),
+    };
+    assert_eq!(
+        crate::daemon::lists_since(offset, &inventory),
+        Vec::<String>::new(),
+        "passes listed for themselves after the connections were cut"
     );
 }

@@ -101,6 +101,28 @@ impl LocalCluster {
             .expect("a client for the local control plane")
     }
 
+    /// The API server's address (`127.0.0.1:PORT`), as the kubeconfig names it.
+    pub fn api_server_address(&self) -> std::net::SocketAddr {
+        let text = std::fs::read_to_string(&self.kubeconfig).expect("the kubeconfig");
+        text.lines()
+            .find_map(|line| line.trim().strip_prefix("server: https://"))
+            .and_then(|address| address.parse().ok())
+            .expect("the kubeconfig names the API server at https://IP:PORT")
+    }
+
+    /// A kubeconfig like this control plane's that reaches it through `127.0.0.1:port`
+    /// (a [`crate::proxy::CutProxy`] in front of it).
+    pub fn kubeconfig_through(&self, port: u16) -> tempfile::NamedTempFile {
+        let text = std::fs::read_to_string(&self.kubeconfig).expect("the kubeconfig");
+        let through = text.replace(
+            &format!("server: https://{}", self.api_server_address()),
+            &format!("server: https://127.0.0.1:{port}"),
+        );
+        let file = tempfile::NamedTempFile::new().expect("a kubeconfig file");
+        std::fs::write(file.path(), through).expect("the kubeconfig written");
+        file
+    }
+
     /// Stops the API server alone (`scripts/local-cluster apiserver stop`): clients get
     /// their connections refused; etcd keeps the state for [`LocalCluster::start_api_server`].
     pub fn stop_api_server(&self) {

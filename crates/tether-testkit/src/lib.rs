@@ -12,7 +12,8 @@
 //! - [`registry`]: an OCI registry (Debian's docker-registry) with its access log;
 //! - [`tools`]: the pinned Helm and Kustomize (`scripts/helm-tools`);
 //! - [`cluster`] (feature `cluster`): local control planes (`scripts/local-cluster`),
-//!   a client for a kubeconfig, polling until a condition holds.
+//!   a client for a kubeconfig, polling until a condition holds; [`proxy`], a TCP
+//!   proxy whose connections a test cuts.
 //!
 //! Without the feature `cluster` the kit depends on no kube, Git library or TLS, so
 //! that the pure core's tests stay pure.
@@ -30,6 +31,8 @@ pub mod cluster;
 pub mod git;
 #[cfg(feature = "githost")]
 pub mod githost;
+#[cfg(feature = "cluster")]
+pub mod proxy;
 pub mod registry;
 pub mod remote;
 pub mod snapshot;

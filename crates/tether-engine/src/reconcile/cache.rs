@@ -4,8 +4,9 @@
 //! (the daemon's drift). The watches are shared ([`Watches`]): one per kind and
 //! identity on a cluster, whatever the number of Sources, each Source subscribing with
 //! its inventory; one that joins a running watch lists its own objects once. A kind
-//! whose watch is not synced for a Source (starting, re-listing after an error, or a
-//! newcomer's own listing not done yet) is listed by the pass as before. An identity
+//! whose watch is not synced for a Source (starting, refused, or a newcomer's own
+//! listing not done yet) is listed by the pass as before. An interrupted watch resumes
+//! where it was and keeps its cache meanwhile, as an informer does. An identity
 //! confined to some namespaces (a team's Source) watches each of them, since it may
 //! not watch across the cluster: a kind is synced when all of its watches are.
 
@@ -38,7 +39,8 @@ type WatchId = (KindId, Option<String>);
 /// The live objects of one inventory in one watch, shared with the plans that read them.
 type Objects = HashMap<ObjectKey, Arc<Value>>;
 
-/// How often a newcomer's own listing is tried before its passes list for themselves.
+/// After how many failed attempts a newcomer's own listing is warned of (it is tried
+/// until it succeeds).
 const JOIN_ATTEMPTS: u32 = 5;
 
 /// The watches of one daemon, shared by the Sources that act as one identity on one
@@ -243,18 +245,29 @@ impl SharedWatch {
                 let version = version_of_object(&item);
                 (key, version, live_value(item, &kind.0, &kind.1, &manager))
             };
-            let mut retries = Retries::new(Backoff::request(), JOIN_ATTEMPTS);
+            // Until it is done, the newcomer's passes list for themselves; tried until it
+            // is, or until the newcomer left.
+            let mut retries = Retries::endless(Backoff::pass());
             let listed = loop {
                 let mut listed = Vec::new();
                 match list_paged(&api, &labelled, |item| listed.push(trimmed(item))).await {
                     Ok(()) => break listed,
-                    Err(error) if retries.left() => {
-                        tracing::debug!(%error, kind = kind.1, "listing a newcomer's objects; retrying");
-                        retries.again().await;
-                    }
                     Err(error) => {
-                        tracing::warn!(%error, kind = kind.1, "a Source's objects could not be listed: its passes list them");
-                        return;
+                        match retries.attempt() {
+                            JOIN_ATTEMPTS => {
+                                tracing::warn!(%error, kind = kind.1, "a Source's objects cannot be listed for its watch: its passes list them meanwhile; retrying")
+                            }
+                            _ => {
+                                tracing::debug!(%error, kind = kind.1, "listing a newcomer's objects; retrying")
+                            }
+                        }
+                        retries.again().await;
+                        let subscribed = watch.upgrade().is_some_and(|shared| {
+                            lock(&shared.state).subscribers.contains_key(&applyset)
+                        });
+                        if !subscribed {
+                            return;
+                        }
                     }
                 }
             };
@@ -333,16 +346,36 @@ impl SharedWatch {
                 drop(state);
                 on_change(api_version, kind, &object, true);
             }
-            Err(error) => {
-                // Until the watch lists again, passes list this kind themselves.
-                tracing::debug!(%error, kind, "watch interrupted; resuming");
+            Err(error) if refused(&error) => {
+                // The identity may no longer watch: until the watch lists again, passes
+                // list this kind themselves (and are told why, if refused too).
+                tracing::warn!(%error, kind, "watch refused; passes list for themselves");
                 for subscriber in state.subscribers.values_mut() {
                     subscriber.synced = false;
                     subscriber.changes.fetch_add(1, Ordering::AcqRel);
                 }
             }
+            // The watcher resumes from the last resourceVersion it saw, so the cache
+            // misses nothing; one that is too old (410) makes it list again, which
+            // replaces the cache. Kept meanwhile, as an informer keeps its cache: were
+            // every subscriber's passes to list for themselves at each interruption,
+            // a thousand Sources would list at once from an API server already slow.
+            Err(error) => tracing::debug!(%error, kind, "watch interrupted; resuming"),
         }
     }
+}
+
+/// Whether a watch's error says it may not watch at all (401, 403), rather than that
+/// it was interrupted.
+fn refused(error: &watcher::Error) -> bool {
+    let code = match error {
+        watcher::Error::InitialListFailed(kube::Error::Api(status))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status)) => status.code,
+        watcher::Error::WatchError(status) => status.code,
+        _ => return false,
+    };
+    matches!(code, 401 | 403)
 }
 
 impl WatchState {
