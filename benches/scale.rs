@@ -56,7 +56,10 @@ fn service_of(s: usize, clusters: usize) -> String {
 }
 
 /// Each Source's models, at `value`: its namespace and `objects` ConfigMaps, in the
-/// cluster of its KubernetesService.
+/// cluster of its KubernetesService. One placed on another cluster names the
+/// replicas' own too: a Source whose models name one KubernetesService is applied to
+/// the daemon's own cluster whatever its name, as the CLI applies it to the current
+/// context; with several, each is reached by its name.
 fn models(sources: usize, objects: usize, clusters: usize, value: &str) -> Vec<(String, String)> {
     (0..sources)
         .map(|s| {
@@ -64,6 +67,9 @@ fn models(sources: usize, objects: usize, clusters: usize, value: &str) -> Vec<(
             let mut text = format!(
                 "kind: KubernetesService\nname: {service}\n---\nkind: TrustDomain\nname: scale-{s}\nowner: {service}\n"
             );
+            if service != "kubernetes" {
+                text.push_str("---\nkind: KubernetesService\nname: kubernetes\n");
+            }
             for i in 0..objects {
                 text.push_str(&format!(
                     "---\nkind: KubernetesConfigMap\nname: c-{i}\ntrust_domain: scale-{s}\ndata:\n  key: \"{value}\"\n"
@@ -172,6 +178,8 @@ async fn register_far_clusters(client: &kube::Client, clusters: &[LocalCluster])
     let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
     let resources: Api<Cluster> = Api::namespaced(client.clone(), NAMESPACE);
     for (n, far) in clusters.iter().enumerate().skip(1) {
+        // The inventory's namespace, the Source's, on every cluster it applies to.
+        kube_helpers::namespace(&far.client().await, NAMESPACE).await;
         let kubeconfig = std::fs::read_to_string(far.kubeconfig()).expect("a kubeconfig");
         let secret: Secret = serde_json::from_value(serde_json::json!({
             "metadata": {"name": format!("far-{n}-kubeconfig")},

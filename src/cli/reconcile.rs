@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use tether_engine::reconcile::{
     ApplyOptions, ApplyProgress, ApplyReport, BlockedWave, ClusterName, ClusterPlan, ClusterPlans,
-    ObjectFailure, PlanOptions, Planned, ReconcileError, Reconciler,
+    ObjectFailure, PlanOptions, Planned, Reads, ReconcileError, Reconciler,
 };
 
 use super::{ApplyArgs, DiffArgs, EXIT_ERROR, EXIT_INVALID, GlobalArgs, ReportFormat, report};
@@ -241,6 +241,8 @@ pub async fn apply(global: &GlobalArgs, args: &ApplyArgs) -> miette::Result<Exit
             // `--dry-run` is a review: it checks new objects with the server.
             dry_run_new: args.dry_run,
             partial: false,
+            // What the user just changed is seen.
+            reads: Reads::Newest,
         },
         options: ApplyOptions {
             prune: args.prune,

@@ -27,7 +27,7 @@ use tether_daemon::{Shared, http};
 use tether_engine::cluster::{Target, client_of, connect};
 use tether_engine::discovery::Destination;
 use tether_engine::driver::{Poll, shutdown_on_signal};
-use tether_engine::reconcile::{ApplyOptions, PlanOptions, ReconcileError};
+use tether_engine::reconcile::{ApplyOptions, PlanOptions, Reads, ReconcileError};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -161,6 +161,9 @@ async fn run_one(
         allow_empty: args.allow_empty,
         dry_run_new: false,
         partial: false,
+        // A long-running daemon's passes read the API server's cache, as its
+        // watches do.
+        reads: Reads::Cached,
     };
     let apply = ApplyOptions {
         prune: args.prune,

@@ -14,7 +14,7 @@ use tether_core::feedback::GitHost;
 use tether_core::ownership::Inventory;
 use tether_engine::git::Credentials;
 use tether_engine::oci::{self, Access, Reference};
-use tether_engine::reconcile::{ApplyOptions, PlanOptions};
+use tether_engine::reconcile::{ApplyOptions, PlanOptions, Reads};
 use tether_engine::repo::Repo;
 
 /// The annotation `tether reconcile` sets (to the time of the request) for a pass now;
@@ -528,6 +528,8 @@ impl SourceSpec {
                 allow_empty: self.allow_empty,
                 dry_run_new: false,
                 partial: false,
+                // Passes read the API server's cache, as the daemon's watches do.
+                reads: Reads::Cached,
             },
             apply: ApplyOptions {
                 prune: self.prune,

@@ -446,21 +446,44 @@ pub(crate) fn api_error(action: String) -> impl FnOnce(kube::Error) -> ClusterEr
     move |source| ClusterError::Api { action, source }
 }
 
-/// How many objects a list asks for at a time: one page's response and its parsed
-/// objects are what a list holds at once, however many objects it selects (a whole
-/// list of 5,000 ConfigMaps at once made a daemon's start-up peak).
+/// How many objects a list of the newest state asks for at a time: one page's
+/// response and its parsed objects are what a list holds at once, however many
+/// objects it selects (a whole list of 5,000 ConfigMaps at once made a daemon's
+/// start-up peak).
 pub const LIST_PAGE: u32 = 500;
 
-/// Lists what `params` selects a page at a time, handing each object to `each` as
-/// its page arrives.
-pub async fn list_paged<K>(
+/// What state a list reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Reads {
+    /// The newest: from etcd, [`LIST_PAGE`] objects at a time. A label-selected list
+    /// of it reads every object of the kind from etcd and keeps those selected. (The
+    /// CLI: a user who just changed something sees it.)
+    #[default]
+    Newest,
+    /// The API server's watch cache (`resourceVersion=0`), in one response: as
+    /// current as a watch, and filtered in the server's memory without a read of
+    /// etcd. (The daemon: a thousand Sources each listing their few objects would
+    /// otherwise read every object of the kind from etcd a thousand times.)
+    Cached,
+}
+
+/// Lists what `params` selects as `reads` says, handing each object to `each` (as
+/// its page arrives, for the newest state).
+pub async fn list_each<K>(
     api: &Api<K>,
     params: &ListParams,
+    reads: Reads,
     mut each: impl FnMut(K),
 ) -> Result<(), kube::Error>
 where
     K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
 {
+    if reads == Reads::Cached {
+        // The server's cache answers a limited list from etcd: no limit, one page.
+        let list = api.list(&params.clone().match_any()).await?;
+        list.items.into_iter().for_each(each);
+        return Ok(());
+    }
     let mut params = params.clone().limit(LIST_PAGE);
     loop {
         let page = api.list(&params).await?;

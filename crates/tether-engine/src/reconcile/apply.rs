@@ -95,7 +95,8 @@ pub(super) async fn apply(
             };
             resources = served?;
             let resources = &resources;
-            let results = apply_batch(resources, batch, manager, options, unreachable).await;
+            let results =
+                apply_batch(planned, resources, batch, manager, options, unreachable).await;
             report.stopped = stopped(options);
             for (result, uid) in results {
                 if let Some(uid) = uid {
@@ -226,7 +227,7 @@ async fn record_before_apply<'p>(
     inventory: &Inventory,
     planned: &'p Planned,
 ) -> Result<Vec<&'p Step>, ClusterError> {
-    let applying = planned.steps.iter().filter(|s| s.desired.is_some());
+    let applying = planned.steps.iter().filter(|s| s.object.is_some());
     let recording: Vec<(InventoryEntry, Provenance)> = applying
         .clone()
         .filter_map(|s| {
@@ -311,6 +312,7 @@ fn not_created_here(step: &Step) -> usize {
 /// Applies the objects of one rank, 16 at a time: each one's report, and the uid
 /// the server gave it.
 async fn apply_batch(
+    planned: &Planned,
     resources: &Resources,
     batch: Vec<&Step>,
     manager: &str,
@@ -328,8 +330,11 @@ async fn apply_batch(
                 if stopped(options) {
                     return None;
                 }
+                // Made as it is applied: a pass holds one copy of each object's body.
+                let desired = planned.desired(step);
+                let applying = (*step, desired.as_ref());
                 let (outcome, uid) =
-                    match apply_one(resources, step, manager, options, unreachable).await {
+                    match apply_one(resources, applying, manager, options, unreachable).await {
                         Ok(uid) => {
                             let outcome = match step.change.action {
                                 Action::Create => Outcome::Created,
@@ -597,7 +602,7 @@ enum ApplyDecision {
 }
 
 fn decide_apply(step: &Step, options: &ApplyOptions) -> ApplyDecision {
-    if step.desired.is_none() {
+    if step.object.is_none() {
         return ApplyDecision::Skip;
     }
     let correcting = options.correct_drift && step.change.drift;
@@ -659,7 +664,7 @@ fn failure_of(error: &kube::Error) -> ObjectFailure {
 #[instrument(skip_all, fields(object = %step.change.key))]
 async fn apply_one(
     resources: &Resources,
-    step: &Step,
+    (step, desired): (&Step, Option<&serde_json::Value>),
     manager: &str,
     options: &ApplyOptions,
     unreachable: &AtomicBool,
@@ -669,7 +674,7 @@ async fn apply_one(
         ApplyDecision::Refuse(failure) => return Err(failure),
         ApplyDecision::Apply { force } => force,
     };
-    let (Some(desired), key) = (&step.desired, &step.change.key) else {
+    let (Some(desired), key) = (desired, &step.change.key) else {
         return Ok(None);
     };
     let api = api_of(resources, step).map_err(|e| ObjectFailure::Request {
@@ -751,7 +756,6 @@ async fn prepare(api: &Api<DynamicObject>, step: &Step, switch_manager: &str) {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
     use tether_core::plan::{Change, FieldConflict};
 
     use super::*;
@@ -771,7 +775,7 @@ mod tests {
                     action,
                 )
             },
-            desired: Some(json!({"kind": "ConfigMap"})),
+            object: Some(0),
             force,
             hand_over: None,
             clear_rolling: None,
@@ -847,7 +851,7 @@ mod tests {
             Refuse(ObjectFailure::OwnedByInventory { .. })
         ));
         let deletion = Step {
-            desired: None,
+            object: None,
             ..step(Action::Delete, None, false, false)
         };
         assert_eq!(decide_apply(&deletion, &forcing), Skip);

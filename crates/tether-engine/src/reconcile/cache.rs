@@ -23,7 +23,7 @@ use kube::runtime::watcher::{self, Event};
 use serde_json::Value;
 use tokio::task::JoinHandle;
 
-use crate::cluster::{Resources, list_paged};
+use crate::cluster::{Reads, Resources, list_each};
 use crate::driver::{Backoff, Retries};
 use tether_core::k8s::{ObjectKey, Scope};
 use tether_core::managed_fields::live_value;
@@ -250,7 +250,10 @@ impl SharedWatch {
             let mut retries = Retries::endless(Backoff::pass());
             let listed = loop {
                 let mut listed = Vec::new();
-                match list_paged(&api, &labelled, |item| listed.push(trimmed(item))).await {
+                // From the server's cache, as the watch itself: merged by
+                // resourceVersion with the watch's events, a moment behind is harmless.
+                let each = |item| listed.push(trimmed(item));
+                match list_each(&api, &labelled, Reads::Cached, each).await {
                     Ok(()) => break listed,
                     Err(error) => {
                         match retries.attempt() {

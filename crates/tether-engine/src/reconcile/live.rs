@@ -22,7 +22,7 @@ use super::contents::list_namespace;
 use super::nodes;
 use super::outcome::{ObjectFailure, status_text};
 use super::{PlanOptions, Step};
-use crate::cluster::{ClusterError, Resources, api_error, list_paged};
+use crate::cluster::{ClusterError, Reads, Resources, api_error, list_each};
 use crate::record::head_record;
 use tether_core::host::{HostRemoval, merged_taints};
 use tether_core::inventory::{
@@ -84,13 +84,18 @@ pub(super) async fn plan(
     };
     let defined_here = place_all(&resources, objects);
     let manager = inventory.field_manager();
+    let applyset = inventory.applyset_id();
     let selector = Labelled {
-        applyset: &inventory.applyset_id(),
+        applyset: &applyset,
         manager: &manager,
         cache,
         namespaces: &concerned_namespaces(objects, &record, inventory),
+        reads: options.reads,
     };
-    let Listed { live, unlistable } = list_labelled(&resources, &kinds, &selector).await?;
+    let Listed {
+        mut live,
+        unlistable,
+    } = list_labelled(&resources, &kinds, &selector).await?;
     let counts = RequestCounts::default();
     let context = ObjectContext {
         client,
@@ -108,10 +113,12 @@ pub(super) async fn plan(
     // made a chunk at a time: a future per object of 5,000 at once was most of a
     // start-up's peak.
     let mut steps: Vec<Step> = Vec::with_capacity(objects.len());
-    for chunk in objects.chunks(FUTURES_AT_ONCE) {
+    for (at, chunk) in objects.chunks(FUTURES_AT_ONCE).enumerate() {
+        let first = at * FUTURES_AT_ONCE;
         let planning: Vec<_> = chunk
             .iter()
-            .map(|object| plan_object(&context, object))
+            .enumerate()
+            .map(|(i, object)| plan_object(&context, first + i, object))
             .collect();
         let planned: Vec<Step> = futures::stream::iter(planning)
             .buffered(CONCURRENCY)
@@ -127,11 +134,33 @@ pub(super) async fn plan(
         "planned"
     );
     let rendered: BTreeSet<ObjectKey> = objects.iter().map(RenderedObject::key).collect();
+    if !options.partial {
+        let unlisted = unlisted_entries(&record, &rendered, &live, &unlistable);
+        let gone = (&resources, applyset.as_str(), manager.as_str());
+        confirm_gone(gone, unlisted, &mut live).await?;
+    }
     let (prunes, forgotten) = match options.partial {
         true => (Vec::new(), BTreeSet::new()),
         false => prune_steps(&record, &rendered, (&live, &unlistable), inventory, options),
     };
     steps.extend(prunes);
+    describe_removals(client, &mut steps, &record).await?;
+    Ok(Planning {
+        labelled: live.len(),
+        steps,
+        forgotten,
+        uids: uids_of(&live),
+        resources,
+    })
+}
+
+/// What removing a host or a Namespace takes with it: the pods bound to the host,
+/// the objects in the Namespace (which this inventory did not all create).
+async fn describe_removals(
+    client: &Client,
+    steps: &mut [Step],
+    record: &InventoryRecord,
+) -> Result<(), ClusterError> {
     for step in steps
         .iter_mut()
         .filter(|s| s.change.action == Action::RemoveHost)
@@ -145,15 +174,9 @@ pub(super) async fn plan(
         .filter(|s| s.change.key.kind == "Namespace" && s.change.key.group.is_empty())
     {
         let objects = list_namespace(client, &step.change.key.name).await?;
-        step.change.contents = Some(namespace_contents(&objects, &record));
+        step.change.contents = Some(namespace_contents(&objects, record));
     }
-    Ok(Planning {
-        labelled: live.len(),
-        steps,
-        forgotten,
-        uids: uids_of(&live),
-        resources,
-    })
+    Ok(())
 }
 
 /// The uids of the live objects, by key.
@@ -177,6 +200,55 @@ fn concerned_namespaces(
         .chain(record.entries.keys().filter_map(|e| e.key().namespace))
         .chain([inventory.namespace.clone()])
         .collect()
+}
+
+/// What the record holds, no model renders, and no list found: to be forgotten, once a
+/// read of each confirms it is gone ([`confirm_gone`]).
+fn unlisted_entries<'r>(
+    record: &'r InventoryRecord,
+    rendered: &BTreeSet<ObjectKey>,
+    live: &HashMap<ObjectKey, Arc<Value>>,
+    unlistable: &Unlistable,
+) -> Vec<&'r InventoryEntry> {
+    record
+        .entries
+        .keys()
+        .filter(|entry| unlistable.of(entry).is_none())
+        .filter(|entry| {
+            let key = entry.key();
+            !rendered.contains(&key) && !live.contains_key(&key)
+        })
+        .collect()
+}
+
+/// Reads each of `entries` on its own: one that is there after all, still labelled for
+/// this inventory, joins `live` (a list from a cache, the server's or a watch's, may be
+/// a moment behind, and forgetting an object that is there would leave it behind for
+/// good). Only what is really gone is forgotten.
+async fn confirm_gone(
+    (resources, applyset, manager): (&Resources, &str, &str),
+    entries: Vec<&InventoryEntry>,
+    live: &mut HashMap<ObjectKey, Arc<Value>>,
+) -> Result<(), ClusterError> {
+    for entry in entries {
+        let Some(namespaced) = resources.namespaced(&entry.api_version, &entry.kind) else {
+            continue; // a kind no longer served: nothing to read
+        };
+        let namespace = entry.namespace.as_deref().filter(|_| namespaced);
+        let api = resources.api(&entry.api_version, &entry.kind, namespace)?;
+        let found = api
+            .get_opt(&entry.name)
+            .await
+            .map_err(api_error(format!("read {}", entry.key())))?;
+        let Some(object) = found else {
+            continue;
+        };
+        if object.labels().get(PART_OF_LABEL).map(String::as_str) == Some(applyset) {
+            let value = live_value(object, &entry.api_version, &entry.kind, manager);
+            live.insert(entry.key(), Arc::new(value));
+        }
+    }
+    Ok(())
 }
 
 /// The deletions and releases of what no model renders any more (in reverse apply
@@ -231,7 +303,7 @@ fn prune_steps(
                 source: annotation(object, SOURCE_ANNOTATION),
                 ..Change::new(key, entry.api_version.clone(), action)
             },
-            desired: None,
+            object: None,
             force: false,
             hand_over: None,
             clear_rolling: None,
@@ -310,7 +382,7 @@ fn refused_prune(entry: &InventoryEntry, message: &str) -> Step {
     change.error = Some(message.to_string());
     Step {
         change,
-        desired: None,
+        object: None,
         force: false,
         hand_over: None,
         clear_rolling: None,
@@ -352,6 +424,8 @@ struct Labelled<'l> {
     /// inventory's): listed one by one when the identity may not list a kind across
     /// the cluster.
     namespaces: &'l BTreeSet<String>,
+    /// What the lists read.
+    reads: Reads,
 }
 
 /// Everything labelled for this inventory: from the watch cache for the kinds it has
@@ -389,7 +463,8 @@ async fn list_labelled(
             live.insert(key, Arc::new(live_value(item, api_version, kind, manager)));
         };
         let api = resources.api_all(api_version, kind)?;
-        match list_paged(&api, &selector, |item| keep(&mut live, item)).await {
+        let each = |item| keep(&mut live, item);
+        match list_each(&api, &selector, labelled.reads, each).await {
             Ok(()) => {}
             // A team's identity (a Role in its namespaces only) may not list across
             // the cluster: the namespaces the plan concerns are listed one by one. The
@@ -431,7 +506,7 @@ async fn list_each_namespace(
     let mut refused = Vec::new();
     for namespace in labelled.namespaces {
         let api = resources.api(api_version, kind, Some(namespace))?;
-        match list_paged(&api, selector, &mut each).await {
+        match list_each(&api, selector, labelled.reads, &mut each).await {
             Ok(()) => {}
             Err(kube::Error::Api(status)) if status.code == 403 => {
                 refused.push((namespace.clone(), status_text(&status)));
@@ -448,6 +523,8 @@ async fn list_each_namespace(
 struct ObjectPlanner<'p> {
     context: &'p ObjectContext<'p>,
     object: &'p RenderedObject,
+    /// Its place among the rendered objects, which its steps refer to.
+    index: usize,
     key: ObjectKey,
     desired: Value,
 }
@@ -462,7 +539,7 @@ impl ObjectPlanner<'_> {
                 diff,
                 ..Change::new(self.key.clone(), self.object.api_version.clone(), action)
             },
-            desired: Some(self.desired.clone()),
+            object: Some(self.index),
             force: false,
             hand_over: None,
             clear_rolling: None,
@@ -474,7 +551,7 @@ impl ObjectPlanner<'_> {
     fn failed(&self, message: String) -> Step {
         let mut failed = self.step(Action::Error, String::new());
         failed.change.error = Some(message);
-        failed.desired = None;
+        failed.object = None;
         failed
     }
 
@@ -489,7 +566,7 @@ impl ObjectPlanner<'_> {
     /// creates a node) and nothing to record.
     fn absent(&self) -> Step {
         let mut absent = self.step(Action::Absent, String::new());
-        absent.desired = None;
+        absent.object = None;
         absent
     }
 
@@ -872,11 +949,13 @@ fn written_in_place(live: &Value, manager: &str) -> bool {
 
 async fn plan_object(
     context: &ObjectContext<'_>,
+    index: usize,
     object: &RenderedObject,
 ) -> Result<Step, ClusterError> {
     let planner = ObjectPlanner {
         context,
         object,
+        index,
         key: object.key(),
         desired: with_applied_hash(&object.body),
     };

@@ -24,7 +24,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::instrument;
 
 use crate::cluster::{ClusterError, Resources, Target};
-pub use crate::cluster::{Fence, Tenure};
+pub use crate::cluster::{Fence, Reads, Tenure};
 use crate::generate::{Capabilities, Generate};
 use crate::record::read_inventory_existing;
 use crate::repo::{CommitCache, LoadedModels, Repo, RepoError, SETTINGS_FILE};
@@ -134,6 +134,9 @@ pub struct PlanOptions {
     /// Ask the server's dry run about new objects too, so that a refusal shows in the
     /// plan (for a review); an apply learns it from the apply and saves the round trips.
     pub dry_run_new: bool,
+    /// What the plan's lists read (the kinds a watch cache has not synced): the
+    /// newest state, or the API server's cache (a long-running daemon's passes).
+    pub reads: Reads,
 }
 
 #[derive(Debug, Error)]
@@ -272,6 +275,13 @@ pub struct Planned {
 }
 
 impl Planned {
+    /// The body `step` applies (its rendered object, with the hash of what was
+    /// applied), made now.
+    fn desired(&self, step: &Step) -> Option<serde_json::Value> {
+        let object = self.objects.get(step.object?)?;
+        Some(tether_core::plan::with_applied_hash(&object.body))
+    }
+
     /// The API resources of the kinds the plan touches (as discovery found them).
     pub fn resources(&self) -> &Resources {
         &self.resources
@@ -315,10 +325,13 @@ impl Rollout {
     }
 }
 
-/// One change and the body to apply (none for deletions and errors).
+/// One change, and the object it applies (none for deletions and errors).
 struct Step {
     change: Change,
-    desired: Option<serde_json::Value>,
+    /// The rendered object it applies, by its place in [`Planned::objects`]. The body
+    /// sent is made from it as the object is applied ([`Planned::desired`]): a pass
+    /// holds one copy of every object, not two.
+    object: Option<usize>,
     /// Apply with force: fields other managers own are set to the values they have.
     force: bool,
     /// A merge patch of the object's managed fields to send before applying: the
@@ -580,7 +593,7 @@ impl Reconciler {
             partial: common.partial,
             ..options
         };
-        let planning = live::plan(
+        let mut planning = live::plan(
             &client,
             &self.inventory,
             &mut objects,
@@ -594,7 +607,18 @@ impl Reconciler {
             source: common.models.loaded.label.clone(),
             cluster: cluster.several.then(|| cluster.display().to_string()),
             revision: common.models.loaded.revision.clone(),
-            changes: planning.steps.iter().map(|s| s.change.clone()).collect(),
+            // The diffs move to the plan: the apply needs none of them.
+            changes: planning
+                .steps
+                .iter_mut()
+                .map(|step| {
+                    let diff = std::mem::take(&mut step.change.diff);
+                    Change {
+                        diff,
+                        ..step.change.clone()
+                    }
+                })
+                .collect(),
             prune: options.prune,
             waves: wave_summaries(&common.workflow, members.as_ref()),
             graph: common
