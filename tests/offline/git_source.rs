@@ -194,3 +194,35 @@ fn loads_of_one_repository_at_once_share_their_look_at_the_remote() {
         "{LOADS} loads at once made {connections} connections"
     );
 }
+
+/// A process killed in the middle of a fetch leaves libgit2's lock files in the cache
+/// (the references it was updating, `packed-refs`, `shallow`). The next load finds
+/// them stale, since no other process writes the cache, removes them and fetches;
+/// before, every fetch after the kill failed on them.
+#[test]
+fn lock_files_a_killed_fetch_left_in_the_cache_do_not_stop_the_next() {
+    let remote = tether_testkit::remote::Remote::new(&[("site.yaml", "kind: Site\nname: v1\n")]);
+    let cache = tempfile::tempdir().unwrap();
+    let none = Credentials::default();
+    fetch_models(&remote.url, Some("main"), None, cache.path(), &none).unwrap();
+    let repository = std::fs::read_dir(cache.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "git"))
+        .expect("the cache's repository");
+    let left = [
+        repository.join("refs/remotes/origin/main.lock"),
+        repository.join("packed-refs.lock"),
+        repository.join("shallow.lock"),
+    ];
+    for file in &left {
+        std::fs::write(file, "").unwrap();
+    }
+    let pushed = remote.push("main", &[("site.yaml", "kind: Site\nname: v2\n")]);
+    let (_, revision) = fetch_models(&remote.url, Some("main"), None, cache.path(), &none)
+        .expect("the load after the kill fetches");
+    assert_eq!(revision.commit, pushed);
+    for file in &left {
+        assert!(!file.exists(), "{} is left", file.display());
+    }
+}

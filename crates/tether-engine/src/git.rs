@@ -324,7 +324,7 @@ fn look_at_remote(
     let asked = Instant::now();
     let gate = gate_of(&cache_path(cache_dir, url));
     let mut looks = gate.lock().unwrap_or_else(PoisonError::into_inner);
-    let repo = open_cache(cache_dir, url)?;
+    let (repo, _writing) = open_cache_to_write(cache_dir, url)?;
     if looks.fresh_since(reference, asked) {
         return Ok((repo, Look::Current));
     }
@@ -350,6 +350,58 @@ fn gate_of(path: &Path) -> Arc<Mutex<Looks>> {
     Arc::clone(gates.entry(path.to_path_buf()).or_default())
 }
 
+/// The cache of `url` opened to be written (fetched into), with this process the only
+/// writer among tether's processes until the returned lock is dropped: an exclusive
+/// lock of a file beside it, which the system releases when a process dies. So the
+/// lock files libgit2 leaves behind when a process is killed mid-fetch are found
+/// stale and removed, instead of failing every fetch after it. Call through the
+/// cache's gate (see [`Looks`]): the lock orders processes, the gate this one's threads.
+fn open_cache_to_write(
+    cache_dir: &Path,
+    url: &str,
+) -> Result<(Repository, std::fs::File), GitError> {
+    let repo = open_cache(cache_dir, url)?;
+    let path = cache_path(cache_dir, url);
+    let cache = |source| GitError::Cache {
+        path: path.clone(),
+        source,
+    };
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path.with_extension("writer"))
+        .map_err(cache)?;
+    lock.lock().map_err(cache)?;
+    remove_stale_locks(&path);
+    Ok((repo, lock))
+}
+
+/// Removes libgit2's lock files (`*.lock`) in the repository at `path`: called only
+/// by the one writer ([`open_cache_to_write`]), so each was left by a process that
+/// died holding it.
+fn remove_stale_locks(path: &Path) {
+    // Where libgit2 locks: the files at the top (packed-refs, shallow, config, HEAD)
+    // and the references, not the objects.
+    let top = walkdir::WalkDir::new(path).max_depth(1).into_iter();
+    let references = walkdir::WalkDir::new(path.join("refs")).into_iter();
+    let stale = top
+        .chain(references)
+        .filter_map(Result::ok)
+        .filter(|entry| entry.file_type().is_file())
+        .filter(|entry| entry.path().extension().is_some_and(|e| e == "lock"));
+    for entry in stale {
+        match std::fs::remove_file(entry.path()) {
+            Ok(()) => {
+                tracing::info!(file = %entry.path().display(), "removed a lock file a killed process left in the Git cache")
+            }
+            Err(error) => {
+                tracing::warn!(%error, file = %entry.path().display(), "cannot remove a stale lock file of the Git cache")
+            }
+        }
+    }
+}
+
 /// The bare repository that caches `url`'s objects, created when missing.
 pub(crate) fn open_cache(cache_dir: &Path, url: &str) -> Result<Repository, GitError> {
     let path = cache_path(cache_dir, url);
@@ -372,7 +424,7 @@ pub(crate) fn fetch_cache(
 ) -> Result<Repository, GitError> {
     let gate = gate_of(&cache_path(cache_dir, url));
     let mut looks = gate.lock().unwrap_or_else(PoisonError::into_inner);
-    let repo = open_cache(cache_dir, url)?;
+    let (repo, _writing) = open_cache_to_write(cache_dir, url)?;
     let began = Instant::now();
     fetch(&repo, url, credentials)?;
     looks.fetched = Some(began);
@@ -438,8 +490,8 @@ pub fn fetch_pull_request_head(
         });
     }
     let gate = gate_of(&cache_path(cache_dir, url));
-    let _writing = gate.lock().unwrap_or_else(PoisonError::into_inner);
-    let repo = open_cache(cache_dir, url)?;
+    let _gate = gate.lock().unwrap_or_else(PoisonError::into_inner);
+    let (repo, _writing) = open_cache_to_write(cache_dir, url)?;
     if repo.find_commit(wanted).is_ok() {
         return Ok(());
     }
