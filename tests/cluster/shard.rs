@@ -317,6 +317,26 @@ async fn replicas_share_the_sources_and_hand_them_over_without_writing_one_at_on
     drop((r0, r2));
 }
 
+/// How many of the big Source's ConfigMaps (`c0`, `c1`, …) are made (0 while the
+/// API server does not answer).
+async fn made(config_maps: &Api<ConfigMap>) -> usize {
+    config_maps
+        .list_metadata(&Default::default())
+        .await
+        .map(|list| {
+            list.items
+                .iter()
+                .filter(|c| {
+                    c.metadata
+                        .name
+                        .as_deref()
+                        .is_some_and(|n| n.starts_with('c'))
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
 /// The replica's name in a request's User-Agent (`tether/VERSION (NAME)`).
 fn replica_of(entry: &serde_json::Value) -> Option<&str> {
     entry["userAgent"]
@@ -367,23 +387,7 @@ async fn a_replica_paused_past_its_lease_stops_the_pass_it_was_in_when_it_wakes(
     ));
     // Paused (SIGSTOP) in the middle of its first pass.
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &domain);
-    let count = || async {
-        config_maps
-            .list_metadata(&Default::default())
-            .await
-            .map(|l| {
-                l.items
-                    .iter()
-                    .filter(|c| {
-                        c.metadata
-                            .name
-                            .as_deref()
-                            .is_some_and(|n| n.starts_with('c'))
-                    })
-                    .count()
-            })
-            .unwrap_or(0)
-    };
+    let count = || made(&config_maps);
     eventually(Duration::from_secs(60), || async { count().await >= 20 }).await;
     signal(&r0.process, "STOP");
     let at_pause = count().await;
@@ -495,21 +499,7 @@ async fn an_apply_begun_before_its_fence_lapsed_stops_though_the_fence_is_moved_
         report.unwrap()
     };
     let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), &domain);
-    let count = || async {
-        config_maps
-            .list_metadata(&Default::default())
-            .await
-            .unwrap()
-            .items
-            .iter()
-            .filter(|c| {
-                c.metadata
-                    .name
-                    .as_deref()
-                    .is_some_and(|n| n.starts_with('c'))
-            })
-            .count()
-    };
+    let count = || made(&config_maps);
     let lapse = async {
         while count().await < 20 {
             tokio::time::sleep(Duration::from_millis(10)).await;
