@@ -145,6 +145,7 @@ async fn interrupted_mid_pass(test: &str, interrupt: &[&str]) -> (kube::Client, 
     let entries = audit_entries_since(offset);
     let interrupted = entries
         .iter()
+        .filter(|e| e["objectRef"]["namespace"] == ns.as_str())
         .find(|e| e["objectRef"]["resource"] == "sources" && e["objectRef"]["name"] == "big")
         .map(received_at)
         .expect("the audit log has the request to the Source");
@@ -169,6 +170,8 @@ async fn interrupted_mid_pass(test: &str, interrupt: &[&str]) -> (kube::Client, 
     assert_eq!(late, Vec::<String>::new(), "applied after {interrupt:?}");
     let touched: Vec<String> = entries
         .iter()
+        // This test's: other tests make ConfigMaps named so in their namespaces.
+        .filter(|e| e["objectRef"]["namespace"] == ns.as_str())
         .filter(|e| e["objectRef"]["name"] == "theirs" && e["verb"] != "list")
         .map(|e| e["verb"].to_string())
         .collect();
