@@ -598,7 +598,7 @@ async fn a_custom_resource_is_applied_after_its_definition_in_the_same_run() {
     let second = tether(&inventory, &["apply", path]);
     assert_eq!(
         stdout(&second),
-        "0 created, 0 configured, 3 unchanged, 0 pruned, 0 failed\n"
+        "0 created, 0 configured, 2 unchanged, 0 pruned, 0 failed\n"
     );
 
     // Prune removes the custom resource whose model is gone, and keeps the definition.
@@ -734,4 +734,46 @@ async fn objects_listed_over_several_pages_are_planned_and_pruned_whole() {
     assert_eq!(live.len(), 1_100, "{live:?}");
     assert!(live.contains(&"cm-0-5".to_string()), "made again");
     assert!(!live.iter().any(|n| n.starts_with("cm-7-")), "{live:?}");
+}
+
+/// Someone takes an object tether applied with kubectl, removing tether's label, and
+/// its model is removed: no list finds it as tether's, the read of it before it is
+/// forgotten finds it someone else's, so a prune leaves it and the inventory forgets it.
+#[tokio::test]
+async fn an_object_another_hand_took_by_its_label_is_forgotten_not_pruned() {
+    let (client, ns, inventory) = setup("taken").await;
+    let repo = Repo::new(&[
+        ("base.yaml", &base(&ns)),
+        ("keep.yaml", &config_map("keep", &ns, "1")),
+        ("taken.yaml", &config_map("taken", &ns, "1")),
+    ]);
+    let path = repo.path().to_str().unwrap();
+    assert_eq!(tether(&inventory, &["apply", path]).status.code(), Some(0));
+    crate::daemon::kubectl_ok(&[
+        "label",
+        "configmap",
+        "taken",
+        "-n",
+        &ns,
+        "applyset.kubernetes.io/part-of-",
+    ]);
+    repo.remove("taken.yaml");
+    let pruned = tether(&inventory, &["apply", "--prune", path]);
+    assert_eq!(pruned.status.code(), Some(0), "{}", all_output(&pruned));
+    assert_eq!(
+        stdout(&pruned),
+        "0 created, 0 configured, 2 unchanged, 0 pruned, 0 failed\n"
+    );
+    assert!(
+        live_config_map(&client, &ns, "taken").await.is_some(),
+        "an object someone else took was deleted"
+    );
+    // Forgotten: a diff no longer offers to delete it.
+    let diff = tether(&inventory, &["diff", path]);
+    assert_eq!(diff.status.code(), Some(0), "{}", all_output(&diff));
+    assert!(
+        !stdout(&diff).contains("taken"),
+        "still tether's: {}",
+        stdout(&diff)
+    );
 }

@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use tether_engine::driver::{Backoff, Retries};
@@ -14,7 +15,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::crd::Source;
-use super::shard::{self, Claim, Share};
+use super::shard::{self, Claim, Members, Share};
 
 /// How often a waiting replica looks at the claim again (in its watch's cache: no
 /// request).
@@ -44,40 +45,63 @@ pub async fn acquire(
             let Some(cached) = store.get(&key) else {
                 return false;
             };
-            let source = match shard::claim(holder_of(&cached), &members) {
-                // The cache may not yet show a claim another replica took while this
-                // one was away (paused, cut off): a claim the loop is to run on is
-                // read afresh first.
-                Claim::Held => match api.get_status(name).await {
-                    Ok(fresh) => Some(fresh),
-                    Err(kube::Error::Api(response)) if response.code == 404 => return false,
-                    Err(error) => {
-                        tracing::debug!(%error, "cannot read the Source's claim; again");
-                        None
-                    }
-                },
-                Claim::Take | Claim::Wait => Some((*cached).clone()),
-            };
-            if let Some(source) = source {
-                let holder = holder_of(&source);
-                match shard::claim(holder, &members) {
-                    Claim::Held => return true,
-                    Claim::Take => match write_owner(api, &source, Some(&members.me)).await {
-                        Ok(()) => {
-                            tracing::info!(owner = %members.me, was = ?holder, "claimed the Source");
-                            return true;
-                        }
-                        // Another replica wrote first, or the cache is behind: look again.
-                        Err(error) => tracing::debug!(%error, "the claim was not taken"),
-                    },
-                    Claim::Wait => {
-                        tracing::debug!(holder = ?holder, "waiting for the Source's claim");
-                    }
-                }
+            match claim_once(api, &cached, &members).await {
+                Tried::Held => return true,
+                Tried::Gone => return false,
+                Tried::NotYet => {}
             }
         }
         if !looks.again_unless(stop).await {
             return false;
+        }
+    }
+}
+
+/// What one look at a Source's claim came to.
+enum Tried {
+    Held,
+    NotYet,
+    /// The Source was deleted.
+    Gone,
+}
+
+/// Decides on the claim of `cached` (the Source as the watch's cache has it) and
+/// takes it when free.
+async fn claim_once(api: &Api<Source>, cached: &Source, members: &Members) -> Tried {
+    let fresh;
+    let source = match shard::claim(holder_of(cached), members) {
+        // The cache may not yet show a claim another replica took while this one was
+        // away (paused, cut off): a claim the loop is to run on is read afresh first.
+        Claim::Held => match api.get_status(&cached.name_any()).await {
+            Ok(read) => {
+                fresh = read;
+                &fresh
+            }
+            Err(kube::Error::Api(response)) if response.code == 404 => return Tried::Gone,
+            Err(error) => {
+                tracing::debug!(%error, "cannot read the Source's claim; again");
+                return Tried::NotYet;
+            }
+        },
+        Claim::Take | Claim::Wait => cached,
+    };
+    let holder = holder_of(source);
+    match shard::claim(holder, members) {
+        Claim::Held => Tried::Held,
+        Claim::Take => match write_owner(api, source, Some(&members.me)).await {
+            Ok(()) => {
+                tracing::info!(owner = %members.me, was = ?holder, "claimed the Source");
+                Tried::Held
+            }
+            // Another replica wrote first, or the cache is behind: look again.
+            Err(error) => {
+                tracing::debug!(%error, "the claim was not taken");
+                Tried::NotYet
+            }
+        },
+        Claim::Wait => {
+            tracing::debug!(holder = ?holder, "waiting for the Source's claim");
+            Tried::NotYet
         }
     }
 }

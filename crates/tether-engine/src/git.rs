@@ -324,7 +324,7 @@ fn look_at_remote(
     let asked = Instant::now();
     let gate = gate_of(&cache_path(cache_dir, url));
     let mut looks = gate.lock().unwrap_or_else(PoisonError::into_inner);
-    let (repo, _writing) = open_cache_to_write(cache_dir, url)?;
+    let repo = open_cache(cache_dir, url)?;
     if looks.fresh_since(reference, asked) {
         return Ok((repo, Look::Current));
     }
@@ -350,18 +350,14 @@ fn gate_of(path: &Path) -> Arc<Mutex<Looks>> {
     Arc::clone(gates.entry(path.to_path_buf()).or_default())
 }
 
-/// The cache of `url` opened to be written (fetched into), with this process the only
-/// writer among tether's processes until the returned lock is dropped: an exclusive
-/// lock of a file beside it, which the system releases when a process dies. So the
-/// lock files libgit2 leaves behind when a process is killed mid-fetch are found
-/// stale and removed, instead of failing every fetch after it. Call through the
-/// cache's gate (see [`Looks`]): the lock orders processes, the gate this one's threads.
-fn open_cache_to_write(
-    cache_dir: &Path,
-    url: &str,
-) -> Result<(Repository, std::fs::File), GitError> {
-    let repo = open_cache(cache_dir, url)?;
-    let path = cache_path(cache_dir, url);
+/// Makes this process the only one of tether's that writes the cache `repo` until the
+/// returned lock is dropped: an exclusive lock of a file beside it, which the system
+/// releases when a process dies. So the lock files libgit2 leaves behind when a
+/// process is killed mid-fetch are found stale and removed, instead of failing every
+/// fetch after it. Taken by each fetch, inside the cache's gate (see [`Looks`]): the
+/// lock orders processes, the gate this one's threads.
+fn sole_writer(repo: &Repository) -> Result<std::fs::File, GitError> {
+    let path = repo.path().to_path_buf();
     let cache = |source| GitError::Cache {
         path: path.clone(),
         source,
@@ -374,11 +370,11 @@ fn open_cache_to_write(
         .map_err(cache)?;
     lock.lock().map_err(cache)?;
     remove_stale_locks(&path);
-    Ok((repo, lock))
+    Ok(lock)
 }
 
 /// Removes libgit2's lock files (`*.lock`) in the repository at `path`: called only
-/// by the one writer ([`open_cache_to_write`]), so each was left by a process that
+/// by the one writer ([`sole_writer`]), so each was left by a process that
 /// died holding it.
 fn remove_stale_locks(path: &Path) {
     // Where libgit2 locks: the files at the top (packed-refs, shallow, config, HEAD)
@@ -424,7 +420,7 @@ pub(crate) fn fetch_cache(
 ) -> Result<Repository, GitError> {
     let gate = gate_of(&cache_path(cache_dir, url));
     let mut looks = gate.lock().unwrap_or_else(PoisonError::into_inner);
-    let (repo, _writing) = open_cache_to_write(cache_dir, url)?;
+    let repo = open_cache(cache_dir, url)?;
     let began = Instant::now();
     fetch(&repo, url, credentials)?;
     looks.fetched = Some(began);
@@ -443,6 +439,7 @@ pub(crate) fn fetch(
         "+refs/tags/*:refs/tags/*",
         "+HEAD:refs/remotes/origin/HEAD",
     ];
+    let _writing = sole_writer(repo)?;
     let mut retries = Retries::new(Backoff::request(), 3);
     loop {
         let mut remote = repo.remote_anonymous(url)?;
@@ -490,11 +487,12 @@ pub fn fetch_pull_request_head(
         });
     }
     let gate = gate_of(&cache_path(cache_dir, url));
-    let _gate = gate.lock().unwrap_or_else(PoisonError::into_inner);
-    let (repo, _writing) = open_cache_to_write(cache_dir, url)?;
+    let _writing = gate.lock().unwrap_or_else(PoisonError::into_inner);
+    let repo = open_cache(cache_dir, url)?;
     if repo.find_commit(wanted).is_ok() {
         return Ok(());
     }
+    let _sole = sole_writer(&repo)?;
     let mut remote = repo.remote_anonymous(url)?;
     let mut options = FetchOptions::new();
     options.remote_callbacks(credentials.callbacks());
