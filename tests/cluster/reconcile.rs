@@ -598,7 +598,7 @@ async fn a_custom_resource_is_applied_after_its_definition_in_the_same_run() {
     let second = tether(&inventory, &["apply", path]);
     assert_eq!(
         stdout(&second),
-        "0 created, 0 configured, 2 unchanged, 0 pruned, 0 failed\n"
+        "0 created, 0 configured, 3 unchanged, 0 pruned, 0 failed\n"
     );
 
     // Prune removes the custom resource whose model is gone, and keeps the definition.
