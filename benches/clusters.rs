@@ -36,8 +36,9 @@ fn main() {
     };
     let per_cluster = objects / CLUSTERS.len();
     println!(
-        "{objects} objects over {} local kube-apiservers 1.20.2 on one machine (2 cores); median of 3 for diffs",
-        CLUSTERS.len()
+        "{objects} objects over {} local kube-apiservers {} on one machine (2 cores); median of 3 for diffs",
+        CLUSTERS.len(),
+        planes[0].release()
     );
     println!(
         "{:<16} {:>16} {:>22} {:>16}",

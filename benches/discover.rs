@@ -31,7 +31,10 @@ fn main() {
     let kubeconfig = cluster.kubeconfig().to_path_buf();
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let client = runtime.block_on(cluster.client());
-    println!("tether discover on a local kube-apiserver 1.20.2 (2 cores)");
+    println!(
+        "tether discover on a local kube-apiserver {} (2 cores)",
+        cluster.release()
+    );
 
     runtime.block_on(kube_helpers::namespace(&client, "bench-watch"));
     let latencies = runtime.block_on(watch_latency(&client, &kubeconfig, "bench-watch", samples));

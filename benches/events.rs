@@ -67,7 +67,8 @@ fn main() {
     // The created events of the pods made before tether started.
     wait_for(&arrivals, pods, |_| true);
     println!(
-        "tether events → Kafka (tansu 0.6) on a local kube-apiserver 1.20.2 (2 cores), read with kafka-python"
+        "tether events → Kafka (tansu 0.6) on a local kube-apiserver {} (2 cores), read with kafka-python",
+        cluster.release()
     );
 
     let mut latencies = Vec::new();

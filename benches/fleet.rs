@@ -1,5 +1,5 @@
 //! A fleet hub under 1,000 clusters' reports: a local control plane (kube-apiserver
-//! 1.20 and etcd) as the hub, every cluster joined (`tether_daemon::fleet::hub::join`:
+//! and etcd) as the hub, every cluster joined (`tether_daemon::fleet::hub::join`:
 //! its ServiceAccount, Role, RoleBinding, token and report), and simulated daemons,
 //! each with its own token, writing a report of 20 Sources as `tether run
 //! --fleet-hub-kubeconfig` does (a merge patch of the whole spec) at a 60 s heartbeat.
@@ -144,7 +144,8 @@ async fn run(hub: &LocalCluster, tether: &Path, clusters: usize, sources: usize,
         tether_daemon::fleet::hub::server_of(&config)
     };
     println!(
-        "fleet hub: {clusters} clusters × {sources} Sources; kube-apiserver 1.20.2 + etcd on one machine (2 cores shared)"
+        "fleet hub: {clusters} clusters × {sources} Sources; kube-apiserver {} + etcd on one machine (2 cores shared)",
+        hub.release()
     );
     println!(
         "hub at start: RSS {:.0} MiB (kube-apiserver + etcd)",

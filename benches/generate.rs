@@ -39,7 +39,8 @@ fn main() {
     let repo = dir.path().join("repo");
     write_repository(&repo, charts, overlays);
     println!(
-        "{charts} charts (helm create's) and {overlays} overlays on a local kube-apiserver 1.20.2 (2 cores); helm 4.1.4, kubectl 1.35.2 (Kustomize 5.7.1)"
+        "{charts} charts (helm create's) and {overlays} overlays on a local kube-apiserver {} (2 cores); helm 4.1.4, kubectl 1.35.2 (Kustomize 5.7.1)",
+        cluster.release()
     );
     println!(
         "{:<34} {:>10} {:>10} {:>8}",

@@ -23,22 +23,11 @@ fn main() {
         .unwrap_or_else(|| vec![1000, 5000]);
     // No simulated nodes: the benchmark measures tether, not pods starting.
     let cluster = LocalCluster::start(0);
-    // The newest kubectl at hand: kubectl 1.20 throttles itself to 5 requests a second,
-    // which would make the comparison unfair to kubectl; newer ones do not.
-    let built = tether_testkit::cluster::binaries().join("kubectl");
+    // The peer: kubectl of the server's own release, built from the same module
+    // (KUBECTL names another).
     let kubectl = std::env::var_os("KUBECTL")
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let on_path = Command::new("kubectl")
-                .args(["version", "--client"])
-                .output()
-                .is_ok_and(|o| o.status.success());
-            if on_path {
-                PathBuf::from("kubectl")
-            } else {
-                built
-            }
-        });
+        .unwrap_or_else(|| tether_testkit::cluster::binaries().join("kubectl"));
     let version = Command::new(&kubectl)
         .args(["version", "--client"])
         .output()
@@ -55,7 +44,8 @@ fn main() {
     };
 
     println!(
-        "tether vs kubectl ({version}) on a local kube-apiserver 1.20.2 (2 cores); median of 3 for diffs"
+        "tether vs kubectl ({version}) on a local kube-apiserver {} (2 cores); median of 3 for diffs",
+        cluster.release()
     );
     println!(
         "{:>6}  {:<18} {:>10} {:>10} {:>8}",

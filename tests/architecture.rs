@@ -625,3 +625,60 @@ mod tests {
 "#;
     assert_eq!(hand_paced_loops(code), [3, 12, 18]);
 }
+
+/// The supported Kubernetes range is one fact: the two ends `tether check --pre` names
+/// (`install::{OLDEST_SUPPORTED, NEWEST_SUPPORTED}`) are the oldest and the newest
+/// release `tools/go` builds (the compatibility run's and every test's), the API
+/// types are the oldest's (k8s-openapi's feature), and README says the same range.
+#[test]
+fn the_supported_kubernetes_range_is_one_fact() {
+    use tether_daemon::install::{NEWEST_SUPPORTED, OLDEST_SUPPORTED};
+    let root = root();
+    let mut built: Vec<(u32, u32)> = std::fs::read_dir(root.join("tools/go"))
+        .unwrap()
+        .filter_map(|entry| {
+            let name = entry.unwrap().file_name().into_string().unwrap();
+            let (major, minor) = name.strip_prefix("kubernetes-")?.split_once('.')?;
+            Some((major.parse().unwrap(), minor.parse().unwrap()))
+        })
+        .collect();
+    built.sort();
+    let ends = |v: &tether_daemon::install::ServerVersion| (v.major, v.minor);
+    assert_eq!(
+        (built.first(), built.last()),
+        (Some(&ends(&OLDEST_SUPPORTED)), Some(&ends(&NEWEST_SUPPORTED))),
+        "tools/go/kubernetes-* builds {built:?}"
+    );
+    for (major, minor) in &built {
+        let go_mod =
+            std::fs::read_to_string(root.join(format!("tools/go/kubernetes-{major}.{minor}/go.mod")))
+                .unwrap();
+        assert!(
+            go_mod.contains(&format!("require k8s.io/kubernetes v{major}.{minor}.")),
+            "tools/go/kubernetes-{major}.{minor} builds another release"
+        );
+    }
+    let manifest = std::fs::read_to_string(root.join("Cargo.toml")).unwrap();
+    let feature = format!(
+        "features = [\"v{}_{}\"]",
+        OLDEST_SUPPORTED.major, OLDEST_SUPPORTED.minor
+    );
+    assert!(
+        manifest
+            .lines()
+            .any(|l| l.starts_with("k8s-openapi =") && l.contains(&feature)),
+        "k8s-openapi's feature is not {feature}"
+    );
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let section = readme
+        .split("## Supported Kubernetes versions\n")
+        .nth(1)
+        .expect("README has a section Supported Kubernetes versions");
+    assert!(
+        section.trim_start().starts_with(&format!(
+            "Kubernetes {OLDEST_SUPPORTED} to {NEWEST_SUPPORTED}:"
+        )),
+        "README's range: {}",
+        section.lines().next().unwrap_or_default()
+    );
+}

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use miette::IntoDiagnostic;
 use tether_core::render::yaml_stream;
 use tether_daemon::install::{
-    self, InstallOptions, NEWEST_SUPPORTED, ServerVersion, Support, manifests,
+    self, InstallOptions, NEWEST_SUPPORTED, Support, manifests,
 };
 use tether_engine::cluster::connect;
 
@@ -19,10 +19,6 @@ pub struct InstallArgs {
     /// the webhook Secret is left out: no secret goes to Git.
     #[arg(long)]
     pub export: bool,
-    /// With --export, the Kubernetes version to write for, e.g. 1.20 (it decides the
-    /// PodDisruptionBudget's apiVersion; default: the newest supported).
-    #[arg(long, requires = "export", value_parser = parse_version)]
-    pub kubernetes_version: Option<ServerVersion>,
     /// The daemon's namespace.
     #[arg(long, default_value = "tether-system")]
     pub namespace: String,
@@ -48,16 +44,8 @@ pub struct UninstallArgs {
     pub cluster: ClusterFlags,
 }
 
-fn parse_version(text: &str) -> Result<ServerVersion, String> {
-    let (major, minor) = text
-        .trim_start_matches('v')
-        .split_once('.')
-        .ok_or_else(|| format!("{text:?} is not MAJOR.MINOR, e.g. 1.28"))?;
-    ServerVersion::parse(major, minor).ok_or_else(|| format!("{text:?} is not MAJOR.MINOR"))
-}
-
-fn options(args: &InstallArgs, server: ServerVersion) -> InstallOptions {
-    let mut options = InstallOptions::new(server);
+fn options(args: &InstallArgs) -> InstallOptions {
+    let mut options = InstallOptions::new();
     options.namespace = args.namespace.clone();
     options.replicas = args.replicas;
     options.storage_class = args.storage_class.clone();
@@ -69,8 +57,7 @@ fn options(args: &InstallArgs, server: ServerVersion) -> InstallOptions {
 
 pub async fn install(args: &InstallArgs) -> miette::Result<ExitCode> {
     if args.export {
-        let server = args.kubernetes_version.unwrap_or(NEWEST_SUPPORTED);
-        let text = yaml_stream(&manifests(&options(args, server))).into_diagnostic()?;
+        let text = yaml_stream(&manifests(&options(args))).into_diagnostic()?;
         std::io::stdout()
             .lock()
             .write_all(text.as_bytes())
@@ -89,7 +76,7 @@ pub async fn install(args: &InstallArgs) -> miette::Result<ExitCode> {
         );
     }
     let secret = install::random_webhook_secret().map_err(report::error)?;
-    let applied = install::install(&client, &options(args, server), &secret)
+    let applied = install::install(&client, server, &options(args), &secret)
         .await
         .map_err(report::error)?;
     let mut out = std::io::stdout().lock();

@@ -159,7 +159,7 @@ enum Command {
     /// same objects as YAML for a GitOps repository (deploy/ holds them, for
     /// `kubectl apply -k deploy/`). Exits 0 when installed, 2 on error.
     #[command(
-        after_help = "Examples:\n  tether install\n  tether install --export > tether.yaml\n  tether install --export --kubernetes-version 1.20"
+        after_help = "Examples:\n  tether install\n  tether install --export > tether.yaml"
     )]
     Install(install::InstallArgs),
     /// Remove the daemon and the Source CRD (and so every Source). The objects the

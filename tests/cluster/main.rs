@@ -1,11 +1,12 @@
-//! Tests against a real kube-apiserver and kube-controller-manager (1.20, from
-//! scripts/local-cluster), with the node simulator standing in for a kubelet, in one
+//! Tests against a real kube-apiserver and kube-controller-manager (the newest release
+//! tools/go pins, or TETHER_KUBERNETES's, from scripts/local-cluster), with the node simulator standing in for a kubelet, in one
 //! test binary. Most share the run's control plane (`harness::cluster`), each in
 //! namespaces of its own; a test starts one of its own only when it changes what the
 //! others would see: `nodes` and `nodesim`'s placement (nodes tainted, cordoned,
 //! removed). The tests of the control plane itself are `tests/control_plane`.
 
 mod clusters;
+mod current;
 mod daemon;
 mod discover;
 mod discover_clusters;

@@ -37,8 +37,14 @@ impl Repo {
         std::fs::write(path, text).unwrap();
     }
 
+    /// Removes `name`, a file or a directory with all it holds.
     pub fn remove(&self, name: &str) {
-        std::fs::remove_file(self.dir.path().join(name)).unwrap();
+        let path = self.dir.path().join(name);
+        if path.is_dir() {
+            std::fs::remove_dir_all(path).unwrap();
+        } else {
+            std::fs::remove_file(path).unwrap();
+        }
     }
 
     pub fn path(&self) -> &Path {
@@ -622,6 +628,49 @@ async fn a_custom_resource_is_applied_after_its_definition_in_the_same_run() {
         api.get_opt("small").await.unwrap().is_none()
     })
     .await;
+}
+
+/// A current API server answers `storage is (re)initializing` (429) while a new
+/// resource's watch cache fills, and the next command is often right then: a diff
+/// straight after the apply that created the definition waits it out instead of
+/// failing. A new definition each time, twenty times in a row.
+#[tokio::test]
+async fn a_diff_right_after_a_new_definition_and_its_objects_waits_out_the_server() {
+    let (_client, ns, inventory) = setup("crd-at-once").await;
+    for round in 0..20 {
+        let group = format!("r{round}.{ns}.tether.dev");
+        let definition = format!(
+            "  apiVersion: apiextensions.k8s.io/v1\n  kind: CustomResourceDefinition\n  metadata:\n    \
+             name: gadgets.{group}\n  spec:\n    group: {group}\n    scope: Namespaced\n    \
+             names: {{plural: gadgets, singular: gadget, kind: Gadget}}\n    versions:\n      - name: v1\n        \
+             served: true\n        storage: true\n        schema:\n          openAPIV3Schema:\n            \
+             type: object\n            x-kubernetes-preserve-unknown-fields: true\n  ---\n  \
+             apiVersion: {group}/v1\n  kind: Gadget\n  metadata:\n    name: g\n    namespace: {ns}\n  spec:\n    size: {round}\n"
+        );
+        let repo = Repo::new(&[
+            ("base.yaml", &base(&ns)),
+            (
+                "gadgets.yaml",
+                &format!("kind: KubernetesResourceInstance\nname: gadgets\nresource_definition: |\n{definition}"),
+            ),
+        ]);
+        let path = repo.path().to_str().unwrap();
+        let applied = tether(&format!("{inventory}-{round}"), &["apply", path]);
+        assert_eq!(
+            applied.status.code(),
+            Some(0),
+            "round {round}: {}",
+            all_output(&applied)
+        );
+        let diff = tether(&format!("{inventory}-{round}"), &["diff", path]);
+        assert_eq!(diff.status.code(), Some(0), "round {round}: {}", all_output(&diff));
+        assert!(
+            stdout(&diff).ends_with("0 to create, 0 to update, 0 to delete, 0 in conflict, 3 unchanged\n"),
+            "round {round}: {}",
+            all_output(&diff)
+        );
+        crate::discover::kubectl(&["delete", "crd", &format!("gadgets.{group}"), "--wait=false"]);
+    }
 }
 
 #[tokio::test]

@@ -15,7 +15,6 @@ use kube::Api;
 use kube::api::PostParams;
 use serde_json::Value;
 
-use tether_daemon::install::ServerVersion;
 use tether_daemon::install::manifests::{InstallOptions, PEOPLE_ROLES, manifests};
 
 use crate::daemon::{Daemon, Remote, install_crd, kubectl_apply_text, kubectl_ok, source_yaml};
@@ -145,7 +144,7 @@ pub fn http_post(
 /// The ClusterRoles the page's users are bound to, as `tether install` (and deploy/)
 /// ships them.
 pub fn install_roles() {
-    let shipped = manifests(&InstallOptions::new(ServerVersion::new(1, 20)));
+    let shipped = manifests(&InstallOptions::new());
     let roles: Vec<&Value> = shipped
         .iter()
         .filter(|o| o["kind"] == "ClusterRole")

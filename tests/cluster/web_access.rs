@@ -18,7 +18,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use tether_daemon::install::manifests::{NAME, PEOPLE_ROLES};
-use tether_daemon::install::{InstallOptions, ServerVersion, manifests};
+use tether_daemon::install::{InstallOptions, manifests};
 use tether_daemon::web::auth::{Access, Check, Denied, Viewer};
 
 use crate::daemon::{audit_entries_since, audit_offset, kubectl_apply_text};
@@ -43,7 +43,7 @@ async fn teams(test: &str) -> Teams {
     let a = fresh_namespace(&admin, &format!("{test}-a")).await;
     let b = fresh_namespace(&admin, &format!("{test}-b")).await;
     let roles: Api<ClusterRole> = Api::all(admin.clone());
-    let shipped = manifests(&InstallOptions::new(ServerVersion::new(1, 20)));
+    let shipped = manifests(&InstallOptions::new());
     for role in shipped.iter().filter(|o| o["kind"] == "ClusterRole") {
         let name = role["metadata"]["name"].as_str().unwrap();
         assert!(name == NAME || PEOPLE_ROLES.contains(&name), "{name}");

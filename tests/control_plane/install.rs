@@ -7,6 +7,7 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use tether_daemon::install::{NEWEST_SUPPORTED, OLDEST_SUPPORTED};
 use tether_testkit::cluster::{LocalCluster, binaries};
 use tether_testkit::remote::{Remote, free_port};
 
@@ -155,8 +156,13 @@ fn install_check_tree_suspend_uninstall_and_kustomize_from_an_empty_cluster() {
 
     // Before installing: the server is in the supported range, and we may install.
     let pre_text = cli.tether_ok(&["check", "--pre"]);
+    let version: serde_json::Value =
+        serde_json::from_str(&cli.kubectl_ok(&["get", "--raw", "/version"])).unwrap();
+    let server = format!("{}.{}", version["major"].as_str().unwrap(), version["minor"].as_str().unwrap());
     assert!(
-        pre_text.contains("✔ Kubernetes 1.20 (supported: 1.20 to 1.33)"),
+        pre_text.contains(&format!(
+            "✔ Kubernetes {server} (supported: {OLDEST_SUPPORTED} to {NEWEST_SUPPORTED})"
+        )),
         "{pre_text}"
     );
     assert!(pre_text.contains("✔ you may install tether"), "{pre_text}");
@@ -399,9 +405,9 @@ fn install_check_tree_suspend_uninstall_and_kustomize_from_an_empty_cluster() {
     assert_eq!(nothing.status.code(), Some(0));
     assert!(text(&nothing.stdout).contains("nothing of tether was found in tether-system"));
 
-    // kubectl apply -k installs the same set (this server is 1.20: its overlay).
-    let overlay = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes-1.20");
-    cli.kubectl_ok(&["apply", "-k", &overlay.display().to_string()]);
+    // kubectl apply -k installs the same set.
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
+    cli.kubectl_ok(&["apply", "-k", &deploy.display().to_string()]);
     cli.eventually(
         "the kustomization's CRD established",
         Duration::from_secs(30),

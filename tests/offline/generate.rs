@@ -557,8 +557,8 @@ fn kubernetes_documentation_examples_and_this_projects_deploy_directory_validate
         report.contains("30 models in 11 files: valid, 2 warnings"),
         "{report}"
     );
-    // tether's own deploy/ (a kustomization with its base) and its 1.20 overlay.
-    for dir in ["deploy", "deploy/kubernetes-1.20"] {
+    // tether's own deploy/ (a kustomization with its base).
+    for dir in ["deploy"] {
         let out = tether(home.path(), &["validate", root.join(dir).to_str().unwrap()]);
         assert_eq!(out.status.code(), Some(0), "{dir}: {}", text(&out.stdout));
         let objects = rendered(home.path(), &root.join(dir));
@@ -615,14 +615,8 @@ fn a_chart_from_an_oci_registry_renders_and_a_missing_version_is_named() {
 
 #[test]
 fn a_kustomize_older_than_five_is_refused_with_a_hint() {
-    // The local control plane's kubectl (1.20) embeds Kustomize 2, which builds
-    // overlays differently.
-    let old = tether_testkit::cluster::binaries().join("kubectl");
-    assert!(
-        old.is_file(),
-        "{} (scripts/local-cluster install)",
-        old.display()
-    );
+    // Kustomize 4 builds overlays differently.
+    let old = &helm_tools().kustomize4;
     let (dir, models) = models_dir();
     write(
         &models.join("app/kustomization.yaml"),
@@ -635,13 +629,14 @@ fn a_kustomize_older_than_five_is_refused_with_a_hint() {
     let out = Command::new(env!("CARGO_BIN_EXE_tether"))
         .args(["validate", models.to_str().unwrap()])
         .env("HOME", dir.path())
-        .env("TETHER_KUSTOMIZE", &old)
+        .env("TETHER_KUSTOMIZE", old)
         .output()
         .unwrap();
     let report = text(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{report}");
     assert!(
-        report.contains("builds with Kustomize of kubectl v1.20.2, older than v5.0.0"),
+        report.contains("builds with Kustomize {Version:kustomize/v4.5.7")
+            && report.contains("older than v5.0.0"),
         "{report}"
     );
     assert!(report.contains("kubectl 1.27 or later"), "{report}");

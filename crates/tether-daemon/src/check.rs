@@ -650,18 +650,25 @@ mod tests {
     }
 
     #[test]
-    fn versions_outside_the_range_fail_or_warn() {
+    fn versions_outside_the_range_fail_or_warn_and_name_the_range() {
+        let too_old = judge_version(ServerVersion::new(1, 33));
+        assert_eq!(too_old.verdict, Verdict::Fail);
         assert_eq!(
-            judge_version(ServerVersion::new(1, 19)).verdict,
-            Verdict::Fail
+            too_old.text,
+            "Kubernetes 1.33 is not supported (1.34 to 1.37)"
         );
+        assert_eq!(too_old.hint.as_deref(), Some("upgrade the cluster"));
+        for supported in [34, 37] {
+            assert_eq!(
+                judge_version(ServerVersion::new(1, supported)).verdict,
+                Verdict::Pass
+            );
+        }
+        let newer = judge_version(ServerVersion::new(1, 38));
+        assert_eq!(newer.verdict, Verdict::Warn);
         assert_eq!(
-            judge_version(ServerVersion::new(1, 20)).verdict,
-            Verdict::Pass
-        );
-        assert_eq!(
-            judge_version(ServerVersion::new(1, 40)).verdict,
-            Verdict::Warn
+            newer.text,
+            "Kubernetes 1.38 is newer than tested (supported: 1.34 to 1.37)"
         );
     }
 }

@@ -330,12 +330,74 @@ async fn configured(target: &Target) -> Result<(Client, String), ClusterError> {
     let fence = target.fence.clone().unwrap_or_default();
     let client = ClientBuilder::try_from(config)
         .map_err(ClusterError::Client)?
+        // A service that can be cloned, so that a read can be sent again.
+        .with_layer(&tower::buffer::BufferLayer::new(1024))
         .with_layer(&tower::timeout::TimeoutLayer::new(timeout))
+        .with_layer(&tower::retry::RetryLayer::new(ReadRetry::new()))
         .with_layer(&tower::filter::FilterLayer::new(move |request| {
             fenced(&fence, request)
         }))
         .build();
     Ok((client, url))
+}
+
+/// Reads the server answers "not now" are asked again, within a bound: 429 (a new
+/// resource's watch cache, or the server's own after a restart, says `storage is
+/// (re)initializing` with a Retry-After), 503 (`the server is currently unable to
+/// handle the request`) and 504. A read asked twice changes nothing; a write is never
+/// sent again here (its caller decides: an eviction's 429 is a disruption budget's
+/// final answer for now).
+#[derive(Clone)]
+struct ReadRetry(kube::client::retry::RetryPolicy);
+
+impl ReadRetry {
+    /// 0.2 s doubling to 2 s, or the server's Retry-After, at most 8 times: about 10 s.
+    fn new() -> Self {
+        let policy = kube::client::retry::RetryPolicy::new(
+            Duration::from_millis(200),
+            Duration::from_secs(2),
+            8,
+            true,
+        );
+        ReadRetry(policy.unwrap_or_default())
+    }
+}
+
+impl<Res> tower::retry::Policy<http::Request<kube::client::Body>, http::Response<Res>, tower::BoxError>
+    for ReadRetry
+{
+    type Future = tokio::time::Sleep;
+
+    fn retry(
+        &mut self,
+        request: &mut http::Request<kube::client::Body>,
+        result: &mut Result<http::Response<Res>, tower::BoxError>,
+    ) -> Option<Self::Future> {
+        if request.method() != http::Method::GET {
+            return None;
+        }
+        let retry = self.0.retry(request, result);
+        if retry.is_some()
+            && let Ok(response) = result
+        {
+            tracing::debug!(uri = %request.uri(), status = %response.status(), "the server asks to read again later");
+        }
+        retry
+    }
+
+    fn clone_request(
+        &mut self,
+        request: &http::Request<kube::client::Body>,
+    ) -> Option<http::Request<kube::client::Body>> {
+        if request.method() != http::Method::GET {
+            return None;
+        }
+        <kube::client::retry::RetryPolicy as tower::retry::Policy<
+            _,
+            http::Response<Res>,
+            tower::BoxError,
+        >>::clone_request(&mut self.0, request)
+    }
 }
 
 /// A request as the fence lets it go: one that writes is refused once this process may

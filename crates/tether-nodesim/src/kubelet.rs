@@ -124,13 +124,15 @@ async fn register_node(client: &Client, name: &str, index: usize) -> Result<(), 
     }
     let resources = json!({"cpu": "64", "memory": "256Gi", "pods": "500"});
     let address = format!("10.0.0.{index}");
+    // A kubelet of the control plane's own release, as a cluster's nodes usually are.
+    let version = format!("{}-sim", client.apiserver_version().await?.git_version);
     let status = json!({"status": {
         "capacity": resources,
         "allocatable": resources,
         "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "simulated",
                         "lastHeartbeatTime": lifecycle::now(), "lastTransitionTime": lifecycle::now()}],
         "addresses": [{"type": "InternalIP", "address": address}, {"type": "Hostname", "address": name}],
-        "nodeInfo": {"kubeletVersion": "v1.20.2-sim", "kubeProxyVersion": "v1.20.2-sim", "architecture": "amd64",
+        "nodeInfo": {"kubeletVersion": version, "kubeProxyVersion": version, "architecture": "amd64",
                      "operatingSystem": "linux", "osImage": "simulated", "kernelVersion": "", "containerRuntimeVersion": "sim://1",
                      "machineID": "", "systemUUID": "", "bootID": ""},
     }});

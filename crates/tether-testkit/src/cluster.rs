@@ -88,6 +88,14 @@ impl LocalCluster {
         &self.kubeconfig
     }
 
+    /// The Kubernetes release it runs, as its `/version` says it (`v1.37.2`).
+    pub fn release(&self) -> String {
+        let file = self.state_dir.join("release");
+        let text = std::fs::read_to_string(&file)
+            .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        text.trim().to_string()
+    }
+
     /// The control plane's files; `logs/audit.log` has every write request, `pids`
     /// the processes `up` started.
     pub fn state_dir(&self) -> &Path {

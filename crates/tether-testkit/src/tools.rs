@@ -1,14 +1,20 @@
 //! The real Helm and Kustomize engines for tests and benchmarks: the pinned ones that
-//! `scripts/helm-tools` installs (helm 4.1.4; kubectl 1.35.2 with Kustomize 5.7.1).
+//! `scripts/helm-tools` installs (helm 4.1.4; kubectl 1.35.2 with Kustomize 5.7.1;
+//! Helm 3 and Kustomize 4 built from their Go modules).
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-/// The paths of the pinned `helm` and `kubectl`.
+/// The paths of the pinned `helm` and `kubectl`, and of Helm 3 and Kustomize 4.
 #[derive(Clone, Debug)]
 pub struct HelmTools {
+    /// Helm 4.
     pub helm: PathBuf,
     pub kubectl: PathBuf,
+    /// Helm 3 (`helm.sh/helm/v3`): users bring either.
+    pub helm3: PathBuf,
+    /// Kustomize 4, older than tether takes.
+    pub kustomize4: PathBuf,
 }
 
 impl HelmTools {
@@ -44,6 +50,8 @@ pub fn helm_tools() -> &'static HelmTools {
         HelmTools {
             helm: path("helm"),
             kubectl: path("kubectl"),
+            helm3: path("helm3"),
+            kustomize4: path("kustomize4"),
         }
     })
 }

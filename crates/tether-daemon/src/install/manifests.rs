@@ -1,12 +1,11 @@
 //! What `tether install` puts in a cluster, as data (pure): the daemon's Namespace,
 //! the Source CRD, its RBAC, a StatefulSet whose pods keep their event outboxes on a
-//! volume of their own, a Service for the webhooks and a PodDisruptionBudget of the
-//! server's version. `tether install --export` prints it, and `deploy/` holds it.
+//! volume of their own, a Service for the webhooks and a PodDisruptionBudget.
+//! `tether install --export` prints it, and `deploy/` holds it.
 
 use kube::CustomResourceExt;
 use serde_json::{Value, json};
 
-use super::ServerVersion;
 use crate::clusters::Cluster;
 use crate::crd::Source;
 
@@ -36,21 +35,24 @@ pub struct InstallOptions {
     pub namespace: String,
     pub image: String,
     pub replicas: u32,
-    /// The server's version: it decides the PodDisruptionBudget's apiVersion.
-    pub server: ServerVersion,
     /// The state volume's StorageClass (default: the cluster's default class).
     pub storage_class: Option<String>,
 }
 
 impl InstallOptions {
-    pub fn new(server: ServerVersion) -> Self {
+    pub fn new() -> Self {
         InstallOptions {
             namespace: "tether-system".into(),
             image: default_image(),
             replicas: 2,
-            server,
             storage_class: None,
         }
+    }
+}
+
+impl Default for InstallOptions {
+    fn default() -> Self {
+        InstallOptions::new()
     }
 }
 
@@ -68,7 +70,7 @@ pub fn manifests(options: &InstallOptions) -> Vec<Value> {
         leader_role_binding(ns),
         service(ns),
         stateful_set(options),
-        disruption_budget(ns, options.server),
+        disruption_budget(ns),
     ]);
     objects
 }
@@ -396,16 +398,10 @@ fn pod_spec(image: &str) -> Value {
 }
 
 /// One replica stays through voluntary disruptions (node drains), so that a replica is
-/// there to take over. policy/v1 came with Kubernetes 1.21; older servers have the
-/// same fields as v1beta1.
-fn disruption_budget(ns: &str, server: ServerVersion) -> Value {
-    let api_version = if server.at_least(1, 21) {
-        "policy/v1"
-    } else {
-        "policy/v1beta1"
-    };
+/// there to take over.
+fn disruption_budget(ns: &str) -> Value {
     json!({
-        "apiVersion": api_version,
+        "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": { "name": NAME, "namespace": ns, "labels": labels() },
         "spec": { "minAvailable": 1, "selector": { "matchLabels": selector() } },
@@ -441,24 +437,22 @@ mod tests {
     }
 
     #[test]
-    fn the_namespace_and_the_crd_come_first_and_the_budget_follows_the_server() {
-        let old = manifests(&InstallOptions::new(ServerVersion::new(1, 20)));
-        let new = manifests(&InstallOptions::new(ServerVersion::new(1, 33)));
-        assert_eq!(kinds(&old)[0], "v1 Namespace");
+    fn the_namespace_and_the_crd_come_first_and_the_budget_last() {
+        let objects = manifests(&InstallOptions::new());
+        assert_eq!(kinds(&objects)[0], "v1 Namespace");
         assert_eq!(
-            kinds(&old)[1],
+            kinds(&objects)[1],
             "apiextensions.k8s.io/v1 CustomResourceDefinition"
         );
         assert_eq!(
-            kinds(&old).last().unwrap(),
-            "policy/v1beta1 PodDisruptionBudget"
+            kinds(&objects).last().unwrap(),
+            "policy/v1 PodDisruptionBudget"
         );
-        assert_eq!(kinds(&new).last().unwrap(), "policy/v1 PodDisruptionBudget");
     }
 
     #[test]
     fn every_object_carries_the_part_of_label_and_no_secret_is_exported() {
-        let objects = manifests(&InstallOptions::new(ServerVersion::new(1, 28)));
+        let objects = manifests(&InstallOptions::new());
         for object in &objects {
             assert_eq!(
                 object["metadata"]["labels"][PART_OF.0], PART_OF.1,

@@ -33,18 +33,16 @@ pub struct ServerVersion {
     pub minor: u32,
 }
 
-/// The oldest Kubernetes tether runs on (its tests run on a 1.20 control plane).
-pub const OLDEST_SUPPORTED: ServerVersion = ServerVersion::new(1, 20);
-/// The newest Kubernetes whose API tether is built against (k8s-openapi's `v1_33`).
-pub const NEWEST_SUPPORTED: ServerVersion = ServerVersion::new(1, 33);
+/// The oldest Kubernetes tether supports: its API types are this release's
+/// (k8s-openapi's `v1_34`), and `scripts/compat` runs the cluster suite on it.
+/// `tools/go/kubernetes-MINOR` pins each end of the range (tests/architecture.rs).
+pub const OLDEST_SUPPORTED: ServerVersion = ServerVersion::new(1, 34);
+/// The newest Kubernetes tether is tested on: every test runs on it.
+pub const NEWEST_SUPPORTED: ServerVersion = ServerVersion::new(1, 37);
 
 impl ServerVersion {
     pub const fn new(major: u32, minor: u32) -> Self {
         ServerVersion { major, minor }
-    }
-
-    pub fn at_least(self, major: u32, minor: u32) -> bool {
-        self >= ServerVersion::new(major, minor)
     }
 
     /// From the server's `/version`; providers append to the minor (GKE's "27+").
@@ -162,15 +160,17 @@ pub struct Applied {
 /// How long the CRD may take to be established.
 const ESTABLISHED_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Applies the daemon's objects in order; the webhook Secret is made once, with
-/// `random_secret`, and kept on later installs (a rotation is the user's decision).
+/// Applies the daemon's objects in order on a server of version `server` (refused
+/// when older than supported); the webhook Secret is made once, with `random_secret`,
+/// and kept on later installs (a rotation is the user's decision).
 pub async fn install(
     client: &Client,
+    server: ServerVersion,
     options: &InstallOptions,
     random_secret: &str,
 ) -> Result<Vec<Applied>, InstallError> {
-    if options.server.support() == Support::TooOld {
-        return Err(InstallError::TooOld(options.server));
+    if server.support() == Support::TooOld {
+        return Err(InstallError::TooOld(server));
     }
     let objects = manifests(options);
     let resources = Resources::discover(client, &kinds_of(&objects)).await?;
@@ -333,9 +333,7 @@ pub struct Removal {
 /// first, so none is acted on). Workloads the Sources applied stay, with their
 /// inventories. The namespace goes only when nothing else lives in it.
 pub async fn uninstall(client: &Client, namespace: &str) -> Result<Removal, InstallError> {
-    // Any server version gives the same names; only the budget's apiVersion differs.
-    let server = server_version(client).await?;
-    let mut options = InstallOptions::new(server);
+    let mut options = InstallOptions::new();
     options.namespace = namespace.to_string();
     let mut objects = manifests(&options);
     objects.push(manifests::webhook_secret(namespace, ""));
