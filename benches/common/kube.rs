@@ -12,7 +12,8 @@ use kube::{Client, CustomResourceExt};
 use serde_json::json;
 use tether_daemon::crd::Source;
 
-/// A namespace, once pods may be made in it (its service account has its token).
+/// A namespace, once pods may be made in it (its default service account exists: the
+/// ServiceAccount admission refuses pods before; its token is projected, no Secret).
 pub async fn namespace(client: &Client, name: &str) {
     let mut namespace = Namespace::default();
     namespace.metadata.name = Some(name.into());
@@ -26,8 +27,7 @@ pub async fn namespace(client: &Client, name: &str) {
         .await
         .ok()
         .flatten()
-        .and_then(|sa| sa.secrets)
-        .is_none_or(|s| s.is_empty())
+        .is_none()
     {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

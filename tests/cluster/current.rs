@@ -156,14 +156,14 @@ async fn a_chart_for_current_kubernetes_applies_with_helm_3_and_helm_4_diffs_cle
     }
 }
 
-/// A CustomResourceDefinition of about 400 KiB, as kube-prometheus-stack's largest
+/// A CustomResourceDefinition of about 450 KiB of JSON, as kube-prometheus-stack's largest
 /// are: many properties, each with a description.
 fn large_definition(group: &str) -> String {
     let description = "A setting of the monitoring stack, described at the length upstream \
                        definitions describe theirs, so that the definition grows past what \
                        an annotation may hold. ";
     let mut properties = String::new();
-    for i in 0..1200 {
+    for i in 0..2000 {
         properties.push_str(&format!(
             "                setting{i}:\n                  type: string\n                  description: \"{description}{i}\"\n"
         ));
@@ -222,7 +222,7 @@ async fn a_definition_larger_than_an_annotation_applies_server_side_diffs_clean_
     );
     let properties =
         &live_definition["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
-    assert_eq!(properties.as_object().map(serde_json::Map::len), Some(1200));
+    assert_eq!(properties.as_object().map(serde_json::Map::len), Some(2000));
 
     let diff = tether_with(&helm_tools().helm, &inventory, &["diff", path]);
     assert_exit(&diff, 0, "diff after apply");
@@ -340,4 +340,105 @@ async fn a_kustomize_overlay_of_autoscaling_v2_applies_diffs_clean_and_prunes() 
             && live("deployment", "prod-podinfo", &ns).is_none()
     })
     .await;
+}
+
+/// A misspelt field of a custom resource is refused with the field named (server-side
+/// apply checks the definition's schema; the apply asks for strict field validation,
+/// as kubectl does), never dropped without a word by the structural schema.
+#[tokio::test]
+async fn a_misspelt_field_of_a_custom_resource_is_refused_not_dropped() {
+    let (_, ns, inventory) = setup("strict-fields").await;
+    let group = format!("{ns}.tether.dev");
+    let definition = format!(
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: gizmos.{group}\n\
+         spec:\n  group: {group}\n  scope: Namespaced\n  names: {{plural: gizmos, singular: gizmo, kind: Gizmo}}\n  \
+         versions:\n  - name: v1\n    served: true\n    storage: true\n    schema:\n      openAPIV3Schema:\n        \
+         type: object\n        properties:\n          spec:\n            type: object\n            properties:\n              \
+         size: {{type: integer}}\n"
+    );
+    let gizmo = |field: &str| {
+        format!(
+            "apiVersion: {group}/v1\nkind: Gizmo\nmetadata:\n  name: small\n  namespace: {ns}\nspec:\n  {field}: 3\n"
+        )
+    };
+    let repo = Repo::new(&[
+        ("models.yaml", &base(&ns)),
+        ("crds.yaml", &definition),
+        ("gizmo.yaml", &gizmo("sise")),
+    ]);
+    let path = repo.path().to_str().unwrap();
+    let helm = &helm_tools().helm;
+    let refused = tether_with(helm, &inventory, &["apply", path]);
+    assert_exit(&refused, 2, "apply of a misspelt field");
+    let said = all_output(&refused);
+    assert!(said.contains(&format!("Gizmo {ns}/small")), "{said}");
+    assert!(said.contains(".spec.sise: field not declared in schema"), "{said}");
+    assert!(
+        crate::discover::kubectl_command()
+            .args(["get", &format!("gizmos.{group}"), "small", "-n", &ns])
+            .output()
+            .unwrap()
+            .stderr
+            .starts_with(b"Error from server (NotFound)"),
+        "nothing was made of the misspelt object"
+    );
+    repo.write("gizmo.yaml", &gizmo("size"));
+    let applied = tether_with(helm, &inventory, &["apply", path]);
+    assert_exit(&applied, 0, "apply of the corrected field");
+}
+
+/// A ValidatingAdmissionPolicy's denial reads as a refusal, as RBAC's does, in the
+/// server's words: the policy, its binding and its message.
+#[tokio::test]
+async fn a_validating_admission_policy_refusal_is_worded_as_a_refusal() {
+    let (_, ns, inventory) = setup("admission-policy").await;
+    let policy = format!(
+        "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicy\nmetadata:\n  name: {ns}\n\
+         spec:\n  failurePolicy: Fail\n  matchConstraints:\n    resourceRules:\n    - apiGroups: [apps]\n      \
+         apiVersions: [v1]\n      operations: [CREATE, UPDATE]\n      resources: [deployments]\n  validations:\n  \
+         - expression: object.spec.replicas <= 5\n    message: at most 5 replicas\n---\n\
+         apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicyBinding\nmetadata:\n  name: {ns}\n\
+         spec:\n  policyName: {ns}\n  validationActions: [Deny]\n  matchResources:\n    namespaceSelector:\n      \
+         matchLabels:\n        kubernetes.io/metadata.name: {ns}\n"
+    );
+    crate::daemon::kubectl_apply_text(&policy);
+    let deployment = |replicas: u32| {
+        format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: {ns}\nspec:\n  \
+             replicas: {replicas}\n  selector:\n    matchLabels: {{app: web}}\n  template:\n    metadata:\n      \
+             labels: {{app: web}}\n    spec:\n      containers:\n      - name: web\n        image: nginx:1.27\n"
+        )
+    };
+    let repo = Repo::new(&[("models.yaml", &base(&ns)), ("web.yaml", &deployment(9))]);
+    let path = repo.path().to_str().unwrap();
+    // The server loads a new policy within moments.
+    let file = repo.path().join("web.yaml");
+    crate::harness::eventually(std::time::Duration::from_secs(30), || async {
+        !crate::discover::kubectl_command()
+            .args(["create", "--dry-run=server", "-f", file.to_str().unwrap()])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    })
+    .await;
+
+    let refused = tether_with(&helm_tools().helm, &inventory, &["apply", path]);
+    assert_exit(&refused, 2, "apply against the policy");
+    let said = stdout(&refused);
+    assert!(
+        said.contains(&format!(
+            "failed: Deployment {ns}/web: apply refused: deployments.apps \"web\" is forbidden: \
+             ValidatingAdmissionPolicy '{ns}' with binding '{ns}' denied request: at most 5 replicas"
+        )),
+        "{said}"
+    );
+    repo.write("web.yaml", &deployment(3));
+    let applied = tether_with(&helm_tools().helm, &inventory, &["apply", path]);
+    assert_exit(&applied, 0, "apply within the policy");
+    crate::discover::kubectl(&[
+        "delete",
+        "validatingadmissionpolicybinding,validatingadmissionpolicy",
+        &ns,
+    ]);
 }

@@ -542,8 +542,8 @@ async fn recreate_of_a_bare_pod_applies_its_model_again_and_refuses_an_orphan() 
 
 #[tokio::test]
 async fn restart_containers_says_what_it_needs_when_the_node_cannot_exec() {
-    // The node simulator serves no exec (no kubelet): the command must say so, name
-    // the alternative, and leave the pod as it was.
+    // The node simulator serves no exec (no kubelet listens at the node's address):
+    // the command must say so, name the alternative, and leave the pod as it was.
     let (client, ns, inventory) = setup("ops-restart-containers").await;
     let repo = checkout(&models(&ns, 1, ""));
     let path = repo.path().to_str().unwrap();
@@ -573,7 +573,7 @@ async fn restart_containers_says_what_it_needs_when_the_node_cannot_exec() {
         "{text}"
     );
     assert!(
-        text.contains("error dialing backend"),
+        text.contains("dial tcp 127.0.1.1:10250: connect: connection refused"),
         "the server's reason: {text}"
     );
     assert!(

@@ -581,11 +581,29 @@ pub async fn capabilities(client: &Client) -> Result<crate::generate::Capabiliti
     let version = client.apiserver_version().await.map_err(api)?;
     let core = client.list_core_api_versions().await.map_err(api)?;
     let groups = client.list_api_groups().await.map_err(api)?;
-    let mut api_versions: Vec<String> = core.versions;
+    let mut group_versions: Vec<String> = core.versions;
     for group in groups.groups {
-        api_versions.extend(group.versions.into_iter().map(|v| v.group_version));
+        group_versions.extend(group.versions.into_iter().map(|v| v.group_version));
     }
+    // As `helm install` sees them: each group/version and each of its kinds
+    // (`policy/v1/PodDisruptionBudget`), which charts ask for by name.
+    let kinds = group_versions.iter().map(|group_version| async move {
+        let resources = match group_version.contains('/') {
+            true => client.list_api_group_resources(group_version).await,
+            false => client.list_core_api_resources(group_version).await,
+        };
+        resources.map(|list| {
+            list.resources
+                .into_iter()
+                .filter(|r| !r.name.contains('/'))
+                .map(|r| format!("{group_version}/{}", r.kind))
+                .collect::<Vec<_>>()
+        })
+    });
+    let kinds = futures::future::try_join_all(kinds).await.map_err(api)?;
+    let mut api_versions: Vec<String> = group_versions.into_iter().chain(kinds.into_iter().flatten()).collect();
     api_versions.sort();
+    api_versions.dedup();
     Ok(crate::generate::Capabilities {
         kube_version: version.git_version,
         api_versions,

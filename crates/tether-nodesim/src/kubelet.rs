@@ -1,14 +1,15 @@
-//! The simulator's loop: registers the nodes, then does for every pod what the
-//! scheduler, the kubelet and the taint manager would: binds it to a node it fits,
-//! reports it Running, finishes Jobs' pods, evicts pods from `NoExecute` taints and
-//! completes deletions.
+//! The simulator's loop: registers the nodes, then does for every pod the real
+//! scheduler bound to one of them what the kubelet would: reports it Running, finishes
+//! Jobs' pods and completes deletions. (Placement and `NoExecute` evictions are the
+//! control plane's own: kube-scheduler and kube-controller-manager's taint-eviction
+//! controller.)
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{Binding, Node, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{self, Store};
@@ -17,7 +18,6 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 
 use crate::lifecycle::{self, Action};
-use crate::placement::{self, Eviction};
 
 /// A pod annotation: how long its containers run before they finish ("2s", "500ms").
 /// Jobs' pods finish after one second without it.
@@ -43,10 +43,8 @@ struct Kubelet {
     pods: Store<Pod>,
     nodes: Store<Node>,
     ips: Mutex<IpAllocator>,
-    /// Pods with a completion or an eviction pending, so an event does not start a second.
+    /// Pods with a completion pending, so an event does not start a second.
     timers: Mutex<HashSet<String>>,
-    /// The node of each pod bound here, by uid, before the watch shows the binding.
-    bindings: Mutex<HashMap<String, String>>,
     /// The pods this simulator started, by uid, before the watch shows them Running:
     /// a pod seen again as Pending from a stale cache is not started a second time
     /// (which would move its Ready condition's transition time).
@@ -80,7 +78,6 @@ pub async fn run(client: Client, count: usize) -> Result<(), kube::Error> {
         nodes,
         ips: Mutex::default(),
         timers: Mutex::default(),
-        bindings: Mutex::default(),
         started: Mutex::default(),
     });
     let mut events = std::pin::pin!(futures::stream::select(pod_events, node_events));
@@ -88,7 +85,7 @@ pub async fn run(client: Client, count: usize) -> Result<(), kube::Error> {
         let seen = seen.map_err(|e| kube::Error::Service(Box::new(e)))?;
         let pods = match seen {
             Seen::Pod(pod) => vec![Arc::new(*pod)],
-            // A node changed (a cordon, a taint, a new node): every pod is looked at again.
+            // A node came (or changed): its pods, bound before it was seen, are looked at.
             Seen::Node => kubelet.pods.state(),
         };
         for pod in pods {
@@ -123,7 +120,9 @@ async fn register_node(client: &Client, name: &str, index: usize) -> Result<(), 
         Err(e) => return Err(e),
     }
     let resources = json!({"cpu": "64", "memory": "256Gi", "pods": "500"});
-    let address = format!("10.0.0.{index}");
+    // A loopback address: what the API server dials for a node (exec, logs) stays on
+    // this machine, and is refused there (no kubelet listens).
+    let address = format!("127.0.1.{index}");
     // A kubelet of the control plane's own release, as a cluster's nodes usually are.
     let version = format!("{}-sim", client.apiserver_version().await?.git_version);
     let status = json!({"status": {
@@ -172,14 +171,9 @@ impl Kubelet {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &namespace);
         let name = pod.name_any();
         let nodes = self.our_nodes();
+        // Pods the scheduler has not bound yet, or bound to another node, are not ours.
         let bound = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
-        let Some(bound) = bound else {
-            if pod.metadata.deletion_timestamp.is_none() {
-                self.schedule(&api, pod, &nodes).await?;
-            }
-            return Ok(());
-        };
-        let Some(node) = nodes.iter().find(|n| n.name_any() == bound) else {
+        let Some(node) = nodes.iter().find(|n| Some(n.name_any().as_str()) == bound) else {
             return Ok(());
         };
         if pod.metadata.deletion_timestamp.is_some() {
@@ -196,14 +190,6 @@ impl Kubelet {
             };
             api.delete(&name, &now).await?;
             return Ok(());
-        }
-        match placement::eviction(pod, node) {
-            Eviction::Now => {
-                api.delete(&name, &DeleteParams::default()).await?;
-                return Ok(());
-            }
-            Eviction::After(delay) => self.later(pod, delay, Later::Evict),
-            Eviction::Never => {}
         }
         let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
         let first_start = |uid: String| self.started.lock().is_ok_and(|mut s| s.insert(uid));
@@ -236,7 +222,7 @@ impl Kubelet {
             }
             Some("Running") => {
                 if let Some(run_for) = run_time(pod) {
-                    self.later(pod, run_for, Later::Finish);
+                    self.finish_later(pod, run_for);
                 }
             }
             _ => {}
@@ -244,73 +230,9 @@ impl Kubelet {
         Ok(())
     }
 
-    async fn schedule(&self, api: &Api<Pod>, pod: &Pod, nodes: &[Node]) -> Result<(), kube::Error> {
-        let pods = self.pods.state();
-        let bindings = self.bindings.lock().map(|b| b.clone()).unwrap_or_default();
-        let node_of = |pod: &Pod| {
-            pod.spec
-                .as_ref()
-                .and_then(|s| s.node_name.clone())
-                .or_else(|| bindings.get(&pod.uid().unwrap_or_default()).cloned())
-        };
-        let load = |node: &str| {
-            pods.iter()
-                .filter(|p| node_of(p).as_deref() == Some(node))
-                .count()
-        };
-        let name = pod.name_any();
-        match placement::choose(pod, nodes, load) {
-            Ok(node) => {
-                let binding = Binding {
-                    metadata: ObjectMeta {
-                        name: Some(name.clone()),
-                        ..ObjectMeta::default()
-                    },
-                    target: ObjectReference {
-                        api_version: Some("v1".into()),
-                        kind: Some("Node".into()),
-                        name: node.metadata.name.clone(),
-                        ..ObjectReference::default()
-                    },
-                };
-                api.create_subresource::<Binding, serde_json::Value>(
-                    "binding",
-                    &name,
-                    &PostParams::default(),
-                    &binding,
-                )
-                .await?;
-                if let Ok(mut bindings) = self.bindings.lock() {
-                    let known: HashSet<String> = pods.iter().filter_map(|p| p.uid()).collect();
-                    bindings.retain(|uid, _| known.contains(uid));
-                    bindings.insert(pod.uid().unwrap_or_default(), node.name_any());
-                }
-            }
-            Err(message) => {
-                let already = pod
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|c| {
-                        c.iter().any(|c| {
-                            c.type_ == "PodScheduled" && c.message.as_deref() == Some(&message)
-                        })
-                    });
-                if !already {
-                    let status = json!({"status": {"phase": "Pending", "conditions": [{
-                        "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                        "message": message, "lastTransitionTime": lifecycle::now()}]}});
-                    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
-                        .await?;
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// Finishes or evicts `pod` after `delay`, once per pod.
-    fn later(self: &Arc<Self>, pod: &Pod, delay: Duration, what: Later) {
-        let key = format!("{}/{what:?}", pod.uid().unwrap_or_default());
+    /// Finishes `pod`'s containers after `delay`, once per pod.
+    fn finish_later(self: &Arc<Self>, pod: &Pod, delay: Duration) {
+        let key = pod.uid().unwrap_or_default();
         let first = self
             .timers
             .lock()
@@ -324,29 +246,14 @@ impl Kubelet {
         let exit_code = exit_code(pod);
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
-            let result = match what {
-                Later::Finish => {
-                    let action = if exit_code == 0 {
-                        Action::Finish
-                    } else {
-                        Action::Fail
-                    };
-                    act(&kubelet.client, &namespace, &name, None, action, exit_code)
-                        .await
-                        .map(|_| ())
-                }
-                // Only if the taint is still there and still not tolerated.
-                Later::Evict if kubelet.evicted(&namespace, &name) => {
-                    let api: Api<Pod> = Api::namespaced(kubelet.client.clone(), &namespace);
-                    api.delete(&name, &DeleteParams::default())
-                        .await
-                        .map(|_| ())
-                        .map_err(ActError::from)
-                }
-                Later::Evict => Ok(()),
+            let action = if exit_code == 0 {
+                Action::Finish
+            } else {
+                Action::Fail
             };
+            let result = act(&kubelet.client, &namespace, &name, None, action, exit_code).await;
             if let Err(error) = result {
-                tracing::debug!(pod = %name, %error, "{what:?} failed");
+                tracing::debug!(pod = %name, %error, "finishing failed");
             }
             if let Ok(mut timers) = kubelet.timers.lock() {
                 timers.remove(&key);
@@ -354,28 +261,6 @@ impl Kubelet {
         });
     }
 
-    /// Whether the pod's node still has a NoExecute taint that it does not tolerate
-    /// for good.
-    fn evicted(&self, namespace: &str, name: &str) -> bool {
-        let pods = self.pods.state();
-        let Some(pod) = pods
-            .iter()
-            .find(|p| p.namespace().as_deref() == Some(namespace) && p.name_any() == name)
-        else {
-            return false;
-        };
-        let bound = pod.spec.as_ref().and_then(|s| s.node_name.clone());
-        self.our_nodes()
-            .iter()
-            .find(|n| Some(n.name_any()) == bound)
-            .is_some_and(|node| placement::eviction(pod, node) != Eviction::Never)
-    }
-}
-
-#[derive(Debug, Clone, Copy)]
-enum Later {
-    Finish,
-    Evict,
 }
 
 fn node_address(node: &Node) -> String {

@@ -37,6 +37,7 @@ pub fn now() -> String {
 fn conditions(ready: bool) -> Value {
     let ready = if ready { "True" } else { "False" };
     json!([
+        {"type": "PodReadyToStartContainers", "status": "True", "lastTransitionTime": now()},
         {"type": "Initialized", "status": "True", "lastTransitionTime": now()},
         {"type": "Ready", "status": ready, "lastTransitionTime": now()},
         {"type": "ContainersReady", "status": ready, "lastTransitionTime": now()},
@@ -45,7 +46,9 @@ fn conditions(ready: bool) -> Value {
 }
 
 /// The status of a pod bound to a node whose containers all started, ready or (as
-/// a readiness probe that does not pass yet) not.
+/// a readiness probe that does not pass yet) not. Init containers completed, except
+/// sidecars (`restartPolicy: Always`), which run beside the containers and are ready
+/// with them.
 pub fn started(pod: &Pod, host_ip: &str, pod_ip: &str, ready: bool) -> Value {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
     let name = pod.metadata.name.as_deref().unwrap_or_default();
@@ -69,12 +72,16 @@ pub fn started(pod: &Pod, host_ip: &str, pod_ip: &str, ready: bool) -> Value {
         .unwrap_or_default()
         .iter()
         .map(|c| {
+            if c.restart_policy.as_deref() == Some("Always") {
+                return status_of(c, json!({"running": {"startedAt": now()}}), ready);
+            }
             let done = json!({"terminated": {"exitCode": 0, "reason": "Completed", "startedAt": now(), "finishedAt": now()}});
             status_of(c, done, true)
         })
         .collect();
     json!({"status": {
-        "phase": "Running", "hostIP": host_ip, "podIP": pod_ip, "podIPs": [{"ip": pod_ip}], "startTime": now(),
+        "phase": "Running", "hostIP": host_ip, "hostIPs": [{"ip": host_ip}],
+        "podIP": pod_ip, "podIPs": [{"ip": pod_ip}], "startTime": now(),
         "conditions": conditions(ready),
         "containerStatuses": containers,
         "initContainerStatuses": init_containers,
@@ -210,6 +217,38 @@ mod tests {
         assert_eq!(status.phase.as_deref(), Some("Running"));
         assert_eq!(status.pod_ip.as_deref(), Some("10.244.0.2"));
         assert!(container(&pod, 0).ready && container(&pod, 1).ready);
+    }
+
+    #[test]
+    fn a_sidecar_runs_beside_the_containers_and_a_plain_init_container_completes() {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "n"},
+            "spec": {
+                "initContainers": [
+                    {"name": "migrate", "image": "m"},
+                    {"name": "proxy", "image": "p", "restartPolicy": "Always"},
+                ],
+                "containers": [{"name": "web", "image": "w"}],
+            },
+        }))
+        .unwrap();
+        for ready in [true, false] {
+            let status: k8s_openapi::api::core::v1::PodStatus =
+                serde_json::from_value(started(&pod, "10.0.0.1", "10.244.0.2", ready)["status"].clone())
+                    .unwrap();
+            let init = status.init_container_statuses.unwrap();
+            let state = |i: usize| init[i].state.clone().unwrap();
+            assert_eq!(state(0).terminated.unwrap().reason.as_deref(), Some("Completed"));
+            assert!(state(1).running.is_some(), "the sidecar runs");
+            assert_eq!(init[1].ready, ready, "the sidecar is ready with the containers");
+            assert_eq!(status.host_ips.unwrap()[0].ip, "10.0.0.1");
+            let conditions = status.conditions.unwrap();
+            assert!(
+                conditions
+                    .iter()
+                    .any(|c| c.type_ == "PodReadyToStartContainers" && c.status == "True")
+            );
+        }
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! `tether-nodesim`: nodes for the local control plane, in the spirit of kwok. The
-//! control plane (scripts/local-cluster) has no scheduler and no kubelet; this stands
-//! in for both, so pods get bound, run with IPs and container statuses, complete, get
-//! evicted and go away. `scripts/local-cluster up --nodes N` runs it; the tests use it
-//! through that script.
+//! control plane (scripts/local-cluster) has a real scheduler but no kubelet; this
+//! stands in for the kubelet of each simulated node, so the pods kube-scheduler binds
+//! there run with IPs and container statuses, complete and go away.
+//! `scripts/local-cluster up --nodes N` runs it; the tests use it through that script.
 
 // A function longer than clippy.toml's threshold is shaped along its concepts, or says
 // why it is one (`#[expect(clippy::too_many_lines, reason = "…")]`). Tests are exempt:
@@ -11,7 +11,6 @@
 
 mod kubelet;
 mod lifecycle;
-mod placement;
 
 use std::path::PathBuf;
 use std::time::Duration;

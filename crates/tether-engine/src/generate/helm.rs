@@ -14,9 +14,9 @@ use super::{Tools, run_tool};
 /// What the cluster serves, as the templates' `.Capabilities` see it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Capabilities {
-    /// `v1.20.2`
+    /// `v1.37.2`
     pub kube_version: String,
-    /// `apps/v1`, `policy/v1beta1`, …
+    /// `apps/v1`, `policy/v1`, `policy/v1/PodDisruptionBudget`, …
     pub api_versions: Vec<String>,
 }
 

@@ -12,7 +12,7 @@ use tokio::sync::OnceCell;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, Time};
-use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, ListParams, Patch};
 use kube::{Client, ResourceExt};
 use serde_json::Value;
 use tracing::instrument;
@@ -608,10 +608,7 @@ impl ObjectPlanner<'_> {
         force: bool,
     ) -> Result<DynamicObject, kube::Error> {
         self.context.counts.dry_runs.fetch_add(1, Ordering::Relaxed);
-        let mut params = PatchParams::apply(self.context.manager).dry_run();
-        if force {
-            params = params.force();
-        }
+        let params = super::apply::apply_params(self.context.manager, force).dry_run();
         api.patch(&self.object.name, &params, &Patch::Apply(&self.desired))
             .await
     }

@@ -33,8 +33,9 @@ pub enum ObjectFailure {
     #[error("{message}")]
     Refused { code: u16, message: String },
     /// The identity tether acts as may not do this to the object (the API server's
-    /// 403, RBAC): `verb` is what tether was doing (apply, delete), `identity` who it
-    /// acted as (a Source's ServiceAccount; none for the client's own user).
+    /// 403, RBAC), or the cluster's policy denies it (a ValidatingAdmissionPolicy, an
+    /// admission webhook): `verb` is what tether was doing (apply, delete), `identity`
+    /// who it acted as (a Source's ServiceAccount; none for the client's own user).
     #[error("{verb} refused{}: {message}", as_identity(.identity.as_deref()))]
     Forbidden {
         verb: &'static str,
@@ -118,13 +119,24 @@ impl ObjectFailure {
         Self::of_request("", error)
     }
 
-    /// The failure of a request made to `verb` an object: a 403 that will not pass is
-    /// [`ObjectFailure::Forbidden`] (the identity's rights), the rest as
-    /// [`ObjectFailure::of_kube_error`] says.
+    /// Whether the cluster's admission policy denied the request: a
+    /// ValidatingAdmissionPolicy (422 "… with binding … denied request: …") or an
+    /// admission webhook ("admission webhook … denied the request: …").
+    fn denied_by_policy(status: &kube::core::Status) -> bool {
+        let message = &status.message;
+        (message.contains("ValidatingAdmissionPolicy") && message.contains("denied request"))
+            || (message.contains("admission webhook") && message.contains("denied the request"))
+    }
+
+    /// The failure of a request made to `verb` an object: a 403 that will not pass, or
+    /// a policy's denial, is [`ObjectFailure::Forbidden`] (worded as a refusal of the
+    /// identity), the rest as [`ObjectFailure::of_kube_error`] says.
     pub(super) fn of_request(verb: &'static str, error: &kube::Error) -> Self {
         match error {
             kube::Error::Api(status)
-                if status.code == 403 && !verb.is_empty() && !Self::may_pass_later(status) =>
+                if !verb.is_empty()
+                    && ((status.code == 403 && !Self::may_pass_later(status))
+                        || Self::denied_by_policy(status)) =>
             {
                 ObjectFailure::Forbidden {
                     verb,
@@ -312,6 +324,21 @@ mod tests {
         assert!(!failure.retryable());
         // A namespace's default service account not made yet: it passes.
         assert!(forbidden(403, "error looking up service account team-a/default").retryable());
+        // The cluster's policies refuse as RBAC does, in the words of the API server.
+        for (code, message) in [
+            (
+                422,
+                "deployments.apps \"web\" is forbidden: ValidatingAdmissionPolicy 'replicas' with binding 'replicas' denied request: at most 5 replicas",
+            ),
+            (
+                400,
+                "admission webhook \"validate.kyverno.svc\" denied the request: resource Deployment/team/web was blocked",
+            ),
+        ] {
+            let failure = forbidden(code, message);
+            assert_eq!(failure.to_string(), format!("apply refused: {message}"));
+            assert!(!failure.retryable());
+        }
     }
 
     #[test]
