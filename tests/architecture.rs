@@ -646,13 +646,17 @@ fn the_supported_kubernetes_range_is_one_fact() {
     let ends = |v: &tether_daemon::install::ServerVersion| (v.major, v.minor);
     assert_eq!(
         (built.first(), built.last()),
-        (Some(&ends(&OLDEST_SUPPORTED)), Some(&ends(&NEWEST_SUPPORTED))),
+        (
+            Some(&ends(&OLDEST_SUPPORTED)),
+            Some(&ends(&NEWEST_SUPPORTED))
+        ),
         "tools/go/kubernetes-* builds {built:?}"
     );
     for (major, minor) in &built {
-        let go_mod =
-            std::fs::read_to_string(root.join(format!("tools/go/kubernetes-{major}.{minor}/go.mod")))
-                .unwrap();
+        let go_mod = std::fs::read_to_string(
+            root.join(format!("tools/go/kubernetes-{major}.{minor}/go.mod")),
+        )
+        .unwrap();
         assert!(
             go_mod.contains(&format!("require k8s.io/kubernetes v{major}.{minor}.")),
             "tools/go/kubernetes-{major}.{minor} builds another release"

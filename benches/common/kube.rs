@@ -22,13 +22,7 @@ pub async fn namespace(client: &Client, name: &str) {
         .await
         .expect("namespace");
     let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), name);
-    while accounts
-        .get_opt("default")
-        .await
-        .ok()
-        .flatten()
-        .is_none()
-    {
+    while accounts.get_opt("default").await.ok().flatten().is_none() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

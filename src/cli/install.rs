@@ -5,9 +5,7 @@ use std::process::ExitCode;
 
 use miette::IntoDiagnostic;
 use tether_core::render::yaml_stream;
-use tether_daemon::install::{
-    self, InstallOptions, NEWEST_SUPPORTED, Support, manifests,
-};
+use tether_daemon::install::{self, InstallOptions, NEWEST_SUPPORTED, Support, manifests};
 use tether_engine::cluster::connect;
 
 use super::flags::ClusterFlags;

@@ -158,9 +158,7 @@ enum Command {
     /// (each object is printed created, configured or unchanged). --export prints the
     /// same objects as YAML for a GitOps repository (deploy/ holds them, for
     /// `kubectl apply -k deploy/`). Exits 0 when installed, 2 on error.
-    #[command(
-        after_help = "Examples:\n  tether install\n  tether install --export > tether.yaml"
-    )]
+    #[command(after_help = "Examples:\n  tether install\n  tether install --export > tether.yaml")]
     Install(install::InstallArgs),
     /// Remove the daemon and the Source CRD (and so every Source). The objects the
     /// Sources applied stay, with their inventories.

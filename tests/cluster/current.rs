@@ -78,7 +78,10 @@ fn current_model(namespace: &str) -> String {
 
 #[tokio::test]
 async fn a_chart_for_current_kubernetes_applies_with_helm_3_and_helm_4_diffs_clean_and_prunes() {
-    for (name, helm) in [("helm4", &helm_tools().helm), ("helm3", &helm_tools().helm3)] {
+    for (name, helm) in [
+        ("helm4", &helm_tools().helm),
+        ("helm3", &helm_tools().helm3),
+    ] {
         let (_, ns, inventory) = setup(&format!("current-{name}")).await;
         let repo = Repo::new(&current_chart());
         repo.write("models.yaml", &base(&ns));
@@ -112,7 +115,8 @@ async fn a_chart_for_current_kubernetes_applies_with_helm_3_and_helm_4_diffs_cle
         let diff = tether_with(helm, &inventory, &["diff", path]);
         assert_exit(&diff, 0, &format!("{name}: diff after apply"));
         assert!(
-            stdout(&diff).ends_with("0 to create, 0 to update, 0 to delete, 0 in conflict, 6 unchanged\n"),
+            stdout(&diff)
+                .ends_with("0 to create, 0 to update, 0 to delete, 0 in conflict, 6 unchanged\n"),
             "{name}: {}",
             all_output(&diff)
         );
@@ -220,14 +224,15 @@ async fn a_definition_larger_than_an_annotation_applies_server_side_diffs_clean_
             .is_none(),
         "{annotations}"
     );
-    let properties =
-        &live_definition["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
+    let properties = &live_definition["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+        ["spec"]["properties"];
     assert_eq!(properties.as_object().map(serde_json::Map::len), Some(2000));
 
     let diff = tether_with(&helm_tools().helm, &inventory, &["diff", path]);
     assert_exit(&diff, 0, "diff after apply");
     assert!(
-        stdout(&diff).ends_with("0 to create, 0 to update, 0 to delete, 0 in conflict, 2 unchanged\n"),
+        stdout(&diff)
+            .ends_with("0 to create, 0 to update, 0 to delete, 0 in conflict, 2 unchanged\n"),
         "{}",
         all_output(&diff)
     );
@@ -290,7 +295,10 @@ fn hpa_overlay(namespace: &str, max: u32) -> Vec<(String, String)> {
 async fn a_kustomize_overlay_of_autoscaling_v2_applies_diffs_clean_and_prunes() {
     let (_, ns, inventory) = setup("kustomize-hpa").await;
     let files = hpa_overlay(&ns, 10);
-    let files: Vec<(&str, &str)> = files.iter().map(|(p, t)| (p.as_str(), t.as_str())).collect();
+    let files: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(p, t)| (p.as_str(), t.as_str()))
+        .collect();
     let repo = Repo::new(&files);
     repo.write("models.yaml", &base(&ns));
     let path = repo.path().to_str().unwrap();
@@ -304,14 +312,20 @@ async fn a_kustomize_overlay_of_autoscaling_v2_applies_diffs_clean_and_prunes() 
         "{}",
         all_output(&applied)
     );
-    let hpa = live("horizontalpodautoscalers.v2.autoscaling", "prod-podinfo", &ns).expect("the HPA");
+    let hpa = live(
+        "horizontalpodautoscalers.v2.autoscaling",
+        "prod-podinfo",
+        &ns,
+    )
+    .expect("the HPA");
     assert_eq!(hpa["spec"]["maxReplicas"], 10);
     assert_eq!(hpa["spec"]["scaleTargetRef"]["name"], "prod-podinfo");
 
     let diff = tether_with(helm, &inventory, &["diff", path]);
     assert_exit(&diff, 0, "diff after apply");
     assert!(
-        stdout(&diff).ends_with("0 to create, 0 to update, 0 to delete, 0 in conflict, 3 unchanged\n"),
+        stdout(&diff)
+            .ends_with("0 to create, 0 to update, 0 to delete, 0 in conflict, 3 unchanged\n"),
         "{}",
         all_output(&diff)
     );
@@ -336,7 +350,12 @@ async fn a_kustomize_overlay_of_autoscaling_v2_applies_diffs_clean_and_prunes() 
         all_output(&pruned)
     );
     crate::harness::eventually(std::time::Duration::from_secs(30), || async {
-        live("horizontalpodautoscalers.v2.autoscaling", "prod-podinfo", &ns).is_none()
+        live(
+            "horizontalpodautoscalers.v2.autoscaling",
+            "prod-podinfo",
+            &ns,
+        )
+        .is_none()
             && live("deployment", "prod-podinfo", &ns).is_none()
     })
     .await;
@@ -372,7 +391,10 @@ async fn a_misspelt_field_of_a_custom_resource_is_refused_not_dropped() {
     assert_exit(&refused, 2, "apply of a misspelt field");
     let said = all_output(&refused);
     assert!(said.contains(&format!("Gizmo {ns}/small")), "{said}");
-    assert!(said.contains(".spec.sise: field not declared in schema"), "{said}");
+    assert!(
+        said.contains(".spec.sise: field not declared in schema"),
+        "{said}"
+    );
     assert!(
         crate::discover::kubectl_command()
             .args(["get", &format!("gizmos.{group}"), "small", "-n", &ns])

@@ -169,7 +169,7 @@ async fn a_pods_life_is_four_events_in_order_in_every_sink() {
         .collect();
     assert!(sequences.windows(2).all(|w| w[0] < w[1]), "{sequences:?}");
 
-    // The same four on the pod, for `kubectl describe pod`.
+    // The same four on the pod, for `kubectl describe pod` (beside the scheduler's).
     let recorded: Api<Event> = Api::namespaced(client.clone(), &ns);
     let mut reasons: Vec<(String, String)> = recorded
         .list(&ListParams::default().fields("involvedObject.name=web"))
@@ -177,6 +177,7 @@ async fn a_pods_life_is_four_events_in_order_in_every_sink() {
         .unwrap()
         .items
         .into_iter()
+        .filter(|e| e.reporting_component.as_deref() == Some("tether"))
         .map(|e| (e.metadata.name.unwrap(), e.reason.unwrap()))
         .collect();
     reasons.sort_by_key(|(name, _)| name.rsplit('-').next().unwrap().parse::<u64>().unwrap());

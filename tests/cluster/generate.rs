@@ -105,7 +105,16 @@ fn objects_of(yaml: &str, namespace: &str) -> Vec<Value> {
 /// A live object as JSON (its managedFields too), if it exists.
 pub fn live(kind: &str, name: &str, namespace: &str) -> Option<Value> {
     let output = crate::discover::kubectl_command()
-        .args(["get", kind, name, "-n", namespace, "-o", "json", "--show-managed-fields"])
+        .args([
+            "get",
+            kind,
+            name,
+            "-n",
+            namespace,
+            "-o",
+            "json",
+            "--show-managed-fields",
+        ])
         .output()
         .unwrap();
     if !output.status.success() {

@@ -653,7 +653,9 @@ async fn a_diff_right_after_a_new_definition_and_its_objects_waits_out_the_serve
             ("base.yaml", "kind: KubernetesService\nname: kubernetes\n"),
             (
                 "gadgets.yaml",
-                &format!("kind: KubernetesResourceInstance\nname: gadgets\nresource_definition: |\n{definition}"),
+                &format!(
+                    "kind: KubernetesResourceInstance\nname: gadgets\nresource_definition: |\n{definition}"
+                ),
             ),
         ]);
         let path = repo.path().to_str().unwrap();
@@ -665,9 +667,15 @@ async fn a_diff_right_after_a_new_definition_and_its_objects_waits_out_the_serve
             all_output(&applied)
         );
         let diff = tether(&format!("{inventory}-{round}"), &["diff", path]);
-        assert_eq!(diff.status.code(), Some(0), "round {round}: {}", all_output(&diff));
+        assert_eq!(
+            diff.status.code(),
+            Some(0),
+            "round {round}: {}",
+            all_output(&diff)
+        );
         assert!(
-            stdout(&diff).ends_with("0 to create, 0 to update, 0 to delete, 0 in conflict, 2 unchanged\n"),
+            stdout(&diff)
+                .ends_with("0 to create, 0 to update, 0 to delete, 0 in conflict, 2 unchanged\n"),
             "round {round}: {}",
             all_output(&diff)
         );

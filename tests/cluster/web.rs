@@ -325,10 +325,11 @@ async fn kubernetes_decides_who_sees_and_does_what_and_each_action_is_one_commit
         objects.contains(&"Deployment/web".to_string()),
         "{objects:?}"
     );
-    // The last plan, as `tether diff -o markdown` says it: nothing to change.
+    // The last plan, as `tether diff -o markdown` says it, of the commit applied (the
+    // pass that applied it, or a later one that found nothing to change).
     let report = detail["reportMarkdown"].as_str().unwrap();
     assert!(
-        report.contains("No changes: the cluster matches"),
+        report.starts_with("### tether diff\n") && report.contains(&format!("@ {head}")),
         "{report}"
     );
     // The outsider: an empty list, 403 on the Source.

@@ -174,7 +174,7 @@ async fn without_javascript_the_page_shows_everything_and_its_forms_commit() {
             &*format!("li.object[data-object=\"Deployment/{ns}/web\"]"),
             "ready",
         ),
-        ("#plan", "No changes"),
+        ("#plan", "tether diff"),
         ("#graph", "Slice/web"),
     ] {
         let text = browser.text(selector).await;

@@ -158,7 +158,11 @@ fn install_check_tree_suspend_uninstall_and_kustomize_from_an_empty_cluster() {
     let pre_text = cli.tether_ok(&["check", "--pre"]);
     let version: serde_json::Value =
         serde_json::from_str(&cli.kubectl_ok(&["get", "--raw", "/version"])).unwrap();
-    let server = format!("{}.{}", version["major"].as_str().unwrap(), version["minor"].as_str().unwrap());
+    let server = format!(
+        "{}.{}",
+        version["major"].as_str().unwrap(),
+        version["minor"].as_str().unwrap()
+    );
     assert!(
         pre_text.contains(&format!(
             "✔ Kubernetes {server} (supported: {OLDEST_SUPPORTED} to {NEWEST_SUPPORTED})"

@@ -268,6 +268,21 @@ const QUANTITY_MAPS: &[&str] = &[
     "maxLimitRequestRatio",
 ];
 
+/// Is a conflict's field a map field (labels, annotations, data, …) that the live
+/// object holds empty or not at all? Another manager that applied `labels: {}` or
+/// `binaryData: {}` owns that emptiness as a value (current servers record an applied
+/// empty map as a leaf): a manager that fills it takes nothing of theirs. A path that
+/// cannot be read down to its parent is not an empty map.
+pub fn empty_map_at(live: &Value, path: &str) -> bool {
+    let field = path.rsplit('.').next().unwrap_or_default();
+    MAP_FIELDS.contains(&field)
+        && match value_at(live, path) {
+            Some(value) => stored_as_nothing(field, value) || value.is_null(),
+            // A field of the object itself (`.binaryData`) has the object as parent.
+            None => parent_path(path).is_none_or(|p| value_at(live, p).is_some()),
+        }
+}
+
 /// Do two objects hold the same value at a field path of a conflict (as the API
 /// server spells it: `.spec.containers[name="app"].resources.limits.cpu`)? Quantities
 /// compare by value (`1e+09` and `1G`). An unreadable path is not the same value.

@@ -363,7 +363,8 @@ impl ReadRetry {
     }
 }
 
-impl<Res> tower::retry::Policy<http::Request<kube::client::Body>, http::Response<Res>, tower::BoxError>
+impl<Res>
+    tower::retry::Policy<http::Request<kube::client::Body>, http::Response<Res>, tower::BoxError>
     for ReadRetry
 {
     type Future = tokio::time::Sleep;
@@ -601,7 +602,10 @@ pub async fn capabilities(client: &Client) -> Result<crate::generate::Capabiliti
         })
     });
     let kinds = futures::future::try_join_all(kinds).await.map_err(api)?;
-    let mut api_versions: Vec<String> = group_versions.into_iter().chain(kinds.into_iter().flatten()).collect();
+    let mut api_versions: Vec<String> = group_versions
+        .into_iter()
+        .chain(kinds.into_iter().flatten())
+        .collect();
     api_versions.sort();
     api_versions.dedup();
     Ok(crate::generate::Capabilities {

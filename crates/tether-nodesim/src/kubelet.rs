@@ -260,7 +260,6 @@ impl Kubelet {
             }
         });
     }
-
 }
 
 fn node_address(node: &Node) -> String {

@@ -233,14 +233,21 @@ mod tests {
         }))
         .unwrap();
         for ready in [true, false] {
-            let status: k8s_openapi::api::core::v1::PodStatus =
-                serde_json::from_value(started(&pod, "10.0.0.1", "10.244.0.2", ready)["status"].clone())
-                    .unwrap();
+            let status: k8s_openapi::api::core::v1::PodStatus = serde_json::from_value(
+                started(&pod, "10.0.0.1", "10.244.0.2", ready)["status"].clone(),
+            )
+            .unwrap();
             let init = status.init_container_statuses.unwrap();
             let state = |i: usize| init[i].state.clone().unwrap();
-            assert_eq!(state(0).terminated.unwrap().reason.as_deref(), Some("Completed"));
+            assert_eq!(
+                state(0).terminated.unwrap().reason.as_deref(),
+                Some("Completed")
+            );
             assert!(state(1).running.is_some(), "the sidecar runs");
-            assert_eq!(init[1].ready, ready, "the sidecar is ready with the containers");
+            assert_eq!(
+                init[1].ready, ready,
+                "the sidecar is ready with the containers"
+            );
             assert_eq!(status.host_ips.unwrap()[0].ip, "10.0.0.1");
             let conditions = status.conditions.unwrap();
             assert!(

@@ -91,8 +91,8 @@ impl LocalCluster {
     /// The Kubernetes release it runs, as its `/version` says it (`v1.37.2`).
     pub fn release(&self) -> String {
         let file = self.state_dir.join("release");
-        let text = std::fs::read_to_string(&file)
-            .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let text =
+            std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
         text.trim().to_string()
     }
 

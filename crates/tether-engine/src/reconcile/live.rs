@@ -36,8 +36,8 @@ use tether_core::ownership::{
     annotation, is_inventory_record, is_ownership_mark, is_record_name, other_inventory,
 };
 use tether_core::plan::{
-    Action, Change, FieldConflict, change_diff, conflicts_of, provably_unchanged, replace_diff,
-    same_value_at, with_applied_hash,
+    Action, Change, FieldConflict, change_diff, conflicts_of, empty_map_at, provably_unchanged,
+    replace_diff, same_value_at, with_applied_hash,
 };
 use tether_core::render::RenderedObject;
 
@@ -883,6 +883,7 @@ fn judge_update(facts: UpdateFacts<'_>) -> Judged {
             is_ownership_mark(&c.field)
                 || (handed_over && c.manager == MANAGER)
                 || same_value_at(live, result, &c.field)
+                || empty_map_at(live, &c.field)
         });
     if let Some(owner) = owned_by {
         conflicts.insert(0, owner_conflict(owner));
@@ -1116,6 +1117,57 @@ mod tests {
         ));
         assert_eq!(judged.action, Action::Unchanged);
         assert!(judged.conflicts.is_empty() && judged.force && !judged.drift);
+    }
+
+    #[test]
+    fn an_empty_map_another_manager_applied_is_filled_without_a_conflict() {
+        // kubectl apply --server-side of `labels:`, `annotations: {}` and
+        // `binaryData: {}`: the server stores nothing and records kubectl as the
+        // owner of each map as a value.
+        let live = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "settings", "annotations": {}},
+            "data": {"level": "debug"}
+        });
+        let mut result = live.clone();
+        result["metadata"]["labels"] = json!({"app.kubernetes.io/managed-by": "tether"});
+        result["metadata"]["annotations"] = json!({"tether.dev/model": "Manifest/cm.yaml"});
+        let judged = judge_update(UpdateFacts {
+            kind: "ConfigMap",
+            ..facts(
+                &live,
+                &result,
+                vec![
+                    conflict("kubectl", ".metadata.labels"),
+                    conflict("kubectl", ".metadata.annotations"),
+                    conflict("kubectl", ".binaryData"),
+                ],
+            )
+        });
+        assert_eq!(judged.action, Action::Update);
+        assert!(judged.conflicts.is_empty() && judged.force);
+        // A map that holds another's values stays theirs: a conflict.
+        let mut theirs = live.clone();
+        theirs["metadata"]["labels"] = json!({"team": "a"});
+        let judged = judge_update(UpdateFacts {
+            kind: "ConfigMap",
+            ..facts(
+                &theirs,
+                &result,
+                vec![conflict("kubectl", ".metadata.labels")],
+            )
+        });
+        assert_eq!(judged.action, Action::Conflict);
+        // So does an empty list, which is not a map.
+        let mut args = live.clone();
+        args["spec"] = json!({"args": []});
+        let mut filled = result.clone();
+        filled["spec"] = json!({"args": ["--verbose"]});
+        let judged = judge_update(UpdateFacts {
+            kind: "ConfigMap",
+            ..facts(&args, &filled, vec![conflict("kubectl", ".spec.args")])
+        });
+        assert_eq!(judged.action, Action::Conflict);
     }
 
     #[test]
