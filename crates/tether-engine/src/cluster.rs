@@ -341,6 +341,15 @@ async fn configured(target: &Target) -> Result<(Client, String), ClusterError> {
     Ok((client, url))
 }
 
+/// A server-side apply as `manager`, taking fields another manager holds when
+/// `force`. Strict field validation, as kubectl's default: a field the schema does not
+/// know is refused, also in a custom resource, whose structural schema would otherwise
+/// drop it without a word.
+pub fn apply_params(manager: &str, force: bool) -> kube::api::PatchParams {
+    let params = kube::api::PatchParams::apply(manager).validation_strict();
+    if force { params.force() } else { params }
+}
+
 /// Reads the server answers "not now" are asked again, within a bound: 429 (a new
 /// resource's watch cache, or the server's own after a restart, says `storage is
 /// (re)initializing` with a Retry-After), 503 (`the server is currently unable to

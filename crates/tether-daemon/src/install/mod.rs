@@ -438,10 +438,10 @@ mod tests {
             Some(ServerVersion::new(1, 27))
         );
         assert_eq!(ServerVersion::parse("1", "x"), None);
-        assert_eq!(ServerVersion::new(1, 19).support(), Support::TooOld);
-        assert_eq!(ServerVersion::new(1, 20).support(), Support::Supported);
-        assert_eq!(ServerVersion::new(1, 33).support(), Support::Supported);
-        assert_eq!(ServerVersion::new(1, 34).support(), Support::Newer);
+        assert_eq!(ServerVersion::new(1, 33).support(), Support::TooOld);
+        assert_eq!(ServerVersion::new(1, 34).support(), Support::Supported);
+        assert_eq!(ServerVersion::new(1, 37).support(), Support::Supported);
+        assert_eq!(ServerVersion::new(1, 38).support(), Support::Newer);
     }
 
     #[test]

@@ -661,15 +661,6 @@ fn failure_of(error: &kube::Error) -> ObjectFailure {
     }
 }
 
-/// A server-side apply as `manager`, taking fields another manager holds when
-/// `force`. Strict field validation, as kubectl's default: a field the schema does not
-/// know is refused, also in a custom resource, whose structural schema would otherwise
-/// drop it without a word.
-pub(super) fn apply_params(manager: &str, force: bool) -> PatchParams {
-    let params = PatchParams::apply(manager).validation_strict();
-    if force { params.force() } else { params }
-}
-
 #[instrument(skip_all, fields(object = %step.change.key))]
 async fn apply_one(
     resources: &Resources,
@@ -689,7 +680,7 @@ async fn apply_one(
     let api = api_of(resources, step).map_err(|e| ObjectFailure::Request {
         message: e.to_string(),
     })?;
-    let params = apply_params(manager, force);
+    let params = crate::cluster::apply_params(manager, force);
     if step.change.action == Action::Replace {
         delete_and_wait(&api, key).await?;
     }

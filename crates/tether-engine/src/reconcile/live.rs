@@ -608,7 +608,7 @@ impl ObjectPlanner<'_> {
         force: bool,
     ) -> Result<DynamicObject, kube::Error> {
         self.context.counts.dry_runs.fetch_add(1, Ordering::Relaxed);
-        let params = super::apply::apply_params(self.context.manager, force).dry_run();
+        let params = crate::cluster::apply_params(self.context.manager, force).dry_run();
         api.patch(&self.object.name, &params, &Patch::Apply(&self.desired))
             .await
     }
