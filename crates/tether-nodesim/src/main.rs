@@ -1,7 +1,8 @@
 //! `tether-nodesim`: nodes for the local control plane, in the spirit of kwok. The
 //! control plane (scripts/local-cluster) has a real scheduler but no kubelet; this
 //! stands in for the kubelet of each simulated node, so the pods kube-scheduler binds
-//! there run with IPs and container statuses, complete and go away.
+//! there run with IPs and container statuses, complete and go away; and for the
+//! storage a local cluster provides (a default StorageClass whose claims get volumes).
 //! `scripts/local-cluster up --nodes N` runs it; the tests use it through that script.
 
 // A function longer than clippy.toml's threshold is shaped along its concepts, or says
@@ -11,6 +12,7 @@
 
 mod kubelet;
 mod lifecycle;
+mod storage;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -114,9 +116,10 @@ async fn main() -> miette::Result<()> {
     Ok(())
 }
 
-/// Runs the nodes until SIGTERM or Ctrl-C; a lost watch is started again.
+/// Runs the nodes and their storage until SIGTERM or Ctrl-C; a lost watch is
+/// started again.
 async fn simulate(client: Client, nodes: usize) -> miette::Result<()> {
-    let run = async {
+    let kubelets = async {
         loop {
             if let Err(error) = kubelet::run(client.clone(), nodes).await {
                 tracing::warn!(%error, "the simulator stopped; starting again");
@@ -124,10 +127,19 @@ async fn simulate(client: Client, nodes: usize) -> miette::Result<()> {
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
     };
+    let storage = async {
+        loop {
+            if let Err(error) = storage::run(client.clone()).await {
+                tracing::warn!(%error, "the storage provisioner stopped; starting again");
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    };
+    let run = futures::future::join(kubelets, storage);
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .into_diagnostic()?;
     tokio::select! {
-        () = run => {}
+        _ = run => {}
         _ = terminate.recv() => {}
         _ = tokio::signal::ctrl_c() => {}
     }
