@@ -109,7 +109,8 @@ fn around<'a>(text: &'a str, command: &str) -> (&'a str, &'a str) {
 fn ready<'a>(text: &'a str, name: &str) -> Option<&'a str> {
     text.lines().find_map(|line| {
         let mut columns = line.split_whitespace();
-        (columns.next() == Some(name)).then(|| columns.next())?
+        // The first `n/m` column: READY, or a Job's COMPLETIONS after its STATUS.
+        (columns.next() == Some(name)).then(|| columns.find(|c| c.contains('/')))?
     })
 }
 

@@ -73,6 +73,7 @@ impl Cli<'_> {
             "app.kubernetes.io/part-of=tether",
             "-o",
             "json",
+            "--show-managed-fields",
         ]);
         let list: serde_json::Value = serde_json::from_str(&text).unwrap();
         list["items"]

@@ -92,8 +92,8 @@ fn up_and_down_ten_times_leave_no_process_and_no_port() {
         let (pids, ports) = started(dir.path());
         assert_eq!(
             pids.len(),
-            4,
-            "etcd, kube-apiserver, kube-controller-manager, tether-nodesim"
+            5,
+            "etcd, kube-apiserver, kube-controller-manager, kube-scheduler, tether-nodesim"
         );
         assert_eq!(
             ports.len(),
@@ -292,7 +292,7 @@ fn the_watchdog_stops_the_control_plane_when_its_owner_dies_even_without_its_sta
             String::from_utf8_lossy(&up.stderr)
         );
         let (pids, ports) = started(&state);
-        assert_eq!(pids.len(), 4, "the control plane and the node simulator");
+        assert_eq!(pids.len(), 5, "the control plane and the node simulator");
         if delete_state {
             std::fs::remove_dir_all(&state).unwrap();
         }
