@@ -195,8 +195,15 @@ async fn selectors_cordons_and_taints_place_pods_and_no_execute_taints_evict_the
     pods_admitted(&client, "default").await;
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     let post = PostParams::default();
+    // Two pods that must spread over the nodes (a topology spread constraint, as a
+    // Deployment's pods are spread): kube-scheduler scores two empty nodes alike.
+    let spread = json!({"topologySpreadConstraints": [{"maxSkew": 1,
+        "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule",
+        "labelSelector": {"matchLabels": {"app": "spread"}}}]});
     for name in ["a", "b"] {
-        pods.create(&post, &pod(name, json!({}))).await.unwrap();
+        let mut spread_pod = pod(name, spread.clone());
+        spread_pod.metadata.labels = Some([("app".to_string(), "spread".to_string())].into());
+        pods.create(&post, &spread_pod).await.unwrap();
     }
     let pinned = json!({"nodeSelector": {"kubernetes.io/hostname": "tether-sim-2"}});
     pods.create(&post, &pod("pinned", pinned)).await.unwrap();

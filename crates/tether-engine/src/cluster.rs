@@ -596,21 +596,28 @@ pub async fn capabilities(client: &Client) -> Result<crate::generate::Capabiliti
         group_versions.extend(group.versions.into_iter().map(|v| v.group_version));
     }
     // As `helm install` sees them: each group/version and each of its kinds
-    // (`policy/v1/PodDisruptionBudget`), which charts ask for by name.
+    // (`policy/v1/PodDisruptionBudget`), which charts ask for by name. A group that
+    // cannot be read (a definition removed since, an aggregated API down) gives its
+    // group/version alone, as Helm's own discovery does.
     let kinds = group_versions.iter().map(|group_version| async move {
         let resources = match group_version.contains('/') {
             true => client.list_api_group_resources(group_version).await,
             false => client.list_core_api_resources(group_version).await,
         };
-        resources.map(|list| {
-            list.resources
+        match resources {
+            Ok(list) => list
+                .resources
                 .into_iter()
                 .filter(|r| !r.name.contains('/'))
                 .map(|r| format!("{group_version}/{}", r.kind))
-                .collect::<Vec<_>>()
-        })
+                .collect(),
+            Err(error) => {
+                tracing::debug!(%group_version, %error, "the kinds of a group/version are unknown");
+                Vec::new()
+            }
+        }
     });
-    let kinds = futures::future::try_join_all(kinds).await.map_err(api)?;
+    let kinds = futures::future::join_all(kinds).await;
     let mut api_versions: Vec<String> = group_versions
         .into_iter()
         .chain(kinds.into_iter().flatten())

@@ -40,14 +40,14 @@ pub async fn run(client: Client) -> Result<(), kube::Error> {
     )
     .default_backoff()
     .applied_objects()
-    .map_ok(Seen::Claim);
+    .map_ok(|claim| Seen::Claim(Box::new(claim)));
     let volumes = watcher(
         Api::<PersistentVolume>::all(client.clone()),
         watcher::Config::default(),
     )
     .default_backoff()
     .applied_objects()
-    .map_ok(Seen::Volume);
+    .map_ok(|volume| Seen::Volume(Box::new(volume)));
     let mut events = std::pin::pin!(futures::stream::select(claims, volumes));
     let volumes: Api<PersistentVolume> = Api::all(client);
     while let Some(seen) = events.next().await {
@@ -76,8 +76,8 @@ pub async fn run(client: Client) -> Result<(), kube::Error> {
 }
 
 enum Seen {
-    Claim(PersistentVolumeClaim),
-    Volume(PersistentVolume),
+    Claim(Box<PersistentVolumeClaim>),
+    Volume(Box<PersistentVolume>),
 }
 
 /// The volume a claim of the class gets: its size and access modes, a directory of
