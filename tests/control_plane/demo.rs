@@ -105,12 +105,23 @@ fn around<'a>(text: &'a str, command: &str) -> (&'a str, &'a str) {
     (&text[..start], &text[start + shown.len()..])
 }
 
-/// The READY column of `kubectl get` for the object named `name`.
+/// The READY column of `kubectl get` for the object named `name` (a Job's
+/// COMPLETIONS, which follows its STATUS; a node's STATUS).
 fn ready<'a>(text: &'a str, name: &str) -> Option<&'a str> {
+    let fraction = |column: &str| {
+        column.split_once('/').is_some_and(|(a, b)| {
+            [a, b]
+                .iter()
+                .all(|n| !n.is_empty() && n.bytes().all(|c| c.is_ascii_digit()))
+        })
+    };
     text.lines().find_map(|line| {
         let mut columns = line.split_whitespace();
-        // The first `n/m` column: READY, or a Job's COMPLETIONS after its STATUS.
-        (columns.next() == Some(name)).then(|| columns.find(|c| c.contains('/')))?
+        if columns.next() != Some(name) {
+            return None;
+        }
+        let rest: Vec<&str> = columns.collect();
+        rest.iter().find(|c| fraction(c)).or(rest.first()).copied()
     })
 }
 
