@@ -101,8 +101,8 @@ impl Bench {
     fn kubectl(&self, args: &[&str]) -> Output {
         Command::new(&self.kubectl)
             .args(args)
-            // By variable: `render` takes no --kubeconfig.
-            .env("TETHER_KUBECONFIG", &self.kubeconfig)
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
             .output()
             .expect("kubectl")
     }
