@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, PostParams};
-use tether_daemon::crd::{DiscoverySpec, Source, SourceSpec};
-use tether_daemon::webhook::sign;
+use tether_api::source_spec::{DiscoverySpec, Source, SourceSpec};
+use tether_api::webhook::sign;
 
 use kube_helpers::{Daemon, arg};
 use tether_testkit::cluster::LocalCluster;

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
-use tether_daemon::crd::{FeedbackSpec, LocalObjectReference, Source, SourceSpec};
-use tether_daemon::webhook::sign;
+use tether_api::source_spec::{FeedbackSpec, LocalObjectReference, Source, SourceSpec};
+use tether_api::webhook::sign;
 
 use kube_helpers::arg;
 use tether_core::feedback::GitHost as Provider;

@@ -1,5 +1,5 @@
 //! A fleet hub under 1,000 clusters' reports: a local control plane (kube-apiserver
-//! and etcd) as the hub, every cluster joined (`tether_daemon::fleet::hub::join`:
+//! and etcd) as the hub, every cluster joined (`tether_admin::fleet::join`:
 //! its ServiceAccount, Role, RoleBinding, token and report), and simulated daemons,
 //! each with its own token, writing a report of 20 Sources as `tether run
 //! --fleet-hub-kubeconfig` does (a merge patch of the whole spec) at a 60 s heartbeat.
@@ -141,7 +141,7 @@ async fn run(hub: &LocalCluster, tether: &Path, clusters: usize, sources: usize,
         let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
             .await
             .expect("config");
-        tether_daemon::fleet::hub::server_of(&config)
+        tether_admin::fleet::server_of(&config)
     };
     println!(
         "fleet hub: {clusters} clusters × {sources} Sources; kube-apiserver {} + etcd on one machine (2 cores shared)",
@@ -162,10 +162,9 @@ async fn run(hub: &LocalCluster, tether: &Path, clusters: usize, sources: usize,
             let server = server.clone();
             let path = dir.path().join(format!("{name}.yaml"));
             async move {
-                let joined =
-                    tether_daemon::fleet::hub::join(&admin, "tether-fleet", &name, &server)
-                        .await
-                        .unwrap_or_else(|e| panic!("join {name}: {e:?}"));
+                let joined = tether_admin::fleet::join(&admin, "tether-fleet", &name, &server)
+                    .await
+                    .unwrap_or_else(|e| panic!("join {name}: {e:?}"));
                 std::fs::write(&path, joined.kubeconfig).expect("write kubeconfig");
                 (name, path)
             }

@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use kube::api::{Api, PostParams};
-use tether_daemon::crd::{Source, SourceSpec};
+use tether_api::source_spec::{Source, SourceSpec};
 
 use kube_helpers::arg;
 use tether_testkit::cluster::LocalCluster;

@@ -24,9 +24,9 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Secret;
 use kube::CustomResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use tether_daemon::clusters::Cluster;
-use tether_daemon::crd::Source;
-use tether_daemon::webhook::sign;
+use tether_api::cluster_spec::Cluster;
+use tether_api::source_spec::Source;
+use tether_api::webhook::sign;
 
 use kube_helpers::{Daemon, arg};
 use tether_testkit::cluster::LocalCluster;

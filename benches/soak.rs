@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use kube::Client;
 use kube::api::{Api, PostParams};
 use serde_json::Value;
-use tether_daemon::crd::{Source, SourceSpec};
+use tether_api::source_spec::{Source, SourceSpec};
 
 use kube_helpers::arg;
 use tether_testkit::cluster::LocalCluster;

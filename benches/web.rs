@@ -28,7 +28,7 @@ use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use tether_daemon::crd::Source;
+use tether_api::source_spec::Source;
 
 use kube_helpers::arg;
 use tether_testkit::browser::Browser;

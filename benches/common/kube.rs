@@ -10,7 +10,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, CustomResourceExt};
 use serde_json::json;
-use tether_daemon::crd::Source;
+use tether_api::source_spec::Source;
 
 /// A namespace, once pods may be made in it (its default service account exists: the
 /// ServiceAccount admission refuses pods before; its token is projected, no Secret).

@@ -4,12 +4,13 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use miette::IntoDiagnostic;
-use tether_daemon::check::{self, Finding, Verdict};
-use tether_daemon::install::server_version;
+use tether_admin::check::{self, Finding, Verdict};
+use tether_admin::install::server_version;
 use tether_engine::cluster::connect;
 
+use super::args::EXIT_INVALID;
 use super::flags::ClusterFlags;
-use super::{EXIT_INVALID, report};
+use super::terminal;
 
 #[derive(Debug, clap::Args)]
 pub struct CheckArgs {
@@ -53,12 +54,12 @@ fn line(finding: &Finding) -> String {
 pub async fn check(args: &CheckArgs) -> miette::Result<ExitCode> {
     let client = connect(&args.cluster.target())
         .await
-        .map_err(report::error)?;
+        .map_err(terminal::error)?;
     let findings = match args.pre {
         true => check::before_install(&client, &args.namespace).await,
         false => check::installation(&client, &args.namespace, CLIENT_VERSION).await,
     }
-    .map_err(report::error)?;
+    .map_err(terminal::error)?;
     let mut out = std::io::stdout().lock();
     for finding in &findings {
         out.write_all(line(finding).as_bytes()).into_diagnostic()?;
@@ -86,12 +87,12 @@ pub async fn version(args: &VersionArgs) -> miette::Result<ExitCode> {
     }
     let client = connect(&args.cluster.target())
         .await
-        .map_err(report::error)?;
-    let server = server_version(&client).await.map_err(report::error)?;
+        .map_err(terminal::error)?;
+    let server = server_version(&client).await.map_err(terminal::error)?;
     println!("kubernetes: {server}");
     let daemon = check::daemon_state(&client, &args.namespace)
         .await
-        .map_err(report::error)?;
+        .map_err(terminal::error)?;
     match daemon {
         Some(daemon) => println!(
             "daemon: {} ({}, {} of {} replicas ready, in {})",

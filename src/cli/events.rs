@@ -10,7 +10,8 @@ use tether_engine::config::{EventsConfig, Settings, read_settings};
 use tether_engine::driver::shutdown_on_signal;
 use tether_engine::events::pipeline::EventPipeline;
 
-use super::{EventsArgs, report};
+use super::args::EventsArgs;
+use super::terminal;
 
 pub async fn run(args: &EventsArgs) -> miette::Result<ExitCode> {
     let settings = match &args.config {
@@ -19,7 +20,7 @@ pub async fn run(args: &EventsArgs) -> miette::Result<ExitCode> {
             tokio::task::spawn_blocking(move || read_settings(&path))
                 .await
                 .map_err(|e| miette!("{e}"))?
-                .map_err(report::error)?
+                .map_err(terminal::error)?
         }
         None => Settings::default(),
     };
@@ -31,7 +32,7 @@ pub async fn run(args: &EventsArgs) -> miette::Result<ExitCode> {
         ));
     }
     let target = args.cluster.target();
-    let client = connect(&target).await.map_err(report::error)?;
+    let client = connect(&target).await.map_err(terminal::error)?;
     let cluster = args
         .kubernetes_service
         .clone()
@@ -40,7 +41,7 @@ pub async fn run(args: &EventsArgs) -> miette::Result<ExitCode> {
     let scope = Scope::from_names(args.namespaces.iter().cloned());
     let pipeline = EventPipeline::open(&config, &client, &cluster, &scope)
         .await
-        .map_err(report::error)
+        .map_err(terminal::error)
         .wrap_err("cannot open the event outbox")?;
     shutdown_on_signal().cancelled().await;
     pipeline.close().await;

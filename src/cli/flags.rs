@@ -6,8 +6,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::parse_duration;
 use tether_core::ownership::Inventory;
+use tether_core::settings::parse_duration;
 use tether_engine::config::{DiscoverOverrides, EventOverrides, cache_home};
 use tether_engine::oci::Reference;
 use tether_engine::repo::Repo;
@@ -291,8 +291,9 @@ impl ClusterFlags {
 impl KeyFlags {
     /// The age keys that open encrypted models files.
     pub fn keyring(&self) -> miette::Result<tether_sops::Keyring> {
-        let keys = tether_engine::keys::keyring_from_environment(self.age_key_file.as_deref())
-            .map_err(super::report::error)?;
+        let keys =
+            tether_engine::key_lookup::keyring_from_environment(self.age_key_file.as_deref())
+                .map_err(super::terminal::error)?;
         Ok(keys.given_by("--age-key-file, TETHER_AGE_KEY, SOPS_AGE_KEY or SOPS_AGE_KEY_FILE"))
     }
 }

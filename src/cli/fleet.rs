@@ -8,11 +8,12 @@ use std::time::Duration;
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use miette::{IntoDiagnostic, WrapErr};
+use tether_admin::fleet as hub;
+use tether_api::cluster_report::NAMESPACE;
 use tether_core::settings::parse_duration;
-use tether_daemon::fleet::{NAMESPACE, hub};
 use tether_engine::cluster::{Target, connect};
 
-use super::report;
+use super::terminal;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum FleetCommand {
@@ -127,16 +128,16 @@ pub async fn run(command: &FleetCommand) -> miette::Result<ExitCode> {
 }
 
 async fn join(args: &JoinArgs) -> miette::Result<ExitCode> {
-    hub::check_name(&args.name).map_err(report::error)?;
+    hub::check_name(&args.name).map_err(terminal::error)?;
     let target = args.hub.target();
     let server = match &args.server {
         Some(server) => server.clone(),
         None => hub_server(&target).await?,
     };
-    let client = connect(&target).await.map_err(report::error)?;
+    let client = connect(&target).await.map_err(terminal::error)?;
     let joined = hub::join(&client, &args.hub.fleet_namespace, &args.name, &server)
         .await
-        .map_err(report::error)?;
+        .map_err(terminal::error)?;
     match &args.output {
         Some(path) => {
             write_private(path, &joined.kubeconfig)?;
@@ -201,11 +202,11 @@ fn write_private(path: &std::path::Path, text: &str) -> miette::Result<()> {
 }
 
 async fn revoke(args: &RevokeArgs) -> miette::Result<ExitCode> {
-    hub::check_name(&args.name).map_err(report::error)?;
-    let client = connect(&args.hub.target()).await.map_err(report::error)?;
+    hub::check_name(&args.name).map_err(terminal::error)?;
+    let client = connect(&args.hub.target()).await.map_err(terminal::error)?;
     let revoked = hub::revoke(&client, &args.hub.fleet_namespace, &args.name, args.forget)
         .await
-        .map_err(report::error)?;
+        .map_err(terminal::error)?;
     for object in &revoked.deleted {
         println!("deleted {object}");
     }
@@ -217,10 +218,10 @@ async fn revoke(args: &RevokeArgs) -> miette::Result<ExitCode> {
 }
 
 async fn status(args: &StatusArgs) -> miette::Result<ExitCode> {
-    let client = connect(&args.hub.target()).await.map_err(report::error)?;
+    let client = connect(&args.hub.target()).await.map_err(terminal::error)?;
     let reports = hub::reports(&client, &args.hub.fleet_namespace)
         .await
-        .map_err(report::error)?;
+        .map_err(terminal::error)?;
     let now = k8s_openapi::jiff::Timestamp::now();
     let view = tether_core::fleet::view(reports, now, args.stale_after);
     match args.output {

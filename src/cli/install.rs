@@ -4,12 +4,12 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use miette::IntoDiagnostic;
+use tether_admin::install::{self, InstallOptions, NEWEST_SUPPORTED, Support, manifests};
 use tether_core::render::yaml_stream;
-use tether_daemon::install::{self, InstallOptions, NEWEST_SUPPORTED, Support, manifests};
 use tether_engine::cluster::connect;
 
 use super::flags::ClusterFlags;
-use super::report;
+use super::terminal;
 
 #[derive(Debug, clap::Args)]
 pub struct InstallArgs {
@@ -64,19 +64,19 @@ pub async fn install(args: &InstallArgs) -> miette::Result<ExitCode> {
     }
     let client = connect(&args.cluster.target())
         .await
-        .map_err(report::error)?;
+        .map_err(terminal::error)?;
     let server = install::server_version(&client)
         .await
-        .map_err(report::error)?;
+        .map_err(terminal::error)?;
     if server.support() == Support::Newer {
         eprintln!(
             "warning: Kubernetes {server} is newer than {NEWEST_SUPPORTED}, the newest tether was built for"
         );
     }
-    let secret = install::random_webhook_secret().map_err(report::error)?;
+    let secret = install::random_webhook_secret().map_err(terminal::error)?;
     let applied = install::install(&client, server, &options(args), &secret)
         .await
-        .map_err(report::error)?;
+        .map_err(terminal::error)?;
     let mut out = std::io::stdout().lock();
     for object in &applied {
         writeln!(out, "{} {}", object.object, object.outcome.word()).into_diagnostic()?;
@@ -99,10 +99,10 @@ pub async fn install(args: &InstallArgs) -> miette::Result<ExitCode> {
 pub async fn uninstall(args: &UninstallArgs) -> miette::Result<ExitCode> {
     let client = connect(&args.cluster.target())
         .await
-        .map_err(report::error)?;
+        .map_err(terminal::error)?;
     let removal = install::uninstall(&client, &args.namespace)
         .await
-        .map_err(report::error)?;
+        .map_err(terminal::error)?;
     let mut out = std::io::stdout().lock();
     for object in &removal.deleted {
         writeln!(out, "{object} deleted").into_diagnostic()?;

@@ -5,10 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::CommandFactory;
 use miette::{IntoDiagnostic, WrapErr, miette};
-
-use super::Args;
 
 #[derive(Debug, clap::Args)]
 pub struct ManArgs {
@@ -365,9 +362,10 @@ const EXIT_STATUS: &[(&str, &[(u8, &str)])] = &[
     ),
 ];
 
-/// `tether man`: tether.1 on standard output, or every page into --dir.
-pub fn run(args: &ManArgs) -> miette::Result<ExitCode> {
-    let mut tether = Args::command().disable_help_subcommand(true);
+/// `tether man`: tether.1 on standard output, or every page into --dir, from
+/// `tether`, the command line's definition.
+pub fn run(args: &ManArgs, tether: clap::Command) -> miette::Result<ExitCode> {
+    let mut tether = tether.disable_help_subcommand(true);
     tether.build();
     match &args.dir {
         None => {

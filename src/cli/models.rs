@@ -7,25 +7,25 @@ use miette::IntoDiagnostic;
 use tether_core::ownership::Inventory;
 use tether_core::render::{to_json_list, to_yaml};
 use tether_engine::generate::Generate;
-use tether_engine::reconcile::{Rendered, check};
+use tether_engine::reconcile::{Rendered, build};
 use tether_engine::repo::Repo;
 
-use super::report::ProblemFormat;
+use super::terminal::ProblemFormat;
 use crate::cli::flags::KeyFlags;
 
-use super::{
+use super::args::{
     EXIT_INVALID, GlobalArgs, GraphArgs, GraphFormat, OutputFormat, RenderArgs, ValidateArgs,
-    report,
 };
+use super::terminal;
 
 pub async fn validate(global: &GlobalArgs, args: &ValidateArgs) -> miette::Result<ExitCode> {
-    let mut loaded = args.source.repo()?.load().await.map_err(report::error)?;
+    let mut loaded = args.source.repo()?.load().await.map_err(terminal::error)?;
     // Without its key, an encrypted file is checked for its structure only.
     loaded.files = tether_sops::open_files_for_checking(loaded.files, &args.keys.keyring()?);
     loaded.plain_secrets_are_errors = args.require_encrypted_secrets;
     // The repository's confinement is checked too: validate renders (without an
     // inventory, whose labels do not change what is checked).
-    let (models, objects) = check(
+    let (models, objects) = build(
         loaded,
         &Inventory::default(),
         &Generate::from_environment(),
@@ -33,14 +33,14 @@ pub async fn validate(global: &GlobalArgs, args: &ValidateArgs) -> miette::Resul
         None,
     )
     .await
-    .map_err(report::error)?;
+    .map_err(terminal::error)?;
     let files = &models.loaded.files;
     let diagnostics = &models.diagnostics;
     let failure = (models.documents == 0 && !diagnostics.has_errors() && !args.allow_empty)
         .then(|| no_models(&args.source.shown_root(), files.len()));
     let mut out = String::new();
     match args.output_format {
-        ProblemFormat::Json => out.push_str(&report::json_report(
+        ProblemFormat::Json => out.push_str(&terminal::json_report(
             diagnostics,
             files,
             models.documents,
@@ -48,19 +48,19 @@ pub async fn validate(global: &GlobalArgs, args: &ValidateArgs) -> miette::Resul
             failure.as_ref().map(|(message, _)| message.as_str()),
         )),
         format => {
-            let styled = report::use_graphics(global.color, std::io::stdout().is_terminal());
+            let styled = terminal::use_graphics(global.color, std::io::stdout().is_terminal());
             let (shown, more_errors, more_warnings) =
-                report::capped(diagnostics, files, args.max_errors);
-            out.push_str(&report::problems(&shown, files, format, styled));
-            out.extend(report::left_out(more_errors, more_warnings));
+                terminal::capped(diagnostics, files, args.max_errors);
+            out.push_str(&terminal::problems(&shown, files, format, styled));
+            out.extend(terminal::left_out(more_errors, more_warnings));
             // The failure is the verdict: a summary would call nothing "valid".
             out.push_str(&match (&failure, format) {
                 (Some((message, hint)), ProblemFormat::Github) => format!(
                     "::error title=tether%3A no models::{}\n",
-                    report::github_data(&format!("{message}\nhint: {hint}"))
+                    terminal::github_data(&format!("{message}\nhint: {hint}"))
                 ),
                 (Some((message, hint)), _) => format!("error: {message}\n    hint: {hint}\n"),
-                (None, _) => report::summary(
+                (None, _) => terminal::summary(
                     diagnostics,
                     models.documents,
                     files,
@@ -104,23 +104,23 @@ async fn analysed(
     shown: &std::path::Path,
     inventory: &Inventory,
 ) -> miette::Result<Result<(tether_core::source::SourceFiles, Rendered), ExitCode>> {
-    let mut loaded = repo.load().await.map_err(report::error)?;
+    let mut loaded = repo.load().await.map_err(terminal::error)?;
     loaded.files = tether_sops::open_files(loaded.files, &keys.keyring()?);
-    let (models, rendered) = check(loaded, inventory, &Generate::from_environment(), None, None)
+    let (models, rendered) = build(loaded, inventory, &Generate::from_environment(), None, None)
         .await
-        .map_err(report::error)?;
+        .map_err(terminal::error)?;
     let files = models.loaded.files;
-    let styled = report::use_graphics(global.color, std::io::stderr().is_terminal());
+    let styled = terminal::use_graphics(global.color, std::io::stderr().is_terminal());
     eprint!(
         "{}",
-        report::diagnostics(&models.diagnostics, &files, styled)
+        terminal::diagnostics(&models.diagnostics, &files, styled)
     );
     match rendered {
         Some(rendered) => Ok(Ok((files, rendered))),
         None => {
             eprint!(
                 "{}",
-                report::summary(&models.diagnostics, models.documents, &files, shown)
+                terminal::summary(&models.diagnostics, models.documents, &files, shown)
             );
             Ok(Err(ExitCode::from(EXIT_INVALID)))
         }

@@ -12,8 +12,9 @@ use tether_engine::cluster::connect;
 
 use crate::cli::flags::{ClusterFlags, KeyFlags};
 
+use super::args::GlobalArgs;
 use super::operate::{CommitArgs, ModelsArgs, commit_and_apply};
-use super::{GlobalArgs, report};
+use super::terminal;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum NodeCommand {
@@ -119,7 +120,7 @@ pub async fn run(global: &GlobalArgs, command: &NodeCommand) -> miette::Result<E
 /// carries each (`yes`, `no`, `other value`, or `?` offline or when the node is not
 /// in the cluster), then the pods discovery recorded on it.
 async fn list(args: &ListArgs) -> miette::Result<ExitCode> {
-    let mut loaded = args.models.source().load().await.map_err(report::error)?;
+    let mut loaded = args.models.source().load().await.map_err(terminal::error)?;
     loaded.files = tether_sops::open_files(loaded.files, &args.keys.keyring()?);
     let models = tether_core::operation::read_models(&loaded.files);
     let hosts: Vec<_> = models
@@ -128,7 +129,7 @@ async fn list(args: &ListArgs) -> miette::Result<ExitCode> {
         .filter(|h| args.host.as_ref().is_none_or(|n| *n == h.name.value))
         .collect();
     if let (Some(name), true) = (&args.host, hosts.is_empty()) {
-        return Err(report::error(
+        return Err(terminal::error(
             tether_core::operation::OperationError::UnknownHost {
                 name: name.clone(),
                 suggestion: None,

@@ -18,8 +18,9 @@ use tether_engine::reconcile::{ApplyOptions, PlanOptions, Selection};
 use tether_engine::repo::Repo;
 use tether_engine::writeback::Author;
 
+use super::args::{EXIT_ERROR, GlobalArgs};
 use super::reconcile::{ApplyRun, run_apply};
-use super::{EXIT_ERROR, GlobalArgs, report};
+use super::terminal;
 
 /// Where the models are, for every day-2 command.
 #[derive(Debug, clap::Args)]
@@ -233,7 +234,7 @@ pub(super) async fn commit_and_apply(
     request: Request,
 ) -> miette::Result<ExitCode> {
     let author = match &args.author {
-        Some(text) => Some(text.parse::<Author>().map_err(report::error)?),
+        Some(text) => Some(text.parse::<Author>().map_err(terminal::error)?),
         None => None,
     };
     let to = CommitTo {
@@ -243,7 +244,7 @@ pub(super) async fn commit_and_apply(
         author,
         keys: std::sync::Arc::new(args.keys.keyring()?),
     };
-    let committed = commit(to, request).await.map_err(report::error)?;
+    let committed = commit(to, request).await.map_err(terminal::error)?;
     print_commit(&committed);
     let Some(repo) = committed.apply_from.clone() else {
         println!(
@@ -343,11 +344,11 @@ async fn follow_rollout(
     slice: &str,
     timeout: Duration,
 ) -> miette::Result<ExitCode> {
-    let mut loaded = models.source().load().await.map_err(report::error)?;
+    let mut loaded = models.source().load().await.map_err(terminal::error)?;
     loaded.files = tether_sops::open_files(loaded.files, &keys.keyring()?);
     let (kind, namespace, name) =
-        tether_core::operation::controller_of(&loaded.files, slice).map_err(report::error)?;
-    let client = connect(&cluster.target()).await.map_err(report::error)?;
+        tether_core::operation::controller_of(&loaded.files, slice).map_err(terminal::error)?;
+    let client = connect(&cluster.target()).await.map_err(terminal::error)?;
     let what = format!("{} {namespace}/{name}", kind.name());
     let progress = |state: &str| eprintln!("waiting for the rollout of {what}: {state}");
     match rollout::status(&client, kind, &namespace, &name, timeout, &progress).await {
@@ -372,12 +373,12 @@ fn actor(author: Option<&String>) -> String {
 pub async fn recreate_pod(global: &GlobalArgs, args: &RecreateArgs) -> miette::Result<ExitCode> {
     let client = connect(&args.cluster.target())
         .await
-        .map_err(report::error)?;
+        .map_err(terminal::error)?;
     let pod = &args.pod;
     let by = actor(pod.author.as_ref());
     let recreated = recreate(&client, &pod.namespace, &pod.pod, &by, pod.timeout)
         .await
-        .map_err(report::error)?;
+        .map_err(terminal::error)?;
     match (&recreated.maker, &recreated.replacement) {
         (Maker::Controller { kind, name }, Some((new, uid))) => {
             println!(
@@ -409,7 +410,7 @@ pub async fn recreate_pod(global: &GlobalArgs, args: &RecreateArgs) -> miette::R
 pub async fn restart_pod_containers(args: &RestartContainersArgs) -> miette::Result<ExitCode> {
     let client = connect(&args.cluster.target())
         .await
-        .map_err(report::error)?;
+        .map_err(terminal::error)?;
     let pod = &args.pod;
     let by = actor(pod.author.as_ref());
     let restarted = restart_containers(
@@ -421,7 +422,7 @@ pub async fn restart_pod_containers(args: &RestartContainersArgs) -> miette::Res
         pod.timeout,
     )
     .await
-    .map_err(report::error)?;
+    .map_err(terminal::error)?;
     println!(
         "restarted {} in pod {}/{} (same pod: uid, IP and volumes kept)",
         restarted.join(", "),

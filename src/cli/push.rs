@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use tether_engine::oci::{PushMetadata, Reference};
 
 use super::flags::RegistryFlags;
-use super::report;
+use super::terminal;
 
 #[derive(Debug, clap::Subcommand)]
 pub enum PushCommand {
@@ -40,7 +40,7 @@ pub struct PushArtifactArgs {
 
 pub async fn run(command: &PushCommand) -> miette::Result<ExitCode> {
     let PushCommand::Artifact(args) = command;
-    let reference = Reference::parse(&args.reference).map_err(report::error)?;
+    let reference = Reference::parse(&args.reference).map_err(terminal::error)?;
     if !matches!(reference.target, tether_engine::oci::Target::Tag(_)) {
         miette::bail!(
             "{}: push to a tag (oci://HOST/REPOSITORY:TAG); the digest is what the registry answers",
@@ -57,7 +57,7 @@ pub async fn run(command: &PushCommand) -> miette::Result<ExitCode> {
     let digest =
         tether_engine::oci::push(&reference, &args.registry.access()?, &args.path, &metadata)
             .await
-            .map_err(report::error)?;
+            .map_err(terminal::error)?;
     println!("{}@{digest}", reference.name());
     Ok(ExitCode::SUCCESS)
 }

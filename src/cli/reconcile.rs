@@ -11,7 +11,8 @@ use tether_engine::reconcile::{
     ObjectFailure, PlanOptions, Planned, Reads, ReconcileError, Reconciler,
 };
 
-use super::{ApplyArgs, DiffArgs, EXIT_ERROR, EXIT_INVALID, GlobalArgs, ReportFormat, report};
+use super::args::{ApplyArgs, DiffArgs, EXIT_ERROR, EXIT_INVALID, GlobalArgs, ReportFormat};
+use super::terminal;
 use crate::cli::flags::{ClusterFlags, InventoryFlags, KeyFlags};
 use tether_core::k8s::ObjectKey;
 use tether_engine::reconcile::Selection;
@@ -42,13 +43,13 @@ async fn plan(
     if let Some(selection) = selection {
         reconciler = reconciler.with_selection(selection);
     }
-    let graphical = report::use_graphics(global.color, std::io::stderr().is_terminal());
+    let graphical = terminal::use_graphics(global.color, std::io::stderr().is_terminal());
     match reconciler.plan_clusters(options, &BTreeMap::new()).await {
         Ok(mut plans) => {
             let files = &plans.models.loaded.files;
             eprint!(
                 "{}",
-                report::diagnostics(&plans.models.diagnostics, files, graphical)
+                terminal::diagnostics(&plans.models.diagnostics, files, graphical)
             );
             if plans.clusters.len() == 1 {
                 match plans.clusters.pop().map(|c| c.planned) {
@@ -56,7 +57,7 @@ async fn plan(
                         println!("{error}");
                         return Ok(Err(ExitCode::SUCCESS));
                     }
-                    Some(Err(error)) => return Err(report::error(error)),
+                    Some(Err(error)) => return Err(terminal::error(error)),
                     Some(Ok(planned)) => {
                         if planned.objects.is_empty() {
                             eprintln!(
@@ -78,11 +79,11 @@ async fn plan(
             let root = std::path::Path::new(&models.loaded.label);
             eprint!(
                 "{}",
-                report::diagnostics(&models.diagnostics, files, graphical)
+                terminal::diagnostics(&models.diagnostics, files, graphical)
             );
             eprint!(
                 "{}",
-                report::summary(&models.diagnostics, models.documents, files, root)
+                terminal::summary(&models.diagnostics, models.documents, files, root)
             );
             eprintln!("nothing was compared or applied: fix the models first");
             Ok(Err(ExitCode::from(EXIT_ERROR)))
@@ -91,7 +92,7 @@ async fn plan(
             println!("{error}");
             Ok(Err(ExitCode::SUCCESS))
         }
-        Err(error) => Err(report::error(error)),
+        Err(error) => Err(terminal::error(error)),
     }
 }
 
@@ -112,7 +113,7 @@ fn cluster_failed(
     );
     eprintln!("error: {line}");
     if let Some(remedy) = error.remedy() {
-        eprintln!("  help: {}", report::remedy_text(remedy));
+        eprintln!("  help: {}", terminal::remedy_text(remedy));
     }
     line + "\n"
 }
@@ -133,7 +134,7 @@ pub async fn diff(global: &GlobalArgs, args: &DiffArgs) -> miette::Result<ExitCo
             Ok(plans) => plans,
             Err(code) => return Ok(code),
         };
-    let colour = report::use_graphics(global.color, std::io::stdout().is_terminal());
+    let colour = terminal::use_graphics(global.color, std::io::stdout().is_terminal());
     let report = diff_report(&reconciler, &plans, args.output, colour)?;
     if args.post.post {
         let markdown = match args.output {
@@ -208,10 +209,10 @@ fn diff_report(
             ReportFormat::Text => text.push_str(&tether_core::report::text(
                 plan,
                 colour,
-                report::remedy_text,
+                terminal::remedy_text,
             )),
             ReportFormat::Markdown => {
-                text.push_str(&tether_core::report::markdown(plan, report::remedy_text));
+                text.push_str(&tether_core::report::markdown(plan, terminal::remedy_text));
             }
             ReportFormat::Json if several => values.push(tether_core::report::json_value(plan)),
             ReportFormat::Json => text.push_str(&tether_core::report::json(plan)),
@@ -287,13 +288,13 @@ pub(super) async fn run_apply(global: &GlobalArgs, args: ApplyRun<'_>) -> miette
         Err(code) => return Ok(code),
     };
     if args.dry_run {
-        let colour = report::use_graphics(global.color, std::io::stdout().is_terminal());
+        let colour = terminal::use_graphics(global.color, std::io::stdout().is_terminal());
         let mut ok = true;
         for cluster in plans.clusters.iter() {
             match &cluster.planned {
                 Ok(planned) => print!(
                     "{}",
-                    tether_core::report::text(&planned.plan, colour, report::remedy_text)
+                    tether_core::report::text(&planned.plan, colour, terminal::remedy_text)
                 ),
                 Err(error) => {
                     ok = false;
@@ -341,9 +342,9 @@ async fn apply_one(
     };
     let applied = match reconciler.apply(planned, &args.options, &progress).await {
         Ok(applied) => applied,
-        Err(error) if error.is_permanent() => return Err(report::error(error)),
+        Err(error) if error.is_permanent() => return Err(terminal::error(error)),
         Err(error) => {
-            return Err(report::error(error))
+            return Err(terminal::error(error))
                 .wrap_err("apply stopped; run it again to complete it");
         }
     };
@@ -449,7 +450,7 @@ async fn wait_ready(
     let not_ready = reconciler
         .wait_ready(planned, timeout, &progress)
         .await
-        .map_err(report::error)?;
+        .map_err(terminal::error)?;
     waiting.finish();
     if not_ready.is_empty() {
         println!("{prefix}all workloads are ready");

@@ -4,35 +4,24 @@
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use kube::Client;
 use kube::api::Api;
 use miette::{IntoDiagnostic, WrapErr, miette};
-use tether_daemon::controller::Directories;
-use tether_daemon::controller::{Controller, Replicas, request_reconcile};
-use tether_daemon::crd::{DriftPolicy, Source};
-use tether_daemon::fleet::reporter::Reporting;
-use tether_daemon::identity::Identities;
-use tether_daemon::leader::Election;
-use tether_daemon::members::Membership;
-use tether_daemon::runner::{NoStatus, Origin, PassError, PassOutcome, SourceLoop};
-use tether_daemon::shard;
-use tether_daemon::web::Web;
+use tether_admin::reconcile_request::request_reconcile;
+use tether_api::source_spec::Source;
+use tether_api::webhook::judge_secret;
 use tether_daemon::web::auth::Access;
-use tether_daemon::web::views::{Shown, SourceName, Writeback};
-use tether_daemon::webhook::judge_secret;
-use tether_daemon::{Shared, http};
-use tether_engine::cluster::{Target, client_of, connect};
+use tether_daemon::{Config, Fleet, OneSource, PassError, PassOutcome, Replicas, Sources};
+use tether_engine::cluster::connect;
 use tether_engine::discovery::Destination;
-use tether_engine::driver::{Poll, shutdown_on_signal};
-use tether_engine::reconcile::{ApplyOptions, PlanOptions, Reads, ReconcileError};
-use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
+use tether_engine::driver::Poll;
+use tether_engine::reconcile::ReconcileError;
 
+use super::args::{GlobalArgs, ReconcileSourceArgs, RunArgs};
 use super::reconcile::{reconciler, report_text};
-use super::{GlobalArgs, ReconcileSourceArgs, RunArgs, report};
+use super::terminal;
 
 pub async fn run(global: &GlobalArgs, args: &RunArgs) -> miette::Result<ExitCode> {
     let access = match (args.listen, args.no_web) {
@@ -70,7 +59,7 @@ pub async fn ui(global: &GlobalArgs, args: &RunArgs) -> miette::Result<ExitCode>
     }
     let client = connect(&args.cluster.target())
         .await
-        .map_err(report::error)?;
+        .map_err(terminal::error)?;
     let access = Access::Local { client };
     eprintln!("tether ui: http://{listen}/");
     serve_and_run(global, args, Some(listen), Some(access)).await
@@ -84,29 +73,21 @@ async fn serve_and_run(
     listen: Option<std::net::SocketAddr>,
     access: Option<Access>,
 ) -> miette::Result<ExitCode> {
-    let shared = Arc::new(Shared::new(webhook_secret(args)?));
-    if let Some(access) = access {
-        shared.serve_web(Web::new(access));
-    }
-    let shutdown = shutdown_on_signal();
-    let server = match listen {
-        Some(address) => {
-            let listener = tokio::net::TcpListener::bind(address)
-                .await
-                .into_diagnostic()
-                .wrap_err_with(|| format!("cannot listen on {address}"))?;
-            let serving = http::serve(listener, shared.clone(), shutdown.clone());
-            Some(tokio::spawn(serving))
-        }
-        None => None,
+    let config = Config {
+        listen,
+        web: access,
+        webhook_secret: webhook_secret(args)?,
+        shutdown_timeout: args.shutdown_timeout,
     };
-    match args.sources {
-        true => run_sources(args, shared, &shutdown).await?,
-        false => run_one(global, args, shared, &shutdown).await?,
-    }
-    if let Some(server) = server {
-        let _ = server.await;
-    }
+    let ran = match args.sources {
+        true => tether_daemon::run(config, sources(args)).await,
+        false => run_one(global, args, config).await?,
+    };
+    // The cluster's error is said as the CLI says any (its remedy found on it).
+    ran.map_err(|error| match error {
+        tether_daemon::Error::Cluster(error) => terminal::error(error),
+        error => terminal::error(error),
+    })?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -150,63 +131,35 @@ fn webhook_secret(args: &RunArgs) -> miette::Result<Option<Vec<u8>>> {
 async fn run_one(
     global: &GlobalArgs,
     args: &RunArgs,
-    shared: Arc<Shared>,
-    shutdown: &CancellationToken,
-) -> miette::Result<()> {
+    config: Config,
+) -> miette::Result<Result<(), tether_daemon::Error>> {
     let repo = args.source.repo()?;
     let id = repo.label();
     let reconciler = reconciler(repo, &args.cluster, &args.keys, &args.inventory)?;
-    let plan = PlanOptions {
+    let directory =
+        (args.source.repo.is_none() && args.source.path.is_dir()).then(|| args.source.path.clone());
+    let source = OneSource {
+        id,
+        reconciler,
         prune: args.prune,
         allow_empty: args.allow_empty,
-        dry_run_new: false,
-        partial: false,
-        // A long-running daemon's passes read the API server's cache, as its
-        // watches do.
-        reads: Reads::Cached,
-    };
-    let apply = ApplyOptions {
-        prune: args.prune,
-        correct_drift: !args.report_drift,
-        ..ApplyOptions::default()
-    };
-    let drift = match args.report_drift {
-        true => DriftPolicy::Report,
-        false => DriftPolicy::Correct,
-    };
-    let mut work = SourceLoop::new(
-        &id,
-        reconciler,
-        plan,
-        apply,
-        args.interval,
-        shared.clone(),
-        NoStatus,
-    )
-    .with_drift_policy(drift)
-    .shown_as(Shown {
-        name: SourceName {
-            namespace: args.inventory.inventory_namespace.clone(),
-            name: args.inventory.inventory_name.clone(),
-        },
-        writeback: actions_writeback(args),
+        report_drift: args.report_drift,
+        interval: args.interval,
+        url: args.source.repo.clone(),
+        reference: args.source.reference.clone(),
+        directory,
+        page_name: (
+            args.inventory.inventory_namespace.clone(),
+            args.inventory.inventory_name.clone(),
+        ),
         path: args
             .source
             .repo
             .is_some()
             .then(|| args.source.path.display().to_string()),
-    });
-    if args.source.repo.is_none() && args.source.path.is_dir() {
-        work = work.watch_directory(&args.source.path).into_diagnostic()?;
-    }
-    shared.metrics.set_leader(true);
-    shared.set_ready();
-    let origin = Origin {
-        url: args.source.repo.clone(),
-        reference: args.source.reference.clone(),
+        actions: actions_writeback(args),
     };
-    let graphical = report::use_graphics(global.color, std::io::stderr().is_terminal());
-    let span = tracing::info_span!("source", source = %id);
+    let graphical = terminal::use_graphics(global.color, std::io::stderr().is_terminal());
     let printed = |outcome: &Result<PassOutcome, PassError>| match outcome {
         // A pass that found nothing to do has nothing to say.
         Ok(pass) if pass.quiet => {}
@@ -220,20 +173,17 @@ async fn run_one(
         // Invalid models are shown as validate shows them.
         Err(PassError::Reconcile(ReconcileError::Invalid(models))) => eprint!(
             "{}",
-            report::diagnostics(&models.diagnostics, &models.loaded.files, graphical)
+            terminal::diagnostics(&models.diagnostics, &models.loaded.files, graphical)
         ),
         // The driver logs other errors.
         Err(_) => {}
     };
-    work.run(origin, args.shutdown_timeout, shutdown, printed)
-        .instrument(span)
-        .await;
-    Ok(())
+    Ok(tether_daemon::run_one(config, source, printed).await)
 }
 
 /// Where the page's day-2 actions commit for a source from flags: the checkout around
 /// its directory, or tether's own clone of its repository; none for an artifact.
-fn actions_writeback(args: &RunArgs) -> Option<Writeback> {
+fn actions_writeback(args: &RunArgs) -> Option<(Destination, Option<String>)> {
     let source = &args.source;
     let destination = match &source.repo {
         Some(url) if tether_engine::oci::Reference::is_oci(url) => return None,
@@ -247,103 +197,46 @@ fn actions_writeback(args: &RunArgs) -> Option<Writeback> {
             path: source.path.clone(),
         },
     };
-    Some(Writeback {
-        destination,
-        branch: source.reference.clone(),
-        propose: false,
-    })
+    Some((destination, source.reference.clone()))
 }
 
-/// The Sources of the cluster, led by the Lease's holder when electing.
-async fn run_sources(
-    args: &RunArgs,
-    shared: Arc<Shared>,
-    shutdown: &CancellationToken,
-) -> miette::Result<()> {
-    let identity = shard::lease_safe(&args.identity.clone().unwrap_or_else(identity));
-    // Each replica's requests name it in the API server's audit log.
-    let target = Target {
-        user_agent: Some(format!("tether/{} ({identity})", env!("CARGO_PKG_VERSION"))),
-        ..args.cluster.target()
-    };
-    let user_agent = target.user_agent.clone();
-    let client = connect(&target).await.map_err(report::error)?;
-    // What the Sources apply with writes only while this replica may (`--shard`); the
-    // daemon's own client keeps its Lease and its claims.
-    let fenced = Target {
-        fence: Some(shared.fence.clone()),
-        ..target.clone()
-    };
-    let sources_client = client_of(&fenced).await.map_err(report::error)?;
-    let replicas = replicas(args, identity);
-    let controller = Controller {
-        client,
-        sources_client,
+/// The Sources of the cluster, led by the Lease's holder when electing, shared when
+/// sharded.
+fn sources(args: &RunArgs) -> Sources {
+    let cache = args.source.git.cache_dir();
+    Sources {
+        cluster: args.cluster.target(),
+        identity: args.identity.clone().unwrap_or_else(identity),
         namespace: args.sources_namespace.clone(),
-        directories: Directories {
-            cache: args.source.git.cache_dir(),
-            state: args
-                .state_dir
-                .clone()
-                .unwrap_or_else(|| args.source.git.cache_dir()),
-        },
-        shared,
-        shutdown_timeout: args.shutdown_timeout,
+        state: args.state_dir.clone().unwrap_or_else(|| cache.clone()),
+        cache,
         cluster_name: args.cluster_name.clone(),
-        identities: Identities {
-            target: fenced,
-            default_service_account: args.default_service_account.clone(),
-            no_cross_namespace_objects: args.no_cross_namespace_objects,
-        },
-    };
-    let reporting = args
-        .fleet_hub_kubeconfig
-        .as_ref()
-        .zip(args.cluster_name.as_ref())
-        .map(|(kubeconfig, cluster)| {
-            let reporting = Reporting {
-                hub: Target {
-                    kubeconfig: Some(kubeconfig.clone()),
-                    request_timeout: Some(Duration::from_secs(10)),
-                    user_agent: user_agent.clone(),
-                    ..Target::default()
-                },
-                namespace: args.fleet_namespace.clone(),
-                cluster: cluster.clone(),
-                heartbeat: args.fleet_heartbeat,
-            };
-            tokio::spawn(tether_daemon::fleet::reporter::run(
-                reporting,
-                controller.client.clone(),
-                controller.namespace.clone(),
-                controller.shared.clone(),
-                shutdown.clone(),
-            ))
-        });
-    controller.run_replicated(replicas, shutdown.clone()).await;
-    if let Some(reporting) = reporting {
-        let _ = reporting.await;
+        replicas: replicas(args),
+        default_service_account: args.default_service_account.clone(),
+        no_cross_namespace_objects: args.no_cross_namespace_objects,
+        fleet: args.fleet_hub_kubeconfig.as_ref().map(|kubeconfig| Fleet {
+            kubeconfig: kubeconfig.clone(),
+            namespace: args.fleet_namespace.clone(),
+            heartbeat: args.fleet_heartbeat,
+        }),
     }
-    Ok(())
 }
 
-/// How this replica shares the Sources with the others, as `identity`.
-fn replicas(args: &RunArgs, identity: String) -> Replicas {
+/// How this replica shares the Sources with the others.
+fn replicas(args: &RunArgs) -> Replicas {
     if args.shard {
-        Replicas::Sharded(Membership {
-            namespace: args.lease_namespace.clone(),
-            group: args.lease_name.clone(),
-            identity,
-            duration: args.lease_duration,
-            address: advertised(args),
-        })
-    } else if args.leader_elect {
-        Replicas::Elected(Election {
+        Replicas::Sharded {
             namespace: args.lease_namespace.clone(),
             lease: args.lease_name.clone(),
-            identity,
             duration: args.lease_duration,
-        })
+            address: advertised(args),
+        }
+    } else if args.leader_elect {
+        Replicas::Elected {
+            namespace: args.lease_namespace.clone(),
+            lease: args.lease_name.clone(),
+            duration: args.lease_duration,
+        }
     } else {
         Replicas::Alone
     }
@@ -381,7 +274,7 @@ fn identity() -> String {
 pub async fn reconcile(args: &ReconcileSourceArgs) -> miette::Result<ExitCode> {
     let client: Client = connect(&args.cluster.target())
         .await
-        .map_err(report::error)?;
+        .map_err(terminal::error)?;
     let api: Api<Source> = Api::namespaced(client, &args.namespace);
     let requested = request_reconcile(&api, &args.source)
         .await
@@ -434,7 +327,7 @@ pub async fn reconcile(args: &ReconcileSourceArgs) -> miette::Result<ExitCode> {
 /// `tether crd`: the CRDs (Source, Cluster) as YAML.
 pub fn crd() -> miette::Result<ExitCode> {
     let mut documents = Vec::new();
-    for crd in tether_daemon::install::manifests::crds() {
+    for crd in tether_admin::install::manifests::crds() {
         documents.push(serde_saphyr::to_string(&crd).into_diagnostic()?);
     }
     print!("{}", documents.join("---\n"));

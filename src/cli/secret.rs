@@ -112,7 +112,7 @@ fn encryption_for(file: &Path, args: &EncryptArgs) -> miette::Result<Encryption>
             let root = config.parent().unwrap_or(Path::new("/"));
             let relative = absolute.strip_prefix(root).unwrap_or(&absolute);
             let relative = relative.to_string_lossy().replace('\\', "/");
-            tether_sops::config::rule_for(&read(&config)?, &relative)
+            tether_sops::creation_rules::rule_for(&read(&config)?, &relative)
                 .map_err(|e| located(&config, e))?
         }
         None => None,

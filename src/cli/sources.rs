@@ -7,15 +7,15 @@ use std::process::ExitCode;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use miette::{IntoDiagnostic, WrapErr};
+use tether_api::source_spec::Source;
 use tether_core::inventory::{InventoryEntry, InventoryRecord, Origin, Provenance};
 use tether_core::ownership::Inventory;
-use tether_daemon::crd::Source;
 use tether_engine::cluster::{Resources, connect};
 use tether_engine::handover::{Left, hand_over};
 use tether_engine::record::read_inventory;
 
 use super::flags::ClusterFlags;
-use super::report;
+use super::terminal;
 
 #[derive(Debug, clap::Args)]
 pub struct SourceArgs {
@@ -37,7 +37,7 @@ impl SourceArgs {
 async fn source_api(args: &SourceArgs) -> miette::Result<Api<Source>> {
     let client = connect(&args.cluster.target())
         .await
-        .map_err(report::error)?;
+        .map_err(terminal::error)?;
     Ok(Api::namespaced(client, &args.namespace))
 }
 
@@ -60,7 +60,7 @@ pub async fn handover(args: &HandoverArgs) -> miette::Result<ExitCode> {
     let source = api
         .get(&args.source.source)
         .await
-        .map_err(report::error)
+        .map_err(terminal::error)
         .wrap_err_with(|| format!("cannot read the Source {}", args.source.id()))?;
     let receiver = source
         .spec
@@ -77,7 +77,7 @@ pub async fn handover(args: &HandoverArgs) -> miette::Result<ExitCode> {
     }
     let handover = hand_over(&api.into_client(), &giver, &receiver)
         .await
-        .map_err(report::error)?;
+        .map_err(terminal::error)?;
     let mut out = std::io::stdout().lock();
     for entry in &handover.moved {
         writeln!(out, "{} handed over", describe(entry)).into_diagnostic()?;
@@ -125,7 +125,7 @@ pub async fn set_suspend(args: &SourceArgs, suspend: bool) -> miette::Result<Exi
     let patch = serde_json::json!({ "spec": { "suspend": suspend } });
     api.patch(&args.source, &PatchParams::default(), &Patch::Merge(&patch))
         .await
-        .map_err(report::error)
+        .map_err(terminal::error)
         .wrap_err_with(|| format!("cannot update the Source {}", args.id()))?;
     let word = if suspend { "suspended" } else { "resumed" };
     println!("Source {} {word}", args.id());
@@ -138,13 +138,13 @@ pub async fn tree(args: &SourceArgs) -> miette::Result<ExitCode> {
     let source = api
         .get(&args.source)
         .await
-        .map_err(report::error)
+        .map_err(terminal::error)
         .wrap_err_with(|| format!("cannot read the Source {}", args.id()))?;
     let inventory = source.spec.inventory_of(&args.namespace, &args.source);
     let client = api.into_client();
     let record = read_inventory(&client, &inventory)
         .await
-        .map_err(report::error)?;
+        .map_err(terminal::error)?;
     let missing = missing_objects(&client, &record).await?;
     let revision = source
         .status
@@ -174,7 +174,7 @@ async fn missing_objects(
         .collect();
     let resources = Resources::discover(client, &kinds)
         .await
-        .map_err(report::error)?;
+        .map_err(terminal::error)?;
     let mut missing = BTreeSet::new();
     for entry in record.entries.keys() {
         let found = match resources.api(&entry.api_version, &entry.kind, entry.namespace.as_deref())
@@ -182,7 +182,7 @@ async fn missing_objects(
             Ok(api) => api
                 .get_metadata_opt(&entry.name)
                 .await
-                .map_err(report::error)
+                .map_err(terminal::error)
                 .wrap_err_with(|| format!("cannot read {} {}", entry.kind, entry.name))?
                 .is_some(),
             // A kind the server no longer serves has no objects.

@@ -149,7 +149,7 @@ pub fn push_hook(
     let body = serde_json::json!({"repository": url, "ref": reference})
         .to_string()
         .into_bytes();
-    let signature = tether_daemon::webhook::sign(&body, secret.as_bytes());
+    let signature = tether_api::webhook::sign(&body, secret.as_bytes());
     (
         vec![
             ("X-Signature-256", signature),
@@ -420,7 +420,7 @@ async fn a_source_follows_pushes_webhooks_and_requests_and_says_so_in_its_status
             ("X-GitHub-Event", "push".to_string()),
             (
                 "X-Hub-Signature-256",
-                tether_daemon::webhook::sign(github.as_bytes(), SECRET.as_bytes()),
+                tether_api::webhook::sign(github.as_bytes(), SECRET.as_bytes()),
             ),
         ];
         let (code, answer) = daemon.post("/hook/github", &signed, github.as_bytes());

@@ -256,7 +256,7 @@ fn pull_request_hook(
         ("X-GitHub-Event", "pull_request".to_string()),
         (
             "X-Hub-Signature-256",
-            tether_daemon::webhook::sign(&body, crate::daemon::SECRET.as_bytes()),
+            tether_api::webhook::sign(&body, crate::daemon::SECRET.as_bytes()),
         ),
     ];
     (headers, body)

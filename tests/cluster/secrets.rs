@@ -296,11 +296,11 @@ fn ready_reason(ns: &str) -> Option<(String, String, String)> {
 /// Asks for a pass of the Source `web` and waits until its Ready condition (status,
 /// reason) is as `wanted`.
 async fn reconcile_until(
-    sources: &Api<tether_daemon::crd::Source>,
+    sources: &Api<tether_api::source_spec::Source>,
     ns: &str,
     wanted: impl Fn(&str, &str) -> bool,
 ) {
-    tether_daemon::controller::request_reconcile(sources, "web")
+    tether_admin::reconcile_request::request_reconcile(sources, "web")
         .await
         .unwrap();
     eventually(Duration::from_secs(30), || async {
@@ -369,7 +369,7 @@ async fn the_daemon_decrypts_with_the_key_its_source_names_and_logs_no_plain_val
 
     // The right key, and a reconcile asked for: no restart.
     key_secret_from_file(&ns, &right_key);
-    let sources: Api<tether_daemon::crd::Source> = Api::namespaced(client.clone(), &ns);
+    let sources: Api<tether_api::source_spec::Source> = Api::namespaced(client.clone(), &ns);
     reconcile_until(&sources, &ns, |ready, _| ready == "True").await;
     let live = |name: &'static str| {
         let secrets = secrets.clone();

@@ -15,7 +15,7 @@ use kube::Api;
 use kube::api::PostParams;
 use serde_json::Value;
 
-use tether_daemon::install::manifests::{InstallOptions, PEOPLE_ROLES, manifests};
+use tether_admin::install::manifests::{InstallOptions, PEOPLE_ROLES, manifests};
 
 use crate::daemon::{Daemon, Remote, install_crd, kubectl_apply_text, kubectl_ok, source_yaml};
 use crate::harness::eventually;

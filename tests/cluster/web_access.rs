@@ -17,8 +17,8 @@ use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
-use tether_daemon::install::manifests::{NAME, PEOPLE_ROLES};
-use tether_daemon::install::{InstallOptions, manifests};
+use tether_admin::install::manifests::{NAME, PEOPLE_ROLES};
+use tether_admin::install::{InstallOptions, manifests};
 use tether_daemon::web::auth::{Access, Check, Denied, Viewer};
 
 use crate::daemon::{audit_entries_since, audit_offset, kubectl_apply_text};

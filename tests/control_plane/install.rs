@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use tether_daemon::install::{NEWEST_SUPPORTED, OLDEST_SUPPORTED};
+use tether_admin::install::{NEWEST_SUPPORTED, OLDEST_SUPPORTED};
 use tether_testkit::cluster::{LocalCluster, binaries};
 use tether_testkit::remote::{Remote, free_port};
 

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
-use tether_core::discover::{ClusterChoice, ControllerFacts, Outcome, PodFacts, plan};
+use tether_core::discovery::{ClusterChoice, ControllerFacts, Outcome, PodFacts, plan};
 use tether_core::k8s::Scope;
 use tether_core::ownership::Inventory;
 use tether_core::render::render;

@@ -12,8 +12,8 @@
 use std::time::Duration;
 
 use chrono::{TimeZone as _, Utc};
-use tether_engine::images::notification::{self, NotificationError, Pushed};
-use tether_engine::images::scan::{self, Listing};
+use tether_engine::image_automation::notification::{self, NotificationError, Pushed};
+use tether_engine::image_automation::scan::{self, Listing};
 use tether_engine::oci::{Access, Credentials, OciError, Registry};
 use tether_testkit::registry::Registry as TestRegistry;
 

@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use tether_daemon::install::manifests::PEOPLE_ROLES;
+use tether_admin::install::manifests::PEOPLE_ROLES;
 use tether_testkit::snapshot;
 
 fn root() -> PathBuf {

@@ -1,7 +1,8 @@
 //! Diagnostics: what is wrong, where (file:line:column), in which model, and a hint.
 //!
 //! Every stage returns its value together with the diagnostics it found, instead of
-//! stopping at the first problem, so a user sees all of them in one run.
+//! stopping at the first problem, so a user sees all of them in one run. Also the
+//! plain output format (one line a problem, an optional hint) and did-you-mean.
 
 use std::fmt;
 

@@ -6,6 +6,12 @@
 //! credential. The cluster a report speaks for is the name of the object it is in
 //! (which the hub's RBAC binds to one ServiceAccount), never a field of its content.
 //! The time (`now`) is passed in.
+//!
+//! A Source needs attention when stalled, failed, blocked or drifted
+//! ([`source_state`]); a cluster stopped reporting after the reader's threshold, else
+//! three heartbeats (from 30 s to 1 h: [`stale_after`]); [`view`] puts what needs
+//! attention first, worst first, then by name; every string of the text goes through
+//! [`printable`] (control characters escaped).
 
 use std::cmp::Reverse;
 use std::time::Duration;

@@ -13,7 +13,10 @@
 //! A kustomization directory's files are the kustomization's, never models; so are a
 //! chart directory's (one holding `Chart.yaml`) and the values files a chart names. A
 //! kustomization that another one includes (a base of overlays), or that lies inside
-//! another one, is not built on its own.
+//! another one, is not built on its own; include cycles and remote bases (unless
+//! allowed) are located errors. Read back, a chart's hooks become steps before and
+//! after it by weight, its objects are placed in its namespace, and a hook Job carries
+//! the chart's revision, so that it runs again on an upgrade.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -6,9 +6,9 @@
 //! objects). [`analyze`] runs the part before render and returns a value plus its
 //! diagnostics. [`plan`] compares rendered objects with what the engine read from the
 //! cluster; [`inventory`] decides what prune may touch; [`report`] writes plans for
-//! people and programs. Back from the cluster: [`discover`] (pods to model files),
-//! [`operation`] and [`edit`] (day-2 operations as edits of model files); [`image`]
-//! (image policies: which registry tag replaces the one written).
+//! people and programs. Back from the cluster: [`discovery`] (pods to model files),
+//! [`operation`] and [`edit`] (day-2 operations as edits of model files);
+//! [`image_automation`] (image policies: which registry tag replaces the one written).
 //!
 //! Nothing here reads the clock, the environment or the filesystem, opens a
 //! connection or spawns a task: the time, the keys and the files are passed in. The
@@ -22,14 +22,14 @@
 
 pub mod confine;
 pub mod diagnostic;
-pub mod discover;
+pub mod discovery;
 pub mod edit;
 pub mod events;
 pub mod feedback;
 pub mod fleet;
 pub mod generate;
 pub mod host;
-pub mod image;
+pub mod image_automation;
 pub mod inventory;
 pub mod k8s;
 pub mod load;
@@ -150,7 +150,7 @@ fn generated_objects(models: &model::Models) -> usize {
 
 /// Load, read, validate and resolve: everything before render, without I/O. A
 /// kustomization or chart is an error here: building it takes a tool, which the
-/// engine runs (`tether_engine::reconcile::check`).
+/// engine runs (`tether_engine::reconcile::build`).
 pub fn analyze(files: &SourceFiles) -> Analysis {
     let prepared = prepare(files, false);
     let generated = prepared

@@ -10,6 +10,9 @@
 //! - in models, `0755` is kept as the string `0755` (an integer field rejects it as
 //!   ambiguous); in Kubernetes YAML it is octal, as kubectl reads it (`defaultMode`).
 //! - a plain scalar in a string field keeps its source spelling (`tag: 3.10` is "3.10").
+//!
+//! Every YAML read obeys [`limits`], the one definition of the input limits (the file
+//! size the engine checks before it reads a file, depth, values, aliases).
 
 use serde::de::{Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
 

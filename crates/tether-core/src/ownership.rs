@@ -1,6 +1,8 @@
 //! What marks an object as tether's: the labels and annotations every rendered object
-//! carries, and the inventory (an ApplySet parent) whose id those labels name. Pure:
-//! render writes these marks, and plan and prune read them back.
+//! carries, and the inventory (an ApplySet parent) whose id those labels name: its
+//! ApplySet id, its own field manager, and its record's name (`tether-inventory-<name>`,
+//! a prefix reserved to tether). Pure: render writes these marks, and plan and prune
+//! read them back.
 
 use std::collections::BTreeMap;
 

@@ -1,4 +1,5 @@
-//! Plan: what applying would change, object by object, and a reviewer's diff of it.
+//! Plan: what applying would change, object by object, and a reviewer's diff of it
+//! (unified, Secret values masked), with the conflicts a 409 names.
 //! The comparisons here are pure; `tether_engine::reconcile` fetches the live objects and the
 //! server's dry-run results they compare.
 //!

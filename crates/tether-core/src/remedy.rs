@@ -1,6 +1,6 @@
 //! What a user can do about a report or an error, typed: the libraries say which
 //! remedy applies, and only the front end words it (the CLI names its own flags and
-//! commands: `src/cli/report.rs`), so that no library names a CLI flag
+//! commands: `src/cli/terminal.rs`), so that no library names a CLI flag
 //! (`tests/architecture.rs`).
 
 /// One thing the user can do.

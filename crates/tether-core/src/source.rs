@@ -1,7 +1,9 @@
 //! The source files of a models repo as every later stage sees them: the in-memory
 //! table that the stages refer to by [`FileId`], each file's sealing (plain, or opened
 //! from sops), and the commit the files came from. Reading them is the engine's
-//! (`tether_engine::directory`, `tether_engine::git`).
+//! (`tether_engine::directory`, `tether_engine::git`). A file the engine refused for
+//! its size is a [`TooLarge`], reported at its first line; [`SourceFiles::redact`]
+//! stars the decrypted values in a message.
 
 use std::path::Path;
 

@@ -4,6 +4,13 @@
 //! A claim held by a live member is waited for ([`shard::claim`]); one whose holder
 //! died is taken. This, not the hash alone, is what keeps two replicas from running a
 //! Source at once while their views of the members differ.
+//!
+//! The fence finishes it: a replica writes only until its own Lease could expire, less
+//! a second ([`shard::fence`], set by `members`, checked by the Sources' clients before
+//! each write). A fence moved on after it lapsed begins a new tenure; an apply writes
+//! only in the tenure its loop began in, and the loops of an ended tenure are
+//! restarted and claim again, so a replica paused past its Lease does not go on with
+//! its old pass.
 
 use std::time::Duration;
 
@@ -14,8 +21,8 @@ use tether_engine::driver::{Backoff, Retries};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::crd::Source;
 use super::shard::{self, Claim, Members, Share};
+use tether_api::source_spec::Source;
 
 /// How often a waiting replica looks at the claim again (in its watch's cache: no
 /// request).
@@ -24,7 +31,7 @@ const LOOK_AGAIN: Duration = Duration::from_millis(250);
 /// Waits until this replica holds the claim on `source` (`namespace`, `name`), taking
 /// it when free. True when held (or when the share needs no claims); false when
 /// `stop` came first or the Source is gone.
-pub async fn acquire(
+pub(crate) async fn acquire(
     api: &Api<Source>,
     store: &Store<Source>,
     (namespace, name): (&str, &str),
@@ -114,7 +121,7 @@ fn holder_of(source: &Source) -> Option<&str> {
 /// Clears this replica's claim on the Source `name`, read afresh; nothing when
 /// another replica holds it (or nobody does). Tried a few times: a claim left behind
 /// is cleared by the next sweep ([`stray`]).
-pub async fn release(api: &Api<Source>, name: &str, me: &str) {
+pub(crate) async fn release(api: &Api<Source>, name: &str, me: &str) {
     let mut retries = Retries::new(Backoff::request(), 5);
     loop {
         match api.get_status(name).await {
@@ -143,7 +150,7 @@ pub async fn release(api: &Api<Source>, name: &str, me: &str) {
 
 /// Whether `source` carries this replica's claim though this replica does not run
 /// it (a release that failed, a loop that ended): such a claim is released.
-pub fn stray(source: &Source, me: &str, running: bool) -> bool {
+pub(crate) fn stray(source: &Source, me: &str, running: bool) -> bool {
     !running && holder_of(source) == Some(me)
 }
 

@@ -2,6 +2,6 @@
 //! what the web page says of a pass.
 
 /// Now, RFC 3339, UTC, to the nanosecond (so that two requests in one second differ).
-pub fn now() -> String {
+pub(crate) fn now() -> String {
     k8s_openapi::jiff::Timestamp::now().to_string()
 }

@@ -1,7 +1,5 @@
-//! The `Cluster` custom resource (`tether.dev/v1alpha1`): how the daemon reaches the
-//! cluster of a KubernetesService other than its own, named after it, in the
-//! namespace of the Sources that use it. It names a Secret holding a kubeconfig (as
-//! Flux's `spec.kubeConfig.secretRef`): the platform team makes both, so no
+//! The other clusters of a Source, reached through the `Cluster` resources of its
+//! namespace (`tether_api::cluster_spec`): the platform team makes them, so no
 //! repository ever holds a cluster's address or credentials. A Source whose models
 //! name several KubernetesServices applies each one's part through the Cluster of its
 //! name, and its own cluster's part (`--cluster-name`) directly.
@@ -9,46 +7,10 @@
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config, CustomResource};
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
+use kube::{Client, Config};
+use tether_api::cluster_spec::Cluster;
 
 use tether_engine::cluster::Impersonation;
-
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-#[kube(
-    group = "tether.dev",
-    version = "v1alpha1",
-    kind = "Cluster",
-    namespaced,
-    shortname = "tcl",
-    category = "tether",
-    doc = "How the daemon reaches the cluster of a KubernetesService (named after it) for the Sources of this namespace",
-    printcolumn = r#"{"name":"Secret","type":"string","jsonPath":".spec.kubeConfig.secretRef.name"}"#,
-    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
-)]
-#[serde(rename_all = "camelCase")]
-pub struct ClusterSpec {
-    /// The kubeconfig that reaches the cluster. A Source with a
-    /// `serviceAccountName` acts as that ServiceAccount there too (impersonated:
-    /// the kubeconfig's user must be allowed to impersonate it).
-    pub kube_config: KubeConfigReference,
-}
-
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct KubeConfigReference {
-    pub secret_ref: SecretKeyReference,
-}
-
-/// A key of a Secret in the Cluster's namespace.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
-pub struct SecretKeyReference {
-    pub name: String,
-    /// The key holding the kubeconfig (default: `value`, as Flux's).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub key: Option<String>,
-}
 
 /// The key of a kubeconfig Secret when the Cluster names none.
 const DEFAULT_KEY: &str = "value";
@@ -56,7 +18,7 @@ const DEFAULT_KEY: &str = "value";
 /// How a Source of `namespace` reaches the other clusters: the Cluster named after
 /// each KubernetesService, read when its part is planned, acting as `identity` there
 /// when given.
-pub fn resolver(
+pub(crate) fn resolver(
     client: Client,
     namespace: String,
     identity: Option<Impersonation>,

@@ -10,7 +10,7 @@ use std::time::Duration;
 use kube::Client;
 use tokio_util::sync::CancellationToken;
 
-use tether_core::discover::ClusterChoice;
+use tether_core::discovery::ClusterChoice;
 use tether_engine::config::{DiscoverOverrides, EventOverrides};
 use tether_engine::discovery::Destination;
 use tether_engine::discovery::session::{DiscoverySession, SessionOptions};
@@ -19,7 +19,7 @@ use tether_engine::git::Credentials;
 
 /// Where a Source's discovery writes.
 #[derive(Clone, Debug)]
-pub struct DiscoveryTarget {
+pub(crate) struct DiscoveryTarget {
     pub url: String,
     /// The branch to commit to (the Source's ref; main when it follows the default).
     pub branch: String,
@@ -37,7 +37,7 @@ pub struct DiscoveryTarget {
 }
 
 /// Runs discovery (and event delivery) until `stop`; a failure to start is retried.
-pub async fn run(client: Client, target: DiscoveryTarget, stop: CancellationToken) {
+pub(crate) async fn run(client: Client, target: DiscoveryTarget, stop: CancellationToken) {
     let mut retries = Retries::endless(Backoff::pass());
     loop {
         match run_once(&client, &target, &stop).await {

@@ -20,7 +20,7 @@ use tether_engine::reconcile::cache::OnChange;
 
 /// An object someone other than tether changed or deleted.
 #[derive(Clone, Debug)]
-pub struct Drift {
+pub(crate) struct Drift {
     pub key: ObjectKey,
     /// The field manager of the newest write (or "a deletion").
     pub manager: String,
@@ -31,7 +31,10 @@ pub struct Drift {
 /// subresource and are not drift). Times have whole seconds: of writes in the same
 /// second, another manager's is taken as the newer, since a pass that finds nothing
 /// to correct costs little and a missed drift stays.
-pub fn newest_write<'o>(object: &'o DynamicObject, ours: &str) -> Option<&'o ManagedFieldsEntry> {
+pub(crate) fn newest_write<'o>(
+    object: &'o DynamicObject,
+    ours: &str,
+) -> Option<&'o ManagedFieldsEntry> {
     object
         .managed_fields()
         .iter()
@@ -53,7 +56,7 @@ type Write = (String, Option<Time>);
 /// rolling out is updated many times a second by kube-controller-manager, whose last
 /// main write was its revision annotation): not drift again. A full channel drops the
 /// report: the passes it would trigger are already due.
-pub fn reporter(manager: String, drift: mpsc::Sender<Drift>) -> OnChange {
+pub(crate) fn reporter(manager: String, drift: mpsc::Sender<Drift>) -> OnChange {
     let reported: Mutex<HashMap<ObjectKey, Write>> = Mutex::new(HashMap::new());
     Arc::new(move |api_version, kind, object, deleted| {
         let key = ObjectKey::new(
@@ -108,7 +111,7 @@ pub fn reporter(manager: String, drift: mpsc::Sender<Drift>) -> OnChange {
 
 /// When each object may be corrected again.
 #[derive(Debug, Default)]
-pub struct CorrectionBackoff {
+pub(crate) struct CorrectionBackoff {
     objects: HashMap<ObjectKey, Corrections>,
 }
 
@@ -125,7 +128,7 @@ const FORGET_AFTER: Duration = Duration::from_secs(600);
 
 impl CorrectionBackoff {
     /// When `key` may be corrected next; `None`: now.
-    pub fn not_before(&self, key: &ObjectKey, now: Instant) -> Option<Instant> {
+    pub(crate) fn not_before(&self, key: &ObjectKey, now: Instant) -> Option<Instant> {
         let corrections = self.objects.get(key)?;
         if now.duration_since(corrections.last) > FORGET_AFTER {
             return None;
@@ -139,7 +142,7 @@ impl CorrectionBackoff {
     }
 
     /// `key` was corrected at `now`.
-    pub fn corrected(&mut self, key: &ObjectKey, now: Instant) {
+    pub(crate) fn corrected(&mut self, key: &ObjectKey, now: Instant) {
         let forgotten = self
             .objects
             .get(key)

@@ -24,8 +24,9 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use zeroize::Zeroizing;
 
-use crate::crd::{FeedbackSpec, NotificationSpec, ReceiverType, Source};
-use crate::web::views::blocked_on;
+use crate::loop_views::blocked_on;
+use crate::source_status::objects_failed;
+use tether_api::source_spec::{FeedbackSpec, NotificationSpec, ReceiverType, Source};
 use tether_core::feedback::notice::{Admission, Gate, GatePolicy, Notice, NoticeKind};
 use tether_core::feedback::status::{self, Ledger};
 use tether_core::feedback::{CommitState, CommitStatus, HostedRepository, PullRequestComment};
@@ -47,7 +48,7 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// Why a Source's feedback cannot start (said in its status; the Source is applied
 /// all the same).
 #[derive(Debug, thiserror::Error)]
-pub enum FeedbackError {
+pub(crate) enum FeedbackError {
     #[error("spec.feedback: cannot read the Secret {namespace}/{name}: {message}")]
     Secret {
         namespace: String,
@@ -74,7 +75,7 @@ pub enum FeedbackError {
 
 /// What one cluster's part of a pass says of its commit.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Applied: ready once its rollout is.
     Applied,
     /// Not applied, and retrying soon may bring it: still pending.
@@ -84,7 +85,7 @@ pub enum Verdict {
 }
 
 /// A Source's feedback, while its loop runs.
-pub struct SourceFeedback {
+pub(crate) struct SourceFeedback {
     /// `namespace/name`.
     source: String,
     /// The cluster this daemon runs in (`--cluster-name`, else `default`): the context
@@ -120,7 +121,7 @@ impl Drop for SourceFeedback {
 impl SourceFeedback {
     /// The feedback `source` asks for, with its outbox under `dir`; `None` when it
     /// asks for none.
-    pub async fn open(
+    pub(crate) async fn open(
         client: &Client,
         source: &Source,
         dir: &Path,
@@ -191,13 +192,13 @@ impl SourceFeedback {
 
     /// The context of the Source's part on `cluster` (its KubernetesService; `None`:
     /// the daemon's own cluster).
-    pub fn context(&self, cluster: Option<&str>) -> String {
+    pub(crate) fn context(&self, cluster: Option<&str>) -> String {
         status::context(cluster.unwrap_or(&self.own_cluster), &self.source)
     }
 
     /// `commit` is taken up on `clusters`: pending in each; a commit still pending
     /// there is superseded (its rollout no longer waited for).
-    pub async fn taken_up(&self, commit: &str, clusters: &[Option<&str>]) {
+    pub(crate) async fn taken_up(&self, commit: &str, clusters: &[Option<&str>]) {
         let contexts: Vec<String> = clusters.iter().map(|c| self.context(*c)).collect();
         *self.contexts.lock().unwrap_or_else(|e| e.into_inner()) = contexts.clone();
         let commit = commit.to_string();
@@ -232,7 +233,7 @@ impl SourceFeedback {
     }
 
     /// What a pass did with `commit` on `cluster`.
-    pub async fn concluded(
+    pub(crate) async fn concluded(
         self: &Arc<Self>,
         commit: &str,
         cluster: Option<&str>,
@@ -261,7 +262,7 @@ impl SourceFeedback {
     /// `commit` failed before it was planned (its models are invalid, its history
     /// refused): pending then failure, in each context of the last commit (the own
     /// cluster's, for the first).
-    pub async fn failed_early(&self, commit: &str, why: &str) {
+    pub(crate) async fn failed_early(&self, commit: &str, why: &str) {
         let mut contexts = self
             .contexts
             .lock()
@@ -319,7 +320,7 @@ impl SourceFeedback {
     }
 
     /// A pull request's head is being planned.
-    pub async fn planning(&self, head: &str) {
+    pub(crate) async fn planning(&self, head: &str) {
         let context = self.diff_context();
         self.say(head, &context, CommitState::Pending, "planning")
             .await;
@@ -327,7 +328,7 @@ impl SourceFeedback {
 
     /// A pull request's plan: its comment (one per Source and cluster, edited on each
     /// push) and the head's diff status.
-    pub async fn pull_request(
+    pub(crate) async fn pull_request(
         &self,
         number: u64,
         head: &str,
@@ -355,14 +356,14 @@ impl SourceFeedback {
 
     /// Whether pull requests are planned (a Git host to comment on, and the Source
     /// asks for it).
-    pub fn plans_pull_requests(&self) -> bool {
+    pub(crate) fn plans_pull_requests(&self) -> bool {
         self.pull_requests
     }
 
     /// Records the notices a pass made that the gate lets through (excluded kinds,
     /// the same news again, and notices over the rate are not sent; the next one sent
     /// says how many the rate held back).
-    pub async fn notify(&self, drafts: Vec<Draft>, revision: Option<&str>) {
+    pub(crate) async fn notify(&self, drafts: Vec<Draft>, revision: Option<&str>) {
         let Some(gate) = &self.gate else {
             return;
         };
@@ -503,7 +504,7 @@ async fn receivers(
         receivers.push(match notification.receiver {
             ReceiverType::KubernetesEvents => Receivers::OnSource(Box::new(SourceEvents {
                 name,
-                recorder: Recorder::new(client.clone(), crate::event_reporter()),
+                recorder: Recorder::new(client.clone(), crate::shared::event_reporter()),
                 regarding: source.object_ref(&()),
             })),
             _ => Receivers::Sent(NamedReceiver {
@@ -716,7 +717,7 @@ mod tests {
 
 /// A notice a pass makes, before it is dated and named for the Source.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Draft {
+pub(crate) struct Draft {
     pub kind: NoticeKind,
     pub subject: Option<String>,
     pub reason: Option<String>,
@@ -724,7 +725,7 @@ pub struct Draft {
 }
 
 impl Draft {
-    pub fn new(kind: NoticeKind, message: String) -> Self {
+    pub(crate) fn new(kind: NoticeKind, message: String) -> Self {
         Draft {
             kind,
             subject: None,
@@ -733,12 +734,12 @@ impl Draft {
         }
     }
 
-    pub fn about(mut self, subject: impl ToString) -> Self {
+    pub(crate) fn about(mut self, subject: impl ToString) -> Self {
         self.subject = Some(subject.to_string());
         self
     }
 
-    pub fn because(mut self, reason: impl ToString) -> Self {
+    pub(crate) fn because(mut self, reason: impl ToString) -> Self {
         self.reason = Some(reason.to_string());
         self
     }
@@ -747,7 +748,7 @@ impl Draft {
 /// The notices of what a pass did (pure): a revision applied that changed the
 /// cluster, the first failed object, drift corrected or reported per object, what was
 /// pruned (a Node's removal as a host's), a wave left blocked.
-pub fn notices_of_apply(
+pub(crate) fn notices_of_apply(
     report: &ApplyReport,
     corrected: &[(ObjectKey, String)],
     reported: &[ObjectKey],
@@ -767,7 +768,7 @@ pub fn notices_of_apply(
     }
     if let Some((key, failure)) = report.failures().next() {
         drafts.push(
-            Draft::new(NoticeKind::Failed, crate::status::objects_failed(report))
+            Draft::new(NoticeKind::Failed, objects_failed(report))
                 .about(key)
                 .because(match failure {
                     ObjectFailure::Forbidden { .. } => "Forbidden",

@@ -1,7 +1,7 @@
 //! The daemon's HTTP endpoints: `/metrics` (OpenMetrics), `/readyz` (ready once the
 //! caches synced), `/healthz` (fails when a source loop finished no pass for three
 //! intervals: a wedged loop, not only a dead process), and `/hook/{provider}`, the
-//! webhook receiver (authenticated before anything else; see [`super::webhook`]).
+//! webhook receiver (authenticated before anything else; see [`tether_api::webhook`]).
 //! With [`super::web`], the web page and its API too.
 //! Refused webhooks are logged through [`super::refusal_log`]: the first of a kind at
 //! once, then a summary line a window.
@@ -21,15 +21,18 @@ use tether_engine::driver::{Backoff, Loop, Schedule, drive};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use super::Shared;
 use super::refusal_log::{Decision, FLUSH_EVERY, RefusalKind, Summary, WINDOW};
-use super::webhook::{self, Headers, MAX_BODY, Provider, Refusal};
-use tether_engine::images::notification;
+use super::shared::Shared;
+use super::web::Web;
+use tether_api::webhook::{self, Headers, MAX_BODY, Provider, Refusal};
+use tether_engine::image_automation::notification;
 
-/// Serves the endpoints on `listener` until `shutdown`.
-pub async fn serve(
+/// Serves the endpoints on `listener` until `shutdown`, and the web page and API
+/// with `web`.
+pub(crate) async fn serve(
     listener: TcpListener,
     shared: Arc<Shared>,
+    web: Option<Web>,
     shutdown: CancellationToken,
 ) -> std::io::Result<()> {
     let app = Router::new()
@@ -39,8 +42,11 @@ pub async fn serve(
         .route("/hook/{provider}", post(hook))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(Arc::clone(&shared));
-    let app = match shared.web() {
-        Some(web) => app.merge(super::web::routes(Arc::clone(&shared), web)),
+    let app = match web {
+        Some(web) => app.merge(super::web::router::routes(
+            Arc::clone(&shared),
+            Arc::new(web),
+        )),
         None => app,
     };
     // Stopped when serving stops, for whatever reason, and then says what it counted.
@@ -136,7 +142,7 @@ async fn readyz(State(shared): State<Arc<Shared>>) -> (StatusCode, &'static str)
 }
 
 async fn healthz(State(shared): State<Arc<Shared>>) -> (StatusCode, String) {
-    let wedged = shared.wedged();
+    let wedged = shared.switchboard.wedged();
     match wedged.is_empty() {
         true => (StatusCode::OK, "ok\n".into()),
         false => (
@@ -252,7 +258,9 @@ async fn receive(
     };
     // The Sources this replica runs at once; those another replica runs (the
     // leader's, or their owners' among the shard) through their annotation.
-    let mut triggered = shared.trigger_matching(|url, reference| push.concerns(url, reference));
+    let mut triggered = shared
+        .switchboard
+        .trigger_matching(|url, reference| push.concerns(url, reference));
     if let Some(forwarder) = shared.forwarder() {
         triggered += forwarder.forward(&push).await;
     }
@@ -331,7 +339,7 @@ fn image_pushes(
             "no image push in the notification; ignored\n".into(),
         );
     }
-    match shared.push_images(&pushes) {
+    match shared.switchboard.push_images(&pushes) {
         0 => (
             StatusCode::OK,
             "ignored",
@@ -350,7 +358,7 @@ fn pull_request(
     shared: &Shared,
     request: &webhook::PullRequest,
 ) -> (StatusCode, &'static str, String) {
-    match shared.plan_pull_request(request) {
+    match shared.switchboard.plan_pull_request(request) {
         0 => (
             StatusCode::OK,
             "ignored",
@@ -419,7 +427,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let shutdown = CancellationToken::new();
-        let server = tokio::spawn(serve(listener, Arc::clone(&shared), shutdown.clone()));
+        let server = tokio::spawn(serve(listener, Arc::clone(&shared), None, shutdown.clone()));
         const FLOOD: usize = 1_000;
         for _ in 0..FLOOD {
             let answer = post(address, "/hook/github", "{}").await;

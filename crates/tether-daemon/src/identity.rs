@@ -10,11 +10,11 @@ use tether_core::confine::{Confinement, SourceConfinement};
 use tether_core::settings::ConfineSettings;
 use tether_engine::cluster::{ClusterError, Impersonation, Target, client_of};
 
-use super::crd::SourceSpec;
+use tether_api::source_spec::SourceSpec;
 
 /// How the daemon's Sources act on the cluster.
 #[derive(Clone, Debug, Default)]
-pub struct Identities {
+pub(crate) struct Identities {
     /// The daemon's own connection, from which a Source's impersonating one is made.
     pub target: Target,
     /// The ServiceAccount (of its own namespace) a Source without
@@ -26,14 +26,18 @@ pub struct Identities {
 }
 
 /// How a refusal names the daemon's own identity (no ServiceAccount impersonated).
-pub const DAEMON_IDENTITY: &str = "the daemon's own identity";
+pub(crate) const DAEMON_IDENTITY: &str = "the daemon's own identity";
 
 impl Identities {
     /// The ServiceAccount the Source in `namespace` acts as (its own, else the
     /// daemon's default), with the groups Kubernetes gives every ServiceAccount (RBAC
     /// bindings to them apply as they would to the account's own token); none when it
     /// acts as the daemon.
-    pub fn impersonation(&self, namespace: &str, spec: &SourceSpec) -> Option<Impersonation> {
+    pub(crate) fn impersonation(
+        &self,
+        namespace: &str,
+        spec: &SourceSpec,
+    ) -> Option<Impersonation> {
         let name = spec
             .service_account_name
             .as_ref()
@@ -43,7 +47,7 @@ impl Identities {
 
     /// A client of the daemon's cluster acting as `identity`. It makes no request:
     /// the server answers, or refuses, each of the Source's own.
-    pub async fn client(&self, identity: &Impersonation) -> Result<Client, ClusterError> {
+    pub(crate) async fn client(&self, identity: &Impersonation) -> Result<Client, ClusterError> {
         client_of(&Target {
             impersonate: Some(identity.user.clone()),
             impersonate_groups: identity.groups.clone(),
@@ -55,7 +59,11 @@ impl Identities {
     /// What the Source in `namespace` may name: its `spec.confine`, held to its own
     /// namespace under `--no-cross-namespace-objects` unless the spec lists namespaces;
     /// none when neither limits it.
-    pub fn confinement(&self, namespace: &str, spec: &SourceSpec) -> Option<SourceConfinement> {
+    pub(crate) fn confinement(
+        &self,
+        namespace: &str,
+        spec: &SourceSpec,
+    ) -> Option<SourceConfinement> {
         let declared = spec.confine.as_ref().map(|c| {
             Confinement::from(&ConfineSettings {
                 namespaces: c.namespaces.clone(),
@@ -83,7 +91,7 @@ impl Identities {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::SourceConfine;
+    use tether_api::source_spec::SourceConfine;
 
     fn spec(service_account: Option<&str>, confine: Option<SourceConfine>) -> SourceSpec {
         let mut spec: SourceSpec =

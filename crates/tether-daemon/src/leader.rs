@@ -18,11 +18,11 @@ use tether_engine::driver::{Backoff, Retries};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::Shared;
+use crate::shared::Shared;
 
 /// Where the Lease is and who this process is.
 #[derive(Clone, Debug)]
-pub struct Election {
+pub(crate) struct Election {
     pub namespace: String,
     pub lease: String,
     pub identity: String,
@@ -32,7 +32,7 @@ pub struct Election {
 
 /// Takes part in the election until `release` is cancelled, then releases the Lease
 /// if held. `leading` says whether this process leads.
-pub async fn run(
+pub(crate) async fn run(
     client: Client,
     election: Election,
     shared: Arc<Shared>,

@@ -22,13 +22,13 @@ use tether_engine::reconcile::Tenure;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use super::Shared;
 use super::leader::{self, Election};
 use super::shard::{self, MEMBER_LABEL, Members, Share, live_members};
+use crate::shared::Shared;
 
 /// Where the members' Leases are and who this replica is.
 #[derive(Clone, Debug)]
-pub struct Membership {
+pub(crate) struct Membership {
     pub namespace: String,
     /// The group's name: each member's Lease is `<group>-<identity>`.
     pub group: String,
@@ -43,7 +43,7 @@ pub struct Membership {
 }
 
 /// The annotation on a member's Lease that says where its webhooks are reached.
-pub const ADDRESS_ANNOTATION: &str = "tether.dev/address";
+pub(crate) const ADDRESS_ANNOTATION: &str = "tether.dev/address";
 
 impl Membership {
     fn lease_name(&self) -> String {
@@ -53,7 +53,7 @@ impl Membership {
 
 /// Takes part in the group until `release` is cancelled, then releases this
 /// replica's Lease. `share` says which Sources this replica may run.
-pub async fn run(
+pub(crate) async fn run(
     client: Client,
     membership: Membership,
     shared: Arc<Shared>,

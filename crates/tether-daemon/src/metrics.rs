@@ -20,43 +20,43 @@ use prometheus_client::registry::{Registry, Unit};
 use tether_engine::reconcile::{ApplyReport, Outcome};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct SourceLabel {
+pub(crate) struct SourceLabel {
     pub source: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ResultLabels {
+pub(crate) struct ResultLabels {
     pub source: String,
     pub result: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ActionLabels {
+pub(crate) struct ActionLabels {
     pub source: String,
     pub action: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PolicyLabels {
+pub(crate) struct PolicyLabels {
     pub source: String,
     pub policy: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PolicyResultLabels {
+pub(crate) struct PolicyResultLabels {
     pub source: String,
     pub policy: String,
     pub result: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct WebhookLabels {
+pub(crate) struct WebhookLabels {
     pub provider: String,
     pub outcome: String,
 }
 
 /// Every metric the daemon keeps, registered once.
-pub struct Metrics {
+pub(crate) struct Metrics {
     registry: Registry,
     reconcile_duration: Family<ResultLabels, Histogram, fn() -> Histogram>,
     reconciles: Family<ResultLabels, Counter>,
@@ -285,7 +285,13 @@ fn open_fds() -> Option<i64> {
 
 impl Metrics {
     /// A finished pass: its duration, result and what it applied.
-    pub fn pass(&self, source: &str, result: &str, took: Duration, report: Option<&ApplyReport>) {
+    pub(crate) fn pass(
+        &self,
+        source: &str,
+        result: &str,
+        took: Duration,
+        report: Option<&ApplyReport>,
+    ) {
         let labels = ResultLabels {
             source: source.to_string(),
             result: result.to_string(),
@@ -323,7 +329,7 @@ impl Metrics {
         }
     }
 
-    pub fn fetched(&self, source: &str, took: Duration) {
+    pub(crate) fn fetched(&self, source: &str, took: Duration) {
         self.fetch_duration
             .get_or_create(&SourceLabel {
                 source: source.to_string(),
@@ -332,7 +338,7 @@ impl Metrics {
     }
 
     /// Drift seen on `count` objects: `corrected` or `reported`.
-    pub fn drift(&self, source: &str, action: &str, count: u64) {
+    pub(crate) fn drift(&self, source: &str, action: &str, count: u64) {
         self.drift
             .get_or_create(&ActionLabels {
                 source: source.to_string(),
@@ -343,7 +349,7 @@ impl Metrics {
 
     /// The drift seen on `source`'s objects since the process started: (corrected,
     /// reported).
-    pub fn drift_seen(&self, source: &str) -> (u64, u64) {
+    pub(crate) fn drift_seen(&self, source: &str) -> (u64, u64) {
         let count = |action: &str| {
             self.drift
                 .get(&ActionLabels {
@@ -355,7 +361,7 @@ impl Metrics {
         (count("corrected"), count("reported"))
     }
 
-    pub fn webhook(&self, provider: &str, outcome: &str) {
+    pub(crate) fn webhook(&self, provider: &str, outcome: &str) {
         self.webhooks
             .get_or_create(&WebhookLabels {
                 provider: provider.to_string(),
@@ -364,7 +370,7 @@ impl Metrics {
             .inc();
     }
 
-    pub fn history_rewritten(&self, source: &str) {
+    pub(crate) fn history_rewritten(&self, source: &str) {
         self.history_rewrites
             .get_or_create(&SourceLabel {
                 source: source.to_string(),
@@ -392,7 +398,7 @@ impl Metrics {
 
     /// A scan of image policy `policy` of `source`: what came of it (`updated`,
     /// `kept`, `failed`), when (Unix time), and the tags listed.
-    pub fn image_scanned(
+    pub(crate) fn image_scanned(
         &self,
         source: &str,
         policy: &str,
@@ -427,7 +433,7 @@ impl Metrics {
 
     /// Drops the series of a deleted source: over a month of Sources made and
     /// deleted, the series (and the memory behind them) are those of the live ones.
-    pub fn forget(&self, source: &str) {
+    pub(crate) fn forget(&self, source: &str) {
         let policies = self
             .image_policies
             .lock()
@@ -474,7 +480,7 @@ impl Metrics {
     }
 
     /// The metrics, with the number of `watches` read at each scrape.
-    pub fn counting(watches: tether_engine::reconcile::Watches) -> Self {
+    pub(crate) fn counting(watches: tether_engine::reconcile::Watches) -> Self {
         let mut metrics = Metrics::default();
         metrics
             .registry
@@ -483,17 +489,17 @@ impl Metrics {
         metrics
     }
 
-    pub fn set_leader(&self, leader: bool) {
+    pub(crate) fn set_leader(&self, leader: bool) {
         self.leader.set(i64::from(leader));
     }
 
     /// Whether this replica runs the Sources (the leader, or the only one).
-    pub fn is_leader(&self) -> bool {
+    pub(crate) fn is_leader(&self) -> bool {
         self.leader.get() == 1
     }
 
     /// The OpenMetrics text of every metric.
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         let mut text = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut text, &self.registry);

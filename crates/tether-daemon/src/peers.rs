@@ -15,12 +15,12 @@ use axum::http::{HeaderMap, HeaderName, header};
 use futures::StreamExt;
 
 /// The header that marks a webhook passed on by a replica: not to be passed on again.
-pub const PASSED_ON_HEADER: &str = "x-tether-passed-on";
+pub(crate) const PASSED_ON_HEADER: &str = "x-tether-passed-on";
 /// How long a member has to answer.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The other live members' addresses, as their Leases announce them.
-pub struct Peers {
+pub(crate) struct Peers {
     addresses: Mutex<Vec<String>>,
     client: reqwest::Client,
 }
@@ -40,7 +40,7 @@ impl Default for Peers {
 
 impl Peers {
     /// The other live members' base URLs (`http://10.0.0.5:8080`), now.
-    pub fn set(&self, addresses: Vec<String>) {
+    pub(crate) fn set(&self, addresses: Vec<String>) {
         if let Ok(mut current) = self.addresses.lock() {
             *current = addresses;
         }
@@ -48,7 +48,7 @@ impl Peers {
 
     /// Passes a webhook (its path, headers and body as received) on to every other
     /// member unless it was passed on already; returns how many took it (202).
-    pub async fn pass_on(&self, path: &str, headers: &HeaderMap, body: &[u8]) -> usize {
+    pub(crate) async fn pass_on(&self, path: &str, headers: &HeaderMap, body: &[u8]) -> usize {
         if headers.contains_key(PASSED_ON_HEADER) {
             return 0;
         }
@@ -85,7 +85,7 @@ impl Peers {
     }
 
     /// Whether any other member is known.
-    pub fn any(&self) -> bool {
+    pub(crate) fn any(&self) -> bool {
         self.addresses.lock().is_ok_and(|a| !a.is_empty())
     }
 
@@ -93,7 +93,7 @@ impl Peers {
     /// page, an API document or an action of a Source this replica does not run),
     /// with the requester's own credentials, which each member checks itself; the
     /// first answer that is not 404 (the Source is not there either).
-    pub async fn ask(
+    pub(crate) async fn ask(
         &self,
         method: &axum::http::Method,
         path_and_query: &str,
@@ -141,7 +141,7 @@ impl Peers {
 impl Peers {
     /// Asks every other member for `path` (a GET with the requester's credentials);
     /// the bodies of those that answered 200.
-    pub async fn ask_all(&self, path: &str, headers: &HeaderMap) -> Vec<axum::body::Bytes> {
+    pub(crate) async fn ask_all(&self, path: &str, headers: &HeaderMap) -> Vec<axum::body::Bytes> {
         let (addresses, headers) = (self.addresses(), asked_with(headers));
         futures::stream::iter(addresses)
             .map(|address| {
@@ -189,7 +189,7 @@ const ANSWER_HEADERS: [HeaderName; 4] = [
 ];
 
 /// Another replica's answer.
-pub struct Answer {
+pub(crate) struct Answer {
     pub status: reqwest::StatusCode,
     pub headers: HeaderMap,
     pub body: axum::body::Bytes,

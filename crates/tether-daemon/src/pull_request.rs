@@ -20,11 +20,11 @@ use kube::{Client, ResourceExt};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::crd::Source;
+use crate::decryption::DecryptionSecret;
 use crate::feedback::SourceFeedback;
-use crate::keys::DecryptionSecret;
-use crate::web::live::remedy_words;
-use crate::webhook::PullRequest;
+use crate::web::live_state::remedy_words;
+use tether_api::source_spec::Source;
+use tether_api::webhook::PullRequest;
 use tether_core::feedback::CommitState;
 use tether_core::plan::Action;
 use tether_engine::cluster::Target;
@@ -33,7 +33,7 @@ use tether_engine::reconcile::{ClusterPlans, PlanOptions, ReconcileError, Reconc
 
 /// What makes a reconciler act as a Source: its identity (impersonated), its
 /// confinement, its other clusters.
-pub trait ActAs: Sync {
+pub(crate) trait ActAs: Sync {
     fn act_as(
         &self,
         reconciler: Reconciler,
@@ -42,10 +42,10 @@ pub trait ActAs: Sync {
 
 /// Pull requests waiting to be planned, per Source; more are dropped (the next push
 /// to the request brings another webhook).
-pub const QUEUED: usize = 16;
+pub(crate) const QUEUED: usize = 16;
 
 /// How a Source's pull requests are planned: everything its loop knows, but the ref.
-pub struct PullRequestPlanner<'a> {
+pub(crate) struct PullRequestPlanner<'a> {
     pub source: &'a Source,
     pub credentials: Credentials,
     /// Where heads are fetched: apart from the loop's cache, so neither waits.
@@ -58,7 +58,7 @@ pub struct PullRequestPlanner<'a> {
 }
 
 impl<'a> PullRequestPlanner<'a> {
-    pub fn new(
+    pub(crate) fn new(
         source: &'a Source,
         credentials: Credentials,
         feedback: Arc<SourceFeedback>,
@@ -77,7 +77,11 @@ impl<'a> PullRequestPlanner<'a> {
     }
 
     /// Plans each request that comes, one at a time, until `stop`.
-    pub async fn run(&self, mut requests: mpsc::Receiver<PullRequest>, stop: &CancellationToken) {
+    pub(crate) async fn run(
+        &self,
+        mut requests: mpsc::Receiver<PullRequest>,
+        stop: &CancellationToken,
+    ) {
         loop {
             let request = tokio::select! {
                 request = requests.recv() => request,
@@ -134,14 +138,14 @@ impl<'a> PullRequestPlanner<'a> {
         let mut spec = self.source.spec.clone();
         spec.reference = Some(request.head_commit.clone());
         let namespace = self.source.namespace().unwrap_or_default();
-        let settings = spec
-            .settings(
-                &namespace,
-                &self.source.name_any(),
-                self.cache.clone(),
-                self.credentials.clone(),
-            )
-            .map_err(|e| e.to_string())?;
+        let settings = crate::source_loop::settings_of(
+            &spec,
+            &namespace,
+            &self.source.name_any(),
+            self.cache.clone(),
+            self.credentials.clone(),
+        )
+        .map_err(|e| e.to_string())?;
         let reconciler = Reconciler::new(settings.repo, Target::default(), settings.inventory);
         let mut reconciler = self.acting.act_as(reconciler).await?;
         // A fork's content never sees the Source's keys.
@@ -156,7 +160,7 @@ impl<'a> PullRequestPlanner<'a> {
         }
         let options = PlanOptions {
             dry_run_new: true,
-            ..settings.plan
+            ..settings.settings.plan
         };
         reconciler
             .plan_clusters(options, &BTreeMap::new())

@@ -17,23 +17,23 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 /// How long a kind's refusals are counted before their summary.
-pub const WINDOW: Duration = Duration::from_secs(60);
+pub(crate) const WINDOW: Duration = Duration::from_secs(60);
 
 /// How often the daemon looks for windows that ended: a summary comes at most this
 /// late.
-pub const FLUSH_EVERY: Duration = Duration::from_secs(5);
+pub(crate) const FLUSH_EVERY: Duration = Duration::from_secs(5);
 
 /// What was refused: the provider (as the path named it, `unknown` for a path that
 /// names none) and the outcome, as the metric labels them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct RefusalKind {
+pub(crate) struct RefusalKind {
     pub provider: &'static str,
     pub outcome: &'static str,
 }
 
 impl RefusalKind {
     /// The outcome in words, for the summary line.
-    pub fn reason(self) -> &'static str {
+    pub(crate) fn reason(self) -> &'static str {
         match self.outcome {
             "unauthorized" => "bad or missing signature",
             "bad_request" => "bad request",
@@ -47,7 +47,7 @@ impl RefusalKind {
 
 /// What to do with one refusal's line.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// The first of its kind since a quiet window: log it, with its details.
     LogNow,
     /// Counted for the kind's summary.
@@ -56,7 +56,7 @@ pub enum Decision {
 
 /// The refusals of one kind counted in a window that ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Summary {
+pub(crate) struct Summary {
     pub kind: RefusalKind,
     /// Refusals counted (not logged one by one) in the window.
     pub refused: u64,
@@ -80,7 +80,7 @@ impl std::fmt::Display for Summary {
 
 /// Each kind's open window.
 #[derive(Debug)]
-pub struct RefusalLog {
+pub(crate) struct RefusalLog {
     window: Duration,
     open: BTreeMap<RefusalKind, Window>,
 }
@@ -98,7 +98,7 @@ impl Default for RefusalLog {
 }
 
 impl RefusalLog {
-    pub fn new(window: Duration) -> Self {
+    pub(crate) fn new(window: Duration) -> Self {
         RefusalLog {
             window,
             open: BTreeMap::new(),
@@ -107,7 +107,11 @@ impl RefusalLog {
 
     /// One refusal of `kind` at `now`: whether to log it, and the summary of the
     /// kind's previous window if it ended before anyone asked for it.
-    pub fn refused(&mut self, kind: RefusalKind, now: Instant) -> (Decision, Option<Summary>) {
+    pub(crate) fn refused(
+        &mut self,
+        kind: RefusalKind,
+        now: Instant,
+    ) -> (Decision, Option<Summary>) {
         let summary = self.end_window(kind, now);
         match self.open.get_mut(&kind) {
             Some(window) => {
@@ -128,7 +132,7 @@ impl RefusalLog {
     }
 
     /// The summaries of the windows that ended by `now`, in kind order.
-    pub fn ended(&mut self, now: Instant) -> Vec<Summary> {
+    pub(crate) fn ended(&mut self, now: Instant) -> Vec<Summary> {
         let kinds: Vec<RefusalKind> = self.open.keys().copied().collect();
         kinds
             .into_iter()
@@ -137,7 +141,7 @@ impl RefusalLog {
     }
 
     /// Every count not said yet, whether its window ended or not (at shutdown).
-    pub fn drain(&mut self, now: Instant) -> Vec<Summary> {
+    pub(crate) fn drain(&mut self, now: Instant) -> Vec<Summary> {
         std::mem::take(&mut self.open)
             .into_iter()
             .filter(|(_, window)| window.refused > 0)

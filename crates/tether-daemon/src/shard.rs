@@ -10,7 +10,9 @@ use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::coordination::v1::Lease;
+use kube::ResourceExt;
 use sha2::{Digest, Sha256};
+use tether_api::source_spec::Source;
 use tether_engine::reconcile::Tenure;
 
 /// The label every member Lease of a sharded daemon carries: its value is the group
@@ -174,6 +176,15 @@ pub fn lease_safe(identity: &str) -> String {
         })
         .collect();
     safe.trim_matches(|c| c == '-' || c == '.').to_string()
+}
+
+/// The id replicas share a Source by: `namespace/name`.
+pub(crate) fn source_id(source: &Source) -> String {
+    format!(
+        "{}/{}",
+        source.namespace().unwrap_or_default(),
+        source.name_any()
+    )
 }
 
 #[cfg(test)]

@@ -1,6 +1,11 @@
 //! The cluster edge: a client from a kubeconfig, the API resources of the kinds we
 //! render (discovery, so newer servers work the same), and the errors of the cluster
 //! edge (`record` reads and writes the inventory's record).
+//!
+//! A client has a context, optional impersonation, a whole-request timeout, kube's own
+//! retry off and `ReadRetry` on (reads the server answers "not now" asked again for
+//! about 10 s; writes never), and a [`Fence`]: past it, a client made from a `Target`
+//! that carries one sends no write.
 
 use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;

@@ -178,7 +178,7 @@ pub(crate) fn read_within_limit(path: &Path) -> std::io::Result<Contents> {
 /// The nearest `.sops.yaml` in `dir` or a directory above it.
 pub fn find_sops_config(dir: &Path) -> Option<PathBuf> {
     dir.ancestors()
-        .map(|d| d.join(tether_sops::config::CONFIG_FILE))
+        .map(|d| d.join(tether_sops::creation_rules::CONFIG_FILE))
         .find(|p| p.is_file())
 }
 

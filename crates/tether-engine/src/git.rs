@@ -3,6 +3,12 @@
 //! note the commit of a local checkout. Each blob's size is read from the object
 //! database's header before the blob: one past the core's limit is never inflated.
 //! Blocking (git2): call off the async runtime.
+//!
+//! A fetch happens only when the remote's ref moved. One look at the remote at a time
+//! per cache, taken by every caller that asked before it began, so the Sources of one
+//! repository woken by one push share a fetch (`Looks`, `look_at_remote`); across
+//! processes, one writer at a time by a file lock (`sole_writer`), under which
+//! libgit2's lock files are stale and removed.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -608,7 +614,7 @@ pub(crate) fn read_commit_models(
         },
     };
     // Only whether the rules exist matters here: the file is not read.
-    let sops_rules = blob_at(tether_sops::config::CONFIG_FILE).is_some();
+    let sops_rules = blob_at(tether_sops::creation_rules::CONFIG_FILE).is_some();
     Ok(CommitModels {
         files,
         settings,

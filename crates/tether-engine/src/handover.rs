@@ -5,7 +5,8 @@
 //! In three steps, each safe to interrupt and run again: the receiving inventory
 //! records the objects first; then each object gets the receiver's membership label,
 //! its fields the receiver's field manager (so the receiver's applies meet no
-//! conflict); last the giving inventory forgets them.
+//! conflict); last the giving inventory forgets them. The decision per object
+//! ([`decide`]) is pure.
 
 use std::collections::BTreeSet;
 

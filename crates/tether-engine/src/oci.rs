@@ -11,242 +11,24 @@
 //! directory.
 
 pub mod archive;
+mod artifact_manifest;
+mod oci_error;
 mod reference;
 mod registry;
+mod registry_access;
 
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
-use sha2::{Digest as _, Sha256};
 use thiserror::Error;
 
+pub use artifact_manifest::{
+    Descriptor, FLUX_CONFIG, FLUX_CONTENT, Manifest, OCI_MANIFEST, REVISION_ANNOTATION,
+    SOURCE_ANNOTATION, sha256_digest,
+};
+pub use oci_error::OciError;
 pub use reference::{Reference, ReferenceError, Target, target_of};
 pub use registry::{Registry, TAG_PAGE_BYTES, TagsPage};
-
-/// The media type of a Flux artifact's config.
-pub const FLUX_CONFIG: &str = "application/vnd.cncf.flux.config.v1+json";
-/// The media type of a Flux artifact's one layer: a gzipped tar of the directory.
-pub const FLUX_CONTENT: &str = "application/vnd.cncf.flux.content.v1.tar+gzip";
-/// The media type of the manifest tether pushes (and asks for first).
-pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
-/// Where the artifact says it was built from (`--source`).
-pub const SOURCE_ANNOTATION: &str = "org.opencontainers.image.source";
-/// The revision of that source (`--revision`, e.g. `main@sha1:…`).
-pub const REVISION_ANNOTATION: &str = "org.opencontainers.image.revision";
-
-#[derive(Debug, Error)]
-pub enum OciError {
-    #[error(transparent)]
-    Reference(#[from] ReferenceError),
-    #[error("cannot reach the registry of {reference}")]
-    Unreachable {
-        reference: String,
-        #[source]
-        source: reqwest::Error,
-    },
-    #[error("the registry of {reference} asks for credentials, and none were given")]
-    CredentialsNeeded { reference: String },
-    #[error("the registry of {reference} refused the credentials (HTTP {status})")]
-    Unauthorized { reference: String, status: u16 },
-    #[error("{reference} does not exist in the registry")]
-    NotFound { reference: String },
-    #[error("the registry answered HTTP {status} to {what} of {reference}: {body}")]
-    Status {
-        reference: String,
-        what: &'static str,
-        status: u16,
-        body: String,
-    },
-    #[error(
-        "{reference}: {what} has digest {actual}, not the {expected} it was asked for; nothing is read from it"
-    )]
-    WrongDigest {
-        reference: String,
-        what: String,
-        expected: String,
-        actual: String,
-    },
-    #[error("{reference}: {what} is malformed: {why}")]
-    Malformed {
-        reference: String,
-        what: String,
-        why: String,
-    },
-    #[error("{reference} is not a Flux artifact: {why}")]
-    NotFluxArtifact { reference: String, why: String },
-    #[error("{reference}: {what} is larger than {limit} bytes")]
-    TooLarge {
-        reference: String,
-        what: String,
-        limit: u64,
-    },
-    #[error("{reference}: the artifact's content is refused")]
-    Archive {
-        reference: String,
-        #[source]
-        source: archive::ArchiveError,
-    },
-    #[error("{reference}: the models path {path} leaves the artifact")]
-    PathLeaves { reference: String, path: PathBuf },
-    #[error("cannot write the artifact cache {path}")]
-    Cache {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-}
-
-impl OciError {
-    /// Will the same pull fail again until someone pushes another artifact or changes
-    /// the source (a reference that cannot be parsed, content that is refused)? A
-    /// registry that is down, a missing tag or refused credentials may pass with time.
-    pub fn is_permanent(&self) -> bool {
-        matches!(
-            self,
-            OciError::Reference(_)
-                | OciError::PathLeaves { .. }
-                | OciError::WrongDigest { .. }
-                | OciError::NotFluxArtifact { .. }
-                | OciError::Malformed { .. }
-                | OciError::TooLarge { .. }
-                | OciError::Archive { .. }
-        )
-    }
-}
-
-/// How to authenticate to a registry (basic auth, or the password exchanged for a
-/// token when the registry asks for one). Its `Debug` never shows the password.
-#[derive(Clone, Default, PartialEq, Eq)]
-pub struct Credentials {
-    pub username: String,
-    pub password: String,
-}
-
-impl std::fmt::Debug for Credentials {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Credentials")
-            .field("username", &self.username)
-            .field("password", &"***")
-            .finish()
-    }
-}
-
-impl Credentials {
-    /// `USER:PASSWORD`, as Flux's `--creds` takes them.
-    pub fn parse(text: &str) -> Option<Credentials> {
-        let (username, password) = text.split_once(':')?;
-        Some(Credentials {
-            username: username.to_string(),
-            password: password.to_string(),
-        })
-    }
-}
-
-impl Credentials {
-    /// The credentials a Docker config (`~/.docker/config.json`, a Secret's
-    /// `.dockerconfigjson`, as `kubectl create secret docker-registry` and Flux make
-    /// them) holds for `registry` (`host[:port]`): `username` and `password`, or
-    /// `auth` (base64 of `user:password`). An entry may be keyed by a URL.
-    pub fn from_docker_config(config: &[u8], registry: &str) -> Option<Credentials> {
-        use base64::Engine as _;
-        #[derive(Deserialize)]
-        struct DockerConfig {
-            #[serde(default)]
-            auths: std::collections::BTreeMap<String, Entry>,
-        }
-        #[derive(Deserialize)]
-        struct Entry {
-            username: Option<String>,
-            password: Option<String>,
-            auth: Option<String>,
-        }
-        let config: DockerConfig = serde_json::from_slice(config).ok()?;
-        let host_of = |key: &str| {
-            let key = key
-                .strip_prefix("https://")
-                .or_else(|| key.strip_prefix("http://"))
-                .unwrap_or(key);
-            key.split('/').next().unwrap_or(key).to_string()
-        };
-        let entry = config
-            .auths
-            .into_iter()
-            .find(|(key, _)| host_of(key) == registry)?
-            .1;
-        match (entry.username, entry.password, entry.auth) {
-            (Some(username), Some(password), _) => Some(Credentials { username, password }),
-            (_, _, Some(auth)) => {
-                let pair = base64::engine::general_purpose::STANDARD
-                    .decode(auth)
-                    .ok()?;
-                Credentials::parse(&String::from_utf8(pair).ok()?)
-            }
-            _ => None,
-        }
-    }
-}
-
-/// How to reach one registry.
-#[derive(Clone, Debug, Default)]
-pub struct Access {
-    pub credentials: Option<Credentials>,
-    /// Plain HTTP instead of HTTPS (Flux's `--insecure-registry`, `spec.insecure`).
-    pub insecure: bool,
-}
-
-/// A descriptor: what a manifest says of one blob.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct Descriptor {
-    pub media_type: String,
-    pub digest: String,
-    pub size: u64,
-}
-
-/// An OCI image manifest, as much of it as an artifact needs.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Manifest {
-    pub schema_version: u32,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub media_type: Option<String>,
-    pub config: Descriptor,
-    pub layers: Vec<Descriptor>,
-    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
-    pub annotations: std::collections::BTreeMap<String, String>,
-}
-
-impl Manifest {
-    /// The one content layer of a Flux artifact, or why this is not one.
-    fn flux_layer(&self, reference: &Reference) -> Result<&Descriptor, OciError> {
-        let refuse = |why: String| OciError::NotFluxArtifact {
-            reference: reference.to_string(),
-            why,
-        };
-        if self.config.media_type != FLUX_CONFIG {
-            return Err(refuse(format!(
-                "its config's media type is {}, not {FLUX_CONFIG}",
-                self.config.media_type
-            )));
-        }
-        match self.layers.as_slice() {
-            [layer] if layer.media_type == FLUX_CONTENT => Ok(layer),
-            [layer] => Err(refuse(format!(
-                "its layer's media type is {}, not {FLUX_CONTENT}",
-                layer.media_type
-            ))),
-            layers => Err(refuse(format!(
-                "it has {} layers, not one {FLUX_CONTENT}",
-                layers.len()
-            ))),
-        }
-    }
-}
-
-/// `sha256:<hex>` of `bytes`.
-pub fn sha256_digest(bytes: &[u8]) -> String {
-    format!("sha256:{:x}", Sha256::digest(bytes))
-}
+pub use registry_access::{Access, Credentials};
 
 /// How a pulled artifact is named in reports and a Source's status: `<tag>@sha256:…`,
 /// or the digest alone when the reference pins one.
@@ -478,29 +260,6 @@ mod tests {
         assert!(
             download.exists(),
             "what is not an unpacked artifact is left alone"
-        );
-    }
-
-    #[test]
-    fn a_docker_config_gives_the_registrys_credentials() {
-        let config = br#"{"auths": {
-            "https://index.docker.io/v1/": {"auth": "aHViOnNlY3JldA=="},
-            "ghcr.io": {"username": "bot", "password": "token"}
-        }}"#;
-        let hub = Credentials::from_docker_config(config, "index.docker.io").unwrap();
-        assert_eq!(
-            (hub.username.as_str(), hub.password.as_str()),
-            ("hub", "secret")
-        );
-        let ghcr = Credentials::from_docker_config(config, "ghcr.io").unwrap();
-        assert_eq!(
-            (ghcr.username.as_str(), ghcr.password.as_str()),
-            ("bot", "token")
-        );
-        assert_eq!(Credentials::from_docker_config(config, "quay.io"), None);
-        assert_eq!(
-            Credentials::from_docker_config(b"not json", "ghcr.io"),
-            None
         );
     }
 }

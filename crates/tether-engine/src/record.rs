@@ -2,7 +2,9 @@
 //! (`tether-inventory-<inventory>`) and the shards the head names, read together and
 //! written in the order that keeps every entry (see `tether_core::inventory::stored`),
 //! and the record of a tether before heads (ConfigMap `<inventory>`), moved to the
-//! head by the first write.
+//! head by the first write. A write reads, merges and writes: shards first, the head
+//! on its resourceVersion, then the replaced head's shards deleted and, where shards
+//! are written, orphans older than ten minutes.
 
 use std::collections::BTreeMap;
 

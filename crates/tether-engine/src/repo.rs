@@ -3,7 +3,9 @@
 //! read from that commit's tree, or an OCI artifact ([`crate::oci`]) unpacked into
 //! the cache of its digest. Reading is blocking (file walks, git2) and runs off
 //! the async runtime. Every file's size is known before it is read, and a file past
-//! the core's limit is not read (see [`crate::directory`], [`crate::git`]).
+//! the core's limit is not read (see [`crate::directory`], [`crate::git`]). A
+//! [`CommitCache`] keeps the last commit's models, so a retried pass at the same commit
+//! reads no blob.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -325,7 +327,7 @@ async fn load_artifact(
     let sops_rules = models_root
         .ancestors()
         .take_while(|dir| dir.starts_with(&root))
-        .any(|dir| dir.join(tether_sops::config::CONFIG_FILE).is_file());
+        .any(|dir| dir.join(tether_sops::creation_rules::CONFIG_FILE).is_file());
     let shown_root = tether_core::source::shown_root_of(path, false);
     let tree = ModelsTree::Directory(models_root.clone());
     let (files, settings) = read_models_root(models_root, shown_root).await?;

@@ -1,7 +1,7 @@
 //! Watching the cluster, for discovery and events alike: the scope (every namespace
 //! or some), watch streams and reflectors (watch caches) that keep only what tether
 //! reads, and the pod watch event that the event pipeline takes from discovery's
-//! watch. Neither `discover` nor `events` imports the other; both import this.
+//! watch. Neither `discovery` nor `events` imports the other; both import this.
 
 use std::fmt::Debug;
 use std::sync::Mutex;

@@ -20,7 +20,7 @@ use thiserror::Error;
 
 use crate::driver::{Backoff, Retries};
 use crate::git::{Credentials, GitError, fetch, fetch_cache, read_tree};
-use tether_core::discover::{DISCOVERED_DIR, Outcome};
+use tether_core::discovery::{DISCOVERED_DIR, Outcome};
 use tether_core::operation::{RestoredDocument, rollout_state, same_state};
 use tether_core::remedy::Remedy;
 use tether_core::source::SourceFiles;

@@ -2,10 +2,12 @@
 //! the `sops:` block, a file decrypted in place or back to plain YAML, encrypted in
 //! place, an edit signed again), the cipher (`cipher`: one `ENC[…]` value), sops'
 //! walk and MAC (`tree`), age keys and recipients (`keys`) and `.sops.yaml` creation
-//! rules (`config`).
+//! rules (`creation_rules`). [`open_files`] opens, in memory, the encrypted files of a
+//! `SourceFiles` (or leaves each closed with its reason), and [`plain_secret_values`]
+//! finds the Secret values a repository with `.sops.yaml` left in plain text.
 //!
 //! Pure but for random bytes (data keys, nonces): the keys' text and the files are
-//! passed in (`tether_engine::keys` reads keys from where sops reads them), and
+//! passed in (`tether_engine::key_lookup` reads keys from where sops reads them), and
 //! `clippy.toml` forbids the clock, the environment and the filesystem. A crate of
 //! its own, beside the core, because age's localization pulls in crates the core must
 //! not depend on (`tests/architecture.rs`).
@@ -16,7 +18,7 @@
 #![warn(clippy::too_many_lines)]
 
 pub mod cipher;
-pub mod config;
+pub mod creation_rules;
 pub mod file;
 pub mod keys;
 pub mod tree;

@@ -2,7 +2,7 @@
 //! it) and `resource_definition` (Kubernetes YAML). Problems inside them are reported
 //! at their position in the model file, not in the embedded text.
 
-use super::{Data, DataKind, ResourceObject, Spanned};
+use super::model_types::{Data, DataKind, ResourceObject, Spanned};
 use crate::diagnostic::{Diagnostic, Diagnostics, Span};
 use crate::k8s;
 use crate::load::is_yaml_1_1_boolean;

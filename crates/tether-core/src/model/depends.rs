@@ -2,7 +2,8 @@
 //! `ready_when` (when an object counts as ready). Each entry is checked on its own, so
 //! one document reports every bad entry.
 
-use super::{Dependency, DependencyTarget, Kind, ReadyWhen, Spanned, Text};
+use super::kind::Kind;
+use super::model_types::{Dependency, DependencyTarget, ReadyWhen, Spanned, Text};
 use crate::diagnostic::{Diagnostic, Diagnostics, suggestion};
 use crate::load::{Document, Node, Value};
 use crate::source::SourceFile;

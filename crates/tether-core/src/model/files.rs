@@ -5,7 +5,7 @@
 //! back in [`SourceFiles::assets`] and are attached here, each problem reported at
 //! the entry that names it.
 
-use super::{DataModel, Spanned};
+use super::model_types::{DataModel, Spanned};
 use crate::diagnostic::{Diagnostic, Diagnostics};
 use crate::load::{Dialect, Value, parse_yaml};
 use crate::source::SourceFiles;

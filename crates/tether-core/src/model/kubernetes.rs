@@ -3,7 +3,7 @@
 //! and why, and a model written as a Kubernetes object (`metadata`, `spec`) with how
 //! it is written flat. The mapping follows what each model becomes (design.md §2).
 
-use super::Kind;
+use super::kind::Kind;
 use crate::load::{Node, Value};
 
 /// A Kubernetes field name written by habit, the model field that says it, the kind

@@ -2,7 +2,7 @@
 //! these identities for collisions and render writes them into `metadata`, so what is
 //! checked is by construction what is rendered.
 
-use super::{
+use super::model_types::{
     DataModel, Host, KubernetesServiceInstance, Principal, Service, Slice, Text, TrustDomain,
 };
 use crate::k8s::{ObjectKey, effective_namespace};

@@ -1,12 +1,38 @@
-//! One YAML document to one model, checking every field on the way.
+//! Reading models: every document of a repo ([`read_models`]), one YAML document to one
+//! model, checking every field on the way.
 
 use super::data::{read_data, read_resource_definition};
 use super::depends::FieldReader;
+use super::files::{self, resolve_data_path};
+use super::image_reference::is_digest;
+use super::kind::{CONFIG_MOUNT_ALIAS, Kind, XOS_FEEDBACK_FIELDS};
 use super::kubernetes;
-use super::*;
-use crate::diagnostic::{Diagnostic, suggestion};
-use crate::load::{Node, Value, is_yaml_1_1_boolean};
-use crate::source::SourceFile;
+use super::model_set::Models;
+use super::model_types::{
+    ChartSource, ControllerKind, DataKind, DataModel, Dependency, HelmChart, Host, Image,
+    IntOrPercent, KubernetesResourceInstance, KubernetesService, KubernetesServiceInstance,
+    MountTarget, Origin, Principal, Protocol, ReadyWhen, ResourceObject, Rollout, Service,
+    ServicePort, Site, Slice, Spanned, Text, TrustDomain, UpdateStrategy, VolumeMount,
+};
+use crate::diagnostic::{Diagnostic, Diagnostics, Span, suggestion};
+use crate::load::{Document, Node, Value, is_yaml_1_1_boolean};
+use crate::source::{SourceFile, SourceFiles};
+
+/// Reads every document into models, reporting every problem.
+pub fn read_models(files: &SourceFiles, documents: &[Document]) -> (Models, Diagnostics) {
+    let mut models = Models::default();
+    let mut diagnostics = Diagnostics::default();
+    for document in documents {
+        read_document(
+            files.get(document.file),
+            document,
+            &mut models,
+            &mut diagnostics,
+        );
+    }
+    files::attach_files(&mut models.data, files, &mut diagnostics);
+    (models, diagnostics)
+}
 
 pub(super) fn read_document(
     file: &SourceFile,
@@ -729,7 +755,7 @@ impl<'a> Reader<'a> {
         }
         let digest = self.text("digest");
         if let Some(d) = &digest
-            && !super::is_digest(&d.value)
+            && !is_digest(&d.value)
         {
             self.error(d.span, format!("\"{}\" is not an image digest", d.value))
                 .hint = Some("sha256: and 64 lowercase hex digits, as the registry gives it (a digest ImagePolicy writes it)".into());

@@ -11,9 +11,9 @@ use std::collections::BTreeMap;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::Deserialize;
 
-use super::{
-    ControllerKind, Order, Protocol, TaintEffect, UpdateMode, UpdateStrategy, XOS_FEEDBACK_FIELDS,
-};
+use super::image_policy::{Order, UpdateMode};
+use super::kind::XOS_FEEDBACK_FIELDS;
+use super::model_types::{ControllerKind, Protocol, TaintEffect, UpdateStrategy};
 
 /// The JSON Schema of one model document, pretty-printed.
 pub fn model_schema() -> String {

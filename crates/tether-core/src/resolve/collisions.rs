@@ -3,7 +3,8 @@
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 
-use super::{InstanceLinks, Resolver, ServiceLinks, SliceLinks, label};
+use super::resolved_graph::{InstanceLinks, ServiceLinks, SliceLinks};
+use super::resolver::{Resolver, label};
 use crate::diagnostic::Span;
 use crate::k8s::ObjectKey;
 use crate::model::{

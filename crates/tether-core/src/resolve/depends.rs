@@ -1,7 +1,8 @@
 //! `depends_on`: each entry to the model it names or the cluster object it describes,
 //! and the [`Workflow`] of the whole repo, whose cycles are errors.
 
-use super::{Links, Resolver, label};
+use super::resolved_graph::Links;
+use super::resolver::{Resolver, label};
 use crate::diagnostic::Span;
 use crate::k8s::{ObjectKey, builtin_api_version};
 use crate::model::{

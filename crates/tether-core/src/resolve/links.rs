@@ -3,7 +3,8 @@
 use std::collections::HashMap;
 use std::net::IpAddr;
 
-use super::{DataLinks, InstanceLinks, PrincipalLinks, Resolver, SliceLinks, label};
+use super::resolved_graph::{DataLinks, InstanceLinks, PrincipalLinks, SliceLinks};
+use super::resolver::{Resolver, label};
 use crate::diagnostic::{Diagnostic, Span};
 use crate::model::{
     ControllerKind, DataModel, Idx, Kind, KubernetesServiceInstance, PerModel, Principal, Rollout,

@@ -3,7 +3,8 @@
 
 use std::collections::HashMap;
 
-use super::{InstanceLinks, MountLinks, Resolver, SliceLinks};
+use super::resolved_graph::{InstanceLinks, MountLinks, SliceLinks};
+use super::resolver::Resolver;
 use crate::diagnostic::Span;
 use crate::model::{
     Idx, KubernetesServiceInstance, MountTarget, PerModel, Slice, Text, TrustDomain, VolumeMount,

@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use super::{Resolver, label};
+use super::resolver::{Resolver, label};
 use crate::diagnostic::Span;
 use crate::model::Kind;
 use crate::workflow::{Need, Workflow};

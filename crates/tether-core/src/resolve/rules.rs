@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use super::{Resolver, label};
+use super::resolver::{Resolver, label};
 use crate::diagnostic::Span;
 use crate::k8s;
 use crate::model::{Kind, KubernetesService, Text, is_valid_image_name, is_valid_tag};

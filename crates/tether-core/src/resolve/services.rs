@@ -3,7 +3,8 @@
 
 use std::collections::HashMap;
 
-use super::{Resolver, ServiceLinks, SliceLinks, label};
+use super::resolved_graph::{ServiceLinks, SliceLinks};
+use super::resolver::{Resolver, label};
 use crate::diagnostic::Span;
 use crate::model::{
     Idx, Kind, PerModel, Protocol, Service, ServicePort, Slice, TrustDomain, indexed,

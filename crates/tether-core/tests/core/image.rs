@@ -7,8 +7,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use tether_core::image::markers;
-use tether_core::image::update::{self, Update};
+use tether_core::image_automation::markers;
+use tether_core::image_automation::update::{self, Update};
 use tether_core::source::{Sealing, SourceFile, SourceFiles};
 use tether_testkit::snapshot::Cases;
 

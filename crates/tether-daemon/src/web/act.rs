@@ -1,8 +1,8 @@
 //! The page's and the API's actions. Those that change what should run (scale,
 //! restart and roll back a slice; a host's labels and lock) are commits made by
 //! [`tether_engine::actions::commit`], the CLI's own call, authored as the person
-//! Kubernetes said sent the request; the source's loop is then nudged to apply the
-//! new commit. Those that change nothing in Git (recreate a pod, restart its
+//! Kubernetes said sent the request, one action's Git work at a time per process; the
+//! source's loop is then nudged to apply the new commit. Those that change nothing in Git (recreate a pod, restart its
 //! containers) act on the cluster as the CLI's do, and a reconcile is asked of the
 //! loop. Each needs the session's CSRF token and a verb Kubernetes allows (see
 //! `deploy/`'s Roles).
@@ -23,11 +23,11 @@ use tether_engine::writeback::Author;
 use tether_web::{API_SCHEMA, paths};
 
 use super::auth::{Check, Viewer};
-use super::read::{NOTICE_COOKIE, viewer};
-use super::views::{Snapshot, SourceName};
-use super::{Failure, WebState};
-use crate::Trigger;
+use super::handling::{Failure, WebState};
+use super::pages::{NOTICE_COOKIE, viewer};
 use crate::clock::now;
+use crate::loop_views::{Snapshot, SourceName};
+use crate::switchboard::Trigger;
 
 /// How long a pod action waits for its pod to be made again (or its containers to
 /// restart) before it answers.
@@ -292,7 +292,7 @@ fn proposal_branch(what: &str) -> String {
     format!("tether/web/{}-{seconds}", words.trim_matches('-'))
 }
 
-pub async fn slice(
+pub(crate) async fn slice(
     State(state): State<WebState>,
     Path((namespace, name, slice, action)): Path<(String, String, String, String)>,
     headers: HeaderMap,
@@ -368,7 +368,7 @@ pub async fn slice(
 
 /// StarlingX's label assignment: `{KEY: VALUE, …}` as JSON, or a form's `key` and
 /// `value`.
-pub async fn assign_labels(
+pub(crate) async fn assign_labels(
     State(state): State<WebState>,
     Path((namespace, name, host)): Path<(String, String, String)>,
     headers: HeaderMap,
@@ -395,7 +395,7 @@ pub async fn assign_labels(
 }
 
 /// StarlingX's label removal.
-pub async fn remove_label(
+pub(crate) async fn remove_label(
     State(state): State<WebState>,
     Path((namespace, name, host, key)): Path<(String, String, String, String)>,
     headers: HeaderMap,
@@ -408,7 +408,7 @@ pub async fn remove_label(
 }
 
 /// Lock or unlock a host.
-pub async fn host(
+pub(crate) async fn host(
     State(state): State<WebState>,
     Path((namespace, name, host, action)): Path<(String, String, String, String)>,
     headers: HeaderMap,
@@ -432,7 +432,7 @@ pub async fn host(
 }
 
 /// A pass now (what `tether reconcile` asks through the Source's annotation).
-pub async fn reconcile(
+pub(crate) async fn reconcile(
     State(state): State<WebState>,
     Path((namespace, name)): Path<(String, String)>,
     headers: HeaderMap,
@@ -466,7 +466,7 @@ pub async fn reconcile(
 /// Recreate a pod, or restart its containers: on the cluster, as the Source's
 /// identity, when Kubernetes lets the viewer `delete` the pod (recreate) or `create`
 /// `pods/exec` (restart).
-pub async fn pod(
+pub(crate) async fn pod(
     State(state): State<WebState>,
     Path((namespace, name, pod_namespace, pod, action)): Path<(
         String,

@@ -18,7 +18,7 @@ use tokio::sync::watch as signal;
 use tokio::task::JoinHandle;
 
 use crate::watch::{Forward, PodWatchEvent, WatchStatus, Watchable, reflect};
-use tether_core::discover::facts::{Controllers, PodFacts};
+use tether_core::discovery::facts::{Controllers, PodFacts};
 use tether_core::k8s::Scope;
 
 #[derive(Debug, Error)]

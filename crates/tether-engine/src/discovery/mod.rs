@@ -1,7 +1,7 @@
 //! A discovery pass end to end, as a library type that `discover` (once or `--watch`)
-//! and the daemon drive alike: the watch caches' pods → `discover::plan` on the
-//! branch's models → `writeback` commit (and push). Git work runs off the async
-//! runtime.
+//! and the daemon drive alike: the watch caches' pods → `tether_core::discovery::plan`
+//! on the branch's models → `writeback` commit (and push). Git work runs off the
+//! async runtime.
 
 pub mod caches;
 pub mod session;
@@ -18,7 +18,7 @@ use crate::discovery::caches::ClusterWatch;
 use crate::driver::Loop;
 use crate::git::Credentials;
 use crate::writeback::{Author, Synced, Workspace, WritebackError};
-use tether_core::discover::{ClusterChoice, ClusterChoiceError, Outcome, plan};
+use tether_core::discovery::{ClusterChoice, ClusterChoiceError, Outcome, plan};
 use tether_core::k8s::Scope;
 use tether_core::remedy::Remedy;
 use tether_core::settings;

@@ -20,7 +20,7 @@ use crate::config::{
 use crate::driver::{Backoff, Schedule, drive};
 use crate::events::pipeline::EventPipeline;
 use crate::outbox::OutboxError;
-use tether_core::discover::{ClusterChoice, watched_service};
+use tether_core::discovery::{ClusterChoice, watched_service};
 use tether_core::remedy::Remedy;
 
 /// What a discovery session starts from.

@@ -19,7 +19,7 @@ use tether_core::feedback::{
 };
 use zeroize::Zeroizing;
 
-use super::DeliveryError;
+use super::delivery::{DeliveryError, https_client};
 
 /// GitHub refuses a longer comment body.
 pub const GITHUB_COMMENT_LIMIT: usize = 65_536;
@@ -83,7 +83,7 @@ impl GitHostClient {
             },
             repository.path
         );
-        let http = super::https_client(
+        let http = https_client(
             &receiver,
             extra_roots_pem,
             timeout,

@@ -11,7 +11,7 @@ use reqwest::header::{CONTENT_TYPE, HeaderValue};
 use tether_core::feedback::notice::{Notice, cloud_event, signature, slack_message};
 use zeroize::Zeroizing;
 
-use super::DeliveryError;
+use super::delivery::{DeliveryError, https_client};
 use crate::events::sink::{KafkaMessage, KafkaTopic};
 
 /// How long one request may take before the receiver counts as unreachable.
@@ -123,7 +123,7 @@ impl Poster {
         url: Zeroizing<String>,
         roots: Option<&[u8]>,
     ) -> Result<Self, DeliveryError> {
-        let http = super::https_client(receiver, roots, REQUEST_TIMEOUT, Default::default())?;
+        let http = https_client(receiver, roots, REQUEST_TIMEOUT, Default::default())?;
         Ok(Poster {
             receiver,
             url,

@@ -1,7 +1,9 @@
 //! `helm template` of one chart: a chart directory of the repository, or a chart
 //! fetched (`helm pull`) from a chart repository or an OCI registry into the chart
 //! cache. A chart of an exact version is fetched once; a range is resolved by Helm at
-//! each build (a build is kept per commit, so a quiet pass fetches nothing).
+//! each build (a build is kept per commit, so a quiet pass fetches nothing). Values
+//! are written to a private directory removed after the build; the templates see the
+//! cluster's [`Capabilities`].
 
 use std::path::{Path, PathBuf};
 
@@ -9,7 +11,7 @@ use sha2::{Digest, Sha256};
 use tether_core::generate::{Failure, HelmRequest};
 use tether_core::model::ChartSource;
 
-use super::{Tools, run_tool};
+use super::tools::{Tools, run_tool};
 
 /// What the cluster serves, as the templates' `.Capabilities` see it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use tether_core::generate::{Failure, shown_dir};
 
-use super::{KustomizeCommand, run_tool};
+use super::tools::{KustomizeCommand, run_tool};
 
 /// Builds the kustomization `dir` (relative to `root`) with `command`, whose version
 /// was checked.

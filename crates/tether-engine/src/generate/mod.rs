@@ -11,7 +11,7 @@ mod kustomize;
 mod tools;
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tether_core::generate::{Failure, Generated, Generator};
@@ -172,29 +172,4 @@ fn materialize(tree: &ModelsTree) -> Result<PathBuf, String> {
             Ok(target.join(path))
         }
     }
-}
-
-/// The last lines of a tool's standard error: its own message, without a usage text.
-fn tool_message(stderr: &[u8]) -> String {
-    let text = String::from_utf8_lossy(stderr);
-    let lines: Vec<&str> = text
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .collect();
-    let start = lines.len().saturating_sub(6);
-    lines[start..].join(" / ")
-}
-
-/// Runs a tool to completion: its standard output, or its own words.
-fn run_tool(mut command: std::process::Command, program: &Path) -> Result<String, String> {
-    command.stdin(std::process::Stdio::null());
-    let output = command
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", program.display()))?;
-    if !output.status.success() {
-        return Err(tool_message(&output.stderr));
-    }
-    String::from_utf8(output.stdout)
-        .map_err(|_| format!("{} printed text that is not UTF-8", program.display()))
 }

@@ -1,4 +1,5 @@
-//! Finding the real engines: `helm`, and `kustomize` or `kubectl kustomize`.
+//! Finding the real engines: `helm`, and `kustomize` or `kubectl kustomize`, from
+//! `TETHER_HELM`, `TETHER_KUSTOMIZE` or PATH; and running one to completion.
 
 use std::path::{Path, PathBuf};
 
@@ -190,4 +191,32 @@ fn is_kubectl(path: &Path) -> bool {
     path.file_name()
         .and_then(|n| n.to_str())
         .is_some_and(|n| n.starts_with("kubectl"))
+}
+
+/// The last lines of a tool's standard error: its own message, without a usage text.
+fn tool_message(stderr: &[u8]) -> String {
+    let text = String::from_utf8_lossy(stderr);
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let start = lines.len().saturating_sub(6);
+    lines[start..].join(" / ")
+}
+
+/// Runs a tool to completion: its standard output, or its own words.
+pub(super) fn run_tool(
+    mut command: std::process::Command,
+    program: &Path,
+) -> Result<String, String> {
+    command.stdin(std::process::Stdio::null());
+    let output = command
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", program.display()))?;
+    if !output.status.success() {
+        return Err(tool_message(&output.stderr));
+    }
+    String::from_utf8(output.stdout)
+        .map_err(|_| format!("{} printed text that is not UTF-8", program.display()))
 }

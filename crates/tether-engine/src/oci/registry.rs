@@ -12,7 +12,10 @@ use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, LOCATION, 
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use sha2::{Digest as _, Sha256};
 
-use super::{Access, Credentials, Descriptor, Manifest, OCI_MANIFEST, OciError, Reference};
+use super::artifact_manifest::{Descriptor, Manifest, OCI_MANIFEST, sha256_digest};
+use super::oci_error::OciError;
+use super::reference::{Reference, Target};
+use super::registry_access::{Access, Credentials};
 
 /// A manifest larger than this is refused (distribution's own limit is 4 MiB).
 const MANIFEST_BYTES: u64 = 4 * 1024 * 1024;
@@ -105,8 +108,8 @@ impl Registry {
     /// tag by [`Registry::resolve_tag`].
     pub async fn resolve(&self) -> Result<String, OciError> {
         match &self.reference.target {
-            super::Target::Digest(digest) => Ok(digest.clone()),
-            super::Target::Tag(tag) => self.resolve_tag(tag).await,
+            Target::Digest(digest) => Ok(digest.clone()),
+            Target::Tag(tag) => self.resolve_tag(tag).await,
         }
     }
 
@@ -131,7 +134,7 @@ impl Registry {
         let bytes = self
             .read_bounded(response, "the manifest", MANIFEST_BYTES)
             .await?;
-        Ok(super::sha256_digest(&bytes))
+        Ok(sha256_digest(&bytes))
     }
 
     /// The manifest `tag` points at, or an image index, as bytes checked against the
@@ -148,7 +151,7 @@ impl Registry {
             .read_bounded(response, "the manifest", MANIFEST_BYTES)
             .await?;
         if let Some(named) = named {
-            self.check_digest("the manifest", &named, &super::sha256_digest(&bytes))?;
+            self.check_digest("the manifest", &named, &sha256_digest(&bytes))?;
         }
         Ok(bytes)
     }
@@ -162,7 +165,7 @@ impl Registry {
         let bytes = self
             .read_bounded(response, "the manifest", MANIFEST_BYTES)
             .await?;
-        self.check_digest("the manifest", digest, &super::sha256_digest(&bytes))?;
+        self.check_digest("the manifest", digest, &sha256_digest(&bytes))?;
         Ok(bytes)
     }
 
@@ -176,7 +179,7 @@ impl Registry {
         let url = self.url(&format!("blobs/{}", descriptor.digest));
         let response = self.send("a blob", |http| http.get(&url)).await?;
         let bytes = self.read_bounded(response, &what, MANIFEST_BYTES).await?;
-        self.check_digest(&what, &descriptor.digest, &super::sha256_digest(&bytes))?;
+        self.check_digest(&what, &descriptor.digest, &sha256_digest(&bytes))?;
         Ok(bytes)
     }
 
@@ -263,7 +266,7 @@ impl Registry {
         let bytes = self
             .read_bounded(response, "the manifest", MANIFEST_BYTES)
             .await?;
-        self.check_digest("the manifest", digest, &super::sha256_digest(&bytes))?;
+        self.check_digest("the manifest", digest, &sha256_digest(&bytes))?;
         serde_json::from_slice(&bytes).map_err(|e| OciError::NotFluxArtifact {
             reference: self.shown.clone(),
             why: format!("its manifest is not an OCI image manifest: {e}"),
@@ -348,7 +351,7 @@ impl Registry {
         let body = serde_json::to_vec(manifest).map_err(|e| {
             self.status_error("the manifest", StatusCode::BAD_REQUEST, e.to_string())
         })?;
-        let digest = super::sha256_digest(&body);
+        let digest = sha256_digest(&body);
         let url = self.url(&format!("manifests/{}", self.reference.target_text()));
         self.send("the manifest", |http| {
             http.put(&url)

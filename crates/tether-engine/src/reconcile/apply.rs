@@ -1,5 +1,7 @@
 //! Carrying out a plan: the inventory written first, server-side apply rank by rank
-//! (independent objects in parallel), prune, and the inventory written again.
+//! (independent objects in parallel), prune, and the inventory written again. Also the
+//! retries of a busy server and the stop when it stops answering, the hand-over of
+//! kubectl's fields, the release of adopted objects, and the replacement of a Job.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,8 +15,10 @@ use tracing::instrument;
 
 use super::live::{CONCURRENCY, FUTURES_AT_ONCE};
 use super::nodes;
+use super::options::{ApplyOptions, ApplyProgress};
 use super::outcome::{ApplyReport, BlockedWave, ObjectFailure, ObjectReport, Outcome};
-use super::{ApplyOptions, ApplyProgress, Planned, Step, wait};
+use super::planned::{Planned, Step};
+use super::wait;
 use crate::cluster::{ClusterError, Resources};
 use crate::driver::{Backoff, Poll, Retries};
 use crate::record::update_inventory;

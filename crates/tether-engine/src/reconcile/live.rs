@@ -1,6 +1,10 @@
 //! Planning against the cluster: the live objects (one list per kind, by the
 //! inventory's label), and a server-side dry run for each object that is not provably
 //! unchanged. The comparisons themselves are in the pure `tether_core::plan`.
+//! A list reads what `PlanOptions::reads` says (`cluster::Reads`), per namespace when
+//! the identity may not list across the cluster; a recorded object no list found is
+//! read on its own before it is forgotten (`confirm_gone`); `FUTURES_AT_ONCE` bounds
+//! how many per-object futures a plan or an apply holds at once.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -20,8 +24,9 @@ use tracing::instrument;
 use super::cache::WatchCache;
 use super::contents::list_namespace;
 use super::nodes;
+use super::options::PlanOptions;
 use super::outcome::{ObjectFailure, status_text};
-use super::{PlanOptions, Step};
+use super::planned::Step;
 use crate::cluster::{ClusterError, Reads, Resources, api_error, list_each};
 use crate::record::head_record;
 use tether_core::host::{HostRemoval, merged_taints};

@@ -4,14 +4,23 @@
 //! server-side apply in dependency order, then prune), reporting each object's
 //! [`outcome`]. What to record and what to prune is decided by the pure
 //! [`tether_core::inventory`]; this module carries it out.
+//!
+//! [`build`] makes a repository's objects (prepare, Kustomize and Helm, complete,
+//! render) with the Source's and the repository's confinement. `plan_clusters` builds
+//! once, splits the objects by their member's cluster and plans every cluster at once,
+//! one [`ClusterPlan`] each, an error being that cluster's only; a [`Planned`] carries
+//! its cluster's client, so `apply` and `wait_ready` act where it was planned.
 
 mod apply;
 pub mod cache;
+mod checked_models;
 pub mod clusters;
 mod contents;
 mod live;
 mod nodes;
+mod options;
 pub mod outcome;
+mod planned;
 mod wait;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -20,21 +29,21 @@ use std::time::Duration;
 
 use kube::Client;
 use thiserror::Error;
-use tokio_util::sync::CancellationToken;
 use tracing::instrument;
 
-use crate::cluster::{ClusterError, Resources, Target};
+use crate::cluster::{ClusterError, Target};
 pub use crate::cluster::{Fence, Reads, Tenure};
 use crate::generate::{Capabilities, Generate};
 use crate::record::read_inventory_existing;
 use crate::repo::{CommitCache, LoadedModels, Repo, RepoError, SETTINGS_FILE};
 pub use apply::DEFAULT_WAVE_TIMEOUT;
 pub use cache::{WatchAs, WatchCache, Watches};
+pub use checked_models::CheckedModels;
 pub use clusters::{ClusterName, Clusters};
+pub use options::{ApplyOptions, ApplyProgress, PlanOptions, Selection};
 pub use outcome::{ApplyReport, BlockedWave, Blocker, ObjectFailure, ObjectReport, Outcome};
+pub use planned::{Planned, Rollout};
 use tether_core::confine::{self, Confinement, SourceConfinement};
-use tether_core::diagnostic::{Diagnostics, Severity};
-use tether_core::inventory::Provenance;
 use tether_core::k8s::ObjectKey;
 use tether_core::ownership::Inventory;
 use tether_core::plan::{Action, Change, Plan, WaveSummary};
@@ -65,78 +74,6 @@ pub struct Reconciler {
     /// The user its own cluster's client impersonates (a Source's ServiceAccount), as
     /// refusals name it.
     identity: Option<String>,
-}
-
-/// Some models only (`--only`): those and what they wait for and require, or with
-/// `skip_dependencies`, those alone (what they wait for must still be ready).
-#[derive(Clone, Debug, Default)]
-pub struct Selection {
-    /// `Kind/name`, or `name` when one model has it.
-    pub models: Vec<String>,
-    pub skip_dependencies: bool,
-}
-
-/// What an apply tells its caller as it goes.
-#[derive(Clone, Copy, Debug)]
-pub enum ApplyProgress<'a> {
-    /// `done` of `total` objects applied or pruned.
-    Applied { done: usize, total: usize },
-    /// Before wave `wave` (0-based) of `waves`: what is not ready yet, and why.
-    Waiting {
-        wave: usize,
-        waves: usize,
-        not_ready: &'a [(ObjectKey, String)],
-    },
-}
-
-/// How an apply treats what the plan found.
-#[derive(Clone, Debug, Default)]
-pub struct ApplyOptions {
-    /// Delete the objects whose model is gone.
-    pub prune: bool,
-    /// Take fields that other field managers own.
-    pub force_conflicts: bool,
-    /// Take back the fields of drift (see [`tether_core::plan::Change::drift`]): changed in
-    /// place by another writer on an object this inventory applied.
-    pub correct_drift: bool,
-    /// Take objects that belong to another tether inventory (dangerous: that
-    /// inventory loses them).
-    pub take_ownership: bool,
-    /// Delete a Namespace even when it holds objects this inventory did not create
-    /// (dangerous: they go with it).
-    pub delete_foreign_objects: bool,
-    /// Delete adopted objects whose model is gone, instead of releasing them.
-    pub delete_adopted: bool,
-    /// How long a wave of the workflow waits for what it needs (default five
-    /// minutes); then the apply stops there.
-    pub wave_timeout: Option<Duration>,
-    /// Stops the apply between objects (a Source deleted, suspended or changed while
-    /// its pass applies): the objects already sent finish, no other is applied or
-    /// pruned, and the inventory keeps every object that may exist
-    /// ([`ApplyReport::stopped`]).
-    pub stop: CancellationToken,
-    /// The stretch of this process's right to write that the apply began in (see
-    /// [`Tenure`]): once it ends, the apply stops as it does on `stop`, and writes no
-    /// inventory record either.
-    pub fence: Tenure,
-}
-
-/// How a plan treats what the inventory recorded and the source no longer renders.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct PlanOptions {
-    /// Deletions will be carried out (the reports say so).
-    pub prune: bool,
-    /// Only some models are planned (a [`Selection`]): nothing is planned for
-    /// deletion, since what is not selected is not gone.
-    pub partial: bool,
-    /// A source that renders nothing may prune everything the inventory recorded.
-    pub allow_empty: bool,
-    /// Ask the server's dry run about new objects too, so that a refusal shows in the
-    /// plan (for a review); an apply learns it from the apply and saves the round trips.
-    pub dry_run_new: bool,
-    /// What the plan's lists read (the kinds a watch cache has not synced): the
-    /// newest state, or the API server's cache (a long-running daemon's passes).
-    pub reads: Reads,
 }
 
 #[derive(Debug, Error)]
@@ -212,143 +149,6 @@ impl ReconcileError {
     }
 }
 
-/// Models read and checked: the files, every diagnostic, and where they came from.
-#[derive(Debug)]
-pub struct CheckedModels {
-    pub loaded: LoadedModels,
-    pub diagnostics: Diagnostics,
-    /// How many models (documents) were read.
-    pub documents: usize,
-    /// Why Kubernetes is off for these models, when it is.
-    pub dormant: Option<String>,
-    /// The repository's settings (`.tether.yaml`).
-    pub settings: Settings,
-}
-
-impl CheckedModels {
-    /// The first `limit` errors, a line each with values starred, and how many more.
-    pub(crate) fn error_summary(&self, limit: usize) -> String {
-        let files = &self.loaded.files;
-        let errors: Vec<_> = self
-            .diagnostics
-            .sorted(files)
-            .into_iter()
-            .filter(|d| d.severity == Severity::Error)
-            .collect();
-        let mut lines: Vec<String> = errors
-            .iter()
-            .take(limit)
-            .map(|d| {
-                let plain = d.render_plain(files);
-                files.redact(plain.lines().next().unwrap_or_default())
-            })
-            .collect();
-        if errors.len() > limit {
-            lines.push(format!("and {} more errors", errors.len() - limit));
-        }
-        format!("the models are invalid: {}", lines.join("; "))
-    }
-}
-
-/// A plan of one cluster, and what carrying it out needs.
-pub struct Planned {
-    pub models: Arc<CheckedModels>,
-    /// Shared with whoever shows it after the pass (the daemon's page), not copied.
-    pub plan: Arc<Plan>,
-    /// The rendered objects of this cluster, in apply order.
-    pub objects: Vec<RenderedObject>,
-    /// Which models wait for which.
-    pub workflow: Workflow,
-    /// The workflow's members planned, when not all are (a selection, or one
-    /// cluster of several).
-    members: Option<BTreeSet<usize>>,
-    /// Only some models were selected: nothing may be pruned.
-    partial: bool,
-    /// The cluster planned, and the client that reaches it.
-    pub cluster: ClusterName,
-    client: Client,
-    steps: Vec<Step>,
-    forgotten: BTreeSet<ObjectKey>,
-    uids: BTreeMap<ObjectKey, String>,
-    resources: Resources,
-    allow_empty: bool,
-}
-
-impl Planned {
-    /// The body `step` applies (its rendered object, with the hash of what was
-    /// applied), made now.
-    fn desired(&self, step: &Step) -> Option<serde_json::Value> {
-        let object = self.objects.get(step.object?)?;
-        Some(tether_core::plan::with_applied_hash(&object.body))
-    }
-
-    /// The API resources of the kinds the plan touches (as discovery found them).
-    pub fn resources(&self) -> &Resources {
-        &self.resources
-    }
-
-    /// The client of the cluster planned.
-    pub fn client(&self) -> &Client {
-        &self.client
-    }
-
-    /// What the plan's rollout is done with: every object it makes, ready.
-    pub fn rollout(&self) -> Rollout {
-        Rollout {
-            client: self.client.clone(),
-            gates: self.workflow.rollout(self.members.as_ref()),
-        }
-    }
-}
-
-/// The objects of a plan and the client that reads them: a rollout, done when each is
-/// ready (a Deployment's replicas available, a Job complete; see
-/// `tether_core::readiness`).
-#[derive(Clone)]
-pub struct Rollout {
-    client: Client,
-    gates: Vec<tether_core::workflow::WaveGate>,
-}
-
-impl Rollout {
-    /// Waits until every object is ready; else, at `timeout` or once one failed, the
-    /// objects that are not.
-    pub async fn wait(&self, timeout: Duration) -> Result<(), Vec<Blocker>> {
-        wait::wait_for(
-            &self.client,
-            &self.gates,
-            timeout,
-            &std::collections::HashMap::new(),
-            &|_| {},
-        )
-        .await
-    }
-}
-
-/// One change, and the object it applies (none for deletions and errors).
-struct Step {
-    change: Change,
-    /// The rendered object it applies, by its place in [`Planned::objects`]. The body
-    /// sent is made from it as the object is applied ([`Planned::desired`]): a pass
-    /// holds one copy of every object, not two.
-    object: Option<usize>,
-    /// Apply with force: fields other managers own are set to the values they have.
-    force: bool,
-    /// A merge patch of the object's managed fields to send before applying: the
-    /// hand-over of fields `kubectl apply` set client-side (see
-    /// [`tether_core::managed_fields`]).
-    hand_over: Option<serde_json::Value>,
-    /// A merge patch that switches a controller's update strategy and drops the
-    /// rolling parameters the server defaulted, sent before the apply (which the
-    /// server refuses while they are there).
-    clear_rolling: Option<serde_json::Value>,
-    /// How the object comes into the inventory if it is not recorded yet.
-    provenance: Option<Provenance>,
-    /// Why an [`Action::Error`] step could not be planned, when the server refused
-    /// the identity (its report's failure); else it is reported unplanned.
-    refusal: Option<ObjectFailure>,
-}
-
 impl Reconciler {
     pub fn new(repo: Repo, target: Target, inventory: Inventory) -> Self {
         Reconciler {
@@ -366,14 +166,14 @@ impl Reconciler {
 
     /// The models read, opened and checked, their kustomizations and charts built
     /// for this cluster.
-    async fn checked(&self) -> Result<(CheckedModels, Option<Rendered>), ReconcileError> {
+    async fn built(&self) -> Result<(CheckedModels, Option<Rendered>), ReconcileError> {
         let mut loaded = self.repo.load_cached(&self.commits).await?;
         loaded.files = tether_sops::open_files(loaded.files, &self.keys);
         let capabilities = match needs_capabilities(&loaded) {
             true => self.capabilities().await,
             false => None,
         };
-        check(
+        build(
             loaded,
             &self.inventory,
             &self.generate,
@@ -530,7 +330,7 @@ impl Reconciler {
     /// The models checked, and the objects of each cluster.
     async fn prepare(&self) -> Result<Prepared, ReconcileError> {
         // The models first: models with Kubernetes off never reach the cluster.
-        let (models, rendered) = self.checked().await?;
+        let (models, rendered) = self.built().await?;
         let Some(Rendered {
             objects,
             workflow,
@@ -1031,12 +831,13 @@ fn services(
     services
 }
 
-/// The checks of loaded models (syntax to references, and the confinement: the
-/// Source's, when the daemon gives one, narrowed by the repository's), with their kustomizations and charts built (by `generate`, for the
-/// cluster `capabilities` describes when known), and what they render when there is
-/// no error.
+/// Builds the objects of loaded models: prepares them, builds their kustomizations
+/// and charts (by `generate`, for the cluster `capabilities` describes when known),
+/// completes and renders them. Returns the models with every check's diagnostics
+/// (syntax to references, and the confinement: the Source's, when the daemon gives
+/// one, narrowed by the repository's), and the objects when there is no error.
 #[instrument(skip_all)]
-pub async fn check(
+pub async fn build(
     loaded: LoadedModels,
     inventory: &Inventory,
     generate: &Generate,

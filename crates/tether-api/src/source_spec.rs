@@ -1,0 +1,450 @@
+//! The `Source` custom resource (`tether.dev/v1alpha1`): a Git repository, a ref and a
+//! path (or an OCI artifact) that the daemon keeps applied, with the status a GitOps user reads
+//! (`kubectl get sources`): revisions, kstatus conditions, the last plan's counts.
+//! Its CRD is generated from these types (`tether crd`, `deploy/crd.yaml`).
+
+use kube_derive::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use tether_core::feedback::GitHost;
+use tether_core::ownership::Inventory;
+
+/// The annotation `tether reconcile` sets (to the time of the request) for a pass now;
+/// the status echoes the value it handled.
+pub const RECONCILE_REQUESTED_ANNOTATION: &str = "tether.dev/reconcile-requested-at";
+
+/// The merge patch that asks for a pass of a Source now (`tether reconcile`, a push
+/// forwarded to the replica that runs the Source): [`RECONCILE_REQUESTED_ANNOTATION`]
+/// set to `at`, the time of the request.
+pub fn reconcile_request(at: &str) -> serde_json::Value {
+    serde_json::json!({
+        "metadata": {"annotations": {RECONCILE_REQUESTED_ANNOTATION: at}}
+    })
+}
+
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    crates(kube_core = "::kube_core"),
+    group = "tether.dev",
+    version = "v1alpha1",
+    kind = "Source",
+    namespaced,
+    status = "SourceStatus",
+    shortname = "tsrc",
+    category = "tether",
+    doc = "A Git repository (or OCI artifact) of tether models that the daemon keeps applied",
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Status","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].message"}"#,
+    printcolumn = r#"{"name":"Revision","type":"string","jsonPath":".status.lastAppliedRevision"}"#,
+    printcolumn = r#"{"name":"Last Success","type":"date","jsonPath":".status.lastSuccessTime"}"#,
+    printcolumn = r#"{"name":"Images","type":"string","priority":1,"jsonPath":".status.imagesSummary"}"#,
+    printcolumn = r#"{"name":"Owner","type":"string","jsonPath":".status.owner"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceSpec {
+    /// The repository: https://, ssh:// or file:// URL; or an OCI artifact in Flux's
+    /// format (`tether push artifact`, `flux push artifact`): oci://HOST/REPOSITORY,
+    /// with its tag in `ref` (default latest) or in the URL (oci://HOST/REPOSITORY:TAG,
+    /// or @sha256:DIGEST).
+    pub url: String,
+    /// Branch, tag or full commit id (default: the remote's default branch); for an
+    /// oci:// URL, its tag or digest (sha256:…).
+    #[serde(default, rename = "ref", skip_serializing_if = "Option::is_none")]
+    pub reference: Option<String>,
+    /// For an oci:// URL: talk to the registry over plain HTTP (Flux's
+    /// `spec.insecure`).
+    #[serde(default)]
+    pub insecure: bool,
+    /// The models directory inside the repository (or artifact).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// How often the remote is asked for its ref (e.g. 30s, 5m; default 1m). Webhooks
+    /// and drift trigger passes in between.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<String>,
+    /// Delete what the inventory recorded and the models no longer render.
+    #[serde(default)]
+    pub prune: bool,
+    /// With prune, let a revision that renders nothing prune everything.
+    #[serde(default)]
+    pub allow_empty: bool,
+    /// What to do when someone changes a field tether applied: Correct it (default) or
+    /// only Report it (an Event and a metric).
+    #[serde(default)]
+    pub drift: DriftPolicy,
+    /// What to do when the ref moves to a commit that does not descend from the one
+    /// applied (a force-push): Apply it (default; recorded in an Event, the status's
+    /// `lastHistoryRewrite`, the log and a metric) or Refuse it (the Source stalls
+    /// until the ref descends again from the applied commit, or this is set back to
+    /// Apply).
+    #[serde(default)]
+    pub rewrites: RewritePolicy,
+    /// Stop reconciling (the objects stay as they are).
+    #[serde(default)]
+    pub suspend: bool,
+    /// The inventory ConfigMap (in the Source's namespace); default: the Source's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inventory: Option<String>,
+    /// Commit the cluster's pods that tether did not create back to the repository
+    /// (under `discovered/` of `path`) and publish pod events to the sinks its
+    /// `.tether.yaml` names. The credentials must allow a push.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub discovery: Option<DiscoverySpec>,
+    /// Update the images the models' ImagePolicies choose, as commits to the
+    /// repository (the credentials must allow a push). Registry credentials are the
+    /// Secrets the policies' `secret` names, in the Source's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_automation: Option<ImageAutomationSpec>,
+    /// A Secret in the Source's namespace with Git (or registry) credentials:
+    /// `username`, and `password` or `token`; for an oci:// URL, also a
+    /// `.dockerconfigjson` (`kubectl create secret docker-registry`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<LocalObjectReference>,
+    /// Decrypt the repository's sops-encrypted files with the age keys of a Secret in
+    /// the Source's namespace (read before each pass, so a rotated key needs no
+    /// restart). Without it, an encrypted file is an error and nothing is applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decryption: Option<Decryption>,
+    /// The ServiceAccount of the Source's namespace that the Source acts as (Flux's
+    /// `serviceAccountName`): its objects and its inventory are read, planned, applied,
+    /// pruned and watched as `system:serviceaccount:NAMESPACE:NAME`, impersonated, so
+    /// that RBAC decides what the Source may change. Default: the daemon's
+    /// `--default-service-account`, else the daemon's own identity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account_name: Option<String>,
+    /// What the Source's objects may be: the namespaces they may be in and the kinds
+    /// (`Kind` or `Kind.group`; cluster-scoped kinds only when listed). Set by the
+    /// platform team; the repository's `confine:` (`.tether.yaml`) may only narrow it.
+    /// An object outside is an error at its model, and nothing is applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confine: Option<SourceConfine>,
+    /// Day-2 actions from the web page and API (scale, restart, roll back, host labels
+    /// and locks) are committed to a new branch each, for a pull request, instead of
+    /// the ref's branch.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub propose_actions: bool,
+    /// How long a wave may wait for what it needs, and a commit's rollout for its
+    /// objects to be ready before its commit status fails (e.g. 90s, 10m; default 5m).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    /// Tell how commits fared where people look: commit statuses (one context per
+    /// cluster and Source), the plan of each pull request's head as a comment, and
+    /// notices to webhooks, Slack, Kafka or Kubernetes Events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub feedback: Option<FeedbackSpec>,
+}
+
+/// Where a Source tells how its commits fared (`spec.feedback`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FeedbackSpec {
+    /// The Git host's API: github or gitlab (default: by the URL's host, github.com
+    /// or gitlab.com).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "git_host_schema")]
+    pub provider: Option<GitHost>,
+    /// The API's base URL (default: https://api.github.com, https://HOST/api/v3 for a
+    /// GitHub Enterprise, https://HOST/api/v4 for GitLab).
+    #[serde(default, rename = "apiURL", skip_serializing_if = "Option::is_none")]
+    pub api_url: Option<String>,
+    /// The repository on the host (`owner/name`; a GitLab project's full path), when
+    /// `url` does not name it (a mirror).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repository: Option<String>,
+    /// A Secret in the Source's namespace with the host's `token` (a personal or
+    /// project access token; no GitHub App needed), and `ca.crt` for a host with a
+    /// private CA. Without it, nothing goes to the Git host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<LocalObjectReference>,
+    /// Post a commit status per cluster for each commit (default true).
+    #[serde(default = "yes")]
+    pub commit_statuses: bool,
+    /// On a pull (merge) request's webhook, plan its head against the cluster and
+    /// keep one comment on it with the plan (default true).
+    #[serde(default = "yes")]
+    pub pull_requests: bool,
+    /// Where notices go.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notifications: Vec<NotificationSpec>,
+    /// Notices not sent: applied, failed, stalled, drift-corrected, drift-reported,
+    /// pruned, wave-blocked.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exclude: Vec<String>,
+    /// At most this many notices a minute (default 20); the next one says how many
+    /// were held back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notices_per_minute: Option<u32>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// `github` or `gitlab`: an optional enum whose schema has no `null` among its values
+/// (the API server refuses one).
+fn git_host_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "string",
+        "enum": ["github", "gitlab"],
+        "description": "The Git host's API: github or gitlab (default: by the URL's host, github.com or gitlab.com)."
+    })
+}
+
+/// One receiver of a Source's notices.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NotificationSpec {
+    #[serde(rename = "type")]
+    pub receiver: ReceiverType,
+    /// For cloudevents and slack: a Secret with the `url` (a Slack webhook's URL is
+    /// a secret), and for cloudevents an `hmacKey` that signs each body
+    /// (`X-Signature-256: sha256=…`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<LocalObjectReference>,
+    /// For kafka: the brokers (HOST:PORT).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub brokers: Vec<String>,
+    /// For kafka: the topic (default tether.notices).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topic: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReceiverType {
+    /// CloudEvents 1.0 JSON, POSTed to a URL.
+    Cloudevents,
+    /// A Slack (or compatible) incoming webhook.
+    Slack,
+    Kafka,
+    /// An Event on the Source (`kubectl describe source`).
+    KubernetesEvents,
+}
+
+impl ReceiverType {
+    /// As `spec.feedback.notifications[].type` spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ReceiverType::Cloudevents => "cloudevents",
+            ReceiverType::Slack => "slack",
+            ReceiverType::Kafka => "kafka",
+            ReceiverType::KubernetesEvents => "kubernetes-events",
+        }
+    }
+}
+
+/// A Source's confinement (`spec.confine`); a list absent is unrestricted.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub struct SourceConfine {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespaces: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kinds: Option<Vec<String>>,
+}
+
+/// How a Source's encrypted files are opened (Flux's `spec.decryption`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Decryption {
+    /// The format of the encrypted files: sops (the default and only one).
+    #[serde(default)]
+    pub provider: DecryptionProvider,
+    /// A Secret whose entries ending in `.agekey` hold age private keys
+    /// (`AGE-SECRET-KEY-1…`, one per line, as `age-keygen` writes them).
+    pub secret_ref: LocalObjectReference,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DecryptionProvider {
+    #[default]
+    Sops,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum DriftPolicy {
+    #[default]
+    Correct,
+    Report,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum RewritePolicy {
+    #[default]
+    Apply,
+    Refuse,
+}
+
+/// Image automation: the models' ImagePolicies scanned on their intervals (and at
+/// once at a registry's webhook), the tags they choose committed to the Source's
+/// branch (or each `update: branch` policy's own), then applied like any push.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ImageAutomationSpec {
+    /// One commit for every policy that updates in a scan, instead of one each.
+    #[serde(default)]
+    pub batch: bool,
+    /// The commits' author, "Name <email>" (default: tether <tether@localhost>).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub author: Option<String>,
+}
+
+/// Where discovered models are committed.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct DiscoverySpec {
+    /// The branch to commit to (default: the Source's ref when it is a branch, else
+    /// main).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+pub struct LocalObjectReference {
+    pub name: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceStatus {
+    /// The generation of the spec the status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// The revision of the last pass, applied or not: `<ref>@sha1:<commit>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_attempted_revision: Option<String>,
+    /// The revision last applied without error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_applied_revision: Option<String>,
+    /// The value of the reconcile-requested annotation last handled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_handled_reconcile_at: Option<String>,
+    /// When a revision was last applied without error (RFC 3339). A pass that finds
+    /// nothing to do writes nothing, so this is the last success that changed state;
+    /// the metric `tether_source_last_success_timestamp_seconds` has every pass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_success_time: Option<String>,
+    /// The counts of the last applied plan.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_plan: Option<PlanCounts>,
+    /// The last time the ref moved to a commit that does not descend from the one
+    /// applied (a force-push): for an auditor.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_history_rewrite: Option<HistoryRewrite>,
+    #[serde(default)]
+    pub conditions: Vec<Condition>,
+    /// When the models name several KubernetesServices: how each one's cluster fared
+    /// in the last pass.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub clusters: Vec<ClusterStatus>,
+    /// Each image policy at its last scan (written by the image automation, not by
+    /// the passes).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<ImagePolicyStatus>,
+    /// The image policies in one line (`kubectl get sources -o wide`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images_summary: Option<String>,
+    /// The replica that runs the Source, when the daemon is sharded (`--shard`): its
+    /// claim, written before its loop starts and cleared after it stops (not by the
+    /// passes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
+}
+
+/// An image policy at its last scan.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ImagePolicyStatus {
+    pub policy: String,
+    pub image: String,
+    /// When the registry was last scanned (RFC 3339).
+    pub last_scan_time: String,
+    /// How many tags the repository listed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tags: Option<u64>,
+    /// The best tag (or digest) the policy admits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub candidate: Option<String>,
+    /// Updated, Kept or Failed.
+    pub result: String,
+    /// What was chosen and from what, why nothing was, or what went wrong.
+    pub message: String,
+    /// The policy's last update (`1.0.0 → 1.0.1 on main`), kept by the scans after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_update: Option<String>,
+    /// When it was committed (RFC 3339).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_update_time: Option<String>,
+}
+
+/// One cluster of a Source whose models name several.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterStatus {
+    /// Its KubernetesService.
+    pub name: String,
+    /// True or False.
+    pub ready: String,
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+/// A rewrite of the tracked ref's history, as the status records it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryRewrite {
+    /// The revision applied before (`<ref>@sha1:<commit>`).
+    pub from: String,
+    /// The revision the ref moved to.
+    pub to: String,
+    /// When the daemon saw it (RFC 3339).
+    pub time: String,
+}
+
+/// What the last apply did, by action.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlanCounts {
+    pub created: u32,
+    pub configured: u32,
+    pub unchanged: u32,
+    pub pruned: u32,
+    pub released: u32,
+    pub failed: u32,
+}
+
+/// A kstatus condition (`Ready`, `Reconciling`, `Stalled`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// True, False or Unknown.
+    pub status: String,
+    pub reason: String,
+    pub message: String,
+    pub last_transition_time: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+impl SourceSpec {
+    /// `spec.timeout`, when given, or why it is no duration.
+    pub fn timeout(&self) -> Result<Option<std::time::Duration>, String> {
+        self.timeout
+            .as_deref()
+            .map(tether_core::settings::parse_duration)
+            .transpose()
+    }
+
+    /// The inventory of the Source `namespace`/`name`: `spec.inventory`, else the
+    /// Source's name, in its namespace.
+    pub fn inventory_of(&self, namespace: &str, name: &str) -> Inventory {
+        Inventory {
+            name: self.inventory.clone().unwrap_or_else(|| name.to_string()),
+            namespace: namespace.to_string(),
+        }
+    }
+}
