@@ -287,11 +287,9 @@ fn audited_since(offset: u64, wanted: impl Fn(&serde_json::Value) -> bool) -> Ve
 /// The API server's audit entries (one per request) since `offset` (bytes of the log).
 pub fn audit_entries_since(offset: u64) -> Vec<serde_json::Value> {
     let log = cluster().state_dir().join("logs/audit.log");
-    let text = std::fs::read(&log).unwrap_or_default();
-    let start = usize::try_from(offset).unwrap().min(text.len());
-    String::from_utf8_lossy(&text[start..])
-        .lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+    tether_testkit::audit::entries_since(&log, offset)
+        .into_iter()
+        .map(|entry| entry.0)
         .collect()
 }
 

@@ -24,6 +24,7 @@ mod nodesim;
 mod oci;
 mod operations;
 mod ownership;
+mod prune_quiet;
 mod reconcile;
 mod record;
 mod run;

@@ -28,16 +28,7 @@ fn tether(cluster: &LocalCluster, dir: &Path, args: &[&str]) -> Output {
 }
 
 fn kubectl(cluster: &LocalCluster, args: &[&str]) -> Output {
-    let output = crate::discover::kubectl_for(cluster.kubeconfig())
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "kubectl {args:?}: {}",
-        all_output(&output)
-    );
-    output
+    cluster.kubectl(args)
 }
 
 async fn node(client: &Client, name: &str) -> Option<Node> {

@@ -166,14 +166,48 @@ pub fn analyze(files: &SourceFiles) -> Analysis {
     complete(prepared, files, generated)
 }
 
-/// An error and its causes on one line, for logs.
+/// An error and its causes on one line, for logs. A cause the line already ends with
+/// is said once: some errors (kube's `ServiceError: …`) repeat their cause's words.
 pub fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
+        let words = cause.to_string();
+        if !text.ends_with(&words) {
+            text.push_str(": ");
+            text.push_str(&words);
+        }
         source = cause.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::error_chain;
+
+    #[derive(Debug, thiserror::Error)]
+    enum Failure {
+        #[error("cannot apply")]
+        Apply(#[source] Box<Failure>),
+        #[error("ServiceError: {0}")]
+        Service(#[source] Box<Failure>),
+        #[error("{0}")]
+        Leaf(&'static str),
+    }
+
+    #[test]
+    fn each_cause_is_said_once() {
+        let leaf = || Box::new(Failure::Leaf("this replica may not write"));
+        let repeated = Failure::Apply(Box::new(Failure::Service(leaf())));
+        assert_eq!(
+            error_chain(&repeated),
+            "cannot apply: ServiceError: this replica may not write"
+        );
+        let plain = Failure::Apply(leaf());
+        assert_eq!(
+            error_chain(&plain),
+            "cannot apply: this replica may not write"
+        );
+    }
 }

@@ -12,8 +12,9 @@
 //! restarted and claim again, so a replica paused past its Lease does not go on with
 //! its old pass.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
+use k8s_openapi::api::coordination::v1::Lease;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -22,51 +23,86 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::shard::{self, Claim, Members, Share};
-use tether_api::source_spec::Source;
+use crate::clock::now;
+use crate::source_status::{Handover, handed_over};
+use tether_api::source_spec::{Condition, Source, SourceStatus};
 
 /// How often a waiting replica looks at the claim again (in its watch's cache: no
 /// request).
 const LOOK_AGAIN: Duration = Duration::from_millis(250);
 
-/// Waits until this replica holds the claim on `source` (`namespace`, `name`), taking
-/// it when free. True when held (or when the share needs no claims); false when
-/// `stop` came first or the Source is gone.
+/// The members' Leases (`<group>-<identity>` in their namespace): a claim whose holder
+/// this replica's watch shows gone is taken only once the holder's Lease, read
+/// afresh, says it may be ([`shard::may_take_from`]). A replica whose watch lags
+/// (starved, or its watch reconnecting) would otherwise take the Sources of a member
+/// that renews in time and goes on running them.
+#[derive(Clone)]
+pub(crate) struct MemberLeases {
+    pub(crate) api: Api<Lease>,
+    pub(crate) group: String,
+}
+
+impl MemberLeases {
+    /// Whether `holder`'s claim may be taken, by its Lease read now (gone: yes). Not
+    /// known (the read failed): no.
+    async fn may_take_from(&self, holder: &str) -> bool {
+        match self.api.get_opt(&format!("{}-{holder}", self.group)).await {
+            Ok(None) => true,
+            Ok(Some(lease)) => shard::may_take_from(&lease, holder, SystemTime::now()),
+            Err(error) => {
+                tracing::debug!(%error, holder, "cannot read the holder's Lease; not taking its claim");
+                false
+            }
+        }
+    }
+}
+
+/// Waits until this replica holds the claim on `source`, taking it when free. The
+/// Source to run: `source` with its status as read when the claim was held (so that
+/// the loop's first status write follows what the last holder wrote, its handover
+/// included), or as given when the share needs no claims; `None` when `stop` came
+/// first or the Source is gone.
 pub(crate) async fn acquire(
     api: &Api<Source>,
+    leases: Option<&MemberLeases>,
     store: &Store<Source>,
-    (namespace, name): (&str, &str),
+    source: &Source,
     share: &watch::Receiver<Share>,
     stop: &CancellationToken,
-) -> bool {
-    let key = ObjectRef::<Source>::new(name).within(namespace);
+) -> Option<Source> {
+    let (namespace, name) = (source.namespace().unwrap_or_default(), source.name_any());
+    let key = ObjectRef::<Source>::new(&name).within(&namespace);
     let id = format!("{namespace}/{name}");
     let mut looks = Retries::endless(Backoff::new(LOOK_AGAIN, LOOK_AGAIN));
     loop {
         let members = match &*share.borrow() {
-            Share::Everything => return true,
+            Share::Everything => return Some(source.clone()),
             // Not (or no longer) this replica's: the controller stops this loop.
             Share::Part(members) if members.own(&id) => Some(members.clone()),
             Share::Part(_) | Share::Nothing => None,
         };
         if let Some(members) = members {
-            let Some(cached) = store.get(&key) else {
-                return false;
-            };
-            match claim_once(api, &cached, &members).await {
-                Tried::Held => return true,
-                Tried::Gone => return false,
+            let cached = store.get(&key)?;
+            match claim_once(api, leases, &cached, &members).await {
+                Tried::Held(status) => {
+                    let mut held = source.clone();
+                    held.status = status.map(|status| *status);
+                    return Some(held);
+                }
+                Tried::Gone => return None,
                 Tried::NotYet => {}
             }
         }
         if !looks.again_unless(stop).await {
-            return false;
+            return None;
         }
     }
 }
 
 /// What one look at a Source's claim came to.
 enum Tried {
-    Held,
+    /// Held, with the Source's status as read then.
+    Held(Option<Box<SourceStatus>>),
     NotYet,
     /// The Source was deleted.
     Gone,
@@ -74,33 +110,47 @@ enum Tried {
 
 /// Decides on the claim of `cached` (the Source as the watch's cache has it) and
 /// takes it when free.
-async fn claim_once(api: &Api<Source>, cached: &Source, members: &Members) -> Tried {
-    let fresh;
-    let source = match shard::claim(holder_of(cached), members) {
-        // The cache may not yet show a claim another replica took while this one was
-        // away (paused, cut off): a claim the loop is to run on is read afresh first.
-        Claim::Held => match api.get_status(&cached.name_any()).await {
-            Ok(read) => {
-                fresh = read;
-                &fresh
-            }
-            Err(kube::Error::Api(response)) if response.code == 404 => return Tried::Gone,
-            Err(error) => {
-                tracing::debug!(%error, "cannot read the Source's claim; again");
-                return Tried::NotYet;
-            }
-        },
-        Claim::Take | Claim::Wait => cached,
+async fn claim_once(
+    api: &Api<Source>,
+    leases: Option<&MemberLeases>,
+    cached: &Source,
+    members: &Members,
+) -> Tried {
+    // Waiting costs no request: the cache shows the holder, live.
+    if shard::claim(holder_of(cached), members) == Claim::Wait {
+        tracing::debug!(holder = ?holder_of(cached), "waiting for the Source's claim");
+        return Tried::NotYet;
+    }
+    // The cache may not yet show a claim another replica took while this one was
+    // away (paused, cut off), nor the handover of the last holder: a claim to run on
+    // or to take is read afresh first.
+    let source = match api.get_status(&cached.name_any()).await {
+        Ok(read) => read,
+        Err(kube::Error::Api(response)) if response.code == 404 => return Tried::Gone,
+        Err(error) => {
+            tracing::debug!(%error, "cannot read the Source's claim; again");
+            return Tried::NotYet;
+        }
     };
-    let holder = holder_of(source);
+    let holder = holder_of(&source);
     match shard::claim(holder, members) {
-        Claim::Held => Tried::Held,
-        Claim::Take => match write_owner(api, source, Some(&members.me)).await {
-            Ok(()) => {
+        Claim::Held => Tried::Held(source.status.map(Box::new)),
+        Claim::Take
+            if let (Some(holder), Some(leases)) = (holder, leases)
+                && !leases.may_take_from(holder).await =>
+        {
+            tracing::debug!(
+                holder,
+                "the holder's Lease is live, or expired too recently; waiting"
+            );
+            Tried::NotYet
+        }
+        Claim::Take => match write_owner(api, &source, Some(&members.me), None).await {
+            Ok(written) => {
                 tracing::info!(owner = %members.me, was = ?holder, "claimed the Source");
-                Tried::Held
+                Tried::Held(written.status.map(Box::new))
             }
-            // Another replica wrote first, or the cache is behind: look again.
+            // Another replica wrote first: look again.
             Err(error) => {
                 tracing::debug!(%error, "the claim was not taken");
                 Tried::NotYet
@@ -118,25 +168,30 @@ fn holder_of(source: &Source) -> Option<&str> {
     source.status.as_ref().and_then(|s| s.owner.as_deref())
 }
 
-/// Clears this replica's claim on the Source `name`, read afresh; nothing when
-/// another replica holds it (or nobody does). Tried a few times: a claim left behind
-/// is cleared by the next sweep ([`stray`]).
-pub(crate) async fn release(api: &Api<Source>, name: &str, me: &str) {
+/// Clears this replica's claim on the Source `name`, read afresh, and says in its
+/// Ready condition why and who is to run it ([`handed_over`]); nothing when another
+/// replica holds it (or nobody does). Tried a few times: a claim left behind is
+/// cleared by the next sweep ([`stray`]).
+pub(crate) async fn release(api: &Api<Source>, name: &str, me: &str, handover: &Handover) {
     let mut retries = Retries::new(Backoff::request(), 5);
     loop {
         match api.get_status(name).await {
             Ok(source) if holder_of(&source) != Some(me) => {
                 return;
             }
-            Ok(source) => match write_owner(api, &source, None).await {
-                Ok(()) => {
-                    tracing::info!(source = name, owner = me, "released the Source");
-                    return;
+            Ok(source) => {
+                let status = source.status.clone().unwrap_or_default();
+                let conditions = handed_over(&status, me, handover, &now());
+                match write_owner(api, &source, None, Some(conditions)).await {
+                    Ok(_) => {
+                        tracing::info!(source = name, owner = me, ?handover, "released the Source");
+                        return;
+                    }
+                    Err(error) => {
+                        tracing::debug!(%error, source = name, "the release was refused; again");
+                    }
                 }
-                Err(error) => {
-                    tracing::debug!(%error, source = name, "the release was refused; again");
-                }
-            },
+            }
             Err(kube::Error::Api(response)) if response.code == 404 => return,
             Err(error) => {
                 tracing::warn!(%error, source = name, "cannot read the Source to release its claim");
@@ -154,19 +209,24 @@ pub(crate) fn stray(source: &Source, me: &str, running: bool) -> bool {
     !running && holder_of(source) == Some(me)
 }
 
-/// Writes `owner` (or clears it) on the resourceVersion `source` was read at: a
-/// Source changed since (another replica's claim) refuses it with a conflict.
+/// Writes `owner` (or clears it), and `conditions` if given, on the resourceVersion
+/// `source` was read at: a Source changed since (another replica's claim) refuses it
+/// with a conflict. The Source as written.
 async fn write_owner(
     api: &Api<Source>,
     source: &Source,
     owner: Option<&str>,
-) -> Result<(), kube::Error> {
+    conditions: Option<Vec<Condition>>,
+) -> Result<Source, kube::Error> {
     let name = source.metadata.name.as_deref().unwrap_or_default();
+    let mut status = serde_json::json!({"owner": owner});
+    if let Some(conditions) = conditions {
+        status["conditions"] = serde_json::json!(conditions);
+    }
     let patch = serde_json::json!({
         "metadata": {"resourceVersion": source.metadata.resource_version},
-        "status": {"owner": owner},
+        "status": status,
     });
     api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
-        .map(|_| ())
 }

@@ -24,6 +24,9 @@ pub(crate) struct Drift {
     pub key: ObjectKey,
     /// The field manager of the newest write (or "a deletion").
     pub manager: String,
+    /// The object was deleted: a pass that pruned or replaced it knows of its own
+    /// deletions, which are not news.
+    pub deleted: bool,
     pub reference: ObjectReference,
 }
 
@@ -103,6 +106,7 @@ pub(crate) fn reporter(manager: String, drift: mpsc::Sender<Drift>) -> OnChange 
         let seen = Drift {
             key,
             manager: writer,
+            deleted,
             reference,
         };
         let _ = drift.try_send(seen);
@@ -289,6 +293,10 @@ mod tests {
             &deployment(serde_json::json!([applied, revision, again])),
             true,
         );
-        assert_eq!(reports.try_recv().unwrap().manager, "a deletion");
+        let deletion = reports.try_recv().unwrap();
+        assert_eq!(
+            (deletion.manager.as_str(), deletion.deleted),
+            ("a deletion", true)
+        );
     }
 }

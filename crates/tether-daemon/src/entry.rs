@@ -190,13 +190,33 @@ pub async fn run(config: Config, sources: Sources) -> Result<(), Error> {
         ))
     });
     let replicas = replicas(sources.replicas, identity);
-    controller.run_replicated(replicas, shutdown.clone()).await;
-    if let Some(reporting) = reporting {
-        let _ = reporting.await;
+    let grace = config.shutdown_timeout + RELEASE_TIME;
+    let work = async {
+        controller.run_replicated(replicas, shutdown.clone()).await;
+        if let Some(reporting) = reporting {
+            let _ = reporting.await;
+        }
+        finish(server).await;
+    };
+    let deadline = async {
+        shutdown.cancelled().await;
+        tokio::time::sleep(grace).await;
+    };
+    tokio::select! {
+        () = work => {}
+        () = deadline => tracing::warn!(
+            ?grace,
+            "shutdown: the claims and the Lease were not all released in time (is the API server away?); exiting: they expire by themselves"
+        ),
     }
-    finish(server).await;
     Ok(())
 }
+
+/// After a signal, how long the claims and the Lease may take to be released once the
+/// passes in progress had their shutdown timeout: the process exits then whatever
+/// the state of its control plane, within the pod's grace period (30 s, against a
+/// shutdown timeout of 20 s by default).
+const RELEASE_TIME: Duration = Duration::from_secs(5);
 
 /// Runs one source from flags until a signal; each pass's outcome goes to `observe`.
 pub async fn run_one(

@@ -46,6 +46,7 @@ mod shared;
 mod source_loop;
 mod source_status;
 mod switchboard;
+mod watch_backoff;
 pub mod web;
 
 pub use entry::*;

@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 use super::leader::{self, Election};
 use super::shard::{self, MEMBER_LABEL, Members, Share, live_members};
 use crate::shared::Shared;
+use crate::watch_backoff::WatchBackoff;
 
 /// Where the members' Leases are and who this replica is.
 #[derive(Clone, Debug)]
@@ -81,13 +82,20 @@ pub(crate) async fn run(
     let (store, writer) = reflector::store();
     let mut events = reflector::reflector(
         writer,
-        watcher::watcher(leases, watcher::Config::default().labels(&selector)),
+        watcher::watcher(leases.clone(), watcher::Config::default().labels(&selector)),
     )
-    .default_backoff()
+    .backoff(WatchBackoff::new())
     .boxed();
     let mut next_expiry: Option<SystemTime> = None;
-    // Since when this replica holds its Lease, as the election said.
-    let mut holding_since: Option<SystemTime> = None;
+    let mut was_fenced = false;
+    let mut own = OwnLease {
+        store: store.clone(),
+        api: leases,
+        name: membership.lease_name(),
+        identity: membership.identity.clone(),
+        duration: membership.duration,
+        read_back: None,
+    };
     loop {
         let until_expiry = next_expiry
             .and_then(|at| at.duration_since(SystemTime::now()).ok())
@@ -104,30 +112,17 @@ pub(crate) async fn run(
             },
         }
         let holds = *holding.borrow();
-        holding_since = match (holds, holding_since) {
-            (true, None) => Some(SystemTime::now()),
-            (true, since) => since,
-            (false, _) => None,
-        };
-        let own = store
-            .state()
-            .into_iter()
-            .find(|l| l.metadata.name.as_deref() == Some(membership.lease_name().as_str()));
-        let fence = shard::fence(own.as_deref(), holding_since, membership.duration);
+        let fence = own.fence(holds).await;
         let tenure = shared.fence.until(fence);
         let fenced = holds && fence <= SystemTime::now();
-        if fenced {
+        if fenced && !was_fenced {
             tracing::warn!(
                 "this replica's Lease was not seen renewed in time: it writes nothing and runs no Source until it is"
             );
         }
+        was_fenced = fenced;
         let (now_share, expiry) = share_of(&store, &membership.identity, holds && !fenced, tenure);
-        // Woken at the fence too, which no Lease event may come before.
-        next_expiry = match (holds && !fenced, expiry) {
-            (true, Some(expiry)) => Some(expiry.min(fence)),
-            (true, None) => Some(fence),
-            (false, expiry) => expiry,
-        };
+        next_expiry = next_look(holds, fenced, fence, expiry);
         shared
             .peers
             .set(peer_addresses(&store.state(), &membership.identity));
@@ -142,6 +137,75 @@ pub(crate) async fn run(
     }
     let _ = share.send(Share::Nothing);
     let _ = election.await;
+}
+
+/// This replica's own Lease: as the members' watch shows it, and as last read back.
+/// The watch may lag behind its renewals (reconnecting after the API server was away,
+/// or starved), and a replica that renews in time counts as live to the others, who
+/// then leave its Sources to it: so it is read back when its fence is about to close.
+struct OwnLease {
+    store: Store<Lease>,
+    api: Api<Lease>,
+    name: String,
+    identity: String,
+    duration: Duration,
+    read_back: Option<Lease>,
+}
+
+impl OwnLease {
+    /// Until when this replica may write ([`shard::fence`]), from the newest renewal
+    /// seen: the watch's, or one read back now if the watch's closes the fence soon.
+    async fn fence(&mut self, holds: bool) -> SystemTime {
+        let watched = self
+            .store
+            .state()
+            .into_iter()
+            .find(|l| l.metadata.name.as_deref() == Some(self.name.as_str()));
+        let fence_of = |read_back: Option<&Lease>| {
+            let own = shard::newest_renewal(watched.as_deref(), read_back);
+            shard::fence(own, &self.identity, holds, self.duration)
+        };
+        let fence = fence_of(self.read_back.as_ref());
+        if !(holds && shard::read_back_due(fence, SystemTime::now())) {
+            return fence;
+        }
+        if let Some(read) = self.read().await {
+            self.read_back = Some(read);
+        }
+        fence_of(self.read_back.as_ref())
+    }
+
+    /// The Lease read afresh; `None` when it cannot be within a second (a replica cut
+    /// from the API server stays fenced).
+    async fn read(&self) -> Option<Lease> {
+        match tokio::time::timeout(Duration::from_secs(1), self.api.get_opt(&self.name)).await {
+            Ok(Ok(lease)) => lease,
+            Ok(Err(error)) => {
+                tracing::debug!(%error, "cannot read this replica's Lease back");
+                None
+            }
+            Err(_) => None,
+        }
+    }
+}
+
+/// When the members are counted again without a Lease event: at the next expiry of a
+/// member's Lease, and before this replica's fence closes (no event may come before
+/// it: its Lease is read back then); while fenced, each second.
+fn next_look(
+    holds: bool,
+    fenced: bool,
+    fence: SystemTime,
+    expiry: Option<SystemTime>,
+) -> Option<SystemTime> {
+    match (holds, fenced) {
+        (true, false) => {
+            let read_back_at = fence.checked_sub(shard::READ_BACK_AHEAD).unwrap_or(fence);
+            Some(expiry.map_or(read_back_at, |e| e.min(read_back_at)))
+        }
+        (true, true) => Some(SystemTime::now() + shard::READ_BACK_AHEAD * 2),
+        (false, _) => expiry,
+    }
 }
 
 /// This replica's share: its part among the live members while it holds its own

@@ -124,24 +124,81 @@ pub fn live_members<'l>(
 /// take its Sources only once it expired, and then claim them before they write.
 pub const FENCE_MARGIN: Duration = Duration::from_secs(1);
 
+/// Whether a claim held by `holder` may be taken at `now`, by its Lease as read
+/// afresh: held by someone else or nobody, or expired for half its duration more.
+/// The fence stops the holder's writes before its Lease expires, but a replica
+/// starved of CPU (a throttled pod) checks a write against its fence and may send it
+/// seconds later: a fault run saw one arrive 5.5 s after the Lease expired. The half
+/// duration (5 s by default, and the fence's second) is the time such a write has to
+/// arrive before another replica writes the Source; a crashed replica's Sources move
+/// that much later.
+pub fn may_take_from(lease: &Lease, holder: &str, now: SystemTime) -> bool {
+    let Some(spec) = &lease.spec else {
+        return true;
+    };
+    if spec.holder_identity.as_deref() != Some(holder) {
+        return true;
+    }
+    let (Some(renewed), Some(seconds)) = (&spec.renew_time, spec.lease_duration_seconds) else {
+        return true;
+    };
+    let duration = Duration::from_secs(u64::try_from(seconds).unwrap_or(0));
+    SystemTime::from(renewed.0) + duration + duration / 2 <= now
+}
+
 /// Until when a member may write: while it holds its Lease, the Lease's last renewal
-/// as the watch shows it (or, before the watch shows it, when this member came to
-/// hold it) plus its duration, less [`FENCE_MARGIN`]; not at all otherwise.
-pub fn fence(
-    own: Option<&Lease>,
-    holding_since: Option<SystemTime>,
-    duration: Duration,
-) -> SystemTime {
-    let Some(since) = holding_since else {
+/// as the watch shows it, held by `me`, plus its duration, less [`FENCE_MARGIN`]: as
+/// long as the others count it live (they read the same Lease), and not a moment
+/// more. Not at all otherwise, and not from the moment the election says it holds
+/// the Lease: a Lease manager that reads back its own expired Lease after the API
+/// server was away says so before it renews it, while the others may already run
+/// its Sources.
+pub fn fence(own: Option<&Lease>, me: &str, holding: bool, duration: Duration) -> SystemTime {
+    let spec = own.and_then(|lease| lease.spec.as_ref());
+    let renewed = spec
+        .filter(|spec| holding && spec.holder_identity.as_deref() == Some(me))
+        .and_then(|spec| spec.renew_time.as_ref());
+    let Some(renewed) = renewed else {
         return SystemTime::UNIX_EPOCH;
     };
-    let renewed = own
-        .and_then(|lease| lease.spec.as_ref()?.renew_time.as_ref())
-        .map(|renewed| SystemTime::from(renewed.0))
-        .map_or(since, |renewed| renewed.max(since));
-    (renewed + duration)
+    // The shorter of this replica's duration and the one the Lease says, which the
+    // others count by.
+    let written = spec
+        .and_then(|spec| spec.lease_duration_seconds)
+        .and_then(|seconds| u64::try_from(seconds).ok())
+        .map_or(duration, |seconds| {
+            duration.min(Duration::from_secs(seconds))
+        });
+    (SystemTime::from(renewed.0) + written)
         .checked_sub(FENCE_MARGIN)
         .unwrap_or(SystemTime::UNIX_EPOCH)
+}
+
+/// How long before its fence a replica whose watch has not shown a newer renewal
+/// reads its Lease back (and, while fenced, how often: twice that).
+pub const READ_BACK_AHEAD: Duration = Duration::from_millis(500);
+
+/// Whether a replica holding its Lease reads it back now: its fence closes within
+/// [`READ_BACK_AHEAD`] (or has closed), so the watch has shown no renewal in time.
+pub fn read_back_due(fence: SystemTime, now: SystemTime) -> bool {
+    fence <= now + READ_BACK_AHEAD
+}
+
+/// Of two copies of one Lease (as the watch shows it, and as read back), the one
+/// renewed last.
+pub fn newest_renewal<'l>(a: Option<&'l Lease>, b: Option<&'l Lease>) -> Option<&'l Lease> {
+    let renewed = |lease: &Lease| {
+        lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.renew_time.as_ref())
+            .map(|t| t.0)
+    };
+    match (a, b) {
+        (Some(a), Some(b)) if renewed(b) > renewed(a) => Some(b),
+        (Some(a), _) => Some(a),
+        (None, b) => b,
+    }
 }
 
 /// What a replica that owns a Source does with the Source's claim.
@@ -192,31 +249,85 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_member_may_write_until_a_margin_before_its_lease_could_expire() {
+    fn a_member_may_write_until_a_margin_before_the_others_count_it_gone() {
         let start = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
         let duration = Duration::from_secs(10);
-        let lease = |renewed: SystemTime| lease(Some("me"), 0, 10, renewed);
-        // Not holding its Lease: no writes at all.
-        assert_eq!(fence(None, None, duration), SystemTime::UNIX_EPOCH);
+        let renewed_at = |renewed: SystemTime| lease(Some("me"), 0, 10, renewed);
+        let nine = Duration::from_secs(9);
+        // Its Lease as the watch shows it, renewed: until a second before it expires.
         assert_eq!(
-            fence(Some(&lease(start)), None, duration),
-            SystemTime::UNIX_EPOCH
+            fence(Some(&renewed_at(start)), "me", true, duration),
+            start + nine
         );
-        // Just acquired, before the watch shows the Lease: from the acquisition.
+        // Each renewal moves it on.
+        let later = start + Duration::from_secs(7);
         assert_eq!(
-            fence(None, Some(start), duration),
-            start + Duration::from_secs(9)
+            fence(Some(&renewed_at(later)), "me", true, duration),
+            later + nine
         );
-        // Each renewal moves it on; a renewal older than the acquisition does not count.
-        let renewed = start + Duration::from_secs(7);
+        // Not holding it, or the watch not showing it yet, or showing another holder:
+        // no writes at all.
+        for (own, holding) in [
+            (Some(renewed_at(start)), false),
+            (None, true),
+            (Some(lease(Some("other"), 0, 10, start)), true),
+            (Some(lease(None, 0, 10, start)), true),
+        ] {
+            assert_eq!(
+                fence(own.as_ref(), "me", holding, duration),
+                SystemTime::UNIX_EPOCH
+            );
+        }
+        // The API server was away for a minute: the election reads back its own
+        // Lease, last renewed a minute ago, and says it holds it before renewing. The
+        // others count it gone and run its Sources: the fence stays closed (it was
+        // open for 9 s from the moment the election said so).
+        let a_minute_ago = lease(Some("me"), 60, 10, start);
+        assert!(fence(Some(&a_minute_ago), "me", true, duration) < start);
+        // A Lease that says a shorter duration than this replica's: the others count
+        // by the Lease.
+        let short = lease(Some("me"), 0, 5, start);
         assert_eq!(
-            fence(Some(&lease(renewed)), Some(start), duration),
-            renewed + Duration::from_secs(9)
+            fence(Some(&short), "me", true, duration),
+            start + Duration::from_secs(4)
         );
-        assert_eq!(
-            fence(Some(&lease(start - duration)), Some(start), duration),
-            start + Duration::from_secs(9)
+    }
+
+    #[test]
+    fn a_lease_is_read_back_just_before_its_fence_and_the_newest_renewal_counts() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let ms = Duration::from_millis;
+        for (fence, due) in [
+            (now + ms(2_000), false),
+            (now + ms(501), false),
+            (now + ms(500), true),
+            (now, true),
+            (now - ms(30_000), true),
+        ] {
+            assert_eq!(read_back_due(fence, now), due, "{fence:?}");
+        }
+        let old = lease(Some("me"), 20, 10, now);
+        let new = lease(Some("me"), 1, 10, now);
+        for (a, b, newest) in [
+            (Some(&old), Some(&new), Some(&new)),
+            (Some(&new), Some(&old), Some(&new)),
+            (None, Some(&old), Some(&old)),
+            (Some(&old), None, Some(&old)),
+            (None, None, None),
+        ] {
+            assert_eq!(newest_renewal(a, b), newest);
+        }
+        // The watch lags 20 s behind (reconnecting after an outage); read back, the
+        // Lease renewed a second ago opens the fence.
+        let watched = fence(Some(&old), "me", true, Duration::from_secs(10));
+        assert!(watched < now);
+        let read = fence(
+            newest_renewal(Some(&old), Some(&new)),
+            "me",
+            true,
+            Duration::from_secs(10),
         );
+        assert_eq!(read, now + Duration::from_secs(8));
     }
 
     use k8s_openapi::api::coordination::v1::LeaseSpec;
@@ -327,6 +438,27 @@ mod tests {
         assert_eq!(claim(Some("r1"), &me), Claim::Wait);
         assert_eq!(claim(Some("r2"), &me), Claim::Take);
         assert_eq!(claim(None, &me), Claim::Take);
+    }
+
+    #[test]
+    fn a_claim_is_taken_from_a_holder_half_a_lease_after_its_lease_expired() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        for (lease, may) in [
+            // Renewed 2 s ago: live.
+            (lease(Some("r1"), 2, 10, now), false),
+            // Expired 1 s ago (renewed 11 s ago): a write it checked before its fence
+            // may still be on its way.
+            (lease(Some("r1"), 11, 10, now), false),
+            (lease(Some("r1"), 14, 10, now), false),
+            // Expired for half its duration: taken.
+            (lease(Some("r1"), 15, 10, now), true),
+            // Released, or held by another identity (the replica came back as one).
+            (lease(None, 2, 10, now), true),
+            (lease(Some("r9"), 2, 10, now), true),
+            (Lease::default(), true),
+        ] {
+            assert_eq!(may_take_from(&lease, "r1", now), may, "{lease:?}");
+        }
     }
 
     #[test]

@@ -192,6 +192,44 @@ pub(crate) fn worth_writing(previous: &SourceStatus, next: &SourceStatus) -> boo
     next != *previous
 }
 
+/// Why a replica stops running a Source it held, for the Source's status.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Handover {
+    /// Another live member owns it now (in this replica's view).
+    To(String),
+    /// This replica's Lease was not seen renewed in time: it runs nothing until it is.
+    Lapsed,
+    /// This replica stops (a signal).
+    Stopping,
+}
+
+/// The conditions of a Source whose claim `me` releases at `now`: Ready is Unknown,
+/// saying who stopped running it, since when, why, and who is to run it, so that a
+/// Source nobody runs never shows a message of its last pass for minutes.
+pub(crate) fn handed_over(
+    status: &SourceStatus,
+    me: &str,
+    handover: &Handover,
+    now: &str,
+) -> Vec<Condition> {
+    let next = match handover {
+        Handover::To(owner) => format!("{owner} owns it now and runs it once it has claimed it"),
+        Handover::Lapsed => "its Lease was not seen renewed in time; the member that owns it once the Lease expires runs it".to_string(),
+        Handover::Stopping => "it is stopping; the other members take it over".to_string(),
+    };
+    let mut conditions = status.conditions.clone();
+    let message = format!("{me} stopped running it at {now}: {next}");
+    let generation = status.observed_generation;
+    set_condition(
+        &mut conditions,
+        "Ready",
+        Some(("Unknown", "HandedOver", message)),
+        generation,
+        now,
+    );
+    conditions
+}
+
 fn set_condition(
     conditions: &mut Vec<Condition>,
     type_: &str,
@@ -288,6 +326,42 @@ mod tests {
 
     fn condition<'a>(status: &'a SourceStatus, type_: &str) -> Option<&'a Condition> {
         status.conditions.iter().find(|c| c.type_ == type_)
+    }
+
+    #[test]
+    fn a_handover_says_who_ran_the_source_since_when_and_who_runs_it_next() {
+        let before = next_status(
+            &SourceStatus::default(),
+            Some(1),
+            &PassResult::Applied {
+                revision: "main@sha1:abc".into(),
+                report: &report(vec![]),
+            },
+            "2026-11-29T08:00:00Z",
+        );
+        let at = "2026-11-29T09:00:00Z";
+        for (handover, says) in [
+            (
+                Handover::To("r2".into()),
+                "r0 stopped running it at 2026-11-29T09:00:00Z: r2 owns it now",
+            ),
+            (Handover::Lapsed, "its Lease was not seen renewed in time"),
+            (
+                Handover::Stopping,
+                "it is stopping; the other members take it over",
+            ),
+        ] {
+            let conditions = handed_over(&before, "r0", &handover, at);
+            let ready = conditions.iter().find(|c| c.type_ == "Ready").unwrap();
+            assert_eq!(
+                (ready.status.as_str(), ready.reason.as_str()),
+                ("Unknown", "HandedOver")
+            );
+            assert!(ready.message.contains(says), "{}", ready.message);
+            assert_eq!(ready.last_transition_time, at);
+            // The other conditions stay as the last pass wrote them.
+            assert_eq!(conditions.len(), before.conditions.len());
+        }
     }
 
     #[test]

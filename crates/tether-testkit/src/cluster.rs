@@ -131,6 +131,23 @@ impl LocalCluster {
         file
     }
 
+    /// kubectl (the control plane's own build) with `args`, which must succeed.
+    pub fn kubectl(&self, args: &[&str]) -> std::process::Output {
+        let output = Command::new(binaries().join("kubectl"))
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .output()
+            .expect("run kubectl");
+        assert!(
+            output.status.success(),
+            "kubectl {args:?}: {}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        output
+    }
+
     /// Stops the API server alone (`scripts/local-cluster apiserver stop`): clients get
     /// their connections refused; etcd keeps the state for [`LocalCluster::start_api_server`].
     pub fn stop_api_server(&self) {

@@ -9,6 +9,7 @@
 //! - [`githost`] (feature `githost`): a fake GitHub/GitLab API over HTTPS that
 //!   validates every request against the host's official description;
 //! - [`broker`]: a Kafka-protocol broker and an independent consumer;
+//! - [`audit`]: the local control plane's audit log, entry by entry;
 //! - [`registry`]: an OCI registry (Debian's docker-registry) with its access log;
 //! - [`tools`]: the pinned Helm and Kustomize (`scripts/helm-tools`);
 //! - [`cluster`] (feature `cluster`): local control planes (`scripts/local-cluster`),
@@ -23,6 +24,7 @@
 // a scenario reads top to bottom as the user's steps.
 #![warn(clippy::too_many_lines)]
 
+pub mod audit;
 pub mod broker;
 #[cfg(feature = "browser")]
 pub mod browser;

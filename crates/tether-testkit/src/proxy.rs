@@ -1,6 +1,8 @@
 //! A TCP proxy in front of a server, whose open connections a test cuts at once (a
-//! network that drops them, or a load balancer that restarts), and which a test takes
-//! down for a while (new connections closed at once) and up again. It runs on a thread of its own, so that a test that blocks (waiting for
+//! network that drops them, or a load balancer that restarts), which a test takes
+//! down for a while (new connections closed at once) and up again, or silences (a
+//! partition: every connection, open or new, passes nothing until it is up again,
+//! then is closed, as a flow table that dropped it). It runs on a thread of its own, so that a test that blocks (waiting for
 //! a process, running kubectl) never stalls the traffic through it.
 
 use std::net::SocketAddr;
@@ -8,13 +10,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 use tokio::task::AbortHandle;
 
 pub struct CutProxy {
     port: u16,
     open: Arc<Mutex<Vec<AbortHandle>>>,
     down: Arc<AtomicBool>,
+    silent: Arc<watch::Sender<bool>>,
     /// Ends the proxy's thread (and every connection) when dropped.
     _stop: oneshot::Sender<()>,
 }
@@ -36,6 +39,8 @@ impl CutProxy {
         let connections = open.clone();
         let down: Arc<AtomicBool> = Arc::default();
         let refusing = down.clone();
+        let silent = Arc::new(watch::Sender::new(false));
+        let partition = silent.clone();
         std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -48,10 +53,22 @@ impl CutProxy {
                         if refusing.load(Ordering::Acquire) {
                             continue;
                         }
+                        let mut silent = partition.subscribe();
                         let task = tokio::spawn(async move {
+                            let silenced = *silent.borrow();
+                            if silenced {
+                                // Held (nothing passes), then closed.
+                                let _ = silent.wait_for(|s| !*s).await;
+                                return;
+                            }
                             if let Ok(mut server) = TcpStream::connect(upstream).await {
-                                let _ =
-                                    tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                                let silenced = tokio::select! {
+                                    _ = tokio::io::copy_bidirectional(&mut client, &mut server) => false,
+                                    partition = silent.wait_for(|s| *s) => partition.is_ok(),
+                                };
+                                if silenced {
+                                    let _ = silent.wait_for(|s| !*s).await;
+                                }
                             }
                         });
                         let mut open = connections.lock().unwrap_or_else(PoisonError::into_inner);
@@ -69,6 +86,7 @@ impl CutProxy {
             port,
             open,
             down,
+            silent,
             _stop: stop,
         }
     }
@@ -84,9 +102,16 @@ impl CutProxy {
         self.cut()
     }
 
-    /// Lets connections through again.
+    /// Lets connections through again (those held while silent are closed).
     pub fn up(&self) {
         self.down.store(false, Ordering::Release);
+        self.silent.send_replace(false);
+    }
+
+    /// A partition until [`CutProxy::up`]: no byte passes on any connection, open or
+    /// new, and none is closed.
+    pub fn silence(&self) {
+        self.silent.send_replace(true);
     }
 
     /// Cuts every connection open now (both of its sockets are closed); says how many

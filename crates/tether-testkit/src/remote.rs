@@ -68,6 +68,14 @@ fn write_models(work: &Path, files: &[(&str, &str)]) {
     }
 }
 
+/// Files made as owned strings, as [`Remote::new`] and [`Remote::push`] take them.
+pub fn borrowed(files: &[(String, String)]) -> Vec<(&str, &str)> {
+    files
+        .iter()
+        .map(|(p, t)| (p.as_str(), t.as_str()))
+        .collect()
+}
+
 impl Remote {
     /// `models/` on `main` holds `files`.
     pub fn new(files: &[(&str, &str)]) -> Remote {

@@ -22,15 +22,17 @@ use tracing::Instrument;
 
 use super::source_run::run_source;
 use super::wiring::{Daemon, Directories, Stops};
-use crate::claim;
+use crate::claim::{self, MemberLeases};
 use crate::forward::Forwarder;
 use crate::identity::Identities;
 use crate::leader::{self, Election};
 use crate::members::{self, Membership};
-use crate::shard::{Share, source_id};
+use crate::shard::{self, Share, source_id};
 use crate::shared::Shared;
 use crate::source_loop::PassStop;
+use crate::source_status::Handover;
 use crate::switchboard::Trigger;
+use crate::watch_backoff::WatchBackoff;
 
 /// Runs the loops of the Sources in `namespace` (all namespaces: `None`).
 pub(crate) struct Controller {
@@ -67,6 +69,8 @@ pub(crate) enum Replicas {
 
 /// A Source's loop while it runs.
 struct Running {
+    /// The Source's id (`namespace/name`).
+    id: String,
     spec: SourceSpec,
     generation: Option<i64>,
     /// The reconcile request last passed on.
@@ -96,6 +100,11 @@ impl Running {
     /// on to it.
     fn runs(&mut self, source: &Source, requested: Option<&String>) -> bool {
         if self.spec != source.spec || self.generation != source.metadata.generation {
+            return false;
+        }
+        // A loop ends only when stopped: one that ended by itself (its claim never
+        // held, say) is started again at the next look.
+        if self.task.is_finished() {
             return false;
         }
         if let Some(value) = requested
@@ -143,6 +152,8 @@ impl Loops {
 struct Watched {
     store: Store<Source>,
     share: watch::Receiver<Share>,
+    /// Sharded: the members' Leases, read before a claim is taken from another.
+    leases: Option<MemberLeases>,
 }
 
 impl Controller {
@@ -155,6 +166,13 @@ impl Controller {
             Replicas::Elected(_) | Replicas::Sharded(_) => Share::Nothing,
         });
         let release = CancellationToken::new();
+        let leases = match &replicas {
+            Replicas::Sharded(membership) => Some(MemberLeases {
+                api: Api::namespaced(self.client.clone(), &membership.namespace),
+                group: membership.group.clone(),
+            }),
+            Replicas::Alone | Replicas::Elected(_) => None,
+        };
         let membership = match replicas {
             Replicas::Alone => {
                 self.shared.metrics.set_leader(true);
@@ -179,7 +197,7 @@ impl Controller {
                 release.clone(),
             ))),
         };
-        self.run(share, shutdown).await;
+        self.run(share, leases, shutdown).await;
         release.cancel();
         if let Some(membership) = membership {
             let _ = membership.await;
@@ -188,7 +206,12 @@ impl Controller {
 
     /// Watches the Sources until `shutdown`; runs the loops of those `share` gives
     /// this replica.
-    async fn run(self, mut share: watch::Receiver<Share>, shutdown: CancellationToken) {
+    async fn run(
+        self,
+        mut share: watch::Receiver<Share>,
+        leases: Option<MemberLeases>,
+        shutdown: CancellationToken,
+    ) {
         let api: Api<Source> = match &self.namespace {
             Some(namespace) => Api::namespaced(self.client.clone(), namespace),
             None => Api::all(self.client.clone()),
@@ -196,7 +219,7 @@ impl Controller {
         let (store, writer) = reflector::store();
         let mut events =
             reflector::reflector(writer, watcher::watcher(api, watcher::Config::default()))
-                .default_backoff()
+                .backoff(WatchBackoff::new())
                 .boxed();
         self.shared.set_forwarder(Forwarder {
             client: self.client.clone(),
@@ -206,6 +229,7 @@ impl Controller {
         let watched = Watched {
             store: store.clone(),
             share: share.clone(),
+            leases,
         };
         let mut loops = Loops::default();
         let mut synced = false;
@@ -242,7 +266,8 @@ impl Controller {
                         if let Some(deleted) = loops.running.remove(&id) {
                             tracing::info!(source = %id, "the Source was deleted: its loop stops (its objects stay)");
                             deleted.abandon();
-                            self.stop(vec![deleted]).await;
+                            let stopping = self.stop_in_background(deleted, Handover::Stopping);
+                            loops.stopping.insert(id.clone(), stopping);
                         }
                         self.shared.metrics.forget(&id);
                     }
@@ -252,7 +277,8 @@ impl Controller {
                 },
             }
         }
-        self.stop(loops.running.into_values().collect()).await;
+        let running = loops.running.into_values().collect();
+        self.stop(running, &Handover::Stopping).await;
         for (_, stopping) in loops.stopping {
             let _ = stopping.await;
         }
@@ -274,10 +300,7 @@ impl Controller {
         for running in &deleted {
             running.abandon();
         }
-        self.stop(deleted).await;
-        for id in &gone {
-            self.shared.metrics.forget(id);
-        }
+        self.stop(deleted, &Handover::Stopping).await;
         let moved: Vec<String> = running
             .iter()
             .filter(|(id, loop_)| !share.owns(id) || loop_.outlived(&share))
@@ -293,25 +316,35 @@ impl Controller {
         // here meanwhile), and the Source's new owner waits for the claim.
         for id in &moved {
             if let Some(stopped) = running.remove(id) {
-                loops
-                    .stopping
-                    .insert(id.clone(), self.stop_in_background(stopped));
+                loops.stopping.insert(
+                    id.clone(),
+                    self.stop_in_background(stopped, handover_of(&share, id)),
+                );
             }
-            self.shared.metrics.forget(id);
         }
         loops.stopping.retain(|_, stopping| !stopping.is_finished());
+        // In the background too, each kept with the stopping loops: the controller
+        // waits for no request (one to an API server it is cut from takes minutes),
+        // and a loop started again for the Source waits for the release.
         if let Some(members) = share.claims() {
-            let strays = sources.iter().filter(|s| {
-                !share.owns(&source_id(s))
-                    && claim::stray(s, &members.me, loops.runs(&source_id(s)))
-            });
+            let strays: Vec<&Arc<Source>> = sources
+                .iter()
+                .filter(|s| {
+                    !share.owns(&source_id(s))
+                        && claim::stray(s, &members.me, loops.runs(&source_id(s)))
+                })
+                .collect();
             for source in strays {
-                claim::release(
-                    &api_of(&self.client, source),
-                    &source.name_any(),
-                    &members.me,
-                )
-                .await;
+                let (api, name, me) = (
+                    api_of(&self.client, source),
+                    source.name_any(),
+                    members.me.clone(),
+                );
+                let handover = handover_of(&share, &source_id(source));
+                let release = async move { claim::release(&api, &name, &me, &handover).await };
+                loops
+                    .stopping
+                    .insert(source_id(source), tokio::spawn(release));
             }
         }
         for source in sources.iter().filter(|s| share.owns(&source_id(s))) {
@@ -343,6 +376,20 @@ impl Controller {
             })
             // A loop stopping since the Source moved away, back here now.
             .or_else(|| loops.stopping.remove(&id));
+        let started = self.start(source, watched, previous, requested);
+        loops.running.insert(id, started);
+    }
+
+    /// A new loop of `source`, started once `previous` (the Source's loop before, if
+    /// any) has stopped and the Source's claim is held.
+    fn start(
+        &self,
+        source: &Source,
+        watched: &Watched,
+        previous: Option<JoinHandle<()>>,
+        requested: Option<String>,
+    ) -> Running {
+        let id = source_id(source);
         let stop = CancellationToken::new();
         let stop_pass = CancellationToken::new();
         let tenure = match watched.share.borrow().claims() {
@@ -351,37 +398,35 @@ impl Controller {
         };
         // One pending trigger is enough: a pass reads the whole source.
         let (trigger, triggers) = mpsc::channel(1);
-        let run = run_source(
-            self.client.clone(),
-            source.clone(),
-            Daemon {
-                directories: self.directories.clone(),
-                shared: self.shared.clone(),
-                shutdown_timeout: self.shutdown_timeout,
-                identities: self.identities.clone(),
-                cluster_name: self.cluster_name.clone(),
-                sources_client: self.sources_client.clone(),
+        let daemon = Daemon {
+            directories: self.directories.clone(),
+            shared: self.shared.clone(),
+            shutdown_timeout: self.shutdown_timeout,
+            identities: self.identities.clone(),
+            cluster_name: self.cluster_name.clone(),
+            sources_client: self.sources_client.clone(),
+        };
+        let stops = Stops {
+            loop_: stop.clone(),
+            pass: PassStop {
+                pass: stop_pass.clone(),
+                tenure: tenure.clone(),
             },
-            Stops {
-                loop_: stop.clone(),
-                pass: PassStop {
-                    pass: stop_pass.clone(),
-                    tenure: tenure.clone(),
-                },
-            },
-            (trigger.clone(), triggers),
-        );
+        };
         let wait_at_most = self.shutdown_timeout + Duration::from_secs(1);
-        let namespace = source.namespace().unwrap_or_default();
-        let name = source.name_any();
         let api = api_of(&self.client, source);
         let claimed = watched
             .share
             .borrow()
             .claims()
-            .map(|members| (api.clone(), name.clone(), members.me.clone()));
-        let (store, share, cancelled) =
-            (watched.store.clone(), watched.share.clone(), stop.clone());
+            .map(|members| (api.clone(), source.name_any(), members.me.clone()));
+        let (store, share, leases, client) = (
+            watched.store.clone(),
+            watched.share.clone(),
+            watched.leases.clone(),
+            self.client.clone(),
+        );
+        let (declared, loop_trigger) = (source.clone(), trigger.clone());
         let task = tokio::spawn(
             async move {
                 if let Some(previous) = previous {
@@ -390,15 +435,25 @@ impl Controller {
                 }
                 // Sharded: the Source's claim first, so that the replica that ran it
                 // before has stopped.
-                if claim::acquire(&api, &store, (&namespace, &name), &share, &cancelled).await {
-                    run.await;
+                let held = claim::acquire(
+                    &api,
+                    leases.as_ref(),
+                    &store,
+                    &declared,
+                    &share,
+                    &stops.loop_,
+                )
+                .await;
+                if let Some(source) = held {
+                    run_source(client, source, daemon, stops, (loop_trigger, triggers)).await;
                 }
             }
             // The span's fields are set here, once: a field recorded on this long-lived
             // span would be kept and logged once per pass (a pass has its own span).
             .instrument(tracing::info_span!("source", source = %id)),
         );
-        let started = Running {
+        Running {
+            id,
             spec: source.spec.clone(),
             generation: source.metadata.generation,
             requested,
@@ -408,49 +463,69 @@ impl Controller {
             task,
             claimed,
             tenure,
-        };
-        loops.running.insert(id, started);
+        }
     }
 
     /// Stops a loop without waiting: its pass in progress may finish within the
     /// shutdown timeout, then its claim is released.
-    fn stop_in_background(&self, running: Running) -> JoinHandle<()> {
-        tokio::spawn(self.stop_one(running))
+    fn stop_in_background(&self, running: Running, handover: Handover) -> JoinHandle<()> {
+        tokio::spawn(self.stop_one(running, handover))
     }
 
     /// Stops loops, letting passes in progress finish within the shutdown timeout,
     /// then releases the claims of those that held one.
-    async fn stop(&self, loops: Vec<Running>) {
+    async fn stop(&self, loops: Vec<Running>, handover: &Handover) {
         for running in &loops {
             running.stop.cancel();
         }
         // All at once: each waits for its own pass, then gives its claim back.
-        futures::stream::iter(loops.into_iter().map(|running| self.stop_one(running)))
+        let stops = loops
+            .into_iter()
+            .map(|running| self.stop_one(running, handover.clone()));
+        futures::stream::iter(stops)
             .buffer_unordered(CONCURRENT_STOPS)
             .collect::<()>()
             .await;
     }
 
     /// Waits for a stopped loop (its pass may finish within the shutdown timeout),
-    /// then releases its claim.
-    fn stop_one(&self, running: Running) -> impl Future<Output = ()> + Send + 'static {
+    /// then forgets its series (a pass that finished meanwhile recorded one) and
+    /// releases its claim.
+    fn stop_one(
+        &self,
+        running: Running,
+        handover: Handover,
+    ) -> impl Future<Output = ()> + Send + 'static {
         running.stop.cancel();
         let wait_at_most = self.shutdown_timeout + Duration::from_secs(1);
+        let shared = self.shared.clone();
         async move {
             stopped(running.task, wait_at_most).await;
+            shared.metrics.forget(&running.id);
             if let Some((api, name, me)) = running.claimed {
-                claim::release(&api, &name, &me).await;
+                claim::release(&api, &name, &me, &handover).await;
             }
         }
     }
 }
 
 /// Waits for a stopping loop's task: its pass may finish within `wait_at_most`, then
-/// it is aborted (and awaited, so that nothing of it goes on).
+/// it is aborted (and awaited, so that nothing of it goes on). Aborted too when this
+/// wait is dropped (a new loop of the Source gave up waiting for the stop it is in).
 async fn stopped(mut task: JoinHandle<()>, wait_at_most: Duration) {
+    let _abort = AbortOnDrop(task.abort_handle());
     if tokio::time::timeout(wait_at_most, &mut task).await.is_err() {
         task.abort();
         let _ = task.await;
+    }
+}
+
+/// Aborts a task when dropped (nothing once the task is done).
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -473,6 +548,18 @@ async fn lead(
         });
     }
     let _ = election.await;
+}
+
+/// Why this replica stops running the Source `id` that `share` no longer gives it (or
+/// gave it in a tenure that ended), for its status.
+fn handover_of(share: &Share, id: &str) -> Handover {
+    let next = share
+        .claims()
+        .and_then(|members| shard::owner(&members.live, id).filter(|o| *o != members.me));
+    match next {
+        Some(owner) => Handover::To(owner.to_string()),
+        None => Handover::Lapsed,
+    }
 }
 
 fn api_of(client: &Client, source: &Source) -> Api<Source> {

@@ -47,10 +47,12 @@ pub(super) async fn run_source(
     triggers: (mpsc::Sender<Trigger>, mpsc::Receiver<Trigger>),
 ) {
     let (id, stop) = (source_id(&source), stops.loop_);
-    let mut status = SourceStatusWriter::new(&client, &source);
+    let mut status = SourceStatusWriter::new(&client, &source, stops.pass.tenure.clone());
+    // A loop ends only when stopped (the controller starts again one that ended by
+    // itself): a suspended or stalled Source's waits for a change of its spec.
     if source.spec.suspend {
         status.record(&PassResult::Suspended, None).await;
-        return;
+        return stop.cancelled().await;
     }
     let Some(credentials) = wait_for_credentials(&client, &source, &mut status, &stop).await else {
         return;
@@ -58,7 +60,7 @@ pub(super) async fn run_source(
     let Some((reconciler, checked)) =
         source_reconciler(&daemon, &source, &client, credentials.clone(), &mut status).await
     else {
-        return;
+        return stop.cancelled().await;
     };
     let feedback = open_feedback(&client, &source, &daemon, &mut status).await;
     let observers = Observers {

@@ -1,13 +1,16 @@
 //! A Source's status and Events, written by its loop: the status when a pass changed
 //! it (never for a pass that found nothing to do; computed by
 //! [`crate::source_status`]), a warning Event on a refusal, a rewritten history, or a
-//! part of the Source that cannot start.
+//! part of the Source that cannot start. Only while the loop's tenure holds: once
+//! this replica's Lease lapsed, the Source may be another replica's, and so is its
+//! status (a pass refused by the fence would otherwise say so there for minutes).
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
 use kube::{Client, Resource, ResourceExt};
 use tether_api::source_spec::{ClusterStatus, HistoryRewrite, Source, SourceStatus};
+use tether_engine::cluster::Tenure;
 
 use crate::clock::now;
 use crate::shared::event_reporter;
@@ -29,6 +32,8 @@ pub(super) struct SourceStatusWriter {
     rewrite: Option<HistoryRewrite>,
     /// How each cluster fared in the last pass, for the next write.
     clusters: Option<Vec<ClusterState>>,
+    /// The tenure of this replica's Lease the loop runs in: it writes only in it.
+    tenure: Tenure,
 }
 
 /// The part of the Source's status its passes write: the image policies' part is
@@ -43,7 +48,7 @@ fn passes_status(source: &Source) -> SourceStatus {
 }
 
 impl SourceStatusWriter {
-    pub(super) fn new(client: &Client, source: &Source) -> Self {
+    pub(super) fn new(client: &Client, source: &Source, tenure: Tenure) -> Self {
         let reporter = event_reporter();
         SourceStatusWriter {
             api: Api::namespaced(client.clone(), &source.namespace().unwrap_or_default()),
@@ -55,6 +60,7 @@ impl SourceStatusWriter {
             regarding: source.object_ref(&()),
             rewrite: None,
             clusters: None,
+            tenure,
         }
     }
 
@@ -104,6 +110,10 @@ impl StatusSink for SourceStatusWriter {
             next.clusters = clusters.iter().map(cluster_status).collect();
         }
         if !worth_writing(&self.status, &next) {
+            return;
+        }
+        if !self.tenure.holds() {
+            tracing::debug!("this replica's tenure ended: the Source's status is its next owner's");
             return;
         }
         let patch = serde_json::json!({ "status": next });

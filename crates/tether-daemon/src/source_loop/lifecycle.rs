@@ -274,6 +274,11 @@ impl<S: StatusSink> Loop for SourceLoop<S> {
                     return;
                 }
                 Some(drift) = self.drift.1.recv() => {
+                    if self.memory.is_own_deletion(&drift) {
+                        // Seen once: a later deletion is someone else's.
+                        self.memory.own_deletions.remove(&drift.key);
+                        continue;
+                    }
                     tracing::debug!(object = %drift.key, by = %drift.manager, "drift seen");
                     self.observers.show(|views, name| views.drifted(name, &drift.key, &drift.manager, &now()));
                     let not_before = self.memory.backoff.not_before(&drift.key, Instant::now());

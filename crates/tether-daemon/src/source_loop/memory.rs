@@ -1,15 +1,16 @@
 //! What a source's passes remember between them: the commits applied and attempted,
 //! the rewrite recorded, the state a quiet pass checks against, the drift seen since
-//! the last pass, the watch cache of its objects. Its decisions (is a commit news,
-//! does a pass only report drift, has a commit settled) are pure methods, tested as
-//! data below.
+//! the last pass, the deletions the passes made themselves, the watch cache of its
+//! objects. Its decisions (is a commit news, does a pass only report drift, has a
+//! commit settled, is a deletion the passes' own) are pure methods, tested as data
+//! below.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use tether_api::source_spec::DriftPolicy;
 use tether_core::k8s::ObjectKey;
-use tether_engine::reconcile::{ApplyReport, WatchCache};
+use tether_engine::reconcile::{ApplyReport, Outcome, WatchCache};
 use tokio::time::Instant;
 
 use super::pass_outcome::{Rewrite, retries_soon};
@@ -35,6 +36,11 @@ pub(crate) struct Memory {
     pub(super) requested: Option<String>,
     /// Drift seen since the last pass, by object.
     pub(super) drifted: BTreeMap<ObjectKey, Drift>,
+    /// The objects the passes deleted themselves (pruned, or replaced: deleted and
+    /// made again) whose deletion the watch cache has not reported yet. Their
+    /// deletions are not drift: else each would wake a pass of its own, hundreds one
+    /// after another after a large prune.
+    pub(super) own_deletions: BTreeSet<ObjectKey>,
     /// When each corrected object may be corrected again.
     pub(super) backoff: CorrectionBackoff,
     /// The watch cache of the kinds the source applies (started after the first
@@ -61,6 +67,40 @@ impl Memory {
     pub(super) fn is_new_attempt(&self, commit: &str) -> bool {
         Some(commit) != self.last_applied.as_deref()
             && Some(commit) != self.last_attempted.as_deref()
+    }
+
+    /// Remembers what the apply of `report` deleted itself (what it pruned or
+    /// replaced), so that the watch cache's reports of these deletions are not taken
+    /// for drift. An object it applied leaves: a deletion of it from now on is
+    /// someone else's. The deletions of the last pass that deleted anything are kept,
+    /// not every pass's: a report the full drift channel dropped would otherwise stay
+    /// for the loop's life (an earlier prune's report still on its way then counts as
+    /// drift once: one pass).
+    pub(super) fn remember_own_deletions(&mut self, report: &ApplyReport) {
+        let deleted: BTreeSet<ObjectKey> = report
+            .objects
+            .iter()
+            .filter(|o| matches!(o.outcome, Outcome::Pruned | Outcome::Replaced))
+            .map(|o| o.key.clone())
+            .collect();
+        if !deleted.is_empty() {
+            self.own_deletions = deleted;
+        }
+        for object in &report.objects {
+            if matches!(
+                object.outcome,
+                Outcome::Created | Outcome::Configured | Outcome::Unchanged
+            ) {
+                self.own_deletions.remove(&object.key);
+            }
+        }
+    }
+
+    /// Whether `drift` is the deletion of an object a pass deleted itself: not news,
+    /// and no pass is due for it. Any other drift, a deletion by someone else among
+    /// it, is.
+    pub(super) fn is_own_deletion(&self, drift: &Drift) -> bool {
+        drift.deleted && self.own_deletions.contains(&drift.key)
     }
 
     /// Whether the pass only reports drift: the source reports drift rather than
@@ -139,7 +179,8 @@ const STALLED_RETRY_MAX: Duration = Duration::from_secs(300);
 mod tests {
     use super::*;
     use crate::source_loop::pass_outcome::tests::{blocked, refused};
-    use tether_engine::reconcile::ObjectFailure;
+    use k8s_openapi::api::core::v1::ObjectReference;
+    use tether_engine::reconcile::{ObjectFailure, ObjectReport};
 
     /// A memory that applied `applied` and last attempted `attempted`.
     fn memory(applied: Option<&str>, attempted: Option<&str>) -> Memory {
@@ -189,6 +230,89 @@ mod tests {
                 memory(applied, attempted).is_new_attempt(commit),
                 expected,
                 "{commit} {applied:?} {attempted:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_deletions_of_the_last_pass_that_deleted_are_kept_not_every_passes() {
+        let key = |name: &str| ObjectKey::new("v1", "ConfigMap", Some("n"), name);
+        let pruned = |name: &str| ApplyReport {
+            objects: vec![ObjectReport {
+                key: key(name),
+                outcome: Outcome::Pruned,
+            }],
+            ..ApplyReport::default()
+        };
+        let deletion = |name: &str| Drift {
+            key: key(name),
+            manager: "a deletion".into(),
+            deleted: true,
+            reference: ObjectReference::default(),
+        };
+        let mut memory = Memory::default();
+        memory.remember_own_deletions(&pruned("a"));
+        memory.remember_own_deletions(&ApplyReport::default());
+        assert!(memory.is_own_deletion(&deletion("a")));
+        memory.remember_own_deletions(&pruned("b"));
+        assert!(!memory.is_own_deletion(&deletion("a")));
+        assert!(memory.is_own_deletion(&deletion("b")));
+    }
+
+    #[test]
+    fn only_the_deletions_the_passes_made_themselves_are_not_drift() {
+        use Outcome::{Configured, Created, Prunable, Pruned, Released, Replaced, Unchanged};
+        let key = |name: &str| ObjectKey::new("v1", "ConfigMap", Some("n"), name);
+        let failed = || Outcome::Failed(ObjectFailure::Unreachable);
+        // What each pass did to `a` (`None`: nothing, it applied `b`); then what the
+        // watch saw: a deletion (or an edit) of `a` or `b`.
+        let cases = [
+            (vec![Some(Pruned)], "a", true, true),
+            (vec![Some(Replaced)], "a", true, true),
+            // Someone else deleted another object, or edited the pruned one.
+            (vec![Some(Pruned)], "b", true, false),
+            (vec![Some(Pruned)], "a", false, false),
+            // Nothing was deleted: a prune that failed, one not asked for, a release.
+            (vec![Some(failed())], "a", true, false),
+            (vec![Some(Prunable)], "a", true, false),
+            (vec![Some(Released)], "a", true, false),
+            (vec![Some(Unchanged)], "a", true, false),
+            // A later pass that does not apply it still knows.
+            (vec![Some(Pruned), None], "a", true, true),
+            (vec![Some(Pruned), Some(failed())], "a", true, true),
+            // A later pass applied it again: its next deletion is someone else's.
+            (vec![Some(Pruned), Some(Created)], "a", true, false),
+            (vec![Some(Replaced), Some(Unchanged)], "a", true, false),
+            (vec![Some(Replaced), Some(Configured)], "a", true, false),
+        ];
+        for (passes, name, deleted, expected) in cases {
+            let mut memory = Memory::default();
+            for outcome in &passes {
+                let object = match outcome {
+                    Some(outcome) => ObjectReport {
+                        key: key("a"),
+                        outcome: outcome.clone(),
+                    },
+                    None => ObjectReport {
+                        key: key("b"),
+                        outcome: Unchanged,
+                    },
+                };
+                memory.remember_own_deletions(&ApplyReport {
+                    objects: vec![object],
+                    ..ApplyReport::default()
+                });
+            }
+            let drift = Drift {
+                key: key(name),
+                manager: "someone".into(),
+                deleted,
+                reference: ObjectReference::default(),
+            };
+            assert_eq!(
+                memory.is_own_deletion(&drift),
+                expected,
+                "{passes:?} {name} deleted: {deleted}"
             );
         }
     }

@@ -82,6 +82,8 @@ impl<S: StatusSink> SourceLoop<S> {
         };
         let waiting = self.observers.waiting_shown();
         let report = self.reconciler.apply(&planned, &options, &waiting).await?;
+        // What it deleted comes back through the watch cache: not drift.
+        self.memory.remember_own_deletions(&report);
         if report.stopped {
             tracing::info!(
                 applied = report.objects.len(),
@@ -502,6 +504,7 @@ fn drift_of(change: &Change, seen: &BTreeMap<ObjectKey, Drift>) -> Option<Drift>
         return Some(Drift {
             key: change.key.clone(),
             manager: managers.into_iter().collect::<Vec<_>>().join(", "),
+            deleted: false,
             reference,
         });
     }
@@ -586,6 +589,7 @@ mod tests {
             Drift {
                 key: created.key.clone(),
                 manager: "a deletion".into(),
+                deleted: true,
                 reference: ObjectReference::default(),
             },
         )]);
