@@ -14,7 +14,7 @@ use tether_api::source_spec::Source;
 use tether_api::webhook::judge_secret;
 use tether_daemon::web::auth::Access;
 use tether_daemon::{Config, Fleet, OneSource, PassError, PassOutcome, Replicas, Sources};
-use tether_engine::cluster::connect;
+use tether_engine::cluster::{client_of, connect};
 use tether_engine::discovery::Destination;
 use tether_engine::driver::Poll;
 use tether_engine::reconcile::ReconcileError;
@@ -25,7 +25,9 @@ use super::terminal;
 
 pub async fn run(global: &GlobalArgs, args: &RunArgs) -> miette::Result<ExitCode> {
     let access = match (args.listen, args.no_web) {
-        (Some(_), false) => match connect(&args.cluster.target()).await {
+        // A client made without asking the server: a replica started while the API
+        // server is away still serves its page once it is back.
+        (Some(_), false) => match client_of(&args.cluster.target()).await {
             Ok(client) => Some(Access::Kubernetes {
                 client,
                 anonymous_read_only: args.web_anonymous_read_only,

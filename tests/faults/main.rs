@@ -305,7 +305,7 @@ fn percentile(values: &mut [Ms], p: f64) -> Ms {
 static ONE_RUN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The reproduction of the loss the issue saw, on a fixed schedule: the API server
-/// away past every replica's Lease. Before the fix, each replica's Lease manager read
+/// away past every replica's Lease, a replica restarted meanwhile. Before the fix, each replica's Lease manager read
 /// its own expired Lease back and said it held it, the fence opened for 9 s from then,
 /// and two replicas wrote one Source (invariant 1); then each replica's watch of the
 /// Leases, reconnecting with a backoff of up to 30 s, kept it fenced though its Lease
@@ -314,13 +314,23 @@ static ONE_RUN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_api_server_away_past_the_leases_leaves_no_source_behind_and_no_two_writers() {
     let _one = ONE_RUN.lock().await;
+    // And one replica killed and started again while the API server is away: it
+    // waits for it (it exited, and a pod would have gone into a crash loop).
     let episodes = vec![Episode {
-        faults: vec![schedule::Fault {
-            kind: Kind::ApiServerDown,
-            replica: None,
-            after: Duration::ZERO,
-            lasts: Duration::from_secs(20),
-        }],
+        faults: vec![
+            schedule::Fault {
+                kind: Kind::ApiServerDown,
+                replica: None,
+                after: Duration::ZERO,
+                lasts: Duration::from_secs(20),
+            },
+            schedule::Fault {
+                kind: Kind::Kill,
+                replica: Some(1),
+                after: Duration::from_secs(2),
+                lasts: Duration::from_secs(5),
+            },
+        ],
         push_during: true,
     }];
     run_schedule("the API server away for 20 s", episodes, 60, false).await;
@@ -474,6 +484,16 @@ async fn run_schedule(name: &str, episodes: Vec<Episode>, sources: usize, termin
         }
         // A few samples more, so that "holds from then on" is seen to hold.
         tokio::time::sleep(Duration::from_secs(3)).await;
+        // A replica exits only when killed.
+        for replica in &run.replicas {
+            let mut replica = replica.lock().unwrap();
+            assert!(
+                replica.is_running(),
+                "{} exited by itself (seed's episode {index}); its log: {}",
+                replica.name,
+                replica.log.display()
+            );
+        }
         spans.push(EpisodeSpan {
             faults,
             heal,

@@ -12,7 +12,7 @@ use std::time::Duration;
 use tether_api::source_spec::DriftPolicy;
 use tether_engine::cluster::{ClusterError, Target, client_of, connect};
 use tether_engine::discovery::Destination;
-use tether_engine::driver::shutdown_on_signal;
+use tether_engine::driver::{Backoff, Retries, shutdown_on_signal};
 use tether_engine::reconcile::{ApplyOptions, PlanOptions, Reads, Reconciler};
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
@@ -156,7 +156,10 @@ pub async fn run(config: Config, sources: Sources) -> Result<(), Error> {
         user_agent: Some(format!("tether/{} ({identity})", env!("CARGO_PKG_VERSION"))),
         ..sources.cluster.clone()
     };
-    let client = connect(&target).await?;
+    let Some(client) = connect_patiently(&target, &shutdown).await? else {
+        finish(server).await;
+        return Ok(());
+    };
     // What the Sources apply with writes only while this replica may (sharded); the
     // daemon's own client keeps its Lease and its claims.
     let fenced = Target {
@@ -210,6 +213,39 @@ pub async fn run(config: Config, sources: Sources) -> Result<(), Error> {
         ),
     }
     Ok(())
+}
+
+/// The daemon's client, once the API server answers (`None`: a signal came first). A
+/// replica started while its control plane is away (a pod restarted in an outage)
+/// waits for it rather than exit: a crash loop's back-off, up to 5 min, would keep
+/// its Sources waiting long after the outage. A kubeconfig that cannot serve is an
+/// error at once.
+async fn connect_patiently(
+    target: &Target,
+    shutdown: &CancellationToken,
+) -> Result<Option<kube::Client>, Error> {
+    let mut retries = Retries::endless(Backoff::new(
+        Duration::from_secs(1),
+        Duration::from_secs(10),
+    ));
+    let mut said = false;
+    loop {
+        match connect(target).await {
+            Ok(client) => return Ok(Some(client)),
+            Err(error @ ClusterError::Unreachable { .. }) => {
+                let error = tether_core::error_chain(&error);
+                match said {
+                    false => tracing::warn!(%error, "waiting for the API server"),
+                    true => tracing::debug!(%error, "waiting for the API server"),
+                }
+                said = true;
+                if !retries.again_unless(shutdown).await {
+                    return Ok(None);
+                }
+            }
+            Err(error) => return Err(error.into()),
+        }
+    }
 }
 
 /// After a signal, how long the claims and the Lease may take to be released once the
