@@ -1,12 +1,14 @@
 //! The sharded daemon under the faults a cluster really has, checked as Jepsen-style
 //! suites check databases: three replicas of `tether run --shard` on a control plane
-//! of the run's own, a hundred Sources, pushes throughout, and faults drawn from a
-//! seed (`schedule`): CPU starvation, pauses, kills, a replica cut from the API
-//! server or from the others' webhooks, the API server stopped, etcd slowed. The
+//! of the run's own, a hundred Sources (a third of them applied on a far cluster
+//! through a Cluster resource), pushes throughout, and faults drawn from a seed
+//! (`schedule`): CPU starvation, pauses, kills, a replica cut from the API server or
+//! from the others' webhooks, the API server stopped, etcd slowed, the far cluster
+//! stopped or cut off. The
 //! checker (`checker`) reads the API server's audit log and samples of the Sources
 //! and prints the timeline of whatever broke an invariant.
 //!
-//! `TETHER_FAULTS_SEED` replays a run; `TETHER_FAULTS_EPISODES` (default 7, one of
+//! `TETHER_FAULTS_SEED` replays a run; `TETHER_FAULTS_EPISODES` (default 9, one of
 //! each kind first) and `TETHER_FAULTS_SOURCES` (default 100) make a longer one.
 
 mod checker;
@@ -20,6 +22,7 @@ use std::time::{Duration, SystemTime};
 use kube::Api;
 use tether_api::source_spec::Source;
 use tether_testkit::cluster::LocalCluster;
+use tether_testkit::proxy::CutProxy;
 use tether_testkit::remote::{Remote, borrowed};
 use tokio::task::spawn_blocking;
 
@@ -51,19 +54,65 @@ fn setting(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// Each Source's models: its namespace and a ConfigMap at `value`.
+/// Each Source's models: its namespace and a ConfigMap at `value`, on the replicas'
+/// own cluster, or for one Source in three on the far one (through the Cluster
+/// resource `far`; its models name both KubernetesServices, as a Source whose models
+/// name one is applied to the daemon's own cluster).
 fn models(sources: usize, value: &str) -> Vec<(String, String)> {
     (0..sources)
         .map(|i| {
             let domain = format!("{NAMESPACE}-s{i}");
+            let services = match on_far(i) {
+                true => "kind: KubernetesService\nname: far\n---\nkind: KubernetesService\nname: kubernetes\n",
+                false => "kind: KubernetesService\nname: kubernetes\n",
+            };
+            let owner = if on_far(i) { "far" } else { "kubernetes" };
             (
                 format!("s{i}/m.yaml"),
                 format!(
-                    "kind: KubernetesService\nname: kubernetes\n---\nkind: TrustDomain\nname: {domain}\n---\nkind: KubernetesConfigMap\nname: c\ntrust_domain: {domain}\ndata:\n  key: \"{value}\"\n"
+                    "{services}---\nkind: TrustDomain\nname: {domain}\nowner: {owner}\n---\nkind: KubernetesConfigMap\nname: c\ntrust_domain: {domain}\ndata:\n  key: \"{value}\"\n"
                 ),
             )
         })
         .collect()
+}
+
+/// Whether Source `i` applies on the far cluster.
+fn on_far(i: usize) -> bool {
+    i.is_multiple_of(3)
+}
+
+/// The far cluster, reached by every replica through a proxy (a fault silences it)
+/// and the Cluster resource `far`, whose Secret holds a kubeconfig through the proxy.
+struct Far {
+    cluster: Arc<LocalCluster>,
+    proxy: CutProxy,
+}
+
+impl Far {
+    fn start(home: &LocalCluster) -> Far {
+        let cluster = Arc::new(LocalCluster::start(0));
+        let proxy = CutProxy::start(cluster.api_server_address());
+        // The inventory's namespace on every cluster a Source applies to.
+        cluster.kubectl(&["create", "namespace", NAMESPACE]);
+        let kubeconfig = cluster.kubeconfig_through(proxy.port());
+        home.kubectl(&[
+            "create",
+            "secret",
+            "generic",
+            "far-kubeconfig",
+            "-n",
+            NAMESPACE,
+            &format!("--from-file=value={}", kubeconfig.path().display()),
+        ]);
+        let resource = format!(
+            "apiVersion: tether.dev/v1alpha1\nkind: Cluster\nmetadata:\n  name: far\n  namespace: {NAMESPACE}\nspec:\n  kubeConfig:\n    secretRef:\n      name: far-kubeconfig\n"
+        );
+        let file = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(file.path(), resource).unwrap();
+        home.kubectl(&["apply", "-f", file.path().to_str().unwrap()]);
+        Far { cluster, proxy }
+    }
 }
 
 /// The commit of a revision `main@sha1:<commit>`.
@@ -103,6 +152,7 @@ async fn sources_now(api: &Api<Source>) -> Option<BTreeMap<String, SourceState>>
 /// The run's shared state: the replicas, who is faulted, the samples.
 struct Run {
     cluster: Arc<LocalCluster>,
+    far: Far,
     replicas: Vec<Arc<Mutex<Replica>>>,
     faulted: Faulted,
     samples: Arc<Mutex<Vec<Sample>>>,
@@ -146,7 +196,9 @@ impl Run {
     /// The timeline so far: the audit log's Lease writes and Source writes, and the
     /// episodes, pushes and samples recorded.
     fn timeline(&self, episodes: &[EpisodeSpan], pushes: &[Push]) -> Timeline {
-        let (renewals, writes, claims) = audit(&self.cluster);
+        let (renewals, mut writes, claims) = audit(&self.cluster);
+        // The far cluster's log has the far Sources' writes (no Lease nor claim).
+        writes.extend(audit(&self.far.cluster).1);
         Timeline {
             lease_duration: LEASE.as_millis() as Ms,
             renewals,
@@ -160,7 +212,7 @@ impl Run {
 }
 
 /// The replicas' Lease writes, their writes to the Sources' objects and the Sources'
-/// claims, from the API server's audit log (each replica names itself in its
+/// claims, from an API server's audit log (each replica names itself in its
 /// User-Agent; a status write's body is logged, the claim is in it).
 fn audit(cluster: &LocalCluster) -> (BTreeMap<String, Vec<Ms>>, Vec<Write>, Vec<ClaimChange>) {
     let log = cluster.state_dir().join("logs/audit.log");
@@ -235,13 +287,15 @@ async fn inject(
     let cluster = run.cluster.clone();
     let index = fault.replica.unwrap_or(0);
     let act = |start: bool| {
-        let (replica, cluster, etcd, quotas) = (
+        let (replica, cluster, etcd, quotas, run) = (
             replica.clone(),
             cluster.clone(),
             etcd.clone(),
             quotas.clone(),
+            run.clone(),
         );
         spawn_blocking(move || {
+            let far = &run.far;
             let with = |f: &dyn Fn(&mut Replica)| f(&mut replica.as_ref().unwrap().lock().unwrap());
             match (fault.kind, start) {
                 (Kind::Starve, true) => with(&|r| {
@@ -262,6 +316,10 @@ async fn inject(
                 (Kind::ApiServerDown, false) => cluster.start_api_server(),
                 (Kind::EtcdSlow, true) => etcd.starve(world::etcd_pid(&cluster)),
                 (Kind::EtcdSlow, false) => etcd.feed(),
+                (Kind::FarDown, true) => far.cluster.stop_api_server(),
+                (Kind::FarDown, false) => far.cluster.start_api_server(),
+                (Kind::FarCut, true) => far.proxy.silence(),
+                (Kind::FarCut, false) => far.proxy.up(),
             }
         })
     };
@@ -363,6 +421,12 @@ async fn run_schedule(name: &str, episodes: Vec<Episode>, sources: usize, termin
         "crd/sources.tether.dev",
     ]);
     cluster.kubectl(&["create", "namespace", NAMESPACE]);
+    let far = spawn_blocking({
+        let cluster = cluster.clone();
+        move || Far::start(&cluster)
+    })
+    .await
+    .unwrap();
     let remote = Arc::new(Remote::new(&borrowed(&models(sources, "v0"))));
     let mut commit = remote.head_of_bare("main");
     let logs = tempfile::tempdir().unwrap().keep();
@@ -385,6 +449,7 @@ async fn run_schedule(name: &str, episodes: Vec<Episode>, sources: usize, termin
 
     let run = Arc::new(Run {
         cluster: cluster.clone(),
+        far,
         replicas,
         faulted: Faulted::default(),
         samples: Arc::default(),

@@ -25,10 +25,16 @@ pub enum Kind {
     ApiServerDown,
     /// etcd gets 5% of a core: every request is slow.
     EtcdSlow,
+    /// The far cluster's API server (a third of the Sources apply there, through a
+    /// Cluster resource) is stopped, then started again.
+    FarDown,
+    /// The far cluster drops every replica's traffic (no byte passes, nothing is
+    /// closed).
+    FarCut,
 }
 
 impl Kind {
-    pub const ALL: [Kind; 7] = [
+    pub const ALL: [Kind; 9] = [
         Kind::Starve,
         Kind::Pause,
         Kind::Kill,
@@ -36,11 +42,16 @@ impl Kind {
         Kind::CutFromPeers,
         Kind::ApiServerDown,
         Kind::EtcdSlow,
+        Kind::FarDown,
+        Kind::FarCut,
     ];
 
     /// Whether the fault is done to one replica.
     pub fn of_a_replica(self) -> bool {
-        !matches!(self, Kind::ApiServerDown | Kind::EtcdSlow)
+        !matches!(
+            self,
+            Kind::ApiServerDown | Kind::EtcdSlow | Kind::FarDown | Kind::FarCut
+        )
     }
 
     /// How long it may last: starvation 20–60 s as the issue saw it, the others
@@ -50,8 +61,9 @@ impl Kind {
             Kind::Starve => rng.u64(20..=60),
             Kind::Pause | Kind::CutFromApi | Kind::CutFromPeers => rng.u64(4..=30),
             Kind::Kill => rng.u64(1..=10),
-            Kind::ApiServerDown => rng.u64(5..=20),
+            Kind::ApiServerDown | Kind::FarDown => rng.u64(5..=20),
             Kind::EtcdSlow => rng.u64(10..=30),
+            Kind::FarCut => rng.u64(4..=30),
         };
         Duration::from_secs(seconds)
     }
@@ -156,7 +168,7 @@ mod tests {
     fn a_seed_draws_the_same_schedule_and_a_short_one_meets_every_kind() {
         assert_eq!(episodes(7, 9, 3), episodes(7, 9, 3));
         assert_ne!(episodes(7, 9, 3), episodes(8, 9, 3));
-        let kinds: std::collections::BTreeSet<Kind> = episodes(7, 7, 3)
+        let kinds: std::collections::BTreeSet<Kind> = episodes(7, Kind::ALL.len(), 3)
             .iter()
             .flat_map(|e| e.faults.iter().map(|f| f.kind))
             .collect();

@@ -78,6 +78,8 @@ impl Replica {
             .args(["run", "--log-format", "json", "--log-level", "info"])
             .args(["--sources", "--sources-namespace", NAMESPACE, "--shard"])
             .args(["--identity", &self.name, "--lease-namespace", NAMESPACE])
+            // Its own cluster's KubernetesService: the far one is a Cluster resource.
+            .args(["--cluster-name", "kubernetes"])
             .arg(format!("--lease-duration={}s", LEASE.as_secs()))
             .arg(format!("--listen=127.0.0.1:{}", self.port))
             .arg(format!(
@@ -294,6 +296,8 @@ pub fn label(kind: Kind, replica: Option<&str>, lasts: Duration) -> String {
         Kind::CutFromPeers => "webhooks unreachable on",
         Kind::ApiServerDown => "API server stopped",
         Kind::EtcdSlow => "CPU quota of 5% on etcd",
+        Kind::FarDown => "the far cluster's API server stopped",
+        Kind::FarCut => "the far cluster unreachable from every replica",
     };
     match replica {
         Some(replica) => format!("{what} {replica} for {} s", lasts.as_secs()),

@@ -350,6 +350,11 @@ pub struct SourceStatus {
     /// passes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub owner: Option<String>,
+    /// When the owner claimed it (RFC 3339). Each claim, a replica's own claim taken
+    /// again included, writes a new time, so that it changes the Source: two replicas
+    /// claiming at once, each on the resourceVersion it read, cannot both succeed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_since: Option<String>,
 }
 
 /// An image policy at its last scan.

@@ -12,7 +12,9 @@
 //! restarted and claim again, so a replica paused past its Lease does not go on with
 //! its old pass.
 
-use std::time::{Duration, SystemTime};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::ResourceExt;
@@ -35,25 +37,55 @@ const LOOK_AGAIN: Duration = Duration::from_millis(250);
 /// this replica's watch shows gone is taken only once the holder's Lease, read
 /// afresh, says it may be ([`shard::may_take_from`]). A replica whose watch lags
 /// (starved, or its watch reconnecting) would otherwise take the Sources of a member
-/// that renews in time and goes on running them.
+/// that renews in time and goes on running them. A read serves every Source of that
+/// holder for [`LEASE_READ_KEPT`]: a dead replica's hundreds of Sources ask once.
 #[derive(Clone)]
 pub(crate) struct MemberLeases {
     pub(crate) api: Api<Lease>,
     pub(crate) group: String,
+    read: Arc<Mutex<HashMap<String, LeaseRead>>>,
 }
 
+/// A holder's Lease as last read, and when (`None`: there was none).
+type LeaseRead = (Instant, Option<Lease>);
+
+/// How long a read of a holder's Lease serves the claims of its Sources.
+const LEASE_READ_KEPT: Duration = Duration::from_secs(1);
+
 impl MemberLeases {
-    /// Whether `holder`'s claim may be taken, by its Lease read now (gone: yes). Not
-    /// known (the read failed): no.
-    async fn may_take_from(&self, holder: &str) -> bool {
-        match self.api.get_opt(&format!("{}-{holder}", self.group)).await {
-            Ok(None) => true,
-            Ok(Some(lease)) => shard::may_take_from(&lease, holder, SystemTime::now()),
-            Err(error) => {
-                tracing::debug!(%error, holder, "cannot read the holder's Lease; not taking its claim");
-                false
-            }
+    pub(crate) fn new(api: Api<Lease>, group: String) -> Self {
+        MemberLeases {
+            api,
+            group,
+            read: Arc::default(),
         }
+    }
+
+    /// Whether `holder`'s claim may be taken, by its Lease read now or within
+    /// [`LEASE_READ_KEPT`] (gone: yes). Not known (the read failed): no.
+    async fn may_take_from(&self, holder: &str) -> bool {
+        let kept = self
+            .read
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(holder)
+            .filter(|(at, _)| at.elapsed() < LEASE_READ_KEPT)
+            .map(|(_, lease)| lease.clone());
+        let lease = match kept {
+            Some(lease) => lease,
+            None => match self.api.get_opt(&format!("{}-{holder}", self.group)).await {
+                Ok(lease) => {
+                    let mut read = self.read.lock().unwrap_or_else(PoisonError::into_inner);
+                    read.insert(holder.to_string(), (Instant::now(), lease.clone()));
+                    lease
+                }
+                Err(error) => {
+                    tracing::debug!(%error, holder, "cannot read the holder's Lease; not taking its claim");
+                    return false;
+                }
+            },
+        };
+        lease.is_none_or(|lease| shard::may_take_from(&lease, holder, SystemTime::now()))
     }
 }
 
@@ -116,10 +148,26 @@ async fn claim_once(
     cached: &Source,
     members: &Members,
 ) -> Tried {
-    // Waiting costs no request: the cache shows the holder, live.
-    if shard::claim(holder_of(cached), members) == Claim::Wait {
-        tracing::debug!(holder = ?holder_of(cached), "waiting for the Source's claim");
-        return Tried::NotYet;
+    // Waiting costs no request: the cache shows the holder, live; and a holder the
+    // cache shows gone is asked about through its Lease (read once for all its
+    // Sources) before the Source is read.
+    let cached_holder = holder_of(cached);
+    match shard::claim(cached_holder, members) {
+        Claim::Wait => {
+            tracing::debug!(holder = ?cached_holder, "waiting for the Source's claim");
+            return Tried::NotYet;
+        }
+        Claim::Take
+            if let (Some(holder), Some(leases)) = (cached_holder, leases)
+                && !leases.may_take_from(holder).await =>
+        {
+            tracing::debug!(
+                holder,
+                "the holder's Lease is live, or expired too recently; waiting"
+            );
+            return Tried::NotYet;
+        }
+        Claim::Held | Claim::Take => {}
     }
     // The cache may not yet show a claim another replica took while this one was
     // away (paused, cut off), nor the handover of the last holder: a claim to run on
@@ -134,7 +182,16 @@ async fn claim_once(
     };
     let holder = holder_of(&source);
     match shard::claim(holder, members) {
-        Claim::Held => Tried::Held(source.status.map(Box::new)),
+        // Held already (a loop of an earlier tenure, or before a restart): claimed
+        // again, on the resourceVersion just read, so that another replica taking it
+        // at this moment on an older one is refused, or this claim is.
+        Claim::Held => match write_owner(api, &source, Some(&members.me), None).await {
+            Ok(written) => Tried::Held(written.status.map(Box::new)),
+            Err(error) => {
+                tracing::debug!(%error, "the claim changed as it was taken again; again");
+                Tried::NotYet
+            }
+        },
         Claim::Take
             if let (Some(holder), Some(leases)) = (holder, leases)
                 && !leases.may_take_from(holder).await =>
@@ -219,7 +276,9 @@ async fn write_owner(
     conditions: Option<Vec<Condition>>,
 ) -> Result<Source, kube::Error> {
     let name = source.metadata.name.as_deref().unwrap_or_default();
-    let mut status = serde_json::json!({"owner": owner});
+    // A new time with each claim: a claim taken again changes the Source too.
+    let since = owner.map(|_| now());
+    let mut status = serde_json::json!({"owner": owner, "ownerSince": since});
     if let Some(conditions) = conditions {
         status["conditions"] = serde_json::json!(conditions);
     }

@@ -10,22 +10,32 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use tether_api::cluster_spec::Cluster;
 
-use tether_engine::cluster::Impersonation;
+use tether_engine::cluster::{Impersonation, Target};
 
 /// The key of a kubeconfig Secret when the Cluster names none.
 const DEFAULT_KEY: &str = "value";
 
 /// How a Source of `namespace` reaches the other clusters: the Cluster named after
 /// each KubernetesService, read when its part is planned, acting as `identity` there
-/// when given.
+/// when given; its client as the daemon's own are made (`daemon`: its user agent,
+/// request timeout and fence).
 pub(crate) fn resolver(
     client: Client,
     namespace: String,
     identity: Option<Impersonation>,
+    daemon: Target,
 ) -> tether_engine::reconcile::clusters::Resolver {
     std::sync::Arc::new(move |service: String| {
-        let (client, namespace, identity) = (client.clone(), namespace.clone(), identity.clone());
-        Box::pin(async move { client_for(&client, &namespace, &service, identity.as_ref()).await })
+        let (client, namespace, identity, daemon) = (
+            client.clone(),
+            namespace.clone(),
+            identity.clone(),
+            daemon.clone(),
+        );
+        Box::pin(async move {
+            let reached = (identity.as_ref(), &daemon);
+            client_for(&client, &namespace, &service, reached).await
+        })
     })
 }
 
@@ -35,7 +45,7 @@ async fn client_for(
     client: &Client,
     namespace: &str,
     name: &str,
-    identity: Option<&Impersonation>,
+    (identity, daemon): (Option<&Impersonation>, &Target),
 ) -> Result<Client, String> {
     let clusters: Api<Cluster> = Api::namespaced(client.clone(), namespace);
     let cluster = match clusters.get_opt(name).await {
@@ -55,7 +65,7 @@ async fn client_for(
     let key = reference.key.as_deref().unwrap_or(DEFAULT_KEY);
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
     match secrets.get_opt(&reference.name).await {
-        Ok(Some(secret)) => client_of(&secret, key, identity)
+        Ok(Some(secret)) => client_of(&secret, key, identity, daemon)
             .await
             .map_err(|why| format!("Cluster {name}: Secret {}: {why}", reference.name)),
         Ok(None) => Err(format!(
@@ -74,6 +84,7 @@ async fn client_of(
     secret: &Secret,
     key: &str,
     identity: Option<&Impersonation>,
+    daemon: &Target,
 ) -> Result<Client, String> {
     let bytes = secret
         .data
@@ -90,5 +101,6 @@ async fn client_of(
     if let Some(identity) = identity {
         identity.apply_to(&mut config);
     }
-    Client::try_from(config).map_err(|error| format!("no client for it: {error}"))
+    tether_engine::cluster::client_for(config, daemon)
+        .map_err(|error| format!("no client for it: {error}"))
 }

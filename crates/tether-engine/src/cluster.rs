@@ -316,6 +316,16 @@ async fn configured(target: &Target) -> Result<(Client, String), ClusterError> {
         };
         identity.apply_to(&mut config);
     }
+    let url = config.cluster_url.to_string();
+    Ok((client_for(config, target)?, url))
+}
+
+/// A client for `config` (a kubeconfig read elsewhere: a Cluster resource's Secret),
+/// built as [`connect`]'s are: `target`'s user agent, request timeout, retried reads
+/// and fence (its kubeconfig, context and identity aside). So a daemon's writes to
+/// another cluster name its replica in that cluster's audit log and stop at its fence,
+/// and a cluster that stops answering fails a request instead of hanging it.
+pub fn client_for(mut config: Config, target: &Target) -> Result<Client, ClusterError> {
     // A name a header cannot carry (a control character) is not sent: the agent only
     // labels the audit log.
     if let Some(agent) = &target.user_agent
@@ -327,13 +337,12 @@ async fn configured(target: &Target) -> Result<(Client, String), ClusterError> {
     // kube's built-in retry of 429s would also wait out answers that are final for
     // now, such as an eviction a disruption budget refuses.
     config.default_retry = false;
-    let url = config.cluster_url.to_string();
     let timeout = target.request_timeout.unwrap_or(Duration::from_secs(30));
     config.connect_timeout = Some(timeout);
     // A whole request, not only a socket read, is bounded: a server that accepts
     // connections but stops answering (overloaded, paused) must not hang tether.
     let fence = target.fence.clone().unwrap_or_default();
-    let client = ClientBuilder::try_from(config)
+    Ok(ClientBuilder::try_from(config)
         .map_err(ClusterError::Client)?
         // A service that can be cloned, so that a read can be sent again.
         .with_layer(&tower::buffer::BufferLayer::new(1024))
@@ -342,8 +351,7 @@ async fn configured(target: &Target) -> Result<(Client, String), ClusterError> {
         .with_layer(&tower::filter::FilterLayer::new(move |request| {
             fenced(&fence, request)
         }))
-        .build();
-    Ok((client, url))
+        .build())
 }
 
 /// A server-side apply as `manager`, taking fields another manager holds when

@@ -167,10 +167,10 @@ impl Controller {
         });
         let release = CancellationToken::new();
         let leases = match &replicas {
-            Replicas::Sharded(membership) => Some(MemberLeases {
-                api: Api::namespaced(self.client.clone(), &membership.namespace),
-                group: membership.group.clone(),
-            }),
+            Replicas::Sharded(membership) => Some(MemberLeases::new(
+                Api::namespaced(self.client.clone(), &membership.namespace),
+                membership.group.clone(),
+            )),
             Replicas::Alone | Replicas::Elected(_) => None,
         };
         let membership = match replicas {

@@ -215,7 +215,12 @@ pub(super) async fn acting_as(
     let identities = &daemon.identities;
     let namespace = source.namespace().unwrap_or_default();
     let identity = identities.impersonation(&namespace, &source.spec);
-    let others = crate::clusters::resolver(client.clone(), namespace.clone(), identity.clone());
+    let others = crate::clusters::resolver(
+        client.clone(),
+        namespace.clone(),
+        identity.clone(),
+        identities.target.clone(),
+    );
     let reconciler = match identity {
         Some(identity) => match identities.client(&identity).await {
             Ok(own) => reconciler.with_client(own).acting_as(identity.user),

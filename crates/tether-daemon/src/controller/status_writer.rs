@@ -44,6 +44,7 @@ fn passes_status(source: &Source) -> SourceStatus {
     status.images.clear();
     status.images_summary = None;
     status.owner = None;
+    status.owner_since = None;
     status
 }
 
