@@ -20,9 +20,20 @@ impl Entry {
         (200..300).contains(&code)
     }
 
-    /// A write that succeeded: a create, update, patch or delete.
+    /// A write that succeeded and changed something: a create, update, patch or
+    /// delete, not a dry run (a plan's server-side dry run is a PATCH that the server
+    /// answers without storing anything).
     pub fn is_write(&self) -> bool {
-        ["create", "update", "patch", "delete"].contains(&self.verb()) && self.succeeded()
+        ["create", "update", "patch", "delete"].contains(&self.verb())
+            && self.succeeded()
+            && !self.is_dry_run()
+    }
+
+    /// A request made with `dryRun=All`: the server validates it and stores nothing.
+    pub fn is_dry_run(&self) -> bool {
+        let uri = self.0["requestURI"].as_str().unwrap_or_default();
+        let query = uri.split_once('?').map_or("", |(_, q)| q);
+        query.split('&').any(|pair| pair == "dryRun=All")
     }
 
     /// The tether replica that made it, by its User-Agent.
@@ -69,4 +80,35 @@ pub fn entries_since(path: &Path, offset: u64) -> Vec<Entry> {
         .filter_map(|line| serde_json::from_str(line).ok())
         .map(Entry)
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Entry;
+
+    fn entry(verb: &str, uri: &str, code: i64) -> Entry {
+        Entry(serde_json::json!({
+            "verb": verb,
+            "requestURI": uri,
+            "responseStatus": {"code": code},
+        }))
+    }
+
+    #[test]
+    fn a_write_is_a_successful_change_and_never_a_dry_run() {
+        let cases = [
+            ("patch", "/api/v1/namespaces/a/configmaps/c?fieldManager=t", 200, true),
+            // As the API server logs a plan's dry run (its query begins with `&`).
+            ("patch", "/api/v1/namespaces/a/configmaps/c?&dryRun=All&fieldManager=t", 200, false),
+            ("create", "/api/v1/namespaces/a/configmaps?dryRun=All", 201, false),
+            ("delete", "/api/v1/namespaces/a/configmaps/c", 200, true),
+            ("patch", "/api/v1/namespaces/a/configmaps/c", 409, false),
+            ("get", "/api/v1/namespaces/a/configmaps/c", 200, false),
+            // Only the query decides: a name that says dryRun=All is still a write.
+            ("patch", "/api/v1/namespaces/a/configmaps/dryRun=All", 200, true),
+        ];
+        for (verb, uri, code, write) in cases {
+            assert_eq!(entry(verb, uri, code).is_write(), write, "{verb} {uri} {code}");
+        }
+    }
 }
