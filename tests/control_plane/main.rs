@@ -1,8 +1,9 @@
 //! Tests of the scripts that start heavy things of their own: `scripts/local-cluster`
 //! itself (`local_cluster`: up, down and watchdog, two side by side, an API server
 //! stopped mid-apply), `scripts/demo` (`demo`), `tether install` and
-//! `uninstall` (`install`), and `scripts/image` (`image`: the
-//! release build, pushed to a registry and run from its own root filesystem). A
+//! `uninstall` (`install`), `scripts/image` (`image`: the
+//! release build, pushed to a registry and run from its own root filesystem), and the
+//! real node (`real_node`: containers, and the daemon in a pod of that image). A
 //! binary of their own, so that `cargo test` runs them after the shared control
 //! plane's tests (`tests/cluster`) instead of beside them: a dozen control planes
 //! starting at once on two cores made the timing of the cluster tests' waves and
@@ -13,3 +14,4 @@ mod image;
 mod install;
 mod local_cluster;
 mod readme;
+mod real_node;

@@ -171,12 +171,17 @@ fn deployment(object: &Value) -> Readiness {
     let want = wanted_replicas(object);
     let updated = count(object, "status.updatedReplicas");
     let available = count(object, "status.availableReplicas");
-    if updated >= want && available >= want {
-        Readiness::Ready
-    } else {
+    // Available counts old pods too: while any runs, the new ones may not all be
+    // available yet (a surge of one: one old and one new available, one new starting).
+    let old = count(object, "status.replicas") - updated;
+    if updated < want || available < want {
         Readiness::Waiting(format!(
             "{available}/{want} replicas available, {updated}/{want} updated"
         ))
+    } else if old > 0 {
+        Readiness::Waiting(format!("{old} old replicas still running"))
+    } else {
+        Readiness::Ready
     }
 }
 

@@ -97,18 +97,42 @@ mod tests {
     #[test]
     fn a_write_is_a_successful_change_and_never_a_dry_run() {
         let cases = [
-            ("patch", "/api/v1/namespaces/a/configmaps/c?fieldManager=t", 200, true),
+            (
+                "patch",
+                "/api/v1/namespaces/a/configmaps/c?fieldManager=t",
+                200,
+                true,
+            ),
             // As the API server logs a plan's dry run (its query begins with `&`).
-            ("patch", "/api/v1/namespaces/a/configmaps/c?&dryRun=All&fieldManager=t", 200, false),
-            ("create", "/api/v1/namespaces/a/configmaps?dryRun=All", 201, false),
+            (
+                "patch",
+                "/api/v1/namespaces/a/configmaps/c?&dryRun=All&fieldManager=t",
+                200,
+                false,
+            ),
+            (
+                "create",
+                "/api/v1/namespaces/a/configmaps?dryRun=All",
+                201,
+                false,
+            ),
             ("delete", "/api/v1/namespaces/a/configmaps/c", 200, true),
             ("patch", "/api/v1/namespaces/a/configmaps/c", 409, false),
             ("get", "/api/v1/namespaces/a/configmaps/c", 200, false),
             // Only the query decides: a name that says dryRun=All is still a write.
-            ("patch", "/api/v1/namespaces/a/configmaps/dryRun=All", 200, true),
+            (
+                "patch",
+                "/api/v1/namespaces/a/configmaps/dryRun=All",
+                200,
+                true,
+            ),
         ];
         for (verb, uri, code, write) in cases {
-            assert_eq!(entry(verb, uri, code).is_write(), write, "{verb} {uri} {code}");
+            assert_eq!(
+                entry(verb, uri, code).is_write(),
+                write,
+                "{verb} {uri} {code}"
+            );
         }
     }
 }

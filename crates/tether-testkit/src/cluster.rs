@@ -1,5 +1,6 @@
 //! Local control planes (`scripts/local-cluster`: etcd, kube-apiserver,
-//! kube-controller-manager and the node simulator on loopback) and clients for them.
+//! kube-controller-manager and the node simulator on loopback, or the machine's real
+//! node) and clients for them.
 //! Every control plane started here is owned by the test process (`--owner-pid`): the
 //! script's watchdog stops it when the process exits, however it exits.
 
@@ -62,7 +63,7 @@ impl LocalCluster {
         SHARED.get_or_init(|| {
             let state_dir =
                 std::env::temp_dir().join(format!("tether-test-cluster-{}", std::process::id()));
-            let kubeconfig = up(&state_dir, 1);
+            let kubeconfig = up(&state_dir, "1");
             LocalCluster {
                 kubeconfig,
                 state_dir,
@@ -76,12 +77,41 @@ impl LocalCluster {
     /// benchmark; stopped and its state directory removed when dropped.
     pub fn start(nodes: usize) -> LocalCluster {
         let state = tempfile::tempdir().expect("a state directory");
-        let kubeconfig = up(state.path(), nodes);
+        let kubeconfig = up(state.path(), &nodes.to_string());
         LocalCluster {
             kubeconfig,
             state_dir: state.path().to_path_buf(),
             own: Some(state),
         }
+    }
+
+    /// A control plane of the caller's own with the machine's real node (kubelet,
+    /// containerd, runc, a CNI bridge and kube-proxy; `scripts/local-cluster up --nodes
+    /// real`): containers run. One real node per machine: take [`real_node`] first.
+    pub fn start_real(_node: &RealNode) -> LocalCluster {
+        let state = tempfile::tempdir().expect("a state directory");
+        let kubeconfig = up(state.path(), "real");
+        LocalCluster {
+            kubeconfig,
+            state_dir: state.path().to_path_buf(),
+            own: Some(state),
+        }
+    }
+
+    /// The real node's registry, where a test pushes an image (`127.0.0.1:PORT`); pods
+    /// pull from it as `registry.tether.test/…`.
+    pub fn registry(&self) -> String {
+        let output = script()
+            .args(["registry", "--state-dir"])
+            .arg(&self.state_dir)
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("run scripts/local-cluster registry");
+        assert!(output.status.success(), "scripts/local-cluster registry");
+        String::from_utf8(output.stdout)
+            .expect("utf-8")
+            .trim()
+            .to_string()
     }
 
     pub fn kubeconfig(&self) -> &Path {
@@ -196,11 +226,27 @@ impl Drop for LocalCluster {
     }
 }
 
-/// `scripts/local-cluster up` in `state_dir`, owned by this process; the kubeconfig's
-/// path.
-fn up(state_dir: &Path, nodes: usize) -> PathBuf {
+/// The machine's one real node, held by one test of this process at a time (the
+/// script refuses a second one while the first runs).
+pub struct RealNode {
+    _held: std::sync::MutexGuard<'static, ()>,
+}
+
+/// Waits until no other test of this process holds the real node, and holds it.
+pub fn real_node() -> RealNode {
+    static NODE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    RealNode {
+        _held: NODE
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    }
+}
+
+/// `scripts/local-cluster up --nodes NODES` in `state_dir`, owned by this process; the
+/// kubeconfig's path.
+fn up(state_dir: &Path, nodes: &str) -> PathBuf {
     let output = script()
-        .args(["up", "--nodes", &nodes.to_string(), "--owner-pid"])
+        .args(["up", "--nodes", nodes, "--owner-pid"])
         .arg(std::process::id().to_string())
         .arg("--state-dir")
         .arg(state_dir)

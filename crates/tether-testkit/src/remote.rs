@@ -25,8 +25,14 @@ pub struct GitDaemon {
 }
 
 impl GitDaemon {
-    /// Serves `base` once it listens; its log (`--verbose`) goes to `log`.
+    /// Serves `base` on loopback once it listens; its log (`--verbose`) goes to `log`.
     pub fn serve(base: &Path, log: &Path) -> GitDaemon {
+        GitDaemon::serve_on(base, log, "127.0.0.1")
+    }
+
+    /// Serves `base` on `host` (an address of this machine: the real node's bridge,
+    /// where its pods reach it) once it listens.
+    pub fn serve_on(base: &Path, log: &Path, host: &str) -> GitDaemon {
         let port = free_port();
         // git-daemon itself, not `git daemon`: killing the `git` wrapper would leave
         // its git-daemon child running, holding the test run's output open.
@@ -38,7 +44,7 @@ impl GitDaemon {
             .arg("--enable=receive-pack")
             .arg(format!("--base-path={}", base.display()))
             .arg(format!("--port={port}"))
-            .arg("--listen=127.0.0.1")
+            .arg(format!("--listen={host}"))
             .arg(base)
             .stdout(std::process::Stdio::null())
             .stderr(std::fs::File::create(log).unwrap())
@@ -49,7 +55,7 @@ impl GitDaemon {
             port,
         };
         let deadline = Instant::now() + Duration::from_secs(10);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        while TcpStream::connect((host, port)).is_err() {
             assert!(Instant::now() < deadline, "git daemon did not start");
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -79,6 +85,11 @@ pub fn borrowed(files: &[(String, String)]) -> Vec<(&str, &str)> {
 impl Remote {
     /// `models/` on `main` holds `files`.
     pub fn new(files: &[(&str, &str)]) -> Remote {
+        Remote::new_on("127.0.0.1", files)
+    }
+
+    /// A remote served on `host` (see [`GitDaemon::serve_on`]).
+    pub fn new_on(host: &str, files: &[(&str, &str)]) -> Remote {
         let dir = tempfile::tempdir().unwrap();
         let work = dir.path().join("work");
         std::fs::create_dir_all(work.join("models")).unwrap();
@@ -89,9 +100,9 @@ impl Remote {
         git(dir.path(), &["clone", "-q", "--bare", "work", "remote.git"]);
         git(&work, &["remote", "add", "origin", "../remote.git"]);
         let log = dir.path().join("git-daemon.log");
-        let daemon = GitDaemon::serve(dir.path(), &log);
+        let daemon = GitDaemon::serve_on(dir.path(), &log, host);
         Remote {
-            url: format!("git://127.0.0.1:{}/remote.git", daemon.port),
+            url: format!("git://{host}:{}/remote.git", daemon.port),
             _daemon: daemon,
             dir,
             log,
