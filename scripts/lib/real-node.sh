@@ -16,8 +16,8 @@
 
 NODE_NAME=tether-node
 NODE_BRIDGE=tether0
-NODE_SUBNET=10.244.0.0/24
-NODE_IP=10.244.0.1
+NODE_SUBNET=10.245.0.0/24
+NODE_IP=10.245.0.1
 # The first address of the API server's --service-cluster-ip-range (the `kubernetes`
 # Service's ClusterIP, which pods dial): its certificate names it.
 SERVICE_IP=10.96.0.1
@@ -241,7 +241,8 @@ node_up() {
   start kube-proxy "$bin/kube-proxy" --config "$node/kube-proxy.yaml"
   node_wait_ready
   node_api_endpoints
-  node_volumes
+  # Beside simulated nodes, the simulator's StorageClass is the default already.
+  if (( NODES == 0 )); then node_volumes; fi
 }
 
 # The `kubernetes` Service's endpoint, which pods dial as 10.96.0.1:443 (kube-proxy

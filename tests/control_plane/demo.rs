@@ -127,6 +127,8 @@ fn ready<'a>(text: &'a str, name: &str) -> Option<&'a str> {
 
 #[test]
 fn the_demo_shows_every_step_and_stops_what_it_started() {
+    // The demo runs as root with the machine's real node.
+    let _node = tether_testkit::cluster::real_node();
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let state = tempfile::tempdir().unwrap();
     let demo_dir = tempfile::tempdir().unwrap();
@@ -144,9 +146,40 @@ fn the_demo_shows_every_step_and_stops_what_it_started() {
     ));
     assert!(output.status.success(), "{text}");
 
-    let nodes = step(&text, "A local control plane");
+    let nodes = step(&text, "A local control plane, with a real node");
     assert!(nodes.contains("tether-sim-1   Ready"), "{nodes}");
     assert!(nodes.contains("tether-sim-2   Ready"), "{nodes}");
+    let real = nodes
+        .lines()
+        .find(|l| l.starts_with("tether-node ") && l.contains(" Ready "))
+        .unwrap_or_else(|| panic!("{nodes}"));
+    assert!(
+        real.contains("10.245.0.1") && real.contains("containerd://"),
+        "{real}"
+    );
+
+    let containers = step(&text, "A real node: a container that answers");
+    let (before, after) = around(containers, "tether apply /");
+    assert!(before.contains("workload 1.0.0"), "{containers}");
+    assert!(after.contains("workload 2.0.0"), "{containers}");
+    assert!(
+        before
+            .lines()
+            .filter(|l| l.starts_with("web-")
+                && l.contains(" Running ")
+                && l.contains(" 10.245.0.")
+                && l.contains(" tether-node "))
+            .count()
+            == 2,
+        "two real pods with the node's IPs: {containers}"
+    );
+    let (_, restarted) = around(containers, "tether restart-containers");
+    assert!(
+        restarted
+            .lines()
+            .any(|l| l.starts_with("web-") && l.contains(" 1/1 ") && l.contains(" 1 (")),
+        "the restart counted by the kubelet: {containers}"
+    );
     // Numbered one after the other, install last.
     let steps = headings(&text);
     let numbers: Vec<usize> = steps.iter().map(|(number, _)| *number).collect();

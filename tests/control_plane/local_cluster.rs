@@ -315,3 +315,132 @@ fn the_watchdog_stops_the_control_plane_when_its_owner_dies_even_without_its_sta
         assert_gone(&pids, &ports);
     }
 }
+
+/// What the machine holds of a real node: its bridge, kube-proxy's and the kubelet's
+/// iptables chains, mounts under the state directory, and the processes of its pods.
+fn machine_traces(state_dir: &Path) -> Vec<String> {
+    let mut traces = Vec::new();
+    let link = Command::new("ip")
+        .args(["link", "show", "tether0"])
+        .output()
+        .unwrap();
+    if link.status.success() {
+        traces.push("the bridge tether0".to_string());
+    }
+    for tool in ["iptables-save", "ip6tables-save"] {
+        let rules = Command::new(tool).output().unwrap();
+        let rules = String::from_utf8_lossy(&rules.stdout).into_owned();
+        traces.extend(
+            rules
+                .lines()
+                .filter(|l| l.contains("KUBE-"))
+                .map(|l| format!("{tool}: {l}")),
+        );
+    }
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    let prefix = format!(" {}/", state_dir.display());
+    traces.extend(
+        mounts
+            .lines()
+            .filter(|l| l.contains(&prefix))
+            .map(|l| format!("mount: {l}")),
+    );
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.starts_with("httpd -f -p 8080")
+            || cmdline.contains(&format!("{}/node", state_dir.display()))
+        {
+            traces.push(format!(
+                "process {}: {cmdline}",
+                entry.file_name().to_string_lossy()
+            ));
+        }
+    }
+    traces
+}
+
+#[test]
+fn the_real_node_runs_containers_and_down_leaves_nothing_behind() {
+    let _node = tether_testkit::cluster::real_node();
+    let dir = tempfile::tempdir().unwrap();
+    let forward_before = std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").unwrap();
+    let kubeconfig = run(&["up", "--nodes", "real"], dir.path());
+    let kubeconfig = Path::new(kubeconfig.trim());
+    let (pids, ports) = started(dir.path());
+    let names = std::fs::read_to_string(dir.path().join("pids")).unwrap();
+    for name in ["kubelet", "containerd", "kube-proxy", "docker-registry"] {
+        assert!(
+            names.lines().any(|l| l.ends_with(&format!(" {name}"))),
+            "{names}"
+        );
+    }
+
+    // A second real node on this machine is refused while this one runs, with why.
+    let other = tempfile::tempdir().unwrap();
+    let refused = script()
+        .args(["up", "--nodes", "real", "--state-dir"])
+        .arg(other.path())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&refused.stderr).into_owned();
+    assert!(!refused.status.success(), "{said}");
+    assert!(
+        said.contains("this machine's real node belongs to the control plane in"),
+        "{said}"
+    );
+    assert!(
+        !other.path().join("pids").exists()
+            || std::fs::read_to_string(other.path().join("pids"))
+                .unwrap()
+                .is_empty()
+    );
+
+    // A container runs, as the workload image's own process.
+    let kubectl = |args: &[&str]| {
+        let out = Command::new(binaries().join("kubectl"))
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "kubectl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    kubectl(&[
+        "run",
+        "web",
+        "--image=registry.tether.test/workload:1.0.0",
+        "--port=8080",
+    ]);
+    kubectl(&["wait", "pod/web", "--for=condition=Ready", "--timeout=90s"]);
+    let ip = kubectl(&["get", "pod", "web", "-o", "jsonpath={.status.podIP}"]);
+    let answer = Command::new("curl")
+        .args(["-fsS", &format!("http://{ip}:8080/version")])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&answer.stdout).trim(),
+        "workload 1.0.0"
+    );
+    assert!(
+        !machine_traces(dir.path()).is_empty(),
+        "the node left traces to clear"
+    );
+
+    run(&["down"], dir.path());
+    assert_gone(&pids, &ports);
+    assert_eq!(machine_traces(dir.path()), Vec::<String>::new());
+    assert!(
+        !Path::new("/run/tether-real-node").exists(),
+        "the machine's claim is released"
+    );
+    assert_eq!(
+        std::fs::read_to_string("/proc/sys/net/ipv4/ip_forward").unwrap(),
+        forward_before
+    );
+}

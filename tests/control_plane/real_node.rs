@@ -16,7 +16,7 @@ use tether_testkit::cluster::{LocalCluster, binaries, real_node};
 use tether_testkit::remote::Remote;
 
 /// The node's address (its bridge's), where pods reach the host.
-const NODE_IP: &str = "10.244.0.1";
+const NODE_IP: &str = "10.245.0.1";
 const WORKLOAD: &str = "registry.tether.test/workload";
 
 fn text(bytes: &[u8]) -> String {
@@ -80,48 +80,30 @@ fn get(url: &str) -> Option<String> {
         .then(|| text(&out.stdout).trim().to_string())
 }
 
-/// A Deployment of two replicas of the node's workload image at `version`, ready once
-/// its process answers `/ready`, and a Service in front of it.
+/// `examples/real-node/web.yaml` (a Deployment of two replicas of the node's
+/// workload image, ready once its process answers `/ready`, and a Service in front of
+/// it) at `version` of the image.
 fn workload(version: &str) -> String {
-    format!(
-        "apiVersion: v1
-kind: Namespace
-metadata: {{name: hello}}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {{name: web, namespace: hello}}
-spec:
-  replicas: 2
-  selector: {{matchLabels: {{app: web}}}}
-  template:
-    metadata: {{labels: {{app: web}}}}
-    spec:
-      terminationGracePeriodSeconds: 5
-      containers:
-      - name: web
-        image: {WORKLOAD}:{version}
-        env: [{{name: READY_DELAY, value: \"2\"}}]
-        ports: [{{name: http, containerPort: 8080}}]
-        readinessProbe:
-          httpGet: {{path: /ready, port: http}}
-          periodSeconds: 1
-        livenessProbe:
-          httpGet: {{path: /healthz, port: http}}
----
-apiVersion: v1
-kind: Service
-metadata: {{name: web, namespace: hello}}
-spec:
-  selector: {{app: web}}
-  ports: [{{port: 80, targetPort: http}}]
-"
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/real-node/web.yaml");
+    let text = std::fs::read_to_string(example).unwrap();
+    assert!(text.contains(&format!("{WORKLOAD}:1.0.0")), "{text}");
+    text.replace(
+        &format!("{WORKLOAD}:1.0.0"),
+        &format!("{WORKLOAD}:{version}"),
     )
 }
 
+/// The pods of `selector` that are not terminating (after a rollout, the old ones may
+/// still be).
 fn pods(cli: &Cli, namespace: &str, selector: &str) -> Vec<Value> {
     let list = cli.json(&["get", "pods", "-n", namespace, "-l", selector]);
-    list["items"].as_array().unwrap().clone()
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|pod| pod["metadata"]["deletionTimestamp"].is_null())
+        .cloned()
+        .collect()
 }
 
 fn restarts(pod: &Value) -> i64 {
@@ -205,7 +187,7 @@ fn a_workload_runs_answers_through_its_service_rolls_out_and_restarts_on_the_rea
         assert_eq!(pod["spec"]["nodeName"], "tether-node");
         let ip = pod["status"]["podIP"].as_str().unwrap();
         assert!(
-            ip.starts_with("10.244.0."),
+            ip.starts_with("10.245.0."),
             "a pod IP of the node's bridge: {ip}"
         );
         // The pod answers on its own IP, from the host.
@@ -340,6 +322,14 @@ fn a_workload_runs_answers_through_its_service_rolls_out_and_restarts_on_the_rea
                 .is_some_and(|a| a.iter().any(|a| a == ip))),
         "an event of {name} with its IP {ip}: {from_kafka:#?}"
     );
+
+    // recreate: the pod is made again by its controller, and the new one starts.
+    cli.tether_ok(&["recreate", name, "-n", "hello", "--timeout", "60s"]);
+    cli.eventually("a new pod in its place", Duration::from_secs(60), || {
+        let now = pods(&cli, "hello", "app=web");
+        now.len() == 2 && now.iter().all(ready) && now.iter().all(|p| p["metadata"]["uid"] != uid)
+    });
+    assert_eq!(get(&version).as_deref(), Some("workload 2.0.0"));
     let _ = events.kill();
     let _ = events.wait();
 }
@@ -400,6 +390,32 @@ fn the_daemon_runs_in_a_pod_from_its_own_image_and_applies_a_push() {
     }
     let checked = cli.tether_ok(&["check"]);
     assert!(checked.contains("✔"), "{checked}");
+    // As the runtime runs it: the user 65532, the root filesystem read-only.
+    let uid = daemon_pods[0]["metadata"]["uid"].as_str().unwrap();
+    let daemon = processes_of_pod(uid, "/usr/local/bin/tether run");
+    assert_eq!(
+        daemon.len(),
+        1,
+        "the daemon's process on the host: {daemon:?}"
+    );
+    let status = std::fs::read_to_string(format!("/proc/{}/status", daemon[0])).unwrap();
+    assert!(
+        status
+            .lines()
+            .any(|l| l.starts_with("Uid:") && l.split_whitespace().skip(1).all(|u| u == "65532")),
+        "{status}"
+    );
+    let mounts = std::fs::read_to_string(format!("/proc/{}/mountinfo", daemon[0])).unwrap();
+    let root = mounts
+        .lines()
+        .find(|l| l.split_whitespace().nth(4) == Some("/"))
+        .unwrap_or_else(|| panic!("{mounts}"));
+    assert!(
+        root.split_whitespace()
+            .nth(5)
+            .is_some_and(|options| options.split(',').any(|o| o == "ro")),
+        "the root filesystem is mounted read-only: {root}"
+    );
 
     // A Source whose remote the pods reach over the pod network.
     let remote = Remote::new_on(NODE_IP, &[("cm.yaml", &config_maps("v1", 1))]);
@@ -514,12 +530,7 @@ spec:
 
     // The pod that runs the Source deleted mid-pass (SIGTERM, then a new pod): the
     // pass is finished by whoever runs the Source next, nothing is lost.
-    let many = 300;
-    remote.push("main", &[("cm.yaml", &config_maps("v3", many))]);
-    assert_eq!(hook(&remote), "202");
-    cli.eventually("the pass under way", Duration::from_secs(60), || {
-        value("c0") == "v3"
-    });
+    let many = 2000;
     let owner = cli.kubectl(&[
         "get",
         "source",
@@ -533,6 +544,17 @@ spec:
         owner.starts_with("tether-"),
         "the Source's owner is a pod: {owner:?}"
     );
+    let last = format!("c{}", many - 1);
+    remote.push("main", &[("cm.yaml", &config_maps("v3", many))]);
+    assert_eq!(hook(&remote), "202");
+    cli.eventually("the pass under way", Duration::from_secs(60), || {
+        value("c0") == "v3"
+    });
+    assert_ne!(
+        value(&last),
+        "v3",
+        "the pod is deleted while its pass is under way"
+    );
     let deleted_at = Instant::now();
     cli.kubectl(&[
         "delete",
@@ -542,7 +564,6 @@ spec:
         "tether-system",
         "--wait=false",
     ]);
-    let last = format!("c{}", many - 1);
     cli.eventually(
         "every object of the pass applied",
         Duration::from_secs(180),
@@ -590,6 +611,10 @@ spec:
             now.len() == 2 && now.iter().all(ready)
         },
     );
+    // Minutes on, the liveness probes have answered all along: no replica restarted.
+    for pod in pods(&cli, "tether-system", "app.kubernetes.io/name=tether") {
+        assert_eq!(restarts(&pod), 0, "{pod}");
+    }
 }
 
 /// `count` ConfigMaps c0… in the namespace `team`, each holding `value`.
