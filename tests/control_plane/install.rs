@@ -4,114 +4,57 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
 use tether_admin::install::{NEWEST_SUPPORTED, OLDEST_SUPPORTED};
-use tether_testkit::cluster::{LocalCluster, binaries};
+
+use crate::cli::{Cli, text};
+use tether_testkit::cluster::LocalCluster;
 use tether_testkit::remote::{Remote, free_port};
 
 const NS: &str = "tether-system";
 const ACCOUNT: &str = "system:serviceaccount:tether-system:tether";
 
-struct Cli<'a> {
-    kubeconfig: &'a Path,
-}
-
-impl Cli<'_> {
-    fn tether(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_tether"))
-            .args(args)
-            .env("KUBECONFIG", self.kubeconfig)
-            .env("TETHER_COLOR", "never")
-            .output()
-            .unwrap()
-    }
-
-    /// tether's standard output; it must exit 0.
-    fn tether_ok(&self, args: &[&str]) -> String {
-        let out = self.tether(args);
-        let stdout = text(&out.stdout);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "tether {args:?}: {stdout}{}",
-            text(&out.stderr)
-        );
-        stdout
-    }
-
-    fn kubectl(&self, args: &[&str]) -> Output {
-        Command::new(binaries().join("kubectl"))
-            .arg("--kubeconfig")
-            .arg(self.kubeconfig)
-            .args(args)
-            .output()
-            .unwrap()
-    }
-
-    fn kubectl_ok(&self, args: &[&str]) -> String {
-        let out = self.kubectl(args);
-        assert!(
-            out.status.success(),
-            "kubectl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    }
-
-    /// Every object install made, by `kind/namespace/name`, with the time of install's
-    /// last write to it (its field manager's entry; a controller's status update moves
-    /// the resourceVersion, not that).
-    fn installed(&self) -> BTreeMap<String, String> {
-        let kinds = "namespaces,customresourcedefinitions,serviceaccounts,clusterroles,clusterrolebindings,roles,rolebindings,services,statefulsets,poddisruptionbudgets";
-        let text = self.kubectl_ok(&[
-            "get",
-            kinds,
-            "-A",
-            "-l",
-            "app.kubernetes.io/part-of=tether",
-            "-o",
-            "json",
-            "--show-managed-fields",
-        ]);
-        let list: serde_json::Value = serde_json::from_str(&text).unwrap();
-        list["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|o| {
-                let m = &o["metadata"];
-                (
-                    format!(
-                        "{}/{}/{}",
-                        o["kind"].as_str().unwrap(),
-                        m["namespace"].as_str().unwrap_or("-"),
-                        m["name"].as_str().unwrap()
-                    ),
-                    m["managedFields"]
-                        .as_array()
-                        .unwrap()
-                        .iter()
-                        .filter(|e| e["manager"] == "tether-install")
-                        .map(|e| e["time"].to_string())
-                        .collect::<String>(),
-                )
-            })
-            .collect()
-    }
-
-    fn eventually(&self, what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
-        let deadline = Instant::now() + timeout;
-        while !done() {
-            assert!(Instant::now() < deadline, "timed out: {what}");
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
+/// Every object install made, by `kind/namespace/name`, with the time of install's
+/// last write to it (its field manager's entry; a controller's status update moves
+/// the resourceVersion, not that).
+fn installed_objects(cli: &Cli) -> BTreeMap<String, String> {
+    let kinds = "namespaces,customresourcedefinitions,serviceaccounts,clusterroles,clusterrolebindings,roles,rolebindings,services,statefulsets,poddisruptionbudgets";
+    let text = cli.kubectl_ok(&[
+        "get",
+        kinds,
+        "-A",
+        "-l",
+        "app.kubernetes.io/part-of=tether",
+        "-o",
+        "json",
+        "--show-managed-fields",
+    ]);
+    let list: serde_json::Value = serde_json::from_str(&text).unwrap();
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            let m = &o["metadata"];
+            (
+                format!(
+                    "{}/{}/{}",
+                    o["kind"].as_str().unwrap(),
+                    m["namespace"].as_str().unwrap_or("-"),
+                    m["name"].as_str().unwrap()
+                ),
+                m["managedFields"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|e| e["manager"] == "tether-install")
+                    .map(|e| e["time"].to_string())
+                    .collect::<String>(),
+            )
+        })
+        .collect()
 }
 
 /// The daemon as a process impersonating the installed ServiceAccount (the local
@@ -184,7 +127,7 @@ fn install_check_tree_suspend_uninstall_and_kustomize_from_an_empty_cluster() {
     ] {
         assert!(first_text.contains(object), "{first_text}");
     }
-    let installed = cli.installed();
+    let installed = installed_objects(&cli);
     // The daemon's 11 objects and the 3 ready-made roles of people on the web page.
     assert_eq!(installed.len(), 14, "{installed:#?}");
     for role in ["tether-viewer", "tether-operator", "tether-host-admin"] {
@@ -224,7 +167,7 @@ fn install_check_tree_suspend_uninstall_and_kustomize_from_an_empty_cluster() {
         !second_text.contains(" created\n") && !second_text.contains(" configured\n"),
         "{second_text}"
     );
-    assert_eq!(cli.installed(), installed, "a second install wrote");
+    assert_eq!(installed_objects(&cli), installed, "a second install wrote");
     let again = webhook_secret();
     assert_eq!(again, secret);
 
@@ -394,7 +337,7 @@ fn install_check_tree_suspend_uninstall_and_kustomize_from_an_empty_cluster() {
     cli.eventually(
         "everything else installed gone",
         Duration::from_secs(60),
-        || cli.installed().into_keys().collect::<Vec<_>>() == ["Namespace/-/tether-system"],
+        || installed_objects(&cli).into_keys().collect::<Vec<_>>() == ["Namespace/-/tether-system"],
     );
     assert!(
         cli.kubectl(&["get", "configmap", "tether-inventory-shop", "-n", NS])
@@ -422,7 +365,7 @@ fn install_check_tree_suspend_uninstall_and_kustomize_from_an_empty_cluster() {
                 .success()
         },
     );
-    let kustomized: Vec<String> = cli.installed().into_keys().collect();
+    let kustomized: Vec<String> = installed_objects(&cli).into_keys().collect();
     let installed: Vec<String> = installed.into_keys().collect();
     assert_eq!(kustomized, installed);
 

@@ -9,6 +9,7 @@
 //! starting at once on two cores made the timing of the cluster tests' waves and
 //! placements flaky.
 
+mod cli;
 mod demo;
 mod image;
 mod install;

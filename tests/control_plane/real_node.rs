@@ -7,7 +7,7 @@
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -15,59 +15,11 @@ use tether_testkit::broker::Broker;
 use tether_testkit::cluster::{LocalCluster, binaries, real_node};
 use tether_testkit::remote::Remote;
 
+use crate::cli::{Cli, text};
+
 /// The node's address (its bridge's), where pods reach the host.
 const NODE_IP: &str = "10.245.0.1";
 const WORKLOAD: &str = "registry.tether.test/workload";
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-struct Cli<'a> {
-    cluster: &'a LocalCluster,
-}
-
-impl Cli<'_> {
-    fn tether(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_tether"))
-            .args(args)
-            .env("KUBECONFIG", self.cluster.kubeconfig())
-            .env("TETHER_COLOR", "never")
-            .output()
-            .unwrap()
-    }
-
-    fn tether_ok(&self, args: &[&str]) -> String {
-        let out = self.tether(args);
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "tether {args:?}: {}{}",
-            text(&out.stdout),
-            text(&out.stderr)
-        );
-        text(&out.stdout)
-    }
-
-    fn kubectl(&self, args: &[&str]) -> String {
-        text(&self.cluster.kubectl(args).stdout)
-    }
-
-    fn json(&self, args: &[&str]) -> Value {
-        let mut all = args.to_vec();
-        all.extend(["-o", "json"]);
-        serde_json::from_str(&self.kubectl(&all)).unwrap()
-    }
-
-    /// Polls `done` every 250 ms; panics with `what` after `timeout`.
-    fn eventually(&self, what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
-        let deadline = Instant::now() + timeout;
-        while !done() {
-            assert!(Instant::now() < deadline, "{what}: not within {timeout:?}");
-            std::thread::sleep(Duration::from_millis(250));
-        }
-    }
-}
 
 /// What `url` answers (curl: a client other than tether), `None` when nothing does.
 fn get(url: &str) -> Option<String> {
@@ -141,7 +93,9 @@ fn processes_of_pod(uid: &str, command: &str) -> Vec<u32> {
 fn a_workload_runs_answers_through_its_service_rolls_out_and_restarts_on_the_real_node() {
     let node = real_node();
     let cluster = LocalCluster::start_real(&node);
-    let cli = Cli { cluster: &cluster };
+    let cli = Cli {
+        kubeconfig: cluster.kubeconfig(),
+    };
     let nodes = cli.json(&["get", "nodes"]);
     let node_names: Vec<&str> = nodes["items"]
         .as_array()
@@ -196,7 +150,7 @@ fn a_workload_runs_answers_through_its_service_rolls_out_and_restarts_on_the_rea
             Some("ok")
         );
     }
-    let service_ip = cli.kubectl(&[
+    let service_ip = cli.kubectl_ok(&[
         "get",
         "service",
         "web",
@@ -352,12 +306,14 @@ fn the_daemon_runs_in_a_pod_from_its_own_image_and_applies_a_push() {
     let layout = crate::image::release_image();
     let node = real_node();
     let cluster = LocalCluster::start_real(&node);
-    let cli = Cli { cluster: &cluster };
+    let cli = Cli {
+        kubeconfig: cluster.kubeconfig(),
+    };
     push_release_image(&cluster, layout);
 
     // The restricted Pod Security profile, enforced by the API server on the real pods.
-    cli.kubectl(&["create", "namespace", "tether-system"]);
-    cli.kubectl(&[
+    cli.kubectl_ok(&["create", "namespace", "tether-system"]);
+    cli.kubectl_ok(&[
         "label",
         "namespace",
         "tether-system",
@@ -365,7 +321,7 @@ fn the_daemon_runs_in_a_pod_from_its_own_image_and_applies_a_push() {
     ]);
     let started = Instant::now();
     cli.tether_ok(&["install", "--image", "registry.tether.test/tether:test"]);
-    cli.kubectl(&[
+    cli.kubectl_ok(&[
         "rollout",
         "status",
         "statefulset/tether",
@@ -434,7 +390,7 @@ spec:
     );
     let file = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(file.path(), source).unwrap();
-    cli.kubectl(&["apply", "-f", file.path().to_str().unwrap()]);
+    cli.kubectl_ok(&["apply", "-f", file.path().to_str().unwrap()]);
     let value = |name: &str| {
         let out = Command::new(binaries().join("kubectl"))
             .arg("--kubeconfig")
@@ -459,7 +415,7 @@ spec:
     );
 
     // A push, announced through the daemon's Service, applied within seconds.
-    let secret = cli.kubectl(&[
+    let secret = cli.kubectl_ok(&[
         "get",
         "secret",
         "tether-webhook",
@@ -482,7 +438,7 @@ spec:
             .unwrap()
             .stdout,
     );
-    let service_ip = cli.kubectl(&[
+    let service_ip = cli.kubectl_ok(&[
         "get",
         "service",
         "tether",
@@ -531,7 +487,7 @@ spec:
     // The pod that runs the Source deleted mid-pass (SIGTERM, then a new pod): the
     // pass is finished by whoever runs the Source next, nothing is lost.
     let many = 2000;
-    let owner = cli.kubectl(&[
+    let owner = cli.kubectl_ok(&[
         "get",
         "source",
         "team",
@@ -556,7 +512,7 @@ spec:
         "the pod is deleted while its pass is under way"
     );
     let deleted_at = Instant::now();
-    cli.kubectl(&[
+    cli.kubectl_ok(&[
         "delete",
         "pod",
         &owner,
