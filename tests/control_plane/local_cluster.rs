@@ -397,20 +397,8 @@ fn the_real_node_runs_containers_and_down_leaves_nothing_behind() {
     );
 
     // A container runs, as the workload image's own process.
-    let kubectl = |args: &[&str]| {
-        let out = Command::new(binaries().join("kubectl"))
-            .arg("--kubeconfig")
-            .arg(kubeconfig)
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "kubectl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    };
+    let cli = crate::cli::Cli { kubeconfig };
+    let kubectl = |args: &[&str]| cli.kubectl_ok(args);
     kubectl(&[
         "run",
         "web",

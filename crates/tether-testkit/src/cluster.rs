@@ -76,21 +76,20 @@ impl LocalCluster {
     /// a test that changes what others would see (nodes, the API server itself) or a
     /// benchmark; stopped and its state directory removed when dropped.
     pub fn start(nodes: usize) -> LocalCluster {
-        let state = tempfile::tempdir().expect("a state directory");
-        let kubeconfig = up(state.path(), &nodes.to_string());
-        LocalCluster {
-            kubeconfig,
-            state_dir: state.path().to_path_buf(),
-            own: Some(state),
-        }
+        LocalCluster::own(&nodes.to_string())
     }
 
     /// A control plane of the caller's own with the machine's real node (kubelet,
     /// containerd, runc, a CNI bridge and kube-proxy; `scripts/local-cluster up --nodes
     /// real`): containers run. One real node per machine: take [`real_node`] first.
     pub fn start_real(_node: &RealNode) -> LocalCluster {
+        LocalCluster::own("real")
+    }
+
+    /// `up --nodes NODES` in a temporary state directory of its own.
+    fn own(nodes: &str) -> LocalCluster {
         let state = tempfile::tempdir().expect("a state directory");
-        let kubeconfig = up(state.path(), "real");
+        let kubeconfig = up(state.path(), nodes);
         LocalCluster {
             kubeconfig,
             state_dir: state.path().to_path_buf(),
