@@ -571,6 +571,17 @@ async fn run_schedule(name: &str, episodes: Vec<Episode>, sources: usize, termin
             recovered.map_or("never".to_string(), |r| format!("{:.1}", r as f64 / 1000.0))
         );
         if !verdict.violations.is_empty() {
+            // The control plane's own logs too (the API server's, etcd's): its state
+            // directory goes with the test.
+            let kept = logs.join("control-plane");
+            let _ = std::fs::create_dir_all(&kept);
+            for entry in std::fs::read_dir(cluster.state_dir().join("logs"))
+                .into_iter()
+                .flatten()
+                .flatten()
+            {
+                let _ = std::fs::copy(entry.path(), kept.join(entry.file_name()));
+            }
             let _ = std::fs::copy(
                 cluster.state_dir().join("logs/audit.log"),
                 logs.join("audit.log"),
