@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Event, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
 use kube::Client;
 use kube::api::{Api, AttachParams, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use thiserror::Error;
@@ -237,9 +238,8 @@ pub async fn restart_containers(
         })?;
         if let Some(status) = process.take_status()
             && let Some(status) = status.await
-            && status.status.as_deref() == Some("Failure")
         {
-            return Err(exec_error(status.message.unwrap_or_default()));
+            kill_outcome(&status).map_err(exec_error)?;
         }
         let _ = process.join().await;
     }
@@ -261,6 +261,30 @@ pub async fn restart_containers(
                 timeout,
             });
         }
+    }
+}
+
+/// Whether `kill 1` ended the container's main process, from the exec's status.
+/// When the main process ends, the kernel kills every other process of its pid
+/// namespace, `kill` itself among them if it has not exited yet: exit code 137
+/// (SIGKILL) is then the sign that it worked, not a failure. Any other failure is one
+/// (no `kill` in the image, exec refused); the restart counts confirm the rest.
+fn kill_outcome(status: &Status) -> Result<(), String> {
+    if status.status.as_deref() != Some("Failure") {
+        return Ok(());
+    }
+    let killed_with_its_container = status.reason.as_deref() == Some("NonZeroExitCode")
+        && status
+            .details
+            .iter()
+            .flat_map(|d| d.causes.iter().flatten())
+            .any(|c| {
+                c.reason.as_deref() == Some("ExitCode") && c.message.as_deref() == Some("137")
+            });
+    if killed_with_its_container {
+        Ok(())
+    } else {
+        Err(status.message.clone().unwrap_or_default())
     }
 }
 
@@ -411,6 +435,72 @@ async fn gone(
                 what: format!("the deletion of pod {name}"),
                 timeout,
             });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{StatusCause, StatusDetails};
+
+    fn failure(reason: &str, exit_code: &str, message: &str) -> Status {
+        Status {
+            status: Some("Failure".into()),
+            reason: Some(reason.into()),
+            message: Some(message.into()),
+            details: Some(StatusDetails {
+                causes: Some(vec![StatusCause {
+                    reason: Some("ExitCode".into()),
+                    message: Some(exit_code.into()),
+                    ..StatusCause::default()
+                }]),
+                ..StatusDetails::default()
+            }),
+            ..Status::default()
+        }
+    }
+
+    #[test]
+    fn kill_is_judged_by_how_it_ended() {
+        let success = Status {
+            status: Some("Success".into()),
+            ..Status::default()
+        };
+        let cases = [
+            ("kill exited by itself", success, Ok(())),
+            (
+                "kill was killed with the container whose main process it ended",
+                failure(
+                    "NonZeroExitCode",
+                    "137",
+                    "command terminated with non-zero exit code: command terminated with exit code 137",
+                ),
+                Ok(()),
+            ),
+            (
+                "no kill in the image",
+                failure("NonZeroExitCode", "127", "exit code 127"),
+                Err("exit code 127".to_string()),
+            ),
+            (
+                "kill refused: the process is not there",
+                failure("NonZeroExitCode", "1", "exit code 1"),
+                Err("exit code 1".to_string()),
+            ),
+            (
+                "an exec error without an exit code",
+                Status {
+                    status: Some("Failure".into()),
+                    reason: Some("InternalError".into()),
+                    message: Some("container not found".into()),
+                    ..Status::default()
+                },
+                Err("container not found".to_string()),
+            ),
+        ];
+        for (case, status, want) in cases {
+            assert_eq!(kill_outcome(&status), want, "{case}");
         }
     }
 }
