@@ -16,19 +16,29 @@ use crate::render::RenderedObject;
 use crate::settings::ConfineSettings;
 
 /// The limits, as read from the settings. A list absent means unrestricted on that
-/// side (except that cluster-scoped kinds need listing).
+/// side, except that cluster-scoped kinds need listing: settings without `kinds` allow
+/// any namespaced kind and no cluster-scoped one. The default limits nothing at all
+/// (a side that sets no confinement).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Confinement {
     namespaces: Option<BTreeSet<String>>,
+    /// The namespaced kinds allowed; `None`: any.
     kinds: Option<BTreeSet<String>>,
+    /// The cluster-scoped kinds allowed; `None`: any (only where nothing is confined).
+    /// Kept apart from `kinds` because their absence means the opposite: a side whose
+    /// settings list no kinds allows every namespaced kind but no cluster-scoped one,
+    /// so meeting a side that lists some must not let those through.
+    cluster_kinds: Option<BTreeSet<String>>,
 }
 
 impl From<&ConfineSettings> for Confinement {
     fn from(settings: &ConfineSettings) -> Self {
         let set = |list: &Option<Vec<String>>| list.as_ref().map(|l| l.iter().cloned().collect());
+        let kinds: Option<BTreeSet<String>> = set(&settings.kinds);
         Confinement {
             namespaces: set(&settings.namespaces),
-            kinds: set(&settings.kinds),
+            cluster_kinds: Some(kinds.clone().unwrap_or_default()),
+            kinds,
         }
     }
 }
@@ -50,6 +60,7 @@ impl Confinement {
         Confinement {
             namespaces: Some(namespaces.into_iter().collect()),
             kinds: None,
+            cluster_kinds: Some(BTreeSet::new()),
         }
     }
 
@@ -71,12 +82,14 @@ impl Confinement {
         Confinement {
             namespaces: both(&self.namespaces, &other.namespaces),
             kinds: both(&self.kinds, &other.kinds),
+            cluster_kinds: both(&self.cluster_kinds, &other.cluster_kinds),
         }
     }
 
-    /// Is `kind` of `api_version` listed (as `Kind`, or `Kind.group`)?
-    fn lists_kind(&self, api_version: &str, kind: &str) -> Option<bool> {
-        let kinds = self.kinds.as_ref()?;
+    /// Is `kind` of `api_version` in `kinds` (as `Kind`, or `Kind.group`)? `None` when
+    /// `kinds` lists nothing (no limit).
+    fn lists(kinds: Option<&BTreeSet<String>>, api_version: &str, kind: &str) -> Option<bool> {
+        let kinds = kinds?;
         let qualified = match api_group(api_version) {
             "" => kind.to_string(),
             group => format!("{kind}.{group}"),
@@ -93,13 +106,16 @@ impl Confinement {
         namespace: Option<&str>,
         name: &str,
     ) -> Option<Violation> {
-        let kind_listed = self.lists_kind(api_version, kind);
         let outside = |namespace: &str| {
             let allowed = self.namespaces.as_ref()?;
             (!allowed.contains(namespace)).then(|| Violation::Namespace(namespace.to_string()))
         };
+        let kind_listed = match namespace {
+            Some(_) => Self::lists(self.kinds.as_ref(), api_version, kind),
+            None => Self::lists(self.cluster_kinds.as_ref(), api_version, kind),
+        };
         match namespace {
-            None if kind_listed != Some(true) => Some(Violation::ClusterScoped),
+            None if kind_listed == Some(false) => Some(Violation::ClusterScoped),
             // A Namespace is one of the namespaces: its name must be allowed too.
             None if kind == "Namespace" && api_version == "v1" => outside(name),
             None => None,
@@ -292,8 +308,17 @@ mod tests {
             // (the repository's kinds, apiVersion, kind, namespace, violation)
             (None, "v1", "ConfigMap", Some("a"), None),
             (None, "v1", "Secret", Some("a"), Some(Violation::Kind)),
+            // A repository whose `confine` lists no kinds allows no cluster-scoped
+            // one, alone or beside a Source that lists some.
             (
                 None,
+                "rbac.authorization.k8s.io/v1",
+                "ClusterRole",
+                None,
+                Some(Violation::ClusterScoped),
+            ),
+            (
+                Some(&["ClusterRole.rbac.authorization.k8s.io"][..]),
                 "rbac.authorization.k8s.io/v1",
                 "ClusterRole",
                 None,
@@ -328,7 +353,8 @@ mod tests {
     #[test]
     fn a_namespace_is_one_of_the_namespaces() {
         let only_a = Confinement::to_namespaces(["team-a".to_string()]);
-        let with_namespaces = only_a.intersect(&confinement(None, Some(&["Namespace"])));
+        let with_namespaces =
+            confinement(Some(&["team-a"]), Some(&["Namespace"])).intersect(&Confinement::default());
         assert_eq!(
             with_namespaces.violation("v1", "Namespace", None, "team-b"),
             Some(Violation::Namespace("team-b".into()))
@@ -341,6 +367,51 @@ mod tests {
         assert_eq!(
             only_a.violation("v1", "Namespace", None, "team-a"),
             Some(Violation::ClusterScoped)
+        );
+    }
+
+    /// A Source that lists no kinds allows any namespaced kind and no cluster-scoped
+    /// one; a repository listing cluster-scoped kinds must not add them (it did: the
+    /// two lists met as "the one given", and the repository's became the Source's).
+    #[test]
+    fn a_repository_cannot_add_a_cluster_scoped_kind_to_a_source_that_lists_none() {
+        let repository = confinement(
+            None,
+            Some(&[
+                "ConfigMap",
+                "Namespace",
+                "ClusterRole.rbac.authorization.k8s.io",
+            ]),
+        );
+        for source in [
+            confinement(Some(&["team-a"]), None),
+            Confinement::to_namespaces(["team-a".to_string()]),
+        ] {
+            let effective = source.intersect(&repository);
+            assert_eq!(
+                effective.violation("rbac.authorization.k8s.io/v1", "ClusterRole", None, "x"),
+                Some(Violation::ClusterScoped)
+            );
+            assert_eq!(
+                effective.violation("v1", "Namespace", None, "team-a"),
+                Some(Violation::ClusterScoped)
+            );
+            // Namespaced kinds: the repository's list narrows, as before.
+            assert_eq!(
+                effective.violation("v1", "ConfigMap", Some("team-a"), "x"),
+                None
+            );
+            assert_eq!(
+                effective.violation("v1", "Secret", Some("team-a"), "x"),
+                Some(Violation::Kind)
+            );
+        }
+        // Nothing confined on either side: anything goes.
+        assert_eq!(
+            Confinement::default()
+                .intersect(&Confinement::default())
+                .violation("rbac.authorization.k8s.io/v1", "ClusterRole", None, "x"),
+            None
         );
     }
 }
