@@ -30,10 +30,11 @@ pub(crate) struct Drift {
     pub reference: ObjectReference,
 }
 
-/// The object's newest write to its main resource (status writes go through a
-/// subresource and are not drift). Times have whole seconds: of writes in the same
-/// second, another manager's is taken as the newer, since a pass that finds nothing
-/// to correct costs little and a missed drift stays.
+/// The object's newest write to what it is desired to be: its main resource or a
+/// subresource that changes its spec (`scale`, as `kubectl scale` writes; a pod's
+/// `resize`). Status writes are not drift. Times have whole seconds: of writes in the
+/// same second, another manager's is taken as the newer, since a pass that finds
+/// nothing to correct costs little and a missed drift stays.
 pub(crate) fn newest_write<'o>(
     object: &'o DynamicObject,
     ours: &str,
@@ -41,7 +42,7 @@ pub(crate) fn newest_write<'o>(
     object
         .managed_fields()
         .iter()
-        .filter(|entry| entry.subresource.as_deref().unwrap_or_default().is_empty())
+        .filter(|entry| entry.subresource.as_deref() != Some("status"))
         .max_by_key(|entry| {
             (
                 entry.time.as_ref().map(|t| t.0),
@@ -216,6 +217,26 @@ mod tests {
         .unwrap();
         let newest = newest_write(&object, "tether:abc").unwrap();
         assert_eq!(newest.manager.as_deref(), Some("kubectl-patch"));
+    }
+
+    /// `kubectl scale` writes through the `scale` subresource: the replicas changed,
+    /// and that is drift (it went unseen while every subresource was taken for status).
+    #[test]
+    fn a_write_through_the_scale_subresource_is_drift() {
+        let object: DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "d", "managedFields": [
+                {"manager": "tether:abc", "operation": "Apply", "time": "2026-11-22T10:00:00Z"},
+                {"manager": "kubectl", "operation": "Update", "subresource": "scale",
+                 "time": "2026-11-22T10:05:00Z"},
+                {"manager": "kube-controller-manager", "operation": "Update",
+                 "subresource": "status", "time": "2026-11-22T10:05:01Z"}
+            ]}
+        }))
+        .unwrap();
+        let newest = newest_write(&object, "tether:abc").unwrap();
+        assert_eq!(newest.manager.as_deref(), Some("kubectl"));
+        assert_eq!(newest.subresource.as_deref(), Some("scale"));
     }
 
     fn deployment(writes: serde_json::Value) -> DynamicObject {
