@@ -36,7 +36,12 @@ pub struct ClusterReportSpec {
 /// The CustomResourceDefinition of `ClusterReport`, for the hub.
 pub fn crd()
 -> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
-    <ClusterReport as kube_core::CustomResourceExt>::crd()
+    let crd = <ClusterReport as kube_core::CustomResourceExt>::crd();
+    let Ok(mut value) = serde_json::to_value(&crd) else {
+        return crd;
+    };
+    crate::crd::without_rust_formats(&mut value);
+    serde_json::from_value(value).unwrap_or(crd)
 }
 
 #[cfg(test)]

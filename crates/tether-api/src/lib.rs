@@ -7,5 +7,6 @@
 
 pub mod cluster_report;
 pub mod cluster_spec;
+pub mod crd;
 pub mod source_spec;
 pub mod webhook;

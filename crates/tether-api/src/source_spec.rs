@@ -169,7 +169,7 @@ pub struct FeedbackSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notifications: Vec<NotificationSpec>,
     /// Notices not sent: applied, failed, stalled, drift-corrected, drift-reported,
-    /// pruned, wave-blocked.
+    /// pruned, wave-blocked, host-removed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub exclude: Vec<String>,
     /// At most this many notices a minute (default 20); the next one says how many

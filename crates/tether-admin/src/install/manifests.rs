@@ -84,6 +84,7 @@ pub fn crds() -> Vec<Value> {
     .into_iter()
     .map(|crd| {
         let mut crd = crd.unwrap_or(Value::Null);
+        tether_api::crd::without_rust_formats(&mut crd);
         labelled(&mut crd);
         crd
     })
