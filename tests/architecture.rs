@@ -1052,6 +1052,7 @@ const CLI_USES_OF_THE_DAEMON: &[&str] = &[
     "tether_daemon::PassOutcome",
     "tether_daemon::Replicas",
     "tether_daemon::Sources",
+    "tether_daemon::metrics_sample",
     "tether_daemon::run",
     "tether_daemon::run_one",
     "tether_daemon::web::auth::Access",

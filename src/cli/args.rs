@@ -85,7 +85,7 @@ pub struct RenderArgs {
 
 #[derive(Debug, clap::Args)]
 pub struct GraphArgs {
-    #[arg(default_value = ".", env = "TETHER_PATH")]
+    #[arg(default_value = ".", env = "TETHER_PATH", value_name = "PATH")]
     pub path: PathBuf,
     #[arg(long, value_enum, default_value_t = GraphFormat::Mermaid)]
     pub format: GraphFormat,
@@ -146,6 +146,7 @@ pub struct DiffArgs {
 #[derive(Debug, clap::Args)]
 pub struct ReconcileSourceArgs {
     /// The Source's name.
+    #[arg(value_name = "SOURCE")]
     pub source: String,
     /// The Source's namespace.
     #[arg(short, long, env = "TETHER_NAMESPACE", default_value = "default")]
@@ -340,11 +341,11 @@ pub struct ApplyArgs {
 pub struct DiscoverArgs {
     /// Models root: a directory in a Git checkout; with --repo, a directory
     /// inside the repository.
-    #[arg(default_value = ".", env = "TETHER_PATH")]
+    #[arg(default_value = ".", env = "TETHER_PATH", value_name = "PATH")]
     pub path: PathBuf,
     /// Git repository to commit to (and push to, with --push): file://, https://
     /// or ssh:// URL. tether works in its own clone in the cache directory.
-    #[arg(long, env = "TETHER_REPO")]
+    #[arg(long, env = "TETHER_REPO", value_name = "REPO")]
     pub repo: Option<String>,
     /// Push each discovery commit to --repo; a push refused because the branch
     /// moved is fetched, planned again on the new tip and retried, never forced.

@@ -72,12 +72,12 @@ pub struct KeyFlags {
 pub struct SourceFlags {
     /// Models root: a directory searched for *.yaml and *.yml, or one file; with
     /// --repo, a directory inside the repository or artifact.
-    #[arg(default_value = ".", env = "TETHER_PATH")]
+    #[arg(default_value = ".", env = "TETHER_PATH", value_name = "PATH")]
     pub path: PathBuf,
     /// Git repository to read the models from (file://, https:// or ssh:// URL), or
     /// an OCI artifact in Flux's format: oci://HOST/REPOSITORY:TAG or
     /// oci://HOST/REPOSITORY@sha256:DIGEST (`tether push artifact` makes one).
-    #[arg(long, env = "TETHER_REPO")]
+    #[arg(long, env = "TETHER_REPO", value_name = "REPO")]
     pub repo: Option<String>,
     /// Branch, tag or commit of a Git --repo (default: the remote's default branch).
     /// An oci:// --repo carries its tag or digest itself.

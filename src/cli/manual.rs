@@ -411,13 +411,19 @@ fn page_name(words: &[&str]) -> String {
 
 /// The page of `command`, named by `words` after tether.
 fn write_page(command: &clap::Command, words: &[&str], out: &mut Vec<u8>) -> miette::Result<()> {
-    let name = words.join(" ");
-    let codes = EXIT_STATUS
+    let codes = exit_status(&words.join(" "))?;
+    render(command, words, codes, out).into_diagnostic()
+}
+
+/// The exit status of the command `name` (the words after `tether`, "" for tether
+/// itself): each code and what it means. The manual pages and the book's reference
+/// both print it.
+pub fn exit_status(name: &str) -> miette::Result<&'static [(u8, &'static str)]> {
+    EXIT_STATUS
         .iter()
         .find(|(command, _)| *command == name)
         .map(|(_, codes)| *codes)
-        .ok_or_else(|| miette!("no exit status is written down for `tether {name}`"))?;
-    render(command, words, codes, out).into_diagnostic()
+        .ok_or_else(|| miette!("no exit status is written down for `tether {name}`"))
 }
 
 /// clap_mangen's sections, then EXIT STATUS and SEE ALSO (the parent's page), then

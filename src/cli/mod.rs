@@ -1,6 +1,7 @@
 //! Commands: parse flags, run the library, print, and pick the exit code.
 
 mod args;
+mod book;
 mod check;
 mod discovery;
 mod events;
@@ -329,6 +330,9 @@ enum Command {
         after_help = "Examples:\n  tether man > /usr/local/share/man/man1/tether.1\n  tether man --dir /usr/local/share/man/man1 && man tether-apply"
     )]
     Man(manual::ManArgs),
+    /// Write the book's reference pages (docs/book/src/reference) from the code.
+    #[command(hide = true)]
+    Reference(book::ReferenceArgs),
 }
 pub fn init_logging(global: &GlobalArgs) {
     // rskafka warns on every reconnection attempt while a broker is down; tether's
@@ -393,5 +397,6 @@ pub async fn run(args: Args) -> miette::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Man(args) => manual::run(&args, Args::command()),
+        Command::Reference(args) => book::run(&args, Args::command()),
     }
 }

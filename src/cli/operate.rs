@@ -31,7 +31,7 @@ pub struct ModelsArgs {
     /// A remote repository instead of a checkout: tether commits in its own clone and
     /// pushes (never forced; a push that loses a race is planned again on the new tip).
     /// --path is then the models directory inside it.
-    #[arg(long, env = "TETHER_REPO")]
+    #[arg(long, env = "TETHER_REPO", value_name = "REPO")]
     pub repo: Option<String>,
     /// The branch (default: the checked-out one; main for --repo).
     #[arg(long, env = "TETHER_BRANCH")]

@@ -14,6 +14,10 @@ use tether_core::feedback::{
 };
 use tether_engine::feedback::githost::GitHostClient;
 
+/// The variable holding the token `--post` posts with (before GITHUB_TOKEN and
+/// GITLAB_TOKEN).
+pub const TOKEN_VARIABLE: &str = "TETHER_POST_TOKEN";
+
 /// How long one request to the host may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -89,7 +93,7 @@ pub async fn post(
     commit: Option<String>,
 ) -> miette::Result<()> {
     let target = target(flags, |name| std::env::var(name).ok()).map_err(|e| miette!("{e}"))?;
-    let token = ["TETHER_POST_TOKEN", "GITHUB_TOKEN", "GITLAB_TOKEN"]
+    let token = [TOKEN_VARIABLE, "GITHUB_TOKEN", "GITLAB_TOKEN"]
         .iter()
         .find_map(|name| std::env::var(name).ok().filter(|t| !t.is_empty()))
         .map(Zeroizing::new)

@@ -23,13 +23,14 @@ pub enum PushCommand {
 #[derive(Debug, clap::Args)]
 pub struct PushArtifactArgs {
     /// Where to push: oci://HOST/REPOSITORY:TAG.
+    #[arg(value_name = "REPO")]
     pub reference: String,
     /// The models directory to publish.
     #[arg(long, default_value = ".")]
     pub path: PathBuf,
     /// Where the directory comes from, e.g. its Git URL (the annotation
     /// org.opencontainers.image.source).
-    #[arg(long)]
+    #[arg(long, value_name = "URL")]
     pub source: Option<String>,
     /// Its revision there, e.g. main@sha1:<commit> (org.opencontainers.image.revision).
     #[arg(long)]

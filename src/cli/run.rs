@@ -93,6 +93,9 @@ async fn serve_and_run(
     Ok(ExitCode::SUCCESS)
 }
 
+/// The variable holding the webhook secret when no file is given.
+pub const WEBHOOK_SECRET_VARIABLE: &str = "TETHER_WEBHOOK_SECRET";
+
 /// The webhook secret from its file or TETHER_WEBHOOK_SECRET; refused when short.
 fn webhook_secret(args: &RunArgs) -> miette::Result<Option<Vec<u8>>> {
     let secret = match &args.webhook_secret_file {
@@ -109,7 +112,7 @@ fn webhook_secret(args: &RunArgs) -> miette::Result<Option<Vec<u8>>> {
                 });
             }
         },
-        None => std::env::var("TETHER_WEBHOOK_SECRET")
+        None => std::env::var(WEBHOOK_SECRET_VARIABLE)
             .ok()
             .map(String::into_bytes),
     };

@@ -20,6 +20,7 @@ use super::terminal;
 #[derive(Debug, clap::Args)]
 pub struct SourceArgs {
     /// The Source's name.
+    #[arg(value_name = "SOURCE")]
     pub source: String,
     /// The Source's namespace.
     #[arg(short, long, env = "TETHER_NAMESPACE", default_value = "default")]

@@ -1,5 +1,5 @@
 //! tether without a control plane, in one test binary: the binary as a user runs it
-//! (`cli`), its `--help` and manual pages (`help`), README's contents and links (`readme`), the offline commands caught in a trap that any reach for a cluster would
+//! (`cli`), its `--help` and manual pages (`help`), README's contents and links (`readme`), the book's reference pages (`reference`), the offline commands caught in a trap that any reach for a cluster would
 //! fall into (`no_cluster`), the snapshot corpus (`corpus`), discovery's and the
 //! workflow's pure stages on whole repositories (`discover`, `workflow`), the loader's
 //! properties (`loader_props`), `tether schema` (`schema`), sops compatibility
@@ -28,6 +28,7 @@ mod no_cluster;
 mod notify;
 mod oci;
 mod readme;
+mod reference;
 mod schema;
 mod sops;
 mod validate;

@@ -34,6 +34,7 @@ pub mod inventory;
 pub mod k8s;
 pub mod load;
 pub mod managed_fields;
+pub mod marks;
 pub mod mask;
 pub mod model;
 pub mod normalize;

@@ -50,3 +50,4 @@ mod watch_backoff;
 pub mod web;
 
 pub use entry::*;
+pub use metrics::metrics_sample;

@@ -507,6 +507,42 @@ impl Metrics {
     }
 }
 
+/// Every metric the daemon exposes, with one series of each whose label values
+/// are placeholders (`SOURCE`, …): what the reference's page reads the names,
+/// types, help and labels from. Called on the runtime, it has the runtime's too.
+pub fn metrics_sample() -> String {
+    let metrics = Metrics::counting(tether_engine::reconcile::Watches::default());
+    let source = || SourceLabel {
+        source: "SOURCE".into(),
+    };
+    let result = || ResultLabels {
+        source: "SOURCE".into(),
+        result: "RESULT".into(),
+    };
+    let action = || ActionLabels {
+        source: "SOURCE".into(),
+        action: "ACTION".into(),
+    };
+    let policy = || PolicyLabels {
+        source: "SOURCE".into(),
+        policy: "POLICY".into(),
+    };
+    metrics
+        .reconcile_duration
+        .get_or_create(&result())
+        .observe(0.0);
+    metrics.reconciles.get_or_create(&result()).inc();
+    metrics.applied.get_or_create(&action()).inc();
+    metrics.drift.get_or_create(&action()).inc();
+    metrics.fetch_duration.get_or_create(&source()).observe(0.0);
+    metrics.webhook("PROVIDER", "OUTCOME");
+    metrics.last_success.get_or_create(&source()).set(0.0);
+    metrics.history_rewritten("SOURCE");
+    metrics.image_scanned("SOURCE", "POLICY", "RESULT", 0.0, Some(0));
+    metrics.image_last_scan.get_or_create(&policy()).set(0.0);
+    metrics.encode()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

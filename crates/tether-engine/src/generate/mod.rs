@@ -17,7 +17,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use tether_core::generate::{Failure, Generated, Generator};
 
 pub use helm::Capabilities;
+pub use tools::{HELM_VARIABLE, KUSTOMIZE_VARIABLE};
 use tools::{KustomizeCommand, ToolError, Tools};
+
+/// The variable naming the directory Helm charts are cached in.
+pub const CHART_CACHE_VARIABLE: &str = "TETHER_CHART_CACHE";
 
 /// Where the models are on disk, for the tools that read files.
 #[derive(Clone, Debug)]
@@ -53,7 +57,7 @@ impl Generate {
     /// Tools from the environment (see [`Tools::from_environment`]); charts cached in
     /// `TETHER_CHART_CACHE`, else in tether's cache directory.
     pub fn from_environment() -> Generate {
-        let chart_cache = std::env::var_os("TETHER_CHART_CACHE")
+        let chart_cache = std::env::var_os(CHART_CACHE_VARIABLE)
             .map(PathBuf::from)
             .unwrap_or_else(|| crate::config::cache_home().join("charts"));
         Generate {
