@@ -1340,7 +1340,7 @@ mod tests {
 /// The supported Kubernetes range is one fact: the two ends `tether check --pre` names
 /// (`install::{OLDEST_SUPPORTED, NEWEST_SUPPORTED}`) are the oldest and the newest
 /// release `tools/go` builds (the compatibility run's and every test's), the API
-/// types are the oldest's (k8s-openapi's feature), and README says the same range.
+/// types are the oldest's (k8s-openapi's feature), and README and the book say the same range.
 #[test]
 fn the_supported_kubernetes_range_is_one_fact() {
     use tether_admin::install::{NEWEST_SUPPORTED, OLDEST_SUPPORTED};
@@ -1384,18 +1384,27 @@ fn the_supported_kubernetes_range_is_one_fact() {
             .any(|l| l.starts_with("k8s-openapi =") && l.contains(&feature)),
         "k8s-openapi's feature is not {feature}"
     );
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
-    let section = readme
-        .split("## Supported Kubernetes versions\n")
-        .nth(1)
-        .expect("README has a section Supported Kubernetes versions");
-    assert!(
-        section.trim_start().starts_with(&format!(
-            "Kubernetes {OLDEST_SUPPORTED} to {NEWEST_SUPPORTED}:"
-        )),
-        "README's range: {}",
-        section.lines().next().unwrap_or_default()
-    );
+    // The book's page and README's section say the same range.
+    for (file, heading) in [
+        (
+            "docs/book/src/operations/supported-versions.md",
+            "# Supported versions\n",
+        ),
+        ("README.md", "## Supported versions\n"),
+    ] {
+        let text = std::fs::read_to_string(root.join(file)).unwrap();
+        let section = text
+            .split(heading)
+            .nth(1)
+            .unwrap_or_else(|| panic!("{file} has a heading {heading:?}"));
+        assert!(
+            section.trim_start().starts_with(&format!(
+                "Kubernetes {OLDEST_SUPPORTED} to {NEWEST_SUPPORTED}:"
+            )),
+            "{file}'s range: {}",
+            section.trim_start().lines().next().unwrap_or_default()
+        );
+    }
 }
 
 /// The test tooling's crates: no product, so neither their names nor their sizes count.

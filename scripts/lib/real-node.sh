@@ -24,6 +24,9 @@ SERVICE_IP=10.96.0.1
 # Pods pull the node's images by this name; containerd maps it to the cluster's own
 # registry on loopback (no DNS, no TLS).
 NODE_REGISTRY=registry.tether.test
+# The image docs/book/src/getting-started/your-cluster.md runs, served here by a
+# stand-in (this machine reaches no public registry).
+PODINFO_VERSION=6.7.1
 NODE_OWNER_FILE=/run/tether-real-node
 NODE_PACKAGES=(containerd runc containernetworking-plugins busybox-static iptables conntrack docker-registry skopeo)
 NODE_COMMANDS=(kubelet kube-proxy)
@@ -133,6 +136,10 @@ state = "$node/containerd/state"
     Root = "$node/runc"
   [plugins."io.containerd.grpc.v1.cri".registry.mirrors."$NODE_REGISTRY"]
     endpoint = ["http://127.0.0.1:$REGISTRY_PORT"]
+  # This machine reaches no public registry: ghcr.io's name serves the stand-in of
+  # the book's getting-started image (scripts/oci-image --workload … 9898).
+  [plugins."io.containerd.grpc.v1.cri".registry.mirrors."ghcr.io"]
+    endpoint = ["http://127.0.0.1:$REGISTRY_PORT"]
   [plugins."io.containerd.grpc.v1.cri".registry.mirrors."127.0.0.1:$REGISTRY_PORT"]
     endpoint = ["http://127.0.0.1:$REGISTRY_PORT"]
 EOF
@@ -192,13 +199,14 @@ EOF
 # The node's images, made once per busybox (scripts/oci-image) and cached.
 node_images() {
   local digest layout
-  digest=$( { sha256sum /bin/busybox; cat "$ROOT/scripts/oci-image"; } | sha256sum | cut -c1-12)
+  digest=$( { sha256sum /bin/busybox; cat "$ROOT/scripts/oci-image"; echo "$PODINFO_VERSION"; } | sha256sum | cut -c1-12)
   layout="$CACHE_DIR/node-images/$digest"
   if [[ ! -f "$layout/index.json" ]]; then
     rm -rf "$layout.partial"
     "$ROOT/scripts/oci-image" --pause "$layout.partial" pause-1 \
       && "$ROOT/scripts/oci-image" --workload 1.0.0 "$layout.partial" workload-1.0.0 \
       && "$ROOT/scripts/oci-image" --workload 2.0.0 "$layout.partial" workload-2.0.0 \
+      && "$ROOT/scripts/oci-image" --workload "$PODINFO_VERSION" "$layout.partial" podinfo 9898 \
       || die "cannot make the node's images (scripts/oci-image)"
     rm -rf "$layout" && mv "$layout.partial" "$layout"
   fi
@@ -229,6 +237,10 @@ node_up() {
     skopeo copy -q --dest-tls-verify=false "oci:$images:${tag/:/-}" "docker://127.0.0.1:$REGISTRY_PORT/$tag" >&2 \
       || die "skopeo could not push $tag to the node's registry"
   done
+  # The book's getting-started image, under its public name (ghcr.io is mirrored here).
+  skopeo copy -q --dest-tls-verify=false "oci:$images:podinfo" \
+    "docker://127.0.0.1:$REGISTRY_PORT/stefanprodan/podinfo:$PODINFO_VERSION" >&2 \
+    || die "skopeo could not push the podinfo stand-in to the node's registry"
   start containerd containerd --config "$node/containerd.toml"
   local deadline=$((SECONDS + 30))
   until ctr -a "$node/containerd.sock" version >/dev/null 2>&1; do

@@ -113,14 +113,28 @@ fn page(title: &str) -> String {
     format!("{GENERATED}\n\n# {title}\n\n")
 }
 
-/// Text made fit for a table's cell: one line, `|` escaped.
+/// Text made fit for a table's cell: one line, `|` escaped, prose that looks like
+/// HTML (`Name <email>`) shown as written.
 fn cell(text: &str) -> String {
     let paragraphs: Vec<String> = text
         .trim()
         .split("\n\n")
-        .map(|p| p.split_whitespace().collect::<Vec<_>>().join(" "))
+        .map(|p| literal(&p.split_whitespace().collect::<Vec<_>>().join(" ")))
         .collect();
     paragraphs.join("<br><br>").replace('|', "\\|")
+}
+
+/// Markdown whose `<` and `>` outside code spans are text, not HTML: Markdown passes
+/// a tag through, so a help text's `Name <email>` would vanish from the page.
+fn literal(text: &str) -> String {
+    text.split('`')
+        .enumerate()
+        .map(|(i, part)| match i % 2 {
+            0 => part.replace('<', "&lt;").replace('>', "&gt;"),
+            _ => part.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("`")
 }
 
 /// A table of `rows` under `header`.
@@ -393,7 +407,7 @@ fn command_section(
 fn paragraphs(text: &str) -> String {
     text.trim()
         .split("\n\n")
-        .map(|p| p.split_whitespace().collect::<Vec<_>>().join(" "))
+        .map(|p| literal(&p.split_whitespace().collect::<Vec<_>>().join(" ")))
         .collect::<Vec<_>>()
         .join("\n\n")
 }
@@ -811,6 +825,10 @@ mod tests {
     #[test]
     fn cells_are_one_line_with_bars_escaped() {
         assert_eq!(cell("a | b\nc\n\nd"), "a \\| b c<br><br>d");
+        assert_eq!(
+            cell("\"Name <email>\" (`tether <tether@localhost>`)"),
+            "\"Name &lt;email&gt;\" (`tether <tether@localhost>`)"
+        );
     }
 
     #[test]

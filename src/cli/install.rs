@@ -23,7 +23,8 @@ pub struct InstallArgs {
     /// The daemon's image (default: the release image of this version).
     #[arg(long)]
     pub image: Option<String>,
-    /// How many replicas run (one leads; the others wait to take over).
+    /// How many replicas run (they share the Sources, each Source run by one; a
+    /// stopped replica's Sources move to the others).
     #[arg(long, default_value_t = 2)]
     pub replicas: u32,
     /// The StorageClass of each replica's state volume (default: the cluster's).

@@ -115,9 +115,9 @@ enum Command {
         after_help = "Examples:\n  tether graph examples/openstack\n  tether graph examples/openstack --format dot | dot -Tsvg > workflow.svg"
     )]
     Graph(GraphArgs),
-    /// Install the daemon: its namespace, the Source CRD (waited for until
-    /// established), RBAC, a StatefulSet of two replicas, a Service, a disruption
-    /// budget of the server's version and a webhook Secret of random bytes.
+    /// Install the daemon: its namespace, the Source and Cluster CRDs (waited for
+    /// until established), RBAC, a StatefulSet of two replicas that share the Sources,
+    /// a Service, a PodDisruptionBudget and a webhook Secret of random bytes.
     ///
     /// Server-side apply: run it again to upgrade, or to see that nothing changed
     /// (each object is printed created, configured or unchanged). --export prints the
@@ -125,8 +125,8 @@ enum Command {
     /// `kubectl apply -k deploy/`). Exits 0 when installed, 2 on error.
     #[command(after_help = "Examples:\n  tether install\n  tether install --export > tether.yaml")]
     Install(install::InstallArgs),
-    /// Remove the daemon and the Source CRD (and so every Source). The objects the
-    /// Sources applied stay, with their inventories.
+    /// Remove the daemon and the Source and Cluster CRDs (and so every Source and
+    /// Cluster). The objects the Sources applied stay, with their inventories.
     ///
     /// The namespace is deleted too unless it holds objects install did not make.
     /// Exits 0 when nothing of tether is left, 2 on error.
@@ -317,7 +317,7 @@ enum Command {
     /// inline errors through yaml-language-server).
     ///
     /// Reference it from a model file's first line, or map it to the models in the
-    /// editor's settings (README, "Editor support").
+    /// editor's settings (the book's Editors guide).
     #[command(
         after_help = "Example:\n  tether schema > tether.schema.json\n  # then, as the first line of a model file:\n  # yaml-language-server: $schema=../tether.schema.json"
     )]

@@ -212,8 +212,8 @@ pub fn github_property(text: &str) -> String {
     github_data(text).replace(':', "%3A").replace(',', "%2C")
 }
 
-/// `validate`'s verdict as one JSON object, every diagnostic in it (see README,
-/// "validate in CI"). Decrypted values are starred, as everywhere.
+/// `validate`'s verdict as one JSON object, every diagnostic in it (see the book,
+/// reference/json-formats.md). Decrypted values are starred, as everywhere.
 pub fn json_report(
     diagnostics: &Diagnostics,
     files: &SourceFiles,

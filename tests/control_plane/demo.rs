@@ -184,6 +184,21 @@ fn the_demo_shows_every_step_and_stops_what_it_started() {
     let steps = headings(&text);
     let numbers: Vec<usize> = steps.iter().map(|(number, _)| *number).collect();
     assert_eq!(numbers, (1..=steps.len()).collect::<Vec<_>>(), "{steps:?}");
+    // The book's page lists the same steps, numbered as the demo numbers them.
+    let page = tether_testkit::book::page(root, "getting-started/demo.md");
+    let documented: Vec<String> = page
+        .lines()
+        .filter_map(|l| l.strip_prefix("### "))
+        .map(str::to_string)
+        .collect();
+    let shown: Vec<String> = steps
+        .iter()
+        .map(|(number, title)| format!("{number}. {title}"))
+        .collect();
+    assert_eq!(
+        documented, shown,
+        "docs/book/src/getting-started/demo.md's steps"
+    );
     assert!(
         steps
             .last()

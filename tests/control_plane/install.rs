@@ -414,7 +414,7 @@ fn install_check_tree_suspend_uninstall_and_kustomize_from_an_empty_cluster() {
     assert_eq!(webhook_secret().len(), 88);
     cli.tether_ok(&["check"]);
 
-    // Git credentials made with kubectl, as README says, keep the namespace too.
+    // Git credentials made with kubectl, as the book's Sources guide says, keep the namespace too.
     cli.kubectl_ok(&[
         "-n",
         NS,

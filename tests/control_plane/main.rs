@@ -3,7 +3,9 @@
 //! stopped mid-apply), `scripts/demo` (`demo`), `tether install` and
 //! `uninstall` (`install`), `scripts/image` (`image`: the
 //! release build, pushed to a registry and run from its own root filesystem), and the
-//! real node (`real_node`: containers, and the daemon in a pod of that image). A
+//! real node (`real_node`: containers, and the daemon in a pod of that image), and the
+//! book's pages that need a cluster, run as written (`getting_started`: on your own
+//! cluster, on the real node; `install_page`). A
 //! binary of their own, so that `cargo test` runs them after the shared control
 //! plane's tests (`tests/cluster`) instead of beside them: a dozen control planes
 //! starting at once on two cores made the timing of the cluster tests' waves and
@@ -11,8 +13,9 @@
 
 mod cli;
 mod demo;
+mod getting_started;
 mod image;
 mod install;
+mod install_page;
 mod local_cluster;
-mod readme;
 mod real_node;

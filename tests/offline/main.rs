@@ -1,5 +1,7 @@
 //! tether without a control plane, in one test binary: the binary as a user runs it
-//! (`cli`), its `--help` and manual pages (`help`), README's contents and links (`readme`), the book's reference pages (`reference`), the offline commands caught in a trap that any reach for a cluster would
+//! (`cli`), its `--help` and manual pages (`help`), the book's pages, their links and
+//! the offline getting-started page run as written (`book`), the book's reference
+//! pages equal to the code (`reference`), the offline commands caught in a trap that any reach for a cluster would
 //! fall into (`no_cluster`), the snapshot corpus (`corpus`), discovery's and the
 //! workflow's pure stages on whole repositories (`discover`, `workflow`), the loader's
 //! properties (`loader_props`), `tether schema` (`schema`), sops compatibility
@@ -12,6 +14,7 @@
 //! The core's own data tests are `crates/tether-core/tests/core`; the tests against a
 //! control plane are `tests/cluster`.
 
+mod book;
 mod cli;
 mod corpus;
 mod discover;
@@ -27,7 +30,6 @@ mod loader_props;
 mod no_cluster;
 mod notify;
 mod oci;
-mod readme;
 mod reference;
 mod schema;
 mod sops;

@@ -92,7 +92,7 @@ fn waves_gates_selections_and_graphs() {
     Cases::dirs(dir, "expected.txt")
         .at_least(2)
         .check(snapshot_of);
-    // The example of the README, with its configuration files.
+    // examples/openstack, with its configuration files.
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     snapshot::check(
         &root.join("tests/snapshots/openstack.workflow.txt"),

@@ -1,6 +1,7 @@
 //! Reports of a plan, for people and programs: text (colour on a terminal),
 //! Markdown for a pull request comment, and JSON with a stable schema
-//! (`tether.dev/diff/v1`, documented in README.md). Same plan, same bytes.
+//! (`tether.dev/diff/v1`, documented in the book's reference/json-formats.md). Same
+//! plan, same bytes.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

@@ -10,6 +10,7 @@
 //!   validates every request against the host's official description;
 //! - [`broker`]: a Kafka-protocol broker and an independent consumer;
 //! - [`audit`]: the local control plane's audit log, entry by entry;
+//! - [`book`]: the book's pages as the shell scripts a reader would run;
 //! - [`registry`]: an OCI registry (Debian's docker-registry) with its access log;
 //! - [`tools`]: the pinned Helm and Kustomize (`scripts/helm-tools`);
 //! - [`cluster`] (feature `cluster`): local control planes (`scripts/local-cluster`),
@@ -25,6 +26,7 @@
 #![warn(clippy::too_many_lines)]
 
 pub mod audit;
+pub mod book;
 pub mod broker;
 #[cfg(feature = "browser")]
 pub mod browser;

@@ -1,5 +1,5 @@
 //! What `tether install` puts in a cluster, as data (pure): the daemon's Namespace,
-//! the Source CRD, its RBAC, a StatefulSet whose pods keep their event outboxes on a
+//! the Source and Cluster CRDs, its RBAC, a StatefulSet whose pods keep their event outboxes on a
 //! volume of their own, a Service for the webhooks and a PodDisruptionBudget.
 //! `tether install --export` prints it, and `deploy/` holds it.
 

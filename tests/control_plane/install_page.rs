@@ -1,7 +1,8 @@
-//! README's Install section, followed verbatim: every `tether` and `kubectl` command of
-//! its shell blocks runs, in order, against an empty control plane of its own, and
-//! must succeed. (`cargo install` is not run here: the image test builds the release
-//! binary; the commands run the binary under test.)
+//! The book's Install page (`docs/book/src/operations/install.md`), followed as
+//! written: every `tether` and `kubectl` command of the shell blocks of its sections
+//! "Install the daemon" and "Next" runs, in order, against an empty control plane of
+//! its own, and must succeed. (`cargo install` is not run here: the image test builds
+//! the release binary; the commands run the binary under test.)
 
 use std::path::Path;
 use std::process::Command;
@@ -9,42 +10,44 @@ use std::process::Command;
 use tether_testkit::cluster::{LocalCluster, binaries};
 use tether_testkit::remote::Remote;
 
-/// The command lines of the shell blocks of README's `## Install` section, without
-/// their comments.
-fn install_commands(readme: &str) -> Vec<String> {
-    let start = readme
-        .find("\n## Install\n")
-        .expect("README has an Install section");
-    let section = &readme[start + 1..];
-    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
+/// The command lines of the shell blocks of the page's `## {title}` sections, in
+/// order, without their comments.
+fn section_commands(page: &str, titles: &[&str]) -> Vec<String> {
     let mut commands = Vec::new();
-    let mut in_shell = false;
-    for line in section.lines() {
-        match line.trim() {
-            "```sh" => in_shell = true,
-            "```" => in_shell = false,
-            command if in_shell && !command.is_empty() => {
-                let command = command.split(" #").next().unwrap_or_default().trim();
-                commands.push(command.to_string());
+    for title in titles {
+        let start = page
+            .find(&format!("\n## {title}\n"))
+            .unwrap_or_else(|| panic!("the page has a section {title:?}"));
+        let section = &page[start + 1..];
+        let section = &section[..section[3..].find("\n## ").map_or(section.len(), |i| i + 3)];
+        let mut in_shell = false;
+        for line in section.lines() {
+            match line.trim() {
+                "```sh" => in_shell = true,
+                "```" => in_shell = false,
+                command if in_shell && !command.is_empty() => {
+                    let command = command.split(" #").next().unwrap_or_default().trim();
+                    commands.push(command.to_string());
+                }
+                _ => {}
             }
-            _ => {}
         }
     }
     commands
 }
 
 #[test]
-fn the_install_section_runs_as_written_on_an_empty_cluster() {
+fn the_install_page_runs_as_written_on_an_empty_cluster() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
-    let commands = install_commands(&readme);
+    let page = tether_testkit::book::page(root, "operations/install.md");
+    let commands = section_commands(&page, &["Install the daemon", "Next"]);
     let run: Vec<&String> = commands
         .iter()
         .filter(|c| c.starts_with("tether ") || c.starts_with("kubectl "))
         .collect();
     assert!(
         run.iter().any(|c| c.as_str() == "tether install"),
-        "the Install section installs: {commands:?}"
+        "the Install page installs: {commands:?}"
     );
 
     let cluster = LocalCluster::start(1);
@@ -95,7 +98,7 @@ fn the_install_section_runs_as_written_on_an_empty_cluster() {
         };
         assert!(
             out.status.success(),
-            "README's `{command}` failed:\n{}{}",
+            "the Install page's `{command}` failed:\n{}{}",
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
