@@ -437,3 +437,112 @@ fn install_check_tree_suspend_uninstall_and_kustomize_from_an_empty_cluster() {
             .success()
     );
 }
+
+/// The book's bootstrap guide (`docs/book/src/guides/bootstrap.md`): after `tether
+/// install`, a Source applies the install exported into Git (with the page's
+/// `bootstrap.yaml`, as written but for the repository's URL) as the installed
+/// ServiceAccount; it adopts tether's own objects without a conflict, a commit that
+/// changes the replicas install wrote is applied, and the export removed from Git
+/// releases tether's objects, never deletes them.
+#[test]
+fn a_source_takes_over_tether_s_own_install_and_upgrades_it_by_commit() {
+    let cluster = LocalCluster::start(1);
+    let cli = Cli {
+        kubeconfig: cluster.kubeconfig(),
+    };
+    cli.tether_ok(&["install"]);
+    let page =
+        tether_testkit::book::page(Path::new(env!("CARGO_MANIFEST_DIR")), "guides/bootstrap.md");
+    let start = "```yaml\n# clusters/dev/tether-system/bootstrap.yaml\n";
+    let block = &page[page.find(start).expect("the page's bootstrap.yaml") + 8..];
+    let bootstrap_yaml = &block[..block.find("```").unwrap()];
+    assert!(bootstrap_yaml.contains("https://github.com/you/fleet"));
+
+    // The fleet repository, made with the git CLI; the daemon runs here and reads it
+    // at its file:// URL.
+    let fleet = tempfile::tempdir().unwrap();
+    let dir = fleet.path().join("clusters/dev/tether-system");
+    std::fs::create_dir_all(&dir).unwrap();
+    let git = |args: &[&str]| {
+        let out = Command::new("git")
+            .args(["-c", "user.name=you", "-c", "user.email=you@example.com"])
+            .args(args)
+            .current_dir(fleet.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", text(&out.stderr));
+    };
+    let url = format!("file://{}", fleet.path().display());
+    let bootstrap_yaml = bootstrap_yaml.replace("https://github.com/you/fleet", &url);
+    std::fs::write(
+        dir.join("tether.yaml"),
+        cli.tether_ok(&["install", "--export"]),
+    )
+    .unwrap();
+    std::fs::write(dir.join("bootstrap.yaml"), &bootstrap_yaml).unwrap();
+    git(&["init", "-q", "-b", "main"]);
+    git(&["add", "."]);
+    git(&["commit", "-qm", "tether manages itself"]);
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), &bootstrap_yaml).unwrap();
+    cli.kubectl_ok(&["apply", "-f", file.path().to_str().unwrap()]);
+    let state = tempfile::tempdir().unwrap();
+    let _daemon = daemon(cluster.kubeconfig(), state.path());
+    cli.kubectl_ok(&[
+        "wait",
+        "--for=condition=Ready",
+        "source/fleet",
+        "-n",
+        NS,
+        "--timeout=120s",
+    ]);
+    let tree = cli.tether_ok(&["tree", "fleet", "-n", NS]);
+    for object in [
+        "StatefulSet/tether (apps/v1) [adopted]",
+        "CustomResourceDefinition/sources.tether.dev (apiextensions.k8s.io/v1) [adopted]",
+        "ClusterRoleBinding/tether-bootstrap (rbac.authorization.k8s.io/v1) [adopted]",
+        "Source/fleet (tether.dev/v1alpha1) [adopted]",
+    ] {
+        assert!(tree.contains(object), "{tree}");
+    }
+
+    // An upgrade by commit: install's own value of the replicas, changed in Git.
+    let three = cli.tether_ok(&["install", "--export", "--replicas", "3"]);
+    std::fs::write(dir.join("tether.yaml"), three).unwrap();
+    git(&["commit", "-qam", "tether: three replicas"]);
+    cli.tether_ok(&["reconcile", "fleet", "-n", NS]);
+    let statefulset = cli.json(&[
+        "get",
+        "statefulset",
+        "tether",
+        "-n",
+        NS,
+        "--show-managed-fields",
+    ]);
+    assert_eq!(statefulset["spec"]["replicas"], 3, "{statefulset}");
+    let managers: Vec<&str> = statefulset["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["fieldsV1"]["f:spec"]["f:replicas"].is_object())
+        .map(|e| e["manager"].as_str().unwrap())
+        .collect();
+    assert_eq!(managers, ["tether:tether-system/fleet"], "{statefulset}");
+
+    // The export removed from Git: tether's objects are released, not deleted.
+    git(&["rm", "-q", "clusters/dev/tether-system/tether.yaml"]);
+    git(&["commit", "-qm", "tether's objects out of Git"]);
+    cli.tether_ok(&["reconcile", "fleet", "-n", NS]);
+    let statefulset = cli.json(&["get", "statefulset", "tether", "-n", NS]);
+    assert!(
+        statefulset["metadata"]["deletionTimestamp"].is_null(),
+        "{statefulset}"
+    );
+    let labels = &statefulset["metadata"]["labels"];
+    assert!(
+        labels["applyset.kubernetes.io/part-of"].is_null(),
+        "released: {labels}"
+    );
+    cli.kubectl_ok(&["get", "crd", "sources.tether.dev"]);
+    cli.kubectl_ok(&["get", "clusterrole", "tether"]);
+}

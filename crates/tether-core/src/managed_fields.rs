@@ -7,6 +7,10 @@
 //!   kubectl's.
 //! - the fields of the manager every inventory shared before each had its own
 //!   ([`crate::ownership::MANAGER`]) move whole to the inventory's manager.
+//! - the fields `tether install` applied ([`crate::ownership::INSTALL_MANAGER`]) and
+//!   the inventory sets move to it: a Source that applies tether's own install from
+//!   Git (bootstrap) then changes them by commit, instead of meeting a conflict on
+//!   each one a commit changes (`--replicas`, the image).
 //!
 //! Pure.
 //!
@@ -18,7 +22,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntr
 use kube_core::DynamicObject;
 use serde_json::{Map, Value};
 
-use crate::ownership::MANAGER;
+use crate::ownership::{INSTALL_MANAGER, MANAGER};
 
 /// The managers of client-side apply: kubectl's, and the one the server names for an
 /// object's creation before any apply.
@@ -28,7 +32,7 @@ const CLIENT_SIDE_MANAGERS: &[&str] = &["kubectl-client-side-apply", "before-fir
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Giving {
     Nothing,
-    /// The fields tether sets (a client-side apply).
+    /// The fields tether sets (a client-side apply, or tether's own install).
     WhatTetherSets,
     /// Every field (tether's former shared manager).
     Everything,
@@ -40,9 +44,18 @@ fn giving(entry: &ManagedFieldsEntry, manager: &str) -> Giving {
         (Some(name), Some("Update")) if CLIENT_SIDE_MANAGERS.contains(&name) => {
             Giving::WhatTetherSets
         }
+        (Some(INSTALL_MANAGER), Some("Apply")) => Giving::WhatTetherSets,
         (Some(MANAGER), Some("Apply")) if manager != MANAGER => Giving::Everything,
         _ => Giving::Nothing,
     }
+}
+
+/// Is a conflict with `manager` taken quietly once its fields are handed over? Those
+/// of tether's former shared manager and of `tether install` are tether's own: an
+/// inventory takes them whatever their value (a client-side apply's differing value
+/// stays a conflict: someone else chose it).
+pub fn gives_way(manager: &str) -> bool {
+    manager == MANAGER || manager == INSTALL_MANAGER
 }
 
 /// Does an object's field ownership hold anything to hand over to `manager`?
@@ -425,6 +438,27 @@ mod tests {
             Some(
                 json!({"f:spec": {"f:ports": {"k:{\"port\":443,\"protocol\":\"TCP\"}": {".": {}, "f:port": {}}}}})
             )
+        );
+    }
+
+    /// Bootstrap: a Source applies the objects `tether install` made; the fields it
+    /// sets become its own, so a commit changing the replicas is no conflict.
+    #[test]
+    fn the_fields_of_tether_s_own_install_that_a_source_sets_move_to_it() {
+        let install = entry(
+            INSTALL_MANAGER,
+            "Apply",
+            json!({"f:spec": {"f:replicas": {}, "f:serviceName": {}}}),
+        );
+        let desired = json!({"spec": {"replicas": 3}});
+        let after = handed_at_epoch(&[install], &desired, OURS).unwrap();
+        assert_eq!(
+            fields(&after, OURS),
+            Some(json!({"f:spec": {"f:replicas": {}}}))
+        );
+        assert_eq!(
+            fields(&after, INSTALL_MANAGER),
+            Some(json!({"f:spec": {"f:serviceName": {}}}))
         );
     }
 

@@ -15,6 +15,10 @@ use crate::k8s;
 /// manager tether applied with before each inventory had its own
 /// ([`Inventory::field_manager`]); fields it still owns are handed over.
 pub const MANAGER: &str = "tether";
+/// `tether install`'s field manager. A Source that applies tether's own objects (its
+/// install exported into Git: bootstrap) takes over the fields it sets from it
+/// ([`crate::managed_fields`]).
+pub const INSTALL_MANAGER: &str = "tether-install";
 /// The longest field manager the API server takes.
 const FIELD_MANAGER_LIMIT: usize = 128;
 pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";

@@ -24,7 +24,7 @@ pub use manifests::{InstallOptions, manifests};
 
 /// The field manager of install's applies (not the daemon's: its objects are not a
 /// Source's).
-pub const FIELD_MANAGER: &str = "tether-install";
+pub const FIELD_MANAGER: &str = tether_core::ownership::INSTALL_MANAGER;
 
 /// A server's Kubernetes version, major and minor.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]

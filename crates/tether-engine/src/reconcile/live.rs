@@ -37,8 +37,8 @@ use tether_core::k8s::{ObjectKey, api_group};
 use tether_core::managed_fields::{self, live_value};
 use tether_core::normalize::place;
 use tether_core::ownership::{
-    APPLYSET_ID_LABEL, Inventory, MANAGER, MODEL_ANNOTATION, PART_OF_LABEL, SOURCE_ANNOTATION,
-    annotation, is_inventory_record, is_ownership_mark, is_record_name, other_inventory,
+    APPLYSET_ID_LABEL, Inventory, MODEL_ANNOTATION, PART_OF_LABEL, SOURCE_ANNOTATION, annotation,
+    is_inventory_record, is_ownership_mark, is_record_name, other_inventory,
 };
 use tether_core::plan::{
     Action, Change, FieldConflict, change_diff, conflicts_of, empty_map_at, provably_unchanged,
@@ -849,7 +849,8 @@ struct UpdateFacts<'a> {
     conflicts: Vec<FieldConflict>,
     /// The other tether inventory the object belongs to, if any.
     owned_by: Option<&'a str>,
-    /// Fields applied client-side by kubectl are handed over to this inventory first.
+    /// Fields applied client-side by kubectl, or by tether's former shared manager or
+    /// its install, are handed over to this inventory first.
     handed_over: bool,
     /// The object is labelled as this inventory's.
     ours: bool,
@@ -886,7 +887,7 @@ fn judge_update(facts: UpdateFacts<'_>) -> Judged {
     let (taken_quietly, mut conflicts): (Vec<FieldConflict>, Vec<FieldConflict>) =
         conflicts.into_iter().partition(|c| {
             is_ownership_mark(&c.field)
-                || (handed_over && c.manager == MANAGER)
+                || (handed_over && managed_fields::gives_way(&c.manager))
                 || same_value_at(live, result, &c.field)
                 || empty_map_at(live, &c.field)
         });
@@ -1187,6 +1188,35 @@ mod tests {
         assert_eq!(judged.action, Action::Conflict);
         assert!(judged.drift && !judged.force);
         assert!(judged.diff.contains("replicas"), "{}", judged.diff);
+    }
+
+    /// Bootstrap: a commit changes the replicas `tether install` applied; its fields
+    /// are handed over first, so this is an update, not a conflict. kubectl's are not.
+    #[test]
+    fn a_field_of_tether_s_own_install_is_taken_after_its_hand_over() {
+        let live = deployment(2, "tether-install");
+        let result = deployment(3, "tether-install");
+        let judged = judge_update(UpdateFacts {
+            handed_over: true,
+            ours: false,
+            ..facts(
+                &live,
+                &result,
+                vec![conflict("tether-install", ".spec.replicas")],
+            )
+        });
+        assert_eq!(judged.action, Action::Update);
+        assert!(judged.conflicts.is_empty() && judged.force);
+        let judged = judge_update(UpdateFacts {
+            handed_over: true,
+            ours: false,
+            ..facts(
+                &live,
+                &result,
+                vec![conflict("kubectl-client-side-apply", ".spec.replicas")],
+            )
+        });
+        assert_eq!(judged.action, Action::Conflict);
     }
 
     #[test]
