@@ -233,6 +233,25 @@ fn the_rust_version_stated_is_cargo_s() {
     assert!(stated > 0, "the book says which Rust it needs");
 }
 
+/// The corpus counts the book states are the corpus's (README once said 42 invalid
+/// repositories where there were 53).
+#[test]
+fn the_corpus_counts_stated_are_the_corpus_s() {
+    let page = book::page(root(), "contributing/tests.md");
+    let page = page.split_whitespace().collect::<Vec<_>>().join(" ");
+    for (kind, word) in [("invalid", "invalid repositories"), ("valid", "valid ones")] {
+        let count = std::fs::read_dir(root().join("tests/cases").join(kind))
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().path().is_dir())
+            .count();
+        let stated = format!("{count} {word}");
+        assert!(
+            page.contains(&stated),
+            "contributing/tests.md should say \"{stated}\" (tests/cases/{kind} holds {count})"
+        );
+    }
+}
+
 /// The offline page, followed as written from a clone's root: no cluster, no
 /// kubeconfig (the page's `kubectl create --dry-run=client` needs none).
 #[test]
