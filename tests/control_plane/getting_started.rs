@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use tether_testkit::book;
-use tether_testkit::cluster::{LocalCluster, binaries, real_node};
+use tether_testkit::cluster::{LocalCluster, reader_path, real_node};
 
 use crate::cli::{Cli, text};
 
@@ -25,13 +25,7 @@ fn the_your_cluster_page_runs_as_written_and_its_source_keeps_the_repository_app
     let node = real_node();
     let cluster = LocalCluster::start_real(&node);
     let home = tempfile::tempdir().unwrap();
-    let bin = Path::new(env!("CARGO_BIN_EXE_tether")).parent().unwrap();
-    let path = format!(
-        "{}:{}:{}",
-        bin.display(),
-        binaries().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let path = reader_path(Path::new(env!("CARGO_BIN_EXE_tether")));
     let child = Command::new("bash")
         .args(["-c", &script])
         .current_dir(home.path())

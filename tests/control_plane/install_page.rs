@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use tether_testkit::cluster::{LocalCluster, binaries};
+use tether_testkit::cluster::{LocalCluster, reader_path};
 use tether_testkit::remote::Remote;
 
 /// The command lines of the shell blocks of the page's `## {title}` sections, in
@@ -52,13 +52,7 @@ fn the_install_page_runs_as_written_on_an_empty_cluster() {
 
     let cluster = LocalCluster::start(1);
     let work = tempfile::tempdir().unwrap();
-    let bin = Path::new(env!("CARGO_BIN_EXE_tether")).parent().unwrap();
-    let path = format!(
-        "{}:{}:{}",
-        bin.display(),
-        binaries().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let path = reader_path(Path::new(env!("CARGO_BIN_EXE_tether")));
     // What the reader brings: a namespace and the Source the section applies.
     let remote = Remote::new(&[(
         "web.yaml",

@@ -261,13 +261,7 @@ fn the_offline_getting_started_page_runs_as_written() {
     for dir in ["/tmp/tether-broken", "/tmp/tether-mine"] {
         let _ = std::fs::remove_dir_all(dir);
     }
-    let bin = Path::new(env!("CARGO_BIN_EXE_tether")).parent().unwrap();
-    let path = format!(
-        "{}:{}:{}",
-        bin.display(),
-        tether_testkit::cluster::binaries().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let path = tether_testkit::cluster::reader_path(Path::new(env!("CARGO_BIN_EXE_tether")));
     let home = tempfile::tempdir().unwrap();
     let out = Command::new("bash")
         .args(["-c", &script])

@@ -44,6 +44,18 @@ pub fn binaries() -> PathBuf {
     PathBuf::from(String::from_utf8(output.stdout).expect("utf-8").trim())
 }
 
+/// The PATH of a reader's shell, as the book's pages assume it: the directory of the
+/// `tether` under test first, then the control plane's binaries (kubectl), then the
+/// machine's.
+pub fn reader_path(tether: &Path) -> String {
+    format!(
+        "{}:{}:{}",
+        tether.parent().unwrap_or(tether).display(),
+        binaries().display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
 /// A control plane: the shared one of the test process ([`LocalCluster::shared`]), or
 /// one of the caller's own ([`LocalCluster::start`]), stopped and removed when dropped.
 pub struct LocalCluster {

@@ -1196,27 +1196,17 @@ mod tests {
     fn a_field_of_tether_s_own_install_is_taken_after_its_hand_over() {
         let live = deployment(2, "tether-install");
         let result = deployment(3, "tether-install");
-        let judged = judge_update(UpdateFacts {
-            handed_over: true,
-            ours: false,
-            ..facts(
-                &live,
-                &result,
-                vec![conflict("tether-install", ".spec.replicas")],
-            )
-        });
-        assert_eq!(judged.action, Action::Update);
-        assert!(judged.conflicts.is_empty() && judged.force);
-        let judged = judge_update(UpdateFacts {
-            handed_over: true,
-            ours: false,
-            ..facts(
-                &live,
-                &result,
-                vec![conflict("kubectl-client-side-apply", ".spec.replicas")],
-            )
-        });
-        assert_eq!(judged.action, Action::Conflict);
+        for (manager, action) in [
+            ("tether-install", Action::Update),
+            ("kubectl-client-side-apply", Action::Conflict),
+        ] {
+            let judged = judge_update(UpdateFacts {
+                handed_over: true,
+                ours: false,
+                ..facts(&live, &result, vec![conflict(manager, ".spec.replicas")])
+            });
+            assert_eq!(judged.action, action, "{manager}");
+        }
     }
 
     #[test]
