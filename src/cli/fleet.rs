@@ -24,7 +24,7 @@ pub enum FleetCommand {
     /// missing. Safe to run again. The kubeconfig holds the token: treat it as secret.
     #[command(after_help = "Examples:
   tether fleet join edge-1 --hub-kubeconfig hub.yaml -o edge-1-hub.yaml
-  kubectl --context edge-1 -n tether create secret generic tether-fleet-hub --from-file=kubeconfig=edge-1-hub.yaml")]
+  kubectl --context edge-1 -n tether-system create secret generic tether-fleet-hub --from-file=kubeconfig=edge-1-hub.yaml")]
     Join(JoinArgs),
     /// Take a cluster's right to report away: its RoleBinding, Role, token Secret and
     /// ServiceAccount are deleted, and the hub's API server refuses its token from

@@ -32,6 +32,11 @@ fn the_your_cluster_page_runs_as_written_and_its_source_keeps_the_repository_app
         .env("PATH", path)
         .env("HOME", home.path())
         .env("KUBECONFIG", cluster.kubeconfig())
+        // The daemon's log, shown when the page fails, says what each pass did.
+        .env(
+            "TETHER_LOG_LEVEL",
+            "info,tether_daemon=debug,tether_engine::reconcile::cache=debug",
+        )
         // Its own process group: the daemon the page starts in the background goes
         // with it, whatever happens.
         .process_group(0)

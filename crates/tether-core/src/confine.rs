@@ -155,6 +155,9 @@ impl SourceConfinement {
         );
         let limits = &self.confinement;
         let why = match violation {
+            Violation::ClusterScoped if self.own_namespace_only => {
+                "it is cluster-scoped, and the daemon confines a Source to its own namespace unless the Source's spec.confine lists namespaces (and, for a cluster-scoped kind, spec.confine.kinds lists it)".to_string()
+            }
             Violation::ClusterScoped => {
                 "it is cluster-scoped, and the Source's spec allows cluster-scoped kinds only where spec.confine.kinds lists them".to_string()
             }

@@ -82,6 +82,7 @@ pub(crate) fn reporter(manager: String, drift: mpsc::Sender<Drift>) -> OnChange 
                     let writer = write.manager.clone().unwrap_or_default();
                     let seen = (writer.clone(), write.time.clone());
                     if reported.get(&key) == Some(&seen) {
+                        tracing::trace!(object = %key, writer, "not drift: this write was reported");
                         return;
                     }
                     reported.insert(key.clone(), seen);
@@ -89,7 +90,8 @@ pub(crate) fn reporter(manager: String, drift: mpsc::Sender<Drift>) -> OnChange 
                 }
                 // tether wrote last: the next write of anyone else is news, even in
                 // the same second as one reported before.
-                _ => {
+                newest => {
+                    tracing::trace!(object = %key, newest = ?newest.map(|w| (&w.manager, &w.time)), "not drift: tether wrote last");
                     reported.remove(&key);
                     return;
                 }

@@ -83,6 +83,17 @@ struct WatchState {
     subscribers: HashMap<String, Subscriber>,
     /// Filled while the watch (re)lists; swapped in when the listing is done.
     listing: HashMap<String, Objects>,
+    /// The objects a re-listing found changed since their subscriber's last view
+    /// (written while the watch was away), by inventory: told as changes when it is
+    /// done.
+    relisted: Vec<(String, DynamicObject)>,
+}
+
+/// A change a re-listing found, for `on_change` once the state is unlocked.
+struct Relisted {
+    on_change: OnChange,
+    object: DynamicObject,
+    deleted: bool,
 }
 
 struct Subscriber {
@@ -175,7 +186,7 @@ impl Watches {
                     let watch = Arc::new(SharedWatch {
                         state: Mutex::new(WatchState {
                             subscribers: HashMap::from([(applyset.clone(), subscriber)]),
-                            listing: HashMap::new(),
+                            ..WatchState::default()
                         }),
                         api,
                         task: Mutex::new(None),
@@ -307,7 +318,16 @@ impl SharedWatch {
         match event {
             Ok(Event::Init) => state.begin_listing(),
             Ok(Event::InitApply(object)) => state.listed(api_version, kind, object),
-            Ok(Event::InitDone) => state.end_listing(),
+            Ok(Event::InitDone) => {
+                let relisted = state.end_listing();
+                drop(state);
+                tracing::debug!(kind, changed = relisted.len(), "the watch listed again");
+                // What changed while the watch was away is told as the watch's own
+                // events are: a write someone made then is drift all the same.
+                for change in relisted {
+                    (change.on_change)(api_version, kind, &change.object, change.deleted);
+                }
+            }
             Ok(Event::Apply(object)) => {
                 let Some((applyset, key)) = identify(api_version, kind, &object) else {
                     return;
@@ -385,6 +405,7 @@ impl WatchState {
     /// The watch lists again: whoever is here now is complete once it is done.
     fn begin_listing(&mut self) {
         self.listing.clear();
+        self.relisted.clear();
         for subscriber in self.subscribers.values_mut() {
             subscriber.in_listing = true;
         }
@@ -398,6 +419,16 @@ impl WatchState {
         let Some(subscriber) = self.subscribers.get(&applyset) else {
             return;
         };
+        // A subscriber that had a complete view: what differs from it changed while
+        // the watch was away (its first listing is no news).
+        let changed = subscriber.synced
+            && subscriber.objects.get(&key).is_none_or(|kept| {
+                kept["metadata"]["resourceVersion"].as_str()
+                    != object.metadata.resource_version.as_deref()
+            });
+        if changed {
+            self.relisted.push((applyset.clone(), object.clone()));
+        }
         let value = live_value(object, api_version, kind, &subscriber.manager);
         self.listing
             .entry(applyset)
@@ -406,13 +437,41 @@ impl WatchState {
     }
 
     /// The listing is done: it replaces the objects of those it holds completely.
-    fn end_listing(&mut self) {
+    /// Returns what changed or went since each complete subscriber's last view.
+    fn end_listing(&mut self) -> Vec<Relisted> {
         let mut listing = std::mem::take(&mut self.listing);
+        let mut relisted: Vec<Relisted> = std::mem::take(&mut self.relisted)
+            .into_iter()
+            .filter_map(|(applyset, object)| {
+                let subscriber = self.subscribers.get(&applyset)?;
+                Some(Relisted {
+                    on_change: subscriber.on_change.clone(),
+                    object,
+                    deleted: false,
+                })
+            })
+            .collect();
         for (applyset, subscriber) in &mut self.subscribers {
             let listed = listing.remove(applyset).unwrap_or_default();
             match subscriber.in_listing {
                 // The listing holds all of its objects: what it lacks is gone.
                 true => {
+                    if subscriber.synced {
+                        relisted.extend(
+                            subscriber
+                                .objects
+                                .iter()
+                                .filter(|(key, _)| !listed.contains_key(*key))
+                                .filter_map(|(_, gone)| {
+                                    serde_json::from_value((**gone).clone()).ok()
+                                })
+                                .map(|object| Relisted {
+                                    on_change: subscriber.on_change.clone(),
+                                    object,
+                                    deleted: true,
+                                }),
+                        );
+                    }
                     subscriber.objects = listed;
                     subscriber.synced = true;
                     subscriber.deleted.clear();
@@ -426,6 +485,7 @@ impl WatchState {
             }
             subscriber.changes.fetch_add(1, Ordering::AcqRel);
         }
+        relisted
     }
 }
 
@@ -610,6 +670,51 @@ mod tests {
         assert_eq!(objects[&key("a")]["metadata"]["resourceVersion"], "15");
     }
 
+    /// A watch that was away (a dropped connection, a 410) lists again: what was
+    /// written or deleted meanwhile is told to its inventory, as the watch's events
+    /// would have told it (it went unseen, and `kubectl scale` during a watch's gap
+    /// under load waited for the interval to be corrected). A first listing is no news.
+    #[test]
+    fn a_re_listing_tells_what_changed_and_went_while_the_watch_was_away() {
+        let told: Arc<Mutex<Vec<(String, bool)>>> = Arc::default();
+        let mut state = WatchState::default();
+        let mut web = subscriber();
+        let seen = told.clone();
+        web.on_change = Arc::new(move |_, _, object, deleted| {
+            lock(&seen).push((object.name_any(), deleted));
+        });
+        state.subscribers.insert("web".into(), web);
+        state.begin_listing();
+        for name in ["same", "edited", "deleted"] {
+            state.listed("v1", "ConfigMap", object(name, "5", "web"));
+        }
+        assert!(state.end_listing().is_empty(), "a first listing is no news");
+
+        state.begin_listing();
+        state.listed("v1", "ConfigMap", object("same", "5", "web"));
+        state.listed("v1", "ConfigMap", object("edited", "9", "web"));
+        state.listed("v1", "ConfigMap", object("made", "10", "web"));
+        let relisted = state.end_listing();
+        for change in relisted {
+            (change.on_change)("v1", "ConfigMap", &change.object, change.deleted);
+        }
+        let mut told = lock(&told).clone();
+        told.sort();
+        assert_eq!(
+            told,
+            [
+                ("deleted".to_string(), true),
+                ("edited".to_string(), false),
+                ("made".to_string(), false)
+            ]
+        );
+        let keys: BTreeSet<&ObjectKey> = state.subscribers["web"].objects.keys().collect();
+        assert_eq!(
+            keys,
+            BTreeSet::from([&key("edited"), &key("made"), &key("same")])
+        );
+    }
+
     #[test]
     fn a_listing_replaces_what_it_holds_completely_and_completes_a_newcomer() {
         let mut state = WatchState::default();
@@ -624,7 +729,7 @@ mod tests {
         state.subscribers.insert("new".into(), newcomer);
         state.listed("v1", "ConfigMap", object("newer", "20", "new"));
         state.listed("v1", "ConfigMap", object("more", "21", "new"));
-        state.end_listing();
+        assert!(state.end_listing().is_empty(), "first listings are no news");
         let old = &state.subscribers["old"];
         assert!(old.synced);
         assert_eq!(old.objects.keys().collect::<Vec<_>>(), [&key("kept")]);
