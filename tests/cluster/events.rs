@@ -70,6 +70,39 @@ pub(crate) async fn events_of(jsonl: &Path, pod: &str, count: usize) -> Vec<Valu
     }
 }
 
+/// Waits until `count` Events tether recorded on `pod` are listed; returns their
+/// reasons, oldest first (their names end in the outbox's sequence).
+async fn recorded_reasons(
+    client: &kube::Client,
+    ns: &str,
+    pod: &str,
+    count: usize,
+) -> Vec<(String, String)> {
+    let recorded: Api<Event> = Api::namespaced(client.clone(), ns);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut reasons: Vec<(String, String)> = recorded
+            .list(&ListParams::default().fields(&format!("involvedObject.name={pod}")))
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.reporting_component.as_deref() == Some("tether"))
+            .map(|e| (e.metadata.name.unwrap(), e.reason.unwrap()))
+            .collect();
+        reasons.sort_by_key(|(name, _)| name.rsplit('-').next().unwrap().parse::<u64>().unwrap());
+        if reasons.len() >= count {
+            return reasons;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{pod}: {} Events of {count}: {reasons:?}",
+            reasons.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 fn statuses(events: &[Value]) -> Vec<&str> {
     events
         .iter()
@@ -138,6 +171,8 @@ async fn a_pods_life_is_four_events_in_order_in_every_sink() {
     kubectl(&["-n", &ns, "delete", "pod", "web", "--wait=false"]);
     gone(&pods, "web").await;
     let events = events_of(&jsonl, "web", 4).await;
+    // Each sink drains the outbox on its own: the Events may come a little later.
+    let reasons = recorded_reasons(&client, &ns, "web", 4).await;
     stop(watch);
 
     assert_eq!(
@@ -170,17 +205,6 @@ async fn a_pods_life_is_four_events_in_order_in_every_sink() {
     assert!(sequences.windows(2).all(|w| w[0] < w[1]), "{sequences:?}");
 
     // The same four on the pod, for `kubectl describe pod` (beside the scheduler's).
-    let recorded: Api<Event> = Api::namespaced(client.clone(), &ns);
-    let mut reasons: Vec<(String, String)> = recorded
-        .list(&ListParams::default().fields("involvedObject.name=web"))
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.reporting_component.as_deref() == Some("tether"))
-        .map(|e| (e.metadata.name.unwrap(), e.reason.unwrap()))
-        .collect();
-    reasons.sort_by_key(|(name, _)| name.rsplit('-').next().unwrap().parse::<u64>().unwrap());
     let reasons: Vec<&str> = reasons.iter().map(|(_, r)| r.as_str()).collect();
     assert_eq!(
         reasons,
