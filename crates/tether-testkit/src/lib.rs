@@ -4,8 +4,8 @@
 //!   page;
 //! - [`snapshot`]: a snapshot file per test ([`snapshot::check`]) and directories of
 //!   data-driven cases ([`snapshot::Cases`]), rewritten with `TETHER_BLESS=1`;
-//! - [`git`] and [`remote`]: the `git` CLI as the tests' second Git client, a remote
-//!   served by `git daemon`, a plain HTTP client;
+//! - [`git`], [`remote`] and [`git_http`]: the `git` CLI as the tests' second Git client, a remote
+//!   served by `git daemon` or over smart HTTP, a plain HTTP client;
 //! - [`githost`] (feature `githost`): a fake GitHub/GitLab API over HTTPS that
 //!   validates every request against the host's official description;
 //! - [`broker`]: a Kafka-protocol broker and an independent consumer;
@@ -33,6 +33,7 @@ pub mod browser;
 #[cfg(feature = "cluster")]
 pub mod cluster;
 pub mod git;
+pub mod git_http;
 #[cfg(feature = "githost")]
 pub mod githost;
 #[cfg(feature = "cluster")]

@@ -1,5 +1,5 @@
-//! A Git remote served by `git daemon` (pushed to with the `git` CLI), and a plain
-//! HTTP client: what the daemon's tests and benchmark share.
+//! A Git remote served by `git daemon` (pushed to with the `git` CLI), or over Git's
+//! smart HTTP, and a plain HTTP client: what the daemon's tests and benchmarks share.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -107,6 +107,12 @@ impl Remote {
             dir,
             log,
         }
+    }
+
+    /// The same repository over Git's smart HTTP protocol (Flux's source-controller
+    /// reaches Git only over HTTP(S) or SSH).
+    pub fn serve_http(&self) -> crate::git_http::GitHttp {
+        crate::git_http::GitHttp::serve(self.dir.path(), "remote.git")
     }
 
     /// Removes `name` from the models on `branch` and pushes; returns the commit.
@@ -287,4 +293,27 @@ pub(crate) fn status_and_body(response: &str) -> (u16, String) {
         .map(|(_, b)| b.to_string())
         .unwrap_or_default();
     (status, body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_remote_served_over_http_is_cloned_and_fetched_by_the_git_cli() {
+        let remote = Remote::new(&[("a/m.yaml", "kind: TrustDomain\nname: a\n")]);
+        let http = remote.serve_http();
+        let dir = tempfile::tempdir().unwrap();
+        git(dir.path(), &["clone", "-q", &http.url, "clone"]);
+        let clone = dir.path().join("clone");
+        assert_eq!(
+            std::fs::read_to_string(clone.join("models/a/m.yaml")).unwrap(),
+            "kind: TrustDomain\nname: a\n"
+        );
+        let pushed = remote.push("main", &[("b/m.yaml", "kind: TrustDomain\nname: b\n")]);
+        git(&clone, &["pull", "-q"]);
+        assert_eq!(git(&clone, &["rev-parse", "HEAD"]), pushed);
+        let unknown = try_git(dir.path(), &["ls-remote", &format!("{}x", http.url)]);
+        assert!(!unknown.status.success(), "a repository that is not there");
+    }
 }

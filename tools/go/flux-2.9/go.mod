@@ -1,12 +1,11 @@
 // Flux's source-controller and kustomize-controller, the peers of `cargo bench --bench
-// mttp` (scripts/go-build). v1.9.6 is the newest release whose dependencies the module
-// proxy serves (both ship with Flux 2.9); the replace lines are theirs (a dependency's
-// own replaces are ignored), and pkg/artifact v0.18.3 is not served, v0.18.0 is.
+// mttp` (scripts/flux-peer builds them with scripts/go-build). v1.9.6 is the newest
+// release whose dependencies the module proxy serves (both ship with Flux 2.9); it
+// builds with the machine's Go 1.26. The replace lines are theirs (a dependency's own
+// replaces are ignored), but pkg/artifact: v0.18.3 is not served, v0.18.0 is.
 module tether.dev/tools/flux
 
 go 1.26.0
-
-toolchain go1.27.3
 
 require (
 	github.com/fluxcd/kustomize-controller v1.9.6

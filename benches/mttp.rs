@@ -1,0 +1,942 @@
+//! Flux's "mean time to production" benchmark (fluxcd/flux-benchmark), side by side
+//! with Flux on the same server and cores. N applications, each the four objects of
+//! Flux's podinfo (a Deployment scaled to zero, a ServiceAccount, a Service, an
+//! Ingress), in one Git repository with a directory per application, served over smart
+//! HTTP; all made at once. For each size, each run on a fresh control plane:
+//!
+//! - the server's floor: a minimal client applying the same objects with server-side
+//!   apply at the concurrency that does it fastest (of 8, 16, 32, 64);
+//! - tether, a Source per application, and one Source for all of them;
+//! - Flux: source-controller and kustomize-controller as local processes, a
+//!   GitRepository and a Kustomization (`wait: true`) per application, as Flux's
+//!   harness makes an OCIRepository and a Kustomization per application.
+//!
+//! Each row: the time from creation until every application is Ready (the tool says
+//! so for the commit, and every Deployment is observed ready), the tool's peak RSS and
+//! CPU seconds, its writes and lists per application (the audit log logs those), then
+//! one push changing every application (each source asked to reconcile, as a webhook
+//! receiver would) until all are Ready again, then a quiet window: requests other
+//! than Leases, and CPU per application.
+//!
+//! Run with `cargo bench --bench mttp` (`-- --sizes 100,500 --cpus 1`); `cargo test
+//! --bench mttp` smoke-runs it with 3 applications.
+
+// Shared by the benchmarks; each uses part of it.
+#[allow(dead_code)]
+#[path = "common/kube.rs"]
+mod kube_helpers;
+#[allow(dead_code)]
+#[path = "common/mode.rs"]
+mod mode;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, stream};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+use tether_testkit::audit::entries_since;
+use tether_testkit::cluster::LocalCluster;
+use tether_testkit::remote::{Remote, borrowed, free_port};
+
+/// Where the applications' objects go (Flux's harness: the tenant's namespace).
+const APPS: &str = "mttp";
+const SOURCES: &str = "tether-mttp";
+const FLUX: &str = "flux-system";
+/// How many applications are made at once, by every run alike.
+const CREATE_CONCURRENCY: usize = 16;
+
+fn main() {
+    let sizes: Vec<usize> =
+        list_arg("--sizes").unwrap_or_else(|| mode::size(vec![100, 500, 1000], vec![3]));
+    let cpus = string_arg("--cpus").unwrap_or_else(|| "1".to_string());
+    let quiet = Duration::from_secs(mode::size(20, 3));
+    let flux = Flux::built();
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
+    let mut release = String::new();
+    let mut tables = Vec::new();
+    for size in sizes {
+        let files = apps(size, "#34577c");
+        let changed = apps(size, "#ff0000");
+        let mut rows = Vec::new();
+        for run in [Run::Floor, Run::TetherEach, Run::TetherOne, Run::Flux] {
+            let cluster = LocalCluster::start(0);
+            release = cluster.release();
+            let bench = Bench {
+                cluster: &cluster,
+                size,
+                cpus: &cpus,
+                quiet,
+                flux: &flux,
+            };
+            rows.push(runtime.block_on(bench.run(run, &files, &changed)));
+        }
+        tables.push((size, rows));
+    }
+    print_tables(&release, &cpus, &flux, quiet, &tables);
+}
+
+fn string_arg(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    let at = args.iter().position(|a| a == name)?;
+    args.get(at + 1).cloned()
+}
+
+fn list_arg(name: &str) -> Option<Vec<usize>> {
+    string_arg(name).map(|s| s.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+}
+
+/// Flux's podinfo application `index`, as its harness substitutes it (`${INDEX}` is
+/// `<index>app`, no pods, 1m CPU), in the applications' namespace; `color` is what a
+/// push changes (the Deployment's pod template, so a new generation rolls out).
+fn app(index: usize, color: &str) -> String {
+    let name = format!("podinfo-{index}app");
+    format!(
+        r#"---
+apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: "{name}"
+  namespace: {APPS}
+  labels:
+    app.kubernetes.io/name: "{name}"
+    app.kubernetes.io/version: "6.5.3"
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: "{name}"
+  namespace: {APPS}
+  labels:
+    app.kubernetes.io/name: "{name}"
+    app.kubernetes.io/version: "6.5.3"
+spec:
+  type: ClusterIP
+  ports:
+    - port: 9898
+      targetPort: http
+      protocol: TCP
+      name: http
+    - port: 9999
+      targetPort: grpc
+      protocol: TCP
+      name: grpc
+  selector:
+    app.kubernetes.io/name: "{name}"
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: "{name}"
+  namespace: {APPS}
+  labels:
+    app.kubernetes.io/name: "{name}"
+    app.kubernetes.io/version: "6.5.3"
+spec:
+  replicas: 0
+  strategy:
+    type: RollingUpdate
+    rollingUpdate:
+      maxUnavailable: 1
+  selector:
+    matchLabels:
+      app.kubernetes.io/name: "{name}"
+  template:
+    metadata:
+      labels:
+        app.kubernetes.io/name: "{name}"
+      annotations:
+        prometheus.io/scrape: "true"
+        prometheus.io/port: "9898"
+    spec:
+      terminationGracePeriodSeconds: 30
+      serviceAccountName: "{name}"
+      containers:
+        - name: podinfo
+          image: "ghcr.io/stefanprodan/podinfo:6.5.3"
+          imagePullPolicy: IfNotPresent
+          command:
+            - ./podinfo
+            - --port=9898
+            - --cert-path=/data/cert
+            - --port-metrics=9797
+            - --grpc-port=9999
+            - --grpc-service-name=podinfo
+            - --level=info
+            - --random-delay=false
+            - --random-error=false
+          env:
+            - name: PODINFO_UI_COLOR
+              value: "{color}"
+          ports:
+            - name: http
+              containerPort: 9898
+              protocol: TCP
+            - name: http-metrics
+              containerPort: 9797
+              protocol: TCP
+            - name: grpc
+              containerPort: 9999
+              protocol: TCP
+          livenessProbe:
+            exec:
+              command: [podcli, check, http, "localhost:9898/healthz"]
+            initialDelaySeconds: 1
+            timeoutSeconds: 5
+            failureThreshold: 3
+            successThreshold: 1
+            periodSeconds: 10
+          readinessProbe:
+            exec:
+              command: [podcli, check, http, "localhost:9898/readyz"]
+            initialDelaySeconds: 1
+            timeoutSeconds: 5
+            failureThreshold: 3
+            successThreshold: 1
+            periodSeconds: 10
+          volumeMounts:
+            - name: data
+              mountPath: /data
+          resources:
+            requests:
+              cpu: "1m"
+              memory: 16Mi
+      volumes:
+        - name: data
+          emptyDir: {{}}
+---
+apiVersion: networking.k8s.io/v1
+kind: Ingress
+metadata:
+  name: "{name}"
+  namespace: {APPS}
+  labels:
+    app.kubernetes.io/name: "{name}"
+    app.kubernetes.io/version: "6.5.3"
+spec:
+  ingressClassName: "nginx"
+  rules:
+    - host: "{name}.local"
+      http:
+        paths:
+          - path: /
+            pathType: ImplementationSpecific
+            backend:
+              service:
+                name: "{name}"
+                port:
+                  number: 9898
+"#
+    )
+}
+
+/// The repository's files: `apps/app-N/podinfo.yaml` (under the remote's `models/`).
+fn apps(size: usize, color: &str) -> Vec<(String, String)> {
+    (0..size)
+        .map(|i| (format!("apps/app-{i}/podinfo.yaml"), app(i, color)))
+        .collect()
+}
+
+/// The path of application `index` in the repository.
+fn app_path(index: usize) -> String {
+    format!("models/apps/app-{index}")
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Run {
+    Floor,
+    TetherEach,
+    TetherOne,
+    Flux,
+}
+
+impl Run {
+    fn label(self) -> &'static str {
+        match self {
+            Run::Floor => "server floor (SSA)",
+            Run::TetherEach => "tether, a Source per app",
+            Run::TetherOne => "tether, one Source",
+            Run::Flux => "Flux, per app",
+        }
+    }
+}
+
+/// What one run measured.
+struct Row {
+    run: Run,
+    /// The floor's concurrency, for its label.
+    note: String,
+    ready: Duration,
+    push: Duration,
+    peak_mib: f64,
+    cpu: Duration,
+    /// Writes and lists per application until all were Ready (the floor's client
+    /// shares its user agent with the benchmark's own polling: not counted).
+    requests_per_app: Option<f64>,
+    /// Requests other than Leases in the quiet window.
+    quiet_requests: usize,
+    /// CPU per application in the quiet window, microseconds a second.
+    quiet_cpu_per_app: f64,
+}
+
+/// A process the benchmark started (pinned to the run's CPUs), killed when dropped.
+struct Process {
+    child: Child,
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Process {
+    /// `program args…` under `taskset -c cpus`, its output in `log`.
+    fn start(
+        cpus: &str,
+        program: &Path,
+        args: &[String],
+        env: &[(&str, &str)],
+        log: &Path,
+    ) -> Process {
+        let log = std::fs::File::create(log).expect("a log file");
+        let child = Command::new("taskset")
+            .args(["-c", cpus])
+            .arg(program)
+            .args(args)
+            .envs(env.iter().copied())
+            .stdout(log.try_clone().expect("a log file"))
+            .stderr(log)
+            .spawn()
+            .expect("taskset");
+        Process { child }
+    }
+
+    fn peak_mib(&self) -> f64 {
+        kube_helpers::process_memory(self.child.id(), "VmHWM:")
+    }
+
+    fn cpu(&self) -> Duration {
+        kube_helpers::process_cpu(self.child.id())
+    }
+}
+
+/// Flux's controllers, built from tools/go/flux-2.9 (scripts/flux-peer), and their CRDs.
+struct Flux {
+    dir: PathBuf,
+    versions: String,
+}
+
+impl Flux {
+    fn built() -> Flux {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let output = Command::new(root.join("scripts/flux-peer"))
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("scripts/flux-peer");
+        assert!(output.status.success(), "scripts/flux-peer failed");
+        let dir = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim());
+        let versions = std::fs::read_to_string(dir.join("versions"))
+            .expect("the versions scripts/flux-peer wrote")
+            .trim()
+            .to_string();
+        Flux { dir, versions }
+    }
+
+    fn crds(&self) -> Vec<CustomResourceDefinition> {
+        let mut files: Vec<PathBuf> = std::fs::read_dir(self.dir.join("crds"))
+            .expect("Flux's CRDs")
+            .map(|e| e.expect("a CRD file").path())
+            .collect();
+        files.sort();
+        files
+            .iter()
+            .map(|f| {
+                let text = std::fs::read_to_string(f).expect("a CRD file");
+                serde_saphyr::from_str(&text).expect("a CRD")
+            })
+            .collect()
+    }
+}
+
+struct Bench<'a> {
+    cluster: &'a LocalCluster,
+    size: usize,
+    cpus: &'a str,
+    quiet: Duration,
+    flux: &'a Flux,
+}
+
+/// A resource of the tools', by group, version and kind.
+fn resource(group: &str, version: &str, kind: &str) -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, kind))
+}
+
+fn condition_true(object: &Value, kind: &str) -> bool {
+    object["status"]["conditions"]
+        .as_array()
+        .is_some_and(|c| c.iter().any(|c| c["type"] == kind && c["status"] == "True"))
+}
+
+/// Whether the controller saw `deployment` at its generation, with `color` in its
+/// template, and (scaled to zero here) nothing left to roll out.
+fn deployment_ready(deployment: &Deployment, color: &str) -> bool {
+    let Some(status) = &deployment.status else {
+        return false;
+    };
+    let observed = status.observed_generation >= deployment.metadata.generation;
+    let wanted = deployment
+        .spec
+        .as_ref()
+        .and_then(|s| s.replicas)
+        .unwrap_or(1);
+    let rolled = status.updated_replicas.unwrap_or(0) >= wanted
+        && status.available_replicas.unwrap_or(0) >= wanted
+        && status.replicas.unwrap_or(0) == wanted;
+    let has_color = deployment
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|s| s.containers.first())
+        .and_then(|c| c.env.as_ref())
+        .is_some_and(|env| env.iter().any(|e| e.value.as_deref() == Some(color)));
+    observed && rolled && has_color
+}
+
+impl Bench<'_> {
+    async fn run(&self, run: Run, files: &[(String, String)], changed: &[(String, String)]) -> Row {
+        let client = self.cluster.client().await;
+        kube_helpers::namespace(&client, APPS).await;
+        match run {
+            Run::Floor => self.floor(&client, files, changed).await,
+            Run::TetherEach | Run::TetherOne | Run::Flux => {
+                self.tool(&client, run, files, changed).await
+            }
+        }
+    }
+
+    fn audit(&self) -> PathBuf {
+        self.cluster.state_dir().join("logs/audit.log")
+    }
+
+    /// Waits until `ready` counts every application; panics after an hour.
+    async fn until(&self, what: &str, mut ready: impl AsyncFnMut() -> usize) {
+        let deadline = Instant::now() + Duration::from_secs(3600);
+        loop {
+            let count = ready().await;
+            if count >= self.size {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{what}: {count} of {} after an hour",
+                self.size
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// How many Deployments are ready with `color`.
+    async fn deployments_ready(client: &Client, namespace: &str, color: &str) -> usize {
+        let api: Api<Deployment> = Api::namespaced(client.clone(), namespace);
+        api.list(&ListParams::default())
+            .await
+            .map(|l| {
+                l.items
+                    .iter()
+                    .filter(|d| deployment_ready(d, color))
+                    .count()
+            })
+            .unwrap_or(0)
+    }
+
+    /// The floor: every object applied with server-side apply by a minimal client, at
+    /// each concurrency in a namespace of its own; the fastest is kept.
+    async fn floor(
+        &self,
+        client: &Client,
+        files: &[(String, String)],
+        changed: &[(String, String)],
+    ) -> Row {
+        let objects = |files: &[(String, String)], namespace: &str| -> Vec<Value> {
+            files
+                .iter()
+                .flat_map(|(_, text)| {
+                    serde_saphyr::from_multiple::<Value>(text).expect("the app's YAML")
+                })
+                .map(|mut object| {
+                    object["metadata"]["namespace"] = json!(namespace);
+                    object
+                })
+                .collect()
+        };
+        let mut best: Option<(usize, Duration)> = None;
+        for concurrency in [8, 16, 32, 64] {
+            let namespace = format!("{APPS}-{concurrency}");
+            kube_helpers::namespace(client, &namespace).await;
+            let started = Instant::now();
+            apply_all(client, objects(files, &namespace), concurrency).await;
+            self.until("floor", async || {
+                Self::deployments_ready(client, &namespace, "#34577c").await
+            })
+            .await;
+            let took = started.elapsed();
+            if best.is_none_or(|(_, b)| took < b) {
+                best = Some((concurrency, took));
+            }
+        }
+        let (concurrency, ready) = best.expect("a concurrency");
+        let namespace = format!("{APPS}-{concurrency}");
+        let started = Instant::now();
+        apply_all(client, objects(changed, &namespace), concurrency).await;
+        self.until("floor push", async || {
+            Self::deployments_ready(client, &namespace, "#ff0000").await
+        })
+        .await;
+        Row {
+            run: Run::Floor,
+            note: format!(", {concurrency} in flight"),
+            ready,
+            push: started.elapsed(),
+            peak_mib: 0.0,
+            cpu: Duration::ZERO,
+            requests_per_app: None,
+            quiet_requests: 0,
+            quiet_cpu_per_app: 0.0,
+        }
+    }
+
+    /// tether or Flux: the tool started, its objects made, all Ready; a push; quiet.
+    async fn tool(
+        &self,
+        client: &Client,
+        run: Run,
+        files: &[(String, String)],
+        changed: &[(String, String)],
+    ) -> Row {
+        let remote = Remote::new(&borrowed(files));
+        let http = remote.serve_http();
+        let work = tempfile::tempdir().expect("a directory");
+        let processes = match run {
+            Run::Flux => self.start_flux(client, work.path()).await,
+            _ => self.start_tether(client, work.path()).await,
+        };
+        let agents: &[&str] = match run {
+            Run::Flux => &["source-controller/", "kustomize-controller/"],
+            _ => &["tether/"],
+        };
+        let offset = std::fs::metadata(self.audit())
+            .map(|m| m.len())
+            .unwrap_or(0);
+        let head = format!("main@sha1:{}", remote.head_of_bare("main"));
+        let started = Instant::now();
+        let sources = self.create(client, run, &http.url).await;
+        self.until_ready(client, run, sources, &head, "#34577c")
+            .await;
+        let ready = started.elapsed();
+        let requests = count_requests(&self.audit(), offset, agents, false);
+
+        // One push changing every application; each source asked to reconcile.
+        remote.push("main", &borrowed(changed));
+        let head = format!("main@sha1:{}", remote.head_of_bare("main"));
+        let pushed = Instant::now();
+        self.request_reconcile(client, run, sources).await;
+        self.until_ready(client, run, sources, &head, "#ff0000")
+            .await;
+        let push = pushed.elapsed();
+        let peak_mib = processes.iter().map(Process::peak_mib).sum();
+        let cpu = processes.iter().map(Process::cpu).sum();
+
+        // Quiet: nothing changes.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let offset = std::fs::metadata(self.audit())
+            .map(|m| m.len())
+            .unwrap_or(0);
+        let cpu_before: Duration = processes.iter().map(Process::cpu).sum();
+        tokio::time::sleep(self.quiet).await;
+        let quiet_cpu: Duration = processes.iter().map(Process::cpu).sum::<Duration>() - cpu_before;
+        let quiet_requests = count_requests(&self.audit(), offset, agents, true);
+        Row {
+            run,
+            note: String::new(),
+            ready,
+            push,
+            peak_mib,
+            cpu,
+            requests_per_app: Some(requests as f64 / self.size as f64),
+            quiet_requests,
+            quiet_cpu_per_app: quiet_cpu.as_secs_f64() * 1e6
+                / self.quiet.as_secs_f64()
+                / self.size as f64,
+        }
+    }
+
+    async fn start_tether(&self, client: &Client, work: &Path) -> Vec<Process> {
+        kube_helpers::install_source_crd(client).await;
+        kube_helpers::namespace(client, SOURCES).await;
+        let tether = Path::new(env!("CARGO_BIN_EXE_tether"));
+        let args: Vec<String> = vec![
+            "run".into(),
+            "--sources".into(),
+            "--sources-namespace".into(),
+            SOURCES.into(),
+            format!("--listen=127.0.0.1:{}", free_port()),
+            "--cache-dir".into(),
+            work.join("cache").display().to_string(),
+            "--kubeconfig".into(),
+            self.cluster.kubeconfig().display().to_string(),
+        ];
+        vec![Process::start(
+            self.cpus,
+            tether,
+            &args,
+            &[],
+            &work.join("tether.log"),
+        )]
+    }
+
+    async fn start_flux(&self, client: &Client, work: &Path) -> Vec<Process> {
+        for crd in self.flux.crds() {
+            kube_helpers::install_crd(client, crd).await;
+        }
+        kube_helpers::namespace(client, FLUX).await;
+        let storage = free_port();
+        std::fs::create_dir_all(work.join("storage")).expect("the artifact storage");
+        let kubeconfig = self.cluster.kubeconfig().display().to_string();
+        // As Flux's benchmark installs them: all namespaces, no leader election here
+        // (one replica each, as tether), source-controller at 10 reconciles at once,
+        // kustomize-controller at 20 with its build directory on tmpfs.
+        let tmpfs = tempfile::tempdir_in("/dev/shm")
+            .expect("a tmpfs directory")
+            .keep();
+        let env = [
+            ("KUBECONFIG", kubeconfig.as_str()),
+            ("RUNTIME_NAMESPACE", FLUX),
+        ];
+        let source = Process::start(
+            self.cpus,
+            &self.flux.dir.join("source-controller"),
+            &[
+                "--watch-all-namespaces=true".into(),
+                "--concurrent=10".into(),
+                format!("--storage-path={}", work.join("storage").display()),
+                format!("--storage-addr=127.0.0.1:{storage}"),
+                format!("--storage-adv-addr=127.0.0.1:{storage}"),
+                format!("--metrics-addr=127.0.0.1:{}", free_port()),
+                format!("--health-addr=127.0.0.1:{}", free_port()),
+            ],
+            &env,
+            &work.join("source-controller.log"),
+        );
+        let tmpdir = tmpfs.display().to_string();
+        let kustomize = Process::start(
+            self.cpus,
+            &self.flux.dir.join("kustomize-controller"),
+            &[
+                "--watch-all-namespaces=true".into(),
+                "--concurrent=20".into(),
+                "--no-remote-bases=true".into(),
+                format!("--metrics-addr=127.0.0.1:{}", free_port()),
+                format!("--health-addr=127.0.0.1:{}", free_port()),
+            ],
+            &[env[0], env[1], ("TMPDIR", tmpdir.as_str())],
+            &work.join("kustomize-controller.log"),
+        );
+        vec![source, kustomize]
+    }
+
+    /// Makes the run's objects, `CREATE_CONCURRENCY` at once; returns how many
+    /// sources it made.
+    async fn create(&self, client: &Client, run: Run, url: &str) -> usize {
+        let objects: Vec<(ApiResource, Value)> = match run {
+            Run::TetherOne => vec![(tether_source(), source_object("apps", url, "models/apps"))],
+            Run::TetherEach => (0..self.size)
+                .map(|i| {
+                    (
+                        tether_source(),
+                        source_object(&format!("app-{i}"), url, &app_path(i)),
+                    )
+                })
+                .collect(),
+            Run::Flux => (0..self.size).flat_map(|i| flux_objects(i, url)).collect(),
+            Run::Floor => Vec::new(),
+        };
+        let sources = match run {
+            Run::TetherOne => 1,
+            _ => self.size,
+        };
+        stream::iter(objects)
+            .for_each_concurrent(CREATE_CONCURRENCY, |(resource, object)| async move {
+                let namespace = object["metadata"]["namespace"]
+                    .as_str()
+                    .expect("a namespace");
+                let name = object["metadata"]["name"].as_str().expect("a name");
+                let api: Api<DynamicObject> =
+                    Api::namespaced_with(client.clone(), namespace, &resource);
+                api.patch(name, &PatchParams::apply("mttp"), &Patch::Apply(&object))
+                    .await
+                    .expect("create");
+            })
+            .await;
+        sources
+    }
+
+    /// Until every source says Ready for `head` and every Deployment is ready with
+    /// `color`.
+    async fn until_ready(
+        &self,
+        client: &Client,
+        run: Run,
+        sources: usize,
+        head: &str,
+        color: &str,
+    ) {
+        let (resource, namespace) = match run {
+            Run::Flux => (
+                resource("kustomize.toolkit.fluxcd.io", "v1", "Kustomization"),
+                FLUX,
+            ),
+            _ => (tether_source(), SOURCES),
+        };
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+        let deadline = Instant::now() + Duration::from_secs(3600);
+        loop {
+            let list = api
+                .list(&ListParams::default())
+                .await
+                .map(|l| l.items)
+                .unwrap_or_default();
+            let applied = list
+                .iter()
+                .map(|o| serde_json::to_value(o).expect("JSON"))
+                .filter(|o| {
+                    o["status"]["lastAppliedRevision"] == head && condition_true(o, "Ready")
+                })
+                .count();
+            if applied >= sources && Self::deployments_ready(client, APPS, color).await >= self.size
+            {
+                return;
+            }
+            if let Some(stalled) = list
+                .iter()
+                .find(|o| condition_true(&serde_json::to_value(o).expect("JSON"), "Stalled"))
+            {
+                panic!(
+                    "{} stalled: {:?}",
+                    stalled.name_any(),
+                    stalled.data["status"]
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{}: {applied} of {sources} applied after an hour",
+                run.label()
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// Asks each source to reconcile now, as a webhook receiver does.
+    async fn request_reconcile(&self, client: &Client, run: Run, sources: usize) {
+        let now = chrono::Utc::now().to_rfc3339();
+        let (resource, namespace, annotation) = match run {
+            Run::Flux => (
+                resource("source.toolkit.fluxcd.io", "v1", "GitRepository"),
+                FLUX,
+                "reconcile.fluxcd.io/requestedAt",
+            ),
+            _ => (
+                tether_source(),
+                SOURCES,
+                tether_api::source_spec::RECONCILE_REQUESTED_ANNOTATION,
+            ),
+        };
+        let names: Vec<String> = match run {
+            Run::TetherOne => vec!["apps".to_string()],
+            _ => (0..sources).map(|i| format!("app-{i}")).collect(),
+        };
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &resource);
+        let patch = json!({"metadata": {"annotations": {annotation: now}}});
+        stream::iter(names)
+            .for_each_concurrent(CREATE_CONCURRENCY, |name| {
+                let (api, patch) = (api.clone(), patch.clone());
+                async move {
+                    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                        .await
+                        .expect("annotate");
+                }
+            })
+            .await;
+    }
+}
+
+fn tether_source() -> ApiResource {
+    resource("tether.dev", "v1alpha1", "Source")
+}
+
+fn source_object(name: &str, url: &str, path: &str) -> Value {
+    json!({
+        "apiVersion": "tether.dev/v1alpha1", "kind": "Source",
+        "metadata": {"name": name, "namespace": SOURCES},
+        "spec": {"url": url, "ref": "main", "path": path, "interval": "60m", "prune": true},
+    })
+}
+
+/// Application `index`'s GitRepository and Kustomization, as Flux's harness makes its
+/// OCIRepository and Kustomization (`wait`, `prune`, a 1 m timeout, hourly).
+fn flux_objects(index: usize, url: &str) -> Vec<(ApiResource, Value)> {
+    let name = format!("app-{index}");
+    vec![
+        (
+            resource("source.toolkit.fluxcd.io", "v1", "GitRepository"),
+            json!({
+                "apiVersion": "source.toolkit.fluxcd.io/v1", "kind": "GitRepository",
+                "metadata": {"name": name, "namespace": FLUX},
+                "spec": {"interval": "60m", "url": url, "ref": {"branch": "main"}},
+            }),
+        ),
+        (
+            resource("kustomize.toolkit.fluxcd.io", "v1", "Kustomization"),
+            json!({
+                "apiVersion": "kustomize.toolkit.fluxcd.io/v1", "kind": "Kustomization",
+                "metadata": {"name": name, "namespace": FLUX},
+                "spec": {
+                    "interval": "60m", "retryInterval": "2m", "timeout": "1m",
+                    "path": format!("./{}", app_path(index)), "prune": true, "wait": true,
+                    "sourceRef": {"kind": "GitRepository", "name": name},
+                },
+            }),
+        ),
+    ]
+}
+
+/// Server-side applies `objects`, `concurrency` at once.
+async fn apply_all(client: &Client, objects: Vec<Value>, concurrency: usize) {
+    stream::iter(objects)
+        .for_each_concurrent(concurrency, |object| async move {
+            let (group, version) = match object["apiVersion"]
+                .as_str()
+                .expect("apiVersion")
+                .split_once('/')
+            {
+                Some((g, v)) => (g.to_string(), v.to_string()),
+                None => (
+                    String::new(),
+                    object["apiVersion"]
+                        .as_str()
+                        .expect("apiVersion")
+                        .to_string(),
+                ),
+            };
+            let resource = resource(&group, &version, object["kind"].as_str().expect("kind"));
+            let namespace = object["metadata"]["namespace"]
+                .as_str()
+                .expect("a namespace");
+            let name = object["metadata"]["name"].as_str().expect("a name");
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(client.clone(), namespace, &resource);
+            api.patch(
+                name,
+                &PatchParams::apply("floor").force(),
+                &Patch::Apply(&object),
+            )
+            .await
+            .expect("server-side apply");
+        })
+        .await;
+}
+
+/// Writes and lists by the tool's user agents from `offset` on (the audit policy logs
+/// those); with `quiet`, Leases left out.
+fn count_requests(audit: &Path, offset: u64, agents: &[&str], quiet: bool) -> usize {
+    entries_since(audit, offset)
+        .iter()
+        .filter(|e| e.0["stage"] == "ResponseComplete")
+        .filter(|e| {
+            e.0["userAgent"]
+                .as_str()
+                .is_some_and(|a| agents.iter().any(|p| a.starts_with(p)))
+        })
+        .filter(|e| !quiet || e.object().0 != "leases")
+        .count()
+}
+
+fn print_tables(
+    release: &str,
+    cpus: &str,
+    flux: &Flux,
+    quiet: Duration,
+    tables: &[(usize, Vec<Row>)],
+) {
+    println!(
+        "Flux's MTTP benchmark (4 objects an app) on a local kube-apiserver {release}, {} cores; \
+         tether and Flux pinned with `taskset -c {cpus}`, the control plane and the floor's client not",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0)
+    );
+    println!(
+        "Flux: {} (no helm-controller: the module proxy does not serve it)",
+        flux.versions
+    );
+    println!(
+        "{:>5}  {:<36} {:>9} {:>6} {:>9} {:>6} {:>9} {:>8} {:>8} {:>12} {:>12}",
+        "apps",
+        "run",
+        "all Ready",
+        "×floor",
+        "push",
+        "×floor",
+        "peak RSS",
+        "CPU",
+        "req/app",
+        "quiet req",
+        "quiet CPU"
+    );
+    for (size, rows) in tables {
+        let floor = rows
+            .iter()
+            .find(|r| r.run == Run::Floor)
+            .expect("the floor");
+        for row in rows {
+            let tool = row.run != Run::Floor;
+            println!(
+                "{size:>5}  {:<36} {:>8.1}s {:>6.2} {:>8.1}s {:>6.2} {:>9} {:>8} {:>8} {:>12} {:>12}",
+                format!("{}{}", row.run.label(), row.note),
+                row.ready.as_secs_f64(),
+                row.ready.as_secs_f64() / floor.ready.as_secs_f64(),
+                row.push.as_secs_f64(),
+                row.push.as_secs_f64() / floor.push.as_secs_f64(),
+                if tool {
+                    format!("{:.0} MiB", row.peak_mib)
+                } else {
+                    "-".into()
+                },
+                if tool {
+                    format!("{:.1}s", row.cpu.as_secs_f64())
+                } else {
+                    "-".into()
+                },
+                row.requests_per_app
+                    .map_or("-".into(), |r| format!("{r:.1}")),
+                if tool {
+                    format!("{} in {}s", row.quiet_requests, quiet.as_secs())
+                } else {
+                    "-".into()
+                },
+                if tool {
+                    format!("{:.0}µs/s/app", row.quiet_cpu_per_app)
+                } else {
+                    "-".into()
+                },
+            );
+        }
+    }
+}
