@@ -20,6 +20,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+#[allow(dead_code)]
+#[path = "common/kube.rs"]
+mod kube_helpers;
+
 #[path = "common/compare.rs"]
 mod compare;
 use compare::{check, median, timed};
@@ -27,6 +31,7 @@ use compare::{check, median, timed};
 #[path = "common/mode.rs"]
 mod mode;
 
+use kube_helpers::Killed;
 use mode::arg;
 use tether_testkit::cluster::LocalCluster;
 use tether_testkit::tools::helm_tools;
@@ -374,15 +379,5 @@ impl Bench {
             took.as_secs_f64(),
             after_drift - after_first
         );
-    }
-}
-
-/// A child process killed when dropped, also when the benchmark panics.
-struct Killed(std::process::Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }

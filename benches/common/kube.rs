@@ -1,6 +1,6 @@
 //! For the benchmarks against a control plane: namespaces ready for pods, pods
-//! reported Running, the Source CRD established, a daemon's memory, and their
-//! `-- --name N` arguments.
+//! reported Running, the Source CRD established, a daemon's memory, and the processes
+//! they start killed when they end.
 
 use std::time::Duration;
 
@@ -131,6 +131,17 @@ pub fn process_cpu(pid: u32) -> Duration {
         .sum();
     // USER_HZ is 100 on Linux.
     Duration::from_millis(ticks * 10)
+}
+
+/// A process the benchmark started, killed when dropped (also when the benchmark
+/// panics: a failed step leaves nothing running).
+pub struct Killed(pub std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// A `tether run` the benchmark started, killed when dropped.
