@@ -27,16 +27,6 @@ pub async fn namespace(client: &Client, name: &str) {
     }
 }
 
-/// The number after `name` on the command line (`cargo bench -- --pods 500`).
-pub fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
 /// A Pending pod on a node nobody runs.
 pub async fn create_pod(api: &Api<Pod>, name: &str) {
     let pod: Pod = serde_json::from_value(json!({
