@@ -2,7 +2,9 @@
 //! once, beside three runs of tether on one cluster each (what a user did before a
 //! repository could name several KubernetesServices), on the same objects. Three local
 //! control planes this benchmark starts (scripts/local-cluster), 2,000 objects in all.
-//! Run with `cargo bench --bench clusters` (`-- --objects 2000` to pick the size).
+//! Run with `cargo bench --bench clusters` (`-- --objects 2000` to pick the size); a
+//! smoke run (`cargo test --bench clusters`) takes 30 objects, the three control
+//! planes still, and one run of each diff.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -12,18 +14,15 @@ use std::time::Duration;
 mod compare;
 use compare::{check, median, timed};
 
+#[path = "common/mode.rs"]
+mod mode;
+
 use tether_testkit::cluster::{LocalCluster, kubeconfig_of};
 
 const CLUSTERS: [&str; 3] = ["east", "west", "north"];
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let objects: usize = args
-        .iter()
-        .position(|a| a == "--objects")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(2000);
+    let objects = mode::arg("--objects", 2000, 30);
     // No simulated nodes: the benchmark measures tether, not pods starting.
     let planes: Vec<LocalCluster> = CLUSTERS.iter().map(|_| LocalCluster::start(0)).collect();
     let dir = tempfile::tempdir().expect("dir");
@@ -36,9 +35,10 @@ fn main() {
     };
     let per_cluster = objects / CLUSTERS.len();
     println!(
-        "{objects} objects over {} local kube-apiservers {} on one machine (2 cores); median of 3 for diffs",
+        "{objects} objects over {} local kube-apiservers {} on one machine (2 cores); {} for diffs",
         CLUSTERS.len(),
-        planes[0].release()
+        planes[0].release(),
+        compare::median_of()
     );
     println!(
         "{:<16} {:>16} {:>22} {:>16}",
@@ -172,7 +172,7 @@ impl Bench {
         )
     }
 
-    /// Both ways, the median of three runs of each.
+    /// Both ways, the median of three runs of each (one in a smoke run).
     fn both_median(
         &self,
         together: &Path,

@@ -5,12 +5,16 @@
 //! through a webhook (median, p99 and worst of 20), and the daemon's memory (steady,
 //! and the peak during start-up).
 //! Run with `cargo bench --bench daemon` (`-- --objects 1000 --namespaces 40 --pods
-//! 200 --pushes 10`).
+//! 200 --pushes 10`). A smoke run (`cargo test --bench daemon`): 50 ConfigMaps in 5
+//! namespaces, 10 pods, 3 pushes, and the quiet passes counted over 6 s.
 
 // Shared by the benchmarks; each uses part of it.
 #[allow(dead_code)]
 #[path = "common/kube.rs"]
 mod kube_helpers;
+
+#[path = "common/mode.rs"]
+mod mode;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -20,7 +24,8 @@ use kube::api::{Api, PostParams};
 use tether_api::source_spec::{DiscoverySpec, Source, SourceSpec};
 use tether_api::webhook::sign;
 
-use kube_helpers::{Daemon, arg};
+use kube_helpers::Daemon;
+use mode::arg;
 use tether_testkit::cluster::LocalCluster;
 use tether_testkit::remote::{Remote, free_port, http};
 
@@ -29,10 +34,10 @@ const SOURCE_NAMESPACE: &str = "tether-bench";
 const PODS_NAMESPACE: &str = "bench-pods";
 
 fn main() {
-    let objects = arg("--objects", 5000);
-    let namespaces = arg("--namespaces", 200).max(1);
-    let pushes = arg("--pushes", 20);
-    let pods = arg("--pods", 1000);
+    let objects = arg("--objects", 5000, 50);
+    let namespaces = arg("--namespaces", 200, 5).max(1);
+    let pushes = arg("--pushes", 20, 3);
+    let pods = arg("--pods", 1000, 10);
     // No simulated nodes: the benchmark measures tether, not pods starting.
     let cluster = LocalCluster::start(0);
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
@@ -195,9 +200,10 @@ async fn run(
     let passes = format!(
         "tether_reconciles_total{{source=\"{SOURCE_NAMESPACE}/bench\",result=\"success\"}}"
     );
-    tokio::time::sleep(Duration::from_secs(8)).await;
+    tokio::time::sleep(Duration::from_secs(mode::size(8, 2))).await;
     let (cpu0, passes0, git0) = (daemon.cpu(), daemon.metric(&passes), remote.connections());
-    tokio::time::sleep(Duration::from_secs(20)).await;
+    let window = mode::size(20, 6);
+    tokio::time::sleep(Duration::from_secs(window)).await;
     let (cpu1, passes1, git1) = (daemon.cpu(), daemon.metric(&passes), remote.connections());
     let quiet = passes1 - passes0;
     let git_per_pass = (git1 - git0) as f64 / quiet.max(1.0);
@@ -261,7 +267,9 @@ async fn run(
         "  {pods} pods discovered, committed, pushed and the commit applied  {:>8.0} ms",
         discovered.as_secs_f64() * 1000.0
     );
-    println!("  quiet pass, CPU per pass ({quiet:.0} passes in 20 s)      {cpu_per_pass:>8.1} ms");
+    println!(
+        "  quiet pass, CPU per pass ({quiet:.0} passes in {window} s)      {cpu_per_pass:>8.1} ms"
+    );
     println!("  quiet pass, Git connections per pass (ref listing only) {git_per_pass:>8.1}");
     println!(
         "  push → applied via webhook, median / p99 / worst of {}  {:>6.0} / {:.0} / {:.0} ms",

@@ -7,12 +7,16 @@
 //!
 //! Pods are bound to a node that does not exist and their status is written by the
 //! benchmark, standing in for a kubelet. Run with `cargo bench --bench discover`
-//! (`-- --pods 1000 --samples 20` to change the sizes).
+//! (`-- --pods 1000 --samples 20` to change the sizes); a smoke run (`cargo test
+//! --bench discover`) takes 10 pods and 3 samples.
 
 // Shared by the benchmarks; each uses part of it.
 #[allow(dead_code)]
 #[path = "common/kube.rs"]
 mod kube_helpers;
+
+#[path = "common/mode.rs"]
+mod mode;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -24,8 +28,8 @@ use kube::api::Api;
 use tether_testkit::cluster::LocalCluster;
 
 fn main() {
-    let pods = kube_helpers::arg("--pods", 1000);
-    let samples = kube_helpers::arg("--samples", 20);
+    let pods = mode::arg("--pods", 1000, 10);
+    let samples = mode::arg("--samples", 20, 3);
     // No simulated nodes: the benchmark measures tether, not pods starting.
     let cluster = LocalCluster::start(0);
     let kubeconfig = cluster.kubeconfig().to_path_buf();
@@ -80,7 +84,9 @@ async fn watch_latency(
 ) -> Vec<Duration> {
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
     let repo = Repo::new();
-    let mut watch = repo.spawn_discover(kubeconfig, &["--watch", "--debounce", "0s", "-n", ns]);
+    let watch = kube_helpers::Killed(
+        repo.spawn_discover(kubeconfig, &["--watch", "--debounce", "0s", "-n", ns]),
+    );
     // Let the watch start and make its first (empty) pass.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let mut latencies = Vec::with_capacity(samples);
@@ -100,8 +106,7 @@ async fn watch_latency(
         .await;
         latencies.push(started.elapsed());
     }
-    let _ = watch.kill();
-    let _ = watch.wait();
+    drop(watch);
     latencies
 }
 

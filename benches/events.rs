@@ -4,12 +4,16 @@
 //! - throughput: 1,000 pod changes (IP updates, 16 at a time) → all 1,000 read.
 //!
 //! Pods sit on a node nobody runs; the benchmark writes their status as a kubelet
-//! would. Run with `cargo bench --bench events` (`-- --pods 1000 --samples 20`).
+//! would. Run with `cargo bench --bench events` (`-- --pods 1000 --samples 20`); a
+//! smoke run (`cargo test --bench events`) takes 10 pods and 3 samples.
 
 // Shared by the benchmarks; each uses part of it.
 #[allow(dead_code)]
 #[path = "common/kube.rs"]
 mod kube_helpers;
+
+#[path = "common/mode.rs"]
+mod mode;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -24,8 +28,8 @@ use tether_testkit::broker::Broker;
 use tether_testkit::cluster::LocalCluster;
 
 fn main() {
-    let pods = kube_helpers::arg("--pods", 1000);
-    let samples = kube_helpers::arg("--samples", 20);
+    let pods = mode::arg("--pods", 1000, 10);
+    let samples = mode::arg("--samples", 20, 3);
     // No simulated nodes: the benchmark measures tether, not pods starting.
     let cluster = LocalCluster::start(0);
     let broker = Broker::start();
@@ -38,7 +42,7 @@ fn main() {
 
     let outbox = tempfile::tempdir().expect("outbox");
     let topic = "bench.pod-details";
-    let mut tether = Command::new(env!("CARGO_BIN_EXE_tether"))
+    let tether = Command::new(env!("CARGO_BIN_EXE_tether"))
         .args(["events", "--watch", "-n", ns])
         .args(["--kafka-brokers", &broker.address(), "--kafka-topic", topic])
         .arg("--outbox")
@@ -47,6 +51,7 @@ fn main() {
         .arg(cluster.kubeconfig())
         .spawn()
         .expect("tether");
+    let tether = kube_helpers::Killed(tether);
     // The consumer reads every message as it comes; each is stamped on arrival.
     let total = pods + samples + pods;
     let mut consumer = broker
@@ -56,6 +61,7 @@ fn main() {
         .expect("consumer");
     let (sender, arrivals) = mpsc::channel::<(Instant, Value)>();
     let stdout = consumer.stdout.take().expect("stdout");
+    let consumer = kube_helpers::Killed(consumer);
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
             let value: Value = serde_json::from_str(&line).expect("json");
@@ -111,10 +117,7 @@ fn main() {
         took.as_millis(),
         pods as f64 / took.as_secs_f64()
     );
-    let _ = tether.kill();
-    let _ = tether.wait();
-    let _ = consumer.kill();
-    let _ = consumer.wait();
+    drop((tether, consumer));
 }
 
 /// Waits for `count` messages that match; returns when the last one arrived.

@@ -3,11 +3,15 @@
 //! kit's HTTPS GitHub (which checks every request against GitHub's description). Each
 //! push is announced by a webhook; measured from the push to `success` recorded by the
 //! host (median, p99 and worst), and the requests per commit and context.
-//! Run with `cargo bench --bench feedback` (`-- --pushes 20`).
+//! Run with `cargo bench --bench feedback` (`-- --pushes 20`); a smoke run (`cargo
+//! test --bench feedback`) makes 3 pushes.
 
 #[allow(dead_code)]
 #[path = "common/kube.rs"]
 mod kube_helpers;
+
+#[path = "common/mode.rs"]
+mod mode;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -18,7 +22,6 @@ use kube::api::{Api, PostParams};
 use tether_api::source_spec::{FeedbackSpec, LocalObjectReference, Source, SourceSpec};
 use tether_api::webhook::sign;
 
-use kube_helpers::arg;
 use tether_core::feedback::GitHost as Provider;
 use tether_testkit::cluster::LocalCluster;
 use tether_testkit::githost::{GitHost, GitHostServer};
@@ -29,7 +32,7 @@ const TOKEN: &str = "ghp_benchmarkTokenOfTheFeedbackBench01";
 const NAMESPACE: &str = "tether-feedback-bench";
 
 fn main() {
-    let pushes = arg("--pushes", 50);
+    let pushes = mode::arg("--pushes", 50, 3);
     let cluster = LocalCluster::start(0);
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     runtime.block_on(run(cluster.kubeconfig(), pushes));
@@ -80,7 +83,7 @@ async fn run(kubeconfig: &std::path::Path, pushes: usize) {
     let secret_file = tempfile::NamedTempFile::new().expect("secret");
     std::fs::write(secret_file.path(), SECRET).expect("secret");
     let cache = tempfile::tempdir().expect("cache");
-    let mut daemon = Command::new(env!("CARGO_BIN_EXE_tether"))
+    let daemon = Command::new(env!("CARGO_BIN_EXE_tether"))
         .args([
             "run",
             "--sources",
@@ -99,6 +102,7 @@ async fn run(kubeconfig: &std::path::Path, pushes: usize) {
         .stdout(Stdio::null())
         .spawn()
         .expect("tether run");
+    let daemon = kube_helpers::Killed(daemon);
 
     let feedback = FeedbackSpec {
         provider: Some(Provider::GitHub),
@@ -154,8 +158,7 @@ async fn run(kubeconfig: &std::path::Path, pushes: usize) {
         latencies.push(pushed.elapsed());
         requests_per_commit.push(host.statuses(&head).len());
     }
-    let _ = daemon.kill();
-    let _ = daemon.wait();
+    drop(daemon);
     latencies.sort();
     let at = |q: f64| latencies[((latencies.len() as f64 * q).ceil() as usize).saturating_sub(1)];
     println!("feedback: {pushes} pushes, push → success status on the host:");

@@ -6,7 +6,8 @@
 //! Measured: the hub's memory (RSS of kube-apiserver + etcd) and CPU while the
 //! reports arrive, the time from a report's write to `tether fleet status` showing
 //! it, and the time of `tether fleet status` itself.
-//! Run with `cargo bench --bench fleet` (`-- --clusters 1000 --sources 20 --steady 60`).
+//! Run with `cargo bench --bench fleet` (`-- --clusters 1000 --sources 20 --steady 60`);
+//! a smoke run (`cargo test --bench fleet`): 10 clusters of 3 Sources, 10 s steady.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -18,19 +19,14 @@ use kube::api::{DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
 use tether_testkit::cluster::LocalCluster;
 
-fn arg(args: &[String], name: &str, default: usize) -> usize {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(default)
-}
+#[path = "common/mode.rs"]
+mod mode;
+use mode::arg;
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let clusters = arg(&args, "--clusters", 1000);
-    let sources = arg(&args, "--sources", 20);
-    let steady = Duration::from_secs(arg(&args, "--steady", 60) as u64);
+    let clusters = arg("--clusters", 1000, 10);
+    let sources = arg("--sources", 20, 3);
+    let steady = Duration::from_secs(arg("--steady", 60, 10) as u64);
     let tether = std::env::var_os("TETHER_BENCH_BIN")
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_tether")));
@@ -209,6 +205,7 @@ async fn run(hub: &LocalCluster, tether: &Path, clusters: usize, sources: usize,
     let mut written = 0usize;
     let mut ticker = tokio::time::interval(interval);
     let mut sampled = Instant::now();
+    let mut sent = Vec::new();
     while started.elapsed() < steady {
         ticker.tick().await;
         let i = written % clusters;
@@ -218,7 +215,7 @@ async fn run(hub: &LocalCluster, tether: &Path, clusters: usize, sources: usize,
             api.clone(),
             report(i, sources, 1 + written / clusters, ""),
         );
-        tokio::spawn(async move { write(&api, &name, body).await });
+        sent.push(tokio::spawn(async move { write(&api, &name, body).await }));
         written += 1;
         if sampled.elapsed() > Duration::from_secs(1) {
             peak_rss = peak_rss.max(hub_rss(&pids));
@@ -226,11 +223,18 @@ async fn run(hub: &LocalCluster, tether: &Path, clusters: usize, sources: usize,
         }
     }
     let took = started.elapsed().as_secs_f64();
+    let cpu = hub_cpu(&pids) - cpu;
+    for report in sent {
+        report
+            .await
+            .expect("a report's task")
+            .expect("a steady report");
+    }
     println!(
         "steady state ({:.0} s, {:.1} reports/s): hub CPU {:.2} cores (goal ≤ 0.5); RSS peak {:.0} MiB (goal ≤ 256), now {:.0} MiB",
         took,
         written as f64 / took,
-        (hub_cpu(&pids) - cpu) / took,
+        cpu / took,
         peak_rss.max(hub_rss(&pids)),
         hub_rss(&pids)
     );
@@ -282,6 +286,10 @@ async fn run(hub: &LocalCluster, tether: &Path, clusters: usize, sources: usize,
             if String::from_utf8_lossy(&out).contains(&marker) {
                 break;
             }
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "cluster {name}'s report was not shown in 120 s"
+            );
         }
         latencies.push(started.elapsed());
     }

@@ -12,35 +12,42 @@
 //!   drift correction starts renders nothing (Helm and Kustomize are counted through
 //!   wrappers).
 //!
-//! Run with `cargo bench --bench generate` (`-- --charts 5 --overlays 5`).
-
-#[allow(dead_code)]
-#[path = "common/kube.rs"]
-mod kube_helpers;
+//! Run with `cargo bench --bench generate` (`-- --charts 5 --overlays 5`); a smoke run
+//! (`cargo test --bench generate`) takes 2 charts and 2 overlays, one run of each
+//! build and diff, and shorter waits around the daemon's passes.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+#[allow(dead_code)]
+#[path = "common/kube.rs"]
+mod kube_helpers;
+
 #[path = "common/compare.rs"]
 mod compare;
 use compare::{check, median, timed};
 
-use kube_helpers::arg;
+#[path = "common/mode.rs"]
+mod mode;
+
+use kube_helpers::Killed;
+use mode::arg;
 use tether_testkit::cluster::LocalCluster;
 use tether_testkit::tools::helm_tools;
 
 fn main() {
-    let charts = arg("--charts", 20);
-    let overlays = arg("--overlays", 20);
+    let charts = arg("--charts", 20, 2);
+    let overlays = arg("--overlays", 20, 2);
     let cluster = LocalCluster::start(0);
     let dir = tempfile::tempdir().expect("dir");
     let bench = Bench::new(cluster.kubeconfig(), dir.path());
     let repo = dir.path().join("repo");
     write_repository(&repo, charts, overlays);
     println!(
-        "{charts} charts (helm create's) and {overlays} overlays on a local kube-apiserver {} (2 cores); helm 4.1.4, kubectl 1.35.2 (Kustomize 5.7.1)",
-        cluster.release()
+        "{charts} charts (helm create's) and {overlays} overlays on a local kube-apiserver {} (2 cores); helm 4.1.4, kubectl 1.35.2 (Kustomize 5.7.1); {} for builds and diffs",
+        cluster.release(),
+        compare::median_of()
     );
     println!(
         "{:<34} {:>10} {:>10} {:>8}",
@@ -291,7 +298,8 @@ impl Bench {
             wrapper("kubectl", &tools.kubectl),
         );
         let url = format!("file://{}", repo.display());
-        let mut daemon = Command::new(&self.tether)
+        let log = self.home.join("daemon.log");
+        let daemon = Command::new(&self.tether)
             .args([
                 "run",
                 "--repo",
@@ -314,15 +322,35 @@ impl Bench {
             .env("TETHER_HELM", &helm)
             .env("TETHER_KUSTOMIZE", &kubectl)
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("the daemon's log"))
             .spawn()
             .expect("tether run");
+        let mut daemon = Killed(daemon);
+        // What went wrong, when a wait below gives up: the end of the daemon's log.
+        let give_up = |what: &str| -> ! {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            let tail = lines[lines.len().saturating_sub(20)..].join("\n");
+            panic!("{what}; the end of tether run's log:\n{tail}")
+        };
         let runs = || std::fs::read_to_string(&counter).map_or(0, |t| t.lines().count());
         let started = Instant::now();
-        while runs() == 0 && started.elapsed() < Duration::from_secs(120) {
+        while runs() == 0 {
+            if started.elapsed() > Duration::from_secs(120) {
+                give_up("tether run ran neither Helm nor Kustomize in 120 s");
+            }
             std::thread::sleep(Duration::from_millis(200));
         }
-        std::thread::sleep(Duration::from_secs(10));
+        // The first pass applied the Deployment the drift is made on; then the rest of
+        // the pass is given a while (a little in a smoke run).
+        let deployment = "$KUBECTL --namespace chart-0 get deployment hello-0 > /dev/null 2>&1";
+        while !self.shell(deployment).status.success() {
+            if started.elapsed() > Duration::from_secs(120) {
+                give_up("the first pass did not apply chart-0's Deployment in 120 s");
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        std::thread::sleep(Duration::from_secs(mode::size(10, 2)));
         let after_first = runs();
         let scaled = self.shell(
             "$KUBECTL --namespace chart-0 scale deployment hello-0 --replicas 3 > /dev/null",
@@ -331,18 +359,21 @@ impl Bench {
         let corrected = Instant::now();
         loop {
             let replicas = self.shell("$KUBECTL --namespace chart-0 get deployment hello-0 -o jsonpath='{.spec.replicas}'");
-            if String::from_utf8_lossy(&replicas.stdout) == "1"
-                || corrected.elapsed() > Duration::from_secs(60)
-            {
+            if String::from_utf8_lossy(&replicas.stdout) == "1" {
                 break;
+            }
+            if corrected.elapsed() > Duration::from_secs(60) {
+                give_up("the drift (hello-0 scaled to 3) was not corrected in 60 s");
             }
             std::thread::sleep(Duration::from_millis(100));
         }
         let took = corrected.elapsed();
-        std::thread::sleep(Duration::from_secs(5));
+        std::thread::sleep(Duration::from_secs(mode::size(5, 2)));
         let after_drift = runs();
-        let _ = daemon.kill();
-        let _ = daemon.wait();
+        if let Ok(Some(status)) = daemon.0.try_wait() {
+            give_up(&format!("tether run exited: {status}"));
+        }
+        drop(daemon);
         println!(
             "daemon: first pass ran the tools {after_first} times; the drift corrected in {:.2}s; quiet and correcting passes since ran them {} times",
             took.as_secs_f64(),

@@ -14,11 +14,15 @@
 //!    repository of half of them.
 //!
 //! Run with `cargo bench --bench images` (`-- --pushes 20 --repositories 1000 --tags
-//! 200000`, `--part N` for one part only).
+//! 200000`, `--part N` for one part only). A smoke run (`cargo test --bench images`):
+//! 2 pushes, 3 repositories of 30 tags in all.
 
 #[allow(dead_code)]
 #[path = "common/kube.rs"]
 mod kube_helpers;
+
+#[path = "common/mode.rs"]
+mod mode;
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -30,7 +34,8 @@ use chrono::Utc;
 use kube::api::{Api, PostParams};
 use tether_api::source_spec::{Source, SourceSpec};
 
-use kube_helpers::arg;
+use kube_helpers::Killed;
+use mode::arg;
 use tether_testkit::cluster::LocalCluster;
 use tether_testkit::git::git;
 use tether_testkit::registry::Registry;
@@ -69,10 +74,10 @@ impl Figure {
 }
 
 fn main() {
-    let part = arg("--part", 0);
-    let pushes = arg("--pushes", 20);
-    let repositories = arg("--repositories", 1000).max(2);
-    let tags = arg("--tags", 200_000).max(repositories);
+    let part = arg("--part", 0, 0);
+    let pushes = arg("--pushes", 20, 2);
+    let repositories = arg("--repositories", 1000, 3).max(2);
+    let tags = arg("--tags", 200_000, 30).max(repositories);
     let mut figures = Vec::new();
     if part == 0 || part == 1 {
         figures.extend(webhook_to_commit(pushes));
@@ -202,7 +207,7 @@ async fn webhook_run(kubeconfig: &Path, pushes: usize) -> Vec<Figure> {
     let secret_file = dir.path().join("webhook-secret");
     std::fs::write(&secret_file, SECRET).expect("secret");
     let log = dir.path().join("daemon.log");
-    let mut daemon = Command::new(env!("CARGO_BIN_EXE_tether"))
+    let daemon = Command::new(env!("CARGO_BIN_EXE_tether"))
         .args([
             "run",
             "--sources",
@@ -222,6 +227,7 @@ async fn webhook_run(kubeconfig: &Path, pushes: usize) -> Vec<Figure> {
         .stderr(std::fs::File::create(&log).expect("daemon log"))
         .spawn()
         .expect("tether run");
+    let daemon = Killed(daemon);
     let registry = Registry::start_with_notifications(
         &format!("http://127.0.0.1:{port}/hook/registry"),
         &[("Authorization", &format!("Bearer {SECRET}"))],
@@ -301,9 +307,8 @@ async fn webhook_run(kubeconfig: &Path, pushes: usize) -> Vec<Figure> {
     // Any scan still under way is counted too.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let lists = lists_between(&lists_before, &tag_lists(&registry));
-    let peak = kube_helpers::process_memory(daemon.id(), "VmHWM:");
-    let _ = daemon.kill();
-    let _ = daemon.wait();
+    let peak = kube_helpers::process_memory(daemon.0.id(), "VmHWM:");
+    drop(daemon);
 
     latencies.sort();
     push_times.sort();

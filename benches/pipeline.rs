@@ -1,7 +1,7 @@
 //! The offline core on a synthetic repo of 10,000 models: load (read files and parse
 //! YAML), validate (models and references), render (objects and YAML), each timed and
 //! with its own peak RSS. Run with `cargo bench --bench pipeline`; `-- --models N`
-//! changes the size.
+//! changes the size. A smoke run (`cargo test --bench pipeline`): 500 models, once.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -11,22 +11,19 @@ use tether_core::ownership::Inventory;
 use tether_core::render::{render, to_yaml};
 use tether_engine::directory::read_models_dir;
 
+#[path = "common/mode.rs"]
+mod mode;
+
 /// Models per trust domain in [`write_trust_domain`].
 const MODELS_PER_DOMAIN: usize = 50;
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let models = args
-        .iter()
-        .position(|a| a == "--models")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(10_000usize);
+    let models = mode::arg("--models", 10_000, 500);
     let dir = tempfile::tempdir().expect("temporary directory");
     let domains = models.div_ceil(MODELS_PER_DOMAIN);
     write_repo(dir.path(), domains);
 
-    let runs = 5;
+    let runs = mode::size(5, 1);
     let mut times = [Vec::new(), Vec::new(), Vec::new()];
     // (RSS before, peak during) of each stage in the first run, in KiB: later runs
     // reuse memory the allocator already holds, so only the first shows growth.
@@ -77,7 +74,11 @@ fn main() {
             );
         }
     }
-    println!("tether offline pipeline: {summary} (median of {runs} runs)");
+    let of_runs = match runs {
+        1 => "one run".to_string(),
+        n => format!("median of {n} runs"),
+    };
+    println!("tether offline pipeline: {summary} ({of_runs})");
     let mut table = String::new();
     let mut total = Duration::ZERO;
     for (i, stage) in ["load", "validate", "render"].iter().enumerate() {

@@ -1,7 +1,8 @@
 //! tether apply/diff side by side with kubectl, on the same rendered objects, against
 //! a local control plane this benchmark starts (scripts/local-cluster). For 1,000 and
 //! 5,000 ConfigMaps: first apply, a diff with no change, a diff with one change.
-//! Run with `cargo bench --bench reconcile` (`-- --sizes 1000` to pick sizes).
+//! Run with `cargo bench --bench reconcile` (`-- --sizes 1000` to pick sizes); a smoke
+//! run (`cargo test --bench reconcile`) takes 20 ConfigMaps and one run of each diff.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -10,6 +11,10 @@ use std::time::Duration;
 #[path = "common/compare.rs"]
 mod compare;
 use compare::{check, median, timed};
+
+#[allow(dead_code)]
+#[path = "common/mode.rs"]
+mod mode;
 
 use tether_testkit::cluster::LocalCluster;
 
@@ -20,7 +25,7 @@ fn main() {
         .position(|a| a == "--sizes")
         .and_then(|i| args.get(i + 1))
         .map(|s| s.split(',').filter_map(|n| n.parse().ok()).collect())
-        .unwrap_or_else(|| vec![1000, 5000]);
+        .unwrap_or_else(|| mode::size(vec![1000, 5000], vec![20]));
     // No simulated nodes: the benchmark measures tether, not pods starting.
     let cluster = LocalCluster::start(0);
     // The peer: kubectl of the server's own release, built from the same module
@@ -44,8 +49,9 @@ fn main() {
     };
 
     println!(
-        "tether vs kubectl ({version}) on a local kube-apiserver {} (2 cores); median of 3 for diffs",
-        cluster.release()
+        "tether vs kubectl ({version}) on a local kube-apiserver {} (2 cores); {} for diffs",
+        cluster.release(),
+        compare::median_of()
     );
     println!(
         "{:>6}  {:<18} {:>10} {:>10} {:>8}",
@@ -161,7 +167,7 @@ impl Bench {
         });
         row(size, "first apply", tether_apply, kubectl_apply);
 
-        // A diff run three times, the median kept; `expect` is the exit code (1: differences).
+        // A diff run three times (once in a smoke run), the median kept; `expect` is the exit code (1: differences).
         let tether_diff = |expect: i32| {
             median(|| {
                 timed(|| {

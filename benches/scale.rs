@@ -9,12 +9,17 @@
 //! every Source, announced by a webhook to one replica: each Source's time to apply
 //! it, p50, p99 and worst.
 //! Run with `cargo bench --bench scale` (`-- --sources 300 --objects 20 --replicas 3
-//! --clusters 3`).
+//! --clusters 3`). A smoke run (`cargo test --bench scale`): 6 Sources of 3 ConfigMaps,
+//! 2 replicas, 2 control planes (a Source on another cluster is a step of its own),
+//! and a quiet state of 6 s.
 
 // Shared by the benchmarks; each uses part of it.
 #[allow(dead_code)]
 #[path = "common/kube.rs"]
 mod kube_helpers;
+
+#[path = "common/mode.rs"]
+mod mode;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, BufReader, Seek, SeekFrom};
@@ -28,7 +33,8 @@ use tether_api::cluster_spec::Cluster;
 use tether_api::source_spec::Source;
 use tether_api::webhook::sign;
 
-use kube_helpers::{Daemon, arg};
+use kube_helpers::Daemon;
+use mode::arg;
 use tether_testkit::cluster::LocalCluster;
 use tether_testkit::remote::{Remote, free_port, http};
 
@@ -36,10 +42,10 @@ const SECRET: &str = "a-webhook-secret-for-the-benchmark";
 const NAMESPACE: &str = "tether-scale";
 
 fn main() {
-    let sources = arg("--sources", 1000);
-    let objects = arg("--objects", 20);
-    let replicas = arg("--replicas", 3).max(1);
-    let clusters: Vec<LocalCluster> = (0..arg("--clusters", 3).max(1))
+    let sources = arg("--sources", 1000, 6);
+    let objects = arg("--objects", 20, 3);
+    let replicas = arg("--replicas", 3, 2).max(1);
+    let clusters: Vec<LocalCluster> = (0..arg("--clusters", 3, 2).max(1))
         .map(|_| LocalCluster::start(0))
         .collect();
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
@@ -258,8 +264,8 @@ async fn run(clusters: &[LocalCluster], sources: usize, objects: usize, replicas
     let first_apply = started.elapsed();
     let start_peak: f64 = replicas.iter().map(|r| r.proc_status("VmHWM:")).sum();
 
-    // Quiet: nothing changes for 30 s.
-    tokio::time::sleep(Duration::from_secs(10)).await;
+    // Quiet: nothing changes for 30 s (6 s in a smoke run).
+    tokio::time::sleep(Duration::from_secs(mode::size(10, 2))).await;
     let steady: Vec<f64> = replicas.iter().map(|r| r.proc_status("VmRSS:")).collect();
     let watches: Vec<f64> = replicas
         .iter()
@@ -267,7 +273,7 @@ async fn run(clusters: &[LocalCluster], sources: usize, objects: usize, replicas
         .collect();
     let cpu0: Vec<Duration> = replicas.iter().map(Daemon::cpu).collect();
     let offsets: Vec<u64> = audits.iter().map(|a| audit_size(a)).collect();
-    let quiet = Duration::from_secs(30);
+    let quiet = Duration::from_secs(mode::size(30, 6));
     tokio::time::sleep(quiet).await;
     let cpu1: Vec<Duration> = replicas.iter().map(Daemon::cpu).collect();
     let mut quiet_requests: BTreeMap<String, usize> = BTreeMap::new();

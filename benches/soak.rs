@@ -11,12 +11,16 @@
 //! whether quiet passes wrote, and whether a stalled Source wrote after its first.
 //! Run with `cargo bench --bench soak` (`-- --minutes 60 --every 30 --sources 50
 //! --objects 100 --stalled 5 --interval-ms 100 --warmup 100`); `TETHER_SOAK_BIN` runs another
-//! `tether` binary than the one cargo built.
+//! `tether` binary than the one cargo built. A smoke run (`cargo test --bench soak`):
+//! 3 Sources of 5 ConfigMaps and 2 stalled, sampled every 2 s for 20 s, no warm-up.
 
 // Shared by the benchmarks; each uses part of it.
 #[allow(dead_code)]
 #[path = "common/kube.rs"]
 mod kube_helpers;
+
+#[path = "common/mode.rs"]
+mod mode;
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -32,7 +36,7 @@ use kube::api::{Api, PostParams};
 use serde_json::Value;
 use tether_api::source_spec::{Source, SourceSpec};
 
-use kube_helpers::arg;
+use mode::arg;
 use tether_testkit::cluster::LocalCluster;
 use tether_testkit::git::git;
 use tether_testkit::remote::{GitDaemon, free_port, http};
@@ -44,7 +48,8 @@ struct Config {
     sources: usize,
     objects: usize,
     stalled: usize,
-    minutes: usize,
+    /// How long it samples: `--minutes`, else 3 minutes (20 s in a smoke run).
+    seconds: usize,
     every: usize,
     interval_ms: usize,
     /// Seconds after settling that are warm-up. The first run showed the daemon's
@@ -55,13 +60,13 @@ struct Config {
 
 fn main() {
     let config = Config {
-        sources: arg("--sources", 50),
-        objects: arg("--objects", 100),
-        stalled: arg("--stalled", 5),
-        minutes: arg("--minutes", 3).max(1),
-        every: arg("--every", 10).max(1),
-        interval_ms: arg("--interval-ms", 100),
-        warmup: arg("--warmup", 100),
+        sources: arg("--sources", 50, 3),
+        objects: arg("--objects", 100, 5),
+        stalled: arg("--stalled", 5, 2),
+        seconds: mode::given("--minutes").map_or(mode::size(180, 20), |m| m.max(1) * 60),
+        every: arg("--every", 10, 2).max(1),
+        interval_ms: arg("--interval-ms", 100, 100),
+        warmup: arg("--warmup", 100, 0),
     };
     // No simulated nodes: the benchmark measures tether, not pods starting.
     let cluster = LocalCluster::start(0);
@@ -493,7 +498,7 @@ async fn run(cluster: &LocalCluster, config: &Config) {
     let before = daemon.take_log();
     println!(
         "soak: one daemon, {} Sources of {} ConfigMaps and {} stalled, every {} ms; settled in {:.0} s \
-         ({} writes, {} log lines, {:.0} bytes a line); sampling every {} s for {} min",
+         ({} writes, {} log lines, {:.0} bytes a line); sampling every {} s for {} s",
         config.sources,
         config.objects,
         stalled.len(),
@@ -503,7 +508,7 @@ async fn run(cluster: &LocalCluster, config: &Config) {
         before.lines,
         before.bytes as f64 / before.lines.max(1) as f64,
         config.every,
-        config.minutes
+        config.seconds
     );
     print_header();
 
@@ -512,7 +517,7 @@ async fn run(cluster: &LocalCluster, config: &Config) {
     let mut samples = Vec::new();
     let mut last = t0;
     let mut longest = String::new();
-    while t0.elapsed() < Duration::from_secs(config.minutes as u64 * 60) {
+    while t0.elapsed() < Duration::from_secs(config.seconds as u64) {
         tokio::time::sleep(Duration::from_secs(config.every as u64)).await;
         let window = last.elapsed().as_secs_f64();
         last = Instant::now();

@@ -3,7 +3,8 @@
 //! `--files` KubernetesSecret files (default 200) of 10 values each, encrypted for one
 //! age key: tether encrypts and decrypts them in process, then file by file as a user
 //! runs `tether secret decrypt` and `sops -d`; and a validate of the encrypted
-//! repository beside one of its plain twin. Run with `cargo bench --bench sops`.
+//! repository beside one of its plain twin. Run with `cargo bench --bench sops`; a
+//! smoke run (`cargo test --bench sops`) takes 10 files.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -13,16 +14,13 @@ use tether_engine::directory::read_models_dir;
 use tether_sops::tree::Selection;
 use tether_sops::{Encryption, Keyring, Recipient, decrypt_in_place, encrypt};
 
+#[path = "common/mode.rs"]
+mod mode;
+
 const VALUES_PER_FILE: usize = 10;
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let files = args
-        .iter()
-        .position(|a| a == "--files")
-        .and_then(|i| args.get(i + 1))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(200usize);
+    let files = mode::arg("--files", 200, 10);
     let sops = sops_binary();
     let dir = tempfile::tempdir().expect("temporary directory");
     let (plain_dir, sealed_dir) = (dir.path().join("plain"), dir.path().join("sealed"));

@@ -10,12 +10,16 @@
 //! source` on the live stream and to its row changing in the open page; the daemon's
 //! resident memory idle and with 20 clients.
 //! Run with `cargo bench --bench web` (`-- --sources 1000 --first 100 --configmaps 10
-//! --loads 5 --samples 5 --clients 20`).
+//! --loads 5 --samples 5 --clients 20`). A smoke run (`cargo test --bench web`): 2 and
+//! then 4 Sources of 2 ConfigMaps, one load and one sample of each, 2 clients.
 
 // Shared by the benchmarks; each uses part of it.
 #[allow(dead_code)]
 #[path = "common/kube.rs"]
 mod kube_helpers;
+
+#[path = "common/mode.rs"]
+mod mode;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -30,7 +34,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use tether_api::source_spec::Source;
 
-use kube_helpers::arg;
+use mode::arg;
 use tether_testkit::browser::Browser;
 use tether_testkit::cluster::LocalCluster;
 use tether_testkit::remote::{Remote, free_port};
@@ -52,14 +56,14 @@ struct Config {
 }
 
 fn main() {
-    let sources = arg("--sources", 1000).max(1);
+    let sources = arg("--sources", 1000, 4).max(1);
     let config = Config {
         sources,
-        first: arg("--first", 100).clamp(1, sources),
-        config_maps: arg("--configmaps", 10).max(1),
-        loads: arg("--loads", 5).max(1),
-        samples: arg("--samples", 5).max(1),
-        clients: arg("--clients", 20),
+        first: arg("--first", 100, 2).clamp(1, sources),
+        config_maps: arg("--configmaps", 10, 2).max(1),
+        loads: arg("--loads", 5, 1).max(1),
+        samples: arg("--samples", 5, 1).max(1),
+        clients: arg("--clients", 20, 2),
     };
     // No simulated nodes: the benchmark measures tether, not pods starting.
     let cluster = LocalCluster::start(0);
@@ -596,7 +600,7 @@ async fn run(kubeconfig: &Path, config: &Config) {
         let ready = wait_ready(&client, config.sources, added).await;
         stages.push(stage(&daemon, &token, config, config.sources, ready).await);
     }
-    tokio::time::sleep(Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_secs(mode::size(10, 2))).await;
     let (idle, open, peak) = memory(&daemon, &token, config.clients).await;
     let latency = update_latency(&client, &daemon, &token, config).await;
     report(config, &stages, (idle, open, peak), &latency);

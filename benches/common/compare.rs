@@ -1,5 +1,6 @@
 //! What the benchmarks that compare tether with a peer tool share: timing, and
-//! checking each run's exit code.
+//! checking each run's exit code. A benchmark that uses it includes `common/mode.rs`
+//! as `mode` too.
 
 use std::process::Output;
 use std::time::{Duration, Instant};
@@ -21,9 +22,22 @@ pub fn timed(f: impl FnOnce()) -> Duration {
     start.elapsed()
 }
 
-/// The median of three runs of `f`.
+/// How many runs [`median`] takes: three, one in a smoke run.
+pub fn runs() -> usize {
+    crate::mode::size(3, 1)
+}
+
+/// What [`median`] gives, for a table's heading: "median of 3", or "one run".
+pub fn median_of() -> String {
+    match runs() {
+        1 => "one run".to_string(),
+        n => format!("median of {n}"),
+    }
+}
+
+/// The median of [`runs`] runs of `f`.
 pub fn median(mut f: impl FnMut() -> Duration) -> Duration {
-    let mut times: Vec<Duration> = (0..3).map(|_| f()).collect();
+    let mut times: Vec<Duration> = (0..runs()).map(|_| f()).collect();
     times.sort();
-    times[1]
+    times[times.len() / 2]
 }

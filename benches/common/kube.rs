@@ -1,6 +1,6 @@
 //! For the benchmarks against a control plane: namespaces ready for pods, pods
-//! reported Running, the Source CRD established, a daemon's memory, and their
-//! `-- --name N` arguments.
+//! reported Running, the Source CRD established, a daemon's memory, and the processes
+//! they start killed when they end.
 
 use std::time::Duration;
 
@@ -25,16 +25,6 @@ pub async fn namespace(client: &Client, name: &str) {
     while accounts.get_opt("default").await.ok().flatten().is_none() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-/// The number after `name` on the command line (`cargo bench -- --pods 500`).
-pub fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
 }
 
 /// A Pending pod on a node nobody runs.
@@ -131,6 +121,17 @@ pub fn process_cpu(pid: u32) -> Duration {
         .sum();
     // USER_HZ is 100 on Linux.
     Duration::from_millis(ticks * 10)
+}
+
+/// A process the benchmark started, killed when dropped (also when the benchmark
+/// panics: a failed step leaves nothing running).
+pub struct Killed(pub std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// A `tether run` the benchmark started, killed when dropped.

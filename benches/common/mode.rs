@@ -16,10 +16,14 @@ pub fn size<T>(full: T, small: T) -> T {
 /// The number after `name` on the command line (`cargo bench -- --pods 500`), else
 /// `full` when measuring and `small` in a smoke run.
 pub fn arg(name: &str, full: usize, small: usize) -> usize {
+    given(name).unwrap_or_else(|| size(full, small))
+}
+
+/// The number after `name` on the command line, if there is one.
+pub fn given(name: &str) -> Option<usize> {
     let args: Vec<String> = std::env::args().collect();
     args.iter()
         .position(|a| a == name)
         .and_then(|i| args.get(i + 1))
         .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| size(full, small))
 }
