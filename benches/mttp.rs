@@ -19,7 +19,8 @@
 //! receiver would) until all are Ready again, then a quiet window: requests other
 //! than Leases, and CPU per application.
 //!
-//! Run with `cargo bench --bench mttp` (`-- --sizes 100,500 --cpus 1`); `cargo test
+//! Run with `cargo bench --bench mttp` (`-- --sizes 100,500 --cpus 1 --runs
+//! tether-each,tether-one,flux`, the floor always); `cargo test
 //! --bench mttp` smoke-runs it with 3 applications.
 
 // Shared by the benchmarks; each uses part of it.
@@ -58,6 +59,13 @@ fn main() {
     let sizes: Vec<usize> =
         list_arg("--sizes").unwrap_or_else(|| mode::size(vec![100, 500, 1000], vec![3]));
     let cpus = string_arg("--cpus").unwrap_or_else(|| "1".to_string());
+    // The floor always runs: every ratio is to it.
+    let runs: Vec<Run> = match string_arg("--runs") {
+        Some(names) => std::iter::once(Run::Floor)
+            .chain(names.split(',').map(|n| Run::named(n.trim())))
+            .collect(),
+        None => vec![Run::Floor, Run::TetherEach, Run::TetherOne, Run::Flux],
+    };
     let quiet = Duration::from_secs(mode::size(20, 3));
     let flux = Flux::built();
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
@@ -66,7 +74,7 @@ fn main() {
         let files = apps(size, "#34577c");
         let changed = apps(size, "#ff0000");
         let mut floor: Option<Row> = None;
-        for run in [Run::Floor, Run::TetherEach, Run::TetherOne, Run::Flux] {
+        for &run in &runs {
             let cluster = LocalCluster::start(0);
             if !header {
                 print_header(&cluster.release(), &cpus, &flux);
@@ -263,6 +271,16 @@ enum Run {
 }
 
 impl Run {
+    /// A run by its name on the command line (`--runs tether-each,tether-one,flux`).
+    fn named(name: &str) -> Run {
+        match name {
+            "tether-each" => Run::TetherEach,
+            "tether-one" => Run::TetherOne,
+            "flux" => Run::Flux,
+            other => panic!("--runs: {other}? (tether-each, tether-one, flux)"),
+        }
+    }
+
     fn label(self) -> &'static str {
         match self {
             Run::Floor => "server floor (SSA)",
@@ -288,8 +306,9 @@ struct Row {
     /// Writes and lists per application until all were Ready (the floor's client
     /// shares its user agent with the benchmark's own polling: not counted).
     requests_per_app: Option<f64>,
-    /// Those requests by verb and resource, until all were Ready.
-    by_kind: BTreeMap<String, usize>,
+    /// A line under the row: the tool's requests per app by verb and resource, or the
+    /// floor's trials.
+    detail: String,
     /// Requests other than Leases in the quiet window.
     quiet_requests: usize,
     /// CPU per application in the quiet window, microseconds a second.
@@ -492,6 +511,7 @@ impl Bench<'_> {
         // controller acts on, so the trials leave the controller-manager idle); then
         // the apps' objects at that concurrency.
         let mut best: Option<(usize, Duration)> = None;
+        let mut trials = Vec::new();
         for concurrency in [8, 16, 32, 64] {
             let namespace = format!("{APPS}-trial-{concurrency}");
             kube_helpers::namespace(client, &namespace).await;
@@ -505,6 +525,8 @@ impl Bench<'_> {
             let started = Instant::now();
             apply_all(client, configmaps, concurrency).await;
             let took = started.elapsed();
+            let rate = (4 * self.size) as f64 / took.as_secs_f64();
+            trials.push(format!("{rate:.0} at {concurrency}"));
             if best.is_none_or(|(_, b)| took < b) {
                 best = Some((concurrency, took));
             }
@@ -533,7 +555,7 @@ impl Bench<'_> {
             peak_mib: 0.0,
             cpu: Duration::ZERO,
             requests_per_app: None,
-            by_kind: BTreeMap::new(),
+            detail: format!("ConfigMaps applied a second: {}", trials.join(", ")),
             quiet_requests: 0,
             quiet_cpu_per_app: 0.0,
         }
@@ -599,7 +621,7 @@ impl Bench<'_> {
             peak_mib,
             cpu,
             requests_per_app: Some(by_kind.values().sum::<usize>() as f64 / self.size as f64),
-            by_kind,
+            detail: per_app(&by_kind, self.size),
             quiet_requests,
             quiet_cpu_per_app: quiet_cpu.as_secs_f64() * 1e6
                 / self.quiet.as_secs_f64()
@@ -963,15 +985,18 @@ fn print_row(size: usize, row: &Row, floor: &Row, quiet: Duration) {
     ];
     let run = format!("{}{}", row.run.label(), row.note);
     println!("{size:>5}  {run:<36} {}", cells(&values));
-    if !row.by_kind.is_empty() {
-        let mut kinds: Vec<(&String, &usize)> = row.by_kind.iter().collect();
-        kinds.sort_by(|a, b| b.1.cmp(a.1));
-        let kinds: Vec<String> = kinds
-            .iter()
-            .map(|(what, n)| format!("{:.1} {what}", **n as f64 / size as f64))
-            .collect();
-        println!("{:>7}requests per app: {}", "", kinds.join(", "));
-    }
+    println!("{:>7}{}", "", row.detail);
+}
+
+/// Requests by verb and resource, per app, the most frequent first.
+fn per_app(by_kind: &BTreeMap<String, usize>, size: usize) -> String {
+    let mut kinds: Vec<(&String, &usize)> = by_kind.iter().collect();
+    kinds.sort_by(|a, b| b.1.cmp(a.1));
+    let kinds: Vec<String> = kinds
+        .iter()
+        .map(|(what, n)| format!("{:.1} {what}", **n as f64 / size as f64))
+        .collect();
+    format!("requests per app: {}", kinds.join(", "))
 }
 
 fn cells(values: &[String]) -> String {
