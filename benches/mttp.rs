@@ -12,16 +12,24 @@
 //!   GitRepository and a Kustomization (`wait: true`) per application, as Flux's
 //!   harness makes an OCIRepository and a Kustomization per application.
 //!
+//! Two shapes of application, each run by both tools: the objects as files (Flux's
+//! Kustomization benchmark), and a chart of the same objects in a local OCI registry
+//! (its HelmRelease benchmark): tether reads a HelmChart model per application and
+//! renders it with `helm template`; Flux, whose helm-controller the module proxy does
+//! not serve, applies with its kustomize-controller what `helm template` rendered of
+//! the chart ahead (said so in the table). The floor runs once a size: both shapes
+//! are the same objects.
+//!
 //! Each row: the time from creation until every application is Ready (the tool says
 //! so for the commit, and every Deployment is observed ready), the tool's peak RSS and
-//! CPU seconds, its writes and lists per application (the audit log logs those), then
+//! CPU seconds (with those of the `helm` it ran), its writes and lists per application (the audit log logs those), then
 //! one push changing every application (each source asked to reconcile, as a webhook
 //! receiver would) until all are Ready again, then a quiet window: requests other
 //! than Leases, and CPU per application.
 //!
 //! Run with `cargo bench --bench mttp` (`-- --sizes 100,500 --cpus 1 --runs
-//! tether-each,tether-one,flux`, the floor always); `cargo test
-//! --bench mttp` smoke-runs it with 3 applications.
+//! tether-each,tether-one,flux --shapes kustomize,helm`, the floor always); `cargo
+//! test --bench mttp` smoke-runs it with 3 applications.
 
 // Shared by the benchmarks; each uses part of it.
 #[allow(dead_code)]
@@ -46,7 +54,9 @@ use serde_json::{Value, json};
 
 use tether_testkit::audit::entries_since;
 use tether_testkit::cluster::LocalCluster;
+use tether_testkit::registry::Registry;
 use tether_testkit::remote::{Remote, borrowed, free_port};
+use tether_testkit::tools::helm_tools;
 
 /// Where the applications' objects go (Flux's harness: the tenant's namespace).
 const APPS: &str = "mttp";
@@ -54,27 +64,39 @@ const SOURCES: &str = "tether-mttp";
 const FLUX: &str = "flux-system";
 /// How many applications are made at once, by every run alike.
 const CREATE_CONCURRENCY: usize = 16;
+/// The Deployments' color as made, and as the push changes it.
+const COLOR: &str = "#34577c";
+const PUSHED_COLOR: &str = "#ff0000";
+/// The Helm shape's chart, in the registry's `charts/`.
+const CHART: &str = "podinfo-app";
+const CHART_VERSION: &str = "1.0.0";
 
 fn main() {
     let sizes: Vec<usize> =
         list_arg("--sizes").unwrap_or_else(|| mode::size(vec![100, 500, 1000], vec![3]));
     let cpus = string_arg("--cpus").unwrap_or_else(|| "1".to_string());
-    // The floor always runs: every ratio is to it.
     let runs: Vec<Run> = match string_arg("--runs") {
-        Some(names) => std::iter::once(Run::Floor)
-            .chain(names.split(',').map(|n| Run::named(n.trim())))
-            .collect(),
-        None => vec![Run::Floor, Run::TetherEach, Run::TetherOne, Run::Flux],
+        Some(names) => names.split(',').map(|n| Run::named(n.trim())).collect(),
+        None => vec![Run::TetherEach, Run::TetherOne, Run::Flux],
+    };
+    let shapes: Vec<Shape> = match string_arg("--shapes") {
+        Some(names) => names.split(',').map(|n| Shape::named(n.trim())).collect(),
+        None => vec![Shape::Kustomize, Shape::Helm],
     };
     let quiet = Duration::from_secs(mode::size(20, 3));
     let flux = Flux::built();
+    let chart = shapes.contains(&Shape::Helm).then(Chart::published);
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let mut header = false;
     for size in sizes {
-        let files = apps(size, "#34577c");
-        let changed = apps(size, "#ff0000");
+        // The floor always runs, once a size: both shapes are the same objects, and
+        // every ratio is to it.
         let mut floor: Option<Row> = None;
-        for &run in &runs {
+        let floor_run = std::iter::once((Shape::Kustomize, Run::Floor));
+        let tool_runs = shapes
+            .iter()
+            .flat_map(|&shape| runs.iter().map(move |&run| (shape, run)));
+        for (shape, run) in floor_run.chain(tool_runs) {
             let cluster = LocalCluster::start(0);
             if !header {
                 print_header(&cluster.release(), &cpus, &flux);
@@ -87,8 +109,10 @@ fn main() {
                 quiet,
                 flux: &flux,
             };
+            let files = shape.files(run, size, COLOR, chart.as_ref());
+            let changed = shape.files(run, size, PUSHED_COLOR, chart.as_ref());
             let row = runtime.block_on(bench.run(run, &files, &changed));
-            print_row(size, &row, floor.as_ref().unwrap_or(&row), quiet);
+            print_row(size, shape, &row, floor.as_ref().unwrap_or(&row), quiet);
             if run == Run::Floor {
                 floor = Some(row);
             }
@@ -110,7 +134,17 @@ fn list_arg(name: &str) -> Option<Vec<usize>> {
 /// `<index>app`, no pods, 1m CPU), in the applications' namespace; `color` is what a
 /// push changes (the Deployment's pod template, so a new generation rolls out).
 fn app(index: usize, color: &str) -> String {
-    let name = format!("podinfo-{index}app");
+    app_named(&release(index), color)
+}
+
+/// Application `index`'s name (its release's, in the Helm shape).
+fn release(index: usize) -> String {
+    format!("podinfo-{index}app")
+}
+
+/// The four objects of the application `name`, `color` in its pod template: literal
+/// values, or the chart's template expressions.
+fn app_named(name: &str, color: &str) -> String {
     format!(
         r#"---
 apiVersion: v1
@@ -252,14 +286,169 @@ spec:
 
 /// The repository's files: `apps/app-N/podinfo.yaml` (under the remote's `models/`).
 fn apps(size: usize, color: &str) -> Vec<(String, String)> {
-    (0..size)
-        .map(|i| (format!("apps/app-{i}/podinfo.yaml"), app(i, color)))
-        .collect()
+    (0..size).map(|i| (app_file(i), app(i, color))).collect()
+}
+
+fn app_file(index: usize) -> String {
+    format!("apps/app-{index}/podinfo.yaml")
 }
 
 /// The path of application `index` in the repository.
 fn app_path(index: usize) -> String {
     format!("models/apps/app-{index}")
+}
+
+/// How an application is written: its objects as files (Flux's Kustomization
+/// benchmark), or a chart of the same objects in an OCI registry (its HelmRelease
+/// benchmark).
+#[derive(Clone, Copy, PartialEq)]
+enum Shape {
+    Kustomize,
+    Helm,
+}
+
+impl Shape {
+    /// A shape by its name on the command line (`--shapes kustomize,helm`).
+    fn named(name: &str) -> Shape {
+        match name {
+            "kustomize" => Shape::Kustomize,
+            "helm" => Shape::Helm,
+            other => panic!("--shapes: {other}? (kustomize, helm)"),
+        }
+    }
+
+    /// The repository's files for `run`. In the Helm shape tether reads a HelmChart
+    /// model per application, and Flux (without helm-controller) applies what `helm
+    /// template` rendered of the chart ahead, as its kustomize-controller would.
+    fn files(
+        self,
+        run: Run,
+        size: usize,
+        color: &str,
+        chart: Option<&Chart>,
+    ) -> Vec<(String, String)> {
+        let chart = || chart.expect("the chart of the Helm shape");
+        match (self, run) {
+            (Shape::Kustomize, _) | (Shape::Helm, Run::Floor) => apps(size, color),
+            (Shape::Helm, Run::TetherEach | Run::TetherOne) => (0..size)
+                .map(|i| (app_file(i), chart().model(i, color)))
+                .collect(),
+            (Shape::Helm, Run::Flux) => chart().rendered(size, color),
+        }
+    }
+
+    fn label(self, run: Run) -> &'static str {
+        match (self, run) {
+            (Shape::Kustomize, _) | (Shape::Helm, Run::Floor) => "",
+            (Shape::Helm, Run::Flux) => ", chart rendered ahead",
+            (Shape::Helm, _) => ", HelmChart",
+        }
+    }
+}
+
+/// The Helm shape's chart: the application's four objects as one template (its name
+/// the release's, its color a value), packaged by `helm` and pushed to a registry of
+/// its own.
+struct Chart {
+    registry: Registry,
+    archive: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Chart {
+    fn published() -> Chart {
+        let dir = tempfile::tempdir().expect("a directory");
+        let chart = dir.path().join(CHART);
+        std::fs::create_dir_all(chart.join("templates")).expect("the chart's directory");
+        let files = [
+            (
+                "Chart.yaml",
+                format!(
+                    "apiVersion: v2\nname: {CHART}\nversion: {CHART_VERSION}\nappVersion: 6.5.3\n"
+                ),
+            ),
+            ("values.yaml", format!("color: \"{COLOR}\"\n")),
+            (
+                "templates/podinfo.yaml",
+                app_named("{{ .Release.Name }}", "{{ .Values.color }}"),
+            ),
+        ];
+        for (name, text) in files {
+            std::fs::write(chart.join(name), text).expect("a chart file");
+        }
+        let registry = Registry::start();
+        Chart::helm(dir.path(), &["package", CHART]);
+        let archive = dir.path().join(format!("{CHART}-{CHART_VERSION}.tgz"));
+        let repository = format!("oci://{}/charts", registry.host());
+        let pushed = archive.display().to_string();
+        Chart::helm(dir.path(), &["push", &pushed, &repository, "--plain-http"]);
+        Chart {
+            registry,
+            archive,
+            _dir: dir,
+        }
+    }
+
+    /// Runs the pinned `helm` in `dir` with its settings there; its output.
+    fn helm(dir: &Path, args: &[&str]) -> String {
+        let output = Command::new(&helm_tools().helm)
+            .args(args)
+            .current_dir(dir)
+            .env("HELM_CONFIG_HOME", dir.join("helm-config"))
+            .env("HELM_CACHE_HOME", dir.join("helm-cache"))
+            .output()
+            .expect("helm");
+        assert!(
+            output.status.success(),
+            "helm {args:?}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    }
+
+    /// Application `index` as tether's HelmChart model: the chart from the registry,
+    /// `color` a value.
+    fn model(&self, index: usize, color: &str) -> String {
+        format!(
+            "kind: HelmChart\nname: {}\nchart: {CHART}\nrepository: oci://{}/charts\n\
+             version: \"{CHART_VERSION}\"\ntrust_domain: {APPS}\nvalues:\n  color: \"{color}\"\n",
+            release(index),
+            self.registry.host()
+        )
+    }
+
+    /// Every application's objects as `helm template` renders the chart for it, as
+    /// many at once as the machine has cores.
+    fn rendered(&self, size: usize, color: &str) -> Vec<(String, String)> {
+        let dir = self.archive.parent().expect("the chart's directory");
+        let archive = self.archive.display().to_string();
+        let value = format!("color={color}");
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let indexes: Vec<usize> = (0..size).collect();
+        std::thread::scope(|scope| {
+            let rendering: Vec<_> = indexes
+                .chunks(size.div_ceil(threads).max(1))
+                .map(|chunk| {
+                    let (archive, value) = (&archive, &value);
+                    scope.spawn(move || {
+                        chunk
+                            .iter()
+                            .map(|&i| {
+                                let name = release(i);
+                                let args = ["template", &name, archive, "--namespace", APPS];
+                                let args = [&args[..], &["--set-string", value]].concat();
+                                (app_file(i), Chart::helm(dir, &args))
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            rendering
+                .into_iter()
+                .flat_map(|r| r.join().expect("helm template"))
+                .collect()
+        })
+    }
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -519,7 +708,7 @@ impl Bench<'_> {
                 .map(|i| {
                     json!({"apiVersion": "v1", "kind": "ConfigMap",
                         "metadata": {"name": format!("c-{i}"), "namespace": namespace},
-                        "data": {"value": "#34577c"}})
+                        "data": {"value": COLOR}})
                 })
                 .collect();
             let started = Instant::now();
@@ -536,14 +725,14 @@ impl Bench<'_> {
         apply_all(client, objects(files, APPS), concurrency).await;
         let applied = started.elapsed();
         self.until("floor", async || {
-            Self::deployments_ready(client, APPS, "#34577c").await
+            Self::deployments_ready(client, APPS, COLOR).await
         })
         .await;
         let ready = started.elapsed();
         let started = Instant::now();
         apply_all(client, objects(changed, APPS), concurrency).await;
         self.until("floor push", async || {
-            Self::deployments_ready(client, APPS, "#ff0000").await
+            Self::deployments_ready(client, APPS, PUSHED_COLOR).await
         })
         .await;
         Row {
@@ -587,7 +776,7 @@ impl Bench<'_> {
         let started = Instant::now();
         let sources = self.create(client, run, &http.url).await;
         let applied = self
-            .until_ready(client, run, sources, &head, "#34577c", started)
+            .until_ready(client, run, sources, &head, COLOR, started)
             .await;
         let ready = started.elapsed();
         let by_kind = requests(&self.audit(), offset, agents, false);
@@ -597,7 +786,7 @@ impl Bench<'_> {
         let head = format!("main@sha1:{}", remote.head_of_bare("main"));
         let pushed = Instant::now();
         self.request_reconcile(client, run, sources).await;
-        self.until_ready(client, run, sources, &head, "#ff0000", pushed)
+        self.until_ready(client, run, sources, &head, PUSHED_COLOR, pushed)
             .await;
         let push = pushed.elapsed();
         let peak_mib = processes.iter().map(Process::peak_mib).sum();
@@ -644,11 +833,18 @@ impl Bench<'_> {
             "--kubeconfig".into(),
             self.cluster.kubeconfig().display().to_string(),
         ];
+        // Charts are rendered by the pinned `helm`, pulled into the run's own cache.
+        let helm = helm_tools().helm.display().to_string();
+        let charts = work.join("charts").display().to_string();
+        let env = [
+            ("TETHER_HELM", helm.as_str()),
+            ("TETHER_CHART_CACHE", charts.as_str()),
+        ];
         vec![Process::start(
             self.cpus,
             tether,
             &args,
-            &[],
+            &env,
             &work.join("tether.log"),
         )]
     }
@@ -942,7 +1138,10 @@ fn print_header(release: &str, cpus: &str, flux: &Flux) {
          default 20 requests a second, as in kind)"
     );
     let peer = &flux.versions;
-    println!("Flux: {peer} (no helm-controller: the module proxy does not serve it)");
+    println!(
+        "Flux: {peer} (no helm-controller: the module proxy does not serve it; in the Helm \
+         shape Flux applies the chart rendered ahead by `helm template`)"
+    );
     let columns = [
         "applied",
         "×floor",
@@ -964,7 +1163,7 @@ fn print_header(release: &str, cpus: &str, flux: &Flux) {
     );
 }
 
-fn print_row(size: usize, row: &Row, floor: &Row, quiet: Duration) {
+fn print_row(size: usize, shape: Shape, row: &Row, floor: &Row, quiet: Duration) {
     let tool = row.run != Run::Floor;
     let only_tool = |text: String| if tool { text } else { "-".to_string() };
     let secs = |d: Duration| format!("{:.1}s", d.as_secs_f64());
@@ -983,7 +1182,7 @@ fn print_row(size: usize, row: &Row, floor: &Row, quiet: Duration) {
         only_tool(format!("{} in {}s", row.quiet_requests, quiet.as_secs())),
         only_tool(format!("{:.0}µs/s/app", row.quiet_cpu_per_app)),
     ];
-    let run = format!("{}{}", row.run.label(), row.note);
+    let run = format!("{}{}{}", row.run.label(), shape.label(row.run), row.note);
     println!("{size:>5}  {run:<36} {}", cells(&values));
     println!("{:>7}{}", "", row.detail);
 }

@@ -105,8 +105,8 @@ pub fn process_memory(pid: u32, field: &str) -> f64 {
         / 1024.0
 }
 
-/// User and system CPU time a process used so far (/proc/PID/stat); zero when it
-/// cannot be read.
+/// User and system CPU time a process and the children it waited for used so far
+/// (/proc/PID/stat); zero when it cannot be read.
 pub fn process_cpu(pid: u32) -> Duration {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     let fields: Vec<&str> = stat
@@ -115,7 +115,9 @@ pub fn process_cpu(pid: u32) -> Duration {
         .unwrap_or("")
         .split_whitespace()
         .collect();
-    let ticks: u64 = [11, 12]
+    // utime and stime, then cutime and cstime: the children it waited for (the
+    // `helm` and `kustomize` a tool runs) count as its own.
+    let ticks: u64 = [11, 12, 13, 14]
         .iter()
         .filter_map(|i| fields.get(*i)?.parse::<u64>().ok())
         .sum();

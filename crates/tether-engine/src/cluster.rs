@@ -16,6 +16,7 @@ use std::time::{Duration, SystemTime};
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::client::ClientBuilder;
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::discovery::v2::APIGroupDiscovery;
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::discovery::{Discovery, Scope};
 use kube::{Client, Config};
@@ -594,58 +595,96 @@ pub async fn cluster_id(client: &Client) -> Option<String> {
     }
 }
 
-/// What the server serves, as Helm's `.Capabilities` name it: its version and every
-/// group/version.
+/// What the server serves, as Helm's `.Capabilities` name it: its version, every
+/// group/version and each of its kinds. Three requests however many groups the server
+/// has: its version and the aggregated discovery of `/api` and `/apis` (served since
+/// Kubernetes 1.30, older than tether's oldest).
 pub async fn capabilities(client: &Client) -> Result<crate::generate::Capabilities, ClusterError> {
     let api = |source| ClusterError::Api {
         action: "read the server's version and API groups".into(),
         source,
     };
     let version = client.apiserver_version().await.map_err(api)?;
-    let core = client.list_core_api_versions().await.map_err(api)?;
-    let groups = client.list_api_groups().await.map_err(api)?;
-    let mut group_versions: Vec<String> = core.versions;
-    for group in groups.groups {
-        group_versions.extend(group.versions.into_iter().map(|v| v.group_version));
-    }
-    // As `helm install` sees them: each group/version and each of its kinds
-    // (`policy/v1/PodDisruptionBudget`), which charts ask for by name. A group that
-    // cannot be read (a definition removed since, an aggregated API down) gives its
-    // group/version alone, as Helm's own discovery does.
-    let kinds = group_versions.iter().map(|group_version| async move {
-        let resources = match group_version.contains('/') {
-            true => client.list_api_group_resources(group_version).await,
-            false => client.list_core_api_resources(group_version).await,
-        };
-        match resources {
-            Ok(list) => list
-                .resources
-                .into_iter()
-                .filter(|r| !r.name.contains('/'))
-                .map(|r| format!("{group_version}/{}", r.kind))
-                .collect(),
-            Err(error) => {
-                tracing::debug!(%group_version, %error, "the kinds of a group/version are unknown");
-                Vec::new()
-            }
-        }
-    });
-    let kinds = futures::future::join_all(kinds).await;
-    let mut api_versions: Vec<String> = group_versions
-        .into_iter()
-        .chain(kinds.into_iter().flatten())
-        .collect();
-    api_versions.sort();
-    api_versions.dedup();
+    let core = client
+        .list_core_api_versions_aggregated()
+        .await
+        .map_err(api)?;
+    let groups = client.list_api_groups_aggregated().await.map_err(api)?;
     Ok(crate::generate::Capabilities {
         kube_version: version.git_version,
-        api_versions,
+        api_versions: api_versions(core.items.iter().chain(&groups.items)),
     })
+}
+
+/// As `helm install` sees them: each group/version and each of its kinds
+/// (`policy/v1/PodDisruptionBudget`), which charts ask for by name; sorted.
+/// Subresources are not kinds (aggregated discovery lists them within their
+/// resource), and an aggregated API that is down is there with what it last served.
+fn api_versions<'g>(groups: impl Iterator<Item = &'g APIGroupDiscovery>) -> Vec<String> {
+    let mut names = Vec::new();
+    for group in groups {
+        let group_name = group.metadata.as_ref().and_then(|m| m.name.as_deref());
+        for version in &group.versions {
+            let Some(version_name) = version.version.as_deref().filter(|v| !v.is_empty()) else {
+                continue;
+            };
+            let group_version = match group_name.filter(|g| !g.is_empty()) {
+                Some(group) => format!("{group}/{version_name}"),
+                None => version_name.to_string(),
+            };
+            let kinds = version
+                .resources
+                .iter()
+                .filter_map(|r| r.response_kind.as_ref()?.kind.as_deref())
+                .filter(|kind| !kind.is_empty())
+                .map(|kind| format!("{group_version}/{kind}"));
+            names.extend(kinds);
+            names.push(group_version);
+        }
+    }
+    names.sort();
+    names.dedup();
+    names
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn capabilities_name_each_group_version_and_its_kinds_as_helm_does() {
+        // As `/api` and `/apis` answer with aggregated discovery (apidiscovery.k8s.io/v2).
+        let discovery: kube::core::discovery::v2::APIGroupDiscoveryList =
+            serde_json::from_value(serde_json::json!({"items": [
+                {"metadata": {"name": ""}, "versions": [{"version": "v1", "resources": [
+                    {"resource": "pods", "responseKind": {"group": "", "version": "v1", "kind": "Pod"},
+                     "scope": "Namespaced", "verbs": ["get", "list"],
+                     "subresources": [{"subresource": "status",
+                        "responseKind": {"group": "", "version": "v1", "kind": "Pod"}}]},
+                    {"resource": "configmaps", "responseKind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+                     "scope": "Namespaced", "verbs": ["list"]}]}]},
+                {"metadata": {"name": "autoscaling"}, "versions": [
+                    {"version": "v2", "resources": [{"resource": "horizontalpodautoscalers",
+                        "responseKind": {"group": "autoscaling", "version": "v2", "kind": "HorizontalPodAutoscaler"},
+                        "scope": "Namespaced", "verbs": ["list"]}]},
+                    {"version": "v1", "resources": []}]},
+                {"metadata": {"name": "metrics.k8s.io"}, "versions": [
+                    {"version": "v1beta1", "freshness": "Stale"}]}
+            ]}))
+            .unwrap();
+        assert_eq!(
+            api_versions(discovery.items.iter()),
+            [
+                "autoscaling/v1",
+                "autoscaling/v2",
+                "autoscaling/v2/HorizontalPodAutoscaler",
+                "metrics.k8s.io/v1beta1",
+                "v1",
+                "v1/ConfigMap",
+                "v1/Pod",
+            ]
+        );
+    }
 
     fn request(method: http::Method) -> http::Request<()> {
         http::Request::builder()
