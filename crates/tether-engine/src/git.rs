@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant, SystemTime};
 
 use git2::{
     Cred, CredentialType, FetchOptions, ObjectType, Oid, RemoteCallbacks, Repository, TreeWalkMode,
@@ -755,10 +755,16 @@ pub fn local_revision(path: &Path) -> Option<Revision> {
     Some(Revision { commit, dirty })
 }
 
+/// How long a checked-out tree may go unused before a checkout removes it.
+const TREE_KEPT: Duration = Duration::from_secs(600);
+
 /// Writes the tree of `commit` (of the repository at `git_dir`) to `target`, for the
 /// tools that read files (Kustomize, Helm): into a fresh directory of `trees` first,
-/// renamed into place when complete, and the other commits' trees removed (only the
-/// newest is kept). Blocking.
+/// renamed into place when complete. Sources of one repository share `trees`, at
+/// their own commits and at once: a checkout removes only the trees unused for
+/// [`TREE_KEPT`] (each user keeps its own fresh with [`tree_in_use`]), and when
+/// another pass put the same commit in place first, its tree is the one used.
+/// Blocking.
 pub(crate) fn check_out(
     git_dir: &Path,
     commit: &str,
@@ -771,18 +777,52 @@ pub(crate) fn check_out(
     };
     let repo = Repository::open(git_dir)?;
     let tree = repo.find_commit(Oid::from_str(commit)?)?.tree()?;
-    if let Ok(entries) = std::fs::read_dir(trees) {
-        for entry in entries.flatten() {
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
-    }
+    remove_unused_trees(trees, SystemTime::now());
     let incoming = trees.join(format!(".{commit}-{}", fastrand::u64(..)));
     std::fs::create_dir_all(&incoming).map_err(cache)?;
     let mut checkout = git2::build::CheckoutBuilder::new();
-    checkout.target_dir(&incoming).force();
-    repo.checkout_tree(tree.as_object(), Some(&mut checkout))?;
-    std::fs::rename(&incoming, target).map_err(cache)?;
-    Ok(())
+    // The cache's index is not the tree's: checkouts at once would lock it in turn.
+    checkout.target_dir(&incoming).force().update_index(false);
+    let placed = repo
+        .checkout_tree(tree.as_object(), Some(&mut checkout))
+        .map_err(GitError::from)
+        .and_then(|()| std::fs::rename(&incoming, target).map_err(cache));
+    match placed {
+        Ok(()) => Ok(()),
+        Err(_) if tree_in_use(target) => {
+            let _ = std::fs::remove_dir_all(&incoming);
+            Ok(())
+        }
+        Err(error) => {
+            let _ = std::fs::remove_dir_all(&incoming);
+            Err(error)
+        }
+    }
+}
+
+/// Marks a checked-out tree as in use now, so that no checkout removes it meanwhile;
+/// false when there is none.
+pub(crate) fn tree_in_use(target: &Path) -> bool {
+    std::fs::File::open(target)
+        .and_then(|dir| dir.set_modified(SystemTime::now()))
+        .is_ok()
+}
+
+/// Removes the trees, and the checkouts a killed process left half-written, that
+/// nobody used for [`TREE_KEPT`] before `now`.
+fn remove_unused_trees(trees: &Path, now: SystemTime) {
+    let Ok(entries) = std::fs::read_dir(trees) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let unused = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|used| now.duration_since(used).is_ok_and(|idle| idle > TREE_KEPT));
+        if unused {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 #[cfg(test)]
@@ -807,6 +847,64 @@ mod tests {
             &parents,
         )
         .unwrap()
+    }
+
+    /// A commit whose tree holds `models.yaml` with `text`.
+    fn commit_file(repo: &Repository, text: &str) -> String {
+        let blob = repo.blob(text.as_bytes()).unwrap();
+        let mut tree = repo.treebuilder(None).unwrap();
+        tree.insert("models.yaml", blob, 0o100644).unwrap();
+        let tree = repo.find_tree(tree.write().unwrap()).unwrap();
+        let signature = git2::Signature::now("test", "test@example.org").unwrap();
+        let commit = repo
+            .commit(None, &signature, &signature, text, &tree, &[])
+            .unwrap();
+        commit.to_string()
+    }
+
+    #[test]
+    fn sources_of_one_repository_check_out_their_commits_at_once_and_keep_them() {
+        let cache = tempfile::tempdir().unwrap();
+        let repo = open_cache(cache.path(), "https://git.example.org/models.git").unwrap();
+        let commits = [commit_file(&repo, "a"), commit_file(&repo, "b")];
+        let git_dir = repo.path().to_path_buf();
+        let trees = git_dir.join("tether-trees");
+        // Sixteen passes, half at each commit, each checking out its commit at once.
+        let barrier = std::sync::Barrier::new(16);
+        std::thread::scope(|scope| {
+            for pass in 0..16 {
+                let (commit, trees, git_dir, barrier) =
+                    (&commits[pass % 2], &trees, &git_dir, &barrier);
+                scope.spawn(move || {
+                    barrier.wait();
+                    let target = trees.join(commit);
+                    if !tree_in_use(&target) {
+                        check_out(git_dir, commit, trees, &target).unwrap();
+                    }
+                    // What Helm would read, there until this pass is done with it.
+                    let text = std::fs::read_to_string(target.join("models.yaml")).unwrap();
+                    assert_eq!(text, if pass % 2 == 0 { "a" } else { "b" });
+                });
+            }
+        });
+        let mut left: Vec<String> = std::fs::read_dir(&trees)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        let mut expected = commits.to_vec();
+        expected.sort();
+        assert_eq!(left, expected, "both trees, no half-written checkout");
+
+        // A tree nobody used for longer than TREE_KEPT goes at the next checkout.
+        let unused = std::fs::File::open(trees.join(&commits[0])).unwrap();
+        let long_ago = SystemTime::now() - TREE_KEPT - Duration::from_secs(60);
+        unused.set_modified(long_ago).unwrap();
+        let third = commit_file(&repo, "c");
+        check_out(&git_dir, &third, &trees, &trees.join(&third)).unwrap();
+        assert!(!trees.join(&commits[0]).exists());
+        assert!(trees.join(&commits[1]).join("models.yaml").is_file());
+        assert!(trees.join(&third).join("models.yaml").is_file());
     }
 
     #[test]

@@ -158,7 +158,8 @@ impl Generate {
 }
 
 /// The models root on disk: a directory as it is, a commit checked out once (into
-/// the Git cache, beside the repository; the previous commit's tree is removed).
+/// the Git cache, beside the repository, where the Sources of the repository keep
+/// the trees of their commits while they use them).
 fn materialize(tree: &ModelsTree) -> Result<PathBuf, String> {
     match tree {
         ModelsTree::Directory(root) => Ok(root.clone()),
@@ -169,7 +170,7 @@ fn materialize(tree: &ModelsTree) -> Result<PathBuf, String> {
         } => {
             let trees = git_dir.join("tether-trees");
             let target = trees.join(commit);
-            if !target.is_dir() {
+            if !crate::git::tree_in_use(&target) {
                 crate::git::check_out(git_dir, commit, &trees, &target)
                     .map_err(|e| tether_core::error_chain(&e))?;
             }
