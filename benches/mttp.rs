@@ -32,6 +32,8 @@
 //! test --bench mttp` smoke-runs it with 3 applications.
 
 // Shared by the benchmarks; each uses part of it.
+#[path = "common/floor.rs"]
+mod floor;
 #[allow(dead_code)]
 #[path = "common/kube.rs"]
 mod kube_helpers;
@@ -696,33 +698,10 @@ impl Bench<'_> {
                 })
                 .collect()
         };
-        // The concurrency that applies fastest, found on as many ConfigMaps (which no
-        // controller acts on, so the trials leave the controller-manager idle); then
-        // the apps' objects at that concurrency.
-        let mut best: Option<(usize, Duration)> = None;
-        let mut trials = Vec::new();
-        for concurrency in [8, 16, 32, 64] {
-            let namespace = format!("{APPS}-trial-{concurrency}");
-            kube_helpers::namespace(client, &namespace).await;
-            let configmaps = (0..4 * self.size)
-                .map(|i| {
-                    json!({"apiVersion": "v1", "kind": "ConfigMap",
-                        "metadata": {"name": format!("c-{i}"), "namespace": namespace},
-                        "data": {"value": COLOR}})
-                })
-                .collect();
-            let started = Instant::now();
-            apply_all(client, configmaps, concurrency).await;
-            let took = started.elapsed();
-            let rate = (4 * self.size) as f64 / took.as_secs_f64();
-            trials.push(format!("{rate:.0} at {concurrency}"));
-            if best.is_none_or(|(_, b)| took < b) {
-                best = Some((concurrency, took));
-            }
-        }
-        let (concurrency, _) = best.expect("a concurrency");
+        let (concurrency, trials) =
+            floor::best_concurrency(client, 4 * self.size, &format!("{APPS}-trial")).await;
         let started = Instant::now();
-        apply_all(client, objects(files, APPS), concurrency).await;
+        floor::apply_all(client, objects(files, APPS), concurrency).await;
         let applied = started.elapsed();
         self.until("floor", async || {
             Self::deployments_ready(client, APPS, COLOR).await
@@ -730,7 +709,7 @@ impl Bench<'_> {
         .await;
         let ready = started.elapsed();
         let started = Instant::now();
-        apply_all(client, objects(changed, APPS), concurrency).await;
+        floor::apply_all(client, objects(changed, APPS), concurrency).await;
         self.until("floor push", async || {
             Self::deployments_ready(client, APPS, PUSHED_COLOR).await
         })
@@ -744,7 +723,7 @@ impl Bench<'_> {
             peak_mib: 0.0,
             cpu: Duration::ZERO,
             requests_per_app: None,
-            detail: format!("ConfigMaps applied a second: {}", trials.join(", ")),
+            detail: trials,
             quiet_requests: 0,
             quiet_cpu_per_app: 0.0,
         }
@@ -1066,42 +1045,6 @@ fn flux_objects(index: usize, url: &str) -> Vec<(ApiResource, Value)> {
             }),
         ),
     ]
-}
-
-/// Server-side applies `objects`, `concurrency` at once.
-async fn apply_all(client: &Client, objects: Vec<Value>, concurrency: usize) {
-    stream::iter(objects)
-        .for_each_concurrent(concurrency, |object| async move {
-            let (group, version) = match object["apiVersion"]
-                .as_str()
-                .expect("apiVersion")
-                .split_once('/')
-            {
-                Some((g, v)) => (g.to_string(), v.to_string()),
-                None => (
-                    String::new(),
-                    object["apiVersion"]
-                        .as_str()
-                        .expect("apiVersion")
-                        .to_string(),
-                ),
-            };
-            let resource = resource(&group, &version, object["kind"].as_str().expect("kind"));
-            let namespace = object["metadata"]["namespace"]
-                .as_str()
-                .expect("a namespace");
-            let name = object["metadata"]["name"].as_str().expect("a name");
-            let api: Api<DynamicObject> =
-                Api::namespaced_with(client.clone(), namespace, &resource);
-            api.patch(
-                name,
-                &PatchParams::apply("floor").force(),
-                &Patch::Apply(&object),
-            )
-            .await
-            .expect("server-side apply");
-        })
-        .await;
 }
 
 /// Writes and lists by the tool's user agents from `offset` on (the audit policy logs

@@ -1,6 +1,9 @@
 //! tether apply/diff side by side with kubectl, on the same rendered objects, against
 //! a local control plane this benchmark starts (scripts/local-cluster). For 1,000 and
-//! 5,000 ConfigMaps: first apply, a diff with no change, a diff with one change.
+//! 5,000 ConfigMaps: first apply, a diff with no change, a diff with one change. The
+//! first apply is measured against the server's floor too: a minimal client applying
+//! the same objects with server-side apply at the concurrency (of 8, 16, 32, 64) that
+//! applies up to 1,000 ConfigMaps fastest, run first, each in a namespace of its own.
 //! Run with `cargo bench --bench reconcile` (`-- --sizes 1000` to pick sizes); a smoke
 //! run (`cargo test --bench reconcile`) takes 20 ConfigMaps and one run of each diff.
 
@@ -12,6 +15,11 @@ use std::time::Duration;
 mod compare;
 use compare::{check, median, timed};
 
+#[path = "common/floor.rs"]
+mod floor;
+#[allow(dead_code)]
+#[path = "common/kube.rs"]
+mod kube_helpers;
 #[allow(dead_code)]
 #[path = "common/mode.rs"]
 mod mode;
@@ -42,10 +50,13 @@ fn main() {
         .next()
         .unwrap_or_default()
         .to_string();
+    let runtime = tokio::runtime::Runtime::new().expect("runtime");
     let bench = Bench {
         kubeconfig: cluster.kubeconfig().to_path_buf(),
         kubectl,
         tether: PathBuf::from(env!("CARGO_BIN_EXE_tether")),
+        client: runtime.block_on(cluster.client()),
+        runtime,
     };
 
     println!(
@@ -66,6 +77,9 @@ struct Bench {
     kubeconfig: PathBuf,
     kubectl: PathBuf,
     tether: PathBuf,
+    /// The floor's client, and its runtime.
+    client: kube::Client,
+    runtime: tokio::runtime::Runtime,
 }
 
 /// ConfigMaps in one models file: a repository spreads its models over files (one
@@ -125,10 +139,11 @@ impl Bench {
         let manifests = dir.path().join("manifests");
         std::fs::create_dir_all(&models_dir).expect("mkdir");
         std::fs::create_dir_all(&manifests).expect("mkdir");
-        let write_manifests = |changed: Option<usize>| {
-            let source = dir.path().join("for-kubectl");
+        // What tether renders of the models in `namespace`.
+        let rendered = |namespace: &str, changed: Option<usize>| {
+            let source = dir.path().join(format!("for-{namespace}"));
             std::fs::create_dir_all(&source).expect("mkdir");
-            write_models(&source, &theirs, size, changed);
+            write_models(&source, namespace, size, changed);
             let rendered = self.tether(&[
                 "render",
                 source.to_str().expect("utf-8"),
@@ -136,9 +151,29 @@ impl Bench {
                 "kubectl",
             ]);
             check(&rendered, &[0], "tether render");
-            std::fs::write(manifests.join("objects.yaml"), &rendered.stdout).expect("write");
+            rendered.stdout
+        };
+        let write_manifests = |changed: Option<usize>| {
+            std::fs::write(manifests.join("objects.yaml"), rendered(&theirs, changed))
+                .expect("write");
         };
         write_manifests(None);
+
+        // The floor first, on the server as the tools find it.
+        let floor_objects: Vec<serde_json::Value> = serde_saphyr::from_multiple(
+            &String::from_utf8_lossy(&rendered(&format!("bench-floor-{size}"), None)),
+        )
+        .expect("the rendered objects");
+        let trials = format!("bench-floor-{size}-trial");
+        let (concurrency, rates) = self.runtime.block_on(floor::best_concurrency(
+            &self.client,
+            size.min(1000),
+            &trials,
+        ));
+        let floor_apply = timed(|| {
+            self.runtime
+                .block_on(floor::apply_all(&self.client, floor_objects, concurrency))
+        });
         write_models(&models_dir, &ours, size, None);
         let path = models_dir.to_str().expect("utf-8");
         let inventory = format!("bench-{size}");
@@ -166,6 +201,12 @@ impl Bench {
             )
         });
         row(size, "first apply", tether_apply, kubectl_apply);
+        println!(
+            "{size:>6}  {:<18} {:>8.0}ms (server-side apply, {concurrency} in flight): tether {:.2}x the floor; {rates}",
+            "floor",
+            floor_apply.as_secs_f64() * 1000.0,
+            tether_apply.as_secs_f64() / floor_apply.as_secs_f64()
+        );
 
         // A diff run three times (once in a smoke run), the median kept; `expect` is the exit code (1: differences).
         let tether_diff = |expect: i32| {

@@ -1,11 +1,13 @@
 //! `helm template` of one chart: a chart directory of the repository, or a chart
 //! fetched (`helm pull`) from a chart repository or an OCI registry into the chart
-//! cache. A chart of an exact version is fetched once; a range is resolved by Helm at
-//! each build (a build is kept per commit, so a quiet pass fetches nothing). Values
-//! are written to a private directory removed after the build; the templates see the
-//! cluster's [`Capabilities`].
+//! cache. A chart of an exact version is fetched once, however many Sources render it
+//! at once; a range is resolved by Helm at each build (a build is kept per commit, so
+//! a quiet pass fetches nothing). Values are written to a private directory removed
+//! after the build; the templates see the cluster's [`Capabilities`].
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
 use sha2::{Digest, Sha256};
 use tether_core::generate::{Failure, HelmRequest};
@@ -114,14 +116,27 @@ fn chart_path(
         .next()
         .unwrap_or(&reference)
         .to_string();
-    if let Some(version) = request.version.as_deref().filter(|v| is_exact(v)) {
-        let cached = dir.join(format!(
-            "{short_name}-{}.tgz",
-            version.trim_start_matches('v')
-        ));
-        if cached.is_file() {
-            return Ok(cached);
-        }
+    let exact = request
+        .version
+        .as_deref()
+        .filter(|v| is_exact(v))
+        .map(|version| {
+            dir.join(format!(
+                "{short_name}-{}.tgz",
+                version.trim_start_matches('v')
+            ))
+        });
+    let cached = || exact.as_ref().filter(|archive| archive.is_file()).cloned();
+    if let Some(archive) = cached() {
+        return Ok(archive);
+    }
+    // The Sources that render an exact version at once wait for the first one's pull.
+    let one_pull = exact.as_ref().map(|_| pulling(&dir));
+    let _pulling = one_pull
+        .as_ref()
+        .map(|pull| pull.lock().unwrap_or_else(PoisonError::into_inner));
+    if let Some(archive) = cached() {
+        return Ok(archive);
     }
     pull(
         helm,
@@ -131,6 +146,13 @@ fn chart_path(
         repo.as_deref(),
         request.version.as_deref(),
     )
+}
+
+/// The lock of the pulls into a chart's directory of the cache.
+fn pulling(dir: &Path) -> Arc<Mutex<()>> {
+    static PULLS: LazyLock<Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>> = LazyLock::new(Mutex::default);
+    let mut pulls = PULLS.lock().unwrap_or_else(PoisonError::into_inner);
+    pulls.entry(dir.to_path_buf()).or_default().clone()
 }
 
 /// `helm pull` into a fresh directory, then into the cache: the archive it wrote.
