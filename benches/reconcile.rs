@@ -160,8 +160,13 @@ impl Bench {
         write_manifests(None);
 
         // The floor first, on the server as the tools find it.
-        let floor_objects: Vec<serde_json::Value> = serde_saphyr::from_multiple(
+        // A document an object: more than the parser's default budget of documents.
+        let options = serde_saphyr::options! {
+            budget: serde_saphyr::budget! { max_documents: usize::MAX },
+        };
+        let floor_objects: Vec<serde_json::Value> = serde_saphyr::from_multiple_with_options(
             &String::from_utf8_lossy(&rendered(&format!("bench-floor-{size}"), None)),
+            options,
         )
         .expect("the rendered objects");
         let trials = format!("bench-floor-{size}-trial");
