@@ -14,7 +14,7 @@ use tether_engine::actions::pods::{Maker, recreate, restart_containers};
 use tether_engine::actions::{CommitTo, Committed, Request, commit, rollout};
 use tether_engine::cluster::connect;
 use tether_engine::discovery::Destination;
-use tether_engine::reconcile::{ApplyOptions, PlanOptions, Selection};
+use tether_engine::reconcile::{ApplyOptions, PlanOptions, Selection, Writes};
 use tether_engine::repo::Repo;
 use tether_engine::writeback::Author;
 
@@ -316,6 +316,7 @@ async fn apply_model(
         plan: PlanOptions::default(),
         options: ApplyOptions {
             wave_timeout: Some(timeout),
+            writes: Writes::Fastest,
             ..ApplyOptions::default()
         },
         dry_run: false,

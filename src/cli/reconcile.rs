@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use tether_engine::reconcile::{
     ApplyOptions, ApplyProgress, ApplyReport, BlockedWave, ClusterName, ClusterPlan, ClusterPlans,
-    ObjectFailure, PlanOptions, Planned, Reads, ReconcileError, Reconciler,
+    ObjectFailure, PlanOptions, Planned, Reads, ReconcileError, Reconciler, Writes,
 };
 
 use super::args::{ApplyArgs, DiffArgs, EXIT_ERROR, EXIT_INVALID, GlobalArgs, ReportFormat};
@@ -258,6 +258,8 @@ pub async fn apply(global: &GlobalArgs, args: &ApplyArgs) -> miette::Result<Exit
             stop: Default::default(),
             // A one-shot apply holds no Lease: nothing fences it.
             fence: Default::default(),
+            // Its user waits for it alone.
+            writes: Writes::Fastest,
         },
         dry_run: args.dry_run,
         wait: args.wait,

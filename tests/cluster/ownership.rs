@@ -842,3 +842,93 @@ async fn a_prune_killed_midway_leaves_no_entry_that_could_delete_a_newcomer() {
         recorded["objects"]
     );
 }
+
+/// Enough models of one kind that the plan lists their names rather than reading each
+/// object (`reconcile::unlabelled`), in two namespaces, so the list is across the
+/// cluster: what kubectl made first and what another inventory owns are still seen
+/// among the new ones, never taken for new.
+#[tokio::test]
+async fn among_many_new_objects_those_others_made_are_still_theirs() {
+    let (client, ns, inventory) = setup("many-new").await;
+    let (a, b) = (format!("{inventory}-a"), format!("{inventory}-b"));
+    let second = format!("{ns}-2");
+    let repo_b = Repo::new(&[
+        ("base.yaml", &base(&ns)),
+        ("shared.yaml", &config_map("shared", &ns, "same")),
+    ]);
+    let applied = tether(&b, &["apply", repo_b.path().to_str().unwrap()]);
+    assert_eq!(applied.status.code(), Some(0), "{}", all_output(&applied));
+    for (name, value) in [("kubectl-other", "theirs"), ("kubectl-same", "same")] {
+        crate::discover::kubectl(&[
+            "-n",
+            &ns,
+            "create",
+            "configmap",
+            name,
+            &format!("--from-literal=key={value}"),
+        ]);
+    }
+
+    let mut files = vec![
+        ("base.yaml".to_string(), base(&ns)),
+        (
+            "second.yaml".to_string(),
+            format!("kind: TrustDomain\nname: {second}\n"),
+        ),
+    ];
+    for name in ["shared", "kubectl-other", "kubectl-same"] {
+        files.push((format!("{name}.yaml"), config_map(name, &ns, "same")));
+    }
+    for i in 0..20 {
+        for namespace in [&ns, &second] {
+            let name = format!("new-{i}");
+            files.push((
+                format!("{namespace}-{name}.yaml"),
+                config_map(&name, namespace, "new"),
+            ));
+        }
+    }
+    let files: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(f, t)| (f.as_str(), t.as_str()))
+        .collect();
+    let repo_a = Repo::new(&files);
+    let path = repo_a.path().to_str().unwrap();
+    let diff = tether(&a, &["diff", "-o", "json", path]);
+    assert_eq!(diff.status.code(), Some(1), "{}", all_output(&diff));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&diff)).unwrap();
+    let action = |name: &str, namespace: &str| {
+        let change = report["changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name && c["namespace"] == namespace)
+            .unwrap_or_else(|| panic!("{namespace}/{name} in {report}"));
+        (
+            change["action"].as_str().unwrap().to_string(),
+            change.clone(),
+        )
+    };
+    let (shared, change) = action("shared", &ns);
+    assert_eq!(shared, "conflict", "{change}");
+    assert_eq!(change["ownedBy"], format!("default/{b}"), "{change}");
+    let (other, change) = action("kubectl-other", &ns);
+    assert_eq!(other, "conflict", "kubectl's value differs: {change}");
+    let (same, change) = action("kubectl-same", &ns);
+    assert_eq!(
+        same, "update",
+        "adopted, only tether's marks added: {change}"
+    );
+    for i in 0..20 {
+        for namespace in [&ns, &second] {
+            assert_eq!(action(&format!("new-{i}"), namespace).0, "create");
+        }
+    }
+    // The diff wrote nothing: kubectl's object keeps its value and has no owner.
+    let kubectls = live_config_map(&client, &ns, "kubectl-other")
+        .await
+        .unwrap();
+    assert_eq!(kubectls.data.unwrap()["key"], "theirs");
+    assert_eq!(part_of(&client, &ns, "kubectl-other").await, None);
+    assert!(live_config_map(&client, &ns, "new-0").await.is_none());
+}

@@ -4,16 +4,16 @@
 //! kubectl's fields, the release of adopted objects, and the replacement of a Job.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use futures::StreamExt;
 use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PropagationPolicy};
 use tokio_util::sync::CancellationToken;
 use tracing::instrument;
 
-use super::live::{CONCURRENCY, FUTURES_AT_ONCE};
+use super::in_flight;
 use super::nodes;
 use super::options::{ApplyOptions, ApplyProgress};
 use super::outcome::{ApplyReport, BlockedWave, ObjectFailure, ObjectReport, Outcome};
@@ -313,58 +313,46 @@ fn not_created_here(step: &Step) -> usize {
         .map_or(0, |c| c.not_created_here.len())
 }
 
-/// Applies the objects of one rank, 16 at a time: each one's report, and the uid
-/// the server gave it.
-async fn apply_batch(
+/// Applies the objects of one rank, as many at a time as `options.writes` says: each
+/// one's report, and the uid the server gave it.
+async fn apply_batch<'s>(
     planned: &Planned,
     resources: &Resources,
-    batch: Vec<&Step>,
+    batch: Vec<&'s Step>,
     manager: &str,
     options: &ApplyOptions,
     unreachable: &AtomicBool,
 ) -> Vec<(ObjectReport, Option<String>)> {
-    // The futures are made first, a chunk at a time (see `live::plan`).
-    let mut results = Vec::with_capacity(batch.len());
-    for chunk in batch.chunks(FUTURES_AT_ONCE) {
-        let applies: Vec<_> = chunk
-            .iter()
-            .map(|step| async move {
-                // Checked as each object starts: those sent before the stop finish (and
-                // are reported, their uid recorded); none starts after it.
-                if stopped(options) {
-                    return None;
-                }
-                // Made as it is applied: a pass holds one copy of each object's body.
-                let desired = planned.desired(step);
-                let applying = (*step, desired.as_ref());
-                let (outcome, uid) =
-                    match apply_one(resources, applying, manager, options, unreachable).await {
-                        Ok(uid) => {
-                            let outcome = match step.change.action {
-                                Action::Create => Outcome::Created,
-                                Action::Replace => Outcome::Replaced,
-                                Action::Update | Action::Conflict => Outcome::Configured,
-                                _ => Outcome::Unchanged,
-                            };
-                            (outcome, uid)
-                        }
-                        Err(failure) => (Outcome::Failed(failure), None),
+    let apply = |step: &'s Step| async move {
+        // Checked as each object starts: those sent before the stop finish (and are
+        // reported, their uid recorded); none starts after it.
+        if stopped(options) {
+            return Ok::<_, Infallible>(None);
+        }
+        // Made as it is applied: a pass holds one copy of each object's body.
+        let desired = planned.desired(step);
+        let applying = (step, desired.as_ref());
+        let (outcome, uid) =
+            match apply_one(resources, applying, manager, options, unreachable).await {
+                Ok(uid) => {
+                    let outcome = match step.change.action {
+                        Action::Create => Outcome::Created,
+                        Action::Replace => Outcome::Replaced,
+                        Action::Update | Action::Conflict => Outcome::Configured,
+                        _ => Outcome::Unchanged,
                     };
-                let report = ObjectReport {
-                    key: step.change.key.clone(),
-                    outcome,
-                };
-                Some((report, uid))
-            })
-            .collect();
-        let applied: Vec<_> = futures::stream::iter(applies)
-            .buffer_unordered(CONCURRENCY)
-            .filter_map(std::future::ready)
-            .collect()
-            .await;
-        results.extend(applied);
-    }
-    results
+                    (outcome, uid)
+                }
+                Err(failure) => (Outcome::Failed(failure), None),
+            };
+        let report = ObjectReport {
+            key: step.change.key.clone(),
+            outcome,
+        };
+        Ok(Some((report, uid)))
+    };
+    let applied = in_flight::try_each(batch, options.writes.in_flight(), apply).await;
+    applied.into_iter().flatten().flatten().collect()
 }
 
 /// Whether the apply must stop: its Source no longer wants it, or this process may not

@@ -1,19 +1,19 @@
 //! Planning against the cluster: the live objects (one list per kind, by the
 //! inventory's label), and a server-side dry run for each object that is not provably
-//! unchanged. The comparisons themselves are in the pure `tether_core::plan`.
+//! unchanged. The comparisons themselves are in the pure `tether_core::plan`. An
+//! object no labelled list found is read on its own, unless a list of its kind's
+//! names showed it absent ([`unlabelled`]).
 //! A list reads what `PlanOptions::reads` says (`cluster::Reads`), per namespace when
 //! the identity may not list across the cluster; a recorded object no list found is
-//! read on its own before it is forgotten (`confirm_gone`); `FUTURES_AT_ONCE` bounds
-//! how many per-object futures a plan or an apply holds at once.
+//! read on its own before it is forgotten (`confirm_gone`).
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::sync::OnceCell;
 
-use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, Time};
 use kube::api::{Api, DynamicObject, ListParams, Patch};
@@ -23,10 +23,12 @@ use tracing::instrument;
 
 use super::cache::WatchCache;
 use super::contents::list_namespace;
+use super::in_flight;
 use super::nodes;
 use super::options::PlanOptions;
 use super::outcome::{ObjectFailure, status_text};
 use super::planned::Step;
+use super::unlabelled;
 use crate::cluster::{ClusterError, Reads, Resources, api_error, list_each};
 use crate::record::head_record;
 use tether_core::host::{HostRemoval, merged_taints};
@@ -45,13 +47,6 @@ use tether_core::plan::{
     replace_diff, same_value_at, with_applied_hash,
 };
 use tether_core::render::RenderedObject;
-
-/// How many requests are in flight at once.
-pub(super) const CONCURRENCY: usize = 16;
-
-/// How many per-object futures of a plan or an apply exist at once (each is a few
-/// KiB: the requests it may make); the rest are made as these finish.
-pub(super) const FUTURES_AT_ONCE: usize = 256;
 
 /// The steps of a plan, with what they were planned from.
 pub(super) struct Planning {
@@ -101,6 +96,13 @@ pub(super) async fn plan(
         mut live,
         unlistable,
     } = list_labelled(&resources, &kinds, &selector).await?;
+    let lookups = unlabelled::lookups(
+        objects.iter().map(|o| (o.api_version.as_str(), o.key())),
+        &live,
+        |api_version, kind| resources.namespaced(api_version, kind).is_some(),
+    );
+    let lists = lookups.len();
+    let absent = unlabelled::absent(&resources, lookups).await?;
     let counts = RequestCounts::default();
     let context = ObjectContext {
         client,
@@ -108,32 +110,20 @@ pub(super) async fn plan(
         manager: &manager,
         resources: &resources,
         labelled: &live,
+        absent: &absent,
         defined_here: &defined_here,
         counts: &counts,
         dry_run_new: options.dry_run_new,
         others: OnceCell::new(),
     };
-    // The futures are made first: a stream over a borrowing closure would not be
-    // `Send` for every lifetime, which a long-running caller's task needs. They are
-    // made a chunk at a time: a future per object of 5,000 at once was most of a
-    // start-up's peak.
-    let mut steps: Vec<Step> = Vec::with_capacity(objects.len());
-    for (at, chunk) in objects.chunks(FUTURES_AT_ONCE).enumerate() {
-        let first = at * FUTURES_AT_ONCE;
-        let planning: Vec<_> = chunk
-            .iter()
-            .enumerate()
-            .map(|(i, object)| plan_object(&context, first + i, object))
-            .collect();
-        let planned: Vec<Step> = futures::stream::iter(planning)
-            .buffered(CONCURRENCY)
-            .try_collect()
-            .await?;
-        steps.extend(planned);
-    }
+    let mut steps = in_flight::try_each(objects.iter().enumerate(), in_flight::READS, |(i, o)| {
+        plan_object(&context, i, o)
+    })
+    .await?;
     tracing::info!(
         objects = objects.len(),
         listed_kinds = kinds.len(),
+        names_listed = lists,
         reads = counts.reads.load(Ordering::Relaxed),
         dry_runs = counts.dry_runs.load(Ordering::Relaxed),
         "planned"
@@ -335,6 +325,9 @@ struct ObjectContext<'p> {
     manager: &'p str,
     resources: &'p Resources,
     labelled: &'p HashMap<ObjectKey, Arc<Value>>,
+    /// Objects not labelled for the inventory that a list of names showed absent
+    /// (see [`unlabelled`]): new, without a read.
+    absent: &'p HashSet<ObjectKey>,
     /// Kinds that CustomResourceDefinitions of this apply define: namespaced or not.
     defined_here: &'p HashMap<(String, String), bool>,
     counts: &'p RequestCounts,
@@ -655,6 +648,7 @@ impl ObjectPlanner<'_> {
         )?;
         let live: Option<Cow<'_, Value>> = match context.labelled.get(&self.key) {
             Some(live) => Some(Cow::Borrowed(&**live)),
+            None if context.absent.contains(&self.key) => None,
             // Not labelled for us: new, or someone else's object with the same name.
             None => {
                 context.counts.reads.fetch_add(1, Ordering::Relaxed);

@@ -7,6 +7,7 @@ use std::time::Duration;
 use tether_core::k8s::ObjectKey;
 use tokio_util::sync::CancellationToken;
 
+use super::in_flight;
 use crate::cluster::{Reads, Tenure};
 
 /// Some models only (`--only`): those and what they wait for and require, or with
@@ -57,10 +58,32 @@ pub struct ApplyOptions {
     /// pruned, and the inventory keeps every object that may exist
     /// ([`ApplyReport::stopped`](super::outcome::ApplyReport::stopped)).
     pub stop: CancellationToken,
+    /// How many writes it keeps in flight.
+    pub writes: Writes,
     /// The stretch of this process's right to write that the apply began in (see
     /// [`Tenure`]): once it ends, the apply stops as it does on `stop`, and writes no
     /// inventory record either.
     pub fence: Tenure,
+}
+
+/// How many writes an apply keeps in flight.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Writes {
+    /// 16: a long-running daemon's passes share the server with other clients, and at
+    /// most these are on their way when its fence closes.
+    #[default]
+    Shared,
+    /// 64: what the server takes fastest (a one-off apply from the command line).
+    Fastest,
+}
+
+impl Writes {
+    pub(super) fn in_flight(self) -> usize {
+        match self {
+            Writes::Shared => in_flight::WRITES_SHARED,
+            Writes::Fastest => in_flight::WRITES_FASTEST,
+        }
+    }
 }
 
 /// How a plan treats what the inventory recorded and the source no longer renders.
