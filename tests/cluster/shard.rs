@@ -417,7 +417,7 @@ async fn a_replica_paused_past_its_lease_stops_the_pass_it_was_in_when_it_wakes(
         .collect();
     // Its pass stops at the fence: no object starts after it, and its client sends no
     // write past it. What no client can take back is a request on its way at the very
-    // moment of the pause (at most the 16 an apply has in flight); without the fence the
+    // moment of the pause (at most the 16 a daemon's apply has in flight); without the fence the
     // pass would go on through the 200 and more objects it had left.
     assert!(
         objects.len() <= 16,
@@ -499,8 +499,8 @@ async fn an_apply_begun_before_its_fence_lapsed_stops_though_the_fence_is_moved_
     let (report, at_lapse) = tokio::join!(apply, lapse);
     assert!(report.stopped, "the apply says it stopped");
     let made = count().await;
-    // What was on its way at the lapse finishes (at most the 16 an apply has in
-    // flight, and those its chunk had begun); nothing starts after it.
+    // What was on its way at the lapse finishes (at most the 16 a daemon's apply has
+    // in flight); nothing starts after it.
     assert!(
         made < 400 && made <= at_lapse + 16,
         "{made} made, {at_lapse} at the lapse"
