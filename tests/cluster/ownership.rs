@@ -932,3 +932,72 @@ async fn among_many_new_objects_those_others_made_are_still_theirs() {
     assert_eq!(part_of(&client, &ns, "kubectl-other").await, None);
     assert!(live_config_map(&client, &ns, "new-0").await.is_none());
 }
+
+/// A team's identity may read and write ConfigMaps in its own namespace only. Many new
+/// ConfigMaps in two namespaces would be looked up by one list of names across the
+/// cluster, which the server refuses: each is then read on its own, so the team's are
+/// applied and each in the other namespace is refused by name, never taken for new.
+#[tokio::test]
+async fn a_list_of_names_the_identity_may_not_make_falls_back_to_reading_each_object() {
+    let (client, ns, inventory) = setup("names-refused").await;
+    let other = crate::harness::fresh_namespace(&client, "names-refused-other").await;
+    crate::daemon::kubectl_apply_text(&format!(
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: deployer\n  namespace: {ns}\n---\n\
+         apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: deployer\n  namespace: {ns}\n\
+         rules:\n- apiGroups: [\"\"]\n  resources: [configmaps]\n  verbs: [get, list, watch, create, update, patch, delete]\n---\n\
+         apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: deployer\n  namespace: {ns}\n\
+         roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: deployer}}\n\
+         subjects: [{{kind: ServiceAccount, name: deployer, namespace: {ns}}}]\n"
+    ));
+    let mut files = vec![(
+        "base.yaml".to_string(),
+        format!(
+            "kind: KubernetesService\nname: kubernetes\n---\n\
+             kind: TrustDomain\nname: {ns}\nxos_managed: false\n---\n\
+             kind: TrustDomain\nname: {other}\nxos_managed: false\n"
+        ),
+    )];
+    for i in 0..20 {
+        files.push((
+            format!("team-{i}.yaml"),
+            config_map(&format!("team-{i}"), &ns, "v1"),
+        ));
+        files.push((
+            format!("other-{i}.yaml"),
+            config_map(&format!("other-{i}"), &other, "v1"),
+        ));
+    }
+    let files: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(f, t)| (f.as_str(), t.as_str()))
+        .collect();
+    let repo = Repo::new(&files);
+    let identity = format!("system:serviceaccount:{ns}:deployer");
+    let args = [
+        "apply",
+        "--as",
+        &identity,
+        "--inventory-namespace",
+        &ns,
+        repo.path().to_str().unwrap(),
+    ];
+    let applied = tether(&inventory, &args);
+    let text = all_output(&applied);
+    assert_eq!(applied.status.code(), Some(2), "{text}");
+    for i in 0..20 {
+        let name = format!("team-{i}");
+        assert!(
+            live_config_map(&client, &ns, &name).await.is_some(),
+            "{name}: {text}"
+        );
+        assert!(
+            live_config_map(&client, &other, &format!("other-{i}"))
+                .await
+                .is_none()
+        );
+    }
+    assert!(
+        text.contains(&format!("ConfigMap {other}/other-0")) && text.contains("forbidden"),
+        "each refused object is named: {text}"
+    );
+}
