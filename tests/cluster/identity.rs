@@ -12,7 +12,7 @@ use crate::daemon::{
     kubectl_ok, source_yaml, status,
 };
 use crate::harness::{eventually, fresh_namespace};
-use crate::reconcile::{config_map, live_config_map};
+use crate::reconcile::{Repo, all_output, config_map, live_config_map, tether};
 use tether_testkit::remote::Remote;
 
 /// The team's namespace with its ServiceAccount `deployer` (a Role on ConfigMaps
@@ -343,4 +343,82 @@ async fn a_source_without_a_service_account_acts_as_the_daemons_default_one() {
     );
     assert!(message.contains("forbidden"), "{message}");
     assert_eq!(teams.ours().await, None);
+}
+
+/// Many new ConfigMaps in two namespaces are looked up by one list of names across the
+/// cluster, which the team's identity may not make (`tether apply --as` its
+/// ServiceAccount): each is then read on its own, so the team's are applied and each in
+/// the other team's namespace is refused by name, never taken for new.
+#[tokio::test]
+async fn a_list_of_names_the_identity_may_not_make_falls_back_to_reading_each_object() {
+    let teams = teams("names-refused").await;
+    let (a, b) = (&teams.a, &teams.b);
+    let mut files = vec![(
+        "base.yaml".to_string(),
+        format!(
+            "kind: KubernetesService\nname: kubernetes\n---\n\
+             kind: TrustDomain\nname: {a}\nxos_managed: false\n---\n\
+             kind: TrustDomain\nname: {b}\nxos_managed: false\n"
+        ),
+    )];
+    for i in 0..20 {
+        files.push((
+            format!("team-{i}.yaml"),
+            config_map(&format!("team-{i}"), a, "v1"),
+        ));
+        files.push((
+            format!("other-{i}.yaml"),
+            config_map(&format!("other-{i}"), b, "v1"),
+        ));
+    }
+    let files: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(f, t)| (f.as_str(), t.as_str()))
+        .collect();
+    let repo = Repo::new(&files);
+    let identity = format!("system:serviceaccount:{a}:deployer");
+    let args = [
+        "apply",
+        "--as",
+        &identity,
+        "--inventory-namespace",
+        a,
+        repo.path().to_str().unwrap(),
+    ];
+    let offset = audit_offset();
+    let applied = tether("names-refused", &args);
+    let text = all_output(&applied);
+    // The names were asked for across the cluster, as the ServiceAccount, and refused.
+    let refused_lists = audit_entries_since(offset)
+        .into_iter()
+        .filter(|e| {
+            e["verb"] == "list"
+                && e["objectRef"]["resource"] == "configmaps"
+                && e["objectRef"]["namespace"].is_null()
+                && e["impersonatedUser"]["username"] == identity.as_str()
+                && e["responseStatus"]["code"] == 403
+                && e["requestURI"]
+                    .as_str()
+                    .is_some_and(|uri| !uri.contains("labelSelector"))
+        })
+        .count();
+    assert!(refused_lists >= 1, "{text}");
+    assert_eq!(applied.status.code(), Some(2), "{text}");
+    for i in 0..20 {
+        let name = format!("team-{i}");
+        assert!(
+            live_config_map(&teams.client, a, &name).await.is_some(),
+            "{name}: {text}"
+        );
+        let other = format!("other-{i}");
+        assert!(
+            live_config_map(&teams.client, b, &other).await.is_none(),
+            "{other}"
+        );
+    }
+    assert!(
+        text.contains(&format!("ConfigMap {b}/other-0")) && text.contains("forbidden"),
+        "each refused object is named: {text}"
+    );
+    assert_eq!(teams.theirs().await.as_deref(), Some("theirs"));
 }
