@@ -132,6 +132,8 @@ async fn run(
             suspend: false,
             inventory: None,
             secret_ref: None,
+            verify: None,
+            signing_key: None,
             decryption: None,
             discovery: (pods > 0).then(DiscoverySpec::default),
             image_automation: None,

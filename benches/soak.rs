@@ -181,6 +181,8 @@ async fn create_sources(client: &Client, repos: &Repos, defs: &[SourceDef], inte
                 suspend: false,
                 inventory: None,
                 secret_ref: None,
+                verify: None,
+                signing_key: None,
                 decryption: None,
                 discovery: None,
                 image_automation: None,

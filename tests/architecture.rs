@@ -1466,6 +1466,7 @@ const FEATURE_WORDS: &[(&str, &str)] = &[
     ("generate", ONE_FEATURE_ONE_WORD),
     ("install", ONE_FEATURE_ONE_WORD),
     ("reconcile", ONE_FEATURE_ONE_WORD),
+    ("verify", ONE_FEATURE_ONE_WORD),
 ];
 
 const ONE_FEATURE_ONE_WORD: &str =

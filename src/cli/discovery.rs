@@ -7,8 +7,8 @@ use std::time::Duration;
 use miette::miette;
 use tether_core::discovery::{ClusterChoice, Outcome};
 use tether_engine::cluster::connect;
+use tether_engine::discovery::PassReport;
 use tether_engine::discovery::session::{DiscoverySession, SessionOptions};
-use tether_engine::discovery::{Destination, PassReport};
 use tether_engine::driver::shutdown_on_signal;
 
 use super::args::DiscoverArgs;
@@ -23,17 +23,9 @@ pub async fn run(args: &DiscoverArgs) -> miette::Result<ExitCode> {
         ));
     }
     let target = args.cluster.target();
-    let destination = match &args.repo {
-        Some(url) => Destination::Remote {
-            url: url.clone(),
-            path: args.path.clone(),
-            cache: args.git.cache_dir(),
-            credentials: args.git.credentials(),
-        },
-        None => Destination::Checkout {
-            path: args.path.clone(),
-        },
-    };
+    let destination =
+        args.git
+            .destination(args.repo.as_deref(), &args.path, args.git.cache_dir())?;
     let options = SessionOptions {
         destination,
         discover: args.discover.overrides()?,

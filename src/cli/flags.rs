@@ -9,9 +9,13 @@ use std::time::Duration;
 use tether_core::ownership::Inventory;
 use tether_core::settings::parse_duration;
 use tether_engine::config::{DiscoverOverrides, EventOverrides, cache_home};
+use tether_engine::discovery::Destination;
+use tether_engine::git::verify::{Verification, VerifyMode};
 use tether_engine::oci::Reference;
 use tether_engine::repo::Repo;
 use tether_engine::writeback::WritebackError;
+use tether_trust::sign::SigningKey;
+use tether_trust::trusted_keys::TrustedKeys;
 
 /// How to reach the cluster: flattened into each command that talks to one (and
 /// only those, so that `--help` of an offline command shows no connection flags).
@@ -86,7 +90,69 @@ pub struct SourceFlags {
     #[command(flatten)]
     pub git: GitFlags,
     #[command(flatten)]
+    pub verify: VerifyFlags,
+    #[command(flatten)]
     pub registry: RegistryFlags,
+}
+
+/// Which signatures a Git --repo's commit must carry (Flux's `spec.verify`).
+#[derive(Clone, Debug, Default, clap::Args)]
+#[command(next_help_heading = "Verification")]
+pub struct VerifyFlags {
+    /// Apply only a commit signed by one of these keys: an allowed-signers file
+    /// (git's gpg.ssh.allowedSignersFile), SSH public keys, or armored OpenPGP public
+    /// keys (repeat the flag, or separate with commas). An unverified commit is
+    /// refused before anything of it is read.
+    #[arg(
+        long,
+        env = "TETHER_VERIFY_KEYS",
+        value_name = "FILE",
+        value_delimiter = ',',
+        requires = "repo"
+    )]
+    pub verify_keys: Vec<PathBuf>,
+    /// What must be signed: the commit the ref names, the annotated tag the ref names,
+    /// or both.
+    #[arg(
+        long,
+        env = "TETHER_VERIFY_MODE",
+        value_enum,
+        default_value = "head",
+        requires = "verify_keys"
+    )]
+    pub verify_mode: VerifyModeFlag,
+}
+
+#[derive(Clone, Copy, Debug, Default, clap::ValueEnum)]
+pub enum VerifyModeFlag {
+    #[default]
+    Head,
+    Tag,
+    TagAndHead,
+}
+
+impl VerifyFlags {
+    /// The verification the flags ask, their key files read; none without keys.
+    fn verification(&self) -> miette::Result<Option<Verification>> {
+        if self.verify_keys.is_empty() {
+            return Ok(None);
+        }
+        let mut keys = TrustedKeys::default();
+        for file in &self.verify_keys {
+            let text = std::fs::read_to_string(file)
+                .map_err(|e| miette::miette!("--verify-keys {}: {e}", file.display()))?;
+            let origin = format!("--verify-keys {}", file.display());
+            keys.add(TrustedKeys::parse(&text, &origin).map_err(|e| miette::miette!("{e}"))?);
+        }
+        Ok(Some(Verification {
+            mode: match self.verify_mode {
+                VerifyModeFlag::Head => VerifyMode::Head,
+                VerifyModeFlag::Tag => VerifyMode::Tag,
+                VerifyModeFlag::TagAndHead => VerifyMode::TagAndHead,
+            },
+            keys: std::sync::Arc::new(keys),
+        }))
+    }
 }
 
 /// How to reach an OCI registry (Flux's flag names).
@@ -133,6 +199,10 @@ pub struct GitFlags {
     /// Private key for ssh remotes (default: the ssh agent).
     #[arg(long, env = "TETHER_SSH_KEY")]
     pub ssh_key: Option<PathBuf>,
+    /// Sign the commits tether writes with this OpenSSH private key (git's SSH
+    /// signatures, as `gpg.format=ssh` makes them; no passphrase).
+    #[arg(long, env = "TETHER_SIGNING_KEY", value_name = "FILE")]
+    pub signing_key: Option<PathBuf>,
     /// Where fetched repositories and artifacts are cached (default:
     /// ~/.cache/tether/repos).
     #[arg(long, env = "TETHER_CACHE_DIR")]
@@ -225,6 +295,11 @@ impl SourceFlags {
                         "--ref {reference} is not taken with an oci:// --repo: give the tag or digest in it ({url}:TAG or {url}@sha256:DIGEST)"
                     );
                 }
+                if !self.verify.verify_keys.is_empty() {
+                    miette::bail!(
+                        "--verify-keys checks Git commits; an artifact's signatures are not checked yet"
+                    );
+                }
                 Repo::Oci {
                     reference: Reference::parse(url).map_err(|e| miette::miette!("--repo: {e}"))?,
                     path: self.path.clone(),
@@ -237,7 +312,8 @@ impl SourceFlags {
                 reference: self.reference.clone(),
                 path: self.path.clone(),
                 cache: self.git.cache_dir(),
-                credentials: self.git.credentials(),
+                credentials: self.git.credentials()?,
+                verify: self.verify.verification()?,
             },
             None => Repo::Directory(self.path.clone()),
         })
@@ -245,12 +321,47 @@ impl SourceFlags {
 }
 
 impl GitFlags {
-    pub fn credentials(&self) -> tether_engine::git::Credentials {
-        tether_engine::git::Credentials {
+    pub fn credentials(&self) -> miette::Result<tether_engine::git::Credentials> {
+        Ok(tether_engine::git::Credentials {
             token: self.git_token.clone(),
             username: self.git_username.clone(),
             ssh_key: self.ssh_key.clone(),
-        }
+            signing_key: self.signing_key()?,
+        })
+    }
+
+    /// The key of --signing-key, read and checked.
+    fn signing_key(&self) -> miette::Result<Option<std::sync::Arc<SigningKey>>> {
+        let Some(file) = &self.signing_key else {
+            return Ok(None);
+        };
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| miette::miette!("--signing-key {}: {e}", file.display()))?;
+        let origin = format!("--signing-key {}", file.display());
+        let key = SigningKey::parse(&text, &origin).map_err(|e| miette::miette!("{e}"))?;
+        Ok(Some(std::sync::Arc::new(key)))
+    }
+
+    /// Where commits go: tether's clone of `repo` in `cache`, else the Git checkout
+    /// around `path`; signed with --signing-key.
+    pub fn destination(
+        &self,
+        repo: Option<&str>,
+        path: &std::path::Path,
+        cache: PathBuf,
+    ) -> miette::Result<Destination> {
+        Ok(match repo {
+            Some(url) => Destination::Remote {
+                url: url.to_string(),
+                path: path.to_path_buf(),
+                cache,
+                credentials: self.credentials()?,
+            },
+            None => Destination::Checkout {
+                path: path.to_path_buf(),
+                signing_key: self.signing_key()?,
+            },
+        })
     }
 
     pub fn cache_dir(&self) -> PathBuf {

@@ -44,7 +44,7 @@ pub struct ImagesArgs {
 pub async fn images(_global: &GlobalArgs, args: &ImagesArgs) -> miette::Result<ExitCode> {
     let author: Author = args.author.parse().into_diagnostic()?;
     let automation = Automation {
-        destination: args.models.destination(),
+        destination: args.models.destination()?,
         branch: args.models.branch.clone(),
         author,
         push: args.models.repo.is_some(),

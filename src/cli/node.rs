@@ -120,7 +120,12 @@ pub async fn run(global: &GlobalArgs, command: &NodeCommand) -> miette::Result<E
 /// carries each (`yes`, `no`, `other value`, or `?` offline or when the node is not
 /// in the cluster), then the pods discovery recorded on it.
 async fn list(args: &ListArgs) -> miette::Result<ExitCode> {
-    let mut loaded = args.models.source().load().await.map_err(terminal::error)?;
+    let mut loaded = args
+        .models
+        .source()?
+        .load()
+        .await
+        .map_err(terminal::error)?;
     loaded.files = tether_sops::open_files(loaded.files, &args.keys.keyring()?);
     let models = tether_core::operation::read_models(&loaded.files);
     let hosts: Vec<_> = models

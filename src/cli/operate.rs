@@ -41,32 +41,24 @@ pub struct ModelsArgs {
 }
 
 impl ModelsArgs {
-    pub(super) fn destination(&self) -> Destination {
-        match &self.repo {
-            Some(url) => Destination::Remote {
-                url: url.clone(),
-                path: self.path.clone(),
-                cache: self.git.cache_dir(),
-                credentials: self.git.credentials(),
-            },
-            None => Destination::Checkout {
-                path: self.path.clone(),
-            },
-        }
+    pub(super) fn destination(&self) -> miette::Result<Destination> {
+        self.git
+            .destination(self.repo.as_deref(), &self.path, self.git.cache_dir())
     }
 
     /// The models as they are now (the branch of --repo, or the directory).
-    pub(super) fn source(&self) -> Repo {
-        match &self.repo {
+    pub(super) fn source(&self) -> miette::Result<Repo> {
+        Ok(match &self.repo {
             Some(url) => Repo::Git {
                 url: url.clone(),
                 reference: self.branch.clone(),
                 path: self.path.clone(),
                 cache: self.git.cache_dir(),
-                credentials: self.git.credentials(),
+                credentials: self.git.credentials()?,
+                verify: None,
             },
             None => Repo::Directory(self.path.clone()),
-        }
+        })
     }
 }
 
@@ -238,7 +230,7 @@ pub(super) async fn commit_and_apply(
         None => None,
     };
     let to = CommitTo {
-        destination: args.models.destination(),
+        destination: args.models.destination()?,
         branch: args.models.branch.clone(),
         propose: args.propose.clone(),
         author,
@@ -345,7 +337,7 @@ async fn follow_rollout(
     slice: &str,
     timeout: Duration,
 ) -> miette::Result<ExitCode> {
-    let mut loaded = models.source().load().await.map_err(terminal::error)?;
+    let mut loaded = models.source()?.load().await.map_err(terminal::error)?;
     loaded.files = tether_sops::open_files(loaded.files, &keys.keyring()?);
     let (kind, namespace, name) =
         tether_core::operation::controller_of(&loaded.files, slice).map_err(terminal::error)?;
@@ -395,7 +387,7 @@ pub async fn recreate_pod(global: &GlobalArgs, args: &RecreateArgs) -> miette::R
             );
             apply_model(
                 global,
-                args.models.source(),
+                args.models.source()?,
                 &args.inventory,
                 &args.cluster,
                 &args.keys,

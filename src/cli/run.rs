@@ -162,7 +162,7 @@ async fn run_one(
             .repo
             .is_some()
             .then(|| args.source.path.display().to_string()),
-        actions: actions_writeback(args),
+        actions: actions_writeback(args)?,
     };
     let graphical = terminal::use_graphics(global.color, std::io::stderr().is_terminal());
     let printed = |outcome: &Result<PassOutcome, PassError>| match outcome {
@@ -188,21 +188,20 @@ async fn run_one(
 
 /// Where the page's day-2 actions commit for a source from flags: the checkout around
 /// its directory, or tether's own clone of its repository; none for an artifact.
-fn actions_writeback(args: &RunArgs) -> Option<(Destination, Option<String>)> {
+fn actions_writeback(args: &RunArgs) -> miette::Result<Option<(Destination, Option<String>)>> {
     let source = &args.source;
-    let destination = match &source.repo {
-        Some(url) if tether_engine::oci::Reference::is_oci(url) => return None,
-        Some(url) => Destination::Remote {
-            url: url.clone(),
-            path: source.path.clone(),
-            cache: source.git.cache_dir().join("actions"),
-            credentials: source.git.credentials(),
-        },
-        None => Destination::Checkout {
-            path: source.path.clone(),
-        },
-    };
-    Some((destination, source.reference.clone()))
+    if source
+        .repo
+        .as_deref()
+        .is_some_and(tether_engine::oci::Reference::is_oci)
+    {
+        return Ok(None);
+    }
+    let cache = source.git.cache_dir().join("actions");
+    let destination = source
+        .git
+        .destination(source.repo.as_deref(), &source.path, cache)?;
+    Ok(Some((destination, source.reference.clone())))
 }
 
 /// The Sources of the cluster, led by the Lease's holder when electing, shared when

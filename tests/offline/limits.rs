@@ -189,6 +189,7 @@ async fn the_settings_file_and_data_files_past_the_limit_are_refused_in_a_direct
         path: "models".into(),
         cache: dir.path().join("cache"),
         credentials: Default::default(),
+        verify: None,
     };
     for repo in [Repo::Directory(models.clone()), from_git] {
         let loaded = repo.load().await.unwrap();
@@ -268,6 +269,7 @@ async fn a_commit_read_once_is_not_read_again() {
         path: "models".into(),
         cache: cache.clone(),
         credentials: Default::default(),
+        verify: None,
     };
     let commits = CommitCache::default();
     let first = repo.load_cached(&commits).await.unwrap();

@@ -5,7 +5,7 @@
 //! fall into (`no_cluster`), the snapshot corpus (`corpus`), discovery's and the
 //! workflow's pure stages on whole repositories (`discover`, `workflow`), the loader's
 //! properties (`loader_props`), `tether schema` (`schema`), sops compatibility
-//! (`sops`), the Git source (`git_source`), the Git hosts' APIs and webhooks as contracts (`githost`), OCI
+//! (`sops`), the Git source (`git_source`), signed commits in and out (`signatures`), the Git hosts' APIs and webhooks as contracts (`githost`), OCI
 //! artifacts against a real registry (`oci`), image registries and their notifications (`images`), notice receivers against a local HTTP server and a Kafka broker
 //! (`notify`), files past the size limit (`limits`) and `tether validate` as CI runs it
 //! (`validate`). Snapshots and data-driven cases go
@@ -32,6 +32,7 @@ mod notify;
 mod oci;
 mod reference;
 mod schema;
+mod signatures;
 mod sops;
 mod validate;
 mod workflow;

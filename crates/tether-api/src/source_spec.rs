@@ -102,6 +102,20 @@ pub struct SourceSpec {
     /// `.dockerconfigjson` (`kubectl create secret docker-registry`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<LocalObjectReference>,
+    /// Apply only commits signed by a trusted key (Flux's `spec.verify`): the head
+    /// commit, the tag the ref names, or both. An unverified commit applies nothing:
+    /// the Source stalls, naming the commit, its signer and the keys, and the last
+    /// verified commit stays applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify: Option<VerifySpec>,
+    /// Sign every commit tether writes to the repository (discovery, image automation,
+    /// the web page's and API's actions) with the SSH key of a Secret in the Source's
+    /// namespace: its `ssh-privatekey` entry (`kubectl create secret generic NAME
+    /// --type=kubernetes.io/ssh-auth --from-file=ssh-privatekey=KEY`), without a
+    /// passphrase. Git hosts show such commits verified when the key is registered as
+    /// a signing key; read when the Source's loop starts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signing_key: Option<SigningKeySpec>,
     /// Decrypt the repository's sops-encrypted files with the age keys of a Secret in
     /// the Source's namespace (read before each pass, so a rotated key needs no
     /// restart). Without it, an encrypted file is an error and nothing is applied.
@@ -253,6 +267,40 @@ pub struct Decryption {
     pub provider: DecryptionProvider,
     /// A Secret whose entries ending in `.agekey` hold age private keys
     /// (`AGE-SECRET-KEY-1…`, one per line, as `age-keygen` writes them).
+    pub secret_ref: LocalObjectReference,
+}
+
+/// Which signatures a Source requires (`spec.verify`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VerifySpec {
+    /// What must be signed: the commit the ref names (HEAD, the default), the
+    /// annotated tag the ref names (Tag), or both (TagAndHEAD).
+    #[serde(default)]
+    pub mode: VerifyMode,
+    /// A Secret in the Source's namespace whose entries hold the trusted keys, read
+    /// before each pass: an allowed-signers file (`ssh-keygen -Y verify`'s format,
+    /// as git's `gpg.ssh.allowedSignersFile`), SSH public keys one per line, or
+    /// armored OpenPGP public keys (`gpg --export --armor`), any entry name.
+    pub secret_ref: LocalObjectReference,
+}
+
+/// Flux's spelling of the verification modes.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum VerifyMode {
+    #[default]
+    #[serde(rename = "HEAD")]
+    Head,
+    Tag,
+    #[serde(rename = "TagAndHEAD")]
+    TagAndHead,
+}
+
+/// The key a Source's commits are signed with (`spec.signingKey`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SigningKeySpec {
+    /// A Secret in the Source's namespace with an `ssh-privatekey` entry.
     pub secret_ref: LocalObjectReference,
 }
 

@@ -46,6 +46,7 @@ mod shared;
 mod source_loop;
 mod source_status;
 mod switchboard;
+mod verify;
 mod watch_backoff;
 pub mod web;
 

@@ -20,7 +20,10 @@ use git2::{
     TreeWalkResult,
 };
 use sha2::{Digest, Sha256};
+use tether_trust::sign::SigningKey;
 use thiserror::Error;
+
+pub mod verify;
 
 use crate::directory::{Contents, DataFiles};
 use crate::driver::{Backoff, Retries};
@@ -54,6 +57,10 @@ pub enum GitError {
     },
     #[error("{path} in commit {commit} is not UTF-8 text")]
     NotUtf8 { path: String, commit: String },
+    /// The commit or tag is not signed by a trusted key (or cannot be checked):
+    /// nothing of it is read.
+    #[error(transparent)]
+    Verify(#[from] verify::VerifyError),
 }
 
 impl GitError {
@@ -77,11 +84,12 @@ impl GitError {
             GitError::UnknownReference { .. }
                 | GitError::BadReference { .. }
                 | GitError::NotUtf8 { .. }
-        )
+        ) || matches!(self, GitError::Verify(error) if error.is_permanent())
     }
 }
 
-/// How to authenticate to a remote. Its `Debug` never shows the token.
+/// How tether proves who it is to Git: to a remote (a token, an SSH key) and in the
+/// commits it writes there (a signing key). Its `Debug` never shows a secret.
 #[derive(Clone, Default)]
 pub struct Credentials {
     /// For https: sent as the password (GitHub, GitLab and Gitea accept tokens so).
@@ -89,6 +97,8 @@ pub struct Credentials {
     pub username: Option<String>,
     /// For ssh: a private key file; without one, the ssh agent.
     pub ssh_key: Option<PathBuf>,
+    /// Signs every commit tether writes to the remote.
+    pub signing_key: Option<Arc<SigningKey>>,
 }
 
 impl std::fmt::Debug for Credentials {
@@ -97,6 +107,7 @@ impl std::fmt::Debug for Credentials {
             .field("token", &self.token.as_ref().map(|_| "***"))
             .field("username", &self.username)
             .field("ssh_key", &self.ssh_key)
+            .field("signing_key", &self.signing_key)
             .finish()
     }
 }

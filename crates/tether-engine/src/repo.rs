@@ -15,6 +15,7 @@ use tracing::instrument;
 
 use crate::directory::{Contents, SourceError, read_models_dir, read_within_limit};
 use crate::generate::ModelsTree;
+use crate::git::verify::{Verification, Verified};
 use crate::git::{
     CommitModels, Credentials, GitError, fetch_commit, local_revision, read_commit_models,
     revision_of,
@@ -37,6 +38,8 @@ pub enum Repo {
         path: PathBuf,
         cache: PathBuf,
         credentials: Credentials,
+        /// The signatures the commit (or its tag) must carry; none checked when absent.
+        verify: Option<Verification>,
     },
     /// An OCI artifact in Flux's format, unpacked into `cache` by its digest.
     Oci {
@@ -78,6 +81,8 @@ pub struct LoadedModels {
     pub label: String,
     /// The commit the models were read at, if they come from Git.
     pub revision: Option<Revision>,
+    /// Who signed that commit (or its tag), when the source verifies signatures.
+    pub verified: Option<Verified>,
     /// The text of the settings file (`.tether.yaml`) at the models root, if any.
     pub settings: Option<String>,
     /// How long fetching the repository took; none when nothing was fetched.
@@ -212,40 +217,22 @@ impl Repo {
                 path,
                 cache,
                 credentials,
+                verify,
             } => {
                 let commits = commits.clone();
-                let (models, commit, fetch_took, git_dir) = blocking(move || {
-                    let (repo, commit, fetch_took) =
-                        fetch_commit(&url, reference.as_deref(), &cache, &credentials)?;
-                    let git_dir = repo.path().to_path_buf();
-                    let key = CommitKey { url, path, commit };
-                    let models = match commits.get(&key) {
-                        Some(models) => models,
-                        None => {
-                            let models =
-                                Arc::new(read_commit_models(&repo, commit, Some(&key.path))?);
-                            commits.keep(key, Arc::clone(&models));
-                            models
-                        }
-                    };
-                    Ok::<_, GitError>((models, commit, fetch_took, git_dir))
+                let read = blocking(move || {
+                    read_commit(
+                        url,
+                        reference.as_deref(),
+                        path,
+                        &cache,
+                        &credentials,
+                        verify.as_ref(),
+                        &commits,
+                    )
                 })
                 .await??;
-                let tree = ModelsTree::Commit {
-                    git_dir,
-                    commit: commit.to_string(),
-                    path: path_inside(self),
-                };
-                Ok(LoadedModels {
-                    files: models.files.clone(),
-                    label,
-                    revision: Some(revision_of(commit)),
-                    settings: models.settings.clone(),
-                    fetch_took,
-                    sops_rules: models.sops_rules,
-                    plain_secrets_are_errors: false,
-                    tree,
-                })
+                Ok(read.loaded(label, path_inside(self)))
             }
             Repo::Oci {
                 reference,
@@ -271,6 +258,7 @@ impl Repo {
                     files,
                     label,
                     revision: revision?,
+                    verified: None,
                     settings,
                     fetch_took: None,
                     sops_rules: crate::directory::find_sops_config(&path_for_rules).is_some(),
@@ -278,6 +266,70 @@ impl Repo {
                     tree,
                 })
             }
+        }
+    }
+}
+
+/// What a Git source read of a commit: its models, the commit, and how it came.
+struct CommitRead {
+    models: Arc<CommitModels>,
+    commit: git2::Oid,
+    fetch_took: Option<std::time::Duration>,
+    git_dir: PathBuf,
+    verified: Option<Verified>,
+}
+
+/// The commit `reference` names in `url` (fetched when the ref moved), its signatures
+/// checked as `verify` asks before any blob is read, and its models below `path`,
+/// taken from `commits` when it holds that commit. Blocking.
+fn read_commit(
+    url: String,
+    reference: Option<&str>,
+    path: PathBuf,
+    cache: &std::path::Path,
+    credentials: &Credentials,
+    verify: Option<&Verification>,
+    commits: &CommitCache,
+) -> Result<CommitRead, GitError> {
+    let (repo, commit, fetch_took) = fetch_commit(&url, reference, cache, credentials)?;
+    let verified = verify
+        .map(|v| crate::git::verify::check(&repo, reference, commit, v))
+        .transpose()?;
+    let git_dir = repo.path().to_path_buf();
+    let key = CommitKey { url, path, commit };
+    let models = match commits.get(&key) {
+        Some(models) => models,
+        None => {
+            let models = Arc::new(read_commit_models(&repo, commit, Some(&key.path))?);
+            commits.keep(key, Arc::clone(&models));
+            models
+        }
+    };
+    Ok(CommitRead {
+        models,
+        commit,
+        fetch_took,
+        git_dir,
+        verified,
+    })
+}
+
+impl CommitRead {
+    fn loaded(self, label: String, path_inside: PathBuf) -> LoadedModels {
+        LoadedModels {
+            files: self.models.files.clone(),
+            label,
+            revision: Some(revision_of(self.commit)),
+            verified: self.verified,
+            settings: self.models.settings.clone(),
+            fetch_took: self.fetch_took,
+            sops_rules: self.models.sops_rules,
+            plain_secrets_are_errors: false,
+            tree: ModelsTree::Commit {
+                git_dir: self.git_dir,
+                commit: self.commit.to_string(),
+                path: path_inside,
+            },
         }
     }
 }
@@ -338,6 +390,7 @@ async fn load_artifact(
             commit: pulled.revision,
             dirty: false,
         }),
+        verified: None,
         settings,
         fetch_took: pulled.download_took,
         sops_rules,

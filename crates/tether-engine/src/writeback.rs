@@ -11,11 +11,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use git2::{
     ErrorCode, Index, IndexEntry, IndexTime, Oid, PushOptions, Repository, Signature,
     build::CheckoutBuilder,
 };
+use tether_trust::sign::{GIT_NAMESPACE, SignError, SigningKey};
 use thiserror::Error;
 
 use crate::driver::{Backoff, Retries};
@@ -31,6 +33,8 @@ pub enum WritebackError {
     Git(#[from] GitError),
     #[error("git failed")]
     Git2(#[from] git2::Error),
+    #[error(transparent)]
+    Sign(#[from] SignError),
     #[error("{path} is not in a Git repository")]
     NotARepository { path: PathBuf },
     #[error("cannot tell the branch: HEAD of {path} is detached")]
@@ -170,6 +174,8 @@ pub struct Workspace {
     /// The models root inside the repository ("" for its top).
     root: PathBuf,
     credentials: Credentials,
+    /// Signs each commit (git's SSH signature), when given.
+    signing_key: Option<Arc<SigningKey>>,
     /// A branch that commits go to instead, made from `branch` (`--propose`, an
     /// image policy's branch).
     proposal: Option<Proposal>,
@@ -199,6 +205,7 @@ impl Workspace {
     pub(crate) fn open_local(
         models_root: &Path,
         branch: Option<&str>,
+        signing_key: Option<Arc<SigningKey>>,
     ) -> Result<Self, WritebackError> {
         let not_a_repo = || WritebackError::NotARepository {
             path: models_root.to_path_buf(),
@@ -245,6 +252,7 @@ impl Workspace {
             branch,
             root,
             credentials: Credentials::default(),
+            signing_key,
             proposal: None,
         })
     }
@@ -269,6 +277,7 @@ impl Workspace {
                 .components()
                 .filter(|c| !matches!(c, std::path::Component::CurDir))
                 .collect(),
+            signing_key: credentials.signing_key.clone(),
             credentials,
             proposal: None,
         })
@@ -544,6 +553,26 @@ impl Workspace {
         }
     }
 
+    /// Writes a commit object (signed, with a signing key), moving no branch.
+    fn write_commit(
+        &self,
+        signature: &Signature<'_>,
+        message: &str,
+        tree: &git2::Tree<'_>,
+        parents: &[&git2::Commit<'_>],
+    ) -> Result<Oid, WritebackError> {
+        let repo = &self.repo;
+        let Some(key) = &self.signing_key else {
+            return Ok(repo.commit(None, signature, signature, message, tree, parents)?);
+        };
+        let buffer = repo.commit_create_buffer(signature, signature, message, tree, parents)?;
+        let signed = key.sign(GIT_NAMESPACE, &buffer)?;
+        let text = std::str::from_utf8(&buffer).map_err(|_| {
+            git2::Error::from_str("a commit tether made is not UTF-8 text; it is not signed")
+        })?;
+        Ok(repo.commit_signed(text, &signed, None)?)
+    }
+
     /// A commit on `base` with the change's files; moves the branch to it, unless the
     /// branch moved meanwhile (then git2 refuses and nothing changes).
     fn commit(
@@ -585,7 +614,7 @@ impl Workspace {
         {
             return Ok(tip);
         }
-        let commit = repo.commit(None, &signature, &signature, &message, &tree, &parents)?;
+        let commit = self.write_commit(&signature, &message, &tree, &parents)?;
         let reflog = message.lines().next().unwrap_or("tether");
         if let Some(proposal) = &self.proposal {
             return match repo.reference(&self.local_ref(), commit, proposal.replaced, reflog) {

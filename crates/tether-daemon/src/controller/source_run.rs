@@ -37,6 +37,8 @@ use crate::source_loop::{
 };
 use crate::source_status::PassResult;
 use crate::switchboard::Trigger;
+use crate::verify::VerifySecret;
+use tether_trust::sign::SigningKey;
 
 /// One Source's loop, until `stops.loop_`.
 pub(super) async fn run_source(
@@ -81,7 +83,8 @@ pub(super) async fn run_source(
     )
     .with_triggers(triggers)
     .stopped_by(stops.pass)
-    .with_decryption(decryption_secret(&client, &source));
+    .with_decryption(decryption_secret(&client, &source))
+    .with_verify_keys(verify_secret(&client, &source));
     pass_on_request(&source, &work.trigger());
     let acting = SourceIdentity(&daemon, &source, &client);
     let beside = Beside {
@@ -131,6 +134,18 @@ fn decryption_secret(client: &Client, source: &Source) -> Option<DecryptionSecre
         client.clone(),
         &namespace,
         &decryption.secret_ref.name,
+    ))
+}
+
+/// Where the keys its commits must be signed by are read before each pass: the
+/// Secret its `spec.verify` names, if any.
+fn verify_secret(client: &Client, source: &Source) -> Option<VerifySecret> {
+    let verify = source.spec.verify.as_ref()?;
+    let namespace = source.namespace().unwrap_or_default();
+    Some(VerifySecret::new(
+        client.clone(),
+        &namespace,
+        &verify.secret_ref.name,
     ))
 }
 
@@ -355,21 +370,45 @@ async fn wait_for_credentials(
     }
 }
 
-/// The Git (or registry) credentials of the Source's `secretRef`.
+/// The Git (or registry) credentials of the Source's `secretRef`, and the key of its
+/// `signingKey`.
 async fn credentials(
     client: &Client,
     namespace: &str,
     spec: &SourceSpec,
 ) -> Result<Credentials, String> {
-    let Some(reference) = &spec.secret_ref else {
-        return Ok(Credentials::default());
-    };
     let secrets: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    let secret = secrets
-        .get(&reference.name)
-        .await
-        .map_err(|e| format!("cannot read the Secret {namespace}/{}: {e}", reference.name))?;
-    let data = secret.data.unwrap_or_default();
+    let read = |name: String| {
+        let secrets = secrets.clone();
+        async move {
+            let secret = secrets
+                .get(&name)
+                .await
+                .map_err(|e| format!("cannot read the Secret {namespace}/{name}: {e}"))?;
+            Ok::<_, String>(secret.data.unwrap_or_default())
+        }
+    };
+    let signing_key = match &spec.signing_key {
+        None => None,
+        Some(signing) => {
+            let name = &signing.secret_ref.name;
+            let data = read(name.clone()).await?;
+            let origin = format!("the Secret {namespace}/{name}, entry {SIGNING_KEY_ENTRY}");
+            let text = data.get(SIGNING_KEY_ENTRY).ok_or_else(|| {
+                format!("the Secret {namespace}/{name} of spec.signingKey has no {SIGNING_KEY_ENTRY} entry")
+            })?;
+            let key = SigningKey::parse(&String::from_utf8_lossy(&text.0), &origin)
+                .map_err(|e| e.to_string())?;
+            Some(Arc::new(key))
+        }
+    };
+    let Some(reference) = &spec.secret_ref else {
+        return Ok(Credentials {
+            signing_key,
+            ..Credentials::default()
+        });
+    };
+    let data = read(reference.name.clone()).await?;
     // A registry's Secret as kubectl and Flux make it (type dockerconfigjson).
     if let (Some(config), Ok(artifact)) = (
         data.get(".dockerconfigjson"),
@@ -387,6 +426,7 @@ async fn credentials(
             token: Some(found.password),
             username: Some(found.username),
             ssh_key: None,
+            signing_key,
         });
     }
     let text = |key: &str| {
@@ -397,8 +437,12 @@ async fn credentials(
         token: text("token").or_else(|| text("password")),
         username: text("username"),
         ssh_key: None,
+        signing_key,
     })
 }
+
+/// The entry of a `kubernetes.io/ssh-auth` Secret that holds the private key.
+const SIGNING_KEY_ENTRY: &str = "ssh-privatekey";
 
 /// A pass's outcome in the log (the source is the span's). A quiet pass, which read
 /// and changed nothing, is a debug line: at info, the log grows with what happens,

@@ -28,6 +28,7 @@ use crate::drift::Drift;
 use crate::loop_views::Handle;
 use crate::shared::Shared;
 use crate::switchboard::Trigger;
+use crate::verify::VerifySecret;
 
 /// Where a source's models come from, as the daemon's endpoints show it (webhooks
 /// find their sources by it).
@@ -53,6 +54,9 @@ pub(crate) struct SourceLoop<S = NoStatus> {
     /// Where the keys of the encrypted files are read before each pass that loads
     /// the models (a Source's decryption Secret).
     pub(super) decryption: Option<DecryptionSecret>,
+    /// Where the keys its commits must be signed by are read before each pass that
+    /// loads the models (a Source's `spec.verify` Secret).
+    pub(super) verify: Option<VerifySecret>,
     /// What the passes remember between them.
     pub(super) memory: Memory,
     /// Who learns of each pass.
@@ -94,6 +98,7 @@ impl<S: StatusSink> SourceLoop<S> {
             settings,
             reconciler,
             decryption: None,
+            verify: None,
             memory,
             observers,
             triggers: mpsc::channel(1),
@@ -128,6 +133,12 @@ impl<S: StatusSink> SourceLoop<S> {
     /// Opens the encrypted files with the keys of `secret`, read before each pass.
     pub(crate) fn with_decryption(mut self, secret: Option<DecryptionSecret>) -> Self {
         self.decryption = secret;
+        self
+    }
+
+    /// Applies only commits signed by the keys of `secret`, read before each pass.
+    pub(crate) fn with_verify_keys(mut self, secret: Option<VerifySecret>) -> Self {
+        self.verify = secret;
         self
     }
 

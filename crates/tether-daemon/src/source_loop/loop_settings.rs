@@ -6,9 +6,10 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use tether_api::source_spec::{DriftPolicy, RewritePolicy, SourceSpec};
+use tether_api::source_spec::{DriftPolicy, RewritePolicy, SourceSpec, VerifyMode};
 use tether_core::ownership::Inventory;
 use tether_engine::git::Credentials;
+use tether_engine::git::verify::{self, Verification};
 use tether_engine::oci::{self, Access, Reference};
 use tether_engine::reconcile::{ApplyOptions, PlanOptions, Reads};
 use tether_engine::repo::Repo;
@@ -76,6 +77,12 @@ pub(crate) fn settings_of(
         return Err(SpecError::Path(path.display().to_string()));
     }
     let repo = match Reference::is_oci(&spec.url) {
+        true if spec.verify.is_some() => {
+            return Err(SpecError::Artifact(
+                "spec.verify checks Git commits; an artifact's signatures are not checked yet"
+                    .into(),
+            ));
+        }
         true if spec.discovery.is_some() => {
             return Err(SpecError::Artifact(
                 "spec.discovery commits to Git; an artifact cannot take commits".into(),
@@ -99,6 +106,15 @@ pub(crate) fn settings_of(
             path,
             cache,
             credentials,
+            // No key is trusted until the pass reads the Secret's.
+            verify: spec.verify.as_ref().map(|verify| Verification {
+                mode: match verify.mode {
+                    VerifyMode::Head => verify::VerifyMode::Head,
+                    VerifyMode::Tag => verify::VerifyMode::Tag,
+                    VerifyMode::TagAndHead => verify::VerifyMode::TagAndHead,
+                },
+                keys: Default::default(),
+            }),
         },
     };
     Ok(SourceSettings {
@@ -226,7 +242,7 @@ mod tests {
                 Credentials {
                     username: Some("ci".into()),
                     token: Some("secret".into()),
-                    ssh_key: None,
+                    ..Credentials::default()
                 },
             )
         };

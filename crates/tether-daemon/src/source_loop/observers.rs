@@ -8,9 +8,7 @@ use std::time::Duration;
 
 use kube::runtime::events::{Event, EventType, Recorder};
 use tether_core::feedback::notice::NoticeKind;
-use tether_engine::reconcile::{
-    ApplyProgress, ClusterName, ClusterPlan, Planned, ReconcileError, Reconciler,
-};
+use tether_engine::reconcile::{ApplyProgress, ClusterName, ClusterPlan, Planned, Reconciler};
 use tether_sops::Keyring;
 
 use super::pass_outcome::{ClusterState, PassError, PassOutcome, Rewrite};
@@ -212,12 +210,8 @@ pub(super) fn pass_result<'r>(
         },
         Err(PassError::Reconcile(error)) => {
             let (reason, stalled) = (error.reason(), error.is_permanent());
-            let revision = match error {
-                ReconcileError::Invalid(models) => models.loaded.revision.as_ref(),
-                _ => None,
-            };
             PassResult::Failed {
-                revision: name(revision.map(|r| r.commit.as_str())),
+                revision: name(error.commit()),
                 reason,
                 message: tether_core::error_chain(error),
                 stalled,
@@ -226,6 +220,12 @@ pub(super) fn pass_result<'r>(
         Err(PassError::DecryptionKeys(error)) => PassResult::Failed {
             revision: None,
             reason: "DecryptionKeysUnavailable",
+            message: tether_core::error_chain(error),
+            stalled: false,
+        },
+        Err(PassError::VerifyKeys(error)) => PassResult::Failed {
+            revision: None,
+            reason: "VerifyKeysUnavailable",
             message: tether_core::error_chain(error),
             stalled: false,
         },
@@ -257,11 +257,12 @@ fn status_cluster(cluster: &ClusterName) -> Option<&str> {
 }
 
 /// The commit a pass failed before it was planned, and why: invalid models (their
-/// first errors, with file and line), or a rewritten history the Source refuses.
+/// first errors, with file and line), a commit not signed by a trusted key, or a
+/// rewritten history the Source refuses.
 fn failed_early(result: &Result<PassOutcome, PassError>) -> Option<(String, String)> {
     match result {
-        Err(PassError::Reconcile(error @ ReconcileError::Invalid(models))) => {
-            let commit = models.loaded.revision.as_ref()?.commit.clone();
+        Err(PassError::Reconcile(error)) => {
+            let commit = error.commit()?.to_string();
             Some((commit, error.to_string()))
         }
         Err(error @ PassError::HistoryRewritten(rewrite)) => {
@@ -308,6 +309,12 @@ fn notices_of(result: &Result<PassOutcome, PassError>) -> Vec<Draft> {
                     .because("DecryptionKeysUnavailable"),
             ];
         }
+        Err(error @ PassError::VerifyKeys(_)) => {
+            return vec![
+                Draft::new(NoticeKind::Failed, tether_core::error_chain(error))
+                    .because("VerifyKeysUnavailable"),
+            ];
+        }
         Err(error @ PassError::HistoryRewritten(_)) => {
             return vec![
                 Draft::new(NoticeKind::Stalled, error.to_string()).because("HistoryRewritten"),
@@ -328,9 +335,7 @@ fn pass_revision(result: &Result<PassOutcome, PassError>) -> Option<&str> {
         Err(PassError::ObjectsFailed(outcome) | PassError::Clusters { outcome, .. }) => {
             outcome.revision.as_deref()
         }
-        Err(PassError::Reconcile(ReconcileError::Invalid(models))) => {
-            models.loaded.revision.as_ref().map(|r| r.commit.as_str())
-        }
+        Err(PassError::Reconcile(error)) => error.commit(),
         Err(PassError::HistoryRewritten(rewrite)) => Some(&rewrite.to),
         Err(_) => None,
     }

@@ -35,9 +35,7 @@ impl<S: StatusSink> SourceLoop<S> {
         if !requested && let Some(quiet) = self.quiet_pass().await {
             return Ok(quiet);
         }
-        if let Some(secret) = &self.decryption {
-            self.reconciler.set_keys(Arc::new(secret.read().await?));
-        }
+        self.read_keys().await?;
         // Changes seen from here on make the next pass a full one.
         let mut changes = self.memory.cache.as_ref().map(WatchCache::changes);
         // A plan only reads (its dry runs change nothing): stopping drops it at once.
@@ -115,6 +113,20 @@ impl<S: StatusSink> SourceLoop<S> {
             reported: Vec::new(),
         };
         conclude(outcome, failed)
+    }
+
+    /// The keys this pass reads the models with, read now from the Source's Secrets
+    /// (a rotated or removed key counts from this pass on): those that open the
+    /// encrypted files, and those its commits must be signed by.
+    async fn read_keys(&mut self) -> Result<(), PassError> {
+        if let Some(secret) = &self.decryption {
+            self.reconciler.set_keys(Arc::new(secret.read().await?));
+        }
+        if let Some(secret) = &self.verify {
+            self.reconciler
+                .set_trusted_keys(Arc::new(secret.read().await?));
+        }
+        Ok(())
     }
 
     /// The plan of the source's own cluster (the one this daemon reaches itself, or

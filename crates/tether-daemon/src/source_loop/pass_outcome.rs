@@ -9,6 +9,7 @@ use crate::decryption::DecryptionKeysError;
 use crate::feedback::Verdict;
 use crate::loop_views::blocked_on;
 use crate::source_status::objects_failed;
+use crate::verify::VerifyKeysError;
 
 /// What one pass did.
 #[derive(Debug)]
@@ -47,6 +48,9 @@ pub enum PassError {
     /// The keys of the encrypted files could not be read: nothing was applied.
     #[error(transparent)]
     DecryptionKeys(#[from] DecryptionKeysError),
+    /// The keys commits must be signed by could not be read: nothing was applied.
+    #[error(transparent)]
+    VerifyKeys(#[from] VerifyKeysError),
     /// The ref's history was rewritten and the source refuses rewrites: nothing was
     /// applied.
     #[error(

@@ -121,10 +121,12 @@ fn commit_blocking(to: CommitTo, request: Request) -> Result<Committed, ActionEr
                 path: path.clone(),
                 cache: cache.clone(),
                 credentials: credentials.clone(),
+                // The commit tether just made is applied as it made it.
+                verify: None,
             };
             (true, repo)
         }
-        Destination::Checkout { path } => (false, local_source(path, &workspace)),
+        Destination::Checkout { path, .. } => (false, local_source(path, &workspace)),
     };
     if let Some(proposal) = &to.propose {
         workspace.propose(proposal);
@@ -227,6 +229,7 @@ fn local_source(path: &std::path::Path, workspace: &Workspace) -> Repo {
             path: workspace.root().to_path_buf(),
             cache: std::env::temp_dir().join("tether-local-branches"),
             credentials: crate::git::Credentials::default(),
+            verify: None,
         },
     }
 }

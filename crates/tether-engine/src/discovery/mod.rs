@@ -22,6 +22,7 @@ use tether_core::discovery::{ClusterChoice, ClusterChoiceError, Outcome, plan};
 use tether_core::k8s::Scope;
 use tether_core::remedy::Remedy;
 use tether_core::settings;
+use tether_trust::sign::SigningKey;
 
 #[derive(Debug, Error)]
 pub enum DiscoverError {
@@ -51,8 +52,12 @@ impl DiscoverError {
 /// Where discovered models are committed.
 #[derive(Clone, Debug)]
 pub enum Destination {
-    /// The branch of the Git checkout around a models directory.
-    Checkout { path: PathBuf },
+    /// The branch of the Git checkout around a models directory; commits signed with
+    /// `signing_key`, when given.
+    Checkout {
+        path: PathBuf,
+        signing_key: Option<Arc<SigningKey>>,
+    },
     /// tether's own clone of a remote, in `cache`; `path` is the models root inside it.
     Remote {
         url: String,
@@ -79,7 +84,9 @@ impl Destination {
                 cache,
                 credentials.clone(),
             ),
-            Destination::Checkout { path } => Workspace::open_local(path, branch),
+            Destination::Checkout { path, signing_key } => {
+                Workspace::open_local(path, branch, signing_key.clone())
+            }
         }
     }
 }
@@ -105,7 +112,7 @@ pub(crate) async fn open_workspace(
             }
             Ok((workspace, settings))
         }
-        Destination::Checkout { path } => {
+        Destination::Checkout { path, .. } => {
             let settings = crate::config::read_settings(&path.join(SETTINGS_FILE))?;
             let branch = branch.or_else(|| settings.discover.branch.clone());
             let workspace = destination

@@ -36,6 +36,8 @@ use tracing::instrument;
 use crate::cluster::{ClusterError, Target};
 pub use crate::cluster::{Fence, Reads, Tenure};
 use crate::generate::{Capabilities, Generate};
+use crate::git::GitError;
+use crate::git::verify::VerifyError;
 use crate::record::read_inventory_existing;
 use crate::repo::{CommitCache, LoadedModels, Repo, RepoError, SETTINGS_FILE};
 pub use apply::DEFAULT_WAVE_TIMEOUT;
@@ -128,6 +130,11 @@ impl ReconcileError {
             ReconcileError::Dormant(_) => "KubernetesDisabled",
             ReconcileError::Selection(_) | ReconcileError::PartialPrune => "InvalidSelection",
             ReconcileError::Cluster(ClusterError::NotReachable { .. }) => "ClusterMissing",
+            ReconcileError::Source(RepoError::Git(GitError::Verify(error)))
+                if error.is_permanent() =>
+            {
+                "Unverified"
+            }
             ReconcileError::Source(RepoError::Git(error)) if error.is_permanent() => "GitRefused",
             ReconcileError::Source(RepoError::Oci(error)) if error.is_permanent() => {
                 "ArtifactRefused"
@@ -136,6 +143,20 @@ impl ReconcileError {
             ReconcileError::Source(_) => "GitFailed",
             ReconcileError::Cluster(error) if error.is_permanent() => "ClusterRefused",
             ReconcileError::Cluster(_) => "ClusterUnavailable",
+        }
+    }
+
+    /// The commit a pass failed at before it was planned, when the error knows it:
+    /// invalid models, or a commit (or tag) not signed by a trusted key.
+    pub fn commit(&self) -> Option<&str> {
+        match self {
+            ReconcileError::Invalid(models) => {
+                models.loaded.revision.as_ref().map(|r| r.commit.as_str())
+            }
+            ReconcileError::Source(RepoError::Git(GitError::Verify(VerifyError::Unverified(
+                unverified,
+            )))) => Some(&unverified.commit),
+            _ => None,
         }
     }
 
@@ -196,6 +217,22 @@ impl Reconciler {
                 tracing::debug!(error = %tether_core::error_chain(&error), "the cluster's capabilities are unknown");
                 None
             }
+        }
+    }
+
+    /// Checks the signatures of a Git source's commits against `keys` from the next
+    /// plan on (a Source's keys, read before each pass); a source that does not
+    /// verify is left as it is.
+    pub fn set_trusted_keys(
+        &mut self,
+        keys: std::sync::Arc<tether_trust::trusted_keys::TrustedKeys>,
+    ) {
+        if let Repo::Git {
+            verify: Some(verification),
+            ..
+        } = &mut self.repo
+        {
+            verification.keys = keys;
         }
     }
 

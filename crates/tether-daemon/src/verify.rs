@@ -1,0 +1,125 @@
+//! The keys a Source's commits must be signed by: every entry of the Secret its
+//! `spec.verify` names (an allowed-signers file, SSH public keys, armored OpenPGP
+//! keys), read before each pass that loads the models, so that a key removed from the
+//! Secret is no longer trusted from the next pass on, with no restart.
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::Client;
+use kube::api::Api;
+
+use tether_trust::trusted_keys::{KeyError, TrustedKeys};
+
+/// The Secret a Source's trusted keys are read from.
+pub(crate) struct VerifySecret {
+    api: Api<Secret>,
+    /// `namespace/name`, for messages.
+    display: String,
+    name: String,
+}
+
+/// Why a Source's trusted keys could not be read: nothing is applied.
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyKeysError {
+    #[error("cannot read the Secret {secret} of spec.verify")]
+    Read {
+        secret: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("the Secret {secret} of spec.verify has no entry")]
+    NoEntry { secret: String },
+    #[error(transparent)]
+    Key(#[from] KeyError),
+}
+
+impl VerifySecret {
+    pub(crate) fn new(client: Client, namespace: &str, name: &str) -> Self {
+        VerifySecret {
+            api: Api::namespaced(client, namespace),
+            display: format!("{namespace}/{name}"),
+            name: name.to_string(),
+        }
+    }
+
+    pub(crate) async fn read(&self) -> Result<TrustedKeys, VerifyKeysError> {
+        let secret = self
+            .api
+            .get(&self.name)
+            .await
+            .map_err(|source| VerifyKeysError::Read {
+                secret: self.display.clone(),
+                source,
+            })?;
+        trusted_keys_of(&secret, &self.display)
+    }
+}
+
+/// The keys of every entry of `secret`; `display` names it in errors.
+pub(crate) fn trusted_keys_of(
+    secret: &Secret,
+    display: &str,
+) -> Result<TrustedKeys, VerifyKeysError> {
+    let mut keys = TrustedKeys::default();
+    for (entry, value) in secret.data.iter().flatten() {
+        let text = String::from_utf8_lossy(&value.0);
+        keys.add(TrustedKeys::parse(
+            &text,
+            &format!("the Secret {display}, entry {entry}"),
+        )?);
+    }
+    match keys.is_empty() {
+        true => Err(VerifyKeysError::NoEntry {
+            secret: display.to_string(),
+        }),
+        false => Ok(keys),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::ByteString;
+
+    fn secret(entries: &[(&str, &str)]) -> Secret {
+        Secret {
+            data: Some(
+                entries
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec())))
+                    .collect(),
+            ),
+            ..Secret::default()
+        }
+    }
+
+    const KEY: &str =
+        "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEVFxXVy0NQNolXBngUhhtAkswEp1sucLMaqQ9hMD9t3";
+
+    #[test]
+    fn every_entry_is_read_and_a_bad_one_is_named() {
+        let keys = trusted_keys_of(
+            &secret(&[
+                ("allowed_signers", &format!("dev@example.org {KEY}")),
+                ("ops.pub", &format!("{KEY} ops@laptop")),
+            ]),
+            "ns/keys",
+        )
+        .unwrap();
+        assert_eq!(keys.names().len(), 2);
+        let error = trusted_keys_of(
+            &secret(&[("x", "dev@example.org ssh-ed25519 !")]),
+            "ns/keys",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            error.starts_with("the Secret ns/keys, entry x, line 1: "),
+            "{error}"
+        );
+        let empty = trusted_keys_of(&Secret::default(), "ns/keys").unwrap_err();
+        assert_eq!(
+            empty.to_string(),
+            "the Secret ns/keys of spec.verify has no entry"
+        );
+    }
+}

@@ -1,0 +1,17 @@
+//! What tether trusts and how it signs, over bytes the caller read: [`trusted_keys`] (trusted
+//! SSH and OpenPGP public keys, from an allowed-signers file or armored key blocks),
+//! [`verify`] (whether a signature over a payload is a trusted key's, and whose) and
+//! [`sign`] (an SSH signature made with tether's own key, as git's `gpg.format=ssh`
+//! makes it). Where the payloads come from (a commit, a tag) is the engine's
+//! (`tether_engine::git::verify`, `tether_engine::writeback`).
+//!
+//! Pure but for the signing key's random nonce where its algorithm takes one:
+//! `clippy.toml` forbids the clock, the environment and the filesystem. A crate of its
+//! own, beside the core, so that the cryptography (RustCrypto's `ssh-key`, rPGP)
+//! stays out of the core's dependencies.
+
+#![warn(clippy::too_many_lines)]
+
+pub mod sign;
+pub mod trusted_keys;
+pub mod verify;
