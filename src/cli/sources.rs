@@ -147,15 +147,28 @@ pub async fn tree(args: &SourceArgs) -> miette::Result<ExitCode> {
         .await
         .map_err(terminal::error)?;
     let missing = missing_objects(&client, &record).await?;
-    let revision = source
-        .status
-        .and_then(|s| s.last_applied_revision)
+    let status = source.status.unwrap_or_default();
+    let revision = status
+        .last_applied_revision
+        .clone()
         .unwrap_or_else(|| "nothing applied yet".into());
-    let heading = format!(
+    let mut heading = format!(
         "Source/{} ({revision}), inventory {}",
         args.id(),
         inventory.display()
     );
+    // Why what is applied may not be the ref's newest commit (an unverified commit,
+    // invalid models): the status's words.
+    if let Some(ready) = status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready" && c.status == "False")
+    {
+        heading.push_str(&format!(
+            "\nnot ready ({}): {}",
+            ready.reason, ready.message
+        ));
+    }
     std::io::stdout()
         .lock()
         .write_all(draw_tree(&heading, &record, &missing).as_bytes())

@@ -30,6 +30,7 @@ mod record;
 mod run;
 mod secrets;
 mod shard;
+mod verify;
 mod web;
 mod web_access;
 mod web_page;

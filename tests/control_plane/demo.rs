@@ -295,6 +295,13 @@ fn the_demo_shows_every_step_and_stops_what_it_started() {
         rewrite.contains(r#""from":"main@sha1:"#) && rewrite.contains("HistoryRewritten"),
         "{rewrite}"
     );
+    let signed = step(&text, "Signed commits only");
+    assert!(
+        signed.contains("Good \"git\" signature for dev@example.org")
+            && signed.contains("is not verified: it is not signed")
+            && signed.contains("still applied: hello, signed"),
+        "{signed}"
+    );
     assert_waves(step(&text, "Waves"));
     assert_scale_and_rollback(step(&text, "Day-2 operations as commits"));
     assert_host_label_and_lock(step(&text, "Hosts: a label and a lock"));

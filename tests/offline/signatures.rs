@@ -154,7 +154,11 @@ fn assert_refused(output: &Output, says: &[&str]) {
         output.stdout
     );
     for part in says {
-        assert!(text.contains(&flat(part)), "{part:?} in:\n{}", stderr(output));
+        assert!(
+            text.contains(&flat(part)),
+            "{part:?} in:\n{}",
+            stderr(output)
+        );
     }
 }
 
@@ -453,7 +457,10 @@ fn commits_tether_writes_are_signed_as_git_verifies_them() {
     ]);
     let said = flat(&stderr(&refused));
     assert!(!refused.status.success());
-    assert!(said.contains(&flat("is encrypted with a passphrase")), "{said}");
+    assert!(
+        said.contains(&flat("is encrypted with a passphrase")),
+        "{said}"
+    );
     assert!(!said.contains("OPENSSH PRIVATE KEY"), "{said}");
     assert_eq!(
         git(&work, &["rev-parse", "HEAD"]),

@@ -141,7 +141,9 @@ fn record_revisions(status: &mut SourceStatus, result: &PassResult, now: &str) {
 /// reason and the note. Refused are objects the identity may not change (the API
 /// server's 403: each names its object, the verb and the identity; on another
 /// cluster of the Source, the pass fails with reason `Forbidden`) and models the
-/// checks refuse (the Source's confinement among them: the message names the same).
+/// checks refuse (the Source's confinement among them: the message names the same),
+/// and a commit (or tag) no trusted key signed (`spec.verify`: the message names the
+/// commit, its signer and the keys).
 pub(crate) fn refusal_event(result: &PassResult) -> Option<(&'static str, String)> {
     match result {
         PassResult::ObjectsFailed { report, .. } => {
@@ -153,7 +155,7 @@ pub(crate) fn refusal_event(result: &PassResult) -> Option<(&'static str, String
             (!forbidden.is_empty()).then(|| ("Forbidden", note(&forbidden.join("; "))))
         }
         PassResult::Failed {
-            reason: reason @ ("InvalidModels" | "Forbidden"),
+            reason: reason @ ("InvalidModels" | "Forbidden" | "Unverified"),
             message,
             ..
         } => Some((reason, note(message))),

@@ -146,6 +146,23 @@ impl Remote {
     /// Commits `files` (on `branch`, on top of what the remote has, as others may
     /// push there too) and pushes; returns the commit.
     pub fn push(&self, branch: &str, files: &[(&str, &str)]) -> String {
+        self.push_commit(branch, files, &[])
+    }
+
+    /// [`Remote::push`], the commit signed by git with the SSH private key `key`
+    /// (`gpg.format=ssh`).
+    pub fn push_signed(&self, branch: &str, files: &[(&str, &str)], key: &Path) -> String {
+        let signing = format!("user.signingkey={}", key.display());
+        self.push_commit(
+            branch,
+            files,
+            &["-c", "gpg.format=ssh", "-c", &signing, "commit", "-S"],
+        )
+    }
+
+    /// Commits `files` with `commit` (git's options and `commit` with its own; plain
+    /// `commit` when empty) on `branch`, and pushes; returns the commit.
+    fn push_commit(&self, branch: &str, files: &[(&str, &str)], commit: &[&str]) -> String {
         let work = self.work();
         git(&work, &["fetch", "-q", "origin"]);
         let upstream = format!("origin/{branch}");
@@ -160,7 +177,11 @@ impl Remote {
         };
         write_models(&work, files);
         git(&work, &["add", "-A"]);
-        git(&work, &["commit", "-qm", "change"]);
+        let commit = match commit.is_empty() {
+            true => vec!["commit", "-qm", "change"],
+            false => [commit, &["-qm", "change"]].concat(),
+        };
+        git(&work, &commit);
         // The daemon under test pushes to the remote too (discovery's commits): a
         // push it beat is rebased on its commit and pushed again, as a user would.
         let mut rejected = 0;

@@ -1,0 +1,214 @@
+//! A Source that applies only signed commits (`spec.verify`), run by the daemon against
+//! a real Git remote: commits signed by `git` with `ssh-keygen`'s keys, the trusted
+//! ones in a Secret made with kubectl; an unsigned commit pushed while the daemon was
+//! killed is never applied (the API server's audit log), and the Source says why.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::daemon::{
+    Daemon, Remote, audit_offset, condition, install_crd, kubectl_apply_text, kubectl_ok, signal,
+    source_yaml, status, value_of, writes_since,
+};
+use crate::harness::eventually;
+use crate::operations::tether_plain;
+use crate::reconcile::{base, config_map, setup};
+
+/// An SSH key made by ssh-keygen: its private key's path and fingerprint.
+fn ssh_key(dir: &Path, name: &str) -> (PathBuf, String) {
+    let made = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", name, "-f", name])
+        .current_dir(dir)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let listed = Command::new("ssh-keygen")
+        .args(["-l", "-f", &format!("{name}.pub")])
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    let listed = String::from_utf8(listed.stdout).unwrap();
+    let fingerprint = listed.split_whitespace().nth(1).unwrap().to_string();
+    (dir.join(name), fingerprint)
+}
+
+fn ready(ns: &str) -> Option<(String, String, String)> {
+    let status = status(ns, "web");
+    status["conditions"].as_array()?.iter().find_map(|c| {
+        (c["type"] == "Ready").then(|| {
+            let text = |field: &str| c[field].as_str().unwrap_or_default().to_string();
+            (text("status"), text("reason"), text("message"))
+        })
+    })
+}
+
+#[tokio::test]
+async fn a_source_applies_only_commits_a_trusted_key_signed_through_a_kill_and_restart() {
+    install_crd();
+    let (client, ns, _) = setup("verify-source").await;
+    let keys = tempfile::tempdir().unwrap();
+    let (dev, dev_fingerprint) = ssh_key(keys.path(), "dev");
+    let signers = keys.path().join("allowed_signers");
+    let public = std::fs::read_to_string(dev.with_extension("pub")).unwrap();
+    std::fs::write(&signers, format!("dev@example.org {public}")).unwrap();
+    kubectl_ok(&[
+        "-n",
+        &ns,
+        "create",
+        "secret",
+        "generic",
+        "trusted",
+        &format!("--from-file=allowed_signers={}", signers.display()),
+    ]);
+    let remote = Remote::new(&[
+        ("base.yaml", &base(&ns)),
+        ("cm.yaml", &config_map("settings", &ns, "v1")),
+    ]);
+    let signed = remote.push_signed(
+        "main",
+        &[("cm.yaml", &config_map("settings", &ns, "v2"))],
+        &dev,
+    );
+
+    let daemon = Daemon::start(&["--sources", "--sources-namespace", &ns]);
+    kubectl_apply_text(&source_yaml(
+        "web",
+        &ns,
+        &remote.url,
+        "  interval: 1s\n  verify:\n    mode: HEAD\n    secretRef:\n      name: trusted\n",
+    ));
+    eventually(Duration::from_secs(20), || async {
+        value_of(&client, &ns).await.as_deref() == Some("v2")
+    })
+    .await;
+    eventually(Duration::from_secs(10), || async {
+        status(&ns, "web")["lastAppliedRevision"]
+            .as_str()
+            .is_some_and(|r| r.contains(&signed))
+    })
+    .await;
+
+    // Killed; meanwhile someone pushes a commit nobody signed, then the daemon starts
+    // again.
+    signal(&daemon.process, "KILL");
+    drop(daemon);
+    let offset = audit_offset();
+    let unsigned = remote.push("main", &[("cm.yaml", &config_map("settings", &ns, "v3"))]);
+    let daemon = Daemon::start(&["--sources", "--sources-namespace", &ns]);
+    eventually(Duration::from_secs(20), || async {
+        ready(&ns).is_some_and(|(_, reason, _)| reason == "Unverified")
+    })
+    .await;
+    let (state, _, message) = ready(&ns).unwrap();
+    assert_eq!(state, "False");
+    for part in [
+        format!(
+            "commit {} is not verified: it is not signed",
+            &unsigned[..12]
+        ),
+        format!("trusted keys: {dev_fingerprint} (dev@example.org)"),
+    ] {
+        assert!(message.contains(&part), "{part:?} in {message}");
+    }
+    assert_eq!(
+        condition(&status(&ns, "web"), "Stalled").map(|c| c.0),
+        Some("True".into())
+    );
+    let events = kubectl_ok(&[
+        "-n",
+        &ns,
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.name=web",
+        "-o",
+        "jsonpath={.items[*].message}",
+    ]);
+    assert!(events.contains(&unsigned[..12]), "{events}");
+    let tree = tether_plain(&["tree", "web", "-n", &ns]);
+    let tree = String::from_utf8_lossy(&tree.stdout);
+    assert!(
+        tree.contains(&format!(
+            "not ready (Unverified): commit {} is not verified",
+            &unsigned[..12]
+        )),
+        "{tree}"
+    );
+    // The last verified commit stays applied: nothing of the unsigned one was written.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(value_of(&client, &ns).await.as_deref(), Some("v2"));
+    let writes = writes_since(offset, &ns);
+    assert!(
+        !writes.iter().any(|w| w.contains("configmaps settings")),
+        "{writes:?}"
+    );
+    assert!(
+        status(&ns, "web")["lastAppliedRevision"]
+            .as_str()
+            .is_some_and(|r| r.contains(&signed))
+    );
+
+    // A signed commit on top: applied, and the Source is ready again.
+    let again = remote.push_signed(
+        "main",
+        &[("cm.yaml", &config_map("settings", &ns, "v4"))],
+        &dev,
+    );
+    eventually(Duration::from_secs(20), || async {
+        value_of(&client, &ns).await.as_deref() == Some("v4")
+    })
+    .await;
+    eventually(Duration::from_secs(10), || async {
+        ready(&ns).is_some_and(|(state, _, _)| state == "True")
+    })
+    .await;
+    assert!(
+        status(&ns, "web")["lastAppliedRevision"]
+            .as_str()
+            .is_some_and(|r| r.contains(&again))
+    );
+    drop(daemon);
+}
+
+#[tokio::test]
+async fn a_source_whose_signing_key_cannot_be_read_says_so_and_applies_nothing() {
+    install_crd();
+    let (client, ns, _) = setup("verify-signing").await;
+    let remote = Remote::new(&[
+        ("base.yaml", &base(&ns)),
+        ("cm.yaml", &config_map("settings", &ns, "v1")),
+    ]);
+    kubectl_ok(&[
+        "-n",
+        &ns,
+        "create",
+        "secret",
+        "generic",
+        "signing",
+        "--from-literal=ssh-privatekey=not a key",
+    ]);
+    let _daemon = Daemon::start(&["--sources", "--sources-namespace", &ns]);
+    kubectl_apply_text(&source_yaml(
+        "web",
+        &ns,
+        &remote.url,
+        "  interval: 1s\n  signingKey:\n    secretRef:\n      name: signing\n",
+    ));
+    eventually(Duration::from_secs(20), || async {
+        ready(&ns).is_some_and(|(_, reason, _)| reason == "CredentialsUnavailable")
+    })
+    .await;
+    let (_, _, message) = ready(&ns).unwrap();
+    assert!(
+        message.contains(&format!(
+            "the Secret {ns}/signing, entry ssh-privatekey is not an OpenSSH private key"
+        )),
+        "{message}"
+    );
+    assert!(
+        !message.contains("not a key"),
+        "the key's text is not shown: {message}"
+    );
+    assert_eq!(value_of(&client, &ns).await, None);
+}
