@@ -54,12 +54,14 @@ fn public(key: &Path) -> String {
         .to_string()
 }
 
-/// An OpenPGP key made by gpg in its own home: the home, the armored public key's
-/// file and the fingerprint. Its agent is stopped when the home is dropped.
+/// An OpenPGP key made by gpg in its own home, as careful users make one: a primary
+/// key that only certifies, and a subkey that signs. The home, the armored public
+/// key's file, and both fingerprints. Its agent is stopped when the home is dropped.
 struct Gpg {
     home: PathBuf,
     public: PathBuf,
     fingerprint: String,
+    signing_subkey: String,
 }
 
 impl Gpg {
@@ -77,17 +79,36 @@ impl Gpg {
                 "--quick-gen-key",
                 "Dev <dev@example.org>",
                 "ed25519",
+                "cert",
+                "never",
+            ],
+            &env,
+        );
+        let fingerprints = || {
+            let listed = run("gpg", dir, &["--with-colons", "--list-keys"], &env);
+            listed
+                .lines()
+                .filter_map(|line| line.strip_prefix("fpr:"))
+                .map(|rest| rest.trim_matches(':').to_string())
+                .collect::<Vec<_>>()
+        };
+        let fingerprint = fingerprints()[0].clone();
+        run(
+            "gpg",
+            dir,
+            &[
+                "--batch",
+                "--passphrase",
+                "",
+                "--quick-add-key",
+                &fingerprint,
+                "ed25519",
                 "sign",
                 "never",
             ],
             &env,
         );
-        let listed = run("gpg", dir, &["--with-colons", "--list-keys"], &env);
-        let fingerprint = listed
-            .lines()
-            .find_map(|line| line.strip_prefix("fpr:"))
-            .map(|rest| rest.trim_matches(':').to_string())
-            .unwrap();
+        let signing_subkey = fingerprints()[1].clone();
         let public = dir.join("dev.asc");
         let armored = run("gpg", dir, &["--armor", "--export", &fingerprint], &env);
         std::fs::write(&public, armored).unwrap();
@@ -95,6 +116,7 @@ impl Gpg {
             home,
             public,
             fingerprint,
+            signing_subkey,
         }
     }
 }
@@ -127,6 +149,27 @@ fn commit_signed_with_ssh(work: &Path, key: &Path, message: &str) -> String {
         ],
     );
     git(work, &["rev-parse", "HEAD"])
+}
+
+/// Writes a commit object of `text` as git would store it; its id.
+fn write_object(work: &Path, text: &str) -> String {
+    use std::io::Write;
+    let mut child = Command::new("git")
+        .args(["hash-object", "-t", "commit", "-w", "--stdin"])
+        .current_dir(work)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success());
+    String::from_utf8(output.stdout).unwrap().trim().to_string()
 }
 
 fn render(url: &str, reference: &str, extra: &[String]) -> Output {
@@ -228,24 +271,17 @@ fn only_commits_and_tags_signed_by_a_trusted_key_are_read() {
     // whose message was changed, written as git would write it.
     let raw = git(&work, &["cat-file", "commit", &trusted]);
     let forged_text = format!("{}\n", raw.replace("\n\ntrusted", "\n\nforged"));
-    let forged = Command::new("git")
-        .args(["hash-object", "-t", "commit", "-w", "--stdin"])
-        .current_dir(&work)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .and_then(|mut child| {
-            use std::io::Write;
-            child
-                .stdin
-                .take()
-                .unwrap()
-                .write_all(forged_text.as_bytes())?;
-            child.wait_with_output()
-        })
-        .unwrap();
-    let forged = String::from_utf8(forged.stdout).unwrap().trim().to_string();
+    let forged = write_object(&work, &forged_text);
     git(&work, &["branch", "forged", &forged]);
+    let signature_start = raw.find("gpgsig ").unwrap();
+    let signature_end = raw.find("-----END SSH SIGNATURE-----").unwrap() + 27;
+    let garbled_text = format!(
+        "{}gpgsig -----BEGIN SSH SIGNATURE-----\n AAAA not base64 at all\n -----END SSH SIGNATURE-----{}\n",
+        &raw[..signature_start],
+        &raw[signature_end..]
+    );
+    let garbled = write_object(&work, &garbled_text);
+    git(&work, &["branch", "garbled", &garbled]);
     git(root, &["clone", "-q", "--bare", "work", "remote.git"]);
     let url = format!("file://{}", root.join("remote.git").display());
     let cache = root.join("cache");
@@ -301,7 +337,8 @@ fn only_commits_and_tags_signed_by_a_trusted_key_are_read() {
             ),
         ],
     );
-    // OpenPGP: trusted by its key, and not by the SSH keys.
+    // OpenPGP, signed by the key's signing subkey: trusted by the key, and not by the
+    // SSH keys.
     let both = format!("{keys},{}", gpg.public.display());
     let read = render(&url, "openpgp", &with(&both));
     assert!(read.status.success(), "{}", stderr(&read));
@@ -309,7 +346,15 @@ fn only_commits_and_tags_signed_by_a_trusted_key_are_read() {
         &render(&url, "openpgp", &with(keys)),
         &[
             &format!("commit {} is not verified", short(&openpgp)),
-            &format!("signed by OpenPGP {}", gpg.fingerprint),
+            &format!("signed by OpenPGP {}", gpg.signing_subkey),
+        ],
+    );
+    // A signature that is not one: refused as unreadable.
+    assert_refused(
+        &render(&url, "garbled", &with(keys)),
+        &[
+            &format!("commit {} is not verified", short(&garbled)),
+            "its signature cannot be read",
         ],
     );
 

@@ -135,6 +135,48 @@ j1WIZ7BL8zSc9fNFItGwAAAAC3RldGhlckB0ZXN0AQI=
     }
 
     #[test]
+    fn an_allowed_signers_line_limits_its_key_to_its_namespaces_and_window() {
+        let key = SigningKey::parse(KEY, "key").unwrap();
+        let signature = key.sign("git", b"payload").unwrap();
+        let check = |options: &str| {
+            let line = format!("tether@test {options} {}", key.public_key());
+            let trusted = TrustedKeys::parse(&line, "signers").unwrap();
+            verify(&trusted, signed(b"payload", &signature))
+        };
+        // signed() says the commit was made at 1,800,000,000 s (2027-01-15).
+        assert!(check("namespaces=\"file,git\",valid-after=\"20270101\"").is_ok());
+        let refusals = [
+            (
+                "namespaces=\"file\"",
+                "its allowed namespaces are file, not git",
+            ),
+            (
+                "valid-after=\"20270201\"",
+                "it signed before its valid-after time",
+            ),
+            (
+                "valid-before=\"20261231235959Z\"",
+                "it signed after its valid-before time",
+            ),
+        ];
+        for (options, reason) in refusals {
+            let refusal = check(options).unwrap_err();
+            assert!(
+                matches!(&refusal, Refusal::NotAllowed { reason: r, .. } if r == reason),
+                "{options}: {refusal}"
+            );
+        }
+        // The same key on a second line that allows it: one line is enough.
+        let lines = format!(
+            "old@test valid-before=\"20200101\" {key}\nnew@test {key}",
+            key = key.public_key()
+        );
+        let trusted = TrustedKeys::parse(&lines, "signers").unwrap();
+        let signer = verify(&trusted, signed(b"payload", &signature)).unwrap();
+        assert_eq!(signer.name, "new@test");
+    }
+
+    #[test]
     fn a_key_that_cannot_sign_is_refused_without_showing_it() {
         let error = SigningKey::parse("AAAA secret-looking text", "the Secret ns/k").unwrap_err();
         assert!(
