@@ -14,23 +14,23 @@ use crate::reconcile::{base, config_map, setup};
 
 /// The Sources' `spec.timeout`: a wave's wait, and a rollout's.
 const TIMEOUT_SECONDS: u64 = 20;
-const TOKEN: &str = "ghp_tetherTestToken0123456789abcdefABCDEF";
+pub(crate) const TOKEN: &str = "ghp_tetherTestToken0123456789abcdefABCDEF";
 
 /// The commit statuses the host took for `commit`: (state, context, description), in
 /// the order they came.
-fn statuses(host: &GitHostServer, commit: &str) -> Vec<(String, String, String)> {
+pub(crate) fn statuses(host: &GitHostServer, commit: &str) -> Vec<(String, String, String)> {
     host.statuses(commit)
         .into_iter()
         .map(|s| (s.state, s.context, s.description.unwrap_or_default()))
         .collect()
 }
 
-fn states(host: &GitHostServer, commit: &str) -> Vec<String> {
+pub(crate) fn states(host: &GitHostServer, commit: &str) -> Vec<String> {
     statuses(host, commit).into_iter().map(|s| s.0).collect()
 }
 
 /// The Secret of the host's token and CA, and the Source's `spec.feedback`.
-fn feedback_of(ns: &str, host: &GitHostServer) -> String {
+pub(crate) fn feedback_of(ns: &str, host: &GitHostServer) -> String {
     let dir = tempfile::tempdir().unwrap();
     let ca = dir.path().join("ca.crt");
     std::fs::write(&ca, host.ca_pem()).unwrap();

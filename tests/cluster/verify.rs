@@ -11,9 +11,11 @@ use crate::daemon::{
     Daemon, Remote, audit_offset, condition, install_crd, kubectl_apply_text, kubectl_ok, signal,
     source_yaml, status, value_of, writes_since,
 };
+use crate::feedback::{TOKEN, feedback_of, states, statuses};
 use crate::harness::eventually;
 use crate::operations::tether_plain;
 use crate::reconcile::{base, config_map, setup};
+use tether_testkit::githost::{GitHost, GitHostServer};
 
 /// An SSH key made by ssh-keygen: its private key's path and fingerprint.
 fn ssh_key(dir: &Path, name: &str) -> (PathBuf, String) {
@@ -169,6 +171,64 @@ async fn a_source_applies_only_commits_a_trusted_key_signed_through_a_kill_and_r
             .is_some_and(|r| r.contains(&again))
     );
     drop(daemon);
+}
+
+#[tokio::test]
+async fn an_unverified_commit_fails_its_commit_status_naming_why() {
+    install_crd();
+    let (_, ns, _) = setup("verify-status").await;
+    let host = GitHostServer::start(GitHost::GitHub, TOKEN).await;
+    let keys = tempfile::tempdir().unwrap();
+    let (dev, _) = ssh_key(keys.path(), "dev");
+    let public = std::fs::read_to_string(dev.with_extension("pub")).unwrap();
+    kubectl_ok(&[
+        "-n",
+        &ns,
+        "create",
+        "secret",
+        "generic",
+        "trusted",
+        &format!("--from-literal=dev.pub={public}"),
+    ]);
+    let remote = Remote::new(&[
+        ("base.yaml", &base(&ns)),
+        ("cm.yaml", &config_map("settings", &ns, "v1")),
+    ]);
+    let signed = remote.push_signed(
+        "main",
+        &[("cm.yaml", &config_map("settings", &ns, "v2"))],
+        &dev,
+    );
+    let _daemon = Daemon::start(&["--sources", "--sources-namespace", &ns]);
+    let spec = format!(
+        "{}  verify:\n    secretRef:\n      name: trusted\n",
+        feedback_of(&ns, &host)
+    );
+    kubectl_apply_text(&source_yaml("web", &ns, &remote.url, &spec));
+    eventually(Duration::from_secs(30), || async {
+        states(&host, &signed) == ["pending", "success"]
+    })
+    .await;
+    let unsigned = remote.push("main", &[("cm.yaml", &config_map("settings", &ns, "v3"))]);
+    kubectl_ok(&[
+        "annotate",
+        "source",
+        "web",
+        "-n",
+        &ns,
+        "--overwrite",
+        &format!("tether.dev/reconcile-requested-at={unsigned}"),
+    ]);
+    eventually(Duration::from_secs(30), || async {
+        states(&host, &unsigned).last().map(String::as_str) == Some("failure")
+    })
+    .await;
+    let failure = statuses(&host, &unsigned).pop().unwrap();
+    assert!(
+        failure.2.contains("is not verified: it is not signed"),
+        "{failure:?}"
+    );
+    assert_eq!(host.violations(), Vec::<String>::new());
 }
 
 #[tokio::test]
