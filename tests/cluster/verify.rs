@@ -35,6 +35,51 @@ fn ssh_key(dir: &Path, name: &str) -> (PathBuf, String) {
     (dir.join(name), fingerprint)
 }
 
+/// A key `dev` (ssh-keygen) that the Secret `trusted` of `ns` trusts, as an
+/// allowed signer `dev@example.org`; a remote whose first commit (ConfigMap
+/// `settings` at v1) nobody signed, and a second (v2) that `dev` signed. The key's
+/// directory, the key, its fingerprint, the remote and the signed commit.
+struct Signed {
+    _keys: tempfile::TempDir,
+    dev: PathBuf,
+    fingerprint: String,
+    remote: Remote,
+    commit: String,
+}
+
+fn signed_remote(ns: &str) -> Signed {
+    let keys = tempfile::tempdir().unwrap();
+    let (dev, fingerprint) = ssh_key(keys.path(), "dev");
+    let signers = keys.path().join("allowed_signers");
+    let public = std::fs::read_to_string(dev.with_extension("pub")).unwrap();
+    std::fs::write(&signers, format!("dev@example.org {public}")).unwrap();
+    kubectl_ok(&[
+        "-n",
+        ns,
+        "create",
+        "secret",
+        "generic",
+        "trusted",
+        &format!("--from-file=allowed_signers={}", signers.display()),
+    ]);
+    let remote = Remote::new(&[
+        ("base.yaml", &base(ns)),
+        ("cm.yaml", &config_map("settings", ns, "v1")),
+    ]);
+    let commit = remote.push_signed(
+        "main",
+        &[("cm.yaml", &config_map("settings", ns, "v2"))],
+        &dev,
+    );
+    Signed {
+        _keys: keys,
+        dev,
+        fingerprint,
+        remote,
+        commit,
+    }
+}
+
 fn ready(ns: &str) -> Option<(String, String, String)> {
     let status = status(ns, "web");
     status["conditions"].as_array()?.iter().find_map(|c| {
@@ -49,29 +94,13 @@ fn ready(ns: &str) -> Option<(String, String, String)> {
 async fn a_source_applies_only_commits_a_trusted_key_signed_through_a_kill_and_restart() {
     install_crd();
     let (client, ns, _) = setup("verify-source").await;
-    let keys = tempfile::tempdir().unwrap();
-    let (dev, dev_fingerprint) = ssh_key(keys.path(), "dev");
-    let signers = keys.path().join("allowed_signers");
-    let public = std::fs::read_to_string(dev.with_extension("pub")).unwrap();
-    std::fs::write(&signers, format!("dev@example.org {public}")).unwrap();
-    kubectl_ok(&[
-        "-n",
-        &ns,
-        "create",
-        "secret",
-        "generic",
-        "trusted",
-        &format!("--from-file=allowed_signers={}", signers.display()),
-    ]);
-    let remote = Remote::new(&[
-        ("base.yaml", &base(&ns)),
-        ("cm.yaml", &config_map("settings", &ns, "v1")),
-    ]);
-    let signed = remote.push_signed(
-        "main",
-        &[("cm.yaml", &config_map("settings", &ns, "v2"))],
-        &dev,
-    );
+    let Signed {
+        _keys,
+        dev,
+        fingerprint: dev_fingerprint,
+        remote,
+        commit: signed,
+    } = signed_remote(&ns);
 
     let daemon = Daemon::start(&["--sources", "--sources-namespace", &ns]);
     kubectl_apply_text(&source_yaml(
@@ -178,27 +207,12 @@ async fn an_unverified_commit_fails_its_commit_status_naming_why() {
     install_crd();
     let (_, ns, _) = setup("verify-status").await;
     let host = GitHostServer::start(GitHost::GitHub, TOKEN).await;
-    let keys = tempfile::tempdir().unwrap();
-    let (dev, _) = ssh_key(keys.path(), "dev");
-    let public = std::fs::read_to_string(dev.with_extension("pub")).unwrap();
-    kubectl_ok(&[
-        "-n",
-        &ns,
-        "create",
-        "secret",
-        "generic",
-        "trusted",
-        &format!("--from-literal=dev.pub={public}"),
-    ]);
-    let remote = Remote::new(&[
-        ("base.yaml", &base(&ns)),
-        ("cm.yaml", &config_map("settings", &ns, "v1")),
-    ]);
-    let signed = remote.push_signed(
-        "main",
-        &[("cm.yaml", &config_map("settings", &ns, "v2"))],
-        &dev,
-    );
+    let Signed {
+        _keys,
+        remote,
+        commit: signed,
+        ..
+    } = signed_remote(&ns);
     let _daemon = Daemon::start(&["--sources", "--sources-namespace", &ns]);
     let spec = format!(
         "{}  verify:\n    secretRef:\n      name: trusted\n",

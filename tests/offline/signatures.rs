@@ -69,21 +69,22 @@ impl Gpg {
         let home = dir.join("gnupg");
         std::fs::create_dir_all(&home).unwrap();
         let env = [("GNUPGHOME", home.as_path())];
-        run(
-            "gpg",
-            dir,
-            &[
-                "--batch",
-                "--passphrase",
-                "",
-                "--quick-gen-key",
-                "Dev <dev@example.org>",
-                "ed25519",
-                "cert",
-                "never",
-            ],
-            &env,
-        );
+        // Keys without a passphrase, made without asking.
+        let make = |args: &[&str]| {
+            run(
+                "gpg",
+                dir,
+                &[&["--batch", "--passphrase", ""], args].concat(),
+                &env,
+            )
+        };
+        make(&[
+            "--quick-gen-key",
+            "Dev <dev@example.org>",
+            "ed25519",
+            "cert",
+            "never",
+        ]);
         let fingerprints = || {
             let listed = run("gpg", dir, &["--with-colons", "--list-keys"], &env);
             listed
@@ -93,21 +94,7 @@ impl Gpg {
                 .collect::<Vec<_>>()
         };
         let fingerprint = fingerprints()[0].clone();
-        run(
-            "gpg",
-            dir,
-            &[
-                "--batch",
-                "--passphrase",
-                "",
-                "--quick-add-key",
-                &fingerprint,
-                "ed25519",
-                "sign",
-                "never",
-            ],
-            &env,
-        );
+        make(&["--quick-add-key", &fingerprint, "ed25519", "sign", "never"]);
         let signing_subkey = fingerprints()[1].clone();
         let public = dir.join("dev.asc");
         let armored = run("gpg", dir, &["--armor", "--export", &fingerprint], &env);

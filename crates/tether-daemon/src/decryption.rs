@@ -96,11 +96,12 @@ pub(crate) fn keyring_of(secret: &Secret, display: &str) -> Result<Keyring, Decr
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use k8s_openapi::ByteString;
 
-    fn secret(entries: &[(&str, &str)]) -> Secret {
+    /// A Secret of these entries.
+    pub(crate) fn secret(entries: &[(&str, &str)]) -> Secret {
         Secret {
             data: Some(
                 entries

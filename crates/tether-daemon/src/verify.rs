@@ -78,19 +78,7 @@ pub(crate) fn trusted_keys_of(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::ByteString;
-
-    fn secret(entries: &[(&str, &str)]) -> Secret {
-        Secret {
-            data: Some(
-                entries
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec())))
-                    .collect(),
-            ),
-            ..Secret::default()
-        }
-    }
+    use crate::decryption::tests::secret;
 
     const KEY: &str =
         "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEVFxXVy0NQNolXBngUhhtAkswEp1sucLMaqQ9hMD9t3";
