@@ -101,8 +101,9 @@ pub struct SourceFlags {
 pub struct VerifyFlags {
     /// Apply only a commit signed by one of these keys: an allowed-signers file
     /// (git's gpg.ssh.allowedSignersFile), SSH public keys, or armored OpenPGP public
-    /// keys (repeat the flag, or separate with commas). An unverified commit is
-    /// refused before anything of it is read.
+    /// keys; for an oci:// --repo, cosign public keys (cosign.pub). Repeat the flag,
+    /// or separate with commas. What is not verified is refused before anything of it
+    /// is read.
     #[arg(
         long,
         env = "TETHER_VERIFY_KEYS",
@@ -295,9 +296,9 @@ impl SourceFlags {
                         "--ref {reference} is not taken with an oci:// --repo: give the tag or digest in it ({url}:TAG or {url}@sha256:DIGEST)"
                     );
                 }
-                if !self.verify.verify_keys.is_empty() {
+                if !matches!(self.verify.verify_mode, VerifyModeFlag::Head) {
                     miette::bail!(
-                        "--verify-keys checks Git commits; an artifact's signatures are not checked yet"
+                        "--verify-mode: an oci:// --repo has no tag object to verify; its cosign signature is checked (leave --verify-mode out)"
                     );
                 }
                 Repo::Oci {
@@ -305,6 +306,7 @@ impl SourceFlags {
                     path: self.path.clone(),
                     cache: self.git.cache_dir(),
                     access: self.registry.access()?,
+                    verify: self.verify.verification()?.map(|v| v.keys),
                 }
             }
             Some(url) => Repo::Git {

@@ -166,3 +166,93 @@ async fn a_source_follows_an_artifact_tag_and_a_quiet_pass_asks_only_for_the_dig
 }
 
 const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
+
+#[tokio::test]
+async fn a_source_applies_only_an_artifact_a_trusted_cosign_key_signed() {
+    install_crd();
+    let (client, ns, _) = setup("oci-verify").await;
+    let registry = Registry::start();
+    let models = tempfile::tempdir().unwrap();
+    let keys = tempfile::tempdir().unwrap();
+    let cosign = |args: &[&str]| {
+        let out = Command::new(tether_testkit::tools::cosign())
+            .args(args)
+            .current_dir(keys.path())
+            .env("COSIGN_PASSWORD", "")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "cosign {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let host = registry.host();
+    let sign = |digest: &str| {
+        cosign(&[
+            "sign",
+            "--key",
+            "cosign.key",
+            "--tlog-upload=false",
+            "--allow-insecure-registry",
+            "--allow-http-registry",
+            "--yes",
+            &format!("{host}/team/models@{digest}"),
+        ]);
+    };
+    cosign(&["generate-key-pair"]);
+    crate::daemon::kubectl_ok(&[
+        "-n",
+        &ns,
+        "create",
+        "secret",
+        "generic",
+        "trusted",
+        &format!(
+            "--from-file=cosign.pub={}",
+            keys.path().join("cosign.pub").display()
+        ),
+    ]);
+    let reference = format!("oci://{host}/team/models:stable");
+    let first = push_models(models.path(), &ns, "v1", &reference);
+    sign(&first);
+
+    let _daemon = Daemon::start(&["--sources", "--sources-namespace", &ns]);
+    kubectl_apply_text(&format!(
+        "apiVersion: tether.dev/v1alpha1\nkind: Source\nmetadata:\n  name: web\n  namespace: {ns}\nspec:\n  url: oci://{host}/team/models\n  ref: stable\n  insecure: true\n  interval: 1s\n  verify:\n    secretRef:\n      name: trusted\n"
+    ));
+    eventually(Duration::from_secs(30), || async {
+        value_of(&client, &ns).await.as_deref() == Some("v1")
+    })
+    .await;
+
+    // An unsigned push to the tag: the Source stalls naming the digest; v1 stays.
+    let second = push_models(models.path(), &ns, "v2", &reference);
+    eventually(Duration::from_secs(30), || async {
+        condition(&status(&ns, "web"), "Ready").is_some_and(|c| c.1 == "Unverified")
+    })
+    .await;
+    let message = status(&ns, "web")["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .map(|c| c["message"].as_str().unwrap_or_default().to_string())
+        .unwrap();
+    assert!(
+        message.contains(&format!("({second}) is not verified: it is not signed")),
+        "{message}"
+    );
+    assert_eq!(value_of(&client, &ns).await.as_deref(), Some("v1"));
+    assert_eq!(
+        status(&ns, "web")["lastAppliedRevision"],
+        format!("stable@{first}").as_str()
+    );
+
+    // Signed afterwards: the next retry applies it.
+    sign(&second);
+    eventually(Duration::from_secs(40), || async {
+        value_of(&client, &ns).await.as_deref() == Some("v2")
+    })
+    .await;
+}

@@ -418,3 +418,156 @@ put = urllib.request.Request(f"http://{host}/v2/{repository}/manifests/{tag}", m
                              headers={"Content-Type": "application/vnd.oci.image.manifest.v1+json"})
 urllib.request.urlopen(put)
 "#;
+
+/// `cosign` with `args`, no passphrase asked, no transparency log, the local registry
+/// taken over plain HTTP.
+fn cosign(dir: &Path, args: &[&str]) -> Output {
+    let out = Command::new(tether_testkit::tools::cosign())
+        .args(args)
+        .current_dir(dir)
+        .env("COSIGN_PASSWORD", "")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "cosign {args:?}: {}",
+        text(&out.stderr)
+    );
+    out
+}
+
+#[test]
+fn only_an_artifact_a_trusted_cosign_key_signed_is_read() {
+    let registry = Registry::start();
+    let host = registry.host();
+    let keys = tempfile::tempdir().unwrap();
+    cosign(keys.path(), &["generate-key-pair"]);
+    cosign(
+        keys.path(),
+        &["generate-key-pair", "--output-key-prefix", "other"],
+    );
+    let trusted = keys.path().join("cosign.pub");
+    let other = keys.path().join("other.pub");
+    let cache = tempfile::tempdir().unwrap();
+    let read = |reference: &str, key: &Path| {
+        tether(&[
+            "validate",
+            "--repo",
+            reference,
+            "--insecure-registry",
+            "--cache-dir",
+            cache.path().to_str().unwrap(),
+            "--verify-keys",
+            key.to_str().unwrap(),
+        ])
+    };
+    let sign = |pushed: &str| {
+        cosign(
+            keys.path(),
+            &[
+                "sign",
+                "--key",
+                "cosign.key",
+                "--tlog-upload=false",
+                "--allow-insecure-registry",
+                "--allow-http-registry",
+                "--yes",
+                pushed.trim(),
+            ],
+        );
+    };
+    let signed = format!("oci://{host}/team/models:v1");
+    let pushed = push(&signed, "examples/models");
+    let digest = pushed.trim().rsplit('@').next().unwrap().to_string();
+    sign(&pushed);
+
+    // cosign itself agrees.
+    cosign(
+        keys.path(),
+        &[
+            "verify",
+            "--key",
+            "cosign.pub",
+            "--insecure-ignore-tlog=true",
+            "--allow-insecure-registry",
+            "--allow-http-registry",
+            pushed.trim(),
+        ],
+    );
+    let out = read(&signed, &trusted);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+
+    // Another key; the tag re-pushed with other content and no signature; a digest
+    // never signed: each refused, naming the digest, and nothing read.
+    let out = read(&signed, &other);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        says(
+            &out.stderr,
+            &format!(
+                "({digest}) is not verified: it is signed by a cosign key, which is not among the trusted keys"
+            )
+        ),
+        "{}",
+        text(&out.stderr)
+    );
+    let repushed = push(&signed, "examples/openstack");
+    let unsigned_digest = repushed.trim().rsplit('@').next().unwrap().to_string();
+    let out = read(&signed, &trusted);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        says(
+            &out.stderr,
+            &format!("({unsigned_digest}) is not verified: it is not signed")
+        ),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "nothing validated: {}",
+        text(&out.stdout)
+    );
+    // The signed digest, pinned, is still read.
+    let out = read(&format!("oci://{host}/team/models@{digest}"), &trusted);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // A signature that names another digest: the signature manifest of the signed
+    // artifact copied under the unsigned one's tag.
+    let signature = skopeo_manifest(
+        &host,
+        "team/models",
+        &format!("{}.sig", digest.replacen(':', "-", 1)),
+    );
+    let moved = format!("{}.sig", unsigned_digest.replacen(':', "-", 1));
+    let put = Command::new("curl")
+        .args([
+            "-sS",
+            "-f",
+            "-X",
+            "PUT",
+            "-H",
+            "Content-Type: application/vnd.oci.image.manifest.v1+json",
+            "--data-binary",
+            "@-",
+            &format!("http://{host}/v2/team/models/manifests/{moved}"),
+        ])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(&signature)?;
+            child.wait_with_output()
+        })
+        .unwrap();
+    assert!(put.status.success());
+    let out = read(&signed, &trusted);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        says(
+            &out.stderr,
+            &format!("it signs {digest}, not {unsigned_digest}")
+        ),
+        "{}",
+        text(&out.stderr)
+    );
+}

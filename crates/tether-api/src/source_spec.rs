@@ -103,9 +103,10 @@ pub struct SourceSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_ref: Option<LocalObjectReference>,
     /// Apply only commits signed by a trusted key (Flux's `spec.verify`): the head
-    /// commit, the tag the ref names, or both. An unverified commit applies nothing:
-    /// the Source stalls, naming the commit, its signer and the keys, and the last
-    /// verified commit stays applied.
+    /// commit, the tag the ref names, or both; for an oci:// URL, an artifact signed
+    /// by a trusted cosign key (`cosign sign --key`). What is not verified applies
+    /// nothing: the Source stalls, naming the commit (or digest), its signer and the
+    /// keys, and the last verified one stays applied.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verify: Option<VerifySpec>,
     /// Sign every commit tether writes to the repository (discovery, image automation,
@@ -280,8 +281,9 @@ pub struct VerifySpec {
     pub mode: VerifyMode,
     /// A Secret in the Source's namespace whose entries hold the trusted keys, read
     /// before each pass: an allowed-signers file (`ssh-keygen -Y verify`'s format,
-    /// as git's `gpg.ssh.allowedSignersFile`), SSH public keys one per line, or
-    /// armored OpenPGP public keys (`gpg --export --armor`), any entry name.
+    /// as git's `gpg.ssh.allowedSignersFile`), SSH public keys one per line, armored
+    /// OpenPGP public keys (`gpg --export --armor`), or for an oci:// URL cosign
+    /// public keys (`cosign.pub`), any entry name.
     pub secret_ref: LocalObjectReference,
 }
 

@@ -16,9 +16,11 @@ mod oci_error;
 mod reference;
 mod registry;
 mod registry_access;
+mod signature;
 
 use std::path::{Path, PathBuf};
 
+use tether_trust::trusted_keys::TrustedKeys;
 use thiserror::Error;
 
 pub use artifact_manifest::{
@@ -116,14 +118,20 @@ pub struct Pulled {
 
 /// Resolves `reference` to its manifest's digest and makes sure the artifact is
 /// unpacked in `cache_dir`: downloaded, checked and unpacked when the cache does not
-/// hold that digest yet.
+/// hold that digest yet. With `verify`, the digest must carry a cosign signature by
+/// one of its keys.
 pub async fn pull(
     reference: &Reference,
     access: &Access,
     cache_dir: &Path,
+    verify: Option<&TrustedKeys>,
 ) -> Result<Pulled, OciError> {
     let registry = Registry::new(reference, access)?;
     let digest = registry.resolve().await?;
+    // Before anything of it is read, cached or not: a key removed since counts.
+    if let Some(keys) = verify {
+        signature::verify(&registry, &digest, keys).await?;
+    }
     let root = unpacked_dir(cache_dir, &digest);
     let revision = revision_name(reference, &digest);
     if root.is_dir() {

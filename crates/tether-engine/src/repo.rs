@@ -23,6 +23,7 @@ use crate::git::{
 use crate::oci::{Access, OciError, Reference};
 use tether_core::remedy::Remedy;
 use tether_core::source::{Revision, SourceFile, SourceFiles};
+use tether_trust::trusted_keys::TrustedKeys;
 
 /// A models source.
 #[derive(Clone, Debug)]
@@ -48,6 +49,9 @@ pub enum Repo {
         path: PathBuf,
         cache: PathBuf,
         access: Access,
+        /// The cosign keys one of which must have signed the artifact; none checked
+        /// when absent.
+        verify: Option<Arc<TrustedKeys>>,
     },
 }
 
@@ -239,7 +243,17 @@ impl Repo {
                 path,
                 cache,
                 access,
-            } => load_artifact(label, &reference, &path, &cache, &access).await,
+                verify,
+            } => {
+                let artifact = Artifact {
+                    reference: &reference,
+                    path: &path,
+                    cache: &cache,
+                    access: &access,
+                    verify: verify.as_deref(),
+                };
+                load_artifact(label, artifact).await
+            }
             Repo::Directory(path) => {
                 // Messages name files from where tether runs, as the path was given.
                 let shown_root = tether_core::source::shown_root_of(&path, path.is_file());
@@ -352,16 +366,28 @@ async fn read_models_root(
     Ok((files, settings))
 }
 
+/// An artifact to read: where it is, the models directory inside it, the cache it
+/// is unpacked into, how to reach its registry, and the keys it must be signed by.
+struct Artifact<'a> {
+    reference: &'a Reference,
+    path: &'a std::path::Path,
+    cache: &'a std::path::Path,
+    access: &'a Access,
+    verify: Option<&'a TrustedKeys>,
+}
+
 /// Pulls an artifact (nothing is downloaded when the cache holds the digest its tag
-/// names) and reads the models directory `path` inside it, as a directory is read;
-/// files are named from the artifact's root.
-async fn load_artifact(
-    label: String,
-    reference: &Reference,
-    path: &std::path::Path,
-    cache: &std::path::Path,
-    access: &Access,
-) -> Result<LoadedModels, RepoError> {
+/// names; its signature is checked first, when the source verifies one) and reads the
+/// models directory `path` inside it, as a directory is read; files are named from the
+/// artifact's root.
+async fn load_artifact(label: String, artifact: Artifact<'_>) -> Result<LoadedModels, RepoError> {
+    let Artifact {
+        reference,
+        path,
+        cache,
+        access,
+        verify,
+    } = artifact;
     if path.is_absolute()
         || path
             .components()
@@ -373,7 +399,7 @@ async fn load_artifact(
         }
         .into());
     }
-    let pulled = crate::oci::pull(reference, access, cache).await?;
+    let pulled = crate::oci::pull(reference, access, cache, verify).await?;
     let root = pulled.root.clone();
     let models_root = pulled.root.join(path);
     let sops_rules = models_root

@@ -1,6 +1,7 @@
 //! The real Helm and Kustomize engines for tests and benchmarks: the pinned ones that
 //! `scripts/helm-tools` installs (helm 4.1.4; kubectl 1.35.2 with Kustomize 5.7.1;
-//! Helm 3 and Kustomize 4 built from their Go modules).
+//! Helm 3 and Kustomize 4 built from their Go modules); and cosign, built from its Go
+//! module (`tools/go/cosign`).
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -53,5 +54,24 @@ pub fn helm_tools() -> &'static HelmTools {
             helm3: path("helm3"),
             kustomize4: path("kustomize4"),
         }
+    })
+}
+
+/// sigstore's cosign, built by `scripts/go-build` from `tools/go/cosign` (once: the
+/// test tools build it before `cargo test`).
+pub fn cosign() -> &'static Path {
+    static COSIGN: OnceLock<PathBuf> = OnceLock::new();
+    COSIGN.get_or_init(|| {
+        let script = crate::workspace_root().join("scripts/go-build");
+        let output = std::process::Command::new(&script)
+            .args(["cosign", "github.com/sigstore/cosign/v2/cmd/cosign"])
+            .output()
+            .unwrap_or_else(|e| panic!("{}: {e}", script.display()));
+        assert!(
+            output.status.success(),
+            "scripts/go-build cosign: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        PathBuf::from(String::from_utf8_lossy(&output.stdout).trim()).join("cosign")
     })
 }

@@ -1,6 +1,7 @@
 //! What tether trusts and how it signs, over bytes the caller read: [`trusted_keys`] (trusted
 //! SSH and OpenPGP public keys, from an allowed-signers file or armored key blocks),
-//! [`verify`] (whether a signature over a payload is a trusted key's, and whose) and
+//! [`verify`] (whether a signature over a payload is a trusted key's, and whose),
+//! [`cosign`] (an OCI artifact's cosign signature, by a trusted cosign key) and
 //! [`sign`] (an SSH signature made with tether's own key, as git's `gpg.format=ssh`
 //! makes it). Where the payloads come from (a commit, a tag) is the engine's
 //! (`tether_engine::git::verify`, `tether_engine::writeback`).
@@ -12,6 +13,7 @@
 
 #![warn(clippy::too_many_lines)]
 
+pub mod cosign;
 pub mod sign;
 pub mod trusted_keys;
 pub mod verify;

@@ -1,8 +1,9 @@
 //! The keys a signature may be made by: SSH public keys, as git's allowed-signers
 //! file lists them (`ssh-keygen -Y verify`'s format: principals, options, key) or as
-//! bare public key lines (`*.pub`), and OpenPGP public keys, ASCII-armored
-//! (`gpg --export --armor`). Parsed from text the caller read (a Secret's entry, a
-//! file), each problem located by where the text came from and its line.
+//! bare public key lines (`*.pub`), OpenPGP public keys, ASCII-armored
+//! (`gpg --export --armor`), and cosign public keys (`cosign.pub`, PKIX PEM). Parsed
+//! from text the caller read (a Secret's entry, a file), each problem located by where
+//! the text came from and its line.
 
 use chrono::{NaiveDate, NaiveDateTime};
 use pgp::composed::{Deserializable, SignedPublicKey};
@@ -11,11 +12,16 @@ use ssh_key::authorized_keys::Entry;
 use ssh_key::{HashAlg, PublicKey};
 use thiserror::Error;
 
+use p256::ecdsa::VerifyingKey;
+use p256::pkcs8::{DecodePublicKey, EncodePublicKey};
+use sha2::{Digest, Sha256};
+
 /// The keys signatures are checked against. Holds public keys only.
 #[derive(Clone, Debug, Default)]
 pub struct TrustedKeys {
     pub(crate) ssh: Vec<AllowedSigner>,
     pub(crate) openpgp: Vec<OpenPgpKey>,
+    pub(crate) cosign: Vec<CosignKey>,
 }
 
 /// One line of an allowed-signers file: who may sign with a key, for what.
@@ -39,6 +45,36 @@ pub(crate) struct OpenPgpKey {
     pub(crate) user: String,
 }
 
+const PUBLIC_KEY_BLOCK: &str = "-----BEGIN PUBLIC KEY-----";
+
+/// A cosign public key.
+#[derive(Clone, Debug)]
+pub(crate) struct CosignKey {
+    pub(crate) key: VerifyingKey,
+    /// `cosign SHA256:…` of the key's DER encoding.
+    pub(crate) name: String,
+}
+
+/// Does `text` hold a PKIX public key (cosign's `cosign.pub`)?
+pub(crate) fn is_cosign_key(text: &str) -> bool {
+    text.contains(PUBLIC_KEY_BLOCK)
+}
+
+/// The cosign key of `text`, or why not.
+pub(crate) fn parse_key(text: &str) -> Result<CosignKey, String> {
+    let key = VerifyingKey::from_public_key_pem(text.trim())
+        .map_err(|e| format!("not an ECDSA P-256 public key (cosign generate-key-pair): {e}"))?;
+    let der = key
+        .to_public_key_der()
+        .map_err(|e| format!("cannot encode the key: {e}"))?;
+    let digest = Sha256::digest(der.as_bytes());
+    let hex: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
+    Ok(CosignKey {
+        key,
+        name: format!("cosign sha256:{hex}"),
+    })
+}
+
 /// Why a text of keys could not be read. Names where it came from and the line.
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum KeyError {
@@ -50,8 +86,10 @@ pub enum KeyError {
     },
     #[error("{origin}: not an OpenPGP public key block: {reason}")]
     OpenPgp { origin: String, reason: String },
+    #[error("{origin}: {reason}")]
+    Cosign { origin: String, reason: String },
     #[error(
-        "{origin} holds no key (an allowed-signers file, SSH public keys or an armored OpenPGP public key block)"
+        "{origin} holds no key (an allowed-signers file, SSH public keys, an armored OpenPGP public key block or a cosign public key)"
     )]
     Empty { origin: String },
 }
@@ -63,15 +101,25 @@ impl TrustedKeys {
     /// block (several, one after the other), or lines of an allowed-signers file or
     /// of SSH public keys. `#` comments and blank lines are skipped.
     pub fn parse(text: &str, origin: &str) -> Result<TrustedKeys, KeyError> {
-        let keys = match text.contains(OPENPGP_BLOCK) {
-            true => TrustedKeys {
-                ssh: Vec::new(),
+        let keys = if text.contains(OPENPGP_BLOCK) {
+            TrustedKeys {
                 openpgp: parse_openpgp(text, origin)?,
-            },
-            false => TrustedKeys {
+                ..TrustedKeys::default()
+            }
+        } else if is_cosign_key(text) {
+            let key = parse_key(text).map_err(|reason| KeyError::Cosign {
+                origin: origin.to_string(),
+                reason,
+            })?;
+            TrustedKeys {
+                cosign: vec![key],
+                ..TrustedKeys::default()
+            }
+        } else {
+            TrustedKeys {
                 ssh: parse_ssh(text, origin)?,
-                openpgp: Vec::new(),
-            },
+                ..TrustedKeys::default()
+            }
         };
         match keys.is_empty() {
             true => Err(KeyError::Empty {
@@ -85,10 +133,11 @@ impl TrustedKeys {
     pub fn add(&mut self, other: TrustedKeys) {
         self.ssh.extend(other.ssh);
         self.openpgp.extend(other.openpgp);
+        self.cosign.extend(other.cosign);
     }
 
     pub fn is_empty(&self) -> bool {
-        self.ssh.is_empty() && self.openpgp.is_empty()
+        self.ssh.is_empty() && self.openpgp.is_empty() && self.cosign.is_empty()
     }
 
     /// Each key, as a refusal lists the keys it checked: `SHA256:… (principals)`,
@@ -102,7 +151,8 @@ impl TrustedKeys {
             .openpgp
             .iter()
             .map(|key| format!("OpenPGP {} ({})", openpgp_fingerprint(&key.key), key.user));
-        ssh.chain(openpgp).collect()
+        let cosign = self.cosign.iter().map(|key| key.name.clone());
+        ssh.chain(openpgp).chain(cosign).collect()
     }
 }
 

@@ -76,47 +76,7 @@ pub(crate) fn settings_of(
     {
         return Err(SpecError::Path(path.display().to_string()));
     }
-    let repo = match Reference::is_oci(&spec.url) {
-        true if spec.verify.is_some() => {
-            return Err(SpecError::Artifact(
-                "spec.verify checks Git commits; an artifact's signatures are not checked yet"
-                    .into(),
-            ));
-        }
-        true if spec.discovery.is_some() => {
-            return Err(SpecError::Artifact(
-                "spec.discovery commits to Git; an artifact cannot take commits".into(),
-            ));
-        }
-        true => Repo::Oci {
-            reference: artifact_reference(spec)?,
-            path,
-            cache,
-            access: Access {
-                credentials: credentials.token.map(|password| oci::Credentials {
-                    username: credentials.username.unwrap_or_default(),
-                    password,
-                }),
-                insecure: spec.insecure,
-            },
-        },
-        false => Repo::Git {
-            url: spec.url.clone(),
-            reference: spec.reference.clone(),
-            path,
-            cache,
-            credentials,
-            // No key is trusted until the pass reads the Secret's.
-            verify: spec.verify.as_ref().map(|verify| Verification {
-                mode: match verify.mode {
-                    VerifyMode::Head => verify::VerifyMode::Head,
-                    VerifyMode::Tag => verify::VerifyMode::Tag,
-                    VerifyMode::TagAndHead => verify::VerifyMode::TagAndHead,
-                },
-                keys: Default::default(),
-            }),
-        },
-    };
+    let repo = repo_of(spec, path, cache, credentials)?;
     Ok(SourceSettings {
         repo,
         inventory: spec.inventory_of(namespace, name),
@@ -138,6 +98,60 @@ pub(crate) fn settings_of(
             },
             drift: spec.drift,
             rewrites: spec.rewrites,
+        },
+    })
+}
+
+/// Where a Source's models come from: its artifact or its Git ref, with the
+/// signatures it must carry (no key is trusted until a pass reads the Secret's).
+fn repo_of(
+    spec: &SourceSpec,
+    path: PathBuf,
+    cache: PathBuf,
+    credentials: Credentials,
+) -> Result<Repo, SpecError> {
+    Ok(match Reference::is_oci(&spec.url) {
+        true if spec
+            .verify
+            .as_ref()
+            .is_some_and(|v| v.mode != VerifyMode::Head) =>
+        {
+            return Err(SpecError::Artifact(
+                "spec.verify.mode: an artifact has no tag to verify; leave the mode out (its cosign signature is checked)".into(),
+            ));
+        }
+        true if spec.discovery.is_some() => {
+            return Err(SpecError::Artifact(
+                "spec.discovery commits to Git; an artifact cannot take commits".into(),
+            ));
+        }
+        true => Repo::Oci {
+            reference: artifact_reference(spec)?,
+            path,
+            cache,
+            access: Access {
+                credentials: credentials.token.map(|password| oci::Credentials {
+                    username: credentials.username.unwrap_or_default(),
+                    password,
+                }),
+                insecure: spec.insecure,
+            },
+            verify: spec.verify.as_ref().map(|_| Default::default()),
+        },
+        false => Repo::Git {
+            url: spec.url.clone(),
+            reference: spec.reference.clone(),
+            path,
+            cache,
+            credentials,
+            verify: spec.verify.as_ref().map(|verify| Verification {
+                mode: match verify.mode {
+                    VerifyMode::Head => verify::VerifyMode::Head,
+                    VerifyMode::Tag => verify::VerifyMode::Tag,
+                    VerifyMode::TagAndHead => verify::VerifyMode::TagAndHead,
+                },
+                keys: Default::default(),
+            }),
         },
     })
 }

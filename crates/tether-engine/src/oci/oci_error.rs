@@ -62,6 +62,17 @@ pub enum OciError {
     },
     #[error("{reference}: the models path {path} leaves the artifact")]
     PathLeaves { reference: String, path: PathBuf },
+    /// The artifact is not signed by a trusted cosign key: nothing of it is read.
+    #[error(
+        "{reference} ({digest}) is not verified: {refusal}; trusted keys: {}",
+        match keys.is_empty() { true => "none".to_string(), false => keys.join(", ") }
+    )]
+    Unverified {
+        reference: String,
+        digest: String,
+        refusal: Box<tether_trust::verify::Refusal>,
+        keys: Vec<String>,
+    },
     #[error("cannot write the artifact cache {path}")]
     Cache {
         path: PathBuf,
@@ -84,6 +95,7 @@ impl OciError {
                 | OciError::Malformed { .. }
                 | OciError::TooLarge { .. }
                 | OciError::Archive { .. }
+                | OciError::Unverified { .. }
         )
     }
 }

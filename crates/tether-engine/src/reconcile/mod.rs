@@ -38,6 +38,7 @@ pub use crate::cluster::{Fence, Reads, Tenure};
 use crate::generate::{Capabilities, Generate};
 use crate::git::GitError;
 use crate::git::verify::VerifyError;
+use crate::oci::OciError;
 use crate::record::read_inventory_existing;
 use crate::repo::{CommitCache, LoadedModels, Repo, RepoError, SETTINGS_FILE};
 pub use apply::DEFAULT_WAVE_TIMEOUT;
@@ -136,6 +137,7 @@ impl ReconcileError {
                 "Unverified"
             }
             ReconcileError::Source(RepoError::Git(error)) if error.is_permanent() => "GitRefused",
+            ReconcileError::Source(RepoError::Oci(OciError::Unverified { .. })) => "Unverified",
             ReconcileError::Source(RepoError::Oci(error)) if error.is_permanent() => {
                 "ArtifactRefused"
             }
@@ -220,19 +222,23 @@ impl Reconciler {
         }
     }
 
-    /// Checks the signatures of a Git source's commits against `keys` from the next
-    /// plan on (a Source's keys, read before each pass); a source that does not
-    /// verify is left as it is.
+    /// Checks the signatures of a Git source's commits, or of an artifact, against
+    /// `keys` from the next plan on (a Source's keys, read before each pass); a
+    /// source that does not verify is left as it is.
     pub fn set_trusted_keys(
         &mut self,
         keys: std::sync::Arc<tether_trust::trusted_keys::TrustedKeys>,
     ) {
-        if let Repo::Git {
-            verify: Some(verification),
-            ..
-        } = &mut self.repo
-        {
-            verification.keys = keys;
+        match &mut self.repo {
+            Repo::Git {
+                verify: Some(verification),
+                ..
+            } => verification.keys = keys,
+            Repo::Oci {
+                verify: Some(trusted),
+                ..
+            } => *trusted = keys,
+            _ => {}
         }
     }
 
