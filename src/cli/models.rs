@@ -20,6 +20,7 @@ use super::terminal;
 
 pub async fn validate(global: &GlobalArgs, args: &ValidateArgs) -> miette::Result<ExitCode> {
     let mut loaded = args.source.repo()?.load().await.map_err(terminal::error)?;
+    terminal::say_verified(&loaded);
     // Without its key, an encrypted file is checked for its structure only.
     loaded.files = tether_sops::open_files_for_checking(loaded.files, &args.keys.keyring()?);
     loaded.plain_secrets_are_errors = args.require_encrypted_secrets;
@@ -105,6 +106,7 @@ async fn analysed(
     inventory: &Inventory,
 ) -> miette::Result<Result<(tether_core::source::SourceFiles, Rendered), ExitCode>> {
     let mut loaded = repo.load().await.map_err(terminal::error)?;
+    terminal::say_verified(&loaded);
     loaded.files = tether_sops::open_files(loaded.files, &keys.keyring()?);
     let (models, rendered) = build(loaded, inventory, &Generate::from_environment(), None, None)
         .await

@@ -46,6 +46,7 @@ async fn plan(
     let graphical = terminal::use_graphics(global.color, std::io::stderr().is_terminal());
     match reconciler.plan_clusters(options, &BTreeMap::new()).await {
         Ok(mut plans) => {
+            terminal::say_verified(&plans.models.loaded);
             let files = &plans.models.loaded.files;
             eprint!(
                 "{}",

@@ -50,6 +50,13 @@ pub fn remedy_text(remedy: Remedy) -> &'static str {
     }
 }
 
+/// Says on standard error who signed what was read, when the source verifies it.
+pub fn say_verified(loaded: &tether_engine::repo::LoadedModels) {
+    if let Some(verified) = &loaded.verified {
+        eprintln!("verified: {verified}");
+    }
+}
+
 pub fn use_graphics(color: Color, is_terminal: bool) -> bool {
     match color {
         Color::Always => true,

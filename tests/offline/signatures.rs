@@ -298,6 +298,13 @@ fn only_commits_and_tags_signed_by_a_trusted_key_are_read() {
     let read = render(&url, "trusted", &with(keys));
     assert!(read.status.success(), "{}", stderr(&read));
     assert!(String::from_utf8_lossy(&read.stdout).contains("name: web"));
+    assert!(
+        stderr(&read).contains(&format!(
+            "verified: commit signed by {dev_fingerprint} (dev@example.org)"
+        )),
+        "{}",
+        stderr(&read)
+    );
 
     let short = |commit: &str| commit[..12].to_string();
     assert_refused(
@@ -353,6 +360,13 @@ fn only_commits_and_tags_signed_by_a_trusted_key_are_read() {
     assert!(read.status.success(), "{}", stderr(&read));
     let read = render(&url, "v1", &with_mode(keys, "tag-and-head"));
     assert!(read.status.success(), "{}", stderr(&read));
+    assert!(
+        stderr(&read).contains(&format!(
+            "verified: tag v1 signed by {dev_fingerprint} (dev@example.org); commit signed by {dev_fingerprint}"
+        )),
+        "{}",
+        stderr(&read)
+    );
     assert_refused(
         &render(&url, "v2", &tag_args),
         &["tag v2 is not verified: it is not signed"],

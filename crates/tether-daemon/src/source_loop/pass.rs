@@ -52,9 +52,7 @@ impl<S: StatusSink> SourceLoop<S> {
         if let Some(commit) = &commit {
             self.check_history(commit).await?;
         }
-        if let Some(took) = planned.models.loaded.fetch_took {
-            self.shared.metrics.fetched(&self.id, took);
-        }
+        self.note_load(&planned);
         if self.keep_watch_cache(&planned).await {
             // A new cache counts from zero: the next pass is a full one.
             changes = None;
@@ -113,6 +111,18 @@ impl<S: StatusSink> SourceLoop<S> {
             reported: Vec::new(),
         };
         conclude(outcome, failed)
+    }
+
+    /// What reading the models brought: who signed them (the log) and how long the
+    /// fetch took (a metric).
+    fn note_load(&self, planned: &Planned) {
+        let loaded = &planned.models.loaded;
+        if let Some(verified) = &loaded.verified {
+            tracing::info!(%verified, "verified");
+        }
+        if let Some(took) = loaded.fetch_took {
+            self.shared.metrics.fetched(&self.id, took);
+        }
     }
 
     /// The keys this pass reads the models with, read now from the Source's Secrets

@@ -62,6 +62,21 @@ impl VerifyError {
     }
 }
 
+impl std::fmt::Display for Verified {
+    /// `tag v1.2.0 signed by …; commit signed by …`, as the CLI and the log say it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let tag = self
+            .tag
+            .iter()
+            .map(|(name, signer)| format!("tag {name} signed by {signer}"));
+        let commit = self
+            .commit
+            .iter()
+            .map(|signer| format!("commit signed by {signer}"));
+        write!(f, "{}", tag.chain(commit).collect::<Vec<_>>().join("; "))
+    }
+}
+
 /// A commit or tag that is not signed by a trusted key: nothing of it is read.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Unverified {
