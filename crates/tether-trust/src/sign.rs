@@ -59,11 +59,6 @@ impl SigningKey {
         ssh_fingerprint(self.key.public_key())
     }
 
-    /// The public key, one OpenSSH line (for an allowed-signers file, a Git host).
-    pub fn public_key(&self) -> String {
-        self.key.public_key().to_openssh().unwrap_or_default()
-    }
-
     /// The armored signature of `payload` for `namespace` (`git` for commits).
     pub fn sign(&self, namespace: &str, payload: &[u8]) -> Result<String, SignError> {
         let error = |e: ssh_key::Error| SignError::Sign {
@@ -83,6 +78,11 @@ mod tests {
     use super::*;
     use crate::trusted_keys::TrustedKeys;
     use crate::verify::{Refusal, Signed, verify};
+
+    /// The public key, one OpenSSH line (as an allowed-signers file lists it).
+    fn public_key(key: &SigningKey) -> String {
+        key.key.public_key().to_openssh().unwrap()
+    }
 
     /// Made by `ssh-keygen -t ed25519 -N '' -C tether@test`.
     const KEY: &str = "-----BEGIN OPENSSH PRIVATE KEY-----
@@ -106,7 +106,7 @@ j1WIZ7BL8zSc9fNFItGwAAAAC3RldGhlckB0ZXN0AQI=
     fn what_it_signs_verifies_against_its_public_key_and_nothing_else_does() {
         let key = SigningKey::parse(KEY, "key").unwrap();
         let trusted =
-            TrustedKeys::parse(&format!("tether@test {}", key.public_key()), "signers").unwrap();
+            TrustedKeys::parse(&format!("tether@test {}", public_key(&key)), "signers").unwrap();
         let signature = key.sign("git", b"tree 1\n\nmessage\n").unwrap();
         assert!(signature.starts_with("-----BEGIN SSH SIGNATURE-----"));
         let signer = verify(&trusted, signed(b"tree 1\n\nmessage\n", &signature)).unwrap();
@@ -139,7 +139,7 @@ j1WIZ7BL8zSc9fNFItGwAAAAC3RldGhlckB0ZXN0AQI=
         let key = SigningKey::parse(KEY, "key").unwrap();
         let signature = key.sign("git", b"payload").unwrap();
         let check = |options: &str| {
-            let line = format!("tether@test {options} {}", key.public_key());
+            let line = format!("tether@test {options} {}", public_key(&key));
             let trusted = TrustedKeys::parse(&line, "signers").unwrap();
             verify(&trusted, signed(b"payload", &signature))
         };
@@ -169,7 +169,7 @@ j1WIZ7BL8zSc9fNFItGwAAAAC3RldGhlckB0ZXN0AQI=
         // The same key on a second line that allows it: one line is enough.
         let lines = format!(
             "old@test valid-before=\"20200101\" {key}\nnew@test {key}",
-            key = key.public_key()
+            key = public_key(&key)
         );
         let trusted = TrustedKeys::parse(&lines, "signers").unwrap();
         let signer = verify(&trusted, signed(b"payload", &signature)).unwrap();

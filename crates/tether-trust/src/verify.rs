@@ -57,20 +57,6 @@ pub enum Refusal {
     Unreadable(String),
 }
 
-impl Refusal {
-    /// The key that signed, as far as the signature tells: `unsigned` when none did.
-    pub fn signer(&self) -> String {
-        match self {
-            Refusal::Unsigned => "unsigned".into(),
-            Refusal::UnknownKey { key } => key.clone(),
-            Refusal::Invalid { signer, .. } | Refusal::NotAllowed { signer, .. } => {
-                signer.to_string()
-            }
-            Refusal::Unreadable(_) => "unreadable signature".into(),
-        }
-    }
-}
-
 const SSH_SIGNATURE: &str = "-----BEGIN SSH SIGNATURE-----";
 const OPENPGP_SIGNATURE: &str = "-----BEGIN PGP SIGNATURE-----";
 
