@@ -372,10 +372,13 @@ fn pod_spec(image: &str) -> Value {
             "args": ["run"],
             "env": env,
             "ports": [{ "name": "http", "containerPort": 8080, "protocol": "TCP" }],
-            "readinessProbe": { "httpGet": { "path": "/readyz", "port": "http" }, "periodSeconds": 5 },
+            // Timeouts for a busy node: a slow answer is not an unready daemon.
+            "readinessProbe": {
+                "httpGet": { "path": "/readyz", "port": "http" }, "periodSeconds": 5, "timeoutSeconds": 5,
+            },
             "livenessProbe": {
                 "httpGet": { "path": "/healthz", "port": "http" },
-                "initialDelaySeconds": 30, "periodSeconds": 30, "failureThreshold": 3,
+                "initialDelaySeconds": 30, "periodSeconds": 30, "timeoutSeconds": 10, "failureThreshold": 3,
             },
             "resources": { "requests": { "cpu": "100m", "memory": "128Mi" }, "limits": { "memory": "512Mi" } },
             "securityContext": {
