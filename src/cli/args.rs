@@ -335,6 +335,8 @@ pub struct ApplyArgs {
     pub cluster: ClusterFlags,
     #[command(flatten)]
     pub keys: KeyFlags,
+    #[command(flatten)]
+    pub attest: super::attest::AttestFlags,
 }
 
 #[derive(Debug, clap::Args)]

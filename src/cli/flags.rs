@@ -138,13 +138,7 @@ impl VerifyFlags {
         if self.verify_keys.is_empty() {
             return Ok(None);
         }
-        let mut keys = TrustedKeys::default();
-        for file in &self.verify_keys {
-            let text = std::fs::read_to_string(file)
-                .map_err(|e| miette::miette!("--verify-keys {}: {e}", file.display()))?;
-            let origin = format!("--verify-keys {}", file.display());
-            keys.add(TrustedKeys::parse(&text, &origin).map_err(|e| miette::miette!("{e}"))?);
-        }
+        let keys = trusted_keys(&self.verify_keys, "--verify-keys")?;
         Ok(Some(Verification {
             mode: match self.verify_mode {
                 VerifyModeFlag::Head => VerifyMode::Head,
@@ -154,6 +148,18 @@ impl VerifyFlags {
             keys: std::sync::Arc::new(keys),
         }))
     }
+}
+
+/// The keys of `files`, given with `flag`, each problem named by its file and line.
+pub fn trusted_keys(files: &[PathBuf], flag: &str) -> miette::Result<TrustedKeys> {
+    let mut keys = TrustedKeys::default();
+    for file in files {
+        let text = std::fs::read_to_string(file)
+            .map_err(|e| miette::miette!("{flag} {}: {e}", file.display()))?;
+        let origin = format!("{flag} {}", file.display());
+        keys.add(TrustedKeys::parse(&text, &origin).map_err(|e| miette::miette!("{e}"))?);
+    }
+    Ok(keys)
 }
 
 /// How to reach an OCI registry (Flux's flag names).

@@ -1,6 +1,7 @@
 //! Commands: parse flags, run the library, print, and pick the exit code.
 
 mod args;
+mod attest;
 mod book;
 mod check;
 mod discovery;
@@ -80,6 +81,19 @@ enum Command {
         after_help = "Examples:\n  tether apply examples/models\n  tether apply --prune --wait --repo ssh://git@git.example.org/ops/models.git --ref v1.4.0"
     )]
     Apply(ApplyArgs),
+    /// Check a deployment attestation (`apply --attestation-key`, or a Source's
+    /// `spec.attestation`) and compare the cluster's live objects with it.
+    ///
+    /// The inventory's newest attestation (or --attestation FILE) must be signed by
+    /// one of the --key public keys. Then each object it names is read: a field tether
+    /// set that changed since, by whom, a field removed, an object deleted, and the
+    /// fields another writer (kubectl edit, a script) set since. Exits 0 when the
+    /// cluster holds what it attests, 1 when it drifted, 2 when the attestation is not
+    /// verified or cannot be read.
+    #[command(
+        after_help = "Examples:\n  tether verify --key attestation.pub --inventory-name shop --inventory-namespace shop\n  kubectl get configmap -n shop -l tether.dev/attestation-of=shop\n  tether verify --key attestation.pub --attestation envelope.json"
+    )]
+    Verify(attest::VerifyArgs),
     /// Reconcile continuously: one source from flags, or with --sources every `Source`
     /// resource of the cluster (the in-cluster daemon, see deploy/).
     ///
@@ -362,6 +376,7 @@ pub async fn run(args: Args) -> miette::Result<ExitCode> {
         Command::Graph(args) => models::graph(global, &args).await,
         Command::Diff(args) => reconcile::diff(global, &args).await,
         Command::Apply(args) => reconcile::apply(global, &args).await,
+        Command::Verify(args) => attest::verify(&args).await,
         Command::Run(args) => run::run(global, &args).await,
         Command::Ui(args) => run::ui(global, &args).await,
         Command::Reconcile(args) => run::reconcile(&args).await,

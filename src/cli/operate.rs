@@ -314,6 +314,8 @@ async fn apply_model(
         dry_run: false,
         wait: false,
         timeout,
+        // A day-2 operation's apply is attested by the Source that applies its commit.
+        attest: None,
     };
     run_apply(global, run).await
 }

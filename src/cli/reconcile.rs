@@ -265,6 +265,7 @@ pub async fn apply(global: &GlobalArgs, args: &ApplyArgs) -> miette::Result<Exit
         dry_run: args.dry_run,
         wait: args.wait,
         timeout: args.timeout,
+        attest: args.attest.attest()?,
     };
     run_apply(global, run).await
 }
@@ -281,6 +282,8 @@ pub(super) struct ApplyRun<'a> {
     pub dry_run: bool,
     pub wait: bool,
     pub timeout: std::time::Duration,
+    /// Attest what the apply did (`--attestation-key`).
+    pub attest: Option<super::attest::Attest>,
 }
 
 pub(super) async fn run_apply(global: &GlobalArgs, args: ApplyRun<'_>) -> miette::Result<ExitCode> {
@@ -353,6 +356,9 @@ async fn apply_one(
     };
     waiting.finish();
     print!("{}", report_text(&applied));
+    if let Some(attest) = &args.attest {
+        super::attest::attest_apply(reconciler, planned, &applied, attest, "").await?;
+    }
     let mut ok = applied.succeeded();
     if args.wait && applied.blocked.is_none() {
         ok &= wait_ready(reconciler, planned, args.timeout, "").await?;
@@ -397,6 +403,11 @@ async fn apply_each(
         match (result, &cluster.planned) {
             (Some(Ok(applied)), Ok(planned)) => {
                 print!("cluster {name} ({reached}): {}", report_text(&applied));
+                if let Some(attest) = &args.attest {
+                    let prefix = format!("cluster {name}: ");
+                    super::attest::attest_apply(reconciler, planned, &applied, attest, &prefix)
+                        .await?;
+                }
                 ok &= applied.succeeded();
                 if args.wait && applied.blocked.is_none() {
                     let prefix = format!("cluster {name}: ");

@@ -20,6 +20,7 @@
 // a scenario reads top to bottom as the user's steps.
 #![warn(clippy::too_many_lines)]
 
+pub mod attestation;
 pub mod confine;
 pub mod diagnostic;
 pub mod discovery;

@@ -233,6 +233,64 @@ fn intersect(fields: &Map<String, Value>, value: &Value) -> Map<String, Value> {
     shared
 }
 
+/// The leaf fields of a field set that `value` holds, each with its path
+/// (`spec.template.spec.containers[name=web].image`) and value, in the set's order.
+pub fn leaves<'v>(fields: &Value, value: &'v Value) -> Vec<(String, &'v Value)> {
+    let mut found = Vec::new();
+    if let Some(fields) = fields.as_object() {
+        collect_leaves(fields, value, "", &mut found);
+    }
+    found
+}
+
+fn collect_leaves<'v>(
+    fields: &Map<String, Value>,
+    value: &'v Value,
+    path: &str,
+    found: &mut Vec<(String, &'v Value)>,
+) {
+    for (key, child) in fields {
+        if key == "." {
+            continue;
+        }
+        let Some(inner) = member(key, value) else {
+            continue;
+        };
+        let here = format!("{path}{}", path_step(key, path.is_empty()));
+        match child.as_object() {
+            Some(grandchildren) if grandchildren.keys().any(|k| k != ".") => {
+                collect_leaves(grandchildren, inner, &here, found);
+            }
+            _ => found.push((here, inner)),
+        }
+    }
+}
+
+/// A field-set key as a step of a path: `.name`, `[name=web]`, `[=value]`, `[3]`.
+fn path_step(key: &str, first: bool) -> String {
+    if let Some(name) = key.strip_prefix("f:") {
+        return match first {
+            true => name.to_string(),
+            false => format!(".{name}"),
+        };
+    }
+    if let Some(keys) = key.strip_prefix("k:") {
+        let keys: Map<String, Value> = serde_json::from_str(keys).unwrap_or_default();
+        let named: Vec<String> = keys
+            .iter()
+            .map(|(k, v)| match v {
+                Value::String(s) => format!("{k}={s}"),
+                other => format!("{k}={other}"),
+            })
+            .collect();
+        return format!("[{}]", named.join(","));
+    }
+    if let Some(set_value) = key.strip_prefix("v:") {
+        return format!("[={set_value}]");
+    }
+    format!("[{}]", key.strip_prefix("i:").unwrap_or(key))
+}
+
 /// The value a field-set key names within `value`.
 fn member<'v>(key: &str, value: &'v Value) -> Option<&'v Value> {
     if let Some(name) = key.strip_prefix("f:") {

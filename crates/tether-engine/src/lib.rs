@@ -12,6 +12,7 @@
 #![warn(clippy::too_many_lines)]
 
 pub mod actions;
+pub mod attestation;
 pub mod cluster;
 pub mod config;
 pub mod directory;

@@ -1,8 +1,8 @@
 //! What tether trusts and how it signs, over bytes the caller read: [`trusted_keys`] (trusted
 //! SSH and OpenPGP public keys, from an allowed-signers file or armored key blocks),
 //! [`verify`] (whether a signature over a payload is a trusted key's, and whose),
-//! [`cosign`] (an OCI artifact's cosign signature, by a trusted cosign key) and
-//! [`sign`] (an SSH signature made with tether's own key, as git's `gpg.format=ssh`
+//! [`cosign`] (an OCI artifact's cosign signature, by a trusted cosign key), [`dsse`]
+//! (signed envelopes: tether's deployment records, sealed and opened) and [`sign`] (an SSH signature made with tether's own key, as git's `gpg.format=ssh`
 //! makes it). Where the payloads come from (a commit, a tag) is the engine's
 //! (`tether_engine::git::verify`, `tether_engine::writeback`).
 //!
@@ -14,6 +14,7 @@
 #![warn(clippy::too_many_lines)]
 
 pub mod cosign;
+pub mod dsse;
 pub mod sign;
 pub mod trusted_keys;
 pub mod verify;

@@ -51,7 +51,7 @@ const PUBLIC_KEY_BLOCK: &str = "-----BEGIN PUBLIC KEY-----";
 #[derive(Clone, Debug)]
 pub(crate) struct CosignKey {
     pub(crate) key: VerifyingKey,
-    /// `cosign SHA256:…` of the key's DER encoding.
+    /// `cosign sha256:…` of the key's DER encoding.
     pub(crate) name: String,
 }
 
@@ -67,12 +67,17 @@ pub(crate) fn parse_key(text: &str) -> Result<CosignKey, String> {
     let der = key
         .to_public_key_der()
         .map_err(|e| format!("cannot encode the key: {e}"))?;
-    let digest = Sha256::digest(der.as_bytes());
-    let hex: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
     Ok(CosignKey {
         key,
-        name: format!("cosign sha256:{hex}"),
+        name: cosign_key_name(der.as_bytes()),
     })
+}
+
+/// `cosign sha256:…`: a P-256 public key named by its DER encoding's digest.
+pub(crate) fn cosign_key_name(der: &[u8]) -> String {
+    let digest = Sha256::digest(der);
+    let hex: String = digest.iter().take(16).map(|b| format!("{b:02x}")).collect();
+    format!("cosign sha256:{hex}")
 }
 
 /// Why a text of keys could not be read. Names where it came from and the line.

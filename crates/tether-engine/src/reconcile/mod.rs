@@ -33,6 +33,7 @@ use kube::Client;
 use thiserror::Error;
 use tracing::instrument;
 
+use crate::attestation;
 use crate::cluster::{ClusterError, Target};
 pub use crate::cluster::{Fence, Reads, Tenure};
 use crate::generate::{Capabilities, Generate};
@@ -504,6 +505,44 @@ impl Reconciler {
     /// The inventory the reconciler records in.
     pub fn inventory(&self) -> &Inventory {
         &self.inventory
+    }
+
+    /// Attests what `applied` left in `planned`'s cluster, signed with `key`, kept in
+    /// the inventory's namespace (at most `keep` of them): after an apply that changed
+    /// something, else nothing is attested.
+    pub async fn attest(
+        &self,
+        planned: &Planned,
+        applied: &ApplyReport,
+        key: &tether_trust::dsse::RecordKey,
+        keep: usize,
+    ) -> Result<Option<attestation::Kept>, attestation::AttestationError> {
+        if !applied.changed() {
+            return Ok(None);
+        }
+        let objects: Vec<&RenderedObject> = planned
+            .objects
+            .iter()
+            .filter(|o| applied.applied(&o.key()))
+            .collect();
+        let loaded = &planned.models.loaded;
+        let deployment = tether_core::attestation::Deployment {
+            source: loaded.label.clone(),
+            revision: loaded.revision.as_ref().map(|r| r.commit.clone()),
+            verified: loaded.verified.as_ref().map(ToString::to_string),
+            cluster: planned.cluster.display().to_string(),
+            inventory: self.inventory.name.clone(),
+            manager: self.inventory.field_manager(),
+            time: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        };
+        let keeping = attestation::Keeping {
+            namespace: self.inventory.namespace.clone(),
+            inventory: self.inventory.name.clone(),
+            keep,
+        };
+        attestation::attest(&planned.client, deployment, &objects, key, &keeping)
+            .await
+            .map(Some)
     }
 
     /// Where a watch cache of `planned`'s kinds looks. An impersonated identity (a

@@ -250,6 +250,32 @@ impl ApplyReport {
         self.count(|o| *o == Outcome::Replaced)
     }
 
+    /// Did the apply change the cluster (create, configure, replace, prune, release)?
+    pub fn changed(&self) -> bool {
+        self.objects.iter().any(|o| {
+            matches!(
+                o.outcome,
+                Outcome::Created
+                    | Outcome::Configured
+                    | Outcome::Replaced
+                    | Outcome::Pruned
+                    | Outcome::Released
+            )
+        })
+    }
+
+    /// Is the object in the cluster as the apply left it (created, configured,
+    /// replaced or unchanged)?
+    pub fn applied(&self, key: &ObjectKey) -> bool {
+        self.objects.iter().any(|o| {
+            o.key == *key
+                && matches!(
+                    o.outcome,
+                    Outcome::Created | Outcome::Configured | Outcome::Replaced | Outcome::Unchanged
+                )
+        })
+    }
+
     /// The objects that failed, with why.
     pub fn failures(&self) -> impl Iterator<Item = (&ObjectKey, &ObjectFailure)> {
         self.objects.iter().filter_map(|o| match &o.outcome {

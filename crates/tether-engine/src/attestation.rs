@@ -1,0 +1,303 @@
+//! Deployment attestations in the cluster: after an apply that changed something, the
+//! applied objects read back as the server holds them, the in-toto statement made
+//! (`tether_core::attestation`), sealed in a DSSE envelope with the attestation key
+//! (`tether_trust::dsse`), and kept as a ConfigMap in the inventory's namespace
+//! (labelled `tether.dev/attestation-of: <inventory>`, data `envelope.json`), the
+//! oldest beyond the bound deleted. [`latest`] reads the newest back, [`open`] checks
+//! it, [`live`] reads the objects it names for `tether_core::attestation::compare`.
+
+use std::collections::BTreeSet;
+
+use futures::{StreamExt, stream};
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::Value;
+use thiserror::Error;
+
+use crate::cluster::{ClusterError, Resources, api_error};
+use tether_core::attestation::{
+    Attestation, AttestedObject, Deployment, StatementError, digest, owned_fields, writers,
+};
+use tether_core::render::RenderedObject;
+use tether_trust::dsse::{Envelope, IN_TOTO_PAYLOAD_TYPE, RecordKey, open as open_envelope};
+use tether_trust::trusted_keys::TrustedKeys;
+use tether_trust::verify::{Refusal, Signer};
+
+/// The label that names the inventory an attestation's ConfigMap attests.
+pub const ATTESTATION_LABEL: &str = "tether.dev/attestation-of";
+/// The ConfigMap's entry that holds the envelope.
+pub const ENVELOPE_ENTRY: &str = "envelope.json";
+/// How many attestations of an inventory are kept unless told otherwise.
+pub const DEFAULT_KEEP: usize = 10;
+/// A ConfigMap holds at most 1 MiB: room is left for its metadata.
+const MAX_ENVELOPE_BYTES: usize = 1_000_000;
+/// How many objects are read at once.
+const READS_AT_ONCE: usize = 16;
+
+#[derive(Debug, Error)]
+pub enum AttestationError {
+    #[error(transparent)]
+    Cluster(#[from] ClusterError),
+    #[error(
+        "the attestation of {objects} objects takes {bytes} bytes, more than a ConfigMap holds ({MAX_ENVELOPE_BYTES}): it was not kept"
+    )]
+    TooLarge { objects: usize, bytes: usize },
+    #[error("no attestation of the inventory {inventory} in the namespace {namespace}")]
+    NotFound {
+        namespace: String,
+        inventory: String,
+    },
+    #[error("{origin} holds no DSSE envelope: {reason}")]
+    Unreadable { origin: String, reason: String },
+    #[error("{origin} is not verified: {refusal} (trusted: {})", .keys.join(", "))]
+    Unverified {
+        origin: String,
+        refusal: Refusal,
+        keys: Vec<String>,
+    },
+    #[error("{origin}: {source}")]
+    Statement {
+        origin: String,
+        source: StatementError,
+    },
+}
+
+/// Where attestations are kept, and how many.
+#[derive(Clone, Debug)]
+pub struct Keeping {
+    pub namespace: String,
+    pub inventory: String,
+    pub keep: usize,
+}
+
+/// An attestation kept: its ConfigMap's name and how many objects it names.
+#[derive(Clone, Debug)]
+pub struct Kept {
+    pub name: String,
+    pub objects: usize,
+    pub signer: String,
+}
+
+/// Reads `objects` back from the cluster, attests them as applied by `deployment`,
+/// signs the statement with `key` and keeps it.
+pub async fn attest(
+    client: &Client,
+    deployment: Deployment,
+    objects: &[&RenderedObject],
+    key: &RecordKey,
+    keeping: &Keeping,
+) -> Result<Kept, AttestationError> {
+    let targets: Vec<Target> = objects
+        .iter()
+        .map(|o| Target {
+            api_version: o.api_version.clone(),
+            kind: o.kind.clone(),
+            namespace: o.namespace.clone(),
+            name: o.name.clone(),
+        })
+        .collect();
+    let live = read_objects(client, &targets).await?;
+    let attested = objects
+        .iter()
+        .zip(live)
+        .filter_map(|(object, live)| {
+            let live = live?;
+            Some(AttestedObject {
+                api_version: object.api_version.clone(),
+                kind: object.kind.clone(),
+                namespace: object.namespace.clone(),
+                name: object.name.clone(),
+                sent: digest(&tether_core::plan::with_applied_hash(&object.body)),
+                fields: owned_fields(&live, &deployment.manager),
+                writers: writers(&live, &deployment.manager),
+            })
+        })
+        .collect();
+    let attestation = Attestation {
+        deployment,
+        objects: attested,
+    };
+    let envelope = key.seal(IN_TOTO_PAYLOAD_TYPE, &attestation.statement());
+    let text = serde_json::to_string(&envelope).unwrap_or_default();
+    if text.len() > MAX_ENVELOPE_BYTES {
+        return Err(AttestationError::TooLarge {
+            objects: attestation.objects.len(),
+            bytes: text.len(),
+        });
+    }
+    let name = keep(client, keeping, &attestation.deployment.time, text).await?;
+    Ok(Kept {
+        name,
+        objects: attestation.objects.len(),
+        signer: key.name().to_string(),
+    })
+}
+
+/// Creates the ConfigMap, then deletes the oldest beyond the bound.
+async fn keep(
+    client: &Client,
+    keeping: &Keeping,
+    time: &str,
+    envelope: String,
+) -> Result<String, AttestationError> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), &keeping.namespace);
+    let stamp: String = time.chars().filter(char::is_ascii_digit).collect();
+    let config_map = ConfigMap {
+        metadata: ObjectMeta {
+            generate_name: Some(format!("tether-attestation-{}-{stamp}-", keeping.inventory)),
+            labels: Some([(ATTESTATION_LABEL.to_string(), keeping.inventory.clone())].into()),
+            ..Default::default()
+        },
+        data: Some([(ENVELOPE_ENTRY.to_string(), envelope)].into()),
+        ..Default::default()
+    };
+    let made = api
+        .create(&PostParams::default(), &config_map)
+        .await
+        .map_err(api_error(format!(
+            "keep the attestation in the namespace {}",
+            keeping.namespace
+        )))?;
+    let mut kept = listed(&api, &keeping.inventory).await?;
+    kept.reverse();
+    for old in kept.iter().skip(keeping.keep.max(1)) {
+        match api.delete(&old.name_any(), &DeleteParams::default()).await {
+            Ok(_) | Err(kube::Error::Api(_)) => {}
+            Err(error) => {
+                return Err(api_error(format!("delete the attestation {}", old.name_any()))(
+                    error,
+                )
+                .into());
+            }
+        }
+    }
+    Ok(made.name_any())
+}
+
+/// The inventory's attestations, oldest first.
+async fn listed(api: &Api<ConfigMap>, inventory: &str) -> Result<Vec<ConfigMap>, AttestationError> {
+    let mut items = api
+        .list(&ListParams::default().labels(&format!("{ATTESTATION_LABEL}={inventory}")))
+        .await
+        .map_err(api_error(format!("list the attestations of {inventory}")))?
+        .items;
+    items.sort_by_key(|c| (c.metadata.creation_timestamp.clone().map(|t| t.0), c.name_any()));
+    Ok(items)
+}
+
+/// The newest attestation of `inventory` in `namespace`: its ConfigMap's name and
+/// envelope.
+pub async fn latest(
+    client: &Client,
+    namespace: &str,
+    inventory: &str,
+) -> Result<(String, Envelope), AttestationError> {
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
+    let newest = listed(&api, inventory)
+        .await?
+        .pop()
+        .ok_or_else(|| AttestationError::NotFound {
+            namespace: namespace.into(),
+            inventory: inventory.into(),
+        })?;
+    let origin = format!("the ConfigMap {namespace}/{}", newest.name_any());
+    let text = newest
+        .data
+        .as_ref()
+        .and_then(|d| d.get(ENVELOPE_ENTRY))
+        .ok_or_else(|| AttestationError::Unreadable {
+            origin: origin.clone(),
+            reason: format!("it has no entry {ENVELOPE_ENTRY}"),
+        })?;
+    Ok((newest.name_any(), envelope(text, &origin)?))
+}
+
+/// An envelope's JSON read; `origin` names where it came from.
+pub fn envelope(text: &str, origin: &str) -> Result<Envelope, AttestationError> {
+    serde_json::from_str(text).map_err(|e| AttestationError::Unreadable {
+        origin: origin.into(),
+        reason: e.to_string(),
+    })
+}
+
+/// The attestation an envelope holds, if a trusted key signed it.
+pub fn open(
+    keys: &TrustedKeys,
+    envelope: &Envelope,
+    origin: &str,
+) -> Result<(Attestation, Signer), AttestationError> {
+    let (payload, signer) =
+        open_envelope(keys, envelope).map_err(|refusal| AttestationError::Unverified {
+            origin: origin.into(),
+            refusal,
+            keys: keys.names(),
+        })?;
+    let attestation =
+        Attestation::read(&payload).map_err(|source| AttestationError::Statement {
+            origin: origin.into(),
+            source,
+        })?;
+    Ok((attestation, signer))
+}
+
+/// The objects an attestation names, as the server holds them now (none: not found).
+pub async fn live(
+    client: &Client,
+    attestation: &Attestation,
+) -> Result<Vec<Option<Value>>, AttestationError> {
+    let targets: Vec<Target> = attestation
+        .objects
+        .iter()
+        .map(|o| Target {
+            api_version: o.api_version.clone(),
+            kind: o.kind.clone(),
+            namespace: o.namespace.clone(),
+            name: o.name.clone(),
+        })
+        .collect();
+    read_objects(client, &targets).await
+}
+
+struct Target {
+    api_version: String,
+    kind: String,
+    namespace: Option<String>,
+    name: String,
+}
+
+async fn read_objects(
+    client: &Client,
+    targets: &[Target],
+) -> Result<Vec<Option<Value>>, AttestationError> {
+    let kinds: BTreeSet<(String, String)> = targets
+        .iter()
+        .map(|t| (t.api_version.clone(), t.kind.clone()))
+        .collect();
+    let resources = Resources::discover(client, &kinds).await?;
+    let reads = targets.iter().map(|target| {
+        let resources = &resources;
+        async move {
+            // A kind the server no longer serves: its objects are gone.
+            let Ok(api) = resources.api(&target.api_version, &target.kind, target.namespace.as_deref()) else {
+                return Ok(None);
+            };
+            match api.get_opt(&target.name).await {
+                Ok(Some(object)) => {
+                    let mut value = serde_json::to_value(object).unwrap_or_default();
+                    value["apiVersion"] = target.api_version.clone().into();
+                    value["kind"] = target.kind.clone().into();
+                    Ok(Some(value))
+                }
+                Ok(None) => Ok(None),
+                Err(error) => Err(api_error(format!(
+                    "read {} {}",
+                    target.kind, target.name
+                ))(error)),
+            }
+        }
+    });
+    let read: Vec<Result<Option<Value>, ClusterError>> =
+        stream::iter(reads).buffered(READS_AT_ONCE).collect().await;
+    Ok(read.into_iter().collect::<Result<_, _>>()?)
+}

@@ -1,0 +1,159 @@
+//! Deployment attestations from the command line: `apply --attestation-key` signs one
+//! after an apply that changed the cluster; `tether verify` checks the newest (or a
+//! file's) signature and compares the cluster's live objects with it.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use miette::IntoDiagnostic;
+use tether_core::attestation::compare;
+use tether_engine::attestation::{self, AttestationError};
+use tether_engine::reconcile::{ApplyReport, Planned, Reconciler};
+use tether_trust::dsse::RecordKey;
+
+use super::args::{EXIT_ERROR, EXIT_INVALID};
+use super::flags::{ClusterFlags, InventoryFlags, trusted_keys};
+use super::terminal;
+
+/// Attestations of what `apply` did.
+#[derive(Clone, Debug, Default, clap::Args)]
+#[command(next_help_heading = "Attestation")]
+pub struct AttestFlags {
+    /// After an apply that changed the cluster, sign an attestation of what it
+    /// applied (an in-toto statement in a DSSE envelope: the commit, who signed it,
+    /// each object's digest and the fields tether set) with this ECDSA P-256 private
+    /// key (PEM), and keep it as a ConfigMap in the inventory's namespace. `tether
+    /// verify` checks it later.
+    #[arg(long, env = "TETHER_ATTESTATION_KEY", value_name = "FILE")]
+    pub attestation_key: Option<PathBuf>,
+    /// How many attestations of the inventory are kept; the oldest are deleted.
+    #[arg(long, default_value_t = attestation::DEFAULT_KEEP, requires = "attestation_key")]
+    pub attestations_kept: usize,
+}
+
+/// The key and bound an apply attests with.
+pub(super) struct Attest {
+    key: RecordKey,
+    keep: usize,
+}
+
+impl AttestFlags {
+    /// The attestation key, read; none without the flag.
+    pub(super) fn attest(&self) -> miette::Result<Option<Attest>> {
+        let Some(file) = &self.attestation_key else {
+            return Ok(None);
+        };
+        let origin = format!("--attestation-key {}", file.display());
+        let text = std::fs::read_to_string(file).map_err(|e| miette::miette!("{origin}: {e}"))?;
+        let key = RecordKey::parse(&text, &origin).map_err(|e| miette::miette!("{e}"))?;
+        Ok(Some(Attest {
+            key,
+            keep: self.attestations_kept,
+        }))
+    }
+}
+
+/// Attests an apply, and says so on stderr (`prefix`: the cluster, when several).
+pub(super) async fn attest_apply(
+    reconciler: &Reconciler,
+    planned: &Planned,
+    applied: &ApplyReport,
+    attest: &Attest,
+    prefix: &str,
+) -> miette::Result<()> {
+    let kept = reconciler
+        .attest(planned, applied, &attest.key, attest.keep)
+        .await
+        .map_err(|e| terminal::error(e).wrap_err("applied, but not attested"))?;
+    if let Some(kept) = kept {
+        eprintln!(
+            "{prefix}attested: ConfigMap {}/{} ({} objects, signed by {})",
+            reconciler.inventory().namespace,
+            kept.name,
+            kept.objects,
+            kept.signer
+        );
+    }
+    Ok(())
+}
+
+#[derive(Debug, clap::Args)]
+pub struct VerifyArgs {
+    /// The public keys attestations may be signed by (PEM, as `openssl pkey -pubout`
+    /// or `cosign generate-key-pair` write them). Repeat the flag, or separate with
+    /// commas.
+    #[arg(long, required = true, value_delimiter = ',', value_name = "FILE")]
+    pub key: Vec<PathBuf>,
+    /// Check this envelope (JSON) instead of the inventory's newest attestation in
+    /// the cluster.
+    #[arg(long, value_name = "FILE")]
+    pub attestation: Option<PathBuf>,
+    #[command(flatten)]
+    pub inventory: InventoryFlags,
+    #[command(flatten)]
+    pub cluster: ClusterFlags,
+}
+
+/// `tether verify`: 0 when the attestation is a trusted key's and the cluster still
+/// holds what it says, 1 when the cluster drifted, 2 when it is not verified.
+pub async fn verify(args: &VerifyArgs) -> miette::Result<ExitCode> {
+    let keys = trusted_keys(&args.key, "--key")?;
+    let client = tether_engine::cluster::connect(&args.cluster.target())
+        .await
+        .map_err(terminal::error)?;
+    let (origin, envelope) = match &args.attestation {
+        Some(file) => {
+            let origin = file.display().to_string();
+            let text = std::fs::read_to_string(file)
+                .into_diagnostic()
+                .map_err(|e| e.wrap_err(origin.clone()))?;
+            let envelope = attestation::envelope(&text, &origin).map_err(terminal::error)?;
+            (origin, envelope)
+        }
+        None => {
+            let namespace = &args.inventory.inventory_namespace;
+            let (name, envelope) =
+                attestation::latest(&client, namespace, &args.inventory.inventory_name)
+                    .await
+                    .map_err(terminal::error)?;
+            (format!("the ConfigMap {namespace}/{name}"), envelope)
+        }
+    };
+    let (attested, signer) = match attestation::open(&keys, &envelope, &origin) {
+        Ok(opened) => opened,
+        Err(error @ AttestationError::Unverified { .. }) => {
+            eprintln!("{}", terminal::error(error).wrap_err("not verified"));
+            return Ok(ExitCode::from(EXIT_ERROR));
+        }
+        Err(error) => return Err(terminal::error(error)),
+    };
+    let deployment = &attested.deployment;
+    println!("{origin}: signed by {signer}");
+    println!(
+        "  {} at {} to cluster {} (inventory {}), {}",
+        deployment.source,
+        deployment.revision.as_deref().unwrap_or("no commit"),
+        deployment.cluster,
+        deployment.inventory,
+        deployment.time
+    );
+    if let Some(verified) = &deployment.verified {
+        println!("  verified then: {verified}");
+    }
+    let live = attestation::live(&client, &attested)
+        .await
+        .map_err(terminal::error)?;
+    let drift = compare(&attested, &live);
+    if drift.is_empty() {
+        println!(
+            "the cluster holds what it attests: {} objects, as applied",
+            attested.objects.len()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("drifted since ({}):", drift.len());
+    for each in &drift {
+        println!("  {each}");
+    }
+    Ok(ExitCode::from(EXIT_INVALID))
+}
