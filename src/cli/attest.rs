@@ -122,7 +122,7 @@ pub async fn verify(args: &VerifyArgs) -> miette::Result<ExitCode> {
     let (attested, signer) = match attestation::open(&keys, &envelope, &origin) {
         Ok(opened) => opened,
         Err(error @ AttestationError::Unverified { .. }) => {
-            eprintln!("{}", terminal::error(error).wrap_err("not verified"));
+            eprintln!("{:?}", terminal::error(error).wrap_err("not verified"));
             return Ok(ExitCode::from(EXIT_ERROR));
         }
         Err(error) => return Err(terminal::error(error)),

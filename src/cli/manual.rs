@@ -62,6 +62,20 @@ const EXIT_STATUS: &[(&str, &[(u8, &str)])] = &[
         ],
     ),
     (
+        "verify",
+        &[
+            (
+                0,
+                "The attestation is a trusted key's, and the cluster holds what it attests.",
+            ),
+            (1, "The cluster drifted since: each change is named."),
+            (
+                2,
+                "The attestation is not verified (another key, changed under its signature) or cannot be read, an error, or a usage error.",
+            ),
+        ],
+    ),
+    (
         "diff",
         &[
             (0, "The cluster matches the models."),

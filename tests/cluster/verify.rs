@@ -39,15 +39,15 @@ fn ssh_key(dir: &Path, name: &str) -> (PathBuf, String) {
 /// allowed signer `dev@example.org`; a remote whose first commit (ConfigMap
 /// `settings` at v1) nobody signed, and a second (v2) that `dev` signed. The key's
 /// directory, the key, its fingerprint, the remote and the signed commit.
-struct Signed {
-    _keys: tempfile::TempDir,
-    dev: PathBuf,
-    fingerprint: String,
-    remote: Remote,
-    commit: String,
+pub(crate) struct Signed {
+    pub _keys: tempfile::TempDir,
+    pub dev: PathBuf,
+    pub fingerprint: String,
+    pub remote: Remote,
+    pub commit: String,
 }
 
-fn signed_remote(ns: &str) -> Signed {
+pub(crate) fn signed_remote(ns: &str) -> Signed {
     let keys = tempfile::tempdir().unwrap();
     let (dev, fingerprint) = ssh_key(keys.path(), "dev");
     let signers = keys.path().join("allowed_signers");

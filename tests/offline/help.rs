@@ -27,8 +27,10 @@ const OFFLINE: [&str; 16] = [
 ];
 
 /// The commands that read no models: their help has no --age-key-file.
-const NO_MODELS: [&str; 23] = [
+const NO_MODELS: [&str; 24] = [
     "push artifact",
+    // It reads an attestation and the live objects it names, never models.
+    "verify",
     "fleet join",
     "fleet revoke",
     "fleet status",

@@ -117,6 +117,14 @@ pub struct SourceSpec {
     /// a signing key; read when the Source's loop starts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signing_key: Option<SigningKeySpec>,
+    /// After each pass that changed the cluster, sign an attestation of what it
+    /// applied (an in-toto statement in a DSSE envelope: the commit, who signed it,
+    /// each object's digest and the fields tether set) with the ECDSA P-256 key of a
+    /// Secret in the Source's namespace (its `attestation.pem` entry, read before each
+    /// pass; a key that cannot be read applies nothing), and keep it as a ConfigMap
+    /// in the Source's namespace. `tether verify` checks it against the cluster.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attestation: Option<AttestationSpec>,
     /// Decrypt the repository's sops-encrypted files with the age keys of a Secret in
     /// the Source's namespace (read before each pass, so a rotated key needs no
     /// restart). Without it, an encrypted file is an error and nothing is applied.
@@ -304,6 +312,19 @@ pub enum VerifyMode {
 pub struct SigningKeySpec {
     /// A Secret in the Source's namespace with an `ssh-privatekey` entry.
     pub secret_ref: LocalObjectReference,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AttestationSpec {
+    /// A Secret in the Source's namespace with an `attestation.pem` entry (`kubectl
+    /// create secret generic NAME --from-file=attestation.pem=KEY`).
+    pub secret_ref: LocalObjectReference,
+    /// How many attestations of the Source are kept; the oldest are deleted.
+    /// Default 10.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub keep: Option<u32>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]

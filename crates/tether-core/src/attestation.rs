@@ -207,7 +207,10 @@ pub fn owned_fields(live: &Value, manager: &str) -> BTreeMap<String, String> {
     let mut fields = BTreeMap::new();
     let mut secret_data = Map::new();
     for entry in entries(live) {
-        if entry["manager"] != manager || entry["operation"] != "Apply" || entry.get("subresource").is_some_and(|s| !s.is_null()) {
+        if entry["manager"] != manager
+            || entry["operation"] != "Apply"
+            || entry.get("subresource").is_some_and(|s| !s.is_null())
+        {
             continue;
         }
         for (path, value) in leaves(&entry["fieldsV1"], live) {
@@ -312,7 +315,9 @@ pub fn compare(attestation: &Attestation, live: &[Option<Value>]) -> Vec<Drift> 
         };
         let now = owned_fields(live, manager);
         let changed_writers: Vec<(String, Vec<(String, String)>)> = entries(live)
-            .filter(|entry| !(entry["manager"] == manager.as_str() && entry["operation"] == "Apply"))
+            .filter(|entry| {
+                !(entry["manager"] == manager.as_str() && entry["operation"] == "Apply")
+            })
             .filter(|entry| {
                 attested.writers.get(&writer_name(entry)) != Some(&field_digest(&entry["fieldsV1"]))
             })
@@ -423,10 +428,16 @@ mod tests {
     fn fields_are_named_by_path_and_keyed_list_items_by_their_keys() {
         let object = json!({"spec": {"containers": [{"name": "web", "image": "a:1"}]}});
         let fields = json!({"f:spec": {"f:containers": {"k:{\"name\":\"web\"}": {".": {}, "f:image": {}, "f:name": {}}}}});
-        let paths: Vec<String> = leaves(&fields, &object).into_iter().map(|(p, _)| p).collect();
+        let paths: Vec<String> = leaves(&fields, &object)
+            .into_iter()
+            .map(|(p, _)| p)
+            .collect();
         assert_eq!(
             paths,
-            ["spec.containers[name=web].image", "spec.containers[name=web].name"]
+            [
+                "spec.containers[name=web].image",
+                "spec.containers[name=web].name"
+            ]
         );
     }
 
@@ -466,7 +477,9 @@ mod tests {
         );
         assert_eq!(
             compare(&attested, &[None]),
-            vec![Drift::Missing { object: "v1 ConfigMap shop/menu".into() }]
+            vec![Drift::Missing {
+                object: "v1 ConfigMap shop/menu".into()
+            }]
         );
     }
 

@@ -58,6 +58,12 @@ const fn mark(name: &'static str, kind: MarkKind, on: &'static str, meaning: &'s
 /// Every mark, labels first, each kind by name.
 pub const MARKS: &[Mark] = &[
     mark(
+        "tether.dev/attestation-of",
+        MarkKind::Label,
+        "the ConfigMaps of deployment attestations (`apply --attestation-key`, a Source's `spec.attestation`)",
+        "The inventory attested: `tether verify` reads its newest; the oldest beyond the bound are deleted.",
+    ),
+    mark(
         MANAGED_BY_LABEL,
         MarkKind::Label,
         "every object tether applies; inventory records; fleet objects; member Leases",

@@ -20,6 +20,7 @@
 // The face is `entry`, `shard` and `web::auth`: everything else says `pub(crate)`.
 #![warn(unreachable_pub)]
 
+mod attestation;
 mod claim;
 mod clock;
 mod clusters;

@@ -53,7 +53,7 @@ pub enum AttestationError {
     #[error("{origin} is not verified: {refusal} (trusted: {})", .keys.join(", "))]
     Unverified {
         origin: String,
-        refusal: Refusal,
+        refusal: Box<Refusal>,
         keys: Vec<String>,
     },
     #[error("{origin}: {source}")]
@@ -165,10 +165,9 @@ async fn keep(
         match api.delete(&old.name_any(), &DeleteParams::default()).await {
             Ok(_) | Err(kube::Error::Api(_)) => {}
             Err(error) => {
-                return Err(api_error(format!("delete the attestation {}", old.name_any()))(
-                    error,
-                )
-                .into());
+                return Err(
+                    api_error(format!("delete the attestation {}", old.name_any()))(error).into(),
+                );
             }
         }
     }
@@ -182,7 +181,12 @@ async fn listed(api: &Api<ConfigMap>, inventory: &str) -> Result<Vec<ConfigMap>,
         .await
         .map_err(api_error(format!("list the attestations of {inventory}")))?
         .items;
-    items.sort_by_key(|c| (c.metadata.creation_timestamp.clone().map(|t| t.0), c.name_any()));
+    items.sort_by_key(|c| {
+        (
+            c.metadata.creation_timestamp.clone().map(|t| t.0),
+            c.name_any(),
+        )
+    });
     Ok(items)
 }
 
@@ -194,13 +198,14 @@ pub async fn latest(
     inventory: &str,
 ) -> Result<(String, Envelope), AttestationError> {
     let api: Api<ConfigMap> = Api::namespaced(client.clone(), namespace);
-    let newest = listed(&api, inventory)
-        .await?
-        .pop()
-        .ok_or_else(|| AttestationError::NotFound {
-            namespace: namespace.into(),
-            inventory: inventory.into(),
-        })?;
+    let newest =
+        listed(&api, inventory)
+            .await?
+            .pop()
+            .ok_or_else(|| AttestationError::NotFound {
+                namespace: namespace.into(),
+                inventory: inventory.into(),
+            })?;
     let origin = format!("the ConfigMap {namespace}/{}", newest.name_any());
     let text = newest
         .data
@@ -230,7 +235,7 @@ pub fn open(
     let (payload, signer) =
         open_envelope(keys, envelope).map_err(|refusal| AttestationError::Unverified {
             origin: origin.into(),
-            refusal,
+            refusal: Box::new(refusal),
             keys: keys.names(),
         })?;
     let attestation =
@@ -275,28 +280,40 @@ async fn read_objects(
         .map(|t| (t.api_version.clone(), t.kind.clone()))
         .collect();
     let resources = Resources::discover(client, &kinds).await?;
-    let reads = targets.iter().map(|target| {
-        let resources = &resources;
-        async move {
+    // Each read owns what it needs, so the reads run at once.
+    let reads: Vec<_> = targets
+        .iter()
+        .map(|target| {
             // A kind the server no longer serves: its objects are gone.
-            let Ok(api) = resources.api(&target.api_version, &target.kind, target.namespace.as_deref()) else {
-                return Ok(None);
-            };
-            match api.get_opt(&target.name).await {
-                Ok(Some(object)) => {
-                    let mut value = serde_json::to_value(object).unwrap_or_default();
-                    value["apiVersion"] = target.api_version.clone().into();
-                    value["kind"] = target.kind.clone().into();
-                    Ok(Some(value))
+            let api = resources
+                .api(
+                    &target.api_version,
+                    &target.kind,
+                    target.namespace.as_deref(),
+                )
+                .ok();
+            let (api_version, kind, name) = (
+                target.api_version.clone(),
+                target.kind.clone(),
+                target.name.clone(),
+            );
+            async move {
+                let Some(api) = api else {
+                    return Ok(None);
+                };
+                match api.get_opt(&name).await {
+                    Ok(Some(object)) => {
+                        let mut value = serde_json::to_value(object).unwrap_or_default();
+                        value["apiVersion"] = api_version.into();
+                        value["kind"] = kind.into();
+                        Ok(Some(value))
+                    }
+                    Ok(None) => Ok(None),
+                    Err(error) => Err(api_error(format!("read {kind} {name}"))(error)),
                 }
-                Ok(None) => Ok(None),
-                Err(error) => Err(api_error(format!(
-                    "read {} {}",
-                    target.kind, target.name
-                ))(error)),
             }
-        }
-    });
+        })
+        .collect();
     let read: Vec<Result<Option<Value>, ClusterError>> =
         stream::iter(reads).buffered(READS_AT_ONCE).collect().await;
     Ok(read.into_iter().collect::<Result<_, _>>()?)

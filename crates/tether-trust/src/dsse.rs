@@ -161,7 +161,7 @@ pub fn open(keys: &TrustedKeys, envelope: &Envelope) -> Result<(Vec<u8>, Signer)
         {
             let signer = Signer {
                 key: trusted.name.clone(),
-                name: "record".into(),
+                name: "attestation key".into(),
             };
             return Ok((payload, signer));
         }
@@ -172,7 +172,7 @@ pub fn open(keys: &TrustedKeys, envelope: &Envelope) -> Result<(Vec<u8>, Signer)
                 return Err(Refusal::Invalid {
                     signer: Signer {
                         key: named.name.clone(),
-                        name: "record".into(),
+                        name: "attestation key".into(),
                     },
                     reason: "the signature does not match the payload".into(),
                 });
@@ -231,10 +231,16 @@ wcvCAUp/oJC+sEMqgOX8Z4a0IDewpJgLpi/B8Ix+f2l9i45YUakwP95K
         let keys = trusted(&key);
         let mut envelope = key.seal(IN_TOTO_PAYLOAD_TYPE, b"{\"a\":1}");
         envelope.payload = STANDARD.encode(b"{\"a\":2}");
-        assert!(matches!(open(&keys, &envelope), Err(Refusal::Invalid { .. })));
+        assert!(matches!(
+            open(&keys, &envelope),
+            Err(Refusal::Invalid { .. })
+        ));
         let mut retyped = key.seal(IN_TOTO_PAYLOAD_TYPE, b"{\"a\":1}");
         retyped.payload_type = "text/plain".into();
-        assert!(matches!(open(&keys, &retyped), Err(Refusal::Invalid { .. })));
+        assert!(matches!(
+            open(&keys, &retyped),
+            Err(Refusal::Invalid { .. })
+        ));
         let other = SigningKey::from(p256::SecretKey::from_slice(&[7; 32]).unwrap());
         let signature: Signature = other.sign(&pae(IN_TOTO_PAYLOAD_TYPE, b"{}"));
         let forged = Envelope {
@@ -245,7 +251,10 @@ wcvCAUp/oJC+sEMqgOX8Z4a0IDewpJgLpi/B8Ix+f2l9i45YUakwP95K
                 sig: STANDARD.encode(signature.to_der().as_bytes()),
             }],
         };
-        assert!(matches!(open(&keys, &forged), Err(Refusal::UnknownKey { .. })));
+        assert!(matches!(
+            open(&keys, &forged),
+            Err(Refusal::UnknownKey { .. })
+        ));
         let unsigned = Envelope {
             signatures: vec![],
             ..forged

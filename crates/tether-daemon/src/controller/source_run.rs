@@ -25,6 +25,7 @@ use tokio_util::sync::CancellationToken;
 use super::beside::{Beside, discovery_target, image_automation};
 use super::status_writer::SourceStatusWriter;
 use super::wiring::{Daemon, Directories, Stops};
+use crate::attestation::AttestationSecret;
 use crate::decryption::DecryptionSecret;
 use crate::feedback::SourceFeedback;
 use crate::loop_views::{Shown, SourceName, Writeback};
@@ -84,7 +85,8 @@ pub(super) async fn run_source(
     .with_triggers(triggers)
     .stopped_by(stops.pass)
     .with_decryption(decryption_secret(&client, &source))
-    .with_verify_keys(verify_secret(&client, &source));
+    .with_verify_keys(verify_secret(&client, &source))
+    .with_attestation(attestation_secret(&client, &source));
     pass_on_request(&source, &work.trigger());
     let acting = SourceIdentity(&daemon, &source, &client);
     let beside = Beside {
@@ -146,6 +148,22 @@ fn verify_secret(client: &Client, source: &Source) -> Option<VerifySecret> {
         client.clone(),
         &namespace,
         &verify.secret_ref.name,
+    ))
+}
+
+/// Where the key that signs its deployment attestations is read before each pass: the
+/// Secret its `spec.attestation` names, if any.
+fn attestation_secret(client: &Client, source: &Source) -> Option<AttestationSecret> {
+    let attestation = source.spec.attestation.as_ref()?;
+    let namespace = source.namespace().unwrap_or_default();
+    let keep = attestation
+        .keep
+        .map_or(tether_engine::attestation::DEFAULT_KEEP, |k| k as usize);
+    Some(AttestationSecret::new(
+        client.clone(),
+        &namespace,
+        &attestation.secret_ref.name,
+        keep,
     ))
 }
 

@@ -22,6 +22,7 @@ use super::loop_settings::Settings;
 use super::memory::Memory;
 use super::observers::{NoStatus, Observers, StatusSink};
 use super::pass_outcome::{PassError, PassOutcome};
+use crate::attestation::AttestationSecret;
 use crate::clock::now;
 use crate::decryption::DecryptionSecret;
 use crate::drift::Drift;
@@ -29,6 +30,7 @@ use crate::loop_views::Handle;
 use crate::shared::Shared;
 use crate::switchboard::Trigger;
 use crate::verify::VerifySecret;
+use tether_trust::dsse::RecordKey;
 
 /// Where a source's models come from, as the daemon's endpoints show it (webhooks
 /// find their sources by it).
@@ -57,6 +59,10 @@ pub(crate) struct SourceLoop<S = NoStatus> {
     /// Where the keys its commits must be signed by are read before each pass that
     /// loads the models (a Source's `spec.verify` Secret).
     pub(super) verify: Option<VerifySecret>,
+    /// Where the key that signs its deployment attestations is read before each pass
+    /// that loads the models (a Source's `spec.attestation` Secret), and the key read.
+    pub(super) attestation: Option<AttestationSecret>,
+    pub(super) attestation_key: Option<RecordKey>,
     /// What the passes remember between them.
     pub(super) memory: Memory,
     /// Who learns of each pass.
@@ -99,6 +105,8 @@ impl<S: StatusSink> SourceLoop<S> {
             reconciler,
             decryption: None,
             verify: None,
+            attestation: None,
+            attestation_key: None,
             memory,
             observers,
             triggers: mpsc::channel(1),
@@ -133,6 +141,13 @@ impl<S: StatusSink> SourceLoop<S> {
     /// Opens the encrypted files with the keys of `secret`, read before each pass.
     pub(crate) fn with_decryption(mut self, secret: Option<DecryptionSecret>) -> Self {
         self.decryption = secret;
+        self
+    }
+
+    /// Attests each pass that changed the cluster with the key of `secret`, read
+    /// before each pass.
+    pub(crate) fn with_attestation(mut self, secret: Option<AttestationSecret>) -> Self {
+        self.attestation = secret;
         self
     }
 

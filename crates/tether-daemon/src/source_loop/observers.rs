@@ -229,6 +229,12 @@ pub(super) fn pass_result<'r>(
             message: tether_core::error_chain(error),
             stalled: false,
         },
+        Err(PassError::AttestationKey(error)) => PassResult::Failed {
+            revision: None,
+            reason: "AttestationKeyUnavailable",
+            message: tether_core::error_chain(error),
+            stalled: false,
+        },
         Err(error @ PassError::HistoryRewritten(rewrite)) => PassResult::Failed {
             revision: Some(status.revision_name(&rewrite.to)),
             reason: "HistoryRewritten",
@@ -313,6 +319,12 @@ fn notices_of(result: &Result<PassOutcome, PassError>) -> Vec<Draft> {
             return vec![
                 Draft::new(NoticeKind::Failed, tether_core::error_chain(error))
                     .because("VerifyKeysUnavailable"),
+            ];
+        }
+        Err(error @ PassError::AttestationKey(_)) => {
+            return vec![
+                Draft::new(NoticeKind::Failed, tether_core::error_chain(error))
+                    .because("AttestationKeyUnavailable"),
             ];
         }
         Err(error @ PassError::HistoryRewritten(_)) => {

@@ -87,6 +87,7 @@ impl<S: StatusSink> SourceLoop<S> {
             );
             return Err(PassError::Stopped);
         }
+        self.attest(&planned, &report).await;
         let corrected = self.corrections(&planned, &report).await;
         let cache_synced = self.memory.cache.as_ref().is_some_and(WatchCache::synced);
         self.memory.settled = self.memory.settled_after(
@@ -113,6 +114,32 @@ impl<S: StatusSink> SourceLoop<S> {
         conclude(outcome, failed)
     }
 
+    /// Attests what the apply did, when it changed the cluster and the Source asks
+    /// for it. The cluster is as applied whether or not the attestation is kept: a
+    /// failure is logged, and the next change is attested again.
+    async fn attest(&self, planned: &Planned, report: &ApplyReport) {
+        let (Some(secret), Some(key)) = (&self.attestation, &self.attestation_key) else {
+            return;
+        };
+        match self
+            .reconciler
+            .attest(planned, report, key, secret.keep)
+            .await
+        {
+            Ok(Some(kept)) => tracing::info!(
+                attestation = %kept.name,
+                objects = kept.objects,
+                signer = %kept.signer,
+                "attested"
+            ),
+            Ok(None) => {}
+            Err(error) => tracing::warn!(
+                error = %tether_core::error_chain(&error),
+                "the pass's attestation was not kept"
+            ),
+        }
+    }
+
     /// What reading the models brought: who signed them (the log) and how long the
     /// fetch took (a metric).
     fn note_load(&self, planned: &Planned) {
@@ -127,7 +154,8 @@ impl<S: StatusSink> SourceLoop<S> {
 
     /// The keys this pass reads the models with, read now from the Source's Secrets
     /// (a rotated or removed key counts from this pass on): those that open the
-    /// encrypted files, and those its commits must be signed by.
+    /// encrypted files, those its commits must be signed by, and the one that signs
+    /// its attestation.
     async fn read_keys(&mut self) -> Result<(), PassError> {
         if let Some(secret) = &self.decryption {
             self.reconciler.set_keys(Arc::new(secret.read().await?));
@@ -135,6 +163,9 @@ impl<S: StatusSink> SourceLoop<S> {
         if let Some(secret) = &self.verify {
             self.reconciler
                 .set_trusted_keys(Arc::new(secret.read().await?));
+        }
+        if let Some(secret) = &self.attestation {
+            self.attestation_key = Some(secret.read().await?);
         }
         Ok(())
     }

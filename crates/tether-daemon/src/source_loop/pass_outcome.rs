@@ -5,6 +5,7 @@
 use tether_core::k8s::ObjectKey;
 use tether_engine::reconcile::{ApplyReport, ReconcileError};
 
+use crate::attestation::AttestationKeyError;
 use crate::decryption::DecryptionKeysError;
 use crate::feedback::Verdict;
 use crate::loop_views::blocked_on;
@@ -51,6 +52,9 @@ pub enum PassError {
     /// The keys commits must be signed by could not be read: nothing was applied.
     #[error(transparent)]
     VerifyKeys(#[from] VerifyKeysError),
+    /// The key attestations are signed with could not be read: nothing was applied.
+    #[error(transparent)]
+    AttestationKey(#[from] AttestationKeyError),
     /// The ref's history was rewritten and the source refuses rewrites: nothing was
     /// applied.
     #[error(
