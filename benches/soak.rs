@@ -183,6 +183,7 @@ async fn create_sources(client: &Client, repos: &Repos, defs: &[SourceDef], inte
                 secret_ref: None,
                 verify: None,
                 signing_key: None,
+                attestation: None,
                 decryption: None,
                 discovery: None,
                 image_automation: None,
