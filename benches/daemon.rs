@@ -134,6 +134,7 @@ async fn run(
             secret_ref: None,
             verify: None,
             signing_key: None,
+            attestation: None,
             decryption: None,
             discovery: (pods > 0).then(DiscoverySpec::default),
             image_automation: None,
