@@ -1456,6 +1456,7 @@ fn module_name(path: &str) -> String {
 /// Words that name one feature in each crate it spans (ARCHITECTURE.md's feature map),
 /// with why they may be file names in several crates.
 const FEATURE_WORDS: &[(&str, &str)] = &[
+    ("attestation", ONE_FEATURE_ONE_WORD),
     ("image_automation", ONE_FEATURE_ONE_WORD),
     ("discovery", ONE_FEATURE_ONE_WORD),
     ("feedback", ONE_FEATURE_ONE_WORD),

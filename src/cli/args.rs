@@ -9,8 +9,8 @@ use clap::ValueEnum;
 use tether_core::settings::parse_duration;
 
 use super::flags::{
-    ClusterFlags, DiscoverFlags, EventFlags, GitFlags, InventoryFlags, KeyFlags, PostFlags,
-    SourceFlags,
+    AttestFlags, ClusterFlags, DiscoverFlags, EventFlags, GitFlags, InventoryFlags, KeyFlags,
+    PostFlags, SourceFlags,
 };
 use super::terminal::{Color, ProblemFormat};
 
@@ -336,7 +336,24 @@ pub struct ApplyArgs {
     #[command(flatten)]
     pub keys: KeyFlags,
     #[command(flatten)]
-    pub attest: super::attest::AttestFlags,
+    pub attest: AttestFlags,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct VerifyArgs {
+    /// The public keys attestations may be signed by (PEM, as `openssl pkey -pubout`
+    /// or `cosign generate-key-pair` write them). Repeat the flag, or separate with
+    /// commas.
+    #[arg(long, required = true, value_delimiter = ',', value_name = "FILE")]
+    pub key: Vec<PathBuf>,
+    /// Check this envelope (JSON) instead of the inventory's newest attestation in
+    /// the cluster.
+    #[arg(long, value_name = "FILE")]
+    pub attestation: Option<PathBuf>,
+    #[command(flatten)]
+    pub inventory: InventoryFlags,
+    #[command(flatten)]
+    pub cluster: ClusterFlags,
 }
 
 #[derive(Debug, clap::Args)]

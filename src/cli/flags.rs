@@ -162,6 +162,22 @@ pub fn trusted_keys(files: &[PathBuf], flag: &str) -> miette::Result<TrustedKeys
     Ok(keys)
 }
 
+/// Attestations of what `apply` did.
+#[derive(Clone, Debug, Default, clap::Args)]
+#[command(next_help_heading = "Attestation")]
+pub struct AttestFlags {
+    /// After an apply that changed the cluster, sign an attestation of what it
+    /// applied (an in-toto statement in a DSSE envelope: the commit, who signed it,
+    /// each object's digest and the fields tether set) with this ECDSA P-256 private
+    /// key (PEM), and keep it as a ConfigMap in the inventory's namespace. `tether
+    /// verify` checks it later.
+    #[arg(long, env = "TETHER_ATTESTATION_KEY", value_name = "FILE")]
+    pub attestation_key: Option<PathBuf>,
+    /// How many attestations of the inventory are kept; the oldest are deleted.
+    #[arg(long, default_value_t = tether_engine::attestation::DEFAULT_KEEP, requires = "attestation_key")]
+    pub attestations_kept: usize,
+}
+
 /// How to reach an OCI registry (Flux's flag names).
 #[derive(Clone, Debug, Default, clap::Args)]
 pub struct RegistryFlags {

@@ -1,7 +1,7 @@
 //! Commands: parse flags, run the library, print, and pick the exit code.
 
 mod args;
-mod attest;
+mod attestation;
 mod book;
 mod check;
 mod discovery;
@@ -93,7 +93,7 @@ enum Command {
     #[command(
         after_help = "Examples:\n  tether verify --key attestation.pub --inventory-name shop --inventory-namespace shop\n  kubectl get configmap -n shop -l tether.dev/attestation-of=shop\n  tether verify --key attestation.pub --attestation envelope.json"
     )]
-    Verify(attest::VerifyArgs),
+    Verify(args::VerifyArgs),
     /// Reconcile continuously: one source from flags, or with --sources every `Source`
     /// resource of the cluster (the in-cluster daemon, see deploy/).
     ///
@@ -376,7 +376,7 @@ pub async fn run(args: Args) -> miette::Result<ExitCode> {
         Command::Graph(args) => models::graph(global, &args).await,
         Command::Diff(args) => reconcile::diff(global, &args).await,
         Command::Apply(args) => reconcile::apply(global, &args).await,
-        Command::Verify(args) => attest::verify(&args).await,
+        Command::Verify(args) => attestation::verify(&args).await,
         Command::Run(args) => run::run(global, &args).await,
         Command::Ui(args) => run::ui(global, &args).await,
         Command::Reconcile(args) => run::reconcile(&args).await,

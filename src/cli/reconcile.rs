@@ -265,7 +265,7 @@ pub async fn apply(global: &GlobalArgs, args: &ApplyArgs) -> miette::Result<Exit
         dry_run: args.dry_run,
         wait: args.wait,
         timeout: args.timeout,
-        attest: args.attest.attest()?,
+        attest: super::attestation::attest_of(&args.attest)?,
     };
     run_apply(global, run).await
 }
@@ -283,7 +283,7 @@ pub(super) struct ApplyRun<'a> {
     pub wait: bool,
     pub timeout: std::time::Duration,
     /// Attest what the apply did (`--attestation-key`).
-    pub attest: Option<super::attest::Attest>,
+    pub attest: Option<super::attestation::Attest>,
 }
 
 pub(super) async fn run_apply(global: &GlobalArgs, args: ApplyRun<'_>) -> miette::Result<ExitCode> {
@@ -357,7 +357,7 @@ async fn apply_one(
     waiting.finish();
     print!("{}", report_text(&applied));
     if let Some(attest) = &args.attest {
-        super::attest::attest_apply(reconciler, planned, &applied, attest, "").await?;
+        super::attestation::attest_apply(reconciler, planned, &applied, attest, "").await?;
     }
     let mut ok = applied.succeeded();
     if args.wait && applied.blocked.is_none() {
@@ -405,8 +405,10 @@ async fn apply_each(
                 print!("cluster {name} ({reached}): {}", report_text(&applied));
                 if let Some(attest) = &args.attest {
                     let prefix = format!("cluster {name}: ");
-                    super::attest::attest_apply(reconciler, planned, &applied, attest, &prefix)
-                        .await?;
+                    super::attestation::attest_apply(
+                        reconciler, planned, &applied, attest, &prefix,
+                    )
+                    .await?;
                 }
                 ok &= applied.succeeded();
                 if args.wait && applied.blocked.is_none() {

@@ -60,7 +60,7 @@ pub const MARKS: &[Mark] = &[
     mark(
         "tether.dev/attestation-of",
         MarkKind::Label,
-        "the ConfigMaps of deployment attestations (`apply --attestation-key`, a Source's `spec.attestation`)",
+        "the ConfigMaps of deployment attestations (a Source's `spec.attestation`, or an attested `tether apply`)",
         "The inventory attested: `tether verify` reads its newest; the oldest beyond the bound are deleted.",
     ),
     mark(

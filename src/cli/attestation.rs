@@ -2,7 +2,6 @@
 //! after an apply that changed the cluster; `tether verify` checks the newest (or a
 //! file's) signature and compares the cluster's live objects with it.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use miette::IntoDiagnostic;
@@ -11,25 +10,9 @@ use tether_engine::attestation::{self, AttestationError};
 use tether_engine::reconcile::{ApplyReport, Planned, Reconciler};
 use tether_trust::dsse::RecordKey;
 
-use super::args::{EXIT_ERROR, EXIT_INVALID};
-use super::flags::{ClusterFlags, InventoryFlags, trusted_keys};
+use super::args::{EXIT_ERROR, EXIT_INVALID, VerifyArgs};
+use super::flags::{AttestFlags, trusted_keys};
 use super::terminal;
-
-/// Attestations of what `apply` did.
-#[derive(Clone, Debug, Default, clap::Args)]
-#[command(next_help_heading = "Attestation")]
-pub struct AttestFlags {
-    /// After an apply that changed the cluster, sign an attestation of what it
-    /// applied (an in-toto statement in a DSSE envelope: the commit, who signed it,
-    /// each object's digest and the fields tether set) with this ECDSA P-256 private
-    /// key (PEM), and keep it as a ConfigMap in the inventory's namespace. `tether
-    /// verify` checks it later.
-    #[arg(long, env = "TETHER_ATTESTATION_KEY", value_name = "FILE")]
-    pub attestation_key: Option<PathBuf>,
-    /// How many attestations of the inventory are kept; the oldest are deleted.
-    #[arg(long, default_value_t = attestation::DEFAULT_KEEP, requires = "attestation_key")]
-    pub attestations_kept: usize,
-}
 
 /// The key and bound an apply attests with.
 pub(super) struct Attest {
@@ -37,20 +20,18 @@ pub(super) struct Attest {
     keep: usize,
 }
 
-impl AttestFlags {
-    /// The attestation key, read; none without the flag.
-    pub(super) fn attest(&self) -> miette::Result<Option<Attest>> {
-        let Some(file) = &self.attestation_key else {
-            return Ok(None);
-        };
-        let origin = format!("--attestation-key {}", file.display());
-        let text = std::fs::read_to_string(file).map_err(|e| miette::miette!("{origin}: {e}"))?;
-        let key = RecordKey::parse(&text, &origin).map_err(|e| miette::miette!("{e}"))?;
-        Ok(Some(Attest {
-            key,
-            keep: self.attestations_kept,
-        }))
-    }
+/// The attestation key of `flags`, read; none without `--attestation-key`.
+pub(super) fn attest_of(flags: &AttestFlags) -> miette::Result<Option<Attest>> {
+    let Some(file) = &flags.attestation_key else {
+        return Ok(None);
+    };
+    let origin = format!("--attestation-key {}", file.display());
+    let text = std::fs::read_to_string(file).map_err(|e| miette::miette!("{origin}: {e}"))?;
+    let key = RecordKey::parse(&text, &origin).map_err(|e| miette::miette!("{e}"))?;
+    Ok(Some(Attest {
+        key,
+        keep: flags.attestations_kept,
+    }))
 }
 
 /// Attests an apply, and says so on stderr (`prefix`: the cluster, when several).
@@ -75,23 +56,6 @@ pub(super) async fn attest_apply(
         );
     }
     Ok(())
-}
-
-#[derive(Debug, clap::Args)]
-pub struct VerifyArgs {
-    /// The public keys attestations may be signed by (PEM, as `openssl pkey -pubout`
-    /// or `cosign generate-key-pair` write them). Repeat the flag, or separate with
-    /// commas.
-    #[arg(long, required = true, value_delimiter = ',', value_name = "FILE")]
-    pub key: Vec<PathBuf>,
-    /// Check this envelope (JSON) instead of the inventory's newest attestation in
-    /// the cluster.
-    #[arg(long, value_name = "FILE")]
-    pub attestation: Option<PathBuf>,
-    #[command(flatten)]
-    pub inventory: InventoryFlags,
-    #[command(flatten)]
-    pub cluster: ClusterFlags,
 }
 
 /// `tether verify`: 0 when the attestation is a trusted key's and the cluster still
