@@ -302,6 +302,14 @@ fn the_demo_shows_every_step_and_stops_what_it_started() {
             && signed.contains("still applied: hello, signed"),
         "{signed}"
     );
+    let attested = step(&text, "What was deployed, signed");
+    assert!(
+        attested.contains("tether-attestation-demo-")
+            && attested.contains("the cluster holds what it attests")
+            && attested.contains("kubectl-label set metadata.labels.hotfix since")
+            && attested.contains("(exit 1: drifted since the attestation)"),
+        "{attested}"
+    );
     assert_waves(step(&text, "Waves"));
     assert_scale_and_rollback(step(&text, "Day-2 operations as commits"));
     assert_host_label_and_lock(step(&text, "Hosts: a label and a lock"));
