@@ -265,29 +265,9 @@ async fn an_attested_apply_verifies_until_kubectl_edit_and_a_forgery_is_refused(
     // cosign checks the same envelope with the same public key.
     let envelope_file = keys.path().join("envelope.json");
     std::fs::write(&envelope_file, &envelope_text).unwrap();
-    let cosign = Command::new(tether_testkit::tools::cosign())
-        .args(["verify-blob-attestation", "--key", public, "--signature"])
-        .arg(&envelope_file)
-        .args([
-            "--type",
-            "https://tether.dev/attestation/deployment/v1",
-            "--check-claims=false",
-            "--insecure-ignore-tlog=true",
-        ])
-        .output()
-        .unwrap();
+    let cosign = cosign_verify(public, &envelope_file);
     assert!(cosign.status.success(), "{}", text(&cosign));
-    let cosign_forged = Command::new(tether_testkit::tools::cosign())
-        .args(["verify-blob-attestation", "--key", public, "--signature"])
-        .arg(&forged_file)
-        .args([
-            "--type",
-            "https://tether.dev/attestation/deployment/v1",
-            "--check-claims=false",
-            "--insecure-ignore-tlog=true",
-        ])
-        .output()
-        .unwrap();
+    let cosign_forged = cosign_verify(public, &forged_file);
     assert!(!cosign_forged.status.success(), "{}", text(&cosign_forged));
 }
 
@@ -358,6 +338,21 @@ async fn only_the_newest_attestations_are_kept_and_a_bad_key_applies_nothing() {
         .find(|o| o["name"] == "menu")
         .unwrap();
     assert!(menu["fields"]["data.key"].is_string(), "{menu}");
+}
+
+/// `cosign verify-blob-attestation` of an envelope with a public key, offline.
+fn cosign_verify(public: &str, envelope: &Path) -> Output {
+    Command::new(tether_testkit::tools::cosign())
+        .args(["verify-blob-attestation", "--key", public, "--signature"])
+        .arg(envelope)
+        .args([
+            "--type",
+            "https://tether.dev/attestation/deployment/v1",
+            "--check-claims=false",
+            "--insecure-ignore-tlog=true",
+        ])
+        .output()
+        .unwrap()
 }
 
 /// A manifest of the Kubernetes docs, in `namespace`.

@@ -286,3 +286,81 @@ async fn a_source_whose_signing_key_cannot_be_read_says_so_and_applies_nothing()
     );
     assert_eq!(value_of(&client, &ns).await, None);
 }
+
+/// The daemon signs what it commits: a Source that verifies its commits and discovers
+/// pods, with its own key among the trusted ones, commits a discovered pod signed by
+/// that key (`git verify-commit` agrees), then applies its own commit like any
+/// verified one.
+#[tokio::test]
+async fn a_source_signs_its_discovery_commit_and_then_applies_it_as_verified() {
+    install_crd();
+    let (client, ns, _) = setup("verify-signs").await;
+    let Signed {
+        _keys,
+        dev,
+        fingerprint,
+        remote,
+        commit: _,
+    } = signed_remote(&ns);
+    let settings = format!("discover:\n  namespaces: [{ns}]\n");
+    remote.push_signed("main", &[(".tether.yaml", &settings)], &dev);
+    kubectl_ok(&[
+        "-n",
+        &ns,
+        "create",
+        "secret",
+        "generic",
+        "signing",
+        "--type=kubernetes.io/ssh-auth",
+        &format!("--from-file=ssh-privatekey={}", dev.display()),
+    ]);
+    let daemon = Daemon::start(&["--sources", "--sources-namespace", &ns]);
+    kubectl_apply_text(&source_yaml(
+        "web",
+        &ns,
+        &remote.file_url(),
+        "  interval: 1h\n  discovery: {}\n  verify:\n    mode: HEAD\n    secretRef:\n      name: trusted\n  signingKey:\n    secretRef:\n      name: signing\n",
+    ));
+    eventually(Duration::from_secs(30), || async {
+        value_of(&client, &ns).await.as_deref() == Some("v2")
+    })
+    .await;
+
+    kubectl_ok(&["-n", &ns, "run", "solo", "--image=busybox:1.36"]);
+    let pod_file = format!("models/discovered/{ns}/pods/solo.yaml");
+    eventually(Duration::from_secs(30), || async {
+        remote.files_of_bare("main", &pod_file) == 1
+    })
+    .await;
+    let head = remote.head_of_bare("main");
+    let signers = _keys.path().join("allowed_signers");
+    let checked = Command::new("git")
+        .arg("-C")
+        .arg(remote.bare())
+        .args([
+            "-c",
+            &format!("gpg.ssh.allowedSignersFile={}", signers.display()),
+        ])
+        .args(["verify-commit", "-v", &head])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&checked.stderr);
+    assert!(checked.status.success(), "{said}");
+    assert!(
+        said.contains(&format!(
+            "Good \"git\" signature for dev@example.org with ED25519 key {fingerprint}"
+        )),
+        "{said}"
+    );
+
+    // Its own commit is verified and applied like any other.
+    let (headers, body) =
+        crate::daemon::push_hook(&remote.file_url(), "refs/heads/main", crate::daemon::SECRET);
+    assert_eq!(daemon.post("/hook/generic", &headers, &body).0, 202);
+    let applied = format!("main@sha1:{head}");
+    eventually(Duration::from_secs(15), || async {
+        status(&ns, "web")["lastAppliedRevision"] == applied.as_str()
+    })
+    .await;
+    assert_eq!(ready(&ns).map(|(state, _, _)| state), Some("True".into()));
+}

@@ -90,12 +90,7 @@ pub async fn attest(
 ) -> Result<Kept, AttestationError> {
     let targets: Vec<Target> = objects
         .iter()
-        .map(|o| Target {
-            api_version: o.api_version.clone(),
-            kind: o.kind.clone(),
-            namespace: o.namespace.clone(),
-            name: o.name.clone(),
-        })
+        .map(|o| Target::new(&o.api_version, &o.kind, o.namespace.as_deref(), &o.name))
         .collect();
     let live = read_objects(client, &targets).await?;
     let attested = objects
@@ -254,21 +249,28 @@ pub async fn live(
     let targets: Vec<Target> = attestation
         .objects
         .iter()
-        .map(|o| Target {
-            api_version: o.api_version.clone(),
-            kind: o.kind.clone(),
-            namespace: o.namespace.clone(),
-            name: o.name.clone(),
-        })
+        .map(|o| Target::new(&o.api_version, &o.kind, o.namespace.as_deref(), &o.name))
         .collect();
     read_objects(client, &targets).await
 }
 
+/// An object to read back.
 struct Target {
     api_version: String,
     kind: String,
     namespace: Option<String>,
     name: String,
+}
+
+impl Target {
+    fn new(api_version: &str, kind: &str, namespace: Option<&str>, name: &str) -> Self {
+        Target {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            namespace: namespace.map(str::to_string),
+            name: name.into(),
+        }
+    }
 }
 
 async fn read_objects(
