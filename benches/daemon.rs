@@ -135,6 +135,7 @@ async fn run(
             verify: None,
             signing_key: None,
             attestation: None,
+            verify_charts: None,
             decryption: None,
             discovery: (pods > 0).then(DiscoverySpec::default),
             image_automation: None,

@@ -184,6 +184,7 @@ async fn create_sources(client: &Client, repos: &Repos, defs: &[SourceDef], inte
                 verify: None,
                 signing_key: None,
                 attestation: None,
+                verify_charts: None,
                 decryption: None,
                 discovery: None,
                 image_automation: None,

@@ -59,8 +59,9 @@ fn parse_cluster_context(text: &str) -> Result<(String, String), String> {
     }
 }
 
-/// The age keys that open models files encrypted with sops: flattened into each
-/// command that reads models.
+/// The keys rendering uses, flattened into each command that reads models: the age
+/// keys that open models files encrypted with sops, and the keys fetched charts must
+/// be signed by.
 #[derive(Clone, Debug, clap::Args)]
 #[command(next_help_heading = "Decryption")]
 pub struct KeyFlags {
@@ -69,6 +70,19 @@ pub struct KeyFlags {
     /// text), SOPS_AGE_KEY_FILE, and sops' own ~/.config/sops/age/keys.txt.
     #[arg(long, env = "TETHER_AGE_KEY_FILE", value_name = "FILE")]
     pub age_key_file: Option<PathBuf>,
+    /// Render only charts signed by one of these keys: armored OpenPGP public keys
+    /// for a chart repository's provenance files (`helm package --sign`), cosign
+    /// public keys (cosign.pub) for charts in an OCI registry. Repeat the flag, or
+    /// separate with commas. A chart fetched from a repository is always checked
+    /// against the digest its index lists.
+    #[arg(
+        long,
+        env = "TETHER_CHART_KEYS",
+        value_name = "FILE",
+        value_delimiter = ',',
+        help_heading = "Verification"
+    )]
+    pub chart_keys: Vec<PathBuf>,
 }
 
 /// Where the models come from: a directory, a Git repository, or an OCI artifact.
@@ -430,6 +444,17 @@ impl KeyFlags {
             tether_engine::key_lookup::keyring_from_environment(self.age_key_file.as_deref())
                 .map_err(super::terminal::error)?;
         Ok(keys.given_by("--age-key-file, TETHER_AGE_KEY, SOPS_AGE_KEY or SOPS_AGE_KEY_FILE"))
+    }
+
+    /// The engines that build kustomizations and charts, charts checked against
+    /// `--chart-keys` when given.
+    pub fn generate(&self) -> miette::Result<tether_engine::generate::Generate> {
+        let mut generate = tether_engine::generate::Generate::from_environment();
+        if !self.chart_keys.is_empty() {
+            let keys = trusted_keys(&self.chart_keys, "--chart-keys")?;
+            generate.set_chart_keys(Some(std::sync::Arc::new(keys)));
+        }
+        Ok(generate)
     }
 }
 

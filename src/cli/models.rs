@@ -6,7 +6,6 @@ use std::process::ExitCode;
 use miette::IntoDiagnostic;
 use tether_core::ownership::Inventory;
 use tether_core::render::{to_json_list, to_yaml};
-use tether_engine::generate::Generate;
 use tether_engine::reconcile::{Rendered, build};
 use tether_engine::repo::Repo;
 
@@ -29,7 +28,7 @@ pub async fn validate(global: &GlobalArgs, args: &ValidateArgs) -> miette::Resul
     let (models, objects) = build(
         loaded,
         &Inventory::default(),
-        &Generate::from_environment(),
+        &args.keys.generate()?,
         None,
         None,
     )
@@ -108,7 +107,7 @@ async fn analysed(
     let mut loaded = repo.load().await.map_err(terminal::error)?;
     terminal::say_verified(&loaded);
     loaded.files = tether_sops::open_files(loaded.files, &keys.keyring()?);
-    let (models, rendered) = build(loaded, inventory, &Generate::from_environment(), None, None)
+    let (models, rendered) = build(loaded, inventory, &keys.generate()?, None, None)
         .await
         .map_err(terminal::error)?;
     let files = models.loaded.files;

@@ -28,7 +28,8 @@ pub(super) fn reconciler(
     Ok(
         Reconciler::new(repo, cluster.target(), inventory.inventory())
             .with_contexts(cluster.contexts())
-            .with_keys(std::sync::Arc::new(keys.keyring()?)),
+            .with_keys(std::sync::Arc::new(keys.keyring()?))
+            .with_generate(keys.generate()?),
     )
 }
 

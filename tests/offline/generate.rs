@@ -12,12 +12,12 @@ use serde_json::Value;
 use tether_testkit::remote::{KillOnDrop, free_port};
 use tether_testkit::tools::helm_tools;
 
-fn text(bytes: &[u8]) -> String {
+pub(crate) fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// tether with the pinned tools, its home (and chart cache) in `home`.
-fn tether(home: &Path, args: &[&str]) -> Output {
+pub(crate) fn tether(home: &Path, args: &[&str]) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_tether"));
     command
         .args(args)
@@ -30,19 +30,19 @@ fn tether(home: &Path, args: &[&str]) -> Output {
     command.output().unwrap()
 }
 
-fn write(path: &Path, content: &str) {
+pub(crate) fn write(path: &Path, content: &str) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(path, content).unwrap();
 }
 
-fn run(command: &mut Command) -> String {
+pub(crate) fn run(command: &mut Command) -> String {
     let out = command.output().unwrap();
     assert!(out.status.success(), "{command:?}: {}", text(&out.stderr));
     text(&out.stdout)
 }
 
 /// Every document of a YAML stream, as JSON.
-fn objects(yaml: &str) -> Vec<Value> {
+pub(crate) fn objects(yaml: &str) -> Vec<Value> {
     serde_saphyr::from_multiple::<Value>(yaml)
         .unwrap()
         .into_iter()
@@ -51,7 +51,7 @@ fn objects(yaml: &str) -> Vec<Value> {
 }
 
 /// tether's render of `models`, as JSON objects.
-fn rendered(home: &Path, models: &Path) -> Vec<Value> {
+pub(crate) fn rendered(home: &Path, models: &Path) -> Vec<Value> {
     let out = tether(home, &["render", models.to_str().unwrap(), "-o", "json"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let list: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -95,7 +95,7 @@ fn sorted(mut objects: Vec<Value>) -> Vec<Value> {
 }
 
 /// A temporary directory (tether's home) and the models root inside it.
-fn models_dir() -> (tempfile::TempDir, PathBuf) {
+pub(crate) fn models_dir() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let models = dir.path().join("models");
     (dir, models)

@@ -15,6 +15,7 @@
 //! control plane are `tests/cluster`.
 
 mod book;
+mod chart_verify;
 mod cli;
 mod corpus;
 mod discover;

@@ -421,7 +421,7 @@ urllib.request.urlopen(put)
 
 /// `cosign` with `args`, no passphrase asked, no transparency log, the local registry
 /// taken over plain HTTP.
-fn cosign(dir: &Path, args: &[&str]) -> Output {
+pub(crate) fn cosign(dir: &Path, args: &[&str]) -> Output {
     let out = Command::new(tether_testkit::tools::cosign())
         .args(args)
         .current_dir(dir)

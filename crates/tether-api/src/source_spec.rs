@@ -125,6 +125,15 @@ pub struct SourceSpec {
     /// in the Source's namespace. `tether verify` checks it against the cluster.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attestation: Option<AttestationSpec>,
+    /// Render only charts signed by a trusted key: a chart from a chart repository
+    /// by its provenance file (`helm package --sign`, armored OpenPGP keys), a chart
+    /// from an OCI registry by its cosign signature (cosign public keys). The keys are
+    /// every entry of a Secret in the Source's namespace, read before each pass. A
+    /// chart that is not verified renders nothing, and the last good revision stays
+    /// applied. (A chart fetched from a repository is always checked against the
+    /// digest its index lists.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verify_charts: Option<VerifyChartsSpec>,
     /// Decrypt the repository's sops-encrypted files with the age keys of a Secret in
     /// the Source's namespace (read before each pass, so a rotated key needs no
     /// restart). Without it, an encrypted file is an error and nothing is applied.
@@ -292,6 +301,16 @@ pub struct VerifySpec {
     /// as git's `gpg.ssh.allowedSignersFile`), SSH public keys one per line, armored
     /// OpenPGP public keys (`gpg --export --armor`), or for an oci:// URL cosign
     /// public keys (`cosign.pub`), any entry name.
+    pub secret_ref: LocalObjectReference,
+}
+
+/// The keys a Source's charts must be signed by (`spec.verifyCharts`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VerifyChartsSpec {
+    /// A Secret in the Source's namespace whose entries hold the trusted keys:
+    /// armored OpenPGP public keys (`gpg --export --armor`) and cosign public keys
+    /// (`cosign.pub`), any entry name.
     pub secret_ref: LocalObjectReference,
 }
 

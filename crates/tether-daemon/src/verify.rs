@@ -1,7 +1,8 @@
-//! The keys a Source's commits must be signed by: every entry of the Secret its
-//! `spec.verify` names (an allowed-signers file, SSH public keys, armored OpenPGP
-//! keys), read before each pass that loads the models, so that a key removed from the
-//! Secret is no longer trusted from the next pass on, with no restart.
+//! The keys a Source's commits must be signed by, and those its charts must be: every
+//! entry of the Secret its `spec.verify` (or `spec.verifyCharts`) names (an
+//! allowed-signers file, SSH public keys, armored OpenPGP keys, cosign keys), read
+//! before each pass that loads the models, so that a key removed from the Secret is
+//! no longer trusted from the next pass on, with no restart.
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
@@ -12,7 +13,7 @@ use tether_trust::trusted_keys::{KeyError, TrustedKeys};
 /// The Secret a Source's trusted keys are read from.
 pub(crate) struct VerifySecret {
     api: Api<Secret>,
-    /// `namespace/name`, for messages.
+    /// `the Secret namespace/name of spec.verify`, for messages.
     display: String,
     name: String,
 }
@@ -20,23 +21,24 @@ pub(crate) struct VerifySecret {
 /// Why a Source's trusted keys could not be read: nothing is applied.
 #[derive(Debug, thiserror::Error)]
 pub enum VerifyKeysError {
-    #[error("cannot read the Secret {secret} of spec.verify")]
+    #[error("cannot read {secret}")]
     Read {
         secret: String,
         #[source]
         source: kube::Error,
     },
-    #[error("the Secret {secret} of spec.verify has no entry")]
+    #[error("{secret} has no entry")]
     NoEntry { secret: String },
     #[error(transparent)]
     Key(#[from] KeyError),
 }
 
 impl VerifySecret {
-    pub(crate) fn new(client: Client, namespace: &str, name: &str) -> Self {
+    /// The Secret `name` that the Source's `field` (`spec.verify`) names.
+    pub(crate) fn new(client: Client, namespace: &str, name: &str, field: &str) -> Self {
         VerifySecret {
             api: Api::namespaced(client, namespace),
-            display: format!("{namespace}/{name}"),
+            display: format!("the Secret {namespace}/{name} of {field}"),
             name: name.to_string(),
         }
     }
@@ -54,7 +56,8 @@ impl VerifySecret {
     }
 }
 
-/// The keys of every entry of `secret`; `display` names it in errors.
+/// The keys of every entry of `secret`; `display` names it in errors (`the Secret
+/// ns/name of spec.verify`).
 pub(crate) fn trusted_keys_of(
     secret: &Secret,
     display: &str,
@@ -64,7 +67,7 @@ pub(crate) fn trusted_keys_of(
         let text = String::from_utf8_lossy(&value.0);
         keys.add(TrustedKeys::parse(
             &text,
-            &format!("the Secret {display}, entry {entry}"),
+            &format!("{display}, entry {entry}"),
         )?);
     }
     match keys.is_empty() {
@@ -90,21 +93,22 @@ mod tests {
                 ("allowed_signers", &format!("dev@example.org {KEY}")),
                 ("ops.pub", &format!("{KEY} ops@laptop")),
             ]),
-            "ns/keys",
+            "the Secret ns/keys of spec.verify",
         )
         .unwrap();
         assert_eq!(keys.names().len(), 2);
         let error = trusted_keys_of(
             &secret(&[("x", "dev@example.org ssh-ed25519 !")]),
-            "ns/keys",
+            "the Secret ns/keys of spec.verify",
         )
         .unwrap_err()
         .to_string();
         assert!(
-            error.starts_with("the Secret ns/keys, entry x, line 1: "),
+            error.starts_with("the Secret ns/keys of spec.verify, entry x, line 1: "),
             "{error}"
         );
-        let empty = trusted_keys_of(&Secret::default(), "ns/keys").unwrap_err();
+        let empty =
+            trusted_keys_of(&Secret::default(), "the Secret ns/keys of spec.verify").unwrap_err();
         assert_eq!(
             empty.to_string(),
             "the Secret ns/keys of spec.verify has no entry"

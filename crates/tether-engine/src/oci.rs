@@ -175,6 +175,18 @@ pub async fn pull(
     })
 }
 
+/// The trusted cosign signer of the manifest `digest` in `reference`'s repository:
+/// a chart Helm pulled from a registry, by the digest Helm printed.
+pub async fn verify_signature(
+    reference: &Reference,
+    access: &Access,
+    digest: &str,
+    keys: &TrustedKeys,
+) -> Result<tether_trust::verify::Signer, OciError> {
+    let registry = Registry::new(reference, access)?;
+    signature::verify(&registry, digest, keys).await
+}
+
 /// What `tether push artifact` publishes besides the directory.
 #[derive(Clone, Debug, Default)]
 pub struct PushMetadata {

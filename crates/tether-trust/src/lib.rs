@@ -2,9 +2,11 @@
 //! SSH and OpenPGP public keys, from an allowed-signers file or armored key blocks),
 //! [`verify`] (whether a signature over a payload is a trusted key's, and whose),
 //! [`cosign`] (an OCI artifact's cosign signature, by a trusted cosign key), [`dsse`]
-//! (signed envelopes: tether's deployment records, sealed and opened) and [`sign`] (an SSH signature made with tether's own key, as git's `gpg.format=ssh`
-//! makes it). Where the payloads come from (a commit, a tag) is the engine's
-//! (`tether_engine::git::verify`, `tether_engine::writeback`).
+//! (signed envelopes: tether's deployment records, sealed and opened), [`provenance`]
+//! (a Helm chart's `.prov` file, by a trusted OpenPGP key) and [`sign`] (an SSH
+//! signature made with tether's own key, as git's `gpg.format=ssh` makes it).
+//! Where the payloads come from (a commit, a tag, a chart) is the engine's
+//! (`tether_engine::git::verify`, `tether_engine::writeback`, its chart pulls).
 //!
 //! Pure but for the signing key's random nonce where its algorithm takes one:
 //! `clippy.toml` forbids the clock, the environment and the filesystem. A crate of its
@@ -15,6 +17,7 @@
 
 pub mod cosign;
 pub mod dsse;
+pub mod provenance;
 pub mod sign;
 pub mod trusted_keys;
 pub mod verify;

@@ -150,14 +150,22 @@ fn may_sign(line: &AllowedSigner, signed: Signed<'_>) -> Result<(), String> {
 fn verify_openpgp(keys: &[OpenPgpKey], signature: &str, payload: &[u8]) -> Result<Signer, Refusal> {
     let (sig, _) = DetachedSignature::from_string(signature)
         .map_err(|e| Refusal::Unreadable(e.to_string()))?;
+    verify_openpgp_signature(keys, &sig.signature, payload)
+}
+
+/// The trusted OpenPGP key that made `sig` over `payload` (a detached signature's
+/// bytes, or a cleartext-signed message's normalized text), or why none did.
+pub(crate) fn verify_openpgp_signature(
+    keys: &[OpenPgpKey],
+    sig: &pgp::packet::Signature,
+    payload: &[u8],
+) -> Result<Signer, Refusal> {
     let fingerprints: Vec<String> = sig
-        .signature
         .issuer_fingerprint()
         .iter()
         .map(|f| format!("{f:X}"))
         .collect();
-    let key_ids: Vec<pgp::types::KeyId> =
-        sig.signature.issuer_key_id().into_iter().copied().collect();
+    let key_ids: Vec<pgp::types::KeyId> = sig.issuer_key_id().into_iter().copied().collect();
     let issued = |key: &dyn IssuerOf| key.issued(&fingerprints, &key_ids);
     for trusted in keys {
         let signer = || Signer {

@@ -86,6 +86,7 @@ pub(super) async fn run_source(
     .stopped_by(stops.pass)
     .with_decryption(decryption_secret(&client, &source))
     .with_verify_keys(verify_secret(&client, &source))
+    .with_chart_keys(verify_charts_secret(&client, &source))
     .with_attestation(attestation_secret(&client, &source));
     pass_on_request(&source, &work.trigger());
     let acting = SourceIdentity(&daemon, &source, &client);
@@ -148,6 +149,20 @@ fn verify_secret(client: &Client, source: &Source) -> Option<VerifySecret> {
         client.clone(),
         &namespace,
         &verify.secret_ref.name,
+        "spec.verify",
+    ))
+}
+
+/// Where the keys its charts must be signed by are read before each pass: the Secret
+/// its `spec.verifyCharts` names, if any.
+fn verify_charts_secret(client: &Client, source: &Source) -> Option<VerifySecret> {
+    let verify = source.spec.verify_charts.as_ref()?;
+    let namespace = source.namespace().unwrap_or_default();
+    Some(VerifySecret::new(
+        client.clone(),
+        &namespace,
+        &verify.secret_ref.name,
+        "spec.verifyCharts",
     ))
 }
 

@@ -59,6 +59,8 @@ pub(crate) struct SourceLoop<S = NoStatus> {
     /// Where the keys its commits must be signed by are read before each pass that
     /// loads the models (a Source's `spec.verify` Secret).
     pub(super) verify: Option<VerifySecret>,
+    /// The Secret the keys its charts must be signed by are read from.
+    pub(super) verify_charts: Option<VerifySecret>,
     /// Where the key that signs its deployment attestations is read before each pass
     /// that loads the models (a Source's `spec.attestation` Secret), and the key read.
     pub(super) attestation: Option<AttestationSecret>,
@@ -106,6 +108,7 @@ impl<S: StatusSink> SourceLoop<S> {
             decryption: None,
             verify: None,
             attestation: None,
+            verify_charts: None,
             attestation_key: None,
             memory,
             observers,
@@ -154,6 +157,12 @@ impl<S: StatusSink> SourceLoop<S> {
     /// Applies only commits signed by the keys of `secret`, read before each pass.
     pub(crate) fn with_verify_keys(mut self, secret: Option<VerifySecret>) -> Self {
         self.verify = secret;
+        self
+    }
+
+    /// Reads the keys its charts must be signed by from `secret` before each pass.
+    pub(crate) fn with_chart_keys(mut self, secret: Option<VerifySecret>) -> Self {
+        self.verify_charts = secret;
         self
     }
 

@@ -154,8 +154,8 @@ impl<S: StatusSink> SourceLoop<S> {
 
     /// The keys this pass reads the models with, read now from the Source's Secrets
     /// (a rotated or removed key counts from this pass on): those that open the
-    /// encrypted files, those its commits must be signed by, and the one that signs
-    /// its attestation.
+    /// encrypted files, those its commits and its charts must be signed by, and the
+    /// one that signs its attestation.
     async fn read_keys(&mut self) -> Result<(), PassError> {
         if let Some(secret) = &self.decryption {
             self.reconciler.set_keys(Arc::new(secret.read().await?));
@@ -163,6 +163,10 @@ impl<S: StatusSink> SourceLoop<S> {
         if let Some(secret) = &self.verify {
             self.reconciler
                 .set_trusted_keys(Arc::new(secret.read().await?));
+        }
+        if let Some(secret) = &self.verify_charts {
+            self.reconciler
+                .set_chart_keys(Some(Arc::new(secret.read().await?)));
         }
         if let Some(secret) = &self.attestation {
             self.attestation_key = Some(secret.read().await?);

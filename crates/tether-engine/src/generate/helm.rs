@@ -2,7 +2,8 @@
 //! fetched (`helm pull`) from a chart repository or an OCI registry into the chart
 //! cache. A chart of an exact version is fetched once, however many Sources render it
 //! at once; a range is resolved by Helm at each build (a build is kept per commit, so
-//! a quiet pass fetches nothing). Values are written to a private directory removed
+//! a quiet pass fetches nothing). A fetched chart is checked before it enters the
+//! cache ([`super::verify`]). Values are written to a private directory removed
 //! after the build; the templates see the cluster's [`Capabilities`].
 
 use std::collections::HashMap;
@@ -13,7 +14,10 @@ use sha2::{Digest, Sha256};
 use tether_core::generate::{Failure, HelmRequest};
 use tether_core::model::ChartSource;
 
-use super::tools::{Tools, run_tool};
+use tether_trust::trusted_keys::TrustedKeys;
+
+use super::tools::{Tools, run_tool, run_tool_saying};
+use super::verify;
 
 /// What the cluster serves, as the templates' `.Capabilities` see it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -30,12 +34,13 @@ pub(super) fn template(
     root: &Path,
     request: &HelmRequest,
     capabilities: Option<&Capabilities>,
+    keys: Option<&TrustedKeys>,
 ) -> Result<String, Failure> {
     let helm = tools.helm().map_err(|e| Failure {
         message: e.to_string(),
         hint: e.hint(),
     })?;
-    let chart = chart_path(helm, chart_cache, root, request)?;
+    let chart = chart_path(helm, chart_cache, root, request, keys)?;
     let values = ValuesDir::write(chart_cache, &request.values).map_err(|e| Failure {
         message: format!("cannot write the values for Helm: {e}"),
         hint: "tether writes values files to a private directory of the chart cache \
@@ -81,12 +86,15 @@ fn helm_command(helm: &Path, chart_cache: &Path) -> std::process::Command {
     command
 }
 
-/// The chart on disk: the repository's directory, or the archive in the cache.
+/// The chart on disk: the repository's directory, or the archive in the cache
+/// (checked by [`super::verify`]; with `keys`, a chart from a registry is pulled and
+/// checked at each build).
 fn chart_path(
     helm: &Path,
     chart_cache: &Path,
     root: &Path,
     request: &HelmRequest,
+    keys: Option<&TrustedKeys>,
 ) -> Result<PathBuf, Failure> {
     let (reference, repo) = match &request.chart {
         ChartSource::Path(path) => {
@@ -126,8 +134,19 @@ fn chart_path(
                 version.trim_start_matches('v')
             ))
         });
-    let cached = || exact.as_ref().filter(|archive| archive.is_file()).cloned();
-    if let Some(archive) = cached() {
+    let cached = || -> Result<Option<PathBuf>, Failure> {
+        let Some(archive) = exact.as_ref().filter(|archive| archive.is_file()) else {
+            return Ok(None);
+        };
+        match (keys, &repo) {
+            (None, _) => Ok(Some(archive.clone())),
+            (Some(keys), Some(_)) => {
+                Ok(verify::cached_chart(archive, keys)?.then(|| archive.clone()))
+            }
+            (Some(_), None) => Ok(None),
+        }
+    };
+    if let Some(archive) = cached()? {
         return Ok(archive);
     }
     // The Sources that render an exact version at once wait for the first one's pull.
@@ -135,17 +154,18 @@ fn chart_path(
     let _pulling = one_pull
         .as_ref()
         .map(|pull| pull.lock().unwrap_or_else(PoisonError::into_inner));
-    if let Some(archive) = cached() {
+    if let Some(archive) = cached()? {
         return Ok(archive);
     }
-    pull(
+    let pull = Pull {
         helm,
         chart_cache,
-        &dir,
-        &reference,
-        repo.as_deref(),
-        request.version.as_deref(),
-    )
+        dir: &dir,
+        reference: &reference,
+        repo: repo.as_deref(),
+        version: request.version.as_deref(),
+    };
+    pull.run(keys)
 }
 
 /// The lock of the pulls into a chart's directory of the cache.
@@ -155,50 +175,72 @@ fn pulling(dir: &Path) -> Arc<Mutex<()>> {
     pulls.entry(dir.to_path_buf()).or_default().clone()
 }
 
-/// `helm pull` into a fresh directory, then into the cache: the archive it wrote.
-fn pull(
-    helm: &Path,
-    chart_cache: &Path,
-    dir: &Path,
-    reference: &str,
-    repo: Option<&str>,
-    version: Option<&str>,
-) -> Result<PathBuf, Failure> {
-    let io = |e: std::io::Error| Failure {
-        message: format!(
-            "cannot write the chart cache {}: {e}",
-            chart_cache.display()
-        ),
-        hint: "set TETHER_CHART_CACHE to a writable directory".into(),
-    };
-    std::fs::create_dir_all(dir).map_err(io)?;
-    let incoming = dir.join(format!(".pull-{}", fastrand::u64(..)));
-    std::fs::create_dir_all(&incoming).map_err(io)?;
-    let mut command = helm_command(helm, chart_cache);
-    command
-        .arg("pull")
-        .arg(reference)
-        .arg("--destination")
-        .arg(&incoming);
-    if let Some(repo) = repo {
-        command.args(["--repo", repo]);
+/// One `helm pull` of a chart.
+struct Pull<'a> {
+    helm: &'a Path,
+    chart_cache: &'a Path,
+    dir: &'a Path,
+    reference: &'a str,
+    repo: Option<&'a str>,
+    version: Option<&'a str>,
+}
+
+impl Pull<'_> {
+    /// `helm pull` into a fresh directory, checked there ([`verify`]), then moved into
+    /// the cache: the archive it wrote. Nothing that fails a check enters the cache.
+    fn run(&self, keys: Option<&TrustedKeys>) -> Result<PathBuf, Failure> {
+        let chart_cache = self.chart_cache;
+        let io = |e: std::io::Error| Failure {
+            message: format!(
+                "cannot write the chart cache {}: {e}",
+                chart_cache.display()
+            ),
+            hint: "set TETHER_CHART_CACHE to a writable directory".into(),
+        };
+        std::fs::create_dir_all(self.dir).map_err(io)?;
+        let incoming = self.dir.join(format!(".pull-{}", fastrand::u64(..)));
+        std::fs::create_dir_all(&incoming).map_err(io)?;
+        let result = self.pull_into(&incoming, keys).and_then(|archive| {
+            let target = self.dir.join(archive.file_name().unwrap_or_default());
+            let prov = verify::prov_path(&archive);
+            if prov.is_file() {
+                std::fs::rename(&prov, verify::prov_path(&target)).map_err(io)?;
+            }
+            std::fs::rename(&archive, &target).map_err(io)?;
+            Ok(target)
+        });
+        let _ = std::fs::remove_dir_all(&incoming);
+        result
     }
-    if let Some(version) = version {
-        command.args(["--version", version]);
-    }
-    if reference.starts_with("oci://") && is_loopback(reference) {
-        // A registry on this machine (a test's, a kind cluster's) serves plain HTTP.
-        command.arg("--plain-http");
-    }
-    let pulled = run_tool(command, helm).map_err(|message| Failure {
-        message: format!("cannot fetch the chart: {message}"),
-        hint:
-            "check the chart's repository, name and version; the last good revision stays applied"
+
+    fn pull_into(&self, incoming: &Path, keys: Option<&TrustedKeys>) -> Result<PathBuf, Failure> {
+        let insecure = self.reference.starts_with("oci://") && is_loopback(self.reference);
+        let mut command = helm_command(self.helm, self.chart_cache);
+        command
+            .arg("pull")
+            .arg(self.reference)
+            .arg("--destination")
+            .arg(incoming);
+        if let Some(repo) = self.repo {
+            command.args(["--repo", repo]);
+        }
+        if let Some(version) = self.version {
+            command.args(["--version", version]);
+        }
+        if insecure {
+            // A registry on this machine (a test's, a kind cluster's) serves plain HTTP.
+            command.arg("--plain-http");
+        }
+        let (printed, said) = run_tool_saying(command, self.helm).map_err(|message| Failure {
+            message: format!("cannot fetch the chart: {message}"),
+            hint: "check the chart's repository, name and version; the last good revision stays applied"
                 .into(),
-    });
-    let result = pulled.and_then(|_| {
-        let archive = std::fs::read_dir(&incoming)
-            .map_err(io)?
+        })?;
+        let archive = std::fs::read_dir(incoming)
+            .map_err(|e| Failure {
+                message: format!("cannot read the chart Helm fetched: {e}"),
+                hint: "set TETHER_CHART_CACHE to a writable directory".into(),
+            })?
             .flatten()
             .map(|e| e.path())
             .find(|p| p.extension().is_some_and(|e| e == "tgz"))
@@ -206,13 +248,21 @@ fn pull(
                 message: "helm pull wrote no chart archive".into(),
                 hint: "check the chart's reference".into(),
             })?;
-        let name = archive.file_name().map(PathBuf::from).unwrap_or_default();
-        let target = dir.join(name);
-        std::fs::rename(&archive, &target).map_err(io)?;
-        Ok(target)
-    });
-    let _ = std::fs::remove_dir_all(&incoming);
-    result
+        match (self.repo, keys) {
+            (Some(repo), keys) => verify::repository_chart(repo, self.reference, &archive, keys)?,
+            (None, Some(keys)) => {
+                let (pulled, digest) = verify::pulled(&said)
+                    .or_else(|| verify::pulled(&printed))
+                    .ok_or_else(|| Failure {
+                    message: "helm pull printed no digest of the chart it pulled".into(),
+                    hint: "use Helm 3.8 or later, which prints it".into(),
+                })?;
+                verify::registry_chart(&pulled, digest, insecure, keys)?;
+            }
+            (None, None) => {}
+        }
+        Ok(archive)
+    }
 }
 
 /// Is a version written exactly (`1.2.3`, `v1.2.3-rc.1`), not a range?

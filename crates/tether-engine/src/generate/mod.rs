@@ -9,12 +9,14 @@
 mod helm;
 mod kustomize;
 mod tools;
+mod verify;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tether_core::generate::{Failure, Generated, Generator};
+use tether_trust::trusted_keys::TrustedKeys;
 
 pub use helm::Capabilities;
 pub use tools::{HELM_VARIABLE, KUSTOMIZE_VARIABLE};
@@ -45,6 +47,9 @@ pub struct Generate {
     built: Arc<Mutex<Built>>,
     /// Kustomize's version, checked once.
     kustomize: Arc<std::sync::OnceLock<Result<KustomizeCommand, ToolError>>>,
+    /// The keys every chart fetched from a repository or a registry must be signed
+    /// by (a provenance file, a cosign signature); none: charts are not verified.
+    chart_keys: Option<Arc<TrustedKeys>>,
 }
 
 #[derive(Debug, Default)]
@@ -65,7 +70,14 @@ impl Generate {
             chart_cache,
             built: Arc::default(),
             kustomize: Arc::default(),
+            chart_keys: None,
         }
+    }
+
+    /// Requires every chart fetched from a repository or a registry to be signed by
+    /// one of `keys`, from the next build on (a Source's keys, read before each pass).
+    pub fn set_chart_keys(&mut self, keys: Option<Arc<TrustedKeys>>) {
+        self.chart_keys = keys;
     }
 
     /// Builds every generator; a failure is one generator's, with the tool's words.
@@ -101,7 +113,8 @@ impl Generate {
         generators
             .iter()
             .map(|generator| {
-                let key = format!("{generator:?}{capabilities:?}");
+                let keys = self.chart_keys.as_ref().map(|keys| keys.names());
+                let key = format!("{generator:?}{capabilities:?}{keys:?}");
                 if let Some(text) = revision.and_then(|r| self.kept(r, &key)) {
                     return Generated { output: Ok(text) };
                 }
@@ -109,9 +122,14 @@ impl Generate {
                     Generator::Kustomize { dir, .. } => self
                         .kustomize()
                         .and_then(|command| kustomize::build(&command, &root, dir)),
-                    Generator::Helm(request) => {
-                        helm::template(&self.tools, &self.chart_cache, &root, request, capabilities)
-                    }
+                    Generator::Helm(request) => helm::template(
+                        &self.tools,
+                        &self.chart_cache,
+                        &root,
+                        request,
+                        capabilities,
+                        self.chart_keys.as_deref(),
+                    ),
                 };
                 if let (Some(revision), Ok(text)) = (revision, &output) {
                     self.keep(revision, key, text.clone());

@@ -206,10 +206,16 @@ fn tool_message(stderr: &[u8]) -> String {
 }
 
 /// Runs a tool to completion: its standard output, or its own words.
-pub(super) fn run_tool(
+pub(super) fn run_tool(command: std::process::Command, program: &Path) -> Result<String, String> {
+    run_tool_saying(command, program).map(|(printed, _)| printed)
+}
+
+/// As [`run_tool`], with what the tool said on standard error besides (Helm prints a
+/// pulled chart's digest there).
+pub(super) fn run_tool_saying(
     mut command: std::process::Command,
     program: &Path,
-) -> Result<String, String> {
+) -> Result<(String, String), String> {
     command.stdin(std::process::Stdio::null());
     let output = command
         .output()
@@ -217,6 +223,10 @@ pub(super) fn run_tool(
     if !output.status.success() {
         return Err(tool_message(&output.stderr));
     }
-    String::from_utf8(output.stdout)
-        .map_err(|_| format!("{} printed text that is not UTF-8", program.display()))
+    let printed = String::from_utf8(output.stdout)
+        .map_err(|_| format!("{} printed text that is not UTF-8", program.display()))?;
+    Ok((
+        printed,
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    ))
 }

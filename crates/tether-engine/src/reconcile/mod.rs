@@ -243,6 +243,22 @@ impl Reconciler {
         }
     }
 
+    /// Builds kustomizations and charts with `generate` (its chart keys, its cache).
+    pub fn with_generate(mut self, generate: Generate) -> Self {
+        self.generate = generate;
+        self
+    }
+
+    /// Requires the charts fetched from a repository or a registry to be signed by
+    /// one of `keys` from the next plan on (a Source's chart keys, read before each
+    /// pass); `None`: charts are not verified.
+    pub fn set_chart_keys(
+        &mut self,
+        keys: Option<std::sync::Arc<tether_trust::trusted_keys::TrustedKeys>>,
+    ) {
+        self.generate.set_chart_keys(keys);
+    }
+
     /// Opens the repository's encrypted (sops) files with `keys`.
     pub fn with_keys(mut self, keys: std::sync::Arc<tether_sops::Keyring>) -> Self {
         self.set_keys(keys);
