@@ -15,7 +15,9 @@ use crate::feedback::{TOKEN, feedback_of, states, statuses};
 use crate::harness::eventually;
 use crate::operations::tether_plain;
 use crate::reconcile::{base, config_map, setup};
+use tether_testkit::charts::{ChartSigner, serve};
 use tether_testkit::githost::{GitHost, GitHostServer};
+use tether_testkit::tools::helm_tools;
 
 /// An SSH key made by ssh-keygen: its private key's path and fingerprint.
 fn ssh_key(dir: &Path, name: &str) -> (PathBuf, String) {
@@ -363,4 +365,107 @@ async fn a_source_signs_its_discovery_commit_and_then_applies_it_as_verified() {
     })
     .await;
     assert_eq!(ready(&ns).map(|(state, _, _)| state), Some("True".into()));
+}
+
+/// The `helm.sh/chart` label of the Deployment `hello` in `ns`, if it exists.
+fn chart_of_hello(ns: &str) -> Option<String> {
+    let out = Command::new("kubectl")
+        .args(["get", "deployment", "hello", "-n", ns, "-o", "json"])
+        .env("KUBECONFIG", crate::harness::cluster().kubeconfig())
+        .output()
+        .unwrap();
+    let deployment: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    deployment["metadata"]["labels"]["helm.sh/chart"]
+        .as_str()
+        .map(str::to_string)
+}
+
+#[tokio::test]
+async fn a_source_renders_only_charts_a_trusted_key_signed() {
+    install_crd();
+    let (_, ns, _) = setup("verify-charts").await;
+    let dir = tempfile::tempdir().unwrap();
+    let signer = ChartSigner::new(&dir.path().join("key"), "Charts <charts@example.org>");
+    let charts = dir.path().join("charts");
+    std::fs::create_dir_all(&charts).unwrap();
+    let helm = |args: &[&str]| {
+        let out = Command::new(&helm_tools().helm)
+            .args(args)
+            .current_dir(&charts)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "helm {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    helm(&["create", "hello"]);
+    let secring = signer.secring.to_str().unwrap();
+    helm(&[
+        "package",
+        "hello",
+        "--version",
+        "1.2.3",
+        "--sign",
+        "--key",
+        "Charts",
+        "--keyring",
+        secring,
+    ]);
+    helm(&["package", "hello", "--version", "1.3.0"]);
+    let served = serve(&charts);
+    helm(&["repo", "index", ".", "--url", &served.url]);
+    kubectl_ok(&[
+        "-n",
+        &ns,
+        "create",
+        "secret",
+        "generic",
+        "chart-keys",
+        &format!("--from-file=charts.asc={}", signer.public.display()),
+    ]);
+    let chart = |version: &str| {
+        format!(
+            "kind: HelmChart\nname: hello\nchart: hello\nrepository: {}\nversion: \"{version}\"\ntrust_domain: {ns}\n",
+            served.url
+        )
+    };
+    let remote = Remote::new(&[("base.yaml", &base(&ns)), ("hello.yaml", &chart("1.2.3"))]);
+    let _daemon = Daemon::start_with_env(
+        &["--sources", "--sources-namespace", &ns],
+        &[("TETHER_HELM", helm_tools().helm.as_path())],
+    );
+    kubectl_apply_text(&source_yaml(
+        "charts",
+        &ns,
+        &remote.url,
+        "  interval: 1s\n  verifyCharts:\n    secretRef:\n      name: chart-keys\n",
+    ));
+    eventually(Duration::from_secs(60), || async {
+        chart_of_hello(&ns).as_deref() == Some("hello-1.2.3")
+    })
+    .await;
+
+    // A commit naming a version nobody signed: nothing of it is applied, and the
+    // Source names the chart and why.
+    let unsigned = remote.push("main", &[("hello.yaml", &chart("1.3.0"))]);
+    let attempted = format!("main@sha1:{unsigned}");
+    eventually(Duration::from_secs(60), || async {
+        status(&ns, "charts")["lastAttemptedRevision"] == attempted.as_str()
+    })
+    .await;
+    let status = status(&ns, "charts");
+    let ready = status["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
+        .unwrap_or_else(|| panic!("no Ready condition: {status:#}"));
+    assert_eq!(ready["status"], "False", "{status:#}");
+    let message = ready["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("the chart hello-1.3.0.tgz is not verified: it has no provenance file"),
+        "{status:#}"
+    );
+    assert_eq!(chart_of_hello(&ns).as_deref(), Some("hello-1.2.3"));
+    assert_ne!(status["lastAppliedRevision"], attempted.as_str());
 }

@@ -5,90 +5,13 @@
 //! differs) renders nothing, and the error names the chart and why.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
-use tether_testkit::remote::{KillOnDrop, free_port};
+use tether_testkit::charts::{ChartSigner, serve};
 use tether_testkit::tools::helm_tools;
 
 use crate::generate::{models_dir, objects, run, tether, text, write};
 use crate::oci::cosign;
-
-/// A chart signing key as Helm's documentation makes one (`gpg --quick-gen-key`, a
-/// primary key that signs; Helm signs with the primary key): its secret keyring
-/// (`gpg --export-secret-keys`, as `helm package --sign` reads it), its public keyring
-/// for `helm verify`, and its armored public key for tether.
-struct ChartSigner {
-    secring: PathBuf,
-    pubring: PathBuf,
-    public: PathBuf,
-}
-
-fn chart_signer(dir: &Path, user: &str) -> ChartSigner {
-    let home = dir.join("gnupg");
-    std::fs::create_dir_all(&home).unwrap();
-    let gpg = |args: &[&str], out: Option<&str>| {
-        let output = Command::new("gpg")
-            .args(["--batch", "--passphrase", ""])
-            .args(args)
-            .env("GNUPGHOME", &home)
-            .output()
-            .unwrap();
-        assert!(
-            output.status.success(),
-            "gpg {args:?}: {}",
-            text(&output.stderr)
-        );
-        if let Some(file) = out {
-            std::fs::write(dir.join(file), output.stdout).unwrap();
-        }
-    };
-    gpg(&["--quick-gen-key", user, "ed25519", "sign", "never"], None);
-    gpg(&["--export-secret-keys"], Some("secring.gpg"));
-    gpg(&["--export"], Some("pubring.gpg"));
-    gpg(&["--armor", "--export"], Some("public.asc"));
-    let _ = Command::new("gpgconf")
-        .args(["--kill", "gpg-agent"])
-        .env("GNUPGHOME", &home)
-        .output();
-    ChartSigner {
-        secring: dir.join("secring.gpg"),
-        pubring: dir.join("pubring.gpg"),
-        public: dir.join("public.asc"),
-    }
-}
-
-/// The directory a python3 HTTP server serves on loopback, stopped when dropped.
-struct Served {
-    _server: KillOnDrop,
-    url: String,
-}
-
-fn serve(dir: &Path) -> Served {
-    let port = free_port();
-    let server = Command::new("python3")
-        .args([
-            "-m",
-            "http.server",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-        ])
-        .current_dir(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    for _ in 0..100 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
-    Served {
-        _server: KillOnDrop(server),
-        url: format!("http://127.0.0.1:{port}"),
-    }
-}
 
 fn chart_model(models: &Path, repository: &str, version: &str) {
     write(
@@ -141,11 +64,11 @@ fn assert_refused(out: &Output, expected: &[&str]) {
 #[test]
 fn a_chart_repositorys_provenance_files_and_index_digests_are_checked() {
     let dir = tempfile::tempdir().unwrap();
-    let gpg = chart_signer(
+    let gpg = ChartSigner::new(
         &dir.path().join("charts-key"),
         "Charts <charts@example.org>",
     );
-    let other = chart_signer(&dir.path().join("other-key"), "Other <other@example.org>");
+    let other = ChartSigner::new(&dir.path().join("other-key"), "Other <other@example.org>");
     let charts = dir.path().join("charts");
     std::fs::create_dir_all(&charts).unwrap();
     let helm = &helm_tools().helm;

@@ -11,6 +11,7 @@
 //! - [`broker`]: a Kafka-protocol broker and an independent consumer;
 //! - [`audit`]: the local control plane's audit log, entry by entry;
 //! - [`book`]: the book's pages as the shell scripts a reader would run;
+//! - [`charts`]: a chart signing key made by gpg, a chart repository served over HTTP;
 //! - [`registry`]: an OCI registry (Debian's docker-registry) with its access log;
 //! - [`tools`]: the pinned Helm and Kustomize (`scripts/helm-tools`);
 //! - [`cluster`] (feature `cluster`): local control planes (`scripts/local-cluster`),
@@ -30,6 +31,7 @@ pub mod book;
 pub mod broker;
 #[cfg(feature = "browser")]
 pub mod browser;
+pub mod charts;
 #[cfg(feature = "cluster")]
 pub mod cluster;
 pub mod git;
