@@ -5,7 +5,6 @@
 use std::process::ExitCode;
 
 use miette::IntoDiagnostic;
-use tether_core::attestation::compare;
 use tether_engine::attestation::{self, AttestationError};
 use tether_engine::reconcile::{ApplyReport, Planned, Reconciler};
 use tether_trust::dsse::RecordKey;
@@ -65,34 +64,28 @@ pub async fn verify(args: &VerifyArgs) -> miette::Result<ExitCode> {
     let client = tether_engine::cluster::connect(&args.cluster.target())
         .await
         .map_err(terminal::error)?;
-    let (origin, envelope) = match &args.attestation {
+    let given = match &args.attestation {
         Some(file) => {
             let origin = file.display().to_string();
             let text = std::fs::read_to_string(file)
                 .into_diagnostic()
                 .map_err(|e| e.wrap_err(origin.clone()))?;
             let envelope = attestation::envelope(&text, &origin).map_err(terminal::error)?;
-            (origin, envelope)
+            Some((origin, envelope))
         }
-        None => {
-            let namespace = &args.inventory.inventory_namespace;
-            let (name, envelope) =
-                attestation::latest(&client, namespace, &args.inventory.inventory_name)
-                    .await
-                    .map_err(terminal::error)?;
-            (format!("the ConfigMap {namespace}/{name}"), envelope)
-        }
+        None => None,
     };
-    let (attested, signer) = match attestation::open(&keys, &envelope, &origin) {
-        Ok(opened) => opened,
+    let inventory = args.inventory.inventory();
+    let checked = match attestation::check(&client, given, &inventory, &keys).await {
+        Ok(checked) => checked,
         Err(error @ AttestationError::Unverified { .. }) => {
             eprintln!("{:?}", terminal::error(error).wrap_err("not verified"));
             return Ok(ExitCode::from(EXIT_ERROR));
         }
         Err(error) => return Err(terminal::error(error)),
     };
-    let deployment = &attested.deployment;
-    println!("{origin}: signed by {signer}");
+    let deployment = &checked.attestation.deployment;
+    println!("{}: signed by {}", checked.origin, checked.signer);
     println!(
         "  {} at {} to cluster {} (inventory {}), {}",
         deployment.source,
@@ -104,19 +97,15 @@ pub async fn verify(args: &VerifyArgs) -> miette::Result<ExitCode> {
     if let Some(verified) = &deployment.verified {
         println!("  verified then: {verified}");
     }
-    let live = attestation::live(&client, &attested)
-        .await
-        .map_err(terminal::error)?;
-    let drift = compare(&attested, &live);
-    if drift.is_empty() {
+    if checked.drift.is_empty() {
         println!(
             "the cluster holds what it attests: {} objects, as applied",
-            attested.objects.len()
+            checked.attestation.objects.len()
         );
         return Ok(ExitCode::SUCCESS);
     }
-    println!("drifted since ({}):", drift.len());
-    for each in &drift {
+    println!("drifted since ({}):", checked.drift.len());
+    for each in &checked.drift {
         println!("  {each}");
     }
     Ok(ExitCode::from(EXIT_INVALID))

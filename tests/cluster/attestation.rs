@@ -389,7 +389,7 @@ async fn a_source_attests_each_pass_that_changed_the_cluster_with_who_signed_it(
         "attest",
         &format!("--from-file=attestation.pem={}", private.display()),
     ]);
-    let _daemon = crate::daemon::Daemon::start(&["--sources", "--sources-namespace", &ns]);
+    let daemon = crate::daemon::Daemon::start(&["--sources", "--sources-namespace", &ns]);
     crate::daemon::kubectl_apply_text(&crate::daemon::source_yaml(
         "web",
         &ns,
@@ -432,6 +432,75 @@ async fn a_source_attests_each_pass_that_changed_the_cluster_with_who_signed_it(
             })
     })
     .await;
+
+    // The page's API answers the same check to whoever may see the Source.
+    crate::web::install_roles();
+    let viewer = crate::web::user(&client, &ns, "viewer", &["tether-viewer"]).await;
+    let stranger = crate::web::user(&client, &ns, "stranger", &[]).await;
+    let path = format!("/api/v1/sources/{ns}/web/attestation");
+    let checked = |token: &str| {
+        let (code, body) = crate::web::http_get(&daemon, &path, Some(token));
+        assert_eq!(code, 200, "{body}");
+        crate::web::json(&body)
+    };
+    let answer = checked(&viewer);
+    assert_eq!(answer["verified"], true, "{answer:#}");
+    assert_eq!(answer["clean"], true, "{answer:#}");
+    assert_eq!(
+        answer["deployment"]["revision"],
+        remote.head("main").as_str()
+    );
+    assert!(
+        answer["signer"]
+            .as_str()
+            .unwrap()
+            .contains("attestation key"),
+        "{answer:#}"
+    );
+    let (code, body) = crate::web::http_get(&daemon, &path, Some(&stranger));
+    assert_eq!(code, 403, "{body}");
+    // A label added by hand is named with its writer.
+    kubectl(&["-n", &ns, "label", "configmap", "settings", "hotfix=yes"]);
+    let answer = checked(&viewer);
+    assert_eq!(answer["clean"], false, "{answer:#}");
+    assert!(
+        answer["drift"].as_array().unwrap().iter().any(|d| d
+            .as_str()
+            .unwrap()
+            .ends_with("settings: kubectl-label set metadata.labels.hotfix since")),
+        "{answer:#}"
+    );
+    // A newer attestation written by someone without the key (its statement changed
+    // under the old signature): refused, not believed.
+    let newest = attestations(&ns, "web").pop().unwrap();
+    let mut forged: Value =
+        serde_json::from_str(newest["data"]["envelope.json"].as_str().unwrap()).unwrap();
+    let mut statement = statement_of(&forged.to_string());
+    statement["predicate"]["deployment"]["revision"] = "0000000".into();
+    forged["payload"] = base64_encode(statement.to_string().as_bytes()).into();
+    let mut labels = serde_json::Map::new();
+    labels.insert("tether.dev/attestation-of".into(), "web".into());
+    let configmap = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "tether-attestation-web-forged", "namespace": ns, "labels": labels},
+        "data": {"envelope.json": forged.to_string()},
+    });
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    crate::daemon::kubectl_apply_text(&configmap.to_string());
+    let answer = checked(&viewer);
+    assert_eq!(answer["verified"], false, "{answer:#}");
+    assert!(
+        flat(answer["reason"].as_str().unwrap()).contains("doesnotmatchitscontent"),
+        "{answer:#}"
+    );
+    kubectl(&[
+        "-n",
+        &ns,
+        "delete",
+        "configmap",
+        "tether-attestation-web-forged",
+    ]);
 
     // The key's entry removed: the next commit is not applied.
     kubectl(&[

@@ -8,6 +8,7 @@ use kube::Client;
 use kube::api::Api;
 
 use tether_trust::dsse::{RecordKey, RecordKeyError};
+use tether_trust::trusted_keys::{KeyError, TrustedKeys};
 
 /// The Secret's entry that holds the private key (PEM, ECDSA P-256).
 pub(crate) const ATTESTATION_ENTRY: &str = "attestation.pem";
@@ -35,6 +36,8 @@ pub enum AttestationKeyError {
     NoEntry { secret: String },
     #[error(transparent)]
     Key(#[from] RecordKeyError),
+    #[error(transparent)]
+    Public(#[from] KeyError),
 }
 
 impl AttestationSecret {
@@ -57,6 +60,14 @@ impl AttestationSecret {
                     source,
                 })?;
         key_of(&secret, &self.display)
+    }
+
+    /// The public half of the key, read now: what the Source's attestations are
+    /// checked against (the page's API).
+    pub(crate) async fn public_keys(&self) -> Result<TrustedKeys, AttestationKeyError> {
+        let public = self.read().await?.public_pem()?;
+        let origin = format!("the Secret {} of spec.attestation", self.display);
+        Ok(TrustedKeys::parse(&public, &origin)?)
     }
 }
 

@@ -49,6 +49,16 @@ pub(crate) struct Handle {
     pub url: Option<String>,
     pub reference: Option<String>,
     pub path: Option<String>,
+    /// What its attestations are checked with, when it attests (`spec.attestation`).
+    pub attestation: Option<Attesting>,
+}
+
+/// A Source's attestations, as the page's API checks them: the inventory they attest,
+/// and the Secret of the key that signs them (its public half checks them).
+#[derive(Clone)]
+pub(crate) struct Attesting {
+    pub inventory: tether_core::ownership::Inventory,
+    pub secret: Arc<crate::attestation::AttestationSecret>,
 }
 
 /// How a source loop is shown on the page.
@@ -460,6 +470,7 @@ mod tests {
             url: Some("https://github.com/acme/shop.git".into()),
             reference: Some("main".into()),
             path: None,
+            attestation: None,
         };
         views.register(&name, handle);
         (views, name)

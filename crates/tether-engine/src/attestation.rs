@@ -3,8 +3,9 @@
 //! (`tether_core::attestation`), sealed in a DSSE envelope with the attestation key
 //! (`tether_trust::dsse`), and kept as a ConfigMap in the inventory's namespace
 //! (labelled `tether.dev/attestation-of: <inventory>`, data `envelope.json`), the
-//! oldest beyond the bound deleted. [`latest`] reads the newest back, [`open`] checks
-//! it, [`live`] reads the objects it names for `tether_core::attestation::compare`.
+//! oldest beyond the bound deleted. [`check`] reads the newest back (or takes one
+//! given), opens it against trusted keys and compares the objects it names, as the
+//! server holds them now, with it (`tether_core::attestation::compare`).
 
 use std::collections::BTreeSet;
 
@@ -17,8 +18,10 @@ use thiserror::Error;
 
 use crate::cluster::{ClusterError, Resources, api_error};
 use tether_core::attestation::{
-    Attestation, AttestedObject, Deployment, StatementError, digest, owned_fields, writers,
+    Attestation, AttestedObject, Deployment, Drift, StatementError, compare, digest, owned_fields,
+    writers,
 };
+use tether_core::ownership::Inventory;
 use tether_core::render::RenderedObject;
 use tether_trust::dsse::{Envelope, IN_TOTO_PAYLOAD_TYPE, RecordKey, open as open_envelope};
 use tether_trust::trusted_keys::TrustedKeys;
@@ -187,7 +190,7 @@ async fn listed(api: &Api<ConfigMap>, inventory: &str) -> Result<Vec<ConfigMap>,
 
 /// The newest attestation of `inventory` in `namespace`: its ConfigMap's name and
 /// envelope.
-pub async fn latest(
+async fn latest(
     client: &Client,
     namespace: &str,
     inventory: &str,
@@ -222,7 +225,7 @@ pub fn envelope(text: &str, origin: &str) -> Result<Envelope, AttestationError> 
 }
 
 /// The attestation an envelope holds, if a trusted key signed it.
-pub fn open(
+fn open(
     keys: &TrustedKeys,
     envelope: &Envelope,
     origin: &str,
@@ -241,8 +244,49 @@ pub fn open(
     Ok((attestation, signer))
 }
 
+/// An attestation checked against the cluster: where it came from, what it says, who
+/// signed it, and how the live objects differ from it (none: clean).
+#[derive(Clone, Debug)]
+pub struct Checked {
+    /// `the ConfigMap ns/name`, or the file's path.
+    pub origin: String,
+    pub attestation: Attestation,
+    pub signer: Signer,
+    pub drift: Vec<Drift>,
+}
+
+/// Checks an attestation (`given`: one read elsewhere, with its origin; else the
+/// newest of `inventory`) against `keys`, then the cluster's live objects against it:
+/// what `tether verify` and the page's API both answer.
+pub async fn check(
+    client: &Client,
+    given: Option<(String, Envelope)>,
+    inventory: &Inventory,
+    keys: &TrustedKeys,
+) -> Result<Checked, AttestationError> {
+    let (origin, envelope) = match given {
+        Some(given) => given,
+        None => {
+            let (name, envelope) = latest(client, &inventory.namespace, &inventory.name).await?;
+            (
+                format!("the ConfigMap {}/{name}", inventory.namespace),
+                envelope,
+            )
+        }
+    };
+    let (attestation, signer) = open(keys, &envelope, &origin)?;
+    let live = live(client, &attestation).await?;
+    let drift = compare(&attestation, &live);
+    Ok(Checked {
+        origin,
+        attestation,
+        signer,
+        drift,
+    })
+}
+
 /// The objects an attestation names, as the server holds them now (none: not found).
-pub async fn live(
+async fn live(
     client: &Client,
     attestation: &Attestation,
 ) -> Result<Vec<Option<Value>>, AttestationError> {

@@ -26,6 +26,7 @@ use crate::attestation::AttestationSecret;
 use crate::clock::now;
 use crate::decryption::DecryptionSecret;
 use crate::drift::Drift;
+use crate::loop_views::Attesting;
 use crate::loop_views::Handle;
 use crate::shared::Shared;
 use crate::switchboard::Trigger;
@@ -63,7 +64,7 @@ pub(crate) struct SourceLoop<S = NoStatus> {
     pub(super) verify_charts: Option<VerifySecret>,
     /// Where the key that signs its deployment attestations is read before each pass
     /// that loads the models (a Source's `spec.attestation` Secret), and the key read.
-    pub(super) attestation: Option<AttestationSecret>,
+    pub(super) attestation: Option<Arc<AttestationSecret>>,
     pub(super) attestation_key: Option<RecordKey>,
     /// What the passes remember between them.
     pub(super) memory: Memory,
@@ -150,7 +151,7 @@ impl<S: StatusSink> SourceLoop<S> {
     /// Attests each pass that changed the cluster with the key of `secret`, read
     /// before each pass.
     pub(crate) fn with_attestation(mut self, secret: Option<AttestationSecret>) -> Self {
-        self.attestation = secret;
+        self.attestation = secret.map(Arc::new);
         self
     }
 
@@ -187,6 +188,10 @@ impl<S: StatusSink> SourceLoop<S> {
                 url: origin.url.clone(),
                 reference: origin.reference.clone(),
                 path: shown.path.clone(),
+                attestation: self.attestation.as_ref().map(|secret| Attesting {
+                    inventory: self.reconciler.inventory().clone(),
+                    secret: secret.clone(),
+                }),
             };
             shared.views.register(&shown.name, handle);
         }

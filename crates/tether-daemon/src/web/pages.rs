@@ -220,7 +220,7 @@ pub(crate) async fn source(
 }
 
 /// The Source, when `headers`' viewer may see it (the API's reads).
-async fn visible_snapshot(
+pub(crate) async fn visible_snapshot(
     state: &WebState,
     headers: &HeaderMap,
     namespace: String,

@@ -12,7 +12,7 @@ use tether_web::paths;
 use tower_http::compression::CompressionLayer;
 
 use super::handling::{Web, WebState};
-use super::{act, pages};
+use super::{act, attestation, pages};
 use crate::shared::Shared;
 
 /// The page's Content-Security-Policy: nothing but the daemon's own script, style
@@ -44,6 +44,7 @@ pub(crate) fn routes(shared: Arc<Shared>, web: Arc<Web>) -> Router {
             post(act::pod),
         )
         .route(&format!("{api}/hosts"), get(pages::hosts))
+        .route(&format!("{api}/attestation"), get(attestation::attestation))
         .route(
             &format!("{api}/hosts/{{host}}/labels"),
             get(pages::host_labels).post(act::assign_labels),
