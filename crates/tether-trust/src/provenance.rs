@@ -124,6 +124,7 @@ mod tests {
     fn keys(file: &str) -> TrustedKeys {
         let text = match file {
             "charts" => include_str!("../testdata/charts.asc"),
+            "certify-only" => include_str!("../testdata/certify-only.asc"),
             _ => include_str!("../testdata/other.asc"),
         };
         TrustedKeys::parse(text, file).unwrap()
@@ -169,5 +170,23 @@ mod tests {
         let error = verify_provenance(&keys("charts"), "files: {}", "hello-1.2.3.tgz", ARCHIVE)
             .unwrap_err();
         assert!(matches!(error, ProvenanceError::Unreadable(_)), "{error}");
+    }
+
+    #[test]
+    fn a_signature_by_a_primary_key_that_only_certifies_is_refused_as_gpg_refuses_it() {
+        // gpg made the key with a primary that only certifies and a subkey that signs;
+        // `helm package --sign` signed with the primary all the same.
+        let error = verify_provenance(
+            &keys("certify-only"),
+            include_str!("../testdata/hello-2.0.0.tgz.prov"),
+            "hello-2.0.0.tgz",
+            include_bytes!("../testdata/hello-2.0.0.tgz"),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(error, ProvenanceError::Refused(Refusal::NotAllowed { .. })),
+            "{error}"
+        );
+        assert!(error.to_string().contains("Wrong key usage"), "{error}");
     }
 }

@@ -185,11 +185,30 @@ pub(crate) fn verify_openpgp_signature(
             }
             Ok(()) => Ok(signer()),
         };
+        let not_for_signing = || {
+            Refusal::NotAllowed {
+            signer: signer(),
+            reason: "its key flags do not let it sign (gpg says \"Wrong key usage\"): sign with a subkey or a primary key made for signing".into(),
+        }
+        };
         if issued(&trusted.key) {
-            return check(sig.verify(&trusted.key, payload));
+            let details = &trusted.key.details;
+            let self_signatures = details
+                .direct_signatures
+                .iter()
+                .chain(details.users.iter().flat_map(|u| &u.signatures));
+            return check(sig.verify(&trusted.key, payload)).and_then(|signer| {
+                flags_let_sign(self_signatures)
+                    .then_some(signer)
+                    .ok_or_else(not_for_signing)
+            });
         }
         if let Some(subkey) = trusted.key.public_subkeys.iter().find(|s| issued(*s)) {
-            return check(sig.verify(subkey, payload));
+            return check(sig.verify(subkey, payload)).and_then(|signer| {
+                flags_let_sign(&subkey.signatures)
+                    .then_some(signer)
+                    .ok_or_else(not_for_signing)
+            });
         }
     }
     Err(Refusal::UnknownKey {
@@ -200,6 +219,18 @@ pub(crate) fn verify_openpgp_signature(
             .map(|id| format!("OpenPGP {id}"))
             .unwrap_or_else(|| "an OpenPGP key the signature does not name".into()),
     })
+}
+
+/// Whether a key's self-signatures (or a subkey's binding signatures) let it sign:
+/// when they give key flags, `sign` must be among them; a key whose signatures give
+/// none may sign, as for gpg.
+fn flags_let_sign<'a>(signatures: impl IntoIterator<Item = &'a pgp::packet::Signature>) -> bool {
+    let given: Vec<pgp::packet::KeyFlags> = signatures
+        .into_iter()
+        .map(|s| s.key_flags())
+        .filter(|flags| *flags != pgp::packet::KeyFlags::default())
+        .collect();
+    given.is_empty() || given.iter().any(pgp::packet::KeyFlags::sign)
 }
 
 /// A key or subkey that a signature's issuer subpackets may name.
