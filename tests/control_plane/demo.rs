@@ -315,6 +315,15 @@ fn the_demo_shows_every_step_and_stops_what_it_started() {
     assert_host_label_and_lock(step(&text, "Hosts: a label and a lock"));
     assert_secret_never_shown(&text, step(&text, "Secrets in Git"));
     assert_chart_and_overlay(step(&text, "A repository as teams have it"));
+    let charts = step(&text, "Signed charts");
+    assert!(
+        charts.contains("Successfully packaged chart")
+            && charts.contains("kind: Deployment")
+            && charts.contains("the chart hello-1.0.0.tgz is not verified: the archive is not the hello-1.0.0.tgz its provenance file signed by")
+            && charts.contains("(exit 1: nothing rendered)")
+            && charts.trim_end().ends_with("helm.sh/chart: hello-1.0.0"),
+        "{charts}"
+    );
     // The demo repository's latest commits, newest first: each operation is one.
     let expected = [
         "unlock: Node/tether-sim-2",

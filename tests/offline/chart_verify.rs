@@ -164,7 +164,7 @@ fn a_chart_repositorys_provenance_files_and_index_digests_are_checked() {
     assert_refused(
         &render(fresh.path(), &models, Some(&gpg.public)),
         &[
-            "hello-1.2.3.tgz is not what its provenance file signed by",
+            "the chart hello-1.2.3.tgz is not verified: the archive is not the hello-1.2.3.tgz its provenance file signed by",
             "vouches for: its digest is sha256:",
         ],
     );

@@ -33,7 +33,7 @@ pub enum ProvenanceError {
     #[error("its provenance file, signed by {signer}, names no digest for {archive}")]
     NotNamed { archive: String, signer: Signer },
     #[error(
-        "{archive} is not what its provenance file signed by {signer} vouches for: its digest is sha256:{actual}, the file says {signed}"
+        "the archive is not the {archive} its provenance file signed by {signer} vouches for: its digest is sha256:{actual}, the file says {signed}"
     )]
     Changed {
         archive: String,
