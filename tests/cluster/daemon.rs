@@ -217,6 +217,16 @@ pub fn status(namespace: &str, name: &str) -> serde_json::Value {
     source["status"].clone()
 }
 
+/// The message of a Source status's condition `type_` ("" when it has none).
+pub fn condition_message(status: &serde_json::Value, type_: &str) -> String {
+    status["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == type_))
+        .and_then(|c| c["message"].as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
 pub fn condition(status: &serde_json::Value, type_: &str) -> Option<(String, String)> {
     status["conditions"].as_array()?.iter().find_map(|c| {
         (c["type"] == type_).then(|| {

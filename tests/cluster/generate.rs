@@ -758,13 +758,15 @@ async fn the_daemon_follows_charts_and_overlays_renders_once_per_commit_and_keep
     .await;
     let status = crate::daemon::status(&ns, "site");
     assert_eq!(status["lastAppliedRevision"], good.as_str(), "{status:#}");
-    let ready = status["conditions"]
-        .as_array()
-        .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
-        .unwrap_or_else(|| panic!("no Ready condition: {status:#}"));
-    assert_eq!(ready["status"], "False", "{status:#}");
-    let message = ready["message"].as_str().unwrap_or_default();
-    assert!(message.contains("HelmChart \"web\""), "{status:#}");
+    assert_eq!(
+        condition(&status, "Ready").map(|c| c.0).as_deref(),
+        Some("False"),
+        "{status:#}"
+    );
+    assert!(
+        crate::daemon::condition_message(&status, "Ready").contains("HelmChart \"web\""),
+        "{status:#}"
+    );
     assert_eq!(
         live("deployment", "web", &ns).unwrap()["spec"]["replicas"],
         1

@@ -189,16 +189,11 @@ async fn a_source_applies_only_an_artifact_a_trusted_cosign_key_signed() {
     };
     let host = registry.host();
     let sign = |digest: &str| {
-        cosign(&[
-            "sign",
-            "--key",
+        tether_testkit::tools::cosign_sign(
+            keys.path(),
             "cosign.key",
-            "--tlog-upload=false",
-            "--allow-insecure-registry",
-            "--allow-http-registry",
-            "--yes",
             &format!("{host}/team/models@{digest}"),
-        ]);
+        );
     };
     cosign(&["generate-key-pair"]);
     crate::daemon::kubectl_ok(&[

@@ -8,8 +8,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::daemon::{
-    Daemon, Remote, audit_offset, condition, install_crd, kubectl_apply_text, kubectl_ok, signal,
-    source_yaml, status, value_of, writes_since,
+    Daemon, Remote, audit_offset, condition, condition_message, install_crd, kubectl_apply_text,
+    kubectl_ok, signal, source_yaml, status, value_of, writes_since,
 };
 use crate::feedback::{TOKEN, feedback_of, states, statuses};
 use crate::harness::eventually;
@@ -456,14 +456,14 @@ async fn a_source_renders_only_charts_a_trusted_key_signed() {
     })
     .await;
     let status = status(&ns, "charts");
-    let ready = status["conditions"]
-        .as_array()
-        .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
-        .unwrap_or_else(|| panic!("no Ready condition: {status:#}"));
-    assert_eq!(ready["status"], "False", "{status:#}");
-    let message = ready["message"].as_str().unwrap_or_default();
+    assert_eq!(
+        condition(&status, "Ready").map(|c| c.0).as_deref(),
+        Some("False"),
+        "{status:#}"
+    );
     assert!(
-        message.contains("the chart hello-1.3.0.tgz is not verified: it has no provenance file"),
+        condition_message(&status, "Ready")
+            .contains("the chart hello-1.3.0.tgz is not verified: it has no provenance file"),
         "{status:#}"
     );
     assert_eq!(chart_of_hello(&ns).as_deref(), Some("hello-1.2.3"));

@@ -251,18 +251,10 @@ fn a_chart_in_a_registry_renders_only_with_a_trusted_cosign_signature() {
             .to_string()
     };
     let digest = push("0.4.0");
-    cosign(
+    tether_testkit::tools::cosign_sign(
         dir.path(),
-        &[
-            "sign",
-            "--key",
-            "cosign.key",
-            "--tlog-upload=false",
-            "--allow-insecure-registry",
-            "--allow-http-registry",
-            "--yes",
-            &format!("{}/charts/hello@{digest}", registry.host()),
-        ],
+        "cosign.key",
+        &format!("{}/charts/hello@{digest}", registry.host()),
     );
     push("0.5.0");
     let (home, models) = models_dir();

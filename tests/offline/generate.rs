@@ -6,10 +6,9 @@
 //! kustomization or the file, and renders nothing.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
 use serde_json::Value;
-use tether_testkit::remote::{KillOnDrop, free_port};
 use tether_testkit::tools::helm_tools;
 
 pub(crate) fn text(bytes: &[u8]) -> String {
@@ -441,7 +440,7 @@ fn a_missing_helm_is_an_error_that_says_how_to_install_it() {
 /// A chart repository: `helm package` and `helm repo index` served by a plain HTTP
 /// server on loopback, stopped when dropped.
 struct ChartRepository {
-    _server: KillOnDrop,
+    _served: tether_testkit::charts::Served,
     url: String,
     _dir: tempfile::TempDir,
 }
@@ -452,38 +451,18 @@ fn chart_repository() -> ChartRepository {
     run(Command::new(helm)
         .args(["create", "hello"])
         .current_dir(dir.path()));
-    run(Command::new(helm)
-        .args(["package", "hello", "--version", "1.2.3"])
-        .current_dir(dir.path()));
-    run(Command::new(helm)
-        .args(["package", "hello", "--version", "1.3.0"])
-        .current_dir(dir.path()));
-    let port = free_port();
-    let url = format!("http://127.0.0.1:{port}");
+    for version in ["1.2.3", "1.3.0"] {
+        run(Command::new(helm)
+            .args(["package", "hello", "--version", version])
+            .current_dir(dir.path()));
+    }
+    let served = tether_testkit::charts::serve(dir.path());
+    let url = served.url.clone();
     run(Command::new(helm)
         .args(["repo", "index", ".", "--url", &url])
         .current_dir(dir.path()));
-    let server = Command::new("python3")
-        .args([
-            "-m",
-            "http.server",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-        ])
-        .current_dir(dir.path())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    for _ in 0..100 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
     ChartRepository {
-        _server: KillOnDrop(server),
+        _served: served,
         url,
         _dir: dir,
     }

@@ -461,21 +461,8 @@ fn only_an_artifact_a_trusted_cosign_key_signed_is_read() {
             key.to_str().unwrap(),
         ])
     };
-    let sign = |pushed: &str| {
-        cosign(
-            keys.path(),
-            &[
-                "sign",
-                "--key",
-                "cosign.key",
-                "--tlog-upload=false",
-                "--allow-insecure-registry",
-                "--allow-http-registry",
-                "--yes",
-                pushed.trim(),
-            ],
-        );
-    };
+    let sign =
+        |pushed: &str| tether_testkit::tools::cosign_sign(keys.path(), "cosign.key", pushed.trim());
     let signed = format!("oci://{host}/team/models:v1");
     let pushed = push(&signed, "examples/models");
     let digest = pushed.trim().rsplit('@').next().unwrap().to_string();
