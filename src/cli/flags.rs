@@ -15,6 +15,7 @@ use tether_engine::oci::Reference;
 use tether_engine::repo::Repo;
 use tether_engine::writeback::WritebackError;
 use tether_trust::sign::SigningKey;
+use tether_trust::sigstore::Identity;
 use tether_trust::trusted_keys::TrustedKeys;
 
 /// How to reach the cluster: flattened into each command that talks to one (and
@@ -136,6 +137,26 @@ pub struct VerifyFlags {
         requires = "verify_keys"
     )]
     pub verify_mode: VerifyModeFlag,
+    /// For an oci:// --repo signed with a certificate of a trusted root's authority
+    /// (a Sigstore trusted_root.json among --verify-keys): the subject (an email
+    /// address or a URI) it must be issued for, a regular expression matched against
+    /// the whole subject.
+    #[arg(
+        long,
+        env = "TETHER_CERTIFICATE_IDENTITY",
+        value_name = "REGEX",
+        requires_all = ["verify_keys", "certificate_oidc_issuer"]
+    )]
+    pub certificate_identity: Option<String>,
+    /// The OIDC issuer that certificate must name, a regular expression matched
+    /// against the whole issuer.
+    #[arg(
+        long,
+        env = "TETHER_CERTIFICATE_OIDC_ISSUER",
+        value_name = "REGEX",
+        requires = "certificate_identity"
+    )]
+    pub certificate_oidc_issuer: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, Default, clap::ValueEnum)]
@@ -152,7 +173,17 @@ impl VerifyFlags {
         if self.verify_keys.is_empty() {
             return Ok(None);
         }
-        let keys = trusted_keys(&self.verify_keys, "--verify-keys")?;
+        let mut keys = trusted_keys(&self.verify_keys, "--verify-keys")?;
+        if let (Some(subject), Some(issuer)) =
+            (&self.certificate_identity, &self.certificate_oidc_issuer)
+        {
+            let identity = Identity::new(issuer, subject).map_err(|e| {
+                miette::miette!(
+                    "--certificate-identity or --certificate-oidc-issuer: not a regular expression: {e}"
+                )
+            })?;
+            keys.trust_identities(vec![identity]);
+        }
         Ok(Some(Verification {
             mode: match self.verify_mode {
                 VerifyModeFlag::Head => VerifyMode::Head,

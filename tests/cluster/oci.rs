@@ -9,6 +9,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use tether_testkit::registry::Registry;
+use tether_testkit::sigstore::PrivateSigstore;
 
 use crate::daemon::{Daemon, condition, http, install_crd, kubectl_apply_text, status, value_of};
 use crate::harness::eventually;
@@ -248,6 +249,53 @@ async fn a_source_applies_only_an_artifact_a_trusted_cosign_key_signed() {
     sign(&second);
     eventually(Duration::from_secs(40), || async {
         value_of(&client, &ns).await.as_deref() == Some("v2")
+    })
+    .await;
+
+    // A push signed by a private Sigstore's certificate (a bundle, no key): applied
+    // once the Secret holds its trusted root and the Source trusts that identity,
+    // not before; v2 stays meanwhile.
+    let sigstore = PrivateSigstore::new("fulcio");
+    let third = push_models(models.path(), &ns, "v3", &reference);
+    sigstore
+        .issue("ci@example.org", "https://issuer.example.org")
+        .sign(&format!("{host}/team/models@{third}"));
+    let secret = crate::daemon::kubectl_ok(&[
+        "-n",
+        &ns,
+        "create",
+        "secret",
+        "generic",
+        "trusted",
+        &format!(
+            "--from-file=cosign.pub={}",
+            keys.path().join("cosign.pub").display()
+        ),
+        &format!(
+            "--from-file=trusted_root.json={}",
+            sigstore.trusted_root().display()
+        ),
+        "--dry-run=client",
+        "-o",
+        "yaml",
+    ]);
+    kubectl_apply_text(&secret);
+    let trust = |subject: &str| {
+        kubectl_apply_text(&format!(
+            "apiVersion: tether.dev/v1alpha1\nkind: Source\nmetadata:\n  name: web\n  namespace: {ns}\nspec:\n  url: oci://{host}/team/models\n  ref: stable\n  insecure: true\n  interval: 1s\n  verify:\n    secretRef:\n      name: trusted\n    matchOIDCIdentity:\n      - issuer: https://issuer\\.example\\.org\n        subject: {subject}\n"
+        ));
+    };
+    trust("release@example\\.org");
+    eventually(Duration::from_secs(30), || async {
+        let message = crate::daemon::condition_message(&status(&ns, "web"), "Ready");
+        message.contains(&format!("({third}) is not verified"))
+            && message.contains("its identity is none of the trusted ones")
+    })
+    .await;
+    assert_eq!(value_of(&client, &ns).await.as_deref(), Some("v2"));
+    trust("ci@example\\.org");
+    eventually(Duration::from_secs(40), || async {
+        value_of(&client, &ns).await.as_deref() == Some("v3")
     })
     .await;
 }

@@ -324,6 +324,18 @@ fn the_demo_shows_every_step_and_stops_what_it_started() {
             && charts.trim_end().ends_with("helm.sh/chart: hello-1.0.0"),
         "{charts}"
     );
+    let artifacts = step(&text, "Signed artifacts");
+    // The refusal is miette's report, wrapped at any space inside its frame.
+    let unwrapped: String = artifacts
+        .chars()
+        .filter(|c| !c.is_whitespace() && *c != '│')
+        .collect();
+    assert!(
+        artifacts.contains("19 objects rendered from the verified artifact")
+            && unwrapped.contains("itsidentityisnoneofthetrustedones")
+            && artifacts.contains("(exit 2: nothing rendered)"),
+        "{artifacts}"
+    );
     // The demo repository's latest commits, newest first: each operation is one.
     let expected = [
         "unlock: Node/tether-sim-2",

@@ -4,12 +4,14 @@
 //! --repo oci://…` read it back as the directory reads. A tampered blob, a missing
 //! tag, a registry that is down, an artifact that is not Flux's and a hostile tarball
 //! (pushed by python3, a third client) each give a clear error naming the reference;
-//! a registry behind basic auth takes `--creds`.
+//! a registry behind basic auth takes `--creds`. Signatures are made by cosign: with a
+//! key, and in Sigstore bundles by a key or a private Sigstore's certificate.
 
 use std::path::Path;
 use std::process::{Command, Output};
 
 use tether_testkit::registry::Registry;
+use tether_testkit::sigstore::PrivateSigstore;
 
 use crate::cli::{tether, text};
 use tether_testkit::remote::free_port;
@@ -554,6 +556,141 @@ fn only_an_artifact_a_trusted_cosign_key_signed_is_read() {
             &out.stderr,
             &format!("it signs {digest}, not {unsigned_digest}")
         ),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn an_artifact_signed_in_a_sigstore_bundle_is_read_by_its_key_or_a_private_trusted_root() {
+    let registry = Registry::start();
+    let host = registry.host();
+    let sigstore = PrivateSigstore::new("fulcio");
+    let other = PrivateSigstore::new("other");
+    let ci = sigstore.issue("ci@example.org", "https://issuer.example.org");
+    let cache = tempfile::tempdir().unwrap();
+    let read = |reference: &str, keys: &Path, identity: &[&str]| {
+        let mut args = vec![
+            "validate",
+            "--repo",
+            reference,
+            "--insecure-registry",
+            "--cache-dir",
+            cache.path().to_str().unwrap(),
+            "--verify-keys",
+            keys.to_str().unwrap(),
+        ];
+        args.extend(identity);
+        tether(&args)
+    };
+    let trusted_identity = [
+        "--certificate-identity",
+        "ci@example\\.org",
+        "--certificate-oidc-issuer",
+        "https://issuer.example.org",
+    ];
+    let signed = format!("oci://{host}/team/models:v1");
+    let pushed = push(&signed, "examples/models");
+    let digest = pushed.trim().rsplit('@').next().unwrap().to_string();
+    ci.sign(pushed.trim());
+
+    // cosign itself agrees, against the same trusted root.
+    cosign(
+        Path::new("."),
+        &[
+            "verify",
+            "--trusted-root",
+            sigstore.trusted_root().to_str().unwrap(),
+            "--new-bundle-format",
+            "--certificate-identity",
+            "ci@example.org",
+            "--certificate-oidc-issuer",
+            "https://issuer.example.org",
+            "--insecure-ignore-tlog",
+            "--insecure-ignore-sct",
+            "--allow-insecure-registry",
+            "--allow-http-registry",
+            pushed.trim(),
+        ],
+    );
+    let out = read(&signed, &sigstore.trusted_root(), &trusted_identity);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+
+    // Another identity, no identity, another authority: refused, naming why.
+    let out = read(
+        &signed,
+        &sigstore.trusted_root(),
+        &[
+            "--certificate-identity",
+            "release@example\\.org",
+            "--certificate-oidc-issuer",
+            "https://issuer.example.org",
+        ],
+    );
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        says(
+            &out.stderr,
+            &format!(
+                "({digest}) is not verified: it is signed by ci@example.org (issuer https://issuer.example.org, certificate of https://fulcio.example.org), which may not sign it: its identity is none of the trusted ones: subject release@example\\.org of issuer https://issuer.example.org"
+            )
+        ),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = read(&signed, &sigstore.trusted_root(), &[]);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        says(&out.stderr, "no certificate identity is trusted"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = read(&signed, &other.trusted_root(), &trusted_identity);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        says(
+            &out.stderr,
+            "it is signed by a certificate issued by O=Private Sigstore, CN=fulcio, which is not among the trusted keys"
+        ),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(
+        out.stdout.is_empty(),
+        "nothing validated: {}",
+        text(&out.stdout)
+    );
+
+    // The tag re-pushed, unsigned: refused; the signed digest, pinned, still read.
+    let repushed = push(&signed, "examples/openstack");
+    let unsigned = repushed.trim().rsplit('@').next().unwrap().to_string();
+    let out = read(&signed, &sigstore.trusted_root(), &trusted_identity);
+    assert!(
+        says(
+            &out.stderr,
+            &format!("({unsigned}) is not verified: it is not signed")
+        ),
+        "{}",
+        text(&out.stderr)
+    );
+    let pinned = format!("oci://{host}/team/models@{digest}");
+    let out = read(&pinned, &sigstore.trusted_root(), &trusted_identity);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+
+    // A bundle by a cosign key (cosign sign --key --new-bundle-format): its key reads it.
+    let keys = tempfile::tempdir().unwrap();
+    cosign(keys.path(), &["generate-key-pair"]);
+    tether_testkit::tools::cosign_sign_with(
+        keys.path(),
+        &["--key", "cosign.key", "--new-bundle-format"],
+        repushed.trim(),
+    );
+    let out = read(&signed, &keys.path().join("cosign.pub"), &[]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    // The trusted root alone does not trust that key.
+    let out = read(&signed, &sigstore.trusted_root(), &trusted_identity);
+    assert!(
+        says(&out.stderr, "which is not among the trusted keys"),
         "{}",
         text(&out.stderr)
     );

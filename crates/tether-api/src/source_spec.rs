@@ -300,8 +300,30 @@ pub struct VerifySpec {
     /// before each pass: an allowed-signers file (`ssh-keygen -Y verify`'s format,
     /// as git's `gpg.ssh.allowedSignersFile`), SSH public keys one per line, armored
     /// OpenPGP public keys (`gpg --export --armor`), or for an oci:// URL cosign
-    /// public keys (`cosign.pub`), any entry name.
+    /// public keys (`cosign.pub`) and Sigstore trusted roots (`trusted_root.json`, as
+    /// `cosign trusted-root create` writes it), any entry name.
     pub secret_ref: LocalObjectReference,
+    /// Who may sign with a certificate of a trusted root's authority (Flux's
+    /// spelling): each an OIDC issuer and a subject (an email address or a URI),
+    /// regular expressions that must match the whole value. None: no certificate
+    /// signs.
+    #[serde(
+        default,
+        rename = "matchOIDCIdentity",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub match_oidc_identity: Vec<OidcIdentityMatch>,
+}
+
+/// An identity a Sigstore certificate may be issued for.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+pub struct OidcIdentityMatch {
+    /// The OIDC issuer (`https://token.actions.githubusercontent.com`), a regular
+    /// expression matched against the whole issuer.
+    pub issuer: String,
+    /// The subject (`ci@example.org`, a workflow's URI), a regular expression matched
+    /// against the whole subject.
+    pub subject: String,
 }
 
 /// The keys a Source's charts must be signed by (`spec.verifyCharts`).
@@ -309,9 +331,18 @@ pub struct VerifySpec {
 #[serde(rename_all = "camelCase")]
 pub struct VerifyChartsSpec {
     /// A Secret in the Source's namespace whose entries hold the trusted keys:
-    /// armored OpenPGP public keys (`gpg --export --armor`) and cosign public keys
-    /// (`cosign.pub`), any entry name.
+    /// armored OpenPGP public keys (`gpg --export --armor`), cosign public keys
+    /// (`cosign.pub`) and Sigstore trusted roots (`trusted_root.json`), any entry
+    /// name.
     pub secret_ref: LocalObjectReference,
+    /// Who may sign a registry's chart with a certificate of a trusted root's
+    /// authority, as `spec.verify.matchOIDCIdentity`.
+    #[serde(
+        default,
+        rename = "matchOIDCIdentity",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub match_oidc_identity: Vec<OidcIdentityMatch>,
 }
 
 /// Flux's spelling of the verification modes.

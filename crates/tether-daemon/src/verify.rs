@@ -1,13 +1,16 @@
 //! The keys a Source's commits must be signed by, and those its charts must be: every
 //! entry of the Secret its `spec.verify` (or `spec.verifyCharts`) names (an
-//! allowed-signers file, SSH public keys, armored OpenPGP keys, cosign keys), read
-//! before each pass that loads the models, so that a key removed from the Secret is
-//! no longer trusted from the next pass on, with no restart.
+//! allowed-signers file, SSH public keys, armored OpenPGP keys, cosign keys, Sigstore
+//! trusted roots), read before each pass that loads the models, so that a key removed
+//! from the Secret is no longer trusted from the next pass on, with no restart; and
+//! the certificate identities its `matchOIDCIdentity` trusts.
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
 use kube::api::Api;
 
+use tether_api::source_spec::OidcIdentityMatch;
+use tether_trust::sigstore::Identity;
 use tether_trust::trusted_keys::{KeyError, TrustedKeys};
 
 /// The Secret a Source's trusted keys are read from.
@@ -16,6 +19,9 @@ pub(crate) struct VerifySecret {
     /// `the Secret namespace/name of spec.verify`, for messages.
     display: String,
     name: String,
+    /// The field's `matchOIDCIdentity`, and the field's name for messages.
+    identities: Vec<OidcIdentityMatch>,
+    field: String,
 }
 
 /// Why a Source's trusted keys could not be read: nothing is applied.
@@ -31,15 +37,30 @@ pub enum VerifyKeysError {
     NoEntry { secret: String },
     #[error(transparent)]
     Key(#[from] KeyError),
+    #[error("{field}.matchOIDCIdentity[{index}]: not a regular expression: {reason}")]
+    Identity {
+        field: String,
+        index: usize,
+        reason: String,
+    },
 }
 
 impl VerifySecret {
     /// The Secret `name` that the Source's `field` (`spec.verify`) names.
-    pub(crate) fn new(client: Client, namespace: &str, name: &str, field: &str) -> Self {
+    /// Certificates sign for `identities` (its `matchOIDCIdentity`).
+    pub(crate) fn new(
+        client: Client,
+        namespace: &str,
+        name: &str,
+        field: &str,
+        identities: &[OidcIdentityMatch],
+    ) -> Self {
         VerifySecret {
             api: Api::namespaced(client, namespace),
             display: format!("the Secret {namespace}/{name} of {field}"),
             name: name.to_string(),
+            identities: identities.to_vec(),
+            field: field.to_string(),
         }
     }
 
@@ -52,8 +73,30 @@ impl VerifySecret {
                 secret: self.display.clone(),
                 source,
             })?;
-        trusted_keys_of(&secret, &self.display)
+        let mut keys = trusted_keys_of(&secret, &self.display)?;
+        keys.trust_identities(identities(&self.identities, &self.field)?);
+        Ok(keys)
     }
+}
+
+/// The identities of a `field`'s `matchOIDCIdentity`, or the first that is not one.
+fn identities(
+    matches: &[OidcIdentityMatch],
+    field: &str,
+) -> Result<Vec<Identity>, VerifyKeysError> {
+    matches
+        .iter()
+        .enumerate()
+        .map(|(index, identity)| {
+            Identity::new(&identity.issuer, &identity.subject).map_err(|e| {
+                VerifyKeysError::Identity {
+                    field: field.to_string(),
+                    index,
+                    reason: e.to_string(),
+                }
+            })
+        })
+        .collect()
 }
 
 /// The keys of every entry of `secret`; `display` names it in errors (`the Secret

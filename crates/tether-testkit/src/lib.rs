@@ -13,6 +13,8 @@
 //! - [`book`]: the book's pages as the shell scripts a reader would run;
 //! - [`charts`]: a chart signing key made by gpg, a chart repository served over HTTP;
 //! - [`registry`]: an OCI registry (Debian's docker-registry) with its access log;
+//! - [`sigstore`]: a private Sigstore's authority (openssl, cosign), its certificates
+//!   and the bundles cosign signs with them;
 //! - [`tools`]: the pinned Helm and Kustomize (`scripts/helm-tools`);
 //! - [`cluster`] (feature `cluster`): local control planes (`scripts/local-cluster`),
 //!   a client for a kubeconfig, polling until a condition holds; [`proxy`], a TCP
@@ -42,6 +44,7 @@ pub mod githost;
 pub mod proxy;
 pub mod registry;
 pub mod remote;
+pub mod sigstore;
 pub mod snapshot;
 pub mod tools;
 

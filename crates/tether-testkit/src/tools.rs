@@ -80,9 +80,17 @@ pub fn cosign() -> &'static Path {
 /// publisher signs what they pushed: no passphrase asked, no transparency log, the
 /// local registry taken over plain HTTP.
 pub fn cosign_sign(dir: &Path, key: &str, reference: &str) {
+    cosign_sign_with(dir, &["--key", key], reference);
+}
+
+/// `cosign sign ARGS REFERENCE` in `dir`, as [`cosign_sign`]: `--new-bundle-format`
+/// for a Sigstore bundle, `--certificate` for a certificate's.
+pub fn cosign_sign_with(dir: &Path, args: &[&str], reference: &str) {
     let out = std::process::Command::new(cosign())
-        .args(["sign", "--key", key, "--tlog-upload=false"])
+        .arg("sign")
+        .args(args)
         .args([
+            "--tlog-upload=false",
             "--allow-insecure-registry",
             "--allow-http-registry",
             "--yes",
@@ -94,7 +102,7 @@ pub fn cosign_sign(dir: &Path, key: &str, reference: &str) {
         .unwrap();
     assert!(
         out.status.success(),
-        "cosign sign {reference}: {}",
+        "cosign sign {args:?} {reference}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
 }

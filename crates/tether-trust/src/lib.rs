@@ -3,7 +3,8 @@
 //! [`verify`] (whether a signature over a payload is a trusted key's, and whose),
 //! [`cosign`] (an OCI artifact's cosign signature, by a trusted cosign key), [`dsse`]
 //! (signed envelopes: tether's deployment records, sealed and opened), [`provenance`]
-//! (a Helm chart's `.prov` file, by a trusted OpenPGP key) and [`sign`] (an SSH
+//! (a Helm chart's `.prov` file, by a trusted OpenPGP key), [`sigstore`] (a Sigstore
+//! bundle, by a cosign key or a private Sigstore's certificate) and [`sign`] (an SSH
 //! signature made with tether's own key, as git's `gpg.format=ssh` makes it).
 //! Where the payloads come from (a commit, a tag, a chart) is the engine's
 //! (`tether_engine::git::verify`, `tether_engine::writeback`, its chart pulls).
@@ -19,5 +20,6 @@ pub mod cosign;
 pub mod dsse;
 pub mod provenance;
 pub mod sign;
+pub mod sigstore;
 pub mod trusted_keys;
 pub mod verify;

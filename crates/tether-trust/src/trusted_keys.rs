@@ -12,6 +12,8 @@ use ssh_key::authorized_keys::Entry;
 use ssh_key::{HashAlg, PublicKey};
 use thiserror::Error;
 
+use crate::sigstore::{Identity, TrustedRoot, is_trusted_root, parse_trusted_root};
+
 use p256::ecdsa::VerifyingKey;
 use p256::pkcs8::{DecodePublicKey, EncodePublicKey};
 use sha2::{Digest, Sha256};
@@ -22,6 +24,10 @@ pub struct TrustedKeys {
     pub(crate) ssh: Vec<AllowedSigner>,
     pub(crate) openpgp: Vec<OpenPgpKey>,
     pub(crate) cosign: Vec<CosignKey>,
+    /// Private Sigstores' trusted roots: the authorities whose certificates may sign.
+    pub(crate) sigstore: Vec<TrustedRoot>,
+    /// Who may sign with such a certificate.
+    pub(crate) identities: Vec<Identity>,
 }
 
 /// One line of an allowed-signers file: who may sign with a key, for what.
@@ -93,8 +99,10 @@ pub enum KeyError {
     OpenPgp { origin: String, reason: String },
     #[error("{origin}: {reason}")]
     Cosign { origin: String, reason: String },
+    #[error("{origin}: {reason}")]
+    Sigstore { origin: String, reason: String },
     #[error(
-        "{origin} holds no key (an allowed-signers file, SSH public keys, an armored OpenPGP public key block or a cosign public key)"
+        "{origin} holds no key (an allowed-signers file, SSH public keys, an armored OpenPGP public key block, a cosign public key or a Sigstore trusted root)"
     )]
     Empty { origin: String },
 }
@@ -104,9 +112,19 @@ const OPENPGP_BLOCK: &str = "-----BEGIN PGP PUBLIC KEY BLOCK-----";
 impl TrustedKeys {
     /// The keys of `text`, from `origin` (as errors name it): an armored OpenPGP key
     /// block (several, one after the other), or lines of an allowed-signers file or
-    /// of SSH public keys. `#` comments and blank lines are skipped.
+    /// of SSH public keys (`#` comments and blank lines are skipped), a cosign
+    /// public key, or a Sigstore trusted root (JSON).
     pub fn parse(text: &str, origin: &str) -> Result<TrustedKeys, KeyError> {
-        let keys = if text.contains(OPENPGP_BLOCK) {
+        let keys = if is_trusted_root(text) {
+            let root = parse_trusted_root(text).map_err(|reason| KeyError::Sigstore {
+                origin: origin.to_string(),
+                reason,
+            })?;
+            TrustedKeys {
+                sigstore: vec![root],
+                ..TrustedKeys::default()
+            }
+        } else if text.contains(OPENPGP_BLOCK) {
             TrustedKeys {
                 openpgp: parse_openpgp(text, origin)?,
                 ..TrustedKeys::default()
@@ -139,10 +157,21 @@ impl TrustedKeys {
         self.ssh.extend(other.ssh);
         self.openpgp.extend(other.openpgp);
         self.cosign.extend(other.cosign);
+        self.sigstore.extend(other.sigstore);
+        self.identities.extend(other.identities);
+    }
+
+    /// Lets certificates of the trusted roots sign for `identities` (none, until
+    /// told).
+    pub fn trust_identities(&mut self, identities: Vec<Identity>) {
+        self.identities = identities;
     }
 
     pub fn is_empty(&self) -> bool {
-        self.ssh.is_empty() && self.openpgp.is_empty() && self.cosign.is_empty()
+        self.ssh.is_empty()
+            && self.openpgp.is_empty()
+            && self.cosign.is_empty()
+            && self.sigstore.is_empty()
     }
 
     /// Each key, as a refusal lists the keys it checked: `SHA256:… (principals)`,
@@ -157,7 +186,20 @@ impl TrustedKeys {
             .iter()
             .map(|key| format!("OpenPGP {} ({})", openpgp_fingerprint(&key.key), key.user));
         let cosign = self.cosign.iter().map(|key| key.name.clone());
-        ssh.chain(openpgp).chain(cosign).collect()
+        let sigstore = self
+            .sigstore
+            .iter()
+            .flat_map(|root| &root.authorities)
+            .map(|authority| format!("Sigstore {}", authority.name));
+        let identities = self
+            .identities
+            .iter()
+            .map(|identity| format!("identity {identity}"));
+        ssh.chain(openpgp)
+            .chain(cosign)
+            .chain(sigstore)
+            .chain(identities)
+            .collect()
     }
 }
 

@@ -150,6 +150,7 @@ fn verify_secret(client: &Client, source: &Source) -> Option<VerifySecret> {
         &namespace,
         &verify.secret_ref.name,
         "spec.verify",
+        &verify.match_oidc_identity,
     ))
 }
 
@@ -163,6 +164,7 @@ fn verify_charts_secret(client: &Client, source: &Source) -> Option<VerifySecret
         &namespace,
         &verify.secret_ref.name,
         "spec.verifyCharts",
+        &verify.match_oidc_identity,
     ))
 }
 

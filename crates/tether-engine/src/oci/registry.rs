@@ -31,6 +31,8 @@ const MANIFEST_ACCEPT: &str = "application/vnd.oci.image.manifest.v1+json, appli
 /// What an image's tag may name: a manifest, or an index of one per platform (a
 /// multi-platform image); asked for when a tag's digest or its image's config matters.
 const ANY_MANIFEST_ACCEPT: &str = "application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.index.v1+json, application/vnd.docker.distribution.manifest.list.v2+json";
+/// An image index: what the referrers API answers.
+const INDEX_ACCEPT: &str = "application/vnd.oci.image.index.v1+json";
 /// A page of a tag list larger than this is refused: 8 MiB is about 300,000 tags of
 /// twenty characters, far past any page a registry sends.
 pub const TAG_PAGE_BYTES: u64 = 8 * 1024 * 1024;
@@ -167,6 +169,27 @@ impl Registry {
             .await?;
         self.check_digest("the manifest", digest, &sha256_digest(&bytes))?;
         Ok(bytes)
+    }
+
+    /// The manifests that refer to `digest` (OCI 1.1's referrers: signatures,
+    /// attestations), as an image index's JSON: the referrers API, or on a registry
+    /// without it (a 404) the tag `sha256-<hex>` that clients keep in its place; an
+    /// empty index when there is neither.
+    pub async fn referrers(&self, digest: &str) -> Result<Vec<u8>, OciError> {
+        let url = self.url(&format!("referrers/{digest}"));
+        match self.manifest_request(Method::GET, &url, INDEX_ACCEPT).await {
+            Ok(response) => {
+                self.read_bounded(response, "the referrers", MANIFEST_BYTES)
+                    .await
+            }
+            Err(OciError::NotFound { .. }) => {
+                match self.manifest_of_tag(&digest.replacen(':', "-", 1)).await {
+                    Err(OciError::NotFound { .. }) => Ok(br#"{"manifests": []}"#.to_vec()),
+                    found => found,
+                }
+            }
+            Err(error) => Err(error),
+        }
     }
 
     /// A small blob (an image's config), checked against its digest; refused past
