@@ -10,7 +10,7 @@ use tether_core::settings::parse_duration;
 
 use super::flags::{
     AttestFlags, ClusterFlags, DiscoverFlags, EventFlags, GitFlags, InventoryFlags, KeyFlags,
-    PostFlags, SourceFlags,
+    PostFlags, RegistryFlags, SourceFlags,
 };
 use super::terminal::{Color, ProblemFormat};
 
@@ -346,10 +346,13 @@ pub struct VerifyArgs {
     /// commas.
     #[arg(long, required = true, value_delimiter = ',', value_name = "FILE")]
     pub key: Vec<PathBuf>,
-    /// Check this envelope (JSON) instead of the inventory's newest attestation in
-    /// the cluster.
-    #[arg(long, value_name = "FILE")]
-    pub attestation: Option<PathBuf>,
+    /// Check this attestation instead of the inventory's newest in the cluster: a
+    /// file (the envelope's JSON), or one in a registry, oci://HOST/PATH:TAG (or
+    /// @sha256:…); oci://HOST/PATH alone is the inventory's newest there.
+    #[arg(long, value_name = "FILE|URL")]
+    pub attestation: Option<String>,
+    #[command(flatten)]
+    pub registry: RegistryFlags,
     #[command(flatten)]
     pub inventory: InventoryFlags,
     #[command(flatten)]

@@ -5,18 +5,21 @@
 use std::process::ExitCode;
 
 use miette::IntoDiagnostic;
-use tether_engine::attestation::{self, AttestationError};
+use tether_engine::attestation::registry::AttestationRegistry;
+use tether_engine::attestation::{self, AttestationError, Checking, Kept, Places};
+use tether_engine::oci::Reference;
 use tether_engine::reconcile::{ApplyReport, Planned, Reconciler};
 use tether_trust::dsse::RecordKey;
 
 use super::args::{EXIT_ERROR, EXIT_INVALID, VerifyArgs};
-use super::flags::{AttestFlags, trusted_keys};
+use super::flags::{AttestFlags, access, trusted_keys};
 use super::terminal;
 
-/// The key and bound an apply attests with.
+/// The key, bound and places an apply attests with.
 pub(super) struct Attest {
     key: RecordKey,
     keep: usize,
+    places: Places,
 }
 
 /// The attestation key of `flags`, read; none without `--attestation-key`.
@@ -27,9 +30,25 @@ pub(super) fn attest_of(flags: &AttestFlags) -> miette::Result<Option<Attest>> {
     let origin = format!("--attestation-key {}", file.display());
     let text = std::fs::read_to_string(file).map_err(|e| miette::miette!("{origin}: {e}"))?;
     let key = RecordKey::parse(&text, &origin).map_err(|e| miette::miette!("{e}"))?;
+    let registry = match &flags.attestation_registry {
+        Some(url) => Some(AttestationRegistry {
+            repository: Reference::parse(url)
+                .map_err(|e| miette::miette!("--attestation-registry: {e}"))?,
+            access: access(
+                flags.attestation_registry_creds.as_deref(),
+                flags.attestation_registry_insecure,
+                "--attestation-registry-creds",
+            )?,
+        }),
+        None => None,
+    };
     Ok(Some(Attest {
         key,
         keep: flags.attestations_kept,
+        places: Places {
+            in_cluster: !flags.attestation_registry_only,
+            registry,
+        },
     }))
 }
 
@@ -42,17 +61,22 @@ pub(super) async fn attest_apply(
     prefix: &str,
 ) -> miette::Result<()> {
     let kept = reconciler
-        .attest(planned, applied, &attest.key, attest.keep)
+        .attest(
+            planned,
+            applied,
+            &attest.key,
+            attest.keep,
+            attest.places.clone(),
+        )
         .await
         .map_err(|e| terminal::error(e).wrap_err("applied, but not attested"))?;
     if let Some(kept) = kept {
-        eprintln!(
-            "{prefix}attested: ConfigMap {}/{} ({} objects, signed by {})",
-            reconciler.inventory().namespace,
-            kept.name,
-            kept.objects,
-            kept.signer
-        );
+        let namespace = &reconciler.inventory().namespace;
+        let kept = Kept {
+            name: kept.name.map(|name| format!("{namespace}/{name}")),
+            ..kept
+        };
+        eprintln!("{prefix}attested: {kept}");
     }
     Ok(())
 }
@@ -64,19 +88,29 @@ pub async fn verify(args: &VerifyArgs) -> miette::Result<ExitCode> {
     let client = tether_engine::cluster::connect(&args.cluster.target())
         .await
         .map_err(terminal::error)?;
-    let given = match &args.attestation {
+    let inventory = args.inventory.inventory();
+    let checking = match &args.attestation {
+        Some(url) if Reference::is_oci(url) => {
+            let repository = Reference::parse(&in_repository(url, &inventory.name))
+                .map_err(|e| miette::miette!("--attestation: {e}"))?;
+            Checking::InRegistry(AttestationRegistry {
+                repository,
+                access: args.registry.access()?,
+            })
+        }
         Some(file) => {
-            let origin = file.display().to_string();
             let text = std::fs::read_to_string(file)
                 .into_diagnostic()
-                .map_err(|e| e.wrap_err(origin.clone()))?;
-            let envelope = attestation::envelope(&text, &origin).map_err(terminal::error)?;
-            Some((origin, envelope))
+                .map_err(|e| e.wrap_err(file.clone()))?;
+            let envelope = attestation::envelope(&text, file).map_err(terminal::error)?;
+            Checking::Given {
+                origin: file.clone(),
+                envelope,
+            }
         }
-        None => None,
+        None => Checking::InCluster,
     };
-    let inventory = args.inventory.inventory();
-    let checked = match attestation::check(&client, given, &inventory, &keys).await {
+    let checked = match attestation::check(&client, checking, &inventory, &keys).await {
         Ok(checked) => checked,
         Err(error @ AttestationError::Unverified { .. }) => {
             eprintln!("{:?}", terminal::error(error).wrap_err("not verified"));
@@ -109,4 +143,13 @@ pub async fn verify(args: &VerifyArgs) -> miette::Result<ExitCode> {
         println!("  {each}");
     }
     Ok(ExitCode::from(EXIT_INVALID))
+}
+
+/// `url` with the inventory's tag when it names none (`oci://host/path`): its newest.
+fn in_repository(url: &str, inventory: &str) -> String {
+    let path = url.rsplit('/').next().unwrap_or_default();
+    match path.contains(':') || path.contains('@') {
+        true => url.to_string(),
+        false => format!("{url}:{inventory}"),
+    }
 }

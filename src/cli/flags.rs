@@ -15,8 +15,8 @@ use tether_engine::oci::Reference;
 use tether_engine::repo::Repo;
 use tether_engine::writeback::WritebackError;
 use tether_trust::sign::SigningKey;
-use tether_trust::sigstore::Identity;
 use tether_trust::trusted_keys::TrustedKeys;
+use tether_trust::trusted_root::Identity;
 
 /// How to reach the cluster: flattened into each command that talks to one (and
 /// only those, so that `--help` of an offline command shows no connection flags).
@@ -221,6 +221,31 @@ pub struct AttestFlags {
     /// How many attestations of the inventory are kept; the oldest are deleted.
     #[arg(long, default_value_t = tether_engine::attestation::DEFAULT_KEEP, requires = "attestation_key")]
     pub attestations_kept: usize,
+    /// Push each attestation to this OCI repository too (oci://HOST/PATH), tagged
+    /// <inventory>-<time>-<digest> and <inventory> (the newest); the oldest beyond
+    /// --attestations-kept are deleted.
+    #[arg(
+        long,
+        env = "TETHER_ATTESTATION_REGISTRY",
+        value_name = "URL",
+        requires = "attestation_key"
+    )]
+    pub attestation_registry: Option<String>,
+    /// Credentials of the attestation registry, USER:PASSWORD (anonymous without it).
+    #[arg(
+        long,
+        env = "TETHER_ATTESTATION_REGISTRY_CREDS",
+        hide_env_values = true,
+        value_name = "USER:PASSWORD",
+        requires = "attestation_registry"
+    )]
+    pub attestation_registry_creds: Option<String>,
+    /// Talk to the attestation registry over plain HTTP.
+    #[arg(long, requires = "attestation_registry")]
+    pub attestation_registry_insecure: bool,
+    /// Keep attestations in the registry only, not as ConfigMaps.
+    #[arg(long, requires = "attestation_registry")]
+    pub attestation_registry_only: bool,
 }
 
 /// How to reach an OCI registry (Flux's flag names).
@@ -241,18 +266,28 @@ pub struct RegistryFlags {
 
 impl RegistryFlags {
     pub fn access(&self) -> miette::Result<tether_engine::oci::Access> {
-        let credentials = match &self.creds {
-            Some(text) => Some(
-                tether_engine::oci::Credentials::parse(text)
-                    .ok_or_else(|| miette::miette!("--creds: give USER:PASSWORD"))?,
-            ),
-            None => None,
-        };
-        Ok(tether_engine::oci::Access {
-            credentials,
-            insecure: self.insecure_registry,
-        })
+        access(self.creds.as_deref(), self.insecure_registry, "--creds")
     }
+}
+
+/// How to reach a registry: `creds` (USER:PASSWORD, given with `flag`), plain HTTP or
+/// not.
+pub fn access(
+    creds: Option<&str>,
+    insecure: bool,
+    flag: &str,
+) -> miette::Result<tether_engine::oci::Access> {
+    let credentials = match creds {
+        Some(text) => Some(
+            tether_engine::oci::Credentials::parse(text)
+                .ok_or_else(|| miette::miette!("{flag}: give USER:PASSWORD"))?,
+        ),
+        None => None,
+    };
+    Ok(tether_engine::oci::Access {
+        credentials,
+        insecure,
+    })
 }
 
 /// How to reach a remote Git repository.

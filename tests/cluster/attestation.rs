@@ -8,6 +8,8 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+use tether_testkit::registry::Registry;
+
 use crate::discover::{kubectl, kubectl_command};
 use crate::reconcile::{Repo, base, config_map, setup, tether_command};
 
@@ -338,6 +340,246 @@ async fn only_the_newest_attestations_are_kept_and_a_bad_key_applies_nothing() {
         .find(|o| o["name"] == "menu")
         .unwrap();
     assert!(menu["fields"]["data.key"].is_string(), "{menu}");
+}
+
+#[tokio::test]
+async fn attestations_pushed_to_a_registry_verify_from_there_and_only_the_newest_stay() {
+    let (_client, ns, inventory) = setup("attest-oci").await;
+    let registry = Registry::start();
+    let host = registry.host();
+    let keys = tempfile::tempdir().unwrap();
+    let (private, public) = openssl_key(keys.path(), "attestation");
+    let (other, _) = openssl_key(keys.path(), "other");
+    let public = public.to_str().unwrap();
+    let repo = Repo::new(&[
+        ("base.yaml", &base(&ns)),
+        ("menu.yaml", &config_map("menu", &ns, "v0")),
+    ]);
+    let path = repo.path().to_str().unwrap();
+    let repository = format!("oci://{host}/team/attestations");
+    let apply = |key: &Path| {
+        run(
+            &inventory,
+            &ns,
+            &[
+                "apply",
+                path,
+                "--attestation-key",
+                key.to_str().unwrap(),
+                "--attestations-kept",
+                "2",
+                "--attestation-registry",
+                &repository,
+                "--attestation-registry-insecure",
+                "--attestation-registry-only",
+            ],
+        )
+    };
+    for value in ["v1", "v2", "v3"] {
+        // A second apart: the tags sort by the second they were made in.
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        repo.write("menu.yaml", &config_map("menu", &ns, value));
+        let applied = apply(&private);
+        assert!(applied.status.success(), "{}", text(&applied));
+        assert!(
+            text(&applied).contains(&format!("attested: {repository}:{inventory}-")),
+            "{}",
+            text(&applied)
+        );
+    }
+    // In the registry only, and only the newest two (and the inventory's own tag).
+    assert!(attestations(&ns, &inventory).is_empty());
+    let tags: Value = serde_json::from_slice(&curl(&format!(
+        "http://{host}/v2/team/attestations/tags/list"
+    )))
+    .unwrap();
+    let mut tags: Vec<&str> = tags["tags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    tags.sort_unstable();
+    assert_eq!(tags.len(), 3, "{tags:?}");
+    assert_eq!(tags[0], inventory.as_str());
+    assert!(
+        tags[1..]
+            .iter()
+            .all(|t| t.starts_with(&format!("{inventory}-")))
+    );
+
+    // tether verify reads the newest from the registry; cosign checks the same
+    // envelope, fetched by curl.
+    let verify = |attestation: &str| {
+        run(
+            &inventory,
+            &ns,
+            &[
+                "verify",
+                "--key",
+                public,
+                "--attestation",
+                attestation,
+                "--insecure-registry",
+            ],
+        )
+    };
+    let verified = verify(&repository);
+    assert!(verified.status.success(), "{}", text(&verified));
+    assert!(
+        text(&verified).contains("the cluster holds what it attests")
+            && text(&verified).contains(&format!("{repository}:{inventory} (sha256:")),
+        "{}",
+        text(&verified)
+    );
+    let manifest: Value = serde_json::from_slice(&curl_accepting(
+        &format!("http://{host}/v2/team/attestations/manifests/{inventory}"),
+        "application/vnd.oci.image.manifest.v1+json",
+    ))
+    .unwrap();
+    assert_eq!(
+        manifest["artifactType"],
+        "application/vnd.dsse.envelope.v1+json"
+    );
+    let layer = manifest["layers"][0]["digest"].as_str().unwrap();
+    let envelope = keys.path().join("envelope.json");
+    std::fs::write(
+        &envelope,
+        curl(&format!("http://{host}/v2/team/attestations/blobs/{layer}")),
+    )
+    .unwrap();
+    let cosigned = cosign_verify(public, &envelope);
+    assert!(cosigned.status.success(), "{}", text(&cosigned));
+    // An older one, by its tag, is still there: verified, and the later apply is
+    // what changed since.
+    let older = verify(&format!("{repository}:{}", tags[1]));
+    assert_eq!(older.status.code(), Some(1), "{}", text(&older));
+    assert!(
+        text(&older).contains(&format!(
+            "v1 ConfigMap {ns}/menu: data.key changed by a later apply"
+        )),
+        "{}",
+        text(&older)
+    );
+
+    // Someone who can push to the repository, with another key: refused.
+    repo.write("menu.yaml", &config_map("menu", &ns, "v4"));
+    let forged = apply(&other);
+    assert!(forged.status.success(), "{}", text(&forged));
+    let refused = verify(&repository);
+    assert_eq!(refused.status.code(), Some(2), "{}", text(&refused));
+    assert!(
+        flat(&text(&refused)).contains("notamongthetrustedkeys"),
+        "{}",
+        text(&refused)
+    );
+}
+
+/// A Source whose attestations go to a registry that asks for credentials (from a
+/// Secret), not to ConfigMaps; the page's API checks the newest there.
+#[tokio::test]
+async fn a_source_pushes_its_attestations_to_a_registry_and_the_page_checks_them_there() {
+    crate::daemon::install_crd();
+    let (client, ns, _) = setup("attest-oci-source").await;
+    let crate::verify::Signed {
+        _keys,
+        remote,
+        commit,
+        ..
+    } = crate::verify::signed_remote(&ns);
+    let registry = Registry::start_for_user("bot", "s3cret-push");
+    let host = registry.host();
+    let keys = tempfile::tempdir().unwrap();
+    let (private, _) = openssl_key(keys.path(), "attestation");
+    kubectl(&[
+        "-n",
+        &ns,
+        "create",
+        "secret",
+        "generic",
+        "attest",
+        &format!("--from-file=attestation.pem={}", private.display()),
+    ]);
+    kubectl(&[
+        "-n",
+        &ns,
+        "create",
+        "secret",
+        "generic",
+        "registry-creds",
+        "--from-literal=username=bot",
+        "--from-literal=password=s3cret-push",
+    ]);
+    let daemon = crate::daemon::Daemon::start(&["--sources", "--sources-namespace", &ns]);
+    crate::daemon::kubectl_apply_text(&crate::daemon::source_yaml(
+        "web",
+        &ns,
+        &remote.url,
+        &format!(
+            "  interval: 1s\n  verify:\n    mode: HEAD\n    secretRef:\n      name: trusted\n  attestation:\n    secretRef:\n      name: attest\n    inCluster: false\n    registry:\n      url: oci://{host}/team/attestations\n      insecure: true\n      secretRef:\n        name: registry-creds\n"
+        ),
+    ));
+    let tags = || {
+        let out = Command::new("curl")
+            .args(["-sS", "-u", "bot:s3cret-push"])
+            .arg(format!("http://{host}/v2/team/attestations/tags/list"))
+            .output()
+            .unwrap();
+        serde_json::from_slice::<Value>(&out.stdout).unwrap_or_default()["tags"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    };
+    crate::harness::eventually(std::time::Duration::from_secs(30), || async {
+        tags().iter().any(|tag| tag == "web")
+    })
+    .await;
+    assert!(attestations(&ns, "web").is_empty());
+    assert!(
+        crate::daemon::value_of(&client, &ns).await.is_some(),
+        "the Source applied its commit"
+    );
+
+    crate::web::install_roles();
+    let viewer = crate::web::user(&client, &ns, "viewer", &["tether-viewer"]).await;
+    let (code, body) = crate::web::http_get(
+        &daemon,
+        &format!("/api/v1/sources/{ns}/web/attestation"),
+        Some(&viewer),
+    );
+    assert_eq!(code, 200, "{body}");
+    let answer = crate::web::json(&body);
+    assert_eq!(answer["verified"], true, "{answer:#}");
+    assert_eq!(answer["clean"], true, "{answer:#}");
+    assert_eq!(
+        answer["deployment"]["revision"],
+        commit.as_str(),
+        "{answer:#}"
+    );
+    assert!(
+        answer["attestation"]
+            .as_str()
+            .unwrap()
+            .starts_with(&format!("oci://{host}/team/attestations:web (sha256:")),
+        "{answer:#}"
+    );
+    // The registry's password is in neither the answer nor the Source's status.
+    assert!(!body.contains("s3cret-push"));
+    let source = kubectl(&["-n", &ns, "get", "source", "web", "-o", "json"]);
+    assert!(!String::from_utf8_lossy(&source.stdout).contains("s3cret-push"));
+}
+
+fn curl(url: &str) -> Vec<u8> {
+    curl_accepting(url, "*/*")
+}
+
+fn curl_accepting(url: &str, accept: &str) -> Vec<u8> {
+    let out = Command::new("curl")
+        .args(["-sSf", "-H", &format!("Accept: {accept}"), url])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "curl {url}: {}", text(&out));
+    out.stdout
 }
 
 /// `cosign verify-blob-attestation` of an envelope with a public key, offline.

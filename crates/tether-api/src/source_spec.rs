@@ -375,6 +375,31 @@ pub struct AttestationSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 100))]
     pub keep: Option<u32>,
+    /// Keep each attestation as a ConfigMap in the Source's namespace (the default).
+    /// False with `registry`: in the registry only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_cluster: Option<bool>,
+    /// Push each attestation to an OCI registry too, as an artifact whose layer is
+    /// the DSSE envelope, tagged `<inventory>-<time>-<digest>` and `<inventory>` (the
+    /// newest); the oldest beyond `keep` are deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registry: Option<AttestationRegistrySpec>,
+}
+
+/// The repository a Source's attestations are pushed to.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AttestationRegistrySpec {
+    /// The repository, `oci://HOST/PATH` (no tag).
+    pub url: String,
+    /// Talk to the registry over plain HTTP.
+    #[serde(default)]
+    pub insecure: bool,
+    /// A Secret in the Source's namespace with the registry's credentials: a Docker
+    /// config (`kubectl create secret docker-registry`) or `username` and
+    /// `password`, read before each push. Anonymous without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<LocalObjectReference>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]

@@ -1,12 +1,19 @@
 //! The key a Source's deployment attestations are signed with (`spec.attestation`):
 //! the `attestation.pem` entry of a Secret in its namespace, read before each pass
 //! that may apply, so that a rotated key signs from the next pass on. A key that
-//! cannot be read applies nothing: no deployment goes unattested.
+//! cannot be read applies nothing: no deployment goes unattested. Where they are kept
+//! (the Source's namespace, a registry's repository with the credentials of its
+//! Secret, read before each push) is [`AttestationSecret::places`].
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
 use kube::api::Api;
 
+use tether_api::source_spec::AttestationRegistrySpec;
+use tether_engine::attestation::registry::AttestationRegistry;
+use tether_engine::attestation::{Checking, Places};
+use tether_engine::image_automation::automation::Secrets as _;
+use tether_engine::oci::{Access, Reference};
 use tether_trust::dsse::{RecordKey, RecordKeyError};
 use tether_trust::trusted_keys::{KeyError, TrustedKeys};
 
@@ -21,6 +28,8 @@ pub(crate) struct AttestationSecret {
     display: String,
     name: String,
     pub(crate) keep: usize,
+    in_cluster: bool,
+    registry: Option<AttestationRegistrySpec>,
 }
 
 /// Why a Source's attestation key could not be read: nothing is applied.
@@ -38,16 +47,81 @@ pub enum AttestationKeyError {
     Key(#[from] RecordKeyError),
     #[error(transparent)]
     Public(#[from] KeyError),
+    #[error("spec.attestation.registry: {0}")]
+    Registry(String),
 }
 
 impl AttestationSecret {
-    pub(crate) fn new(client: Client, namespace: &str, name: &str, keep: usize) -> Self {
+    /// The Secret `name`; `spec` is the Source's `spec.attestation`.
+    pub(crate) fn new(
+        client: Client,
+        namespace: &str,
+        spec: &tether_api::source_spec::AttestationSpec,
+    ) -> Self {
+        let name = &spec.secret_ref.name;
         AttestationSecret {
             api: Api::namespaced(client, namespace),
             display: format!("{namespace}/{name}"),
             name: name.to_string(),
-            keep,
+            keep: spec
+                .keep
+                .map_or(tether_engine::attestation::DEFAULT_KEEP, |k| k as usize),
+            in_cluster: spec.in_cluster.unwrap_or(true) || spec.registry.is_none(),
+            registry: spec.registry.clone(),
         }
+    }
+
+    /// Where the attestations go: the namespace, the registry (its credentials read
+    /// now), or both.
+    pub(crate) async fn places(&self) -> Result<Places, AttestationKeyError> {
+        let registry = match &self.registry {
+            None => None,
+            Some(spec) => Some(self.registry(spec).await?),
+        };
+        Ok(Places {
+            in_cluster: self.in_cluster,
+            registry,
+        })
+    }
+
+    /// Where the newest attestation of `inventory` is: its namespace when the
+    /// Source keeps them there, else the registry's tag of the inventory.
+    pub(crate) async fn newest(&self, inventory: &str) -> Result<Checking, AttestationKeyError> {
+        match (&self.registry, self.in_cluster) {
+            (Some(spec), false) => {
+                let store = self.registry(spec).await?;
+                Ok(Checking::InRegistry(AttestationRegistry {
+                    repository: store.tagged(inventory),
+                    access: store.access,
+                }))
+            }
+            _ => Ok(Checking::InCluster),
+        }
+    }
+
+    async fn registry(
+        &self,
+        spec: &AttestationRegistrySpec,
+    ) -> Result<AttestationRegistry, AttestationKeyError> {
+        let failed = AttestationKeyError::Registry;
+        let repository = Reference::parse(&spec.url).map_err(|e| failed(e.to_string()))?;
+        let credentials = match &spec.secret_ref {
+            None => None,
+            Some(secret) => Some(
+                crate::registry_secrets::NamespaceSecrets(&self.api)
+                    .get(&secret.name)
+                    .await
+                    .and_then(|found| found.for_registry(&secret.name, &repository.registry))
+                    .map_err(failed)?,
+            ),
+        };
+        Ok(AttestationRegistry {
+            repository,
+            access: Access {
+                credentials,
+                insecure: spec.insecure,
+            },
+        })
     }
 
     pub(crate) async fn read(&self) -> Result<RecordKey, AttestationKeyError> {

@@ -14,10 +14,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use tether_engine::image_automation::automation::{
-    Automation, PolicyOutcome, PolicyResult, RunReport, SecretCredentials, Secrets,
+    Automation, PolicyOutcome, PolicyResult, RunReport,
 };
 use tether_engine::image_automation::notification::Pushed;
-use tether_engine::oci::Credentials;
 
 use tether_web::ImagePolicyRow;
 
@@ -45,44 +44,13 @@ pub(crate) struct SourceImages {
     pub shared: Arc<Shared>,
 }
 
-/// The registry credentials of the policies' `secret`s: Secrets of the Source's
-/// namespace, a Docker config (`kubectl create secret docker-registry`) or a
-/// `username` and `password`.
-struct NamespaceSecrets<'a>(&'a Api<Secret>);
-
-impl Secrets for NamespaceSecrets<'_> {
-    async fn get(&self, name: &str) -> Result<SecretCredentials, String> {
-        let secret = self
-            .0
-            .get(name)
-            .await
-            .map_err(|e| format!("cannot read the Secret {name}: {e}"))?;
-        let data = secret.data.unwrap_or_default();
-        if let Some(config) = data.get(".dockerconfigjson") {
-            return Ok(SecretCredentials::DockerConfig(config.0.clone()));
-        }
-        let text = |key: &str| {
-            data.get(key)
-                .and_then(|v| String::from_utf8(v.0.clone()).ok())
-        };
-        match (text("username"), text("password")) {
-            (Some(username), Some(password)) => {
-                Ok(SecretCredentials::Basic(Credentials { username, password }))
-            }
-            _ => Err(format!(
-                "the Secret {name} has neither .dockerconfigjson nor username and password"
-            )),
-        }
-    }
-}
-
 impl SourceImages {
     /// Runs until `stop`: a run now, then one per interval or registry push.
     pub(crate) async fn run(self, stop: CancellationToken) {
         let (nudge, mut pushes) = mpsc::channel::<Vec<Pushed>>(QUEUED);
         let mut pushed: Option<Vec<Pushed>> = None;
         loop {
-            let secrets = NamespaceSecrets(&self.secrets);
+            let secrets = crate::registry_secrets::NamespaceSecrets(&self.secrets);
             let run = self
                 .automation
                 .run(&secrets, pushed.as_deref(), chrono::Utc::now());

@@ -42,6 +42,7 @@ mod metrics;
 mod peers;
 mod pull_request;
 mod refusal_log;
+mod registry_secrets;
 pub mod shard;
 mod shared;
 mod source_loop;

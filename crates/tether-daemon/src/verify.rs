@@ -10,8 +10,8 @@ use kube::Client;
 use kube::api::Api;
 
 use tether_api::source_spec::OidcIdentityMatch;
-use tether_trust::sigstore::Identity;
 use tether_trust::trusted_keys::{KeyError, TrustedKeys};
+use tether_trust::trusted_root::Identity;
 
 /// The Secret a Source's trusted keys are read from.
 pub(crate) struct VerifySecret {

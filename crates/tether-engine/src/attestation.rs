@@ -3,9 +3,13 @@
 //! (`tether_core::attestation`), sealed in a DSSE envelope with the attestation key
 //! (`tether_trust::dsse`), and kept as a ConfigMap in the inventory's namespace
 //! (labelled `tether.dev/attestation-of: <inventory>`, data `envelope.json`), the
-//! oldest beyond the bound deleted. [`check`] reads the newest back (or takes one
-//! given), opens it against trusted keys and compares the objects it names, as the
-//! server holds them now, with it (`tether_core::attestation::compare`).
+//! oldest beyond the bound deleted; and (or instead) pushed to an OCI registry
+//! ([`registry`]). [`check`] reads the newest back (from the cluster, or the registry's
+//! tag of the inventory, or one given), opens it against trusted keys and compares the
+//! objects it names, as the server holds them now, with it
+//! (`tether_core::attestation::compare`).
+
+pub mod registry;
 
 use std::collections::BTreeSet;
 
@@ -17,9 +21,11 @@ use serde_json::Value;
 use thiserror::Error;
 
 use crate::cluster::{ClusterError, Resources, api_error};
+use crate::oci::OciError;
+use registry::AttestationRegistry;
 use tether_core::attestation::{
-    Attestation, AttestedObject, Deployment, Drift, StatementError, compare, digest, owned_fields,
-    writers,
+    Attestation, AttestedObject, Deployment, Drift, PREDICATE_TYPE, StatementError, compare,
+    digest, owned_fields, writers,
 };
 use tether_core::ownership::Inventory;
 use tether_core::render::RenderedObject;
@@ -64,6 +70,10 @@ pub enum AttestationError {
         origin: String,
         source: StatementError,
     },
+    #[error("the attestation was not pushed to the registry")]
+    Push(#[source] OciError),
+    #[error("cannot read the attestation from the registry")]
+    Pull(#[source] OciError),
 }
 
 /// Where attestations are kept, and how many.
@@ -72,14 +82,52 @@ pub struct Keeping {
     pub namespace: String,
     pub inventory: String,
     pub keep: usize,
+    pub places: Places,
 }
 
-/// An attestation kept: its ConfigMap's name and how many objects it names.
+/// Where an inventory's attestations go: a ConfigMap in its namespace, a registry's
+/// repository, or both.
+#[derive(Clone, Debug)]
+pub struct Places {
+    pub in_cluster: bool,
+    pub registry: Option<AttestationRegistry>,
+}
+
+impl Default for Places {
+    fn default() -> Self {
+        Places {
+            in_cluster: true,
+            registry: None,
+        }
+    }
+}
+
+/// An attestation kept: its ConfigMap's name, the reference it was pushed as, and how
+/// many objects it names.
 #[derive(Clone, Debug)]
 pub struct Kept {
-    pub name: String,
+    pub name: Option<String>,
+    pub pushed: Option<String>,
     pub objects: usize,
     pub signer: String,
+}
+
+impl std::fmt::Display for Kept {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let places: Vec<String> = self
+            .name
+            .iter()
+            .map(|name| format!("ConfigMap {name}"))
+            .chain(self.pushed.iter().cloned())
+            .collect();
+        write!(
+            f,
+            "{} ({} objects, signed by {})",
+            places.join(" and "),
+            self.objects,
+            self.signer
+        )
+    }
 }
 
 /// Reads `objects` back from the cluster, attests them as applied by `deployment`,
@@ -118,15 +166,35 @@ pub async fn attest(
     };
     let envelope = key.seal(IN_TOTO_PAYLOAD_TYPE, &attestation.statement());
     let text = serde_json::to_string(&envelope).unwrap_or_default();
-    if text.len() > MAX_ENVELOPE_BYTES {
-        return Err(AttestationError::TooLarge {
-            objects: attestation.objects.len(),
-            bytes: text.len(),
-        });
-    }
-    let name = keep(client, keeping, &attestation.deployment.time, text).await?;
+    let time = &attestation.deployment.time;
+    let pushed = match &keeping.places.registry {
+        Some(store) => Some(
+            registry::push(
+                store,
+                &keeping.inventory,
+                time,
+                PREDICATE_TYPE,
+                text.clone().into_bytes(),
+                keeping.keep,
+            )
+            .await
+            .map_err(AttestationError::Push)?,
+        ),
+        None => None,
+    };
+    let name = match keeping.places.in_cluster {
+        true if text.len() > MAX_ENVELOPE_BYTES => {
+            return Err(AttestationError::TooLarge {
+                objects: attestation.objects.len(),
+                bytes: text.len(),
+            });
+        }
+        true => Some(keep(client, keeping, time, text).await?),
+        false => None,
+    };
     Ok(Kept {
         name,
+        pushed,
         objects: attestation.objects.len(),
         signer: key.name().to_string(),
     })
@@ -255,23 +323,40 @@ pub struct Checked {
     pub drift: Vec<Drift>,
 }
 
-/// Checks an attestation (`given`: one read elsewhere, with its origin; else the
-/// newest of `inventory`) against `keys`, then the cluster's live objects against it:
+/// Which attestation [`check`] checks.
+#[derive(Clone, Debug)]
+pub enum Checking {
+    /// One read elsewhere (a file), with its origin.
+    Given { origin: String, envelope: Envelope },
+    /// The newest of the inventory in its namespace.
+    InCluster,
+    /// One in a registry: a tag or digest, or the inventory's tag (the newest).
+    InRegistry(AttestationRegistry),
+}
+
+/// Checks an attestation against `keys`, then the cluster's live objects against it:
 /// what `tether verify` and the page's API both answer.
 pub async fn check(
     client: &Client,
-    given: Option<(String, Envelope)>,
+    checking: Checking,
     inventory: &Inventory,
     keys: &TrustedKeys,
 ) -> Result<Checked, AttestationError> {
-    let (origin, envelope) = match given {
-        Some(given) => given,
-        None => {
+    let (origin, envelope) = match checking {
+        Checking::Given { origin, envelope } => (origin, envelope),
+        Checking::InCluster => {
             let (name, envelope) = latest(client, &inventory.namespace, &inventory.name).await?;
             (
                 format!("the ConfigMap {}/{name}", inventory.namespace),
                 envelope,
             )
+        }
+        Checking::InRegistry(store) => {
+            let (origin, bytes) = registry::pull(&store.repository, &store.access)
+                .await
+                .map_err(AttestationError::Pull)?;
+            let envelope = envelope(&String::from_utf8_lossy(&bytes), &origin)?;
+            (origin, envelope)
         }
     };
     let (attestation, signer) = open(keys, &envelope, &origin)?;

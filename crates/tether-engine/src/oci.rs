@@ -238,6 +238,7 @@ pub async fn push(
     let manifest = Manifest {
         schema_version: 2,
         media_type: Some(OCI_MANIFEST.to_string()),
+        artifact_type: None,
         config: config_descriptor,
         layers: vec![layer_descriptor],
         annotations,

@@ -2,7 +2,9 @@
 //! SSH and OpenPGP public keys, from an allowed-signers file or armored key blocks),
 //! [`verify`] (whether a signature over a payload is a trusted key's, and whose),
 //! [`cosign`] (an OCI artifact's cosign signature, by a trusted cosign key), [`dsse`]
-//! (signed envelopes: tether's deployment records, sealed and opened), [`provenance`]
+//! (signed envelopes: tether's deployment records, sealed and opened), [`trusted_root`]
+//! (a private Sigstore's authorities and the identities they may issue for),
+//! [`provenance`]
 //! (a Helm chart's `.prov` file, by a trusted OpenPGP key), [`sigstore`] (a Sigstore
 //! bundle, by a cosign key or a private Sigstore's certificate) and [`sign`] (an SSH
 //! signature made with tether's own key, as git's `gpg.format=ssh` makes it).
@@ -22,4 +24,5 @@ pub mod provenance;
 pub mod sign;
 pub mod sigstore;
 pub mod trusted_keys;
+pub mod trusted_root;
 pub mod verify;

@@ -20,7 +20,6 @@
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use chrono::{DateTime, Utc};
-use regex::Regex;
 use rustls_pki_types::{CertificateDer, SignatureVerificationAlgorithm, UnixTime};
 use serde::Deserialize;
 use webpki::{EndEntityCert, KeyUsage};
@@ -28,12 +27,11 @@ use x509_parser::prelude::{FromDer, GeneralName, ParsedExtension, X509Certificat
 
 use crate::dsse::{self, Envelope, IN_TOTO_PAYLOAD_TYPE};
 use crate::trusted_keys::TrustedKeys;
+use crate::trusted_root::{Chain, Identity, RawBytes};
 use crate::verify::{Refusal, Signer};
 
 /// The media type of a bundle, as the artifact type of the manifest that carries it.
 pub const BUNDLE: &str = "application/vnd.dev.sigstore.bundle.v0.3+json";
-/// A trusted root's media type, as its JSON says.
-const TRUSTED_ROOT: &str = "application/vnd.dev.sigstore.trustedroot+json";
 /// The extended key usage a signing certificate must carry: code signing.
 const CODE_SIGNING: &[u8] = &[0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x03];
 /// Fulcio's extension naming the OIDC issuer, as a DER UTF8String (…57264.1.8) and
@@ -48,160 +46,6 @@ const SIGNATURE_ALGORITHMS: &[&dyn SignatureVerificationAlgorithm] = &[
     webpki::ring::RSA_PKCS1_2048_8192_SHA256,
     webpki::ring::RSA_PSS_2048_8192_SHA256_LEGACY_KEY,
 ];
-
-/// A private Sigstore's certificate authorities, from its trusted root.
-#[derive(Clone, Debug)]
-pub(crate) struct TrustedRoot {
-    pub(crate) authorities: Vec<Authority>,
-}
-
-/// One certificate authority: its chain (the issuing certificate first, the root
-/// last, DER) and when it may issue.
-#[derive(Clone, Debug)]
-pub(crate) struct Authority {
-    /// Its URL (`https://fulcio.example.org`), as messages name it.
-    pub(crate) name: String,
-    chain: Vec<Vec<u8>>,
-    start: Option<DateTime<Utc>>,
-    end: Option<DateTime<Utc>>,
-}
-
-/// Who may sign with a certificate: regular expressions that the whole OIDC issuer
-/// and the whole subject (an email address or a URI) must match, as Flux's
-/// `matchOIDCIdentity`.
-#[derive(Clone, Debug)]
-pub struct Identity {
-    issuer: Regex,
-    subject: Regex,
-}
-
-impl Identity {
-    /// The identity of `issuer` and `subject`, each a regular expression matched
-    /// against the whole value; or the expression that is not one.
-    pub fn new(issuer: &str, subject: &str) -> Result<Identity, regex::Error> {
-        let whole = |expression: &str| Regex::new(&format!("^(?:{expression})$"));
-        Ok(Identity {
-            issuer: whole(issuer)?,
-            subject: whole(subject)?,
-        })
-    }
-
-    fn matches(&self, issuer: &str, subject: &str) -> bool {
-        self.issuer.is_match(issuer) && self.subject.is_match(subject)
-    }
-}
-
-impl std::fmt::Display for Identity {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let bare = |regex: &Regex| {
-            let text = regex.as_str();
-            text.strip_prefix("^(?:")
-                .and_then(|t| t.strip_suffix(")$"))
-                .unwrap_or(text)
-                .to_string()
-        };
-        write!(
-            f,
-            "subject {} of issuer {}",
-            bare(&self.subject),
-            bare(&self.issuer)
-        )
-    }
-}
-
-/// Does `text` hold a Sigstore trusted root?
-pub(crate) fn is_trusted_root(text: &str) -> bool {
-    text.trim_start().starts_with('{') && text.contains(TRUSTED_ROOT)
-}
-
-/// The certificate authorities of a trusted root's JSON, or why not. Its
-/// transparency logs and timestamp authorities are not read.
-pub(crate) fn parse_trusted_root(text: &str) -> Result<TrustedRoot, String> {
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Root {
-        media_type: String,
-        #[serde(default)]
-        certificate_authorities: Vec<RootAuthority>,
-    }
-    #[derive(Deserialize)]
-    #[serde(rename_all = "camelCase")]
-    struct RootAuthority {
-        #[serde(default)]
-        uri: String,
-        cert_chain: Chain,
-        #[serde(default)]
-        valid_for: Option<Window>,
-    }
-    #[derive(Deserialize)]
-    struct Window {
-        start: Option<DateTime<Utc>>,
-        end: Option<DateTime<Utc>>,
-    }
-    let root: Root =
-        serde_json::from_str(text).map_err(|e| format!("not a Sigstore trusted root: {e}"))?;
-    if !root.media_type.starts_with(TRUSTED_ROOT) {
-        return Err(format!(
-            "its mediaType is {:?}, not {TRUSTED_ROOT}",
-            root.media_type
-        ));
-    }
-    if root.certificate_authorities.is_empty() {
-        return Err("it lists no certificateAuthorities".into());
-    }
-    let authorities = root
-        .certificate_authorities
-        .into_iter()
-        .enumerate()
-        .map(|(index, authority)| {
-            let chain = authority
-                .cert_chain
-                .der()
-                .map_err(|why| format!("certificateAuthorities[{index}]'s certChain: {why}"))?;
-            if chain.is_empty() {
-                return Err(format!(
-                    "certificateAuthorities[{index}]'s certChain has no certificate"
-                ));
-            }
-            let window = authority.valid_for;
-            Ok(Authority {
-                name: match authority.uri.is_empty() {
-                    true => format!("certificate authority {index}"),
-                    false => authority.uri,
-                },
-                chain,
-                start: window.as_ref().and_then(|w| w.start),
-                end: window.and_then(|w| w.end),
-            })
-        })
-        .collect::<Result<_, String>>()?;
-    Ok(TrustedRoot { authorities })
-}
-
-#[derive(Deserialize)]
-struct Chain {
-    certificates: Vec<RawBytes>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RawBytes {
-    raw_bytes: String,
-}
-
-impl Chain {
-    fn der(&self) -> Result<Vec<Vec<u8>>, String> {
-        self.certificates.iter().map(RawBytes::der).collect()
-    }
-}
-
-impl RawBytes {
-    fn der(&self) -> Result<Vec<u8>, String> {
-        STANDARD
-            .decode(self.raw_bytes.trim())
-            .map_err(|e| format!("a certificate is not base64: {e}"))
-    }
-}
 
 /// What a bundle holds that tether reads.
 #[derive(Deserialize)]
@@ -679,22 +523,5 @@ mod tests {
         assert!(signer.key.starts_with("cosign sha256:"), "{signer}");
         let refused = verify_bundle(&keys(&[ROOT], &[ISSUER]), BY_KEY, digest(), NOW).unwrap_err();
         assert!(matches!(refused, Refusal::UnknownKey { .. }), "{refused}");
-    }
-
-    #[test]
-    fn a_trusted_root_that_is_not_one_is_named() {
-        for (text, expected) in [
-            (
-                r#"{"mediaType": "application/vnd.dev.sigstore.trustedroot+json;version=0.1"}"#,
-                "it lists no certificateAuthorities",
-            ),
-            (
-                r#"{"mediaType": "application/vnd.dev.sigstore.trustedroot+json;version=0.1", "certificateAuthorities": [{"certChain": {"certificates": [{"rawBytes": "%%"}]}}]}"#,
-                "certificateAuthorities[0]'s certChain: a certificate is not base64",
-            ),
-        ] {
-            let error = parse_trusted_root(text).unwrap_err();
-            assert!(error.starts_with(expected), "{error}");
-        }
     }
 }

@@ -12,7 +12,7 @@ use ssh_key::authorized_keys::Entry;
 use ssh_key::{HashAlg, PublicKey};
 use thiserror::Error;
 
-use crate::sigstore::{Identity, TrustedRoot, is_trusted_root, parse_trusted_root};
+use crate::trusted_root::{Identity, TrustedRoot, is_trusted_root, parse_trusted_root};
 
 use p256::ecdsa::VerifyingKey;
 use p256::pkcs8::{DecodePublicKey, EncodePublicKey};

@@ -173,14 +173,10 @@ fn verify_charts_secret(client: &Client, source: &Source) -> Option<VerifySecret
 fn attestation_secret(client: &Client, source: &Source) -> Option<AttestationSecret> {
     let attestation = source.spec.attestation.as_ref()?;
     let namespace = source.namespace().unwrap_or_default();
-    let keep = attestation
-        .keep
-        .map_or(tether_engine::attestation::DEFAULT_KEEP, |k| k as usize);
     Some(AttestationSecret::new(
         client.clone(),
         &namespace,
-        &attestation.secret_ref.name,
-        keep,
+        attestation,
     ))
 }
 

@@ -121,13 +121,23 @@ impl<S: StatusSink> SourceLoop<S> {
         let (Some(secret), Some(key)) = (&self.attestation, &self.attestation_key) else {
             return;
         };
+        let places = match secret.places().await {
+            Ok(places) => places,
+            Err(error) => {
+                tracing::warn!(
+                    error = %tether_core::error_chain(&error),
+                    "the pass's attestation was not kept"
+                );
+                return;
+            }
+        };
         match self
             .reconciler
-            .attest(planned, report, key, secret.keep)
+            .attest(planned, report, key, secret.keep, places)
             .await
         {
             Ok(Some(kept)) => tracing::info!(
-                attestation = %kept.name,
+                attestation = %kept,
                 objects = kept.objects,
                 signer = %kept.signer,
                 "attested"

@@ -10,6 +10,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use tether_engine::attestation::{AttestationError, check};
+use tether_engine::oci::OciError;
 use tether_web::API_SCHEMA;
 
 use super::handling::{Failure, WebState};
@@ -40,7 +41,17 @@ pub(crate) async fn attestation(
             tether_core::error_chain(&e),
         )
     })?;
-    let checked = match check(client, None, &attesting.inventory, &keys).await {
+    let checking = attesting
+        .secret
+        .newest(&attesting.inventory.name)
+        .await
+        .map_err(|e| {
+            failure(
+                StatusCode::SERVICE_UNAVAILABLE,
+                tether_core::error_chain(&e),
+            )
+        })?;
+    let checked = match check(client, checking, &attesting.inventory, &keys).await {
         Ok(checked) => checked,
         Err(error @ AttestationError::Unverified { .. }) => {
             return Ok(axum::Json(json!({
@@ -50,7 +61,10 @@ pub(crate) async fn attestation(
             }))
             .into_response());
         }
-        Err(error @ AttestationError::NotFound { .. }) => {
+        Err(
+            error @ (AttestationError::NotFound { .. }
+            | AttestationError::Pull(OciError::NotFound { .. })),
+        ) => {
             return Err(failure(StatusCode::NOT_FOUND, error.to_string()));
         }
         Err(error) => {

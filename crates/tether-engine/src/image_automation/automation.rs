@@ -83,6 +83,19 @@ pub enum SecretCredentials {
     Basic(Credentials),
 }
 
+impl SecretCredentials {
+    /// The credentials for `registry` (`host[:port]`) that the secret `name` holds.
+    pub fn for_registry(self, name: &str, registry: &str) -> Result<Credentials, String> {
+        match self {
+            SecretCredentials::Basic(credentials) => Ok(credentials),
+            SecretCredentials::DockerConfig(config) => {
+                Credentials::from_docker_config(&config, registry)
+                    .ok_or_else(|| format!("the secret {name} holds no credentials for {registry}"))
+            }
+        }
+    }
+}
+
 impl Automation {
     /// What `policy` authenticates to `registry` with: its secret's credentials (an
     /// error when the secret cannot be read: a policy that names one never goes
@@ -94,14 +107,7 @@ impl Automation {
         registry: &str,
     ) -> Result<Access, String> {
         let credentials = match &policy.secret {
-            Some(name) => match secrets.get(name).await? {
-                SecretCredentials::Basic(credentials) => Some(credentials),
-                SecretCredentials::DockerConfig(config) => Some(
-                    Credentials::from_docker_config(&config, registry).ok_or_else(|| {
-                        format!("the secret {name} holds no credentials for {registry}")
-                    })?,
-                ),
-            },
+            Some(name) => Some(secrets.get(name).await?.for_registry(name, registry)?),
             None => self
                 .docker_config
                 .as_deref()

@@ -34,6 +34,9 @@ pub struct Manifest {
     pub schema_version: u32,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub media_type: Option<String>,
+    /// What the artifact is (OCI 1.1), when it is not an image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifact_type: Option<String>,
     pub config: Descriptor,
     pub layers: Vec<Descriptor>,
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]

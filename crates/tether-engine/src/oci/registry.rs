@@ -371,11 +371,21 @@ impl Registry {
 
     /// Puts `manifest` under the reference's tag; returns its digest.
     pub async fn push_manifest(&self, manifest: &Manifest) -> Result<String, OciError> {
+        self.push_manifest_as(manifest, self.reference.target_text())
+            .await
+    }
+
+    /// Puts `manifest` under `tag` of the repository; returns its digest.
+    pub async fn push_manifest_as(
+        &self,
+        manifest: &Manifest,
+        tag: &str,
+    ) -> Result<String, OciError> {
         let body = serde_json::to_vec(manifest).map_err(|e| {
             self.status_error("the manifest", StatusCode::BAD_REQUEST, e.to_string())
         })?;
         let digest = sha256_digest(&body);
-        let url = self.url(&format!("manifests/{}", self.reference.target_text()));
+        let url = self.url(&format!("manifests/{tag}"));
         self.send("the manifest", |http| {
             http.put(&url)
                 .header(CONTENT_TYPE, OCI_MANIFEST)
@@ -383,6 +393,13 @@ impl Registry {
         })
         .await?;
         Ok(digest)
+    }
+
+    /// Deletes the manifest `digest` (and so every tag of it).
+    pub async fn delete_manifest(&self, digest: &str) -> Result<(), OciError> {
+        let url = self.url(&format!("manifests/{digest}"));
+        self.send("the manifest", |http| http.delete(&url)).await?;
+        Ok(())
     }
 
     /// Sends a request built by `build`; on 401, earns authorization from the

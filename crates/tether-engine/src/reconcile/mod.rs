@@ -532,6 +532,7 @@ impl Reconciler {
         applied: &ApplyReport,
         key: &tether_trust::dsse::RecordKey,
         keep: usize,
+        places: attestation::Places,
     ) -> Result<Option<attestation::Kept>, attestation::AttestationError> {
         if !applied.changed() {
             return Ok(None);
@@ -555,6 +556,7 @@ impl Reconciler {
             namespace: self.inventory.namespace.clone(),
             inventory: self.inventory.name.clone(),
             keep,
+            places,
         };
         attestation::attest(&planned.client, deployment, &objects, key, &keeping)
             .await
