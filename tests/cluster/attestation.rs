@@ -41,6 +41,23 @@ fn openssl_key(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
     (private, public)
 }
 
+/// A key made by openssl, its private half in the Secret `attest` of `namespace`
+/// (`spec.attestation`'s): the key's directory and its public half.
+fn attestation_secret(namespace: &str) -> (tempfile::TempDir, PathBuf) {
+    let keys = tempfile::tempdir().unwrap();
+    let (private, public) = openssl_key(keys.path(), "attestation");
+    kubectl(&[
+        "-n",
+        namespace,
+        "create",
+        "secret",
+        "generic",
+        "attest",
+        &format!("--from-file=attestation.pem={}", private.display()),
+    ]);
+    (keys, public)
+}
+
 fn text(output: &Output) -> String {
     format!(
         "{}{}",
@@ -489,17 +506,7 @@ async fn a_source_pushes_its_attestations_to_a_registry_and_the_page_checks_them
     } = crate::verify::signed_remote(&ns);
     let registry = Registry::start_for_user("bot", "s3cret-push");
     let host = registry.host();
-    let keys = tempfile::tempdir().unwrap();
-    let (private, _) = openssl_key(keys.path(), "attestation");
-    kubectl(&[
-        "-n",
-        &ns,
-        "create",
-        "secret",
-        "generic",
-        "attest",
-        &format!("--from-file=attestation.pem={}", private.display()),
-    ]);
+    let (_attestation_keys, _) = attestation_secret(&ns);
     kubectl(&[
         "-n",
         &ns,
@@ -620,17 +627,7 @@ async fn a_source_attests_each_pass_that_changed_the_cluster_with_who_signed_it(
         remote,
         commit,
     } = crate::verify::signed_remote(&ns);
-    let keys = tempfile::tempdir().unwrap();
-    let (private, public) = openssl_key(keys.path(), "attestation");
-    kubectl(&[
-        "-n",
-        &ns,
-        "create",
-        "secret",
-        "generic",
-        "attest",
-        &format!("--from-file=attestation.pem={}", private.display()),
-    ]);
+    let (_attestation_keys, public) = attestation_secret(&ns);
     let daemon = crate::daemon::Daemon::start(&["--sources", "--sources-namespace", &ns]);
     crate::daemon::kubectl_apply_text(&crate::daemon::source_yaml(
         "web",

@@ -197,18 +197,29 @@ async fn a_source_applies_only_an_artifact_a_trusted_cosign_key_signed() {
         );
     };
     cosign(&["generate-key-pair"]);
-    crate::daemon::kubectl_ok(&[
-        "-n",
-        &ns,
-        "create",
-        "secret",
-        "generic",
-        "trusted",
-        &format!(
+    // The Secret `trusted` with the cosign key and `more` of kubectl's arguments;
+    // with --dry-run, applied (to replace it).
+    let trusted = |more: &[&str]| {
+        let cosign_pub = format!(
             "--from-file=cosign.pub={}",
             keys.path().join("cosign.pub").display()
-        ),
-    ]);
+        );
+        let mut args = vec![
+            "-n",
+            &ns,
+            "create",
+            "secret",
+            "generic",
+            "trusted",
+            &cosign_pub,
+        ];
+        args.extend(more);
+        let out = crate::daemon::kubectl_ok(&args);
+        if more.contains(&"--dry-run=client") {
+            kubectl_apply_text(&out);
+        }
+    };
+    trusted(&[]);
     let reference = format!("oci://{host}/team/models:stable");
     let first = push_models(models.path(), &ns, "v1", &reference);
     sign(&first);
@@ -260,17 +271,7 @@ async fn a_source_applies_only_an_artifact_a_trusted_cosign_key_signed() {
     sigstore
         .issue("ci@example.org", "https://issuer.example.org")
         .sign(&format!("{host}/team/models@{third}"));
-    let secret = crate::daemon::kubectl_ok(&[
-        "-n",
-        &ns,
-        "create",
-        "secret",
-        "generic",
-        "trusted",
-        &format!(
-            "--from-file=cosign.pub={}",
-            keys.path().join("cosign.pub").display()
-        ),
+    trusted(&[
         &format!(
             "--from-file=trusted_root.json={}",
             sigstore.trusted_root().display()
@@ -279,7 +280,6 @@ async fn a_source_applies_only_an_artifact_a_trusted_cosign_key_signed() {
         "-o",
         "yaml",
     ]);
-    kubectl_apply_text(&secret);
     let trust = |subject: &str| {
         kubectl_apply_text(&format!(
             "apiVersion: tether.dev/v1alpha1\nkind: Source\nmetadata:\n  name: web\n  namespace: {ns}\nspec:\n  url: oci://{host}/team/models\n  ref: stable\n  insecure: true\n  interval: 1s\n  verify:\n    secretRef:\n      name: trusted\n    matchOIDCIdentity:\n      - issuer: https://issuer\\.example\\.org\n        subject: {subject}\n"

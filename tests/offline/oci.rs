@@ -438,6 +438,22 @@ pub(crate) fn cosign(dir: &Path, args: &[&str]) -> Output {
     out
 }
 
+/// `tether validate --repo REFERENCE --verify-keys KEYS EXTRA…` with `cache`.
+fn verified_read(reference: &str, cache: &Path, keys: &Path, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "validate",
+        "--repo",
+        reference,
+        "--insecure-registry",
+        "--cache-dir",
+        cache.to_str().unwrap(),
+        "--verify-keys",
+        keys.to_str().unwrap(),
+    ];
+    args.extend(extra);
+    tether(&args)
+}
+
 #[test]
 fn only_an_artifact_a_trusted_cosign_key_signed_is_read() {
     let registry = Registry::start();
@@ -451,18 +467,7 @@ fn only_an_artifact_a_trusted_cosign_key_signed_is_read() {
     let trusted = keys.path().join("cosign.pub");
     let other = keys.path().join("other.pub");
     let cache = tempfile::tempdir().unwrap();
-    let read = |reference: &str, key: &Path| {
-        tether(&[
-            "validate",
-            "--repo",
-            reference,
-            "--insecure-registry",
-            "--cache-dir",
-            cache.path().to_str().unwrap(),
-            "--verify-keys",
-            key.to_str().unwrap(),
-        ])
-    };
+    let read = |reference: &str, key: &Path| verified_read(reference, cache.path(), key, &[]);
     let sign =
         |pushed: &str| tether_testkit::tools::cosign_sign(keys.path(), "cosign.key", pushed.trim());
     let signed = format!("oci://{host}/team/models:v1");
@@ -570,18 +575,7 @@ fn an_artifact_signed_in_a_sigstore_bundle_is_read_by_its_key_or_a_private_trust
     let ci = sigstore.issue("ci@example.org", "https://issuer.example.org");
     let cache = tempfile::tempdir().unwrap();
     let read = |reference: &str, keys: &Path, identity: &[&str]| {
-        let mut args = vec![
-            "validate",
-            "--repo",
-            reference,
-            "--insecure-registry",
-            "--cache-dir",
-            cache.path().to_str().unwrap(),
-            "--verify-keys",
-            keys.to_str().unwrap(),
-        ];
-        args.extend(identity);
-        tether(&args)
+        verified_read(reference, cache.path(), keys, identity)
     };
     let trusted_identity = [
         "--certificate-identity",

@@ -26,19 +26,7 @@ impl PrivateSigstore {
     pub fn new(name: &str) -> PrivateSigstore {
         let dir = tempfile::tempdir().unwrap();
         let ca = |file: &str| format!("{name}.{file}");
-        run(
-            dir.path(),
-            "openssl",
-            &[
-                "ecparam",
-                "-name",
-                "prime256v1",
-                "-genkey",
-                "-noout",
-                "-out",
-                &ca("key"),
-            ],
-        );
+        p256_key(dir.path(), &ca("key"));
         run(
             dir.path(),
             "openssl",
@@ -90,19 +78,7 @@ impl PrivateSigstore {
         let dir = self.dir.path();
         let name = email.replace(['@', '.'], "-");
         let file = |ext: &str| format!("{name}.{ext}");
-        run(
-            dir,
-            "openssl",
-            &[
-                "ecparam",
-                "-name",
-                "prime256v1",
-                "-genkey",
-                "-noout",
-                "-out",
-                &file("pkey"),
-            ],
-        );
+        p256_key(dir, &file("pkey"));
         run(
             dir,
             "openssl",
@@ -187,6 +163,23 @@ impl Certificate {
             reference,
         );
     }
+}
+
+/// An ECDSA P-256 private key made by openssl, as `file` in `dir`.
+fn p256_key(dir: &Path, file: &str) {
+    run(
+        dir,
+        "openssl",
+        &[
+            "ecparam",
+            "-name",
+            "prime256v1",
+            "-genkey",
+            "-noout",
+            "-out",
+            file,
+        ],
+    );
 }
 
 fn run(dir: &Path, program: &str, args: &[&str]) {
