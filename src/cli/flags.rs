@@ -84,6 +84,27 @@ pub struct KeyFlags {
         help_heading = "Verification"
     )]
     pub chart_keys: Vec<PathBuf>,
+    /// For a registry's chart signed with a certificate of a trusted root's authority
+    /// (a Sigstore trusted_root.json among --chart-keys): the subject it must be
+    /// issued for, a regular expression matched against the whole subject.
+    #[arg(
+        long,
+        env = "TETHER_CHART_CERTIFICATE_IDENTITY",
+        value_name = "REGEX",
+        requires_all = ["chart_keys", "chart_certificate_oidc_issuer"],
+        help_heading = "Verification"
+    )]
+    pub chart_certificate_identity: Option<String>,
+    /// The OIDC issuer that certificate must name, a regular expression matched
+    /// against the whole issuer.
+    #[arg(
+        long,
+        env = "TETHER_CHART_CERTIFICATE_OIDC_ISSUER",
+        value_name = "REGEX",
+        requires = "chart_certificate_identity",
+        help_heading = "Verification"
+    )]
+    pub chart_certificate_oidc_issuer: Option<String>,
 }
 
 /// Where the models come from: a directory, a Git repository, or an OCI artifact.
@@ -174,16 +195,12 @@ impl VerifyFlags {
             return Ok(None);
         }
         let mut keys = trusted_keys(&self.verify_keys, "--verify-keys")?;
-        if let (Some(subject), Some(issuer)) =
-            (&self.certificate_identity, &self.certificate_oidc_issuer)
-        {
-            let identity = Identity::new(issuer, subject).map_err(|e| {
-                miette::miette!(
-                    "--certificate-identity or --certificate-oidc-issuer: not a regular expression: {e}"
-                )
-            })?;
-            keys.trust_identities(vec![identity]);
-        }
+        trust_identity(
+            &mut keys,
+            &self.certificate_identity,
+            &self.certificate_oidc_issuer,
+            "--certificate-identity or --certificate-oidc-issuer",
+        )?;
         Ok(Some(Verification {
             mode: match self.verify_mode {
                 VerifyModeFlag::Head => VerifyMode::Head,
@@ -193,6 +210,22 @@ impl VerifyFlags {
             keys: std::sync::Arc::new(keys),
         }))
     }
+}
+
+/// Lets certificates of `keys`' trusted roots sign for `subject` of `issuer`, when
+/// given (with `flags`, named when one is not a regular expression).
+fn trust_identity(
+    keys: &mut TrustedKeys,
+    subject: &Option<String>,
+    issuer: &Option<String>,
+    flags: &str,
+) -> miette::Result<()> {
+    if let (Some(subject), Some(issuer)) = (subject, issuer) {
+        let identity = Identity::new(issuer, subject)
+            .map_err(|e| miette::miette!("{flags}: not a regular expression: {e}"))?;
+        keys.trust_identities(vec![identity]);
+    }
+    Ok(())
 }
 
 /// The keys of `files`, given with `flag`, each problem named by its file and line.
@@ -517,7 +550,13 @@ impl KeyFlags {
     pub fn generate(&self) -> miette::Result<tether_engine::generate::Generate> {
         let mut generate = tether_engine::generate::Generate::from_environment();
         if !self.chart_keys.is_empty() {
-            let keys = trusted_keys(&self.chart_keys, "--chart-keys")?;
+            let mut keys = trusted_keys(&self.chart_keys, "--chart-keys")?;
+            trust_identity(
+                &mut keys,
+                &self.chart_certificate_identity,
+                &self.chart_certificate_oidc_issuer,
+                "--chart-certificate-identity or --chart-certificate-oidc-issuer",
+            )?;
             generate.set_chart_keys(Some(std::sync::Arc::new(keys)));
         }
         Ok(generate)

@@ -277,4 +277,39 @@ fn a_chart_in_a_registry_renders_only_with_a_trusted_cosign_signature() {
         &render(home.path(), &models, Some(&trusted)),
         &["is not verified: it is not signed"],
     );
+
+    // A release job's certificate of a private Sigstore, in a bundle: its trusted root
+    // and the job's identity read it; another identity does not.
+    let sigstore = tether_testkit::sigstore::PrivateSigstore::new("fulcio");
+    let digest = push("0.6.0");
+    sigstore
+        .issue("charts@example.org", "https://issuer.example.org")
+        .sign(&format!("{}/charts/hello@{digest}", registry.host()));
+    chart_model(&models, &charts, "0.6.0");
+    let root = sigstore.trusted_root();
+    let by_identity = |subject: &str| {
+        tether(
+            home.path(),
+            &[
+                "render",
+                models.to_str().unwrap(),
+                "--chart-keys",
+                root.to_str().unwrap(),
+                "--chart-certificate-identity",
+                subject,
+                "--chart-certificate-oidc-issuer",
+                r"https://issuer\.example\.org",
+            ],
+        )
+    };
+    assert_eq!(
+        chart_label(&by_identity(r"charts@example\.org")),
+        "hello-0.6.0"
+    );
+    assert_refused(
+        &by_identity(r"release@example\.org"),
+        &[&format!(
+            "the chart {charts}/hello:0.6.0 ({digest}) is not verified: it is signed by charts@example.org (issuer https://issuer.example.org, certificate of https://fulcio.example.org), which may not sign it: its identity is none of the trusted ones"
+        )],
+    );
 }

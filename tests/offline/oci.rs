@@ -572,7 +572,12 @@ fn an_artifact_signed_in_a_sigstore_bundle_is_read_by_its_key_or_a_private_trust
     let host = registry.host();
     let sigstore = PrivateSigstore::new("fulcio");
     let other = PrivateSigstore::new("other");
-    let ci = sigstore.issue("ci@example.org", "https://issuer.example.org");
+    // Fulcio's certificates live ten minutes; this one five seconds.
+    let ci = sigstore.issue_for(
+        "ci@example.org",
+        "https://issuer.example.org",
+        std::time::Duration::from_secs(5),
+    );
     let cache = tempfile::tempdir().unwrap();
     let read = |reference: &str, keys: &Path, identity: &[&str]| {
         verified_read(reference, cache.path(), keys, identity)
@@ -587,6 +592,16 @@ fn an_artifact_signed_in_a_sigstore_bundle_is_read_by_its_key_or_a_private_trust
     let pushed = push(&signed, "examples/models");
     let digest = pushed.trim().rsplit('@').next().unwrap().to_string();
     ci.sign(pushed.trim());
+    // Read once the certificate has expired: the timestamp authority's countersignature
+    // shows that it signed while valid.
+    while std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        <= ci.not_after
+    {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
 
     // cosign itself agrees, against the same trusted root.
     cosign(
@@ -602,6 +617,7 @@ fn an_artifact_signed_in_a_sigstore_bundle_is_read_by_its_key_or_a_private_trust
             "https://issuer.example.org",
             "--insecure-ignore-tlog",
             "--insecure-ignore-sct",
+            "--use-signed-timestamps",
             "--allow-insecure-registry",
             "--allow-http-registry",
             pushed.trim(),
@@ -609,6 +625,15 @@ fn an_artifact_signed_in_a_sigstore_bundle_is_read_by_its_key_or_a_private_trust
     );
     let out = read(&signed, &sigstore.trusted_root(), &trusted_identity);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+
+    // A trusted root without the timestamp authority: nothing says when it signed.
+    let out = read(&signed, &sigstore.untimed_root(), &trusted_identity);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        says(&out.stderr, "nothing proves when the certificate signed"),
+        "{}",
+        text(&out.stderr)
+    );
 
     // Another identity, no identity, another authority: refused, naming why.
     let out = read(
@@ -644,7 +669,7 @@ fn an_artifact_signed_in_a_sigstore_bundle_is_read_by_its_key_or_a_private_trust
     assert!(
         says(
             &out.stderr,
-            "it is signed by a certificate issued by O=Private Sigstore, CN=fulcio, which is not among the trusted keys"
+            "it is signed by a certificate for ci@example.org of issuer https://issuer.example.org, which is not among the trusted keys"
         ),
         "{}",
         text(&out.stderr)

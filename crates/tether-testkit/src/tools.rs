@@ -61,19 +61,35 @@ pub fn helm_tools() -> &'static HelmTools {
 /// test tools build it before `cargo test`).
 pub fn cosign() -> &'static Path {
     static COSIGN: OnceLock<PathBuf> = OnceLock::new();
-    COSIGN.get_or_init(|| {
-        let script = crate::workspace_root().join("scripts/go-build");
-        let output = std::process::Command::new(&script)
-            .args(["cosign", "github.com/sigstore/cosign/v2/cmd/cosign"])
-            .output()
-            .unwrap_or_else(|e| panic!("{}: {e}", script.display()));
-        assert!(
-            output.status.success(),
-            "scripts/go-build cosign: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        PathBuf::from(String::from_utf8_lossy(&output.stdout).trim()).join("cosign")
+    COSIGN.get_or_init(|| go_built("cosign", "github.com/sigstore/cosign/v2/cmd/cosign"))
+}
+
+/// sigstore's RFC 3161 timestamp authority (`timestamp-server`), built once by
+/// `scripts/go-build timestamp-authority`.
+pub fn timestamp_server() -> &'static Path {
+    static SERVER: OnceLock<PathBuf> = OnceLock::new();
+    SERVER.get_or_init(|| {
+        go_built(
+            "timestamp-authority",
+            "github.com/sigstore/timestamp-authority/v2/cmd/timestamp-server",
+        )
     })
+}
+
+/// The command `package` of the Go tools module `module`, built by `scripts/go-build`.
+fn go_built(module: &str, package: &str) -> PathBuf {
+    let script = crate::workspace_root().join("scripts/go-build");
+    let output = std::process::Command::new(&script)
+        .args([module, package])
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", script.display()));
+    assert!(
+        output.status.success(),
+        "scripts/go-build {module}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let command = package.rsplit('/').next().unwrap_or(package);
+    PathBuf::from(String::from_utf8_lossy(&output.stdout).trim()).join(command)
 }
 
 /// `cosign sign --key KEY REFERENCE` in `dir` (its key files' directory), as a

@@ -189,8 +189,7 @@ impl TrustedKeys {
         let sigstore = self
             .sigstore
             .iter()
-            .flat_map(|root| &root.authorities)
-            .map(|authority| format!("Sigstore {}", authority.name));
+            .map(|root| format!("Sigstore {}", root.name));
         let identities = self
             .identities
             .iter()

@@ -86,7 +86,6 @@ async fn bundles(
 ) -> Result<Result<Signer, Refusal>, OciError> {
     let index = registry.referrers(digest).await?;
     let index = json(registry, digest, "the referrers", &index)?;
-    let now = chrono::Utc::now().timestamp();
     let mut refusal = Refusal::Unsigned;
     let referrers = index["manifests"].as_array().into_iter().flatten();
     for referrer in referrers
@@ -103,7 +102,7 @@ async fn bundles(
                 continue;
             };
             let bundle = registry.small_blob(&descriptor).await?;
-            match verify_bundle(keys, &bundle, digest, now) {
+            match verify_bundle(keys, &bundle, digest) {
                 Ok(signer) => return Ok(Ok(signer)),
                 Err(why) => refusal = why,
             }
