@@ -314,10 +314,15 @@ pub struct ApplyArgs {
     /// apply) whose model is gone, instead of releasing them.
     #[arg(long, requires = "prune")]
     pub delete_adopted: bool,
-    /// With --prune, delete a Namespace even when it holds objects this inventory did
-    /// not create: they are deleted with it.
-    #[arg(long, requires = "prune")]
-    pub dangerous_delete_namespaces_with_foreign_objects: bool,
+    /// With --prune, delete a Namespace or a CustomResourceDefinition even when it
+    /// holds objects this inventory did not create (the Namespace's objects, the
+    /// definition's custom resources): they are deleted with it.
+    #[arg(
+        long,
+        requires = "prune",
+        alias = "dangerous-delete-namespaces-with-foreign-objects"
+    )]
+    pub dangerous_delete_with_foreign_objects: bool,
     /// With --prune, let a source that renders no object prune everything the
     /// inventory recorded (without it, such a prune is refused).
     #[arg(long, requires = "prune")]

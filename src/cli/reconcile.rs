@@ -251,7 +251,7 @@ pub async fn apply(global: &GlobalArgs, args: &ApplyArgs) -> miette::Result<Exit
             prune: args.prune,
             force_conflicts: args.force_conflicts,
             take_ownership: args.dangerous_override_ownership,
-            delete_foreign_objects: args.dangerous_delete_namespaces_with_foreign_objects,
+            delete_foreign_objects: args.dangerous_delete_with_foreign_objects,
             delete_adopted: args.delete_adopted,
             // A one-shot apply shows drift as a conflict for its user to decide.
             correct_drift: false,
@@ -506,9 +506,9 @@ pub(super) fn report_text(applied: &ApplyReport) -> String {
             ObjectFailure::OwnedByInventory { .. } => out.push_str(
                 "; only --dangerous-override-ownership takes it, and that inventory loses it",
             ),
-            ObjectFailure::NamespaceKept { .. } => out.push_str(
-                "; --dangerous-delete-namespaces-with-foreign-objects deletes it with them",
-            ),
+            ObjectFailure::KeptForForeignObjects { .. } => {
+                out.push_str("; --dangerous-delete-with-foreign-objects deletes it with them")
+            }
             _ => {}
         }
         out.push('\n');

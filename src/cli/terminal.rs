@@ -13,9 +13,7 @@ use tether_core::source::{FileId, SourceFiles};
 pub fn remedy_text(remedy: Remedy) -> &'static str {
     match remedy {
         Remedy::Prune => "--prune",
-        Remedy::DeleteNamespacesWithForeignObjects => {
-            "--dangerous-delete-namespaces-with-foreign-objects"
-        }
+        Remedy::DeleteWithForeignObjects => "--dangerous-delete-with-foreign-objects",
         Remedy::AllowEmpty => "pass --allow-empty to prune every object of the inventory",
         Remedy::GiveCluster => "pass --kubeconfig",
         Remedy::MapCluster => {

@@ -663,7 +663,7 @@ async fn a_namespace_tether_made_is_kept_while_it_holds_someone_elses_objects() 
     let kept = tether(&inventory, &["apply", "--prune", path]);
     assert_eq!(kept.status.code(), Some(2), "{}", all_output(&kept));
     assert!(
-        stdout(&kept).contains("--dangerous-delete-namespaces-with-foreign-objects"),
+        stdout(&kept).contains("--dangerous-delete-with-foreign-objects"),
         "{}",
         all_output(&kept)
     );
@@ -672,6 +672,7 @@ async fn a_namespace_tether_made_is_kept_while_it_holds_someone_elses_objects() 
     assert!(live.metadata.deletion_timestamp.is_none(), "not deleted");
     assert!(deployments.get_opt("theirs").await.unwrap().is_some());
 
+    // The flag's earlier name still works.
     let forced = tether(
         &inventory,
         &[
@@ -686,6 +687,91 @@ async fn a_namespace_tether_made_is_kept_while_it_holds_someone_elses_objects() 
     assert!(
         gone.is_none_or(|n| n.metadata.deletion_timestamp.is_some()),
         "deleted when told"
+    );
+}
+
+#[tokio::test]
+async fn a_definition_tether_made_is_kept_while_someone_else_has_custom_resources_of_it() {
+    let (_, ns, inventory) = setup("definition-contents").await;
+    let group = format!("{ns}.tether.dev");
+    let gadget = |name: &str| {
+        format!(
+            "apiVersion: {group}/v1\nkind: Gadget\nmetadata:\n  name: {name}\n  namespace: {ns}\nspec:\n  size: 1\n"
+        )
+    };
+    let definition = format!(
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: gadgets.{group}\nspec:\n  group: {group}\n  scope: Namespaced\n  names: {{plural: gadgets, singular: gadget, kind: Gadget}}\n  versions:\n    - name: v1\n      served: true\n      storage: true\n      schema:\n        openAPIV3Schema:\n          type: object\n          x-kubernetes-preserve-unknown-fields: true\n---\n{}",
+        gadget("ours")
+    );
+    let indented: String = definition.lines().map(|l| format!("  {l}\n")).collect();
+    let repo = Repo::new(&[
+        ("base.yaml", &base(&ns)),
+        (
+            "gadgets.yaml",
+            &format!(
+                "kind: KubernetesResourceInstance\nname: gadgets\nresource_definition: |\n{indented}"
+            ),
+        ),
+    ]);
+    let path = repo.path().to_str().unwrap();
+    let applied = tether(&inventory, &["apply", path]);
+    assert_eq!(applied.status.code(), Some(0), "{}", all_output(&applied));
+    // Someone else makes a Gadget with kubectl.
+    let file = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(file.path(), gadget("theirs")).unwrap();
+    crate::discover::kubectl(&["apply", "-f", file.path().to_str().unwrap()]);
+
+    // The definition's file is removed from Git: the diff names what its deletion
+    // would take, and whose.
+    repo.remove("gadgets.yaml");
+    let diff = stdout(&tether(&inventory, &["diff", path]));
+    assert!(
+        diff.contains(&format!(
+            "delete (with --prune) CustomResourceDefinition gadgets.{group}"
+        )),
+        "{diff}"
+    );
+    let foreign = not_created_here(&diff);
+    assert!(foreign.contains(&format!("Gadget {ns}/theirs")), "{diff}");
+    assert!(!foreign.contains("ours"), "that Gadget is tether's: {diff}");
+
+    // Prune keeps the definition, and with it their Gadget.
+    let kept = tether(&inventory, &["apply", "--prune", path]);
+    assert_eq!(kept.status.code(), Some(2), "{}", all_output(&kept));
+    assert!(
+        stdout(&kept).contains("--dangerous-delete-with-foreign-objects"),
+        "{}",
+        all_output(&kept)
+    );
+    let get = |name: &str| {
+        crate::discover::kubectl_command()
+            .args(["get", &format!("gadgets.{group}"), name, "-n", &ns])
+            .output()
+            .unwrap()
+    };
+    assert!(get("theirs").status.success(), "their Gadget stays");
+    assert!(
+        !get("ours").status.success(),
+        "tether's own Gadget is pruned"
+    );
+
+    // Once its owner deleted their Gadget, the definition goes.
+    crate::discover::kubectl(&["delete", &format!("gadgets.{group}"), "theirs", "-n", &ns]);
+    let pruned = tether(&inventory, &["apply", "--prune", path]);
+    assert_eq!(pruned.status.code(), Some(0), "{}", all_output(&pruned));
+    let definition = crate::discover::kubectl_command()
+        .args([
+            "get",
+            "customresourcedefinition",
+            &format!("gadgets.{group}"),
+        ])
+        .args(["-o", "jsonpath={.metadata.deletionTimestamp}"])
+        .output()
+        .unwrap();
+    assert!(
+        !definition.status.success() || !definition.stdout.is_empty(),
+        "the definition is deleted: {}",
+        all_output(&definition)
     );
 }
 

@@ -12,7 +12,7 @@
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::inventory::NamespaceContents;
+use crate::inventory::Contents;
 use crate::k8s::ObjectKey;
 use crate::normalize::same_quantity;
 use crate::source::Revision;
@@ -97,9 +97,11 @@ pub struct Change {
     /// controller's update) rather than by another declarative applier. A daemon that
     /// corrects drift takes those fields back.
     pub drift: bool,
-    /// For a Namespace to delete: what it holds. It is kept when it holds objects
-    /// this inventory did not create, unless the apply is told otherwise.
-    pub contents: Option<NamespaceContents>,
+    /// For a Namespace or a CustomResourceDefinition to delete: what its deletion
+    /// takes with it (the Namespace's objects, the definition's custom resources).
+    /// It is kept when that includes objects this inventory did not create, unless
+    /// the apply is told otherwise.
+    pub contents: Option<Contents>,
 }
 
 impl Change {

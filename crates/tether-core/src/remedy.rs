@@ -8,8 +8,9 @@
 pub enum Remedy {
     /// Deletions, releases and host removals happen only when pruning is asked for.
     Prune,
-    /// A namespace that holds objects of others is deleted only when asked for by name.
-    DeleteNamespacesWithForeignObjects,
+    /// A Namespace or a CustomResourceDefinition whose deletion takes objects of
+    /// others with it is deleted only when asked for by name.
+    DeleteWithForeignObjects,
     /// Prune although the source renders nothing (every object of the inventory goes).
     AllowEmpty,
     /// No cluster was found: name one.

@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 
 use serde_json::json;
 
-use crate::inventory::NamespaceContents;
+use crate::inventory::Contents;
 use crate::plan::{Action, Change, Plan};
 use crate::remedy::{Remedy, RemedyNames};
 
@@ -341,8 +341,9 @@ fn note(action: Action) -> Option<&'static str> {
     }
 }
 
-/// What a namespace to delete or release holds, and whether that keeps it.
-fn contents_text(contents: &NamespaceContents, action: Action, remedies: RemedyNames) -> String {
+/// What a Namespace or a CustomResourceDefinition to delete or release holds, and
+/// whether that keeps it.
+fn contents_text(contents: &Contents, action: Action, remedies: RemedyNames) -> String {
     let counts: Vec<String> = contents
         .by_kind
         .iter()
@@ -369,7 +370,7 @@ fn contents_text(contents: &NamespaceContents, action: Action, remedies: RemedyN
     let kept = match action {
         Action::Delete => format!(
             ". It is kept unless apply is given {}",
-            remedies(Remedy::DeleteNamespacesWithForeignObjects)
+            remedies(Remedy::DeleteWithForeignObjects)
         ),
         _ => String::new(),
     };

@@ -275,9 +275,10 @@ pub fn prune_decisions<'r>(
     decisions
 }
 
-/// An object found in a namespace about to be deleted.
+/// An object that a deletion takes with it: one in a Namespace, or a custom resource
+/// of a CustomResourceDefinition.
 #[derive(Clone, Debug)]
-pub struct NamespacedObject {
+pub struct ContainedObject {
     pub key: ObjectKey,
     pub uid: String,
     /// The uids of its owners (ownerReferences).
@@ -286,31 +287,30 @@ pub struct NamespacedObject {
     pub secret_type: Option<String>,
 }
 
-/// What a namespace about to be deleted holds: counts by kind, and the objects this
-/// inventory did not create (directly, or through an owner it created).
+/// What a Namespace or a CustomResourceDefinition about to be deleted holds: counts by
+/// kind, and the objects this inventory did not create (directly, or through an owner
+/// it created).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct NamespaceContents {
+pub struct Contents {
     pub by_kind: BTreeMap<String, usize>,
     pub not_created_here: Vec<ObjectKey>,
 }
 
-/// Sorts a namespace's objects into this inventory's and the others. What Kubernetes
+/// Sorts what a deletion takes with it (a namespace's objects, a definition's custom
+/// resources) into this inventory's and the others. What Kubernetes
 /// makes in every namespace (the `default` service account and its token, the root CA
 /// ConfigMap) and what follows from other objects (Endpoints of a Service, anything
 /// with an owner) count as their owner's.
-pub fn namespace_contents(
-    objects: &[NamespacedObject],
-    record: &InventoryRecord,
-) -> NamespaceContents {
+pub fn contents_of(objects: &[ContainedObject], record: &InventoryRecord) -> Contents {
     let created_here = |key: &ObjectKey| {
         record
             .entries
             .iter()
             .any(|(e, p)| e.key() == *key && p.origin != Origin::Adopted)
     };
-    let by_uid: HashMap<&str, &NamespacedObject> =
+    let by_uid: HashMap<&str, &ContainedObject> =
         objects.iter().map(|o| (o.uid.as_str(), o)).collect();
-    let is_default = |o: &NamespacedObject| match (o.key.group.as_str(), o.key.kind.as_str()) {
+    let is_default = |o: &ContainedObject| match (o.key.group.as_str(), o.key.kind.as_str()) {
         ("", "ServiceAccount") => o.key.name == "default",
         ("", "ConfigMap") => o.key.name == "kube-root-ca.crt",
         ("", "Secret") => {
@@ -320,7 +320,7 @@ pub fn namespace_contents(
         _ => false,
     };
     // The object at the top of an owner chain, within the namespace.
-    let root = |object: &NamespacedObject| -> ObjectKey {
+    let root = |object: &ContainedObject| -> ObjectKey {
         let mut current = object;
         for _ in 0..16 {
             match current
@@ -334,7 +334,7 @@ pub fn namespace_contents(
         }
         current.key.clone()
     };
-    let mut contents = NamespaceContents::default();
+    let mut contents = Contents::default();
     for object in objects.iter().filter(|o| !is_default(o)) {
         *contents.by_kind.entry(object.key.kind.clone()).or_default() += 1;
         let root = root(object);
@@ -394,7 +394,7 @@ mod tests {
     #[test]
     fn a_namespace_holds_what_this_inventory_created_and_what_it_did_not() {
         let key = |kind: &str, name: &str| ObjectKey::new("v1", kind, Some("team"), name);
-        let object = |kind: &str, name: &str, uid: &str, owner: Option<&str>| NamespacedObject {
+        let object = |kind: &str, name: &str, uid: &str, owner: Option<&str>| ContainedObject {
             key: key(kind, name),
             uid: uid.into(),
             owners: owner.map(|o| vec![o.to_string()]).unwrap_or_default(),
@@ -428,7 +428,7 @@ mod tests {
             &BTreeMap::new(),
         )
         .unwrap();
-        let contents = namespace_contents(&objects, &record);
+        let contents = contents_of(&objects, &record);
         assert_eq!(contents.by_kind["ConfigMap"], 2, "{contents:?}");
         assert_eq!(contents.by_kind.get("ServiceAccount"), None);
         assert_eq!(

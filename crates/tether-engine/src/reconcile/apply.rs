@@ -388,7 +388,7 @@ async fn prune_step(pruning: &Pruning<'_>, step: &Step) -> Result<Option<Outcome
             release_one(resources, step, manager).await?
         }
         (true, _) if not_created_here(step) > 0 && !options.delete_foreign_objects => {
-            Some(Outcome::Failed(ObjectFailure::NamespaceKept {
+            Some(Outcome::Failed(ObjectFailure::KeptForForeignObjects {
                 not_created_here: not_created_here(step),
             }))
         }

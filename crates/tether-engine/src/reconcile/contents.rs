@@ -1,22 +1,25 @@
-//! What a namespace about to be pruned holds: every namespaced kind the server lists,
-//! read as metadata (Secrets as their type only). Only read when a plan deletes a
-//! Namespace; `tether_core::inventory::namespace_contents` sorts what is found.
+//! What a deletion would take with it: a Namespace's objects (every namespaced kind
+//! the server lists, read as metadata, Secrets as their type only), a
+//! CustomResourceDefinition's custom resources (in every namespace). Only read when a
+//! plan deletes or releases one; `tether_core::inventory::contents_of` sorts what is
+//! found.
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, DynamicObject, ListParams};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, PartialObjectMeta};
 use kube::discovery::{Discovery, Scope, verbs};
 use kube::{Client, ResourceExt};
 
 use crate::cluster::ClusterError;
 use crate::cluster::api_error;
-use tether_core::inventory::NamespacedObject;
+use tether_core::inventory::ContainedObject;
 use tether_core::k8s::ObjectKey;
 
 /// Every object in `namespace` but Events.
 pub(super) async fn list_namespace(
     client: &Client,
     namespace: &str,
-) -> Result<Vec<NamespacedObject>, ClusterError> {
+) -> Result<Vec<ContainedObject>, ClusterError> {
     let discovery = Discovery::new(client.clone())
         .run()
         .await
@@ -38,23 +41,7 @@ pub(super) async fn list_namespace(
                 Err(kube::Error::Api(_)) => continue,
                 Err(e) => return Err(api_error(format!("list {} objects", resource.kind))(e)),
             };
-            for item in list.items {
-                objects.push(NamespacedObject {
-                    key: ObjectKey::new(
-                        &resource.api_version,
-                        &resource.kind,
-                        Some(namespace),
-                        &item.name_any(),
-                    ),
-                    uid: item.uid().unwrap_or_default(),
-                    owners: item
-                        .owner_references()
-                        .iter()
-                        .map(|o| o.uid.clone())
-                        .collect(),
-                    secret_type: None,
-                });
-            }
+            objects.extend(list.items.iter().map(|item| contained(&resource, item)));
         }
     }
     // A Secret's type tells a service account's token from a user's Secret; the values
@@ -72,4 +59,67 @@ pub(super) async fn list_namespace(
         }
     }
     Ok(objects)
+}
+
+/// Every custom resource of the CustomResourceDefinition `name`, in every namespace;
+/// none when the definition is gone or its kind not served. A list the client may
+/// not make fails the plan: what the deletion would take cannot be known.
+pub(super) async fn list_custom_resources(
+    client: &Client,
+    name: &str,
+) -> Result<Vec<ContainedObject>, ClusterError> {
+    let definitions: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let Some(definition) = definitions
+        .get_opt(name)
+        .await
+        .map_err(api_error(format!("read CustomResourceDefinition {name}")))?
+    else {
+        return Ok(Vec::new());
+    };
+    let spec = &definition.spec;
+    let Some(version) = spec
+        .versions
+        .iter()
+        .find(|v| v.storage)
+        .or_else(|| spec.versions.iter().find(|v| v.served))
+    else {
+        return Ok(Vec::new());
+    };
+    let resource = ApiResource {
+        group: spec.group.clone(),
+        version: version.name.clone(),
+        api_version: format!("{}/{}", spec.group, version.name),
+        kind: spec.names.kind.clone(),
+        plural: spec.names.plural.clone(),
+    };
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+    let list = match api.list_metadata(&ListParams::default()).await {
+        Ok(list) => list,
+        Err(kube::Error::Api(status)) if status.code == 404 => return Ok(Vec::new()),
+        Err(e) => return Err(api_error(format!("list {} objects", resource.kind))(e)),
+    };
+    Ok(list
+        .items
+        .iter()
+        .map(|item| contained(&resource, item))
+        .collect())
+}
+
+/// An object of `resource`'s kind, as a metadata list gives it.
+fn contained(resource: &ApiResource, item: &PartialObjectMeta<DynamicObject>) -> ContainedObject {
+    ContainedObject {
+        key: ObjectKey::new(
+            &resource.api_version,
+            &resource.kind,
+            item.namespace().as_deref(),
+            &item.name_any(),
+        ),
+        uid: item.uid().unwrap_or_default(),
+        owners: item
+            .owner_references()
+            .iter()
+            .map(|o| o.uid.clone())
+            .collect(),
+        secret_type: None,
+    }
 }

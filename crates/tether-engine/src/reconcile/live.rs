@@ -22,7 +22,7 @@ use serde_json::Value;
 use tracing::instrument;
 
 use super::cache::WatchCache;
-use super::contents::list_namespace;
+use super::contents::{list_custom_resources, list_namespace};
 use super::in_flight;
 use super::nodes;
 use super::options::PlanOptions;
@@ -33,7 +33,7 @@ use crate::cluster::{ClusterError, Reads, Resources, api_error, list_each};
 use crate::record::head_record;
 use tether_core::host::{HostRemoval, merged_taints};
 use tether_core::inventory::{
-    InventoryEntry, InventoryRecord, Provenance, PruneDecision, namespace_contents, prune_decisions,
+    InventoryEntry, InventoryRecord, Provenance, PruneDecision, contents_of, prune_decisions,
 };
 use tether_core::k8s::{ObjectKey, api_group};
 use tether_core::managed_fields::{self, live_value};
@@ -149,8 +149,9 @@ pub(super) async fn plan(
     })
 }
 
-/// What removing a host or a Namespace takes with it: the pods bound to the host,
-/// the objects in the Namespace (which this inventory did not all create).
+/// What removing a host, a Namespace or a CustomResourceDefinition takes with it: the
+/// pods bound to the host, the objects in the Namespace, the definition's custom
+/// resources (which this inventory did not all create).
 async fn describe_removals(
     client: &Client,
     steps: &mut [Step],
@@ -169,7 +170,18 @@ async fn describe_removals(
         .filter(|s| s.change.key.kind == "Namespace" && s.change.key.group.is_empty())
     {
         let objects = list_namespace(client, &step.change.key.name).await?;
-        step.change.contents = Some(namespace_contents(&objects, record));
+        step.change.contents = Some(contents_of(&objects, record));
+    }
+    for step in steps
+        .iter_mut()
+        .filter(|s| matches!(s.change.action, Action::Delete | Action::Release))
+        .filter(|s| {
+            s.change.key.kind == "CustomResourceDefinition"
+                && s.change.key.group == "apiextensions.k8s.io"
+        })
+    {
+        let objects = list_custom_resources(client, &step.change.key.name).await?;
+        step.change.contents = Some(contents_of(&objects, record));
     }
     Ok(())
 }

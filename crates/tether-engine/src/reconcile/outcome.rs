@@ -60,7 +60,7 @@ pub enum ObjectFailure {
     OwnedByInventory { inventory: String },
     /// A Namespace to prune that holds objects this inventory did not create: kept.
     #[error("kept: it holds {not_created_here} objects this inventory did not create")]
-    NamespaceKept { not_created_here: usize },
+    KeptForForeignObjects { not_created_here: usize },
     /// The object could not be planned (its dry run was refused): it was not sent.
     #[error("not applied: {message}")]
     Unplanned { message: String },
@@ -92,7 +92,7 @@ impl ObjectFailure {
             ObjectFailure::Prune { retryable, .. } => *retryable,
             ObjectFailure::Conflict(_)
             | ObjectFailure::OwnedByInventory { .. }
-            | ObjectFailure::NamespaceKept { .. }
+            | ObjectFailure::KeptForForeignObjects { .. }
             | ObjectFailure::Refused { .. }
             | ObjectFailure::Forbidden { .. }
             | ObjectFailure::Request { .. }
