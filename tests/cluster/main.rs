@@ -5,6 +5,7 @@
 //! others would see: `nodes` and `nodesim`'s placement (nodes tainted, cordoned,
 //! removed). The tests of the control plane itself are `tests/control_plane`.
 
+mod annotations;
 mod attestation;
 mod clusters;
 mod current;

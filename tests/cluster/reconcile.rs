@@ -194,7 +194,7 @@ async fn an_edited_model_shows_exactly_that_change_in_every_format() {
     assert_eq!(json["schema"], "tether.dev/diff/v1");
     assert_eq!(
         json["summary"],
-        serde_json::json!({"create": 0, "update": 1, "delete": 0, "conflict": 0, "unchanged": 1, "error": 0, "release": 0, "replace": 0, "removeHost": 0, "absent": 0})
+        serde_json::json!({"create": 0, "update": 1, "delete": 0, "conflict": 0, "unchanged": 1, "error": 0, "release": 0, "replace": 0, "removeHost": 0, "absent": 0, "skip": 0})
     );
     let update = json["changes"]
         .as_array()

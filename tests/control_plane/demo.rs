@@ -315,6 +315,37 @@ fn the_demo_shows_every_step_and_stops_what_it_started() {
     assert_host_label_and_lock(step(&text, "Hosts: a label and a lock"));
     assert_secret_never_shown(&text, step(&text, "Secrets in Git"));
     assert_chart_and_overlay(step(&text, "A repository as teams have it"));
+
+    let migrated = step(&text, "Migrating without rewriting");
+    let (_, diff) = around(migrated, "tether diff");
+    for expected in [
+        "release (with --prune) ConfigMap migrated/settings",
+        "(kustomize.toolkit.fluxcd.io/prune: disabled)",
+        "(argocd.argoproj.io/sync-options: ServerSideApply=true,Prune=false)",
+        "delete (with --prune) ConfigMap migrated/banner",
+        "skip ConfigMap migrated/seed",
+    ] {
+        assert!(diff.contains(expected), "{expected:?} in {migrated}");
+    }
+    let (_, left) = around(migrated, "kubectl get configmaps -n migrated");
+    let names: Vec<&str> = left
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    for kept in ["settings", "legacy", "seed"] {
+        assert!(names.contains(&kept), "{kept} in {migrated}");
+    }
+    assert!(!names.contains(&"banner"), "{migrated}");
+    let line_of = |name: &str| left.lines().find(|l| l.starts_with(&format!("{name} ")));
+    assert!(
+        line_of("settings").is_some_and(|l| !l.contains("applyset-")),
+        "released: {migrated}"
+    );
+    assert!(
+        line_of("seed").is_some_and(|l| l.contains("applyset-")),
+        "still tether's: {migrated}"
+    );
+    assert!(left.contains("counter: 7"), "{migrated}");
     let charts = step(&text, "Signed charts");
     assert!(
         charts.contains("Successfully packaged chart")

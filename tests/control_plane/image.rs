@@ -268,12 +268,13 @@ fn the_image_is_pushed_inspected_copied_back_and_runs_with_no_host_library() {
     let layers = pushed_manifest["layers"].as_array().unwrap();
     assert_eq!(layers.len(), 1, "one layer: {pushed_manifest}");
     let compressed: u64 = layers.iter().map(|l| l["size"].as_u64().unwrap()).sum();
-    // Compressed, the stripped static binary (40 MB) is 15.5 MB, helm (63 MB) 19.2 MB,
-    // kubectl (59 MB) 17.3 MB and the CA bundle 0.1 MB: 51.8 MB in all. 60 MB leaves
-    // room for growth and still catches an unstripped tether (185 MB, 46 MB
-    // compressed) or a base image's worth of files.
+    // Compressed, the stripped static binary (63 MB since the signatures' crates:
+    // sequoia-openpgp, ssh-key, sigstore-verify with aws-lc) is 24.1 MB, helm (63 MB)
+    // 19.2 MB, kubectl (59 MB) 17.3 MB and the CA bundle 0.1 MB: 60.3 MB in all. 70 MB
+    // leaves room for growth and still catches an unstripped tether (its symbols added
+    // 30 MB compressed when the binary was 40 MB) or a base image's worth of files.
     assert!(
-        compressed < 60_000_000,
+        compressed < 70_000_000,
         "the image is {compressed} bytes compressed"
     );
 

@@ -497,3 +497,58 @@ fn a_file_the_go_sops_encrypted_is_checked_without_its_key() {
     let out = tether_in(dir.path(), &["validate", "models", "--age-key-file", key]);
     assert_eq!(text(&out.stdout), "models: 6 models in 2 files: valid\n");
 }
+
+/// Flux's and Argo CD's annotations are read strictly: each value tether does not
+/// know is an error at its place, naming what it reads; the values it knows, and the
+/// annotations of other tools, are valid.
+#[test]
+fn a_misspelt_flux_or_argo_cd_annotation_is_an_error_at_its_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let object = |name: &str, annotations: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: shop\n  annotations:\n{annotations}data: {{a: \"1\"}}\n"
+        )
+    };
+    std::fs::write(
+        dir.path().join("good.yaml"),
+        object(
+            "good",
+            "    kustomize.toolkit.fluxcd.io/prune: disabled\n    kustomize.toolkit.fluxcd.io/ssa: IfNotPresent\n    \"argocd.argoproj.io/sync-options\": Replace=true, Prune=confirm\n    argocd.argoproj.io/sync-wave: \"-1\"\n",
+        ),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("bad.yaml"),
+        object(
+            "bad",
+            "    kustomize.toolkit.fluxcd.io/ssa: ifnotpresent\n    argocd.argoproj.io/sync-options: CreateNamespace=true\n    kustomize.toolkit.fluxcd.io/force: \"true\"\n",
+        ),
+    )
+    .unwrap();
+    let out = tether_in(dir.path(), &["validate", "."]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    for (at, says) in [
+        (
+            "bad.yaml:7:38:",
+            "kustomize.toolkit.fluxcd.io/ssa: \"ifnotpresent\" is not a value tether knows (it reads Override, Merge, IfNotPresent or Ignore)",
+        ),
+        (
+            "bad.yaml:8:38:",
+            "argocd.argoproj.io/sync-options: \"CreateNamespace=true\" is not an option of an object tether reads",
+        ),
+        (
+            "bad.yaml:9:40:",
+            "kustomize.toolkit.fluxcd.io/force: \"true\" is not a value tether knows (it reads enabled or disabled)",
+        ),
+    ] {
+        assert!(
+            stdout
+                .lines()
+                .any(|l| l.starts_with(at) && l.contains(says)),
+            "{at} {says} in:\n{stdout}"
+        );
+    }
+    assert!(!stdout.contains("good.yaml"), "{stdout}");
+    assert!(stdout.contains("3 errors"), "{stdout}");
+}

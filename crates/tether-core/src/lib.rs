@@ -23,6 +23,7 @@
 pub mod attestation;
 pub mod confine;
 pub mod diagnostic;
+pub mod directive;
 pub mod discovery;
 pub mod edit;
 pub mod events;

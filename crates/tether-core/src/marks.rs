@@ -4,6 +4,7 @@
 //! names; the other crates' are written here, and the reference's drift test finds
 //! every such name in the code and fails when one is missing.
 
+use crate::directive;
 use crate::events::ACTION_ANNOTATION;
 use crate::generate::HOOK_REVISION_ANNOTATION;
 use crate::host::TAINTS_ANNOTATION;
@@ -142,10 +143,40 @@ pub const MARKS: &[Mark] = &[
         "`tether/vVERSION` (ApplySet).",
     ),
     mark(
+        directive::ARGO_SYNC_OPTIONS,
+        MarkKind::Annotation,
+        "any object tether applies (read only)",
+        "Argo CD's per-object sync options: `Prune=false`, `Prune=confirm`, `Delete=false` keep it from prune; `Replace=true` makes it again when a change cannot be made in place. See the guide to Flux and Argo CD annotations.",
+    ),
+    mark(
         "kubectl.kubernetes.io/last-applied-configuration",
         MarkKind::Annotation,
         "objects applied earlier by `kubectl apply` (read only)",
         "Masked in diffs of Secrets: it holds their values in plain text.",
+    ),
+    mark(
+        directive::FLUX_FORCE,
+        MarkKind::Annotation,
+        "any object tether applies (read only)",
+        "`enabled`: made again when the server refuses a change as immutable.",
+    ),
+    mark(
+        directive::FLUX_PRUNE,
+        MarkKind::Annotation,
+        "any object tether applies (read only; the live object's)",
+        "`disabled`: never deleted; prune releases it.",
+    ),
+    mark(
+        directive::FLUX_RECONCILE,
+        MarkKind::Annotation,
+        "any object tether applies (read only)",
+        "`disabled`: as `kustomize.toolkit.fluxcd.io/ssa: Ignore`.",
+    ),
+    mark(
+        directive::FLUX_SSA,
+        MarkKind::Annotation,
+        "any object tether applies (read only)",
+        "`Merge`: kubectl's client-side fields stay kubectl's; `IfNotPresent`: created when absent, then skipped; `Ignore`: never applied.",
     ),
     mark(
         ACTION_ANNOTATION,

@@ -45,6 +45,9 @@ pub enum Action {
     /// A Node model whose node is not in the cluster (yet): nothing is applied
     /// until it joins, since tether never creates a node.
     Absent,
+    /// Its annotation says not to apply it (Flux's `ssa: Ignore`, or `ssa:
+    /// IfNotPresent` of an object that exists): nothing is applied or recorded.
+    Skip,
 }
 
 impl Action {
@@ -60,6 +63,7 @@ impl Action {
             Action::Replace => "replace",
             Action::RemoveHost => "remove-host",
             Action::Absent => "absent",
+            Action::Skip => "skip",
         }
     }
 }
@@ -102,6 +106,10 @@ pub struct Change {
     /// It is kept when that includes objects this inventory did not create, unless
     /// the apply is told otherwise.
     pub contents: Option<Contents>,
+    /// The annotation, in Flux's or Argo CD's spelling (`key: value`), that decided
+    /// the action: a skip, a release instead of a deletion, a replace. See
+    /// [`crate::directive`].
+    pub directive: Option<String>,
 }
 
 impl Change {
@@ -121,6 +129,7 @@ impl Change {
             owned_by: None,
             drift: false,
             contents: None,
+            directive: None,
         }
     }
 }

@@ -74,6 +74,12 @@ fn counts(plan: &Plan) -> String {
             plan.count(Action::RemoveHost)
         ));
     }
+    if plan.count(Action::Skip) > 0 {
+        parts.push(format!(
+            "{} skipped by their annotations",
+            plan.count(Action::Skip)
+        ));
+    }
     if plan.count(Action::Absent) > 0 {
         parts.push(format!(
             "{} nodes not in the cluster",
@@ -197,13 +203,14 @@ pub fn text(plan: &Plan, colour: bool, remedies: RemedyNames) -> String {
             Action::RemoveHost if plan.prune => paint("31;1", "remove host"),
             Action::RemoveHost => paint("31;1", &format!("remove host {with_prune}")),
             Action::Absent => paint("33;1", "absent"),
+            Action::Skip => paint("33;1", "skip"),
             Action::Unchanged => String::new(),
         };
         let _ = writeln!(out, "\n{verb} {}{}", change.key, origin(change));
         if let Some(error) = &change.error {
             let _ = writeln!(out, "  {}", one_line(error));
         }
-        if let Some(note) = note(change.action) {
+        if let Some(note) = note(change) {
             let _ = writeln!(out, "  {note}");
         }
         if let Some(contents) = &change.contents {
@@ -311,7 +318,7 @@ pub fn markdown(plan: &Plan, remedies: RemedyNames) -> String {
                 conflict.field, conflict.manager
             );
         }
-        if let Some(note) = note(change.action) {
+        if let Some(note) = note(change) {
             let _ = writeln!(out, "{note}\n");
         }
         if let Some(contents) = &change.contents {
@@ -331,14 +338,27 @@ pub fn markdown(plan: &Plan, remedies: RemedyNames) -> String {
     out
 }
 
-/// What the reviewer is told beside the diff of a change of this action.
-fn note(action: Action) -> Option<&'static str> {
-    match action {
+/// What the reviewer is told beside the diff of a change: the annotation that
+/// decided it, or what its action does.
+fn note(change: &Change) -> Option<String> {
+    if let Some(directive) = &change.directive {
+        let does = match change.action {
+            Action::Skip => "not applied",
+            Action::Release => "kept: released from the inventory, never deleted",
+            Action::Replace => {
+                "deleted and created again, since the server refuses the change in place"
+            }
+            _ => "read",
+        };
+        return Some(format!("{does} ({directive})"));
+    }
+    match change.action {
         Action::Release => Some(RELEASE_NOTE),
         Action::RemoveHost => Some(REMOVE_HOST_NOTE),
         Action::Absent => Some(ABSENT_NOTE),
         _ => None,
     }
+    .map(str::to_string)
 }
 
 /// What a Namespace or a CustomResourceDefinition to delete or release holds, and
@@ -437,6 +457,7 @@ pub fn json_value(plan: &Plan) -> serde_json::Value {
                 "conflicts": c.conflicts.iter().map(|x| json!({"field": x.field, "manager": x.manager})).collect::<Vec<_>>(),
                 "error": c.error,
                 "ownedBy": c.owned_by,
+                "directive": c.directive,
                 "namespaceContents": c.contents.as_ref().map(|n| json!({
                     "byKind": n.by_kind,
                     "notCreatedHere": n.not_created_here.iter().map(ToString::to_string).collect::<Vec<_>>(),
@@ -462,6 +483,7 @@ pub fn json_value(plan: &Plan) -> serde_json::Value {
             "replace": plan.count(Action::Replace),
             "removeHost": plan.count(Action::RemoveHost),
             "absent": plan.count(Action::Absent),
+            "skip": plan.count(Action::Skip),
         },
         "waves": plan.waves.iter().map(|w| json!({"waitsFor": w.waits_for})).collect::<Vec<_>>(),
         "changes": changes,

@@ -143,6 +143,10 @@ pub enum PruneDecision {
     Release,
     /// Not tether's to touch any more; the entry is dropped. The reason says why.
     Forget(&'static str),
+    /// Its annotation keeps it from prune (Flux's `prune: disabled`, Argo CD's
+    /// `Prune=false`): released as an adopted object is, whoever made it. The
+    /// annotation as written, or the problem reading it (then it is kept too).
+    Keep(String),
 }
 
 impl InventoryRecord {
@@ -265,6 +269,7 @@ pub fn prune_decisions<'r>(
                 {
                     PruneDecision::Forget("another object of that name")
                 }
+                Some(object) if let Some(by) = kept_by(object) => PruneDecision::Keep(by),
                 Some(_) if provenance.origin == Origin::Adopted => PruneDecision::Release,
                 Some(_) => PruneDecision::Delete,
             };
@@ -273,6 +278,15 @@ pub fn prune_decisions<'r>(
         .collect();
     decisions.sort_by_key(|(e, _)| std::cmp::Reverse((apply_rank(&e.kind), e.key())));
     decisions
+}
+
+/// The annotation on a live object that keeps it from prune. One tether cannot read
+/// keeps it too: its author meant something, and prune does not guess.
+fn kept_by(object: &Value) -> Option<String> {
+    match crate::directive::directives(object) {
+        Ok(directives) => directives.keep.map(|written| written.to_string()),
+        Err(problem) => Some(problem),
+    }
 }
 
 /// An object that a deletion takes with it: one in a Namespace, or a custom resource

@@ -4,6 +4,7 @@
 
 use super::model_types::{Data, DataKind, ResourceObject, Spanned};
 use crate::diagnostic::{Diagnostic, Diagnostics, Span};
+use crate::directive;
 use crate::k8s;
 use crate::load::is_yaml_1_1_boolean;
 use crate::load::{Dialect, Document, Node, Value, parse_yaml, point_span};
@@ -337,6 +338,12 @@ impl ObjectReader<'_> {
             );
             ok = false;
         }
+        for (node, problem) in directive_problems(object, self.text) {
+            diagnostics.push(error(at(node), format!("{context}{problem}")).with_hint(
+                "write a value tether reads (the book's \"Flux and Argo CD annotations\" lists them): it never guesses what a misspelt prune or apply annotation meant",
+            ));
+            ok = false;
+        }
         for (field, found) in metadata_map_problems(object) {
             diagnostics.push(
                 error(
@@ -440,6 +447,27 @@ fn label_problems(object: &Node) -> Vec<(&Node, String)> {
         }
     }
     problems
+}
+
+/// Flux's and Argo CD's annotations (`metadata.annotations`) whose values tether
+/// cannot read, each with the value's node.
+fn directive_problems<'n>(object: &'n Node, text: &str) -> Vec<(&'n Node, String)> {
+    let Some(Value::Map(entries)) = object
+        .field("metadata")
+        .and_then(|m| m.field("annotations"))
+        .map(|a| &a.value)
+    else {
+        return Vec::new();
+    };
+    entries
+        .iter()
+        .filter_map(|(key, value)| {
+            let (Some(key), Value::Str(value_text)) = (key.scalar_text(text), &value.value) else {
+                return None;
+            };
+            directive::problem(&key, value_text).map(|problem| (value, problem))
+        })
+        .collect()
 }
 
 fn object_problems(value: &serde_json::Value) -> Vec<String> {

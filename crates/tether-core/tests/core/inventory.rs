@@ -23,8 +23,8 @@ struct Case {
     rendered: Vec<InventoryEntry>,
     /// Live objects, their labels (ours, other (another inventory's), manager-only
     /// (tether's managed-by label copied, no part-of), helm-with-our-part-of, none) and
-    /// their uid.
-    live: Vec<(InventoryEntry, String, Option<String>)>,
+    /// their uid, then any annotations as `key=value`.
+    live: Vec<(InventoryEntry, String, Option<String>, Vec<String>)>,
 }
 
 fn parse(text: &str) -> Case {
@@ -54,6 +54,7 @@ fn parse(text: &str) -> Case {
                     entry(),
                     words[4].to_string(),
                     words.get(5).map(|u| u.to_string()),
+                    words.iter().skip(6).map(|a| a.to_string()).collect(),
                 )),
                 other => panic!("unknown section {other}"),
             }
@@ -70,7 +71,12 @@ fn parse(text: &str) -> Case {
     }
 }
 
-fn live_object(labels: &str, ours: &str, uid: Option<&str>) -> serde_json::Value {
+fn live_object(
+    labels: &str,
+    ours: &str,
+    uid: Option<&str>,
+    annotations: &[String],
+) -> serde_json::Value {
     let labels = match labels {
         "ours" => serde_json::json!(ownership_labels(ours)),
         "other" => serde_json::json!(ownership_labels("applyset-other-v1")),
@@ -84,7 +90,14 @@ fn live_object(labels: &str, ours: &str, uid: Option<&str>) -> serde_json::Value
         "none" => serde_json::json!({}),
         other => panic!("unknown labels {other}"),
     };
-    serde_json::json!({"metadata": {"labels": labels, "uid": uid}})
+    let annotations: serde_json::Map<String, serde_json::Value> = annotations
+        .iter()
+        .map(|a| {
+            let (key, value) = a.split_once('=').expect("an annotation key=value");
+            (key.to_string(), value.into())
+        })
+        .collect();
+    serde_json::json!({"metadata": {"labels": labels, "uid": uid, "annotations": annotations}})
 }
 
 fn lines(record: &InventoryRecord) -> String {
@@ -100,7 +113,12 @@ fn run(case: &Case) -> String {
     let live: HashMap<ObjectKey, serde_json::Value> = case
         .live
         .iter()
-        .map(|(e, labels, uid)| (e.key(), live_object(labels, &applyset, uid.as_deref())))
+        .map(|(e, labels, uid, annotations)| {
+            (
+                e.key(),
+                live_object(labels, &applyset, uid.as_deref(), annotations),
+            )
+        })
         .collect();
     let decisions = prune_decisions(&case.record, &rendered, &live, &applyset, false);
     let mut out = String::from("prune, in order:\n");
@@ -109,6 +127,7 @@ fn run(case: &Case) -> String {
             PruneDecision::Delete => "delete".to_string(),
             PruneDecision::Release => "release".to_string(),
             PruneDecision::Forget(why) => format!("forget ({why})"),
+            PruneDecision::Keep(by) => format!("keep ({by})"),
         };
         let _ = writeln!(out, "  {}: {verdict}", entry.line());
     }
@@ -117,8 +136,8 @@ fn run(case: &Case) -> String {
         let uid = case
             .live
             .iter()
-            .find(|(l, _, _)| l == e)
-            .map(|(_, _, uid)| uid.clone());
+            .find(|(l, _, _, _)| l == e)
+            .map(|(_, _, uid, _)| uid.clone());
         let provenance = match uid {
             Some(uid) => Provenance::adopted(uid),
             None => Provenance::created(),

@@ -384,7 +384,8 @@ async fn prune_step(pruning: &Pruning<'_>, step: &Step) -> Result<Option<Outcome
             let timeout = options.wave_timeout.unwrap_or(DEFAULT_WAVE_TIMEOUT);
             nodes::remove_host(client, &step.change.key.name, manager, timeout).await?
         }
-        (true, Action::Release) if !options.delete_adopted => {
+        // What its annotation keeps is released even when adopted objects are deleted.
+        (true, Action::Release) if !options.delete_adopted || step.change.directive.is_some() => {
             release_one(resources, step, manager).await?
         }
         (true, _) if not_created_here(step) > 0 && !options.delete_foreign_objects => {

@@ -31,6 +31,7 @@ use super::planned::Step;
 use super::unlabelled;
 use crate::cluster::{ClusterError, Reads, Resources, api_error, list_each};
 use crate::record::head_record;
+use tether_core::directive::{self, ApplyMode, Directives, Written};
 use tether_core::host::{HostRemoval, merged_taints};
 use tether_core::inventory::{
     InventoryEntry, InventoryRecord, Provenance, PruneDecision, contents_of, prune_decisions,
@@ -275,6 +276,7 @@ fn prune_steps(
     for (entry, decision) in prune_decisions(record, rendered, live, &applyset, options.allow_empty)
     {
         let key = entry.key();
+        let mut directive = None;
         let action = match decision {
             // A Node is always adopted (tether never creates one), and its model gone
             // means the host is leaving.
@@ -283,6 +285,10 @@ fn prune_steps(
             }
             PruneDecision::Delete => Action::Delete,
             PruneDecision::Release => Action::Release,
+            PruneDecision::Keep(by) => {
+                directive = Some(by);
+                Action::Release
+            }
             PruneDecision::Forget(_) if let Some(message) = unlistable.of(entry) => {
                 if options.prune {
                     steps.push(refused_prune(entry, message));
@@ -308,6 +314,7 @@ fn prune_steps(
                 diff,
                 model: annotation(object, MODEL_ANNOTATION),
                 source: annotation(object, SOURCE_ANNOTATION),
+                directive,
                 ..Change::new(key, entry.api_version.clone(), action)
             },
             object: None,
@@ -537,6 +544,8 @@ struct ObjectPlanner<'p> {
     index: usize,
     key: ObjectKey,
     desired: Value,
+    /// What its annotations (Flux's, Argo CD's) ask.
+    directives: Directives,
 }
 
 impl ObjectPlanner<'_> {
@@ -572,6 +581,14 @@ impl ObjectPlanner<'_> {
         create
     }
 
+    /// An object its annotation says not to apply (now): nothing to apply or record.
+    fn skipped(&self, by: &Written) -> Step {
+        let mut skipped = self.step(Action::Skip, String::new());
+        skipped.object = None;
+        skipped.change.directive = Some(by.to_string());
+        skipped
+    }
+
     /// A Node model whose node is not in the cluster: nothing to apply (tether never
     /// creates a node) and nothing to record.
     fn absent(&self) -> Step {
@@ -588,6 +605,7 @@ impl ObjectPlanner<'_> {
         let diff = replace_diff(&self.object.kind, live, &self.object.body);
         let mut replace = self.step(Action::Replace, diff);
         replace.provenance = Some(Provenance::created());
+        replace.change.directive = self.directives.replace.as_ref().map(ToString::to_string);
         if let Some(owner) = owned_by {
             replace.change.action = Action::Conflict;
             replace.change.conflicts = vec![owner_conflict(&owner)];
@@ -645,6 +663,9 @@ impl ObjectPlanner<'_> {
                 )));
             }
         }
+        if let (ApplyMode::Ignore, Some(by)) = &self.directives.apply {
+            return Ok(self.skipped(by));
+        }
         if is_record_name(&object.api_version, &object.kind, &object.name) {
             return Ok(self.failed(format!(
                 "the name {} is reserved for tether's inventory records (the record of the inventory {} is {}): give the ConfigMap another name",
@@ -693,6 +714,9 @@ impl ObjectPlanner<'_> {
                 "this is the record of a tether inventory: tether never applies over an inventory"
                     .into(),
             )),
+            Some(_) if let (ApplyMode::IfNotPresent, Some(by)) = &self.directives.apply => {
+                Ok(self.skipped(by))
+            }
             Some(live) => self.plan_existing(&api, &live).await,
         }
     }
@@ -771,7 +795,7 @@ impl ObjectPlanner<'_> {
             Ok(done) => done,
             Err(kube::Error::Api(status)) => {
                 return Ok(
-                    match on_refusal(&self.object.kind, &self.desired, &status) {
+                    match on_refusal(&self.object.kind, &self.desired, &status, &self.directives) {
                         Refusal::Replace => self.replace(live, owned_by),
                         Refusal::SwitchStrategy(patch) => {
                             self.switch_strategy(live, owned_by, patch)
@@ -792,12 +816,16 @@ impl ObjectPlanner<'_> {
         if let Some(taints) = taints {
             result["spec"]["taints"] = Value::Array(taints);
         }
-        let hand_over = hand_over_patch(
-            live,
-            &self.desired,
-            self.context.manager,
-            &object.api_version,
-        );
+        // Flux's `ssa: Merge` leaves fields others applied client-side to them.
+        let hand_over = match self.directives.apply.0 {
+            ApplyMode::Merge => None,
+            _ => hand_over_patch(
+                live,
+                &self.desired,
+                self.context.manager,
+                &object.api_version,
+            ),
+        };
         let ours = owned_by.is_none() && self.context.labelled.contains_key(&self.key);
         let judged = judge_update(UpdateFacts {
             kind: &object.kind,
@@ -832,8 +860,13 @@ enum Refusal {
 }
 
 /// Decides what a refused dry run of `kind` means, from the server's answer.
-fn on_refusal(kind: &str, desired: &Value, status: &kube::core::Status) -> Refusal {
-    if is_immutable_job_change(kind, status) {
+fn on_refusal(
+    kind: &str,
+    desired: &Value,
+    status: &kube::core::Status,
+    directives: &Directives,
+) -> Refusal {
+    if is_immutable_change(status) && (kind == "Job" || directives.replace.is_some()) {
         return Refusal::Replace;
     }
     if status.code == 422
@@ -926,10 +959,10 @@ fn owner_conflict(owner: &str) -> FieldConflict {
     }
 }
 
-/// Did the server refuse a change of a Job's immutable fields (its pod template,
-/// selector, completions)?
-fn is_immutable_job_change(kind: &str, status: &kube::core::Status) -> bool {
-    kind == "Job" && status.code == 422 && status.message.contains("field is immutable")
+/// Did the server refuse a change of immutable fields (a Job's pod template, a
+/// Deployment's selector, a Service's clusterIP)?
+fn is_immutable_change(status: &kube::core::Status) -> bool {
+    status.code == 422 && status.message.contains("field is immutable")
 }
 
 /// A controller switched to an update strategy without rolling parameters
@@ -962,13 +995,18 @@ async fn plan_object(
     index: usize,
     object: &RenderedObject,
 ) -> Result<Step, ClusterError> {
-    let planner = ObjectPlanner {
+    let mut planner = ObjectPlanner {
         context,
         object,
         index,
         key: object.key(),
         desired: with_applied_hash(&object.body),
+        directives: Directives::default(),
     };
+    match directive::directives(&object.body) {
+        Ok(directives) => planner.directives = directives,
+        Err(problem) => return Ok(planner.failed(problem)),
+    }
     planner.plan().await
 }
 
@@ -1062,6 +1100,10 @@ mod tests {
 
     #[test]
     fn a_refused_dry_run_replaces_a_job_switches_a_strategy_or_fails() {
+        let plain = Directives::default();
+        let on_refusal = |kind: &str, desired: &Value, status: &kube::core::Status| {
+            on_refusal(kind, desired, status, &plain)
+        };
         let job = json!({"kind": "Job"});
         let immutable = refused(422, "spec.template: Invalid value: field is immutable");
         assert_eq!(on_refusal("Job", &job, &immutable), Refusal::Replace);
@@ -1082,6 +1124,37 @@ mod tests {
             on_refusal("Job", &job, &refused(403, "forbidden")),
             Refusal::Fail(_)
         ));
+    }
+
+    #[test]
+    fn an_immutable_change_replaces_any_kind_whose_annotation_asks_for_it() {
+        let service = json!({"kind": "Service"});
+        let immutable = refused(422, "spec.clusterIP: Invalid value: field is immutable");
+        assert!(matches!(
+            on_refusal("Service", &service, &immutable, &Directives::default()),
+            Refusal::Fail(_)
+        ));
+        for annotations in [
+            json!({directive::FLUX_FORCE: "enabled"}),
+            json!({directive::ARGO_SYNC_OPTIONS: "Replace=true"}),
+        ] {
+            let directives =
+                directive::directives(&json!({"metadata": {"annotations": annotations}}))
+                    .expect("directives");
+            assert_eq!(
+                on_refusal("Service", &service, &immutable, &directives),
+                Refusal::Replace
+            );
+            assert!(matches!(
+                on_refusal(
+                    "Service",
+                    &service,
+                    &refused(422, "spec.ports: Required value"),
+                    &directives
+                ),
+                Refusal::Fail(_)
+            ));
+        }
     }
 
     fn deployment(replicas: u32, editor: &str) -> Value {

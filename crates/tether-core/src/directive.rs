@@ -1,0 +1,305 @@
+//! What an object's own annotations tell tether to do, in the spellings teams already
+//! wrote for Flux (`kustomize.toolkit.fluxcd.io/prune`, `…/ssa`, `…/force`,
+//! `…/reconcile`) and Argo CD (`argocd.argoproj.io/sync-options`), so a repository
+//! migrates without rewriting them. A directive keeps an object from prune, applies it
+//! only if it is absent, never applies it, leaves others' client-side fields to them,
+//! or makes it again when a field cannot change in place.
+//!
+//! Reading is strict: a value tether does not know is an error (located in the file
+//! by the loader, on the object by the plan), never a silent default, since a typo in
+//! `Prune=flase` would otherwise delete what its author meant to keep.
+
+use std::fmt;
+
+use serde_json::Value;
+
+/// Flux: `disabled` keeps the object from prune.
+pub const FLUX_PRUNE: &str = "kustomize.toolkit.fluxcd.io/prune";
+/// Flux: how the object is applied (`Override`, `Merge`, `IfNotPresent`, `Ignore`).
+pub const FLUX_SSA: &str = "kustomize.toolkit.fluxcd.io/ssa";
+/// Flux: `enabled` makes the object again when a field cannot change in place.
+pub const FLUX_FORCE: &str = "kustomize.toolkit.fluxcd.io/force";
+/// Flux's older spelling of `ssa: Ignore`: `disabled`.
+pub const FLUX_RECONCILE: &str = "kustomize.toolkit.fluxcd.io/reconcile";
+/// Argo CD: comma-separated `Option=value` pairs.
+pub const ARGO_SYNC_OPTIONS: &str = "argocd.argoproj.io/sync-options";
+
+/// How an object is applied.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ApplyMode {
+    /// Applied, taking over the fields kubectl applied client-side that tether sets
+    /// too (the default), so that they go when Git drops them.
+    #[default]
+    Override,
+    /// Applied, sharing those fields with kubectl: they stay when Git drops them.
+    Merge,
+    /// Created when absent; an object that exists is left as it is.
+    IfNotPresent,
+    /// Never applied.
+    Ignore,
+}
+
+/// One annotation as written, `key: value`, for messages.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Written {
+    pub key: &'static str,
+    pub value: String,
+}
+
+impl fmt::Display for Written {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.key, self.value)
+    }
+}
+
+/// What an object's annotations ask of tether; each with the annotation that asks it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Directives {
+    /// Prune keeps the object: it is released from the inventory, never deleted.
+    pub keep: Option<Written>,
+    /// How it is applied, and the annotation that says so (none for the default).
+    pub apply: (ApplyMode, Option<Written>),
+    /// A change the server refuses in place makes the object again.
+    pub replace: Option<Written>,
+}
+
+/// Argo CD's per-object sync options that tether reads, and what it does with each
+/// value; options of an Application (not of an object) are not among them.
+const ARGO_OPTIONS: &str = "Prune=false|confirm|true, Delete=false|confirm|true, Replace=true|false, Force=true|false, ServerSideApply=true|false, Validate=true|false, SkipDryRunOnMissingResource=true|false, PruneLast=true|false, ClientSideApplyMigration=true|false";
+
+/// The directives of an object (its `metadata.annotations`), or the first problem.
+pub fn directives(object: &Value) -> Result<Directives, String> {
+    let mut directives = Directives::default();
+    let Some(annotations) = object["metadata"]["annotations"].as_object() else {
+        return Ok(directives);
+    };
+    for (key, value) in annotations {
+        if let Some(value) = value.as_str() {
+            read(&mut directives, key, value)?;
+        }
+    }
+    Ok(directives)
+}
+
+/// The problem with one annotation, if it is a directive tether cannot read.
+pub fn problem(key: &str, value: &str) -> Option<String> {
+    read(&mut Directives::default(), key, value).err()
+}
+
+fn read(directives: &mut Directives, key: &str, value: &str) -> Result<(), String> {
+    let written = |key: &'static str| Written {
+        key,
+        value: value.to_string(),
+    };
+    match key {
+        FLUX_PRUNE => match value {
+            "disabled" => directives.keep = Some(written(FLUX_PRUNE)),
+            "enabled" => {}
+            _ => return Err(unknown(FLUX_PRUNE, value, "disabled or enabled")),
+        },
+        FLUX_SSA => {
+            let mode = match value {
+                "Override" => ApplyMode::Override,
+                "Merge" => ApplyMode::Merge,
+                "IfNotPresent" => ApplyMode::IfNotPresent,
+                "Ignore" => ApplyMode::Ignore,
+                _ => {
+                    return Err(unknown(
+                        FLUX_SSA,
+                        value,
+                        "Override, Merge, IfNotPresent or Ignore",
+                    ));
+                }
+            };
+            set_mode(directives, mode, written(FLUX_SSA));
+        }
+        FLUX_RECONCILE => match value {
+            "disabled" => set_mode(directives, ApplyMode::Ignore, written(FLUX_RECONCILE)),
+            "enabled" => {}
+            _ => return Err(unknown(FLUX_RECONCILE, value, "disabled or enabled")),
+        },
+        FLUX_FORCE => match value {
+            "enabled" => directives.replace = Some(written(FLUX_FORCE)),
+            "disabled" => {}
+            _ => return Err(unknown(FLUX_FORCE, value, "enabled or disabled")),
+        },
+        ARGO_SYNC_OPTIONS => {
+            for option in value.split(',').map(str::trim).filter(|o| !o.is_empty()) {
+                read_argo_option(directives, option, &written(ARGO_SYNC_OPTIONS))?;
+            }
+        }
+        _ => {}
+    }
+    Ok(())
+}
+
+/// The stronger mode wins when two annotations set one: never applying over applying
+/// only if absent over applying.
+fn set_mode(directives: &mut Directives, mode: ApplyMode, written: Written) {
+    let strength = |mode: ApplyMode| match mode {
+        ApplyMode::Override => 0,
+        ApplyMode::Merge => 1,
+        ApplyMode::IfNotPresent => 2,
+        ApplyMode::Ignore => 3,
+    };
+    if strength(mode) >= strength(directives.apply.0) && mode != ApplyMode::Override {
+        directives.apply = (mode, Some(written));
+    }
+}
+
+fn read_argo_option(
+    directives: &mut Directives,
+    option: &str,
+    written: &Written,
+) -> Result<(), String> {
+    let unknown_option = || {
+        format!(
+            "{ARGO_SYNC_OPTIONS}: {option:?} is not an option of an object tether reads (it reads {ARGO_OPTIONS})"
+        )
+    };
+    let (name, value) = option.split_once('=').ok_or_else(unknown_option)?;
+    let flag = |allowed: &[&str]| {
+        if allowed.contains(&value) {
+            Ok(())
+        } else {
+            Err(unknown_option())
+        }
+    };
+    match name {
+        // Confirmed deletion waits for a person: until tether asks for it, the object
+        // is kept, as with Prune=false.
+        "Prune" | "Delete" => {
+            flag(&["false", "confirm", "true"])?;
+            if value != "true" {
+                directives.keep = Some(written.clone());
+            }
+        }
+        "Replace" => {
+            flag(&["true", "false"])?;
+            if value == "true" {
+                directives.replace = Some(written.clone());
+            }
+        }
+        // tether always applies server-side, validates with the server, prunes after
+        // the last wave and hands kubectl's client-side fields over: nothing to change.
+        "Force"
+        | "ServerSideApply"
+        | "Validate"
+        | "SkipDryRunOnMissingResource"
+        | "PruneLast"
+        | "ClientSideApplyMigration" => flag(&["true", "false"])?,
+        _ => return Err(unknown_option()),
+    }
+    Ok(())
+}
+
+fn unknown(key: &str, value: &str, allowed: &str) -> String {
+    format!("{key}: {value:?} is not a value tether knows (it reads {allowed})")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn of(annotations: Value) -> Result<Directives, String> {
+        directives(&json!({"metadata": {"annotations": annotations}}))
+    }
+
+    fn written(key: &'static str, value: &str) -> Option<Written> {
+        Some(Written {
+            key,
+            value: value.into(),
+        })
+    }
+
+    #[test]
+    fn flux_and_argo_spellings_read_as_the_same_directives() {
+        let cases = [
+            (json!({}), Directives::default()),
+            (
+                json!({FLUX_PRUNE: "disabled"}),
+                Directives {
+                    keep: written(FLUX_PRUNE, "disabled"),
+                    ..Directives::default()
+                },
+            ),
+            (json!({FLUX_PRUNE: "enabled"}), Directives::default()),
+            (
+                json!({ARGO_SYNC_OPTIONS: "Prune=false"}),
+                Directives {
+                    keep: written(ARGO_SYNC_OPTIONS, "Prune=false"),
+                    ..Directives::default()
+                },
+            ),
+            (
+                json!({ARGO_SYNC_OPTIONS: "ServerSideApply=true, Prune=confirm"}),
+                Directives {
+                    keep: written(ARGO_SYNC_OPTIONS, "ServerSideApply=true, Prune=confirm"),
+                    ..Directives::default()
+                },
+            ),
+            (
+                json!({ARGO_SYNC_OPTIONS: "Replace=true,Validate=false"}),
+                Directives {
+                    replace: written(ARGO_SYNC_OPTIONS, "Replace=true,Validate=false"),
+                    ..Directives::default()
+                },
+            ),
+            (
+                json!({FLUX_FORCE: "enabled"}),
+                Directives {
+                    replace: written(FLUX_FORCE, "enabled"),
+                    ..Directives::default()
+                },
+            ),
+            (
+                json!({FLUX_SSA: "IfNotPresent"}),
+                Directives {
+                    apply: (ApplyMode::IfNotPresent, written(FLUX_SSA, "IfNotPresent")),
+                    ..Directives::default()
+                },
+            ),
+            (
+                json!({FLUX_SSA: "Merge", FLUX_RECONCILE: "disabled"}),
+                Directives {
+                    apply: (ApplyMode::Ignore, written(FLUX_RECONCILE, "disabled")),
+                    ..Directives::default()
+                },
+            ),
+            (json!({FLUX_SSA: "Override"}), Directives::default()),
+            // Other tools' annotations, and Argo CD's other keys, are not directives.
+            (
+                json!({"argocd.argoproj.io/sync-wave": "2", "example.com/x": "y"}),
+                Directives::default(),
+            ),
+        ];
+        for (annotations, expected) in cases {
+            assert_eq!(of(annotations.clone()), Ok(expected), "{annotations}");
+        }
+    }
+
+    #[test]
+    fn a_value_tether_does_not_know_is_an_error_naming_what_it_reads() {
+        let cases = [
+            (json!({FLUX_PRUNE: "off"}), "disabled or enabled"),
+            (json!({FLUX_SSA: "ifnotpresent"}), "IfNotPresent"),
+            (json!({FLUX_FORCE: "true"}), "enabled or disabled"),
+            (
+                json!({ARGO_SYNC_OPTIONS: "Prune=flase"}),
+                "Prune=false|confirm",
+            ),
+            (
+                json!({ARGO_SYNC_OPTIONS: "CreateNamespace=true"}),
+                "Prune=false",
+            ),
+            (json!({ARGO_SYNC_OPTIONS: "Prune"}), "Prune=false"),
+        ];
+        for (annotations, names) in cases {
+            let error = of(annotations.clone()).expect_err("refused");
+            assert!(error.contains(names), "{annotations}: {error}");
+        }
+        assert_eq!(problem(FLUX_PRUNE, "disabled"), None);
+        assert!(problem(FLUX_PRUNE, "no").is_some());
+    }
+}
