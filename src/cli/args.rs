@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::ValueEnum;
+use tether_core::inventory::budget::DeletionBudget;
 use tether_core::settings::parse_duration;
 
 use super::flags::{
@@ -314,6 +315,16 @@ pub struct ApplyArgs {
     /// apply) whose model is gone, instead of releasing them.
     #[arg(long, requires = "prune")]
     pub delete_adopted: bool,
+    /// How much one prune may delete: it is held (nothing deleted) when it deletes
+    /// more than COUNT objects and more than PERCENT of the inventory; `off` for no
+    /// bound.
+    #[arg(long, env = "TETHER_DELETION_BUDGET", value_name = "COUNT,PERCENT%|off", default_value = "10,25%", value_parser = parse_budget)]
+    pub deletion_budget: Budget,
+    /// With --prune, carry out a prune beyond the deletion budget whose deletions have
+    /// this digest (the one `tether diff` and the held apply print): the exact set
+    /// approved, nothing more.
+    #[arg(long, requires = "prune", value_name = "sha256:DIGEST")]
+    pub approve_deletions: Option<String>,
     /// With --prune, delete a Namespace or a CustomResourceDefinition even when it
     /// holds objects this inventory did not create (the Namespace's objects, the
     /// definition's custom resources): they are deleted with it.
@@ -442,4 +453,25 @@ pub enum ReportFormat {
     Text,
     Markdown,
     Json,
+}
+
+/// A `--deletion-budget`: a bound, or none.
+#[derive(Clone, Copy, Debug)]
+pub struct Budget(pub Option<DeletionBudget>);
+
+/// `COUNT,PERCENT%` (`10,25%`), or `off`.
+fn parse_budget(text: &str) -> Result<Budget, String> {
+    if text == "off" {
+        return Ok(Budget(None));
+    }
+    let wrong = || format!("{text:?} is not COUNT,PERCENT% (such as 10,25%) or off");
+    let (count, percent) = text.split_once(',').ok_or_else(wrong)?;
+    let count = count.trim().parse().map_err(|_| wrong())?;
+    let percent: u8 = percent
+        .trim()
+        .strip_suffix('%')
+        .and_then(|p| p.parse().ok())
+        .filter(|p| *p <= 100)
+        .ok_or_else(wrong)?;
+    Ok(Budget(Some(DeletionBudget { count, percent })))
 }

@@ -14,6 +14,7 @@ use tether_engine::reconcile::{
 use super::args::{ApplyArgs, DiffArgs, EXIT_ERROR, EXIT_INVALID, GlobalArgs, ReportFormat};
 use super::terminal;
 use crate::cli::flags::{ClusterFlags, InventoryFlags, KeyFlags};
+use tether_core::inventory::budget::DeletionBudget;
 use tether_core::k8s::ObjectKey;
 use tether_engine::reconcile::Selection;
 use tether_engine::repo::Repo;
@@ -129,6 +130,8 @@ pub async fn diff(global: &GlobalArgs, args: &DiffArgs) -> miette::Result<ExitCo
     )?;
     let options = PlanOptions {
         dry_run_new: true,
+        // The diff says when apply --prune would hold (with the default budget).
+        budget: Some(DeletionBudget::default()),
         ..PlanOptions::default()
     };
     let (reconciler, plans) =
@@ -246,6 +249,7 @@ pub async fn apply(global: &GlobalArgs, args: &ApplyArgs) -> miette::Result<Exit
             partial: false,
             // What the user just changed is seen.
             reads: Reads::Newest,
+            budget: args.deletion_budget.0,
         },
         options: ApplyOptions {
             prune: args.prune,
@@ -253,6 +257,7 @@ pub async fn apply(global: &GlobalArgs, args: &ApplyArgs) -> miette::Result<Exit
             take_ownership: args.dangerous_override_ownership,
             delete_foreign_objects: args.dangerous_delete_with_foreign_objects,
             delete_adopted: args.delete_adopted,
+            approved_deletions: args.approve_deletions.clone(),
             // A one-shot apply shows drift as a conflict for its user to decide.
             correct_drift: false,
             wave_timeout: Some(args.timeout),
@@ -497,7 +502,15 @@ pub(super) fn report_text(applied: &ApplyReport) -> String {
     if let Some(blocked) = &applied.blocked {
         out.push_str(&blocked_text(blocked));
     }
-    for (object, failure) in applied.failures() {
+    if let Some(hold) = &applied.prune_held {
+        out.push_str(&tether_core::report::held_text(hold, terminal::remedy_text));
+        out.push('\n');
+    }
+    // A held deletion is said once, above.
+    let failures = applied
+        .failures()
+        .filter(|(_, failure)| !matches!(failure, ObjectFailure::PruneHeld));
+    for (object, failure) in failures {
         out.push_str(&format!("  failed: {object}: {failure}"));
         match failure {
             ObjectFailure::Conflict(_) => {

@@ -1018,3 +1018,130 @@ async fn among_many_new_objects_those_others_made_are_still_theirs() {
     assert_eq!(part_of(&client, &ns, "kubectl-other").await, None);
     assert!(live_config_map(&client, &ns, "new-0").await.is_none());
 }
+
+/// The digest a held prune names (`--approve-deletions sha256:…`).
+fn held_digest(output: &str) -> String {
+    let at = output
+        .find("--approve-deletions sha256:")
+        .unwrap_or_else(|| panic!("no digest in:\n{output}"));
+    output[at + "--approve-deletions ".len()..]
+        .split(|c: char| c == ',' || c.is_whitespace())
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+#[tokio::test]
+async fn a_commit_that_drops_most_of_the_repository_prunes_nothing_until_exactly_its_deletions_are_approved()
+ {
+    let (client, ns, inventory) = setup("deletion-budget").await;
+    let names: Vec<String> = (0..14).map(|i| format!("cm-{i:02}")).collect();
+    let mut files = vec![("base.yaml".to_string(), base(&ns))];
+    files.extend(
+        names
+            .iter()
+            .map(|n| (format!("{n}.yaml"), config_map(n, &ns, "v1"))),
+    );
+    let files: Vec<(&str, &str)> = files
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
+    let repo = Repo::new(&files);
+    let path = repo.path().to_str().unwrap();
+    let applied = tether(&inventory, &["apply", path]);
+    assert_eq!(applied.status.code(), Some(0), "{}", all_output(&applied));
+    let live = |name: String| {
+        let client = client.clone();
+        let ns = ns.clone();
+        async move { live_config_map(&client, &ns, &name).await.is_some() }
+    };
+    let count_live = || async {
+        let mut n = 0;
+        for name in &names {
+            n += usize::from(live(name.clone()).await);
+        }
+        n
+    };
+
+    // A bad commit drops 12 of the 14 ConfigMaps: the diff says the prune would be held.
+    for name in &names[..12] {
+        repo.remove(&format!("{name}.yaml"));
+    }
+    let diff = stdout(&tether(&inventory, &["diff", path]));
+    assert!(
+        diff.contains("held: prune held: 12 of 15 recorded objects would be deleted, beyond the deletion budget (10 objects and 25% of the inventory)"),
+        "{diff}"
+    );
+    let digest = held_digest(&diff);
+
+    // apply --prune deletes nothing, says so once, and exits 2.
+    let held = tether(&inventory, &["apply", "--prune", path]);
+    let text = all_output(&held);
+    assert_eq!(held.status.code(), Some(2), "{text}");
+    assert!(text.contains("prune held: 12 of 15"), "{text}");
+    assert_eq!(held_digest(&text), digest, "the diff's digest: {text}");
+    assert!(!text.contains("failed: ConfigMap"), "said once: {text}");
+    assert_eq!(count_live().await, 14, "nothing deleted");
+
+    // Another digest approves nothing.
+    let other = "sha256:0000000000000000000000000000000000000000000000000000000000000000";
+    let wrong = tether(
+        &inventory,
+        &["apply", "--prune", "--approve-deletions", other, path],
+    );
+    assert_eq!(wrong.status.code(), Some(2), "{}", all_output(&wrong));
+    assert_eq!(count_live().await, 14);
+
+    // The plan changes after the approval (one more file goes): the approval was for
+    // the twelve, so the thirteen are held.
+    repo.remove(&format!("{}.yaml", names[12]));
+    let changed = tether(
+        &inventory,
+        &["apply", "--prune", "--approve-deletions", &digest, path],
+    );
+    let changed_text = all_output(&changed);
+    assert_eq!(changed.status.code(), Some(2), "{changed_text}");
+    assert!(
+        changed_text.contains("prune held: 13 of 15"),
+        "{changed_text}"
+    );
+    assert_eq!(count_live().await, 14);
+
+    // Put back, the twelve approved by their digest are deleted, and only they.
+    repo.write(
+        &format!("{}.yaml", names[12]),
+        &config_map(&names[12], &ns, "v1"),
+    );
+    let approved = tether(
+        &inventory,
+        &["apply", "--prune", "--approve-deletions", &digest, path],
+    );
+    assert_eq!(approved.status.code(), Some(0), "{}", all_output(&approved));
+    assert!(
+        stdout(&approved).contains("12 pruned"),
+        "{}",
+        all_output(&approved)
+    );
+    assert!(live(names[12].clone()).await && live(names[13].clone()).await);
+    assert_eq!(count_live().await, 2);
+
+    // A bound of the user's own, or none, lets a large prune through.
+    repo.remove(&format!("{}.yaml", names[12]));
+    repo.remove(&format!("{}.yaml", names[13]));
+    let within = tether(
+        &inventory,
+        &["apply", "--prune", "--deletion-budget", "2,50%", path],
+    );
+    assert_eq!(within.status.code(), Some(0), "{}", all_output(&within));
+    assert_eq!(count_live().await, 0);
+    let refused = tether(
+        &inventory,
+        &["apply", "--prune", "--deletion-budget", "ten", path],
+    );
+    assert_eq!(refused.status.code(), Some(2), "{}", all_output(&refused));
+    assert!(
+        all_output(&refused).contains("\"ten\" is not COUNT,PERCENT% (such as 10,25%) or off"),
+        "{}",
+        all_output(&refused)
+    );
+}

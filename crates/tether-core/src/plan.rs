@@ -13,6 +13,7 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::inventory::Contents;
+use crate::inventory::budget::PruneHold;
 use crate::k8s::ObjectKey;
 use crate::normalize::same_quantity;
 use crate::source::Revision;
@@ -152,6 +153,9 @@ pub struct Plan {
     pub waves: Vec<WaveSummary>,
     /// The dependency graph as a Mermaid flowchart, when models wait for others.
     pub graph: Option<String>,
+    /// The prune is beyond the deletion budget: nothing is deleted until its
+    /// deletions are approved (see [`crate::inventory::budget`]).
+    pub prune_hold: Option<PruneHold>,
 }
 
 /// One wave of a plan, as reports show it.

@@ -11,6 +11,9 @@ pub enum Remedy {
     /// A Namespace or a CustomResourceDefinition whose deletion takes objects of
     /// others with it is deleted only when asked for by name.
     DeleteWithForeignObjects,
+    /// A prune beyond the deletion budget: approve exactly its deletions by their
+    /// digest (or fix the commit).
+    ApproveDeletions,
     /// Prune although the source renders nothing (every object of the inventory goes).
     AllowEmpty,
     /// No cluster was found: name one.

@@ -9,6 +9,7 @@ use std::fmt::Write as _;
 use serde_json::json;
 
 use crate::inventory::Contents;
+use crate::inventory::budget::PruneHold;
 use crate::plan::{Action, Change, Plan};
 use crate::remedy::{Remedy, RemedyNames};
 
@@ -186,6 +187,14 @@ pub fn text(plan: &Plan, colour: bool, remedies: RemedyNames) -> String {
     for warning in &plan.warnings {
         let _ = writeln!(out, "{} {warning}", paint("33;1", "warning:"));
     }
+    if let Some(hold) = &plan.prune_hold {
+        let _ = writeln!(
+            out,
+            "{} {}",
+            paint("31;1", "held:"),
+            held_text(hold, remedies)
+        );
+    }
     for (headings, change) in shown_changes(plan) {
         for heading in headings {
             let _ = writeln!(out, "\n{}", paint("1", &format!("== {heading}")));
@@ -293,6 +302,9 @@ pub fn markdown(plan: &Plan, remedies: RemedyNames) -> String {
         }
     }
     let _ = writeln!(out, "\n{}.", counts(plan));
+    if let Some(hold) = &plan.prune_hold {
+        let _ = writeln!(out, "\n> **Held.** {}", held_text(hold, remedies));
+    }
     if plan.count(Action::Delete) + plan.count(Action::RemoveHost) > 0 && !plan.prune {
         let _ = writeln!(
             out,
@@ -359,6 +371,16 @@ fn note(change: &Change) -> Option<String> {
         _ => None,
     }
     .map(str::to_string)
+}
+
+/// A held prune, and how to approve it.
+pub fn held_text(hold: &PruneHold, remedies: RemedyNames) -> String {
+    format!(
+        "{}: approve exactly these deletions with {} {}, or fix the commit",
+        hold.describe(),
+        remedies(Remedy::ApproveDeletions),
+        hold.digest
+    )
 }
 
 /// What a Namespace or a CustomResourceDefinition to delete or release holds, and
@@ -485,6 +507,12 @@ pub fn json_value(plan: &Plan) -> serde_json::Value {
             "absent": plan.count(Action::Absent),
             "skip": plan.count(Action::Skip),
         },
+        "pruneHold": plan.prune_hold.as_ref().map(|h| json!({
+            "deleting": h.deleting,
+            "recorded": h.recorded,
+            "digest": h.digest,
+            "budget": {"count": h.budget.count, "percent": h.budget.percent},
+        })),
         "waves": plan.waves.iter().map(|w| json!({"waitsFor": w.waits_for})).collect::<Vec<_>>(),
         "changes": changes,
     })

@@ -320,6 +320,8 @@ fn one_source_settings(source: &OneSource) -> Settings {
             dry_run_new: false,
             partial: false,
             reads: Reads::Cached,
+            // A Source's prune is not bounded yet.
+            budget: None,
         },
         apply: ApplyOptions {
             prune: source.prune,

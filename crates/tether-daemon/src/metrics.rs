@@ -561,6 +561,7 @@ mod tests {
                 .collect(),
             blocked: None,
             stopped: false,
+            prune_held: None,
         };
         metrics.pass(
             "team/web",
@@ -599,6 +600,7 @@ mod tests {
             }],
             blocked: None,
             stopped: false,
+            prune_held: None,
         };
         for source in ["team/web", "team/db"] {
             metrics.pass(source, "success", Duration::from_millis(5), None);

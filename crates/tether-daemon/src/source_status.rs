@@ -323,6 +323,7 @@ mod tests {
                 .collect(),
             blocked: None,
             stopped: false,
+            prune_held: None,
         }
     }
 

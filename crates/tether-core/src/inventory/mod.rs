@@ -12,6 +12,7 @@ use serde_json::Value;
 use crate::k8s::{ObjectKey, api_group, apply_rank};
 use crate::ownership::carries_tether_labels;
 
+pub mod budget;
 pub mod stored;
 
 /// A line of the inventory: the entry, then `created` or `adopted` and the uid when

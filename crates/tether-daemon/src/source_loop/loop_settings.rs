@@ -89,6 +89,8 @@ pub(crate) fn settings_of(
                 partial: false,
                 // Passes read the API server's cache, as the daemon's watches do.
                 reads: Reads::Cached,
+                // A Source's prune is not bounded yet.
+                budget: None,
             },
             apply: ApplyOptions {
                 prune: spec.prune,

@@ -211,6 +211,7 @@ pub(super) mod tests {
                 not_applied: 1,
             }),
             stopped: false,
+            prune_held: None,
         }
     }
 
@@ -223,6 +224,7 @@ pub(super) mod tests {
             }],
             blocked: None,
             stopped: false,
+            prune_held: None,
         }
     }
 

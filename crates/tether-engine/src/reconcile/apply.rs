@@ -186,6 +186,15 @@ async fn prune_all(
             Action::Delete | Action::Release | Action::RemoveHost
         )
     });
+    // Beyond the deletion budget, and not approved: nothing is deleted.
+    let held =
+        pruning.options.prune
+            && planned.plan.prune_hold.as_ref().is_some_and(|hold| {
+                !hold.approved_by(pruning.options.approved_deletions.as_deref())
+            });
+    if held {
+        report.prune_held = planned.plan.prune_hold.clone();
+    }
     let mut done = report.objects.len();
     for step in deletions {
         if stopped(pruning.options) {
@@ -194,7 +203,12 @@ async fn prune_all(
         }
         done += 1;
         applied(done);
-        let outcome = prune_step(pruning, step).await?;
+        let outcome = match step.change.action {
+            Action::Delete | Action::RemoveHost if held => {
+                Some(Outcome::Failed(ObjectFailure::PruneHeld))
+            }
+            _ => prune_step(pruning, step).await?,
+        };
         if matches!(
             outcome,
             None | Some(Outcome::Pruned) | Some(Outcome::Released)

@@ -50,6 +50,7 @@ pub use options::{ApplyOptions, ApplyProgress, PlanOptions, Selection, Writes};
 pub use outcome::{ApplyReport, BlockedWave, Blocker, ObjectFailure, ObjectReport, Outcome};
 pub use planned::{Planned, Rollout};
 use tether_core::confine::{self, Confinement, SourceConfinement};
+use tether_core::inventory::budget::{self, DeletionBudget, PruneHold};
 use tether_core::k8s::ObjectKey;
 use tether_core::ownership::Inventory;
 use tether_core::plan::{Action, Change, Plan, WaveSummary};
@@ -446,6 +447,7 @@ impl Reconciler {
             members,
         } = part;
         let (record, recorded) = read_inventory_existing(&client, &self.inventory).await?;
+        let recorded_objects = record.entries.len();
         tracing::debug!(
             recorded = record.entries.len(),
             cluster = cluster.display(),
@@ -464,7 +466,11 @@ impl Reconciler {
             cache,
         )
         .await?;
+        let prune_hold = options
+            .budget
+            .and_then(|budget| prune_hold(budget, &planning, recorded_objects));
         let plan = Plan {
+            prune_hold,
             warnings: plan_warnings(&self.inventory, &planning, recorded),
             source: common.models.loaded.label.clone(),
             cluster: cluster.several.then(|| cluster.display().to_string()),
@@ -792,6 +798,24 @@ fn shared_clusters(ids: &[Option<String>]) -> Vec<Vec<usize>> {
         }
     }
     groups.into_values().filter(|g| g.len() > 1).collect()
+}
+
+/// The hold on the plan's deletions (and host removals) when they are beyond `budget`.
+fn prune_hold(
+    budget: DeletionBudget,
+    planning: &live::Planning,
+    recorded: usize,
+) -> Option<PruneHold> {
+    let deletions: Vec<(&ObjectKey, Option<&str>)> = planning
+        .steps
+        .iter()
+        .filter(|s| matches!(s.change.action, Action::Delete | Action::RemoveHost))
+        .map(|s| {
+            let uid = planning.uids.get(&s.change.key).map(String::as_str);
+            (&s.change.key, uid)
+        })
+        .collect();
+    budget::hold(budget, &deletions, recorded)
 }
 
 /// What a reviewer should know besides the changes: a missing inventory, nodes not

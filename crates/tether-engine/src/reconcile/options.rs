@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use tether_core::inventory::budget::DeletionBudget;
 use tether_core::k8s::ObjectKey;
 use tokio_util::sync::CancellationToken;
 
@@ -50,6 +51,9 @@ pub struct ApplyOptions {
     pub delete_foreign_objects: bool,
     /// Delete adopted objects whose model is gone, instead of releasing them.
     pub delete_adopted: bool,
+    /// The digest of the deletions a person approved, for a prune beyond the
+    /// deletion budget ([`tether_core::plan::Plan::prune_hold`]).
+    pub approved_deletions: Option<String>,
     /// How long a wave of the workflow waits for what it needs (default five
     /// minutes); then the apply stops there.
     pub wave_timeout: Option<Duration>,
@@ -102,4 +106,6 @@ pub struct PlanOptions {
     /// What the plan's lists read (the kinds a watch cache has not synced): the
     /// newest state, or the API server's cache (a long-running daemon's passes).
     pub reads: Reads,
+    /// How much a prune may delete before a person approves it; `None`: no bound.
+    pub budget: Option<DeletionBudget>,
 }

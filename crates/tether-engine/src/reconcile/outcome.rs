@@ -3,6 +3,7 @@
 
 use thiserror::Error;
 
+use tether_core::inventory::budget::PruneHold;
 use tether_core::k8s::ObjectKey;
 use tether_core::plan::FieldConflict;
 
@@ -61,6 +62,9 @@ pub enum ObjectFailure {
     /// A Namespace to prune that holds objects this inventory did not create: kept.
     #[error("kept: it holds {not_created_here} objects this inventory did not create")]
     KeptForForeignObjects { not_created_here: usize },
+    /// A deletion of a prune beyond the deletion budget that nobody approved: kept.
+    #[error("held: the prune is beyond the deletion budget")]
+    PruneHeld,
     /// The object could not be planned (its dry run was refused): it was not sent.
     #[error("not applied: {message}")]
     Unplanned { message: String },
@@ -93,6 +97,7 @@ impl ObjectFailure {
             ObjectFailure::Conflict(_)
             | ObjectFailure::OwnedByInventory { .. }
             | ObjectFailure::KeptForForeignObjects { .. }
+            | ObjectFailure::PruneHeld
             | ObjectFailure::Refused { .. }
             | ObjectFailure::Forbidden { .. }
             | ObjectFailure::Request { .. }
@@ -188,6 +193,9 @@ pub struct ApplyReport {
     /// The apply was stopped ([`super::ApplyOptions::stop`]): the objects after the
     /// last one reported were not applied, and nothing was pruned.
     pub stopped: bool,
+    /// The prune was beyond the deletion budget and not approved: its deletions
+    /// were held ([`ObjectFailure::PruneHeld`]).
+    pub prune_held: Option<PruneHold>,
 }
 
 /// A wave that did not start, and why.
@@ -385,6 +393,7 @@ mod tests {
             .collect(),
             blocked: None,
             stopped: false,
+            prune_held: None,
         };
         assert_eq!((report.created(), report.pruned()), (2, 1));
         assert!(!report.succeeded());
