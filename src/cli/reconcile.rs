@@ -491,13 +491,21 @@ pub(super) fn report_text(applied: &ApplyReport) -> String {
         0 => String::new(),
         n => format!("{n} replaced, "),
     };
+    let held = applied
+        .failures()
+        .filter(|(_, failure)| matches!(failure, ObjectFailure::PruneHeld))
+        .count();
+    let held_count = match held {
+        0 => String::new(),
+        n => format!("{n} held, "),
+    };
     let mut out = format!(
-        "{} created, {} configured, {replaced}{} unchanged, {} pruned, {} failed\n",
+        "{} created, {} configured, {replaced}{} unchanged, {} pruned, {held_count}{} failed\n",
         applied.created(),
         applied.configured(),
         applied.unchanged(),
         applied.pruned(),
-        applied.failures().count()
+        applied.failures().count() - held
     );
     if let Some(blocked) = &applied.blocked {
         out.push_str(&blocked_text(blocked));

@@ -863,8 +863,10 @@ async fn a_prune_killed_midway_leaves_no_entry_that_could_delete_a_newcomer() {
     for i in 0..300 {
         repo.remove(&format!("cm-{i}.yaml"));
     }
+    // 300 of 302 is beyond the deletion budget: this prune is meant.
     let mut prune = std::process::Command::new(env!("CARGO_BIN_EXE_tether"))
-        .args(["apply", "--prune", &path, "--inventory-name", &inventory])
+        .args(["apply", "--prune", "--deletion-budget", "off", &path])
+        .args(["--inventory-name", &inventory])
         .arg("--kubeconfig")
         .arg(crate::harness::cluster().kubeconfig())
         .stdout(std::process::Stdio::null())
@@ -909,7 +911,10 @@ async fn a_prune_killed_midway_leaves_no_entry_that_could_delete_a_newcomer() {
     theirs.metadata.labels = Some(ownership_labels(&applyset_of(&inventory)));
     api.create(&PostParams::default(), &theirs).await.unwrap();
 
-    let finished = tether(&inventory, &["apply", "--prune", &path]);
+    let finished = tether(
+        &inventory,
+        &["apply", "--prune", "--deletion-budget", "off", &path],
+    );
     assert_eq!(finished.status.code(), Some(0), "{}", all_output(&finished));
     assert!(
         api.get_opt(&gone).await.unwrap().is_some(),
@@ -1081,6 +1086,7 @@ async fn a_commit_that_drops_most_of_the_repository_prunes_nothing_until_exactly
     assert!(text.contains("prune held: 12 of 15"), "{text}");
     assert_eq!(held_digest(&text), digest, "the diff's digest: {text}");
     assert!(!text.contains("failed: ConfigMap"), "said once: {text}");
+    assert!(text.contains("0 pruned, 12 held, 0 failed"), "{text}");
     assert_eq!(count_live().await, 14, "nothing deleted");
 
     // Another digest approves nothing.

@@ -316,6 +316,22 @@ fn the_demo_shows_every_step_and_stops_what_it_started() {
     assert_secret_never_shown(&text, step(&text, "Secrets in Git"));
     assert_chart_and_overlay(step(&text, "A repository as teams have it"));
 
+    // The step's three applies: the twelve, the held prune, the approved one.
+    let bad_commit = step(&text, "A bad commit");
+    let applies: Vec<&str> = bad_commit.split("$ tether apply").skip(1).collect();
+    assert_eq!(applies.len(), 3, "{bad_commit}");
+    assert!(applies[0].contains("12 created"), "{bad_commit}");
+    assert!(
+        applies[1].contains("0 pruned, 11 held, 0 failed")
+            && applies[1].contains("prune held: 11 of 12 recorded objects would be deleted")
+            && applies[1].contains("ConfigMaps left: 12\n"),
+        "{bad_commit}"
+    );
+    assert!(
+        applies[2].contains("11 pruned") && applies[2].contains("ConfigMaps left: 1\n"),
+        "{bad_commit}"
+    );
+
     let migrated = step(&text, "Migrating without rewriting");
     let (_, diff) = around(migrated, "tether diff");
     for expected in [
