@@ -423,18 +423,23 @@ fn metadata_map_problems(object: &Node) -> Vec<(&'static str, &Node)> {
     problems
 }
 
+/// The entries of `metadata.<field>` (labels, annotations) when it is a mapping.
+fn metadata_entries<'n>(object: &'n Node, field: &str) -> &'n [(Node, Node)] {
+    match object
+        .field("metadata")
+        .and_then(|m| m.field(field))
+        .map(|f| &f.value)
+    {
+        Some(Value::Map(entries)) => entries,
+        _ => &[],
+    }
+}
+
 /// Label keys and values (`metadata.labels`) that the API server would refuse,
 /// each with the node at fault.
 fn label_problems(object: &Node) -> Vec<(&Node, String)> {
-    let Some(Value::Map(entries)) = object
-        .field("metadata")
-        .and_then(|m| m.field("labels"))
-        .map(|l| &l.value)
-    else {
-        return Vec::new();
-    };
     let mut problems = Vec::new();
-    for (key, value) in entries {
+    for (key, value) in metadata_entries(object, "labels") {
         if let Value::Str(k) = &key.value
             && let Some(why) = k8s::label_key_problem(k)
         {
@@ -452,14 +457,7 @@ fn label_problems(object: &Node) -> Vec<(&Node, String)> {
 /// Flux's and Argo CD's annotations (`metadata.annotations`) whose values tether
 /// cannot read, each with the value's node.
 fn directive_problems<'n>(object: &'n Node, text: &str) -> Vec<(&'n Node, String)> {
-    let Some(Value::Map(entries)) = object
-        .field("metadata")
-        .and_then(|m| m.field("annotations"))
-        .map(|a| &a.value)
-    else {
-        return Vec::new();
-    };
-    entries
+    metadata_entries(object, "annotations")
         .iter()
         .filter_map(|(key, value)| {
             let (Some(key), Value::Str(value_text)) = (key.scalar_text(text), &value.value) else {
