@@ -18,6 +18,7 @@ mod fidelity;
 mod fleet;
 mod generate;
 mod harness;
+mod health;
 mod identity;
 mod images;
 mod lifetime;

@@ -362,6 +362,18 @@ fn the_demo_shows_every_step_and_stops_what_it_started() {
         "still tether's: {migrated}"
     );
     assert!(left.contains("counter: 7"), "{migrated}");
+    let health = step(&text, "Health checks for any kind");
+    let (_, waiting) = around(health, "kubectl get gadgets,configmaps -n health");
+    let waiting = waiting.split("$ kubectl patch").next().unwrap();
+    assert!(waiting.contains("flux-capacitor"), "{health}");
+    assert!(
+        !waiting.lines().any(|l| l.starts_with("configmap/after")),
+        "the next wave waited for the Gadget: {health}"
+    );
+    assert!(
+        health.contains("after: after the Gadget was healthy"),
+        "{health}"
+    );
     let charts = step(&text, "Signed charts");
     assert!(
         charts.contains("Successfully packaged chart")

@@ -196,6 +196,11 @@ fn every_key_the_settings_parser_accepts_is_on_the_settings_page() {
                 "clusters:\n  web:\n    not_a_setting: 1\n".to_string(),
                 "clusters.NAME",
             ),
+            // `healthCheckExprs` is a list of checks.
+            "healthCheckExprs" => (
+                "healthCheckExprs:\n  - not_a_setting: 1\n".to_string(),
+                "healthCheckExprs[]",
+            ),
             _ => (
                 format!("{section}:\n  not_a_setting: 1\n"),
                 section.as_str(),

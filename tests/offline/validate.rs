@@ -552,3 +552,46 @@ fn a_misspelt_flux_or_argo_cd_annotation_is_an_error_at_its_value() {
     assert!(!stdout.contains("good.yaml"), "{stdout}");
     assert!(stdout.contains("3 errors"), "{stdout}");
 }
+
+#[test]
+fn a_health_check_that_does_not_compile_is_an_error_at_its_expression() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("models.yaml"),
+        "kind: KubernetesService\nname: kubernetes\n---\nkind: TrustDomain\nname: shop\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join(".tether.yaml"),
+        "# Flux's spelling\nhealthCheckExprs:\n  - apiVersion: example.org/v1\n    kind: Gadget\n    current: status.?conditions.orValue([]).exists(c, c.type == 'Ready' && c.status == 'True')\n    failed: status.conditions.exists(c, c.type == 'Failed'\n",
+    )
+    .unwrap();
+    let out = tether_in(dir.path(), &["validate", "."]);
+    let all = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert_ne!(out.status.code(), Some(0), "{all}");
+    let flat: String = all
+        .replace('│', " ")
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(
+        flat.contains(".tether.yaml:6:13: healthCheckExprs: the failed expression of Gadget does not compile, at character 47 of `status.conditions.exists(c, c.type == 'Failed'`: Syntax error: missing ')' at '<EOF>'"),
+        "{all}"
+    );
+    assert!(flat.contains("hint:"), "{all}");
+
+    // The same check, compiled: the models validate.
+    std::fs::write(
+        dir.path().join(".tether.yaml"),
+        "healthCheckExprs:\n  - apiVersion: example.org/v1\n    kind: Gadget\n    current: status.?conditions.orValue([]).exists(c, c.type == 'Ready' && c.status == 'True')\n    failed: status.?conditions.orValue([]).exists(c, c.type == 'Failed')\n",
+    )
+    .unwrap();
+    let out = tether_in(dir.path(), &["validate", "."]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+}

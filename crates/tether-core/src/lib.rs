@@ -30,6 +30,7 @@ pub mod events;
 pub mod feedback;
 pub mod fleet;
 pub mod generate;
+pub mod health;
 pub mod host;
 pub mod image_automation;
 pub mod inventory;

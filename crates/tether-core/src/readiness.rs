@@ -1,10 +1,12 @@
 //! When an object is ready, from its state as the server gives it: the built-in rule
-//! of each kind a workflow waits for, and the rules a user writes (`ready_when`).
-//! Pure: the caller reads the object (and a Service's Endpoints); tested with
-//! recorded object states.
+//! of each kind a workflow waits for, the health checks of custom kinds
+//! ([`crate::health`]), kstatus's generic rules for any other kind, and the rules a
+//! user writes (`ready_when`). Pure: the caller reads the object (and a Service's
+//! Endpoints); tested with recorded object states.
 
 use serde_json::Value;
 
+use crate::health::{HealthChecks, Verdict};
 use crate::workflow::Rule;
 
 /// An object's readiness.
@@ -19,18 +21,23 @@ pub enum Readiness {
 
 /// The readiness of an object of `kind` by `rule`; `object` is `None` when it does
 /// not exist, `endpoints` is the Service's Endpoints object (for
-/// [`Rule::Endpoints`]).
+/// [`Rule::Endpoints`]). By the built-in rule, a kind with a health check in `checks`
+/// is judged by it.
 pub fn assess(
     kind: &str,
     rule: &Rule,
     object: Option<&Value>,
     endpoints: Option<&Value>,
+    checks: &HealthChecks,
 ) -> Readiness {
     let Some(object) = object else {
         return Readiness::Waiting("does not exist".into());
     };
     match rule {
-        Rule::BuiltIn => built_in(kind, object),
+        Rule::BuiltIn => match checks.judge(object) {
+            Some(verdict) => checked(object, verdict),
+            None => built_in(kind, object),
+        },
         Rule::Condition(wanted) => match condition(object, wanted) {
             Some(c) if c.status == "True" => Readiness::Ready,
             Some(c) => Readiness::Waiting(c.describe(wanted)),
@@ -86,6 +93,56 @@ fn built_in(kind: &str, object: &Value) -> Readiness {
             "Terminating" => Readiness::Failed("the namespace is being deleted".into()),
             other => Readiness::Waiting(format!("phase {other}")),
         },
+        _ => generic(object),
+    }
+}
+
+/// A health check's verdict, with the object's Ready condition when it has one (what
+/// its controller says of it).
+fn checked(object: &Value, verdict: Verdict) -> Readiness {
+    let said = condition(object, "Ready")
+        .filter(|c| c.status != "True")
+        .map(|c| format!("; {}", c.describe("Ready")))
+        .unwrap_or_default();
+    match verdict {
+        Verdict::Current => Readiness::Ready,
+        Verdict::NotObserved {
+            observed,
+            generation,
+        } => Readiness::Waiting(format!(
+            "the controller has seen generation {observed}, not {generation}"
+        )),
+        Verdict::InProgress(why) => Readiness::Waiting(format!("health check: {why}{said}")),
+        Verdict::Failed(why) => Readiness::Failed(format!("health check failed: {why}{said}")),
+        Verdict::Unknown(why) => Readiness::Waiting(format!("health check: {why}")),
+    }
+}
+
+/// kstatus's rules for a kind with no rule of its own: being deleted, or its
+/// controller has not seen the latest spec, is not ready; `Stalled` is failed;
+/// `Reconciling`, or a `Ready` condition that is not `True`, is waiting; anything else
+/// (a ConfigMap, an object without status) is ready.
+fn generic(object: &Value) -> Readiness {
+    if !object["metadata"]["deletionTimestamp"].is_null() {
+        return Readiness::Waiting("it is being deleted".into());
+    }
+    if let (Some(observed), Some(generation)) = (
+        object["status"]["observedGeneration"].as_i64(),
+        object["metadata"]["generation"].as_i64(),
+    ) && observed < generation
+    {
+        return Readiness::Waiting(format!(
+            "the controller has seen generation {observed}, not {generation}"
+        ));
+    }
+    if let Some(c) = condition(object, "Stalled").filter(|c| c.status == "True") {
+        return Readiness::Failed(c.describe("Stalled"));
+    }
+    if let Some(c) = condition(object, "Reconciling").filter(|c| c.status == "True") {
+        return Readiness::Waiting(c.describe("Reconciling"));
+    }
+    match condition(object, "Ready") {
+        Some(c) if c.status != "True" => Readiness::Waiting(c.describe("Ready")),
         _ => Readiness::Ready,
     }
 }
@@ -306,7 +363,7 @@ pub fn rollout(kind: &str, name: &str, object: &Value) -> Readiness {
         "Deployment" => deployment_rollout(name, object),
         "StatefulSet" => stateful_set_rollout(object),
         "DaemonSet" => daemon_set_rollout(object),
-        _ => assess(kind, &Rule::BuiltIn, Some(object), None),
+        _ => built_in(kind, object),
     }
 }
 

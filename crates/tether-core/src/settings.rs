@@ -16,6 +16,10 @@
 //!   outbox: /var/lib/tether/outbox
 //! kubernetes:
 //!   enabled: false   # apply and the daemon leave the cluster alone
+//! healthCheckExprs:  # Flux's spelling; see crate::health
+//!   - apiVersion: example.org/v1
+//!     kind: Gadget
+//!     current: status.?conditions.orValue([]).exists(c, c.type == 'Ready' && c.status == 'True')
 //! ```
 
 use std::time::Duration;
@@ -23,6 +27,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
+use crate::health::HealthCheckExprs;
 use crate::load::{Dialect, limit_message, yaml_options};
 use thiserror::Error;
 
@@ -47,6 +52,9 @@ pub struct Settings {
     /// own kubeconfig: no address or credential is ever in the repository.
     #[serde(default)]
     pub clusters: std::collections::BTreeMap<String, ClusterSettings>,
+    /// Health checks of custom kinds, in Flux's spelling (see [`crate::health`]).
+    #[serde(default, rename = "healthCheckExprs")]
+    pub health_check_exprs: Vec<HealthCheckExprs>,
 }
 
 /// How the CLI reaches one KubernetesService's cluster.

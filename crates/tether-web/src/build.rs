@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 
 use serde_json::Value;
+use tether_core::health::HealthChecks;
 use tether_core::k8s::ObjectKey;
 use tether_core::model::Models;
 use tether_core::plan::Plan;
@@ -83,8 +84,14 @@ pub fn is_settled(outcome: &str) -> bool {
 
 /// Fills each object's readiness from its live state (`live`, by key; an object
 /// absent there is not known, not "missing": the daemon reads only what it can), and
-/// each workload's pods (those its selector matches, in its namespace).
-pub fn with_live(models: &mut [ModelNode], live: &BTreeMap<ObjectKey, Value>, pods: &[Value]) {
+/// each workload's pods (those its selector matches, in its namespace); a kind with
+/// a health check in `checks` is judged by it.
+pub fn with_live(
+    models: &mut [ModelNode],
+    live: &BTreeMap<ObjectKey, Value>,
+    pods: &[Value],
+    checks: &HealthChecks,
+) {
     for object in models.iter_mut().flat_map(|m| m.objects.iter_mut()) {
         let key = live.keys().find(|k| {
             k.kind == object.kind && k.namespace == object.namespace && k.name == object.name
@@ -92,7 +99,7 @@ pub fn with_live(models: &mut [ModelNode], live: &BTreeMap<ObjectKey, Value>, po
         let Some(value) = key.and_then(|k| live.get(k)) else {
             continue;
         };
-        let (ready, words) = match assess(&object.kind, &Rule::BuiltIn, Some(value), None) {
+        let (ready, words) = match assess(&object.kind, &Rule::BuiltIn, Some(value), None, checks) {
             Readiness::Ready => (true, "ready".to_string()),
             Readiness::Waiting(why) | Readiness::Failed(why) => (false, why),
         };

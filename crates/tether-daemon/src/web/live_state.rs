@@ -73,7 +73,7 @@ pub(crate) async fn detail(snapshot: &Snapshot) -> SourceDetail {
         events(client, &namespaces, &keys),
         nodes(client, want_nodes),
     );
-    build::with_live(&mut models, &objects, &pods);
+    build::with_live(&mut models, &objects, &pods, &last.models.health);
     detail.models = models;
     detail.events = events;
     detail.hosts = build::hosts(&read, files, &nodes, &pods);

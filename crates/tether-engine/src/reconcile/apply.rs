@@ -299,14 +299,21 @@ async fn await_wave(
         })
     };
     let timeout = options.wave_timeout.unwrap_or(DEFAULT_WAVE_TIMEOUT);
-    wait::wait_for(client, &gates, timeout, failed_here, &shown)
-        .await
-        .map_err(|blockers| BlockedWave {
-            wave,
-            waves,
-            blockers,
-            not_applied: 0,
-        })
+    wait::wait_for(
+        client,
+        &planned.models.health,
+        &gates,
+        timeout,
+        failed_here,
+        &shown,
+    )
+    .await
+    .map_err(|blockers| BlockedWave {
+        wave,
+        waves,
+        blockers,
+        not_applied: 0,
+    })
 }
 
 /// The API of a step's object.

@@ -2,6 +2,7 @@
 //! and the first errors in a line for a status or a log.
 
 use tether_core::diagnostic::{Diagnostics, Severity};
+use tether_core::health::HealthChecks;
 use tether_core::settings::Settings;
 
 use crate::repo::LoadedModels;
@@ -17,6 +18,9 @@ pub struct CheckedModels {
     pub dormant: Option<String>,
     /// The repository's settings (`.tether.yaml`).
     pub settings: Settings,
+    /// What its objects' health is judged by: its own checks (`healthCheckExprs`),
+    /// then the shipped library's.
+    pub health: HealthChecks,
 }
 
 impl CheckedModels {

@@ -50,6 +50,7 @@ pub use options::{ApplyOptions, ApplyProgress, PlanOptions, Selection, Writes};
 pub use outcome::{ApplyReport, BlockedWave, Blocker, ObjectFailure, ObjectReport, Outcome};
 pub use planned::{Planned, Rollout};
 use tether_core::confine::{self, Confinement, SourceConfinement};
+use tether_core::health::HealthChecks;
 use tether_core::inventory::budget::{self, DeletionBudget, PruneHold};
 use tether_core::k8s::ObjectKey;
 use tether_core::ownership::Inventory;
@@ -89,6 +90,9 @@ pub enum ReconcileError {
     Source(#[from] RepoError),
     #[error("{}: {}", .0.path, .0.message)]
     Settings(#[from] SettingsError),
+    /// A health check of `.tether.yaml` that does not compile.
+    #[error(transparent)]
+    HealthCheck(#[from] tether_core::health::HealthCheckError),
     /// The models have errors: nothing is compared or applied.
     /// Said with its first errors, values starred (a Source's status, the logs).
     #[error("{}", .0.error_summary(3))]
@@ -128,7 +132,7 @@ impl ReconcileError {
     pub fn reason(&self) -> &'static str {
         match self {
             ReconcileError::Invalid(_) => "InvalidModels",
-            ReconcileError::Settings(_) => "InvalidSettings",
+            ReconcileError::Settings(_) | ReconcileError::HealthCheck(_) => "InvalidSettings",
             ReconcileError::NothingRendered => "NothingRendered",
             ReconcileError::Dormant(_) => "KubernetesDisabled",
             ReconcileError::Selection(_) | ReconcileError::PartialPrune => "InvalidSelection",
@@ -639,7 +643,7 @@ impl Reconciler {
 
     /// Waits until the workloads of the plan are ready by [`tether_core::readiness`]
     /// (Deployments available, StatefulSets and DaemonSets ready, Pods Ready, Jobs
-    /// complete); returns those that were not when `timeout` ran out or that failed,
+    /// complete), and the objects of kinds with a health check healthy; returns those that were not when `timeout` ran out or that failed,
     /// with their state. `progress` gets those
     /// still waited for, and the number of workloads, after each look.
     pub async fn wait_ready(
@@ -648,7 +652,14 @@ impl Reconciler {
         timeout: Duration,
         progress: &wait::WaitProgress<'_>,
     ) -> Result<Vec<(ObjectKey, String)>, ReconcileError> {
-        Ok(wait::wait_ready(&planned.client, &planned.objects, timeout, progress).await)
+        Ok(wait::wait_ready(
+            &planned.client,
+            &planned.models.health,
+            &planned.objects,
+            timeout,
+            progress,
+        )
+        .await)
     }
 }
 
@@ -974,6 +985,7 @@ pub async fn build(
         Some(text) => settings::parse(SETTINGS_FILE, text)?,
         None => Settings::default(),
     };
+    let health = HealthChecks::compile(SETTINGS_FILE, &settings.health_check_exprs)?.with_library();
     let prepared = tether_core::prepare(&loaded.files, settings.kustomize.remote_bases);
     let generated = if prepared.generators.is_empty() {
         Vec::new()
@@ -1032,6 +1044,7 @@ pub async fn build(
         documents: analysis.documents,
         dormant,
         settings,
+        health,
     };
     Ok((checked, objects))
 }

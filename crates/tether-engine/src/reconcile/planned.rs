@@ -64,6 +64,7 @@ impl Planned {
     pub fn rollout(&self) -> Rollout {
         Rollout {
             client: self.client.clone(),
+            checks: self.models.health.clone(),
             gates: self.workflow.rollout(self.members.as_ref()),
         }
     }
@@ -75,6 +76,7 @@ impl Planned {
 #[derive(Clone)]
 pub struct Rollout {
     client: Client,
+    checks: tether_core::health::HealthChecks,
     gates: Vec<tether_core::workflow::WaveGate>,
 }
 
@@ -84,6 +86,7 @@ impl Rollout {
     pub async fn wait(&self, timeout: Duration) -> Result<(), Vec<Blocker>> {
         wait::wait_for(
             &self.client,
+            &self.checks,
             &self.gates,
             timeout,
             &std::collections::HashMap::new(),

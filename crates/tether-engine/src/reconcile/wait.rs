@@ -11,6 +11,7 @@ use kube::Client;
 use super::outcome::Blocker;
 use crate::cluster::Resources;
 use crate::driver::Poll;
+use tether_core::health::HealthChecks;
 use tether_core::k8s::ObjectKey;
 use tether_core::readiness::{Readiness, assess};
 use tether_core::render::RenderedObject;
@@ -31,6 +32,7 @@ const LOOK_EVERY: Duration = Duration::from_millis(500);
 /// After each look, `progress` gets what is not ready yet.
 pub(super) async fn wait_for(
     client: &Client,
+    checks: &HealthChecks,
     gates: &[WaveGate],
     timeout: Duration,
     failed_here: &HashMap<ObjectKey, String>,
@@ -50,7 +52,7 @@ pub(super) async fn wait_for(
         for (gate, _) in pending {
             let state = match failed_here.get(&gate.gate.key) {
                 Some(why) => Readiness::Failed(format!("its apply failed: {why}")),
-                None => look(client, resources.as_ref(), &gate.gate).await,
+                None => look(client, checks, resources.as_ref(), &gate.gate).await,
             };
             match state {
                 Readiness::Ready => {}
@@ -91,7 +93,12 @@ fn blocker(gate: &WaveGate, state: String, failed: bool) -> Blocker {
 const UNSERVED: &str = "the server does not serve";
 
 /// One look at a gate's object (and a Service's Endpoints, when asked for).
-async fn look(client: &Client, resources: Option<&Resources>, gate: &Gate) -> Readiness {
+async fn look(
+    client: &Client,
+    checks: &HealthChecks,
+    resources: Option<&Resources>,
+    gate: &Gate,
+) -> Readiness {
     let key = &gate.key;
     let api = resources.ok_or(()).and_then(|r| {
         r.api(&gate.api_version, &key.kind, key.namespace.as_deref())
@@ -114,16 +121,23 @@ async fn look(client: &Client, resources: Option<&Resources>, gate: &Gate) -> Re
         }
         _ => None,
     };
-    assess(&key.kind, &gate.rule, object.as_ref(), endpoints.as_ref())
+    assess(
+        &key.kind,
+        &gate.rule,
+        object.as_ref(),
+        endpoints.as_ref(),
+        checks,
+    )
 }
 
 /// Waits until the workloads among `objects` are ready (Deployments available,
-/// StatefulSets and DaemonSets ready, Pods ready, Jobs complete) and returns the
-/// ones that were not when `timeout` ran out or that failed, with their state.
-/// After each look, `progress` gets the ones still waited for and the number of
-/// workloads.
+/// StatefulSets and DaemonSets ready, Pods ready, Jobs complete), and the objects of a
+/// kind with a health check healthy, and returns the ones that were not when
+/// `timeout` ran out or that failed, with their state. After each look, `progress`
+/// gets the ones still waited for and the number of workloads.
 pub(super) async fn wait_ready(
     client: &Client,
+    checks: &HealthChecks,
     objects: &[RenderedObject],
     timeout: Duration,
     progress: &WaitProgress<'_>,
@@ -134,7 +148,7 @@ pub(super) async fn wait_ready(
             matches!(
                 o.kind.as_str(),
                 "Deployment" | "StatefulSet" | "DaemonSet" | "Pod" | "Job"
-            )
+            ) || checks.covers(&o.api_version, &o.kind)
         })
         .map(|o| WaveGate {
             gate: Gate {
@@ -148,7 +162,7 @@ pub(super) async fn wait_ready(
         .collect();
     let workloads = gates.len();
     let shown = |not_ready: &[(ObjectKey, String)]| progress(not_ready, workloads);
-    match wait_for(client, &gates, timeout, &HashMap::new(), &shown).await {
+    match wait_for(client, checks, &gates, timeout, &HashMap::new(), &shown).await {
         Ok(()) => Vec::new(),
         Err(blockers) => blockers.into_iter().map(|b| (b.key, b.state)).collect(),
     }

@@ -1,0 +1,133 @@
+//! Health checks as data against the control plane: a custom resource a wave waits
+//! for, judged by the CEL expressions of the repository's `.tether.yaml` (Flux's
+//! `healthCheckExprs` spelling), its status driven by the test as its controller
+//! would; the apply goes on once the check says current, and stops at once when it
+//! says failed.
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use crate::reconcile::{Repo, all_output, base, live_config_map, setup, tether, tether_command};
+
+/// Flux's spelling, as a Flux user's Kustomization carries it.
+fn settings(group: &str) -> String {
+    format!(
+        "healthCheckExprs:\n  - apiVersion: {group}/v1\n    kind: Gadget\n    current: status.?conditions.orValue([]).exists(c, c.type == 'Ready' && c.status == 'True')\n    failed: status.?conditions.orValue([]).exists(c, c.type == 'Ready' && c.status == 'False' && c.?reason.orValue('') == 'Broken')\n"
+    )
+}
+
+/// The definition (with a status subresource) and a Gadget of `size`, and a
+/// ConfigMap of `value` in a later wave, waiting for the Gadget.
+fn models(ns: &str, group: &str, size: u32, value: &str) -> String {
+    let gadgets = format!(
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: gadgets.{group}\nspec:\n  group: {group}\n  scope: Namespaced\n  names: {{plural: gadgets, singular: gadget, kind: Gadget}}\n  versions:\n    - name: v1\n      served: true\n      storage: true\n      subresources: {{status: {{}}}}\n      schema:\n        openAPIV3Schema:\n          type: object\n          x-kubernetes-preserve-unknown-fields: true\n---\napiVersion: {group}/v1\nkind: Gadget\nmetadata:\n  name: flux-capacitor\n  namespace: {ns}\nspec:\n  size: {size}\n"
+    );
+    let indented: String = gadgets.lines().map(|l| format!("  {l}\n")).collect();
+    format!(
+        "{}---\nkind: KubernetesResourceInstance\nname: gadgets\nresource_definition: |\n{indented}---\nkind: KubernetesResourceInstance\nname: after\ndepends_on: [KubernetesResourceInstance/gadgets]\nresource_definition: |\n  apiVersion: v1\n  kind: ConfigMap\n  metadata:\n    name: after\n    namespace: {ns}\n  data:\n    value: \"{value}\"\n",
+        base(ns)
+    )
+}
+
+/// Sets the Gadget's status as its controller would, through the status subresource.
+fn set_status(group: &str, ns: &str, condition: &str) {
+    crate::discover::kubectl(&[
+        "patch",
+        &format!("gadgets.{group}"),
+        "flux-capacitor",
+        "-n",
+        ns,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &format!("{{\"status\":{{\"conditions\":[{condition}]}}}}"),
+    ]);
+}
+
+fn gadget_exists(group: &str, ns: &str) -> bool {
+    crate::discover::kubectl_command()
+        .args([
+            "get",
+            &format!("gadgets.{group}"),
+            "flux-capacitor",
+            "-n",
+            ns,
+        ])
+        .output()
+        .unwrap()
+        .status
+        .success()
+}
+
+#[tokio::test]
+async fn a_wave_waits_for_a_custom_resource_until_its_health_check_says_current_and_stops_when_it_says_failed()
+ {
+    let (client, ns, inventory) = setup("health-cel").await;
+    let group = format!("{ns}.tether.dev");
+    let repo = Repo::new(&[
+        (".tether.yaml", &settings(&group)),
+        ("models.yaml", &models(&ns, &group, 1, "one")),
+    ]);
+    let path = repo.path().to_str().unwrap();
+
+    // The apply makes the Gadget in wave 1 and waits for it before wave 2.
+    let apply = tether_command(&inventory, &["apply", "--timeout", "90s", path])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while !gadget_exists(&group, &ns) {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no Gadget made"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Without status, and then with a Ready condition that is not True: still waiting.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    set_status(
+        &group,
+        &ns,
+        r#"{"type":"Ready","status":"False","reason":"Charging","message":"1.21 gigawatts needed"}"#,
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        live_config_map(&client, &ns, "after").await.is_none(),
+        "wave 2 started before the Gadget was healthy"
+    );
+    set_status(
+        &group,
+        &ns,
+        r#"{"type":"Ready","status":"True","reason":"Charged"}"#,
+    );
+    let applied = apply.wait_with_output().unwrap();
+    assert_eq!(applied.status.code(), Some(0), "{}", all_output(&applied));
+    let after = live_config_map(&client, &ns, "after").await.unwrap();
+    assert_eq!(after.data.unwrap()["value"], "one");
+
+    // The Gadget breaks; the next commit changes it and the ConfigMap after it. The
+    // wave stops at once with the check's words and what the controller says, and
+    // the ConfigMap keeps its value.
+    set_status(
+        &group,
+        &ns,
+        r#"{"type":"Ready","status":"False","reason":"Broken","message":"the capacitor is cracked"}"#,
+    );
+    repo.write("models.yaml", &models(&ns, &group, 2, "two"));
+    let stopped = tether(&inventory, &["apply", "--timeout", "90s", path]);
+    let out = all_output(&stopped);
+    assert_eq!(stopped.status.code(), Some(2), "{out}");
+    assert!(
+        out.contains(&format!(
+            "Gadget {ns}/flux-capacitor: health check failed: status.?conditions.orValue([]).exists(c, c.type == 'Ready' && c.status == 'False' && c.?reason.orValue('') == 'Broken'); Ready is False (Broken): the capacitor is cracked"
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains("(needed by KubernetesResourceInstance/after)"),
+        "{out}"
+    );
+    let after = live_config_map(&client, &ns, "after").await.unwrap();
+    assert_eq!(after.data.unwrap()["value"], "one");
+}
