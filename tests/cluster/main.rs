@@ -20,6 +20,7 @@ mod generate;
 mod harness;
 mod health;
 mod identity;
+mod ignore;
 mod images;
 mod lifetime;
 mod nodes;

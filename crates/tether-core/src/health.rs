@@ -15,6 +15,7 @@ use serde_json::Value;
 use serde_saphyr::Spanned;
 use thiserror::Error;
 
+use crate::k8s::api_group;
 use crate::load::{Dialect, yaml_options};
 
 /// One kind's expressions, as written (Flux's `spec.healthCheckExprs[]`).
@@ -127,7 +128,10 @@ impl HealthChecks {
                 what,
                 hint: hint.to_string(),
             };
-            let (group, kind) = (group_of(&written.api_version.value), &written.kind.value);
+            let (group, kind) = (
+                api_group(&written.api_version.value).to_string(),
+                &written.kind.value,
+            );
             if kind.is_empty() || written.api_version.value.is_empty() {
                 return Err(located(
                     &written.kind,
@@ -236,7 +240,7 @@ impl HealthChecks {
 
     /// Is there a check for objects of this `apiVersion` and kind?
     pub fn covers(&self, api_version: &str, kind: &str) -> bool {
-        let group = group_of(api_version);
+        let group = api_group(api_version);
         self.checks
             .iter()
             .any(|c| c.group == group && c.kind == kind)
@@ -247,7 +251,7 @@ impl HealthChecks {
     /// progress; then `inProgress`, `failed` and `current` are looked at in turn, and
     /// when none is true the object is in progress.
     pub fn judge(&self, object: &Value) -> Option<Verdict> {
-        let group = group_of(object["apiVersion"].as_str()?);
+        let group = api_group(object["apiVersion"].as_str()?);
         let kind = object["kind"].as_str()?;
         let check = self
             .checks
@@ -307,14 +311,6 @@ impl HealthChecks {
             .map(|(_, e)| e.source.clone())
             .unwrap_or_default();
         Some(Verdict::InProgress(format!("not ({current})")))
-    }
-}
-
-/// The group of an `apiVersion` (`cert-manager.io/v1` → `cert-manager.io`, `v1` → ``).
-fn group_of(api_version: &str) -> String {
-    match api_version.rsplit_once('/') {
-        Some((group, _)) => group.to_string(),
-        None => String::new(),
     }
 }
 

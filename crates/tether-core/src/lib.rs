@@ -32,6 +32,7 @@ pub mod fleet;
 pub mod generate;
 pub mod health;
 pub mod host;
+pub mod ignore;
 pub mod image_automation;
 pub mod inventory;
 pub mod k8s;

@@ -111,6 +111,9 @@ pub struct Change {
     /// the action: a skip, a release instead of a deletion, a replace. See
     /// [`crate::directive`].
     pub directive: Option<String>,
+    /// The fields left to other managers (JSON pointers; see [`crate::ignore`]):
+    /// applied with their live values or not at all, so never in the diff.
+    pub ignored: Vec<String>,
 }
 
 impl Change {
@@ -131,6 +134,7 @@ impl Change {
             drift: false,
             contents: None,
             directive: None,
+            ignored: Vec::new(),
         }
     }
 }

@@ -87,6 +87,10 @@ fn counts(plan: &Plan) -> String {
             plan.count(Action::Absent)
         ));
     }
+    let ignored: usize = plan.changes.iter().map(|c| c.ignored.len()).sum();
+    if ignored > 0 {
+        parts.push(format!("ignored: {}", fields(ignored)));
+    }
     parts.join(", ")
 }
 
@@ -125,7 +129,7 @@ fn shown_changes(plan: &Plan) -> Vec<(Vec<String>, &Change)> {
     let shown: Vec<&Change> = plan
         .changes
         .iter()
-        .filter(|c| c.action != Action::Unchanged)
+        .filter(|c| c.action != Action::Unchanged || !c.ignored.is_empty())
         .collect();
     let mut ordered: Vec<&Change> = Vec::with_capacity(shown.len());
     for wave in shown.chunk_by(|a, b| a.wave == b.wave) {
@@ -213,7 +217,7 @@ pub fn text(plan: &Plan, colour: bool, remedies: RemedyNames) -> String {
             Action::RemoveHost => paint("31;1", &format!("remove host {with_prune}")),
             Action::Absent => paint("33;1", "absent"),
             Action::Skip => paint("33;1", "skip"),
-            Action::Unchanged => String::new(),
+            Action::Unchanged => "unchanged".to_string(),
         };
         let _ = writeln!(out, "\n{verb} {}{}", change.key, origin(change));
         if let Some(error) = &change.error {
@@ -221,6 +225,9 @@ pub fn text(plan: &Plan, colour: bool, remedies: RemedyNames) -> String {
         }
         if let Some(note) = note(change) {
             let _ = writeln!(out, "  {note}");
+        }
+        if let Some(ignored) = ignored_text(change) {
+            let _ = writeln!(out, "  {ignored}");
         }
         if let Some(contents) = &change.contents {
             let _ = writeln!(
@@ -333,6 +340,9 @@ pub fn markdown(plan: &Plan, remedies: RemedyNames) -> String {
         if let Some(note) = note(change) {
             let _ = writeln!(out, "{note}\n");
         }
+        if let Some(ignored) = ignored_text(change) {
+            let _ = writeln!(out, "{ignored}\n");
+        }
         if let Some(contents) = &change.contents {
             let _ = writeln!(
                 out,
@@ -371,6 +381,24 @@ fn note(change: &Change) -> Option<String> {
         _ => None,
     }
     .map(str::to_string)
+}
+
+/// The fields of a change left to other managers, when there are any.
+fn ignored_text(change: &Change) -> Option<String> {
+    (!change.ignored.is_empty()).then(|| {
+        format!(
+            "ignored: {} ({}), left to the managers that own them",
+            fields(change.ignored.len()),
+            change.ignored.join(", ")
+        )
+    })
+}
+
+fn fields(n: usize) -> String {
+    match n {
+        1 => "1 field".into(),
+        n => format!("{n} fields"),
+    }
 }
 
 /// A held prune, and how to approve it.
@@ -480,6 +508,7 @@ pub fn json_value(plan: &Plan) -> serde_json::Value {
                 "error": c.error,
                 "ownedBy": c.owned_by,
                 "directive": c.directive,
+                "ignored": c.ignored,
                 "namespaceContents": c.contents.as_ref().map(|n| json!({
                     "byKind": n.by_kind,
                     "notCreatedHere": n.not_created_here.iter().map(ToString::to_string).collect::<Vec<_>>(),

@@ -16,6 +16,8 @@
 //!   outbox: /var/lib/tether/outbox
 //! kubernetes:
 //!   enabled: false   # apply and the daemon leave the cluster alone
+//! ignoreDifferences: # Argo CD's spelling; see crate::ignore
+//!   - {group: apps, kind: Deployment, name: web, jsonPointers: [/spec/replicas]}
 //! healthCheckExprs:  # Flux's spelling; see crate::health
 //!   - apiVersion: example.org/v1
 //!     kind: Gadget
@@ -28,6 +30,7 @@ use serde::Deserialize;
 use serde_saphyr::Spanned;
 
 use crate::health::HealthCheckExprs;
+use crate::ignore::IgnoreDifferences;
 use crate::load::{Dialect, limit_message, yaml_options};
 use thiserror::Error;
 
@@ -55,6 +58,9 @@ pub struct Settings {
     /// Health checks of custom kinds, in Flux's spelling (see [`crate::health`]).
     #[serde(default, rename = "healthCheckExprs")]
     pub health_check_exprs: Vec<HealthCheckExprs>,
+    /// Fields tether leaves to others, in Argo CD's spelling (see [`crate::ignore`]).
+    #[serde(default, rename = "ignoreDifferences")]
+    pub ignore_differences: Vec<IgnoreDifferences>,
 }
 
 /// How the CLI reaches one KubernetesService's cluster.

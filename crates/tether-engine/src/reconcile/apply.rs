@@ -792,6 +792,7 @@ mod tests {
             clear_rolling: None,
             provenance: None,
             refusal: None,
+            pins: Vec::new(),
         }
     }
 

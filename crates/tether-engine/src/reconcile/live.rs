@@ -33,6 +33,7 @@ use crate::cluster::{ClusterError, Reads, Resources, api_error, list_each};
 use crate::record::head_record;
 use tether_core::directive::{self, ApplyMode, Directives, Written};
 use tether_core::host::{HostRemoval, merged_taints};
+use tether_core::ignore::{self, IgnoreDifferences, Pin};
 use tether_core::inventory::{
     InventoryEntry, InventoryRecord, Provenance, PruneDecision, contents_of, prune_decisions,
 };
@@ -69,6 +70,7 @@ pub(super) struct Planning {
 pub(super) async fn plan(
     client: &Client,
     inventory: &Inventory,
+    ignore_rules: &[IgnoreDifferences],
     objects: &mut [RenderedObject],
     record: InventoryRecord,
     options: PlanOptions,
@@ -105,7 +107,10 @@ pub(super) async fn plan(
     let lists = lookups.len();
     let absent = unlabelled::absent(&resources, lookups).await?;
     let counts = RequestCounts::default();
+    let bodies: Vec<&Value> = objects.iter().map(|o| &o.body).collect();
+    let scaled = ignore::scaled(&bodies);
     let context = ObjectContext {
+        ignore: (ignore_rules, &scaled),
         client,
         inventory,
         manager: &manager,
@@ -323,6 +328,7 @@ fn prune_steps(
             clear_rolling: None,
             provenance: None,
             refusal: None,
+            pins: Vec::new(),
         });
     }
     (steps, forgotten)
@@ -354,6 +360,9 @@ struct ObjectContext<'p> {
     dry_run_new: bool,
     /// The other tether inventories of the cluster: read when first needed.
     others: OnceCell<OtherInventories>,
+    /// The repository's ignore rules, and the workloads an autoscaler here scales
+    /// (see [`tether_core::ignore`]).
+    ignore: (&'p [IgnoreDifferences], &'p BTreeSet<ObjectKey>),
 }
 
 /// Places every object as the server scopes its kind (or as a CustomResourceDefinition
@@ -409,6 +418,7 @@ fn refused_prune(entry: &InventoryEntry, message: &str) -> Step {
             identity: None,
             message: message.to_string(),
         }),
+        pins: Vec::new(),
     }
 }
 
@@ -564,6 +574,7 @@ impl ObjectPlanner<'_> {
             clear_rolling: None,
             provenance: None,
             refusal: None,
+            pins: Vec::new(),
         }
     }
 
@@ -633,11 +644,12 @@ impl ObjectPlanner<'_> {
     async fn dry_run(
         &self,
         api: &Api<DynamicObject>,
+        desired: &Value,
         force: bool,
     ) -> Result<DynamicObject, kube::Error> {
         self.context.counts.dry_runs.fetch_add(1, Ordering::Relaxed);
         let params = crate::cluster::apply_params(self.context.manager, force).dry_run();
-        api.patch(&self.object.name, &params, &Patch::Apply(&self.desired))
+        api.patch(&self.object.name, &params, &Patch::Apply(desired))
             .await
     }
 
@@ -728,7 +740,7 @@ impl ObjectPlanner<'_> {
         if !self.context.dry_run_new {
             return Ok(self.create());
         }
-        Ok(match self.dry_run(api, false).await {
+        Ok(match self.dry_run(api, &self.desired, false).await {
             Ok(_) => self.create(),
             Err(kube::Error::Api(status)) if awaits_its_namespace(&status) => self.create(),
             Err(kube::Error::Api(status)) => self.failed(status_text(&status)),
@@ -763,30 +775,53 @@ impl ObjectPlanner<'_> {
         })
     }
 
+    /// The fields of this object left to other managers, applied with their live
+    /// values or not at all (see [`tether_core::ignore`]), and what it applies with
+    /// them pinned when there are any.
+    fn pinned(&self, live: &Value) -> (Vec<Pin>, Option<Value>) {
+        let (rules, scaled) = self.context.ignore;
+        let ignored = ignore::pointers(rules, &self.object.body, scaled);
+        let pins = ignore::pins(&ignored, &self.desired, live, self.context.manager);
+        let body = (!pins.is_empty()).then(|| {
+            let mut body = self.desired.clone();
+            ignore::pin(&mut body, &pins);
+            body
+        });
+        (pins, body)
+    }
+
     async fn plan_existing(
         &self,
         api: &Api<DynamicObject>,
         live: &Value,
     ) -> Result<Step, ClusterError> {
         let owned_by = self.owner(live).await?;
+        let (pins, pinned) = self.pinned(live);
+        let desired = pinned.as_ref().unwrap_or(&self.desired);
+        let step = |action, diff| {
+            let mut step = self.step(action, diff);
+            step.change.ignored = pins.iter().map(|p| p.pointer().to_string()).collect();
+            step.pins = pins.clone();
+            step
+        };
         // If it is not recorded yet, tether adopts this object.
         let adopted = Some(Provenance::adopted(
             live["metadata"]["uid"].as_str().map(str::to_string),
         ));
         // A node's taints are edited in place, beside the apply (see `tether_core::host`).
         let taints = match nodes::is_node(&self.key) {
-            true => merged_taints(live, &self.desired),
+            true => merged_taints(live, desired),
             false => None,
         };
-        if provably_unchanged(&self.desired, live) && owned_by.is_none() && taints.is_none() {
-            let mut unchanged = self.step(Action::Unchanged, String::new());
+        if provably_unchanged(desired, live) && owned_by.is_none() && taints.is_none() {
+            let mut unchanged = step(Action::Unchanged, String::new());
             unchanged.provenance = adopted;
             return Ok(unchanged);
         }
-        let attempt = match self.dry_run(api, false).await {
+        let attempt = match self.dry_run(api, desired, false).await {
             // Show what taking the fields would change, too.
             Err(kube::Error::Api(status)) if status.is_conflict() => self
-                .dry_run(api, true)
+                .dry_run(api, desired, true)
                 .await
                 .map(|forced| (forced, conflicts_of(&status))),
             other => other.map(|result| (result, Vec::new())),
@@ -795,7 +830,7 @@ impl ObjectPlanner<'_> {
             Ok(done) => done,
             Err(kube::Error::Api(status)) => {
                 return Ok(
-                    match on_refusal(&self.object.kind, &self.desired, &status, &self.directives) {
+                    match on_refusal(&self.object.kind, desired, &status, &self.directives) {
                         Refusal::Replace => self.replace(live, owned_by),
                         Refusal::SwitchStrategy(patch) => {
                             self.switch_strategy(live, owned_by, patch)
@@ -819,12 +854,7 @@ impl ObjectPlanner<'_> {
         // Flux's `ssa: Merge` leaves fields others applied client-side to them.
         let hand_over = match self.directives.apply.0 {
             ApplyMode::Merge => None,
-            _ => hand_over_patch(
-                live,
-                &self.desired,
-                self.context.manager,
-                &object.api_version,
-            ),
+            _ => hand_over_patch(live, desired, self.context.manager, &object.api_version),
         };
         let ours = owned_by.is_none() && self.context.labelled.contains_key(&self.key);
         let judged = judge_update(UpdateFacts {
@@ -836,7 +866,7 @@ impl ObjectPlanner<'_> {
             handed_over: hand_over.is_some(),
             ours,
         });
-        let mut planned = self.step(judged.action, judged.diff);
+        let mut planned = step(judged.action, judged.diff);
         planned.change.drift = judged.drift;
         planned.change.conflicts = judged.conflicts;
         planned.force = judged.force;

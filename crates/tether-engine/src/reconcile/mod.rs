@@ -93,6 +93,9 @@ pub enum ReconcileError {
     /// A health check of `.tether.yaml` that does not compile.
     #[error(transparent)]
     HealthCheck(#[from] tether_core::health::HealthCheckError),
+    /// An ignore rule of `.tether.yaml` whose pointer is not one.
+    #[error(transparent)]
+    Ignore(#[from] tether_core::ignore::IgnoreError),
     /// The models have errors: nothing is compared or applied.
     /// Said with its first errors, values starred (a Source's status, the logs).
     #[error("{}", .0.error_summary(3))]
@@ -132,7 +135,9 @@ impl ReconcileError {
     pub fn reason(&self) -> &'static str {
         match self {
             ReconcileError::Invalid(_) => "InvalidModels",
-            ReconcileError::Settings(_) | ReconcileError::HealthCheck(_) => "InvalidSettings",
+            ReconcileError::Settings(_)
+            | ReconcileError::HealthCheck(_)
+            | ReconcileError::Ignore(_) => "InvalidSettings",
             ReconcileError::NothingRendered => "NothingRendered",
             ReconcileError::Dormant(_) => "KubernetesDisabled",
             ReconcileError::Selection(_) | ReconcileError::PartialPrune => "InvalidSelection",
@@ -464,6 +469,7 @@ impl Reconciler {
         let mut planning = live::plan(
             &client,
             &self.inventory,
+            &common.models.settings.ignore_differences,
             &mut objects,
             record,
             options,
@@ -986,6 +992,7 @@ pub async fn build(
         None => Settings::default(),
     };
     let health = HealthChecks::compile(SETTINGS_FILE, &settings.health_check_exprs)?.with_library();
+    tether_core::ignore::check(SETTINGS_FILE, &settings.ignore_differences)?;
     let prepared = tether_core::prepare(&loaded.files, settings.kustomize.remote_bases);
     let generated = if prepared.generators.is_empty() {
         Vec::new()

@@ -47,7 +47,9 @@ impl Planned {
     /// applied), made now.
     pub(super) fn desired(&self, step: &Step) -> Option<serde_json::Value> {
         let object = self.objects.get(step.object?)?;
-        Some(tether_core::plan::with_applied_hash(&object.body))
+        let mut body = tether_core::plan::with_applied_hash(&object.body);
+        tether_core::ignore::pin(&mut body, &step.pins);
+        Some(body)
     }
 
     /// The API resources of the kinds the plan touches (as discovery found them).
@@ -119,4 +121,7 @@ pub(super) struct Step {
     /// planned, when the server refused the identity (its report's failure); else it is
     /// reported unplanned.
     pub(super) refusal: Option<ObjectFailure>,
+    /// The fields left to other managers, applied with their live values or left out
+    /// (see [`tether_core::ignore`]).
+    pub(super) pins: Vec<tether_core::ignore::Pin>,
 }
