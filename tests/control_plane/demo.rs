@@ -374,6 +374,15 @@ fn the_demo_shows_every_step_and_stops_what_it_started() {
         health.contains("after: after the Gadget was healthy"),
         "{health}"
     );
+    let autoscaled = step(&text, "Fields other controllers own");
+    let (_, diff) = around(autoscaled, "tether diff examples/autoscaled");
+    assert!(
+        diff.contains("unchanged Deployment autoscaled/web")
+            && diff.contains("ignored: 1 field (/spec/replicas)")
+            && diff.contains("0 to update"),
+        "{autoscaled}"
+    );
+    assert!(autoscaled.contains("replicas: 2\n"), "{autoscaled}");
     let charts = step(&text, "Signed charts");
     assert!(
         charts.contains("Successfully packaged chart")

@@ -194,17 +194,14 @@ fn every_key_the_settings_parser_accepts_is_on_the_settings_page() {
         let (nested, prefix) = match section.as_str() {
             "clusters" => (
                 "clusters:\n  web:\n    not_a_setting: 1\n".to_string(),
-                "clusters.NAME",
+                "clusters.NAME".to_string(),
             ),
-            // `healthCheckExprs` is a list of checks.
-            "healthCheckExprs" => (
-                "healthCheckExprs:\n  - not_a_setting: 1\n".to_string(),
-                "healthCheckExprs[]",
+            // `healthCheckExprs` and `ignoreDifferences` are lists.
+            "healthCheckExprs" | "ignoreDifferences" => (
+                format!("{section}:\n  - not_a_setting: 1\n"),
+                format!("{section}[]"),
             ),
-            _ => (
-                format!("{section}:\n  not_a_setting: 1\n"),
-                section.as_str(),
-            ),
+            _ => (format!("{section}:\n  not_a_setting: 1\n"), section.clone()),
         };
         for key in accepted_keys(&nested) {
             let path = format!("`{prefix}.{key}`");
