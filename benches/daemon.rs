@@ -127,6 +127,8 @@ async fn run(
             interval: Some("2s".into()),
             prune: false,
             allow_empty: false,
+            deletion_budget: None,
+            health_check_exprs: Vec::new(),
             drift: Default::default(),
             rewrites: Default::default(),
             suspend: false,

@@ -176,6 +176,8 @@ async fn create_sources(client: &Client, repos: &Repos, defs: &[SourceDef], inte
                 interval: Some(format!("{interval_ms}ms")),
                 prune: false,
                 allow_empty: false,
+                deletion_budget: None,
+                health_check_exprs: Vec::new(),
                 drift: Default::default(),
                 rewrites: Default::default(),
                 suspend: false,

@@ -1468,6 +1468,7 @@ const FEATURE_WORDS: &[(&str, &str)] = &[
     ("install", ONE_FEATURE_ONE_WORD),
     ("reconcile", ONE_FEATURE_ONE_WORD),
     ("verify", ONE_FEATURE_ONE_WORD),
+    ("contents", ONE_FEATURE_ONE_WORD),
 ];
 
 const ONE_FEATURE_ONE_WORD: &str =

@@ -6,12 +6,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::ValueEnum;
-use tether_core::inventory::budget::DeletionBudget;
 use tether_core::settings::parse_duration;
 
 use super::flags::{
-    AttestFlags, ClusterFlags, DiscoverFlags, EventFlags, GitFlags, InventoryFlags, KeyFlags,
-    PostFlags, RegistryFlags, SourceFlags,
+    AttestFlags, BudgetFlags, ClusterFlags, DiscoverFlags, EventFlags, GitFlags, InventoryFlags,
+    KeyFlags, PostFlags, RegistryFlags, SourceFlags,
 };
 use super::terminal::{Color, ProblemFormat};
 
@@ -160,6 +159,25 @@ pub struct ReconcileSourceArgs {
 }
 
 #[derive(Debug, clap::Args)]
+pub struct ApproveArgs {
+    /// The Source's name.
+    #[arg(value_name = "SOURCE")]
+    pub source: String,
+    /// The digest of the held deletions, as the Source's status (PruneHeld) and the
+    /// page print it: exactly those deletions are approved.
+    #[arg(value_name = "sha256:DIGEST")]
+    pub digest: String,
+    /// The Source's namespace.
+    #[arg(short, long, env = "TETHER_NAMESPACE", default_value = "default")]
+    pub namespace: String,
+    /// How long to wait for the daemon to carry out the approved prune.
+    #[arg(long, default_value = "2m", value_parser = parse_duration)]
+    pub timeout: Duration,
+    #[command(flatten)]
+    pub cluster: ClusterFlags,
+}
+
+#[derive(Debug, clap::Args)]
 pub struct RunArgs {
     #[command(flatten)]
     pub source: SourceFlags,
@@ -285,6 +303,8 @@ pub struct RunArgs {
     #[arg(long, requires = "prune")]
     pub allow_empty: bool,
     #[command(flatten)]
+    pub budget: BudgetFlags,
+    #[command(flatten)]
     pub inventory: InventoryFlags,
     #[command(flatten)]
     pub cluster: ClusterFlags,
@@ -315,11 +335,8 @@ pub struct ApplyArgs {
     /// apply) whose model is gone, instead of releasing them.
     #[arg(long, requires = "prune")]
     pub delete_adopted: bool,
-    /// How much one prune may delete: it is held (nothing deleted) when it deletes
-    /// more than COUNT objects and more than PERCENT of the inventory; `off` for no
-    /// bound.
-    #[arg(long, env = "TETHER_DELETION_BUDGET", value_name = "COUNT,PERCENT%|off", default_value = "10,25%", value_parser = parse_budget)]
-    pub deletion_budget: Budget,
+    #[command(flatten)]
+    pub budget: BudgetFlags,
     /// With --prune, carry out a prune beyond the deletion budget whose deletions have
     /// this digest (the one `tether diff` and the held apply print): the exact set
     /// approved, nothing more.
@@ -453,25 +470,4 @@ pub enum ReportFormat {
     Text,
     Markdown,
     Json,
-}
-
-/// A `--deletion-budget`: a bound, or none.
-#[derive(Clone, Copy, Debug)]
-pub struct Budget(pub Option<DeletionBudget>);
-
-/// `COUNT,PERCENT%` (`10,25%`), or `off`.
-fn parse_budget(text: &str) -> Result<Budget, String> {
-    if text == "off" {
-        return Ok(Budget(None));
-    }
-    let wrong = || format!("{text:?} is not COUNT,PERCENT% (such as 10,25%) or off");
-    let (count, percent) = text.split_once(',').ok_or_else(wrong)?;
-    let count = count.trim().parse().map_err(|_| wrong())?;
-    let percent: u8 = percent
-        .trim()
-        .strip_suffix('%')
-        .and_then(|p| p.parse().ok())
-        .filter(|p| *p <= 100)
-        .ok_or_else(wrong)?;
-    Ok(Budget(Some(DeletionBudget { count, percent })))
 }

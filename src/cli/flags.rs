@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use tether_core::inventory::budget::DeletionBudget;
 use tether_core::ownership::Inventory;
 use tether_core::settings::parse_duration;
 use tether_engine::config::{DiscoverOverrides, EventOverrides, cache_home};
@@ -105,6 +106,28 @@ pub struct KeyFlags {
         help_heading = "Verification"
     )]
     pub chart_certificate_oidc_issuer: Option<String>,
+}
+
+/// How much one prune may delete before a person approves it (`apply --prune`, and
+/// each pass of `run --prune`).
+#[derive(Clone, Copy, Debug, clap::Args)]
+pub struct BudgetFlags {
+    /// How much one prune may delete: it is held (nothing deleted) when it deletes
+    /// more than COUNT objects and more than PERCENT of the inventory; `off` for no
+    /// bound. A held prune is carried out once the deletions' digest is approved (the
+    /// `Tether-Approve-Deletions` trailer of the commit applied, or apply's
+    /// --approve-deletions).
+    #[arg(long, env = "TETHER_DELETION_BUDGET", value_name = "COUNT,PERCENT%|off", default_value = "10,25%", value_parser = parse_budget)]
+    pub deletion_budget: Budget,
+}
+
+/// A `--deletion-budget`: a bound, or none.
+#[derive(Clone, Copy, Debug)]
+pub struct Budget(pub Option<DeletionBudget>);
+
+/// `COUNT,PERCENT%` (`10,25%`), or `off`.
+fn parse_budget(text: &str) -> Result<Budget, String> {
+    DeletionBudget::parse(text).map(Budget)
 }
 
 /// Where the models come from: a directory, a Git repository, or an OCI artifact.

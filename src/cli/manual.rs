@@ -137,6 +137,19 @@ const EXIT_STATUS: &[(&str, &[(u8, &str)])] = &[
         ],
     ),
     (
+        "approve",
+        &[
+            (
+                0,
+                "The deletions were approved and the Source is Ready after the daemon's pass.",
+            ),
+            (
+                2,
+                "The Source is not Ready (still PruneHeld: the digest named other deletions), the daemon did not answer in time, the digest is not one, an error, or a usage error.",
+            ),
+        ],
+    ),
+    (
         "install",
         &[
             (

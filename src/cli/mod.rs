@@ -121,6 +121,15 @@ enum Command {
     /// Prints the Source's readiness then; exits 0 when it is Ready, 2 when not.
     #[command(after_help = "Example:\n  tether reconcile web -n team-a")]
     Reconcile(ReconcileSourceArgs),
+    /// Approve a prune a Source holds beyond its deletion budget, and wait for the
+    /// pass that carries it out.
+    ///
+    /// Sets the Source's `tether.dev/approve-deletions` annotation to the digest of
+    /// exactly the deletions approved (the one its PruneHeld status names); a plan
+    /// whose deletions changed since has another digest and stays held. Prints the
+    /// Source's readiness then; exits 0 when it is Ready, 2 when not.
+    #[command(after_help = "Example:\n  tether approve web -n team-a sha256:3f1c…")]
+    Approve(args::ApproveArgs),
     /// Print the dependency graph of the models (`depends_on`): Mermaid or DOT.
     ///
     /// One box per wave; an arrow from each model to what it waits for, models of
@@ -380,6 +389,7 @@ pub async fn run(args: Args) -> miette::Result<ExitCode> {
         Command::Run(args) => run::run(global, &args).await,
         Command::Ui(args) => run::ui(global, &args).await,
         Command::Reconcile(args) => run::reconcile(&args).await,
+        Command::Approve(args) => run::approve(&args).await,
         Command::Crd => run::crd(),
         Command::Fleet(command) => fleet::run(&command).await,
         Command::Install(args) => install::install(&args).await,

@@ -4,6 +4,7 @@ use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
 use miette::IntoDiagnostic;
+use tether_core::health::HealthChecks;
 use tether_core::ownership::Inventory;
 use tether_core::render::{to_json_list, to_yaml};
 use tether_engine::reconcile::{Rendered, build};
@@ -31,6 +32,7 @@ pub async fn validate(global: &GlobalArgs, args: &ValidateArgs) -> miette::Resul
         &args.keys.generate()?,
         None,
         None,
+        &HealthChecks::default(),
     )
     .await
     .map_err(terminal::error)?;
@@ -107,9 +109,16 @@ async fn analysed(
     let mut loaded = repo.load().await.map_err(terminal::error)?;
     terminal::say_verified(&loaded);
     loaded.files = tether_sops::open_files(loaded.files, &keys.keyring()?);
-    let (models, rendered) = build(loaded, inventory, &keys.generate()?, None, None)
-        .await
-        .map_err(terminal::error)?;
+    let (models, rendered) = build(
+        loaded,
+        inventory,
+        &keys.generate()?,
+        None,
+        None,
+        &HealthChecks::default(),
+    )
+    .await
+    .map_err(terminal::error)?;
     let files = models.loaded.files;
     let styled = terminal::use_graphics(global.color, std::io::stderr().is_terminal());
     eprint!(

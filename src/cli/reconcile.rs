@@ -15,6 +15,7 @@ use super::args::{ApplyArgs, DiffArgs, EXIT_ERROR, EXIT_INVALID, GlobalArgs, Rep
 use super::terminal;
 use crate::cli::flags::{ClusterFlags, InventoryFlags, KeyFlags};
 use tether_core::inventory::budget::DeletionBudget;
+use tether_core::inventory::contents::Guard;
 use tether_core::k8s::ObjectKey;
 use tether_engine::reconcile::Selection;
 use tether_engine::repo::Repo;
@@ -249,7 +250,7 @@ pub async fn apply(global: &GlobalArgs, args: &ApplyArgs) -> miette::Result<Exit
             partial: false,
             // What the user just changed is seen.
             reads: Reads::Newest,
-            budget: args.deletion_budget.0,
+            budget: args.budget.deletion_budget.0,
         },
         options: ApplyOptions {
             prune: args.prune,
@@ -527,9 +528,12 @@ pub(super) fn report_text(applied: &ApplyReport) -> String {
             ObjectFailure::OwnedByInventory { .. } => out.push_str(
                 "; only --dangerous-override-ownership takes it, and that inventory loses it",
             ),
-            ObjectFailure::KeptForForeignObjects { .. } => {
-                out.push_str("; --dangerous-delete-with-foreign-objects deletes it with them")
-            }
+            ObjectFailure::Kept(Guard::Contents { .. }) => out.push_str(
+                "; --dangerous-delete-with-foreign-objects deletes it with them, as does the annotation tether.dev/prune: with-contents on it",
+            ),
+            ObjectFailure::Kept(Guard::Volume) => out.push_str(
+                "; the annotation tether.dev/prune: with-contents on it lets prune delete it",
+            ),
             _ => {}
         }
         out.push('\n');

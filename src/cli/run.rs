@@ -19,7 +19,8 @@ use tether_engine::discovery::Destination;
 use tether_engine::driver::Poll;
 use tether_engine::reconcile::ReconcileError;
 
-use super::args::{GlobalArgs, ReconcileSourceArgs, RunArgs};
+use super::args::{ApproveArgs, GlobalArgs, ReconcileSourceArgs, RunArgs};
+use super::flags::ClusterFlags;
 use super::reconcile::{reconciler, report_text};
 use super::terminal;
 
@@ -147,6 +148,7 @@ async fn run_one(
         id,
         reconciler,
         prune: args.prune,
+        budget: args.budget.deletion_budget.0,
         allow_empty: args.allow_empty,
         report_drift: args.report_drift,
         interval: args.interval,
@@ -276,26 +278,50 @@ fn identity() -> String {
 
 /// `tether reconcile SOURCE`: request a pass, wait for the daemon to handle it.
 pub async fn reconcile(args: &ReconcileSourceArgs) -> miette::Result<ExitCode> {
-    let client: Client = connect(&args.cluster.target())
-        .await
-        .map_err(terminal::error)?;
-    let api: Api<Source> = Api::namespaced(client, &args.namespace);
-    let requested = request_reconcile(&api, &args.source)
+    let source = (args.namespace.as_str(), args.source.as_str());
+    request_and_wait(&args.cluster, source, args.timeout, None).await
+}
+
+/// `tether approve SOURCE DIGEST`: approve the deletions of a prune the Source holds
+/// beyond its deletion budget, then wait for the pass that carries them out.
+pub async fn approve(args: &ApproveArgs) -> miette::Result<ExitCode> {
+    if !tether_core::inventory::budget::is_digest(&args.digest) {
+        return Err(miette!(
+            help = "copy the digest from the Source's status (kubectl get source), the page or tether diff",
+            "{:?} is not a digest of deletions (sha256: and 64 hexadecimal digits)",
+            args.digest
+        ));
+    }
+    let source = (args.namespace.as_str(), args.source.as_str());
+    request_and_wait(&args.cluster, source, args.timeout, Some(&args.digest)).await
+}
+
+/// Requests a pass of the Source (approving the deletions of `approve`, when given),
+/// then waits until the daemon handled it and says how the Source is: exit 0 when
+/// Ready, 2 when not.
+async fn request_and_wait(
+    cluster: &ClusterFlags,
+    (namespace, name): (&str, &str),
+    timeout: Duration,
+    approve: Option<&str>,
+) -> miette::Result<ExitCode> {
+    let client: Client = connect(&cluster.target()).await.map_err(terminal::error)?;
+    let api: Api<Source> = Api::namespaced(client, namespace);
+    let requested = request_reconcile(&api, name, approve)
         .await
         .into_diagnostic()
-        .wrap_err_with(|| {
-            format!(
-                "cannot annotate the Source {}/{}",
-                args.namespace, args.source
+        .wrap_err_with(|| format!("cannot annotate the Source {namespace}/{name}"))?;
+    match approve {
+        Some(digest) => {
+            eprintln!(
+                "approved the deletions {digest} of {namespace}/{name}; waiting for the daemon"
             )
-        })?;
-    eprintln!(
-        "requested a pass of {}/{}; waiting for the daemon",
-        args.namespace, args.source
-    );
-    let mut poll = Poll::new(Duration::from_millis(250), args.timeout);
+        }
+        None => eprintln!("requested a pass of {namespace}/{name}; waiting for the daemon"),
+    }
+    let mut poll = Poll::new(Duration::from_millis(250), timeout);
     loop {
-        let source = api.get(&args.source).await.into_diagnostic()?;
+        let source = api.get(name).await.into_diagnostic()?;
         let status = source.status.unwrap_or_default();
         if status.last_handled_reconcile_at.as_deref() == Some(requested.as_str()) {
             let ready = status.conditions.iter().find(|c| c.type_ == "Ready");
@@ -303,15 +329,15 @@ pub async fn reconcile(args: &ReconcileSourceArgs) -> miette::Result<ExitCode> {
             return Ok(match ready {
                 Some(ready) if ready.status == "True" => {
                     println!(
-                        "{}/{} is ready at {revision}: {}",
-                        args.namespace, args.source, ready.message
+                        "{namespace}/{name} is ready at {revision}: {}",
+                        ready.message
                     );
                     ExitCode::SUCCESS
                 }
                 Some(ready) => {
                     println!(
-                        "{}/{} is not ready ({}): {}",
-                        args.namespace, args.source, ready.reason, ready.message
+                        "{namespace}/{name} is not ready ({}): {}",
+                        ready.reason, ready.message
                     );
                     ExitCode::from(2)
                 }
@@ -321,8 +347,7 @@ pub async fn reconcile(args: &ReconcileSourceArgs) -> miette::Result<ExitCode> {
         if !poll.next().await {
             return Err(miette!(
                 help = "is the daemon running (tether run --sources), and does it watch this namespace?",
-                "the daemon did not handle the request within {:?}",
-                args.timeout
+                "the daemon did not handle the request within {timeout:?}"
             ));
         }
     }

@@ -13,7 +13,6 @@ use tether_core::source::{FileId, SourceFiles};
 pub fn remedy_text(remedy: Remedy) -> &'static str {
     match remedy {
         Remedy::Prune => "--prune",
-        Remedy::DeleteWithForeignObjects => "--dangerous-delete-with-foreign-objects",
         Remedy::ApproveDeletions => "--approve-deletions",
         Remedy::AllowEmpty => "pass --allow-empty to prune every object of the inventory",
         Remedy::GiveCluster => "pass --kubeconfig",

@@ -2,12 +2,18 @@
 //! for, judged by the CEL expressions of the repository's `.tether.yaml` (Flux's
 //! `healthCheckExprs` spelling), its status driven by the test as its controller
 //! would; the apply goes on once the check says current, and stops at once when it
-//! says failed.
+//! says failed. A Source's `spec.healthCheckExprs` holds its passes' waves the same
+//! way.
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
+use crate::daemon::{
+    Daemon, condition, condition_message, install_crd, kubectl_apply_text, source_yaml, status,
+};
+use crate::harness::eventually;
 use crate::reconcile::{Repo, all_output, base, live_config_map, setup, tether, tether_command};
+use tether_testkit::remote::Remote;
 
 /// Flux's spelling, as a Flux user's Kustomization carries it.
 fn settings(group: &str) -> String {
@@ -130,4 +136,75 @@ async fn a_wave_waits_for_a_custom_resource_until_its_health_check_says_current_
     );
     let after = live_config_map(&client, &ns, "after").await.unwrap();
     assert_eq!(after.data.unwrap()["value"], "one");
+}
+
+/// `spec.healthCheckExprs` of a Source, in Flux's spelling (a Kustomization's).
+fn source_checks(group: &str, current: &str) -> String {
+    format!(
+        "  healthCheckExprs:\n    - apiVersion: {group}/v1\n      kind: Gadget\n      current: \"{current}\"\n"
+    )
+}
+
+#[tokio::test]
+async fn a_sources_health_checks_hold_its_wave_until_the_custom_resource_is_current() {
+    install_crd();
+    let (client, ns, _) = setup("health-source").await;
+    let group = format!("{ns}.tether.dev");
+    let remote = Remote::new(&[("models.yaml", &models(&ns, &group, 1, "one"))]);
+    let daemon = Daemon::start(&["--sources", "--sources-namespace", &ns]);
+
+    // A check that does not compile stalls the Source, naming the field.
+    kubectl_apply_text(&source_yaml(
+        "broken",
+        &ns,
+        &remote.url,
+        &source_checks(&group, "status.phase =="),
+    ));
+    eventually(Duration::from_secs(30), || async {
+        condition(&status(&ns, "broken"), "Ready") == Some(("False".into(), "InvalidSpec".into()))
+    })
+    .await;
+    let said = condition_message(&status(&ns, "broken"), "Ready");
+    assert!(
+        said.starts_with(
+            "spec.healthCheckExprs[0].current: the current expression of Gadget does not compile"
+        ),
+        "{said}"
+    );
+    assert!(!gadget_exists(&group, &ns), "nothing applied");
+
+    // The Source's check: the ConfigMap's wave waits for the Gadget to be Ready.
+    kubectl_apply_text(&source_yaml(
+        "web",
+        &ns,
+        &remote.url,
+        &format!(
+            "  interval: 2s\n  timeout: 60s\n{}",
+            source_checks(
+                &group,
+                "status.?conditions.orValue([]).exists(c, c.type == 'Ready' && c.status == 'True')"
+            )
+        ),
+    ));
+    eventually(Duration::from_secs(30), || async {
+        gadget_exists(&group, &ns)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(
+        live_config_map(&client, &ns, "after").await.is_none(),
+        "the wave after the Gadget started before the Source's check said current"
+    );
+    set_status(
+        &group,
+        &ns,
+        r#"{"type":"Ready","status":"True","reason":"Charged"}"#,
+    );
+    eventually(Duration::from_secs(60), || async {
+        live_config_map(&client, &ns, "after").await.is_some()
+            && condition(&status(&ns, "web"), "Ready")
+                == Some(("True".into(), "ReconciliationSucceeded".into()))
+    })
+    .await;
+    drop(daemon);
 }

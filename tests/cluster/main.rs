@@ -7,9 +7,11 @@
 
 mod annotations;
 mod attestation;
+mod budget;
 mod clusters;
 mod current;
 mod daemon;
+mod deletion_guard;
 mod discover;
 mod discover_clusters;
 mod events;

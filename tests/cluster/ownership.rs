@@ -61,9 +61,9 @@ fn assert_owned_by(inventory: &str, models: &str, name: &str, owner: &str) {
     assert_eq!(change["ownedBy"], owner, "{change}");
 }
 
-/// What a diff says a namespace holds that this inventory did not create.
+/// What a diff says a namespace holds that no inventory created (kubectl's).
 fn not_created_here(diff: &str) -> &str {
-    diff.split("not created by this inventory: ")
+    diff.split("of no inventory: ")
         .nth(1)
         .unwrap_or_else(|| panic!("the diff shows what the namespace holds: {diff}"))
 }

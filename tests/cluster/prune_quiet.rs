@@ -66,11 +66,12 @@ async fn a_pass_that_prunes_hundreds_of_objects_is_not_followed_by_a_pass_for_ea
         ("removed.yaml", &many(MADE - REMOVED..MADE)),
     ]);
     let daemon = Daemon::start(&["--sources", "--sources-namespace", &ns]);
+    // The subject is the passes after a large prune, not its approval: no budget.
     kubectl_apply_text(&source_yaml(
         "web",
         &ns,
         &remote.url,
-        "  interval: 1h\n  prune: true\n",
+        "  interval: 1h\n  prune: true\n  deletionBudget: \"off\"\n",
     ));
     eventually(Duration::from_secs(60), || async {
         live(&client, &ns).await == MADE

@@ -300,7 +300,7 @@ async fn reconcile_until(
     ns: &str,
     wanted: impl Fn(&str, &str) -> bool,
 ) {
-    tether_admin::reconcile_request::request_reconcile(sources, "web")
+    tether_admin::reconcile_request::request_reconcile(sources, "web", None)
         .await
         .unwrap();
     eventually(Duration::from_secs(30), || async {

@@ -295,6 +295,22 @@ fn the_demo_shows_every_step_and_stops_what_it_started() {
         rewrite.contains(r#""from":"main@sha1:"#) && rewrite.contains("HistoryRewritten"),
         "{rewrite}"
     );
+    let bulk = step(&text, "A bad push to a Source is held too");
+    let (before, after) = around(bulk, "tether approve bulk sha256:");
+    assert!(
+        before.contains("ConfigMaps left: 12\nA bad merge")
+            && before.contains(
+                "default/bulk is not ready (PruneHeld): prune held: 11 of 13 recorded objects would be deleted"
+            )
+            && before.ends_with("ConfigMaps left: 12\nA person reviews the eleven deletions, and approves exactly them:\n"),
+        "{bulk}"
+    );
+    assert!(
+        after.contains("default/bulk is ready at main@sha1:")
+            && after.contains("ConfigMaps left: 1\n")
+            && after.contains("PruneApproved   pruned 11 of 13 recorded objects"),
+        "{bulk}"
+    );
     let signed = step(&text, "Signed commits only");
     assert!(
         signed.contains("Good \"git\" signature for dev@example.org")
@@ -317,6 +333,28 @@ fn the_demo_shows_every_step_and_stops_what_it_started() {
     assert_chart_and_overlay(step(&text, "A repository as teams have it"));
 
     // The step's three applies: the twelve, the held prune, the approved one.
+    let guarded = step(&text, "What a deletion takes with it");
+    let applies: Vec<&str> = guarded.split("$ tether apply").skip(1).collect();
+    assert_eq!(applies.len(), 3, "{guarded}");
+    // The diff, shown after the first apply, names what each deletion would take.
+    assert!(
+        applies[0].contains("kept: a PersistentVolumeClaim's volume, and its data, usually go with it")
+            && applies[0].contains(
+                "it holds 1 ConfigMap, 1 PersistentVolumeClaim; 1 created by this inventory; of no inventory: ConfigMap demo-guarded/notes. It is kept unless it carries the annotation tether.dev/prune: with-contents"
+            ),
+        "{guarded}"
+    );
+    assert!(
+        applies[1].contains("kept: it holds 1 objects this inventory did not create")
+            && applies[1].contains("lets prune delete it"),
+        "{guarded}"
+    );
+    assert!(
+        applies[2].contains("2 pruned")
+            && (applies[2].contains("Namespace demo-guarded: Terminating")
+                || applies[2].contains("Namespace demo-guarded: gone")),
+        "{guarded}"
+    );
     let bad_commit = step(&text, "A bad commit");
     let applies: Vec<&str> = bad_commit.split("$ tether apply").skip(1).collect();
     assert_eq!(applies.len(), 3, "{bad_commit}");

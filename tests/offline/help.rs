@@ -27,7 +27,7 @@ const OFFLINE: [&str; 16] = [
 ];
 
 /// The commands that read no models: their help has no --age-key-file.
-const NO_MODELS: [&str; 24] = [
+const NO_MODELS: [&str; 25] = [
     "push artifact",
     // It reads an attestation and the live objects it names, never models.
     "verify",
@@ -53,6 +53,7 @@ const NO_MODELS: [&str; 24] = [
     "secret encrypt",
     "secret keygen",
     "reconcile",
+    "approve",
     "restart-containers",
     "events",
 ];

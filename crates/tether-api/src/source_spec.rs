@@ -8,6 +8,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use tether_core::feedback::GitHost;
+use tether_core::health::{HealthCheckError, HealthChecks, PlainCheck};
+use tether_core::inventory::budget::DeletionBudget;
 use tether_core::ownership::Inventory;
 
 /// The annotation `tether reconcile` sets (to the time of the request) for a pass now;
@@ -20,6 +22,23 @@ pub const RECONCILE_REQUESTED_ANNOTATION: &str = "tether.dev/reconcile-requested
 pub fn reconcile_request(at: &str) -> serde_json::Value {
     serde_json::json!({
         "metadata": {"annotations": {RECONCILE_REQUESTED_ANNOTATION: at}}
+    })
+}
+
+/// The annotation that approves a prune beyond the Source's deletion budget: the
+/// digest of exactly the deletions approved (`tether approve`, the page's action). A
+/// plan whose deletions have another digest is held again.
+pub const APPROVE_DELETIONS_ANNOTATION: &str = "tether.dev/approve-deletions";
+
+/// The merge patch that approves the deletions of digest `digest` (`sha256:…`) and asks
+/// for the pass that carries them out (`tether approve`, the page's action): a
+/// [`reconcile_request`] at `at` besides.
+pub fn approval_request(at: &str, digest: &str) -> serde_json::Value {
+    serde_json::json!({
+        "metadata": {"annotations": {
+            RECONCILE_REQUESTED_ANNOTATION: at,
+            APPROVE_DELETIONS_ANNOTATION: digest,
+        }}
     })
 }
 
@@ -70,6 +89,20 @@ pub struct SourceSpec {
     /// With prune, let a revision that renders nothing prune everything.
     #[serde(default)]
     pub allow_empty: bool,
+    /// How much one pass may prune before a person approves it: `COUNT,PERCENT%`
+    /// (default `10,25%`: held when it deletes more than 10 objects and more than 25%
+    /// of the inventory), or `off`. A held prune deletes nothing; the status says
+    /// `PruneHeld` with the digest that `tether approve` (the annotation
+    /// `tether.dev/approve-deletions`) approves.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_budget: Option<String>,
+    /// Health checks of custom resources, in Flux's `healthCheckExprs` spelling: CEL
+    /// expressions per kind, judged on the object as the server gives it. A kind's
+    /// check is the repository's (`.tether.yaml`) if it has one, else this, else the
+    /// shipped library's. An expression that does not compile stalls the Source
+    /// (`InvalidSpec`), naming the field.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub health_check_exprs: Vec<HealthCheckExpr>,
     /// What to do when someone changes a field tether applied: Correct it (default) or
     /// only Report it (an Event and a metric).
     #[serde(default)]
@@ -286,6 +319,23 @@ pub struct Decryption {
     /// A Secret whose entries ending in `.agekey` hold age private keys
     /// (`AGE-SECRET-KEY-1…`, one per line, as `age-keygen` writes them).
     pub secret_ref: LocalObjectReference,
+}
+
+/// One kind's health check (`spec.healthCheckExprs[]`, Flux's spelling).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthCheckExpr {
+    /// The kind's apiVersion; the check matches every version of its group.
+    pub api_version: String,
+    pub kind: String,
+    /// True when the object is healthy.
+    pub current: String,
+    /// True while the object is still progressing (looked at first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_progress: Option<String>,
+    /// True when the object will not become healthy without a change.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed: Option<String>,
 }
 
 /// Which signatures a Source requires (`spec.verify`).
@@ -581,6 +631,18 @@ pub struct Condition {
     pub observed_generation: Option<i64>,
 }
 
+impl Source {
+    /// The digest of the deletions a person approved (the annotation
+    /// [`APPROVE_DELETIONS_ANNOTATION`]), if any.
+    pub fn approved_deletions(&self) -> Option<&str> {
+        self.metadata
+            .annotations
+            .as_ref()?
+            .get(APPROVE_DELETIONS_ANNOTATION)
+            .map(String::as_str)
+    }
+}
+
 impl SourceSpec {
     /// `spec.timeout`, when given, or why it is no duration.
     pub fn timeout(&self) -> Result<Option<std::time::Duration>, String> {
@@ -588,6 +650,31 @@ impl SourceSpec {
             .as_deref()
             .map(tether_core::settings::parse_duration)
             .transpose()
+    }
+
+    /// `spec.healthCheckExprs`, compiled, or the first that does not compile.
+    pub fn health_checks(&self) -> Result<HealthChecks, HealthCheckError> {
+        let checks: Vec<PlainCheck<'_>> = self
+            .health_check_exprs
+            .iter()
+            .map(|c| PlainCheck {
+                api_version: &c.api_version,
+                kind: &c.kind,
+                current: &c.current,
+                in_progress: c.in_progress.as_deref(),
+                failed: c.failed.as_deref(),
+            })
+            .collect();
+        HealthChecks::compile_spec(&checks)
+    }
+
+    /// `spec.deletionBudget` (default: ten objects and a quarter of the inventory), or
+    /// why it is no budget.
+    pub fn deletion_budget(&self) -> Result<Option<DeletionBudget>, String> {
+        match &self.deletion_budget {
+            Some(text) => DeletionBudget::parse(text),
+            None => Ok(Some(DeletionBudget::default())),
+        }
     }
 
     /// The inventory of the Source `namespace`/`name`: `spec.inventory`, else the

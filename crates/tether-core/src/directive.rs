@@ -21,6 +21,9 @@ pub const FLUX_SSA: &str = "kustomize.toolkit.fluxcd.io/ssa";
 pub const FLUX_FORCE: &str = "kustomize.toolkit.fluxcd.io/force";
 /// Flux's older spelling of `ssa: Ignore`: `disabled`.
 pub const FLUX_RECONCILE: &str = "kustomize.toolkit.fluxcd.io/reconcile";
+/// tether: `with-contents` lets prune delete a Namespace, a CustomResourceDefinition
+/// or a PersistentVolumeClaim with what it holds ([`crate::inventory::contents`]).
+pub const TETHER_PRUNE: &str = "tether.dev/prune";
 /// Argo CD: comma-separated `Option=value` pairs.
 pub const ARGO_SYNC_OPTIONS: &str = "argocd.argoproj.io/sync-options";
 
@@ -57,6 +60,11 @@ impl fmt::Display for Written {
 pub struct Directives {
     /// Prune keeps the object: it is released from the inventory, never deleted.
     pub keep: Option<Written>,
+    /// Prune deletes the object only once a person approves the prune's deletions by
+    /// their digest (Argo CD's `Prune=confirm`).
+    pub confirm: Option<Written>,
+    /// Prune may delete it with what it holds (its objects, custom resources, data).
+    pub with_contents: Option<Written>,
     /// How it is applied, and the annotation that says so (none for the default).
     pub apply: (ApplyMode, Option<Written>),
     /// A change the server refuses in place makes the object again.
@@ -96,6 +104,10 @@ fn read(directives: &mut Directives, key: &str, value: &str) -> Result<(), Strin
             "disabled" => directives.keep = Some(written(FLUX_PRUNE)),
             "enabled" => {}
             _ => return Err(unknown(FLUX_PRUNE, value, "disabled or enabled")),
+        },
+        TETHER_PRUNE => match value {
+            "with-contents" => directives.with_contents = Some(written(TETHER_PRUNE)),
+            _ => return Err(unknown(TETHER_PRUNE, value, "with-contents")),
         },
         FLUX_SSA => {
             let mode = match value {
@@ -166,12 +178,14 @@ fn read_argo_option(
         }
     };
     match name {
-        // Confirmed deletion waits for a person: until tether asks for it, the object
-        // is kept, as with Prune=false.
+        // A confirmed deletion waits for a person: the prune is held until its
+        // deletions are approved by their digest.
         "Prune" | "Delete" => {
             flag(&["false", "confirm", "true"])?;
-            if value != "true" {
-                directives.keep = Some(written.clone());
+            match value {
+                "false" => directives.keep = Some(written.clone()),
+                "confirm" => directives.confirm = Some(written.clone()),
+                _ => {}
             }
         }
         "Replace" => {
@@ -226,6 +240,13 @@ mod tests {
             ),
             (json!({FLUX_PRUNE: "enabled"}), Directives::default()),
             (
+                json!({TETHER_PRUNE: "with-contents"}),
+                Directives {
+                    with_contents: written(TETHER_PRUNE, "with-contents"),
+                    ..Directives::default()
+                },
+            ),
+            (
                 json!({ARGO_SYNC_OPTIONS: "Prune=false"}),
                 Directives {
                     keep: written(ARGO_SYNC_OPTIONS, "Prune=false"),
@@ -235,7 +256,7 @@ mod tests {
             (
                 json!({ARGO_SYNC_OPTIONS: "ServerSideApply=true, Prune=confirm"}),
                 Directives {
-                    keep: written(ARGO_SYNC_OPTIONS, "ServerSideApply=true, Prune=confirm"),
+                    confirm: written(ARGO_SYNC_OPTIONS, "ServerSideApply=true, Prune=confirm"),
                     ..Directives::default()
                 },
             ),
@@ -285,6 +306,7 @@ mod tests {
             (json!({FLUX_PRUNE: "off"}), "disabled or enabled"),
             (json!({FLUX_SSA: "ifnotpresent"}), "IfNotPresent"),
             (json!({FLUX_FORCE: "true"}), "enabled or disabled"),
+            (json!({TETHER_PRUNE: "with-contnets"}), "with-contents"),
             (
                 json!({ARGO_SYNC_OPTIONS: "Prune=flase"}),
                 "Prune=false|confirm",

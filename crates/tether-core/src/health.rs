@@ -35,15 +35,32 @@ pub struct HealthCheckExprs {
 }
 
 /// A check's expression that does not compile, or a check that repeats a kind, at its
-/// place in the file.
+/// place: `file:line:column: healthCheckExprs` in a file, `spec.healthCheckExprs[i].field`
+/// in a Source.
 #[derive(Debug, Error)]
-#[error("{file}:{line}:{column}: healthCheckExprs: {what}\n  hint: {hint}")]
+#[error("{at}: {what}\n  hint: {hint}")]
 pub struct HealthCheckError {
-    pub file: String,
-    pub line: u64,
-    pub column: u64,
+    pub at: String,
     pub what: String,
     pub hint: String,
+}
+
+/// One kind's expressions as plain text (a Source's `spec.healthCheckExprs[]`, read
+/// from the API server rather than from a file).
+#[derive(Clone, Copy, Debug)]
+pub struct PlainCheck<'a> {
+    pub api_version: &'a str,
+    pub kind: &'a str,
+    pub current: &'a str,
+    pub in_progress: Option<&'a str>,
+    pub failed: Option<&'a str>,
+}
+
+/// A check's fields, each with where it is written.
+struct Located<'a> {
+    api_version: &'a str,
+    kind: (&'a str, String),
+    fields: [(Field, Option<(&'a str, String)>); 3],
 }
 
 /// What a check says of an object.
@@ -119,66 +136,100 @@ impl HealthChecks {
     /// Compiles a file's checks; `file` names it in errors. Two checks of one kind
     /// are an error at the second.
     pub fn compile(file: &str, exprs: &[HealthCheckExprs]) -> Result<Self, HealthCheckError> {
+        fn field<'a>(file: &str, value: &'a Spanned<String>) -> (&'a str, String) {
+            let place = &value.referenced;
+            let at = format!(
+                "{file}:{}:{}: healthCheckExprs",
+                place.line(),
+                place.column()
+            );
+            (value.value.as_str(), at)
+        }
+        let field = |value| field(file, value);
+        Self::compile_located(exprs.iter().map(|written| Located {
+            api_version: &written.api_version.value,
+            kind: field(&written.kind),
+            fields: [
+                (Field::InProgress, written.in_progress.as_ref().map(field)),
+                (Field::Failed, written.failed.as_ref().map(field)),
+                (Field::Current, Some(field(&written.current))),
+            ],
+        }))
+    }
+
+    /// Compiles the checks of a Source's `spec.healthCheckExprs`; an error names the
+    /// field (`spec.healthCheckExprs[1].current`).
+    pub fn compile_spec(checks: &[PlainCheck<'_>]) -> Result<Self, HealthCheckError> {
+        Self::compile_located(checks.iter().enumerate().map(|(i, check)| {
+            let at = |name: &str| format!("spec.healthCheckExprs[{i}].{name}");
+            Located {
+                api_version: check.api_version,
+                kind: (check.kind, at("kind")),
+                fields: [
+                    (
+                        Field::InProgress,
+                        check.in_progress.map(|e| (e, at("inProgress"))),
+                    ),
+                    (Field::Failed, check.failed.map(|e| (e, at("failed")))),
+                    (Field::Current, Some((check.current, at("current")))),
+                ],
+            }
+        }))
+    }
+
+    fn compile_located<'a>(
+        written: impl Iterator<Item = Located<'a>>,
+    ) -> Result<Self, HealthCheckError> {
         let mut checks: Vec<Check> = Vec::new();
-        for written in exprs {
-            let located = |at: &Spanned<String>, what: String, hint: &str| HealthCheckError {
-                file: file.to_string(),
-                line: at.referenced.line(),
-                column: at.referenced.column(),
+        for written in written {
+            let located = |at: &str, what: String, hint: &str| HealthCheckError {
+                at: at.to_string(),
                 what,
                 hint: hint.to_string(),
             };
-            let (group, kind) = (
-                api_group(&written.api_version.value).to_string(),
-                &written.kind.value,
-            );
-            if kind.is_empty() || written.api_version.value.is_empty() {
+            let (group, (kind, kind_at)) =
+                (api_group(written.api_version).to_string(), &written.kind);
+            if kind.is_empty() || written.api_version.is_empty() {
                 return Err(located(
-                    &written.kind,
+                    kind_at,
                     "a check needs an apiVersion and a kind".into(),
                     "write the kind's apiVersion (cert-manager.io/v1) and kind (Certificate)",
                 ));
             }
-            if checks.iter().any(|c| c.group == group && &c.kind == kind) {
+            if checks.iter().any(|c| c.group == group && c.kind == *kind) {
                 return Err(located(
-                    &written.kind,
+                    kind_at,
                     format!("{kind} ({group}) has a check already"),
                     "keep one check per kind: a check matches every version of its kind",
                 ));
             }
-            let fields = [
-                (Field::InProgress, written.in_progress.as_ref()),
-                (Field::Failed, written.failed.as_ref()),
-                (Field::Current, Some(&written.current)),
-            ];
             let mut expressions = Vec::new();
-            for (field, source) in fields {
-                let Some(source) = source else { continue };
-                let program = env().compile(&source.value).map_err(|e| {
+            for (field, source) in &written.fields {
+                let Some((source, at)) = source else { continue };
+                let program = env().compile(source).map_err(|e| {
                     let first = e.errors.first();
-                    let at = first.map(|e| e.pos.1).unwrap_or(0);
+                    let position = first.map(|e| e.pos.1).unwrap_or(0);
                     let message = first.map(|e| e.msg.clone()).unwrap_or_else(|| e.to_string());
                     located(
-                        source,
+                        at,
                         format!(
-                            "the {} expression of {kind} does not compile, at character {at} of `{}`: {message}",
+                            "the {} expression of {kind} does not compile, at character {position} of `{source}`: {message}",
                             field.name(),
-                            source.value
                         ),
                         "write a CEL expression on the object's fields, such as status.?conditions.orValue([]).exists(c, c.type == 'Ready' && c.status == 'True')",
                     )
                 })?;
                 expressions.push((
-                    field,
+                    *field,
                     Expression {
-                        source: source.value.clone(),
+                        source: source.to_string(),
                         program: Arc::new(program),
                     },
                 ));
             }
             checks.push(Check {
                 group,
-                kind: kind.clone(),
+                kind: kind.to_string(),
                 expressions,
             });
         }
@@ -190,9 +241,7 @@ impl HealthChecks {
         let exprs: Vec<HealthCheckExprs> =
             serde_saphyr::from_str_with_options(text, yaml_options(Dialect::Models)).map_err(
                 |e| HealthCheckError {
-                    file: file.to_string(),
-                    line: 1,
-                    column: 1,
+                    at: format!("{file}:1:1: healthCheckExprs"),
                     what: e.to_string(),
                     hint: "write a list of checks in Flux's healthCheckExprs spelling".into(),
                 },
@@ -210,9 +259,13 @@ impl HealthChecks {
     }
 
     /// These checks, then the library's for the kinds these do not cover.
-    pub fn with_library(mut self) -> HealthChecks {
-        let library = HealthChecks::library();
-        let missing: Vec<Check> = library
+    pub fn with_library(self) -> HealthChecks {
+        self.then(HealthChecks::library())
+    }
+
+    /// These checks, then `others`' for the kinds these do not cover.
+    pub fn then(mut self, others: &HealthChecks) -> HealthChecks {
+        let missing: Vec<Check> = others
             .checks
             .iter()
             .filter(|l| {
@@ -375,18 +428,65 @@ mod tests {
             "- apiVersion: example.org/v1\n  kind: Gadget\n  current: status.phase == 'Up'\n  failed: status.conditions.exists(c, c.type == 'Failed'\n",
         )
         .unwrap_err();
-        assert_eq!((error.line, error.column), (4, 11), "{error}");
+        assert_eq!(error.at, ".tether.yaml:4:11: healthCheckExprs", "{error}");
         let text = error.to_string();
         assert!(text.starts_with(".tether.yaml:4:11: healthCheckExprs: the failed expression of Gadget does not compile"), "{text}");
         let twice = checks(
             "- {apiVersion: example.org/v1, kind: Gadget, current: 'true'}\n- {apiVersion: example.org/v2, kind: Gadget, current: 'false'}\n",
         )
         .unwrap_err();
-        assert_eq!(twice.line, 2, "{twice}");
+        assert!(twice.at.starts_with(".tether.yaml:2:"), "{twice}");
         assert!(twice.what.contains("has a check already"), "{twice}");
         let unknown =
             checks("- {apiVersion: a/v1, kind: B, current: 'true', healthy: 'x'}\n").unwrap_err();
         assert!(unknown.what.contains("healthy"), "{unknown}");
+    }
+
+    #[test]
+    fn a_sources_checks_are_errors_at_their_field_and_come_after_the_repositorys() {
+        let check = |kind, current| PlainCheck {
+            api_version: "example.org/v1",
+            kind,
+            current,
+            in_progress: None,
+            failed: None,
+        };
+        let broken = HealthChecks::compile_spec(&[
+            check("Gadget", "true"),
+            PlainCheck {
+                failed: Some("status.phase =="),
+                ..check("Widget", "true")
+            },
+        ])
+        .unwrap_err();
+        assert_eq!(broken.at, "spec.healthCheckExprs[1].failed", "{broken}");
+        assert!(
+            broken.to_string().starts_with(
+                "spec.healthCheckExprs[1].failed: the failed expression of Widget does not compile"
+            ),
+            "{broken}"
+        );
+        let twice = HealthChecks::compile_spec(&[check("Gadget", "true"), check("Gadget", "true")])
+            .unwrap_err();
+        assert_eq!(twice.at, "spec.healthCheckExprs[1].kind", "{twice}");
+
+        let source =
+            HealthChecks::compile_spec(&[check("Gadget", "false"), check("Widget", "true")])
+                .unwrap();
+        let repository = checks("- {apiVersion: example.org/v1, kind: Gadget, current: 'true'}\n")
+            .unwrap()
+            .then(&source);
+        let object = |kind: &str| json!({"apiVersion": "example.org/v1", "kind": kind, "metadata": {"name": "a"}});
+        assert_eq!(
+            repository.judge(&object("Gadget")),
+            Some(Verdict::Current),
+            "the repository's"
+        );
+        assert_eq!(
+            repository.judge(&object("Widget")),
+            Some(Verdict::Current),
+            "the Source's"
+        );
     }
 
     #[test]

@@ -146,7 +146,7 @@ pub const MARKS: &[Mark] = &[
         directive::ARGO_SYNC_OPTIONS,
         MarkKind::Annotation,
         "any object tether applies (read only)",
-        "Argo CD's per-object sync options: `Prune=false`, `Prune=confirm`, `Delete=false` keep it from prune; `Replace=true` makes it again when a change cannot be made in place. See the guide to Flux and Argo CD annotations.",
+        "Argo CD's per-object sync options: `Prune=false`, `Delete=false` keep it from prune; `Prune=confirm` holds the prune until a person approves its deletions; `Replace=true` makes it again when a change cannot be made in place. See the guide to Flux and Argo CD annotations.",
     ),
     mark(
         "kubectl.kubernetes.io/last-applied-configuration",
@@ -231,6 +231,18 @@ pub const MARKS: &[Mark] = &[
         MarkKind::Annotation,
         "an inventory's record, while it is being moved",
         "The record it was moved from, which may still exist if the move was interrupted.",
+    ),
+    mark(
+        "tether.dev/prune",
+        MarkKind::Annotation,
+        "a Namespace, CustomResourceDefinition or PersistentVolumeClaim (written by its author, read only)",
+        "`with-contents`: prune may delete it with what it holds (the Namespace's objects, the definition's custom resources, the claim's volume); without it, prune keeps a claim, and a Namespace or definition holding objects this inventory did not create.",
+    ),
+    mark(
+        "tether.dev/approve-deletions",
+        MarkKind::Annotation,
+        "a Source (`tether approve`, the page's Approve)",
+        "The digest of exactly the deletions a person approved, of a prune the Source holds beyond its deletion budget (`spec.deletionBudget`); a plan whose deletions differ stays held.",
     ),
     mark(
         "tether.dev/reconcile-requested-at",

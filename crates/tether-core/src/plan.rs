@@ -14,6 +14,7 @@ use sha2::{Digest, Sha256};
 
 use crate::inventory::Contents;
 use crate::inventory::budget::PruneHold;
+use crate::inventory::contents::Deletion;
 use crate::k8s::ObjectKey;
 use crate::normalize::same_quantity;
 use crate::source::Revision;
@@ -105,8 +106,11 @@ pub struct Change {
     /// For a Namespace or a CustomResourceDefinition to delete: what its deletion
     /// takes with it (the Namespace's objects, the definition's custom resources).
     /// It is kept when that includes objects this inventory did not create, unless
-    /// the apply is told otherwise.
+    /// the apply is told otherwise ([`crate::inventory::contents::guard`]).
     pub contents: Option<Contents>,
+    /// For a deletion: the annotation on the live object that lets prune delete it
+    /// with what it holds (`tether.dev/prune: with-contents`).
+    pub with_contents: Option<String>,
     /// The annotation, in Flux's or Argo CD's spelling (`key: value`), that decided
     /// the action: a skip, a release instead of a deletion, a replace. See
     /// [`crate::directive`].
@@ -133,8 +137,18 @@ impl Change {
             owned_by: None,
             drift: false,
             contents: None,
+            with_contents: None,
             directive: None,
             ignored: Vec::new(),
+        }
+    }
+
+    /// The change as the deletion guard sees it ([`crate::inventory::contents::guard`]).
+    pub fn deletion(&self) -> Deletion<'_> {
+        Deletion {
+            key: &self.key,
+            contents: self.contents.as_ref(),
+            opted_in: self.with_contents.is_some(),
         }
     }
 }

@@ -8,9 +8,6 @@
 pub enum Remedy {
     /// Deletions, releases and host removals happen only when pruning is asked for.
     Prune,
-    /// A Namespace or a CustomResourceDefinition whose deletion takes objects of
-    /// others with it is deleted only when asked for by name.
-    DeleteWithForeignObjects,
     /// A prune beyond the deletion budget: approve exactly its deletions by their
     /// digest (or fix the commit).
     ApproveDeletions,

@@ -9,7 +9,9 @@ use std::fmt::Write as _;
 use serde_json::json;
 
 use crate::inventory::Contents;
-use crate::inventory::budget::PruneHold;
+use crate::inventory::budget::{APPROVE_DELETIONS_TRAILER, PruneHold};
+use crate::inventory::contents::{Guard, guard};
+use crate::k8s::ObjectKey;
 use crate::plan::{Action, Change, Plan};
 use crate::remedy::{Remedy, RemedyNames};
 
@@ -230,11 +232,7 @@ pub fn text(plan: &Plan, colour: bool, remedies: RemedyNames) -> String {
             let _ = writeln!(out, "  {ignored}");
         }
         if let Some(contents) = &change.contents {
-            let _ = writeln!(
-                out,
-                "  {}",
-                contents_text(contents, change.action, remedies)
-            );
+            let _ = writeln!(out, "  {}", contents_text(change, contents));
         }
         for conflict in &change.conflicts {
             let _ = writeln!(
@@ -344,11 +342,7 @@ pub fn markdown(plan: &Plan, remedies: RemedyNames) -> String {
             let _ = writeln!(out, "{ignored}\n");
         }
         if let Some(contents) = &change.contents {
-            let _ = writeln!(
-                out,
-                "{}\n",
-                contents_text(contents, change.action, remedies)
-            );
+            let _ = writeln!(out, "{}\n", contents_text(change, contents));
         }
         if !change.conflicts.is_empty() {
             out.push('\n');
@@ -370,9 +364,20 @@ fn note(change: &Change) -> Option<String> {
             Action::Replace => {
                 "deleted and created again, since the server refuses the change in place"
             }
+            Action::Delete => "deleted once a person approves the prune's deletions",
             _ => "read",
         };
         return Some(format!("{does} ({directive})"));
+    }
+    if change.action == Action::Delete && guard(change.deletion(), false) == Some(Guard::Volume) {
+        return Some(format!(
+            "kept: a PersistentVolumeClaim's volume, and its data, usually go with it; it is deleted once it carries {WITH_OPT_IN}"
+        ));
+    }
+    if let (Action::Delete, Some(by), None) =
+        (change.action, &change.with_contents, &change.contents)
+    {
+        return Some(format!("deleted with its volume ({by})"));
     }
     match change.action {
         Action::Release => Some(RELEASE_NOTE),
@@ -404,50 +409,69 @@ fn fields(n: usize) -> String {
 /// A held prune, and how to approve it.
 pub fn held_text(hold: &PruneHold, remedies: RemedyNames) -> String {
     format!(
-        "{}: approve exactly these deletions with {} {}, or fix the commit",
+        "{}: approve exactly these deletions with {} {} (or with the trailer {APPROVE_DELETIONS_TRAILER}: and that digest in a commit), or fix the commit",
         hold.describe(),
         remedies(Remedy::ApproveDeletions),
         hold.digest
     )
 }
 
-/// What a Namespace or a CustomResourceDefinition to delete or release holds, and
-/// whether that keeps it.
-fn contents_text(contents: &Contents, action: Action, remedies: RemedyNames) -> String {
+/// How an object opts in to being deleted with what it holds.
+const WITH_OPT_IN: &str = "the annotation tether.dev/prune: with-contents (kubectl annotate it, or write it in Git before its model goes)";
+
+/// What a Namespace or a CustomResourceDefinition to delete or release holds, by
+/// owner, and whether that keeps it.
+fn contents_text(change: &Change, contents: &Contents) -> String {
     let counts: Vec<String> = contents
         .by_kind
         .iter()
         .map(|(kind, n)| format!("{n} {kind}"))
         .collect();
-    let holds = match counts.is_empty() {
-        true => "it holds nothing else".to_string(),
-        false => format!("it holds {}", counts.join(", ")),
-    };
-    if contents.not_created_here.is_empty() {
-        return format!("{holds}, all created by this inventory");
+    if counts.is_empty() {
+        return "it holds nothing else".to_string();
     }
-    let foreign: Vec<String> = contents
-        .not_created_here
-        .iter()
-        .take(20)
-        .map(ToString::to_string)
-        .collect();
-    let more = contents.not_created_here.len().saturating_sub(20);
-    let more = match more {
-        0 => String::new(),
-        n => format!(" and {n} more"),
-    };
-    let kept = match action {
-        Action::Delete => format!(
-            ". It is kept unless apply is given {}",
-            remedies(Remedy::DeleteWithForeignObjects)
-        ),
-        _ => String::new(),
-    };
-    format!(
-        "{holds}; not created by this inventory: {}{more}{kept}",
-        foreign.join(", ")
-    )
+    let mut text = format!("it holds {}", counts.join(", "));
+    if contents.not_created_here() == 0 {
+        text.push_str(", all created by this inventory");
+        return text;
+    }
+    let _ = write!(
+        text,
+        "; {} created by this inventory",
+        contents.this_inventory
+    );
+    let mut others: BTreeMap<&str, Vec<&ObjectKey>> = BTreeMap::new();
+    for (key, inventory) in &contents.other_inventories {
+        others.entry(inventory).or_default().push(key);
+    }
+    for (inventory, keys) in others {
+        let _ = write!(text, "; of the inventory {inventory}: {}", listed(&keys));
+    }
+    if !contents.no_inventory.is_empty() {
+        let keys: Vec<&ObjectKey> = contents.no_inventory.iter().collect();
+        let _ = write!(text, "; of no inventory: {}", listed(&keys));
+    }
+    if change.action == Action::Delete {
+        match (&change.with_contents, guard(change.deletion(), false)) {
+            (Some(by), _) => {
+                let _ = write!(text, ". It is deleted with them ({by})");
+            }
+            (None, Some(_)) => {
+                let _ = write!(text, ". It is kept unless it carries {WITH_OPT_IN}");
+            }
+            (None, None) => {}
+        }
+    }
+    text
+}
+
+/// Objects by name, the first 20 of them, then how many more.
+fn listed(keys: &[&ObjectKey]) -> String {
+    let names: Vec<String> = keys.iter().take(20).map(ToString::to_string).collect();
+    match keys.len().saturating_sub(20) {
+        0 => names.join(", "),
+        n => format!("{} and {n} more", names.join(", ")),
+    }
 }
 
 /// An error on one line, cut to a length a report line can hold.
@@ -511,7 +535,9 @@ pub fn json_value(plan: &Plan) -> serde_json::Value {
                 "ignored": c.ignored,
                 "namespaceContents": c.contents.as_ref().map(|n| json!({
                     "byKind": n.by_kind,
-                    "notCreatedHere": n.not_created_here.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                    "thisInventory": n.this_inventory,
+                    "otherInventories": n.other_inventories.iter().map(|(key, inventory)| json!({"object": key.to_string(), "inventory": inventory})).collect::<Vec<_>>(),
+                    "notCreatedHere": n.other_inventories.iter().map(|(key, _)| key).chain(&n.no_inventory).map(ToString::to_string).collect::<Vec<_>>(),
                 })),
             })
         })
@@ -540,7 +566,8 @@ pub fn json_value(plan: &Plan) -> serde_json::Value {
             "deleting": h.deleting,
             "recorded": h.recorded,
             "digest": h.digest,
-            "budget": {"count": h.budget.count, "percent": h.budget.percent},
+            "budget": h.beyond.map(|b| json!({"count": b.count, "percent": b.percent})),
+            "confirming": h.confirming,
         })),
         "waves": plan.waves.iter().map(|w| json!({"waitsFor": w.waits_for})).collect::<Vec<_>>(),
         "changes": changes,

@@ -13,6 +13,9 @@ pub struct Revision {
     pub commit: String,
     /// Uncommitted changes in the models of a local checkout.
     pub dirty: bool,
+    /// The digests of deletions its message approves (its
+    /// [`crate::inventory::budget::APPROVE_DELETIONS_TRAILER`] trailers).
+    pub approvals: Vec<String>,
 }
 
 impl std::fmt::Display for Revision {

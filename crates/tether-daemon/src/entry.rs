@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tether_api::source_spec::DriftPolicy;
+use tether_core::inventory::budget::DeletionBudget;
 use tether_engine::cluster::{ClusterError, Target, client_of, connect};
 use tether_engine::discovery::Destination;
 use tether_engine::driver::{Backoff, Retries, shutdown_on_signal};
@@ -108,6 +109,8 @@ pub struct OneSource {
     pub id: String,
     pub reconciler: Reconciler,
     pub prune: bool,
+    /// How much one pass's prune may delete unapproved (none: no bound).
+    pub budget: Option<DeletionBudget>,
     pub allow_empty: bool,
     /// Drift is reported, not corrected (a new commit is still applied whole).
     pub report_drift: bool,
@@ -320,8 +323,7 @@ fn one_source_settings(source: &OneSource) -> Settings {
             dry_run_new: false,
             partial: false,
             reads: Reads::Cached,
-            // A Source's prune is not bounded yet.
-            budget: None,
+            budget: source.budget,
         },
         apply: ApplyOptions {
             prune: source.prune,

@@ -254,6 +254,9 @@ impl Views {
             if let Some(blocked_on) = ended_blocked_on {
                 shown.summary.blocked_on = blocked_on;
             }
+            if let Some(report) = report {
+                shown.summary.held_deletions = report.prune_held.as_ref().map(|h| h.digest.clone());
+            }
             if let Some(failed) = failed {
                 shown.failed = failed;
             }

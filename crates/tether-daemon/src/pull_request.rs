@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::decryption::DecryptionSecret;
 use crate::feedback::SourceFeedback;
-use crate::web::live_state::remedy_words;
+use crate::source_status::remedy_words;
 use tether_api::source_spec::Source;
 use tether_api::webhook::PullRequest;
 use tether_core::feedback::CommitState;

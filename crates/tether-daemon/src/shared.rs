@@ -85,6 +85,12 @@ impl Shared {
     pub(crate) fn forwarder(&self) -> Option<Forwarder> {
         self.forward.lock().ok().and_then(|f| f.clone())
     }
+
+    /// The client that reads and annotates the Sources (`--sources`; none for one
+    /// source from flags).
+    pub(crate) fn sources_client(&self) -> Option<kube::Client> {
+        self.forwarder().map(|f| f.client)
+    }
 }
 
 /// Who records the daemon's Events: tether, and the replica (its pod) when known.

@@ -4,6 +4,8 @@
 //! help until someone changes the models or the cluster.
 
 use tether_api::source_spec::{Condition, PlanCounts, SourceStatus};
+use tether_core::inventory::budget::PruneHold;
+use tether_core::remedy::Remedy;
 use tether_engine::reconcile::outcome::{ApplyReport, ObjectFailure};
 
 /// What the pass came to, as the status tells it.
@@ -61,9 +63,11 @@ pub(crate) fn next_status(
         }
         PassResult::ObjectsFailed { report, .. } => {
             let retryable = report.failures().any(|(_, f)| f.retryable());
-            let (reason, message, retryable) = match &report.blocked {
-                Some(blocked) => blocked_status(blocked),
-                None => ("ObjectsFailed", objects_failed(report), retryable),
+            let (reason, message, retryable) = match (&report.blocked, &report.prune_held) {
+                (Some(blocked), _) => blocked_status(blocked),
+                // Held until a person approves it: retrying cannot help.
+                (None, Some(hold)) => ("PruneHeld", prune_held(hold), false),
+                (None, None) => ("ObjectsFailed", objects_failed(report), retryable),
             };
             set("Ready", Some(("False", reason, message.clone())));
             if retryable {
@@ -74,7 +78,11 @@ pub(crate) fn next_status(
                 set("Stalled", None);
             } else {
                 set("Reconciling", None);
-                set("Stalled", Some(("True", "ObjectsRefused", message)));
+                let stalled = match reason {
+                    "PruneHeld" => "PruneHeld",
+                    _ => "ObjectsRefused",
+                };
+                set("Stalled", Some(("True", stalled, message)));
             }
         }
         PassResult::Failed {
@@ -146,6 +154,14 @@ fn record_revisions(status: &mut SourceStatus, result: &PassResult, now: &str) {
 /// commit, its signer and the keys).
 pub(crate) fn refusal_event(result: &PassResult) -> Option<(&'static str, String)> {
     match result {
+        PassResult::ObjectsFailed {
+            report:
+                ApplyReport {
+                    prune_held: Some(hold),
+                    ..
+                },
+            ..
+        } => Some(("PruneHeld", note(&prune_held(hold)))),
         PassResult::ObjectsFailed { report, .. } => {
             let forbidden: Vec<String> = report
                 .failures()
@@ -292,6 +308,13 @@ fn blocked_status(blocked: &tether_engine::reconcile::BlockedWave) -> (&'static 
 
 /// How many of an apply's objects failed, and the first with why: what a status says
 /// of a pass (or of one cluster) whose objects failed.
+/// A prune held beyond the Source's deletion budget, and how a person approves it:
+/// `tether approve SOURCE DIGEST` (or the page: both set the Source's annotation), or
+/// a fixed commit.
+pub(crate) fn prune_held(hold: &PruneHold) -> String {
+    tether_core::report::held_text(hold, remedy_words)
+}
+
 pub(crate) fn objects_failed(report: &ApplyReport) -> String {
     let first = report
         .failures()
@@ -303,6 +326,17 @@ pub(crate) fn objects_failed(report: &ApplyReport) -> String {
         report.failures().count(),
         report.objects.len()
     )
+}
+
+/// How a Source's status (and the page) words a remedy: in the Source's terms, not the CLI's flags.
+pub(crate) fn remedy_words(remedy: Remedy) -> &'static str {
+    match remedy {
+        Remedy::Prune => "set spec.prune: true on the Source",
+        Remedy::AllowEmpty => "set spec.allowEmpty: true on the Source to prune everything",
+        // "… approve exactly these deletions with tether approve SOURCE sha256:…"
+        Remedy::ApproveDeletions => "tether approve SOURCE",
+        _ => "run tether diff on the repository for what to do",
+    }
 }
 
 #[cfg(test)]

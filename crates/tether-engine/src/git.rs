@@ -28,6 +28,7 @@ pub mod verify;
 use crate::directory::{Contents, DataFiles};
 use crate::driver::{Backoff, Retries};
 
+use tether_core::inventory::budget::APPROVE_DELETIONS_TRAILER;
 use tether_core::load::limits::check_file_size;
 use tether_core::remedy::Remedy;
 use tether_core::settings::SETTINGS_FILE;
@@ -179,7 +180,7 @@ pub(crate) fn fetch_models_timed(
 ) -> Result<(SourceFiles, Revision, Option<std::time::Duration>), GitError> {
     let (repo, commit, fetched) = fetch_commit(url, reference, cache_dir, credentials)?;
     let files = read_tree(&repo, commit, subdir)?;
-    Ok((files, revision_of(commit), fetched))
+    Ok((files, revision_of(&repo, commit), fetched))
 }
 
 /// The cache of `url`, fetched unless it already holds what `reference` names, and
@@ -200,11 +201,28 @@ pub(crate) fn fetch_commit(
     Ok((repo, commit, fetched))
 }
 
-pub(crate) fn revision_of(commit: Oid) -> Revision {
+pub(crate) fn revision_of(repo: &Repository, commit: Oid) -> Revision {
     Revision {
         commit: commit.to_string(),
         dirty: false,
+        approvals: repo
+            .find_commit(commit)
+            .map(|c| approvals_of(&c))
+            .unwrap_or_default(),
     }
+}
+
+/// The digests of deletions a commit's message approves: its
+/// `Tether-Approve-Deletions` trailers, read as Git reads trailers.
+fn approvals_of(commit: &git2::Commit<'_>) -> Vec<String> {
+    let Ok(Ok(trailers)) = commit.message().map(git2::message_trailers_strs) else {
+        return Vec::new();
+    };
+    trailers
+        .iter()
+        .filter(|(key, _)| key.eq_ignore_ascii_case(APPROVE_DELETIONS_TRAILER))
+        .map(|(_, value)| value.trim().to_string())
+        .collect()
 }
 
 /// The commit `reference` names at the remote when the cache already holds it (one
@@ -742,7 +760,7 @@ fn read_blob_within_limit(repo: &Repository, id: Oid) -> Result<Contents, GitErr
 /// whether the models below `path` have uncommitted changes.
 pub fn local_revision(path: &Path) -> Option<Revision> {
     let repo = Repository::discover(path).ok()?;
-    let commit = repo.head().ok()?.peel_to_commit().ok()?.id().to_string();
+    let head = repo.head().ok()?.peel_to_commit().ok()?;
     let workdir = repo.workdir()?.canonicalize().ok()?;
     let relative = path
         .canonicalize()
@@ -763,7 +781,10 @@ pub fn local_revision(path: &Path) -> Option<Revision> {
                 .any(|s| s.path().is_ok_and(|p| is_model_path(Path::new(p))))
         })
         .unwrap_or(false);
-    Some(Revision { commit, dirty })
+    Some(Revision {
+        dirty,
+        ..revision_of(&repo, head.id())
+    })
 }
 
 /// How long a checked-out tree may go unused before a checkout removes it.

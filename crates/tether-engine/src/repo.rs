@@ -287,7 +287,7 @@ impl Repo {
 /// What a Git source read of a commit: its models, the commit, and how it came.
 struct CommitRead {
     models: Arc<CommitModels>,
-    commit: git2::Oid,
+    revision: Revision,
     fetch_took: Option<std::time::Duration>,
     git_dir: PathBuf,
     verified: Option<Verified>,
@@ -321,7 +321,7 @@ fn read_commit(
     };
     Ok(CommitRead {
         models,
-        commit,
+        revision: revision_of(&repo, commit),
         fetch_took,
         git_dir,
         verified,
@@ -333,7 +333,7 @@ impl CommitRead {
         LoadedModels {
             files: self.models.files.clone(),
             label,
-            revision: Some(revision_of(self.commit)),
+            revision: Some(self.revision.clone()),
             verified: self.verified,
             settings: self.models.settings.clone(),
             fetch_took: self.fetch_took,
@@ -341,7 +341,7 @@ impl CommitRead {
             plain_secrets_are_errors: false,
             tree: ModelsTree::Commit {
                 git_dir: self.git_dir,
-                commit: self.commit.to_string(),
+                commit: self.revision.commit.clone(),
                 path: path_inside,
             },
         }
@@ -415,6 +415,7 @@ async fn load_artifact(label: String, artifact: Artifact<'_>) -> Result<LoadedMo
         revision: Some(Revision {
             commit: pulled.revision,
             dirty: false,
+            approvals: Vec::new(),
         }),
         verified: None,
         settings,

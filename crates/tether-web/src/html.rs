@@ -103,6 +103,7 @@ fn action_name(action: &Action) -> &'static str {
         Action::Restart { .. } => "restart",
         Action::Rollback { .. } => "rollback",
         Action::Reconcile => "reconcile",
+        Action::ApproveDeletions => "approve-deletions",
         Action::RecreatePod { .. } => "recreate",
         Action::RestartContainers { .. } => "restart-containers",
         Action::AssignLabel { .. } => "assign-label",
@@ -351,6 +352,12 @@ fn summary_block(page: &Page, source: &SourceSummary) -> Markup {
                         }
                     }
                 }
+            }
+            @if let Some(digest) = &source.held_deletions {
+                (action_form(page, source, &Action::ApproveDeletions, html! {
+                    input type="hidden" name="digest" value=(digest);
+                    button { "Approve these deletions" }
+                }))
             }
             (action_form(page, source, &Action::Reconcile, html! { button { "Reconcile now" } }))
         }

@@ -56,6 +56,9 @@ pub enum Action<'a> {
     },
     /// A pass now.
     Reconcile,
+    /// Form field `digest`: approve exactly the deletions of this digest, of a prune
+    /// held beyond the deletion budget.
+    ApproveDeletions,
     RecreatePod {
         namespace: &'a str,
         pod: &'a str,
@@ -91,6 +94,7 @@ impl Action<'_> {
             Action::Restart { slice } => format!("{source}/slices/{}/restart", segment(slice)),
             Action::Rollback { slice } => format!("{source}/slices/{}/rollback", segment(slice)),
             Action::Reconcile => format!("{source}/reconcile"),
+            Action::ApproveDeletions => format!("{source}/approve-deletions"),
             Action::RecreatePod { namespace, pod } => {
                 format!(
                     "{source}/pods/{}/{}/recreate",

@@ -41,6 +41,9 @@ pub struct SourceSummary {
     pub counts: Counts,
     /// How each cluster fared, when the models name several.
     pub clusters: Vec<ClusterRow>,
+    /// The digest of the deletions of a prune held beyond the deletion budget, which
+    /// a person may approve (`Action::ApproveDeletions`).
+    pub held_deletions: Option<String>,
 }
 
 /// A Source's state, in the order of attention: the first ones need a person.

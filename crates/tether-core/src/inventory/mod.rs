@@ -13,7 +13,10 @@ use crate::k8s::{ObjectKey, api_group, apply_rank};
 use crate::ownership::carries_tether_labels;
 
 pub mod budget;
+pub mod contents;
 pub mod stored;
+
+pub use contents::{ContainedObject, Contents, contents_of};
 
 /// A line of the inventory: the entry, then `created` or `adopted` and the uid when
 /// known (lines of older inventories have neither).
@@ -148,6 +151,11 @@ pub enum PruneDecision {
     /// `Prune=false`): released as an adopted object is, whoever made it. The
     /// annotation as written, or the problem reading it (then it is kept too).
     Keep(String),
+    /// tether created it, and its annotation asks a person to confirm its deletion
+    /// (Argo CD's `Prune=confirm`): deleted as [`PruneDecision::Delete`] is, once the
+    /// prune's deletions are approved by their digest ([`budget`]). The annotation as
+    /// written.
+    Confirm(String),
 }
 
 impl InventoryRecord {
@@ -272,6 +280,7 @@ pub fn prune_decisions<'r>(
                 }
                 Some(object) if let Some(by) = kept_by(object) => PruneDecision::Keep(by),
                 Some(_) if provenance.origin == Origin::Adopted => PruneDecision::Release,
+                Some(object) if let Some(by) = confirmed_by(object) => PruneDecision::Confirm(by),
                 Some(_) => PruneDecision::Delete,
             };
             Some((entry, decision))
@@ -290,82 +299,10 @@ fn kept_by(object: &Value) -> Option<String> {
     }
 }
 
-/// An object that a deletion takes with it: one in a Namespace, or a custom resource
-/// of a CustomResourceDefinition.
-#[derive(Clone, Debug)]
-pub struct ContainedObject {
-    pub key: ObjectKey,
-    pub uid: String,
-    /// The uids of its owners (ownerReferences).
-    pub owners: Vec<String>,
-    /// A Secret's type, to tell a service account's token from a user's Secret.
-    pub secret_type: Option<String>,
-}
-
-/// What a Namespace or a CustomResourceDefinition about to be deleted holds: counts by
-/// kind, and the objects this inventory did not create (directly, or through an owner
-/// it created).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Contents {
-    pub by_kind: BTreeMap<String, usize>,
-    pub not_created_here: Vec<ObjectKey>,
-}
-
-/// Sorts what a deletion takes with it (a namespace's objects, a definition's custom
-/// resources) into this inventory's and the others. What Kubernetes
-/// makes in every namespace (the `default` service account and its token, the root CA
-/// ConfigMap) and what follows from other objects (Endpoints of a Service, anything
-/// with an owner) count as their owner's.
-pub fn contents_of(objects: &[ContainedObject], record: &InventoryRecord) -> Contents {
-    let created_here = |key: &ObjectKey| {
-        record
-            .entries
-            .iter()
-            .any(|(e, p)| e.key() == *key && p.origin != Origin::Adopted)
-    };
-    let by_uid: HashMap<&str, &ContainedObject> =
-        objects.iter().map(|o| (o.uid.as_str(), o)).collect();
-    let is_default = |o: &ContainedObject| match (o.key.group.as_str(), o.key.kind.as_str()) {
-        ("", "ServiceAccount") => o.key.name == "default",
-        ("", "ConfigMap") => o.key.name == "kube-root-ca.crt",
-        ("", "Secret") => {
-            o.secret_type.as_deref() == Some("kubernetes.io/service-account-token")
-                && o.key.name.starts_with("default-token-")
-        }
-        _ => false,
-    };
-    // The object at the top of an owner chain, within the namespace.
-    let root = |object: &ContainedObject| -> ObjectKey {
-        let mut current = object;
-        for _ in 0..16 {
-            match current
-                .owners
-                .first()
-                .and_then(|uid| by_uid.get(uid.as_str()))
-            {
-                Some(owner) => current = owner,
-                None => break,
-            }
-        }
-        current.key.clone()
-    };
-    let mut contents = Contents::default();
-    for object in objects.iter().filter(|o| !is_default(o)) {
-        *contents.by_kind.entry(object.key.kind.clone()).or_default() += 1;
-        let root = root(object);
-        let service_of_endpoints = (object.key.kind == "Endpoints").then(|| ObjectKey {
-            kind: "Service".into(),
-            ..object.key.clone()
-        });
-        let ours = created_here(&root) || service_of_endpoints.as_ref().is_some_and(created_here);
-        // An owner outside the namespace (or gone) leaves an object whose origin is
-        // unknown here: it is not this inventory's.
-        if !ours {
-            contents.not_created_here.push(object.key.clone());
-        }
-    }
-    contents.not_created_here.sort();
-    contents
+/// The annotation on a live object that asks a person to confirm its deletion.
+fn confirmed_by(object: &Value) -> Option<String> {
+    let directives = crate::directive::directives(object).ok()?;
+    directives.confirm.map(|written| written.to_string())
 }
 
 /// Items grouped by the apply rank of their kind, lowest rank first; each group keeps
@@ -404,51 +341,5 @@ mod tests {
             assert_eq!(InventoryEntry::parse(&entry.line()), Some(entry));
         }
         assert_eq!(InventoryEntry::parse("v1 ConfigMap shop"), None);
-    }
-
-    #[test]
-    fn a_namespace_holds_what_this_inventory_created_and_what_it_did_not() {
-        let key = |kind: &str, name: &str| ObjectKey::new("v1", kind, Some("team"), name);
-        let object = |kind: &str, name: &str, uid: &str, owner: Option<&str>| ContainedObject {
-            key: key(kind, name),
-            uid: uid.into(),
-            owners: owner.map(|o| vec![o.to_string()]).unwrap_or_default(),
-            secret_type: None,
-        };
-        let apps = |kind: &str, name: &str| ObjectKey::new("apps/v1", kind, Some("team"), name);
-        let mut deployment = object("Deployment", "web", "d1", None);
-        deployment.key = apps("Deployment", "web");
-        let mut replica_set = object("ReplicaSet", "web-1", "r1", Some("d1"));
-        replica_set.key = apps("ReplicaSet", "web-1");
-        let mut token = object("Secret", "default-token-abcde", "t1", None);
-        token.secret_type = Some("kubernetes.io/service-account-token".into());
-        let objects = vec![
-            deployment,
-            replica_set,
-            object("Pod", "web-1-x", "p1", Some("r1")),
-            object("Service", "web", "s1", None),
-            object("Endpoints", "web", "e1", None),
-            object("ServiceAccount", "default", "sa", None),
-            token,
-            object("ConfigMap", "kube-root-ca.crt", "ca", None),
-            object("ConfigMap", "theirs", "c1", None),
-            object("ConfigMap", "adopted", "c2", None),
-        ];
-        let record = InventoryRecord::from_config(
-            &BTreeMap::from([(
-            stored::OBJECTS_KEY.to_string(),
-            "apps/v1 Deployment team web created d1\nv1 Service team web\nv1 ConfigMap team adopted adopted c2\n"
-                .to_string(),
-            )]),
-            &BTreeMap::new(),
-        )
-        .unwrap();
-        let contents = contents_of(&objects, &record);
-        assert_eq!(contents.by_kind["ConfigMap"], 2, "{contents:?}");
-        assert_eq!(contents.by_kind.get("ServiceAccount"), None);
-        assert_eq!(
-            contents.not_created_here,
-            vec![key("ConfigMap", "adopted"), key("ConfigMap", "theirs")]
-        );
     }
 }

@@ -128,6 +128,7 @@ fn run(case: &Case) -> String {
             PruneDecision::Release => "release".to_string(),
             PruneDecision::Forget(why) => format!("forget ({why})"),
             PruneDecision::Keep(by) => format!("keep ({by})"),
+            PruneDecision::Confirm(by) => format!("delete once confirmed ({by})"),
         };
         let _ = writeln!(out, "  {}: {verdict}", entry.line());
     }

@@ -73,6 +73,9 @@ struct Running {
     id: String,
     spec: SourceSpec,
     generation: Option<i64>,
+    /// The deletions approved ([`Source::approved_deletions`]): the loop's applies
+    /// carry them out, so a new approval starts a new loop.
+    approval: Option<String>,
     /// The reconcile request last passed on.
     requested: Option<String>,
     trigger: mpsc::Sender<Trigger>,
@@ -99,7 +102,10 @@ impl Running {
     /// Whether the loop runs `source` as it is: then a new reconcile request is passed
     /// on to it.
     fn runs(&mut self, source: &Source, requested: Option<&String>) -> bool {
-        if self.spec != source.spec || self.generation != source.metadata.generation {
+        if self.spec != source.spec
+            || self.generation != source.metadata.generation
+            || self.approval.as_deref() != source.approved_deletions()
+        {
             return false;
         }
         // A loop ends only when stopped: one that ended by itself (its claim never
@@ -456,6 +462,7 @@ impl Controller {
             id,
             spec: source.spec.clone(),
             generation: source.metadata.generation,
+            approval: source.approved_deletions().map(str::to_string),
             requested,
             trigger,
             stop,

@@ -73,7 +73,11 @@ pub(super) async fn run_source(
         events: Some(Recorder::new(client.clone(), event_reporter())),
         shared: daemon.shared.clone(),
     };
-    let memory = Memory::resumed(applied_before(&source), rewrite_recorded(&source));
+    let memory = Memory::resumed(
+        applied_before(&source),
+        rewrite_recorded(&source),
+        unhandled_request(&source),
+    );
     let work = SourceLoop::new(
         &id,
         reconciler,
@@ -88,7 +92,6 @@ pub(super) async fn run_source(
     .with_verify_keys(verify_secret(&client, &source))
     .with_chart_keys(verify_charts_secret(&client, &source))
     .with_attestation(attestation_secret(&client, &source));
-    pass_on_request(&source, &work.trigger());
     let acting = SourceIdentity(&daemon, &source, &client);
     let beside = Beside {
         discovery: source.spec.discovery.as_ref().map(|discovery| {
@@ -199,6 +202,11 @@ async fn source_reconciler(
         cache,
         credentials,
     )
+    .map(|mut settings| {
+        settings.settings.apply.approved_deletions =
+            source.approved_deletions().map(str::to_string);
+        settings
+    })
     .map_err(|error| ("InvalidSpec", error.to_string()));
     let reconciler = match settings {
         Ok(settings) => {
@@ -206,7 +214,8 @@ async fn source_reconciler(
                 settings.repo.clone(),
                 Target::default(),
                 settings.inventory.clone(),
-            );
+            )
+            .with_health_checks(settings.health.clone());
             acting_as(daemon, source, reconciler, client)
                 .await
                 .map(|reconciler| (reconciler, settings))
@@ -336,20 +345,18 @@ fn shown_on_page(source: &Source, directories: &Directories, credentials: &Crede
     }
 }
 
-/// Asks `trigger` for a pass when the Source's reconcile request is one its status
-/// does not say was handled.
-fn pass_on_request(source: &Source, trigger: &mpsc::Sender<Trigger>) {
+/// The Source's reconcile request (an approval's, too) that its status does not say
+/// was handled: the loop's first pass handles it.
+fn unhandled_request(source: &Source) -> Option<String> {
     let handled = source
         .status
         .as_ref()
-        .and_then(|s| s.last_handled_reconcile_at.clone());
-    if let Some(requested) = source
+        .and_then(|s| s.last_handled_reconcile_at.as_ref());
+    source
         .annotations()
         .get(RECONCILE_REQUESTED_ANNOTATION)
-        .filter(|r| Some(*r) != handled.as_ref())
-    {
-        let _ = trigger.try_send(Trigger::Requested(requested.clone()));
-    }
+        .filter(|r| Some(*r) != handled)
+        .cloned()
 }
 
 /// The commit the Source's status says was applied last, if it was applied from the

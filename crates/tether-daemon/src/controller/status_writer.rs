@@ -10,6 +10,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
 use kube::{Client, Resource, ResourceExt};
 use tether_api::source_spec::{ClusterStatus, HistoryRewrite, Source, SourceStatus};
+use tether_core::inventory::budget::PruneHold;
 use tether_engine::cluster::Tenure;
 
 use crate::clock::now;
@@ -141,6 +142,22 @@ impl StatusSink for SourceStatusWriter {
             if let Err(error) = self.events.publish(&event, &self.regarding).await {
                 tracing::warn!(%error, reason, "cannot record the refusal's event");
             }
+        }
+    }
+
+    async fn record_approved(&mut self, hold: &PruneHold) {
+        let event = KubeEvent {
+            type_: EventType::Normal,
+            reason: "PruneApproved".into(),
+            note: Some(format!(
+                "pruned {} of {} recorded objects, beyond the deletion budget, as approved by {}",
+                hold.deleting, hold.recorded, hold.digest
+            )),
+            action: "Prune".into(),
+            secondary: None,
+        };
+        if let Err(error) = self.events.publish(&event, &self.regarding).await {
+            tracing::warn!(%error, "cannot record the PruneApproved event");
         }
     }
 

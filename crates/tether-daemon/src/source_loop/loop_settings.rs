@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use tether_api::source_spec::{DriftPolicy, RewritePolicy, SourceSpec, VerifyMode};
+use tether_core::health::HealthChecks;
 use tether_core::ownership::Inventory;
 use tether_engine::git::Credentials;
 use tether_engine::git::verify::{self, Verification};
@@ -25,6 +26,11 @@ pub(crate) enum SpecError {
     Artifact(String),
     #[error("spec.timeout: {0}")]
     Timeout(String),
+    #[error("spec.deletionBudget: {0}")]
+    DeletionBudget(String),
+    /// An expression of `spec.healthCheckExprs` that does not compile, at its field.
+    #[error("{0}")]
+    HealthCheck(String),
 }
 
 /// What each pass of a source does, fixed for the loop's life: the options of its
@@ -44,6 +50,8 @@ pub(crate) struct Settings {
 pub(crate) struct SourceSettings {
     pub(crate) repo: Repo,
     pub(crate) inventory: Inventory,
+    /// `spec.healthCheckExprs`, compiled.
+    pub(crate) health: HealthChecks,
     pub(crate) settings: Settings,
 }
 
@@ -80,6 +88,9 @@ pub(crate) fn settings_of(
     Ok(SourceSettings {
         repo,
         inventory: spec.inventory_of(namespace, name),
+        health: spec
+            .health_checks()
+            .map_err(|e| SpecError::HealthCheck(e.to_string()))?,
         settings: Settings {
             interval,
             plan: PlanOptions {
@@ -89,8 +100,7 @@ pub(crate) fn settings_of(
                 partial: false,
                 // Passes read the API server's cache, as the daemon's watches do.
                 reads: Reads::Cached,
-                // A Source's prune is not bounded yet.
-                budget: None,
+                budget: spec.deletion_budget().map_err(SpecError::DeletionBudget)?,
             },
             apply: ApplyOptions {
                 prune: spec.prune,

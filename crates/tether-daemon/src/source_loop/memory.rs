@@ -51,13 +51,19 @@ pub(crate) struct Memory {
 }
 
 impl Memory {
-    /// The memory of a source an earlier process applied: the commit its status says
-    /// was applied last (so that a rewrite made while no daemon ran is still seen),
-    /// and the rewrite it recorded (not recorded again).
-    pub(crate) fn resumed(last_applied: Option<String>, recorded_rewrite: Option<Rewrite>) -> Self {
+    /// The memory of a source an earlier process (or loop) applied: the commit its
+    /// status says was applied last (so that a rewrite made while no daemon ran is
+    /// still seen), the rewrite it recorded (not recorded again), and a reconcile
+    /// request its status does not say was handled (the first pass handles it).
+    pub(crate) fn resumed(
+        last_applied: Option<String>,
+        recorded_rewrite: Option<Rewrite>,
+        requested: Option<String>,
+    ) -> Self {
         Memory {
             last_applied,
             recorded_rewrite,
+            requested,
             ..Memory::default()
         }
     }

@@ -12,6 +12,8 @@ use tether_engine::reconcile::{ApplyProgress, ClusterName, ClusterPlan, Planned,
 use tether_sops::Keyring;
 
 use super::pass_outcome::{ClusterState, PassError, PassOutcome, Rewrite};
+use tether_core::inventory::budget::PruneHold;
+
 use crate::clock::now;
 use crate::drift::Drift;
 use crate::feedback::{Draft, SourceFeedback, Verdict, notices_of_apply};
@@ -31,6 +33,9 @@ pub(crate) trait StatusSink: Send + Sync {
     /// Says that the tracked ref was rewritten (for an auditor: an Event, and the
     /// status's next write).
     fn record_rewrite(&mut self, rewrite: &Rewrite) -> impl Future<Output = ()> + Send;
+    /// Says that a prune beyond the deletion budget was carried out, as a person
+    /// approved it (for an auditor: an Event naming the digest).
+    fn record_approved(&mut self, hold: &PruneHold) -> impl Future<Output = ()> + Send;
     /// How each cluster of a source whose models name several fared in the last
     /// pass (the status's next write).
     fn record_clusters(&mut self, clusters: Vec<ClusterState>);
@@ -47,6 +52,8 @@ impl StatusSink for NoStatus {
     async fn record(&mut self, _: &PassResult<'_>, _: Option<String>) {}
 
     async fn record_rewrite(&mut self, _: &Rewrite) {}
+
+    async fn record_approved(&mut self, _: &PruneHold) {}
 
     fn record_clusters(&mut self, _: Vec<ClusterState>) {}
 }

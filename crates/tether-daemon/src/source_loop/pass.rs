@@ -10,6 +10,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::EventType;
 use tether_api::source_spec::{DriftPolicy, RewritePolicy};
+use tether_core::inventory::budget::PruneHold;
 use tether_core::k8s::ObjectKey;
 use tether_core::plan::{Action, Change};
 use tether_engine::reconcile::{
@@ -87,6 +88,7 @@ impl<S: StatusSink> SourceLoop<S> {
             );
             return Err(PassError::Stopped);
         }
+        self.note_approval(&planned, &report, &options).await;
         self.attest(&planned, &report).await;
         let corrected = self.corrections(&planned, &report).await;
         let cache_synced = self.memory.cache.as_ref().is_some_and(WatchCache::synced);
@@ -147,6 +149,25 @@ impl<S: StatusSink> SourceLoop<S> {
                 error = %tether_core::error_chain(&error),
                 "the pass's attestation was not kept"
             ),
+        }
+    }
+
+    /// A prune beyond the deletion budget that a person approved, carried out: the log
+    /// and an Event say so, with the digest (for an auditor).
+    async fn note_approval(
+        &mut self,
+        planned: &Planned,
+        report: &ApplyReport,
+        options: &ApplyOptions,
+    ) {
+        if let Some(hold) = approved_prune(planned, report, options) {
+            tracing::warn!(
+                digest = %hold.digest,
+                deleting = hold.deleting,
+                recorded = hold.recorded,
+                "a prune beyond the deletion budget carried out, as approved"
+            );
+            self.observers.status.record_approved(hold).await;
         }
     }
 
@@ -513,6 +534,17 @@ impl<S: StatusSink> SourceLoop<S> {
             reported,
         }
     }
+}
+
+/// The prune beyond the deletion budget that this apply carried out: a person approved
+/// its digest ([`ApplyOptions::approved_deletions`]), so it was not held.
+fn approved_prune<'p>(
+    planned: &'p Planned,
+    report: &ApplyReport,
+    options: &ApplyOptions,
+) -> Option<&'p PruneHold> {
+    let hold = planned.plan.prune_hold.as_ref()?;
+    (options.prune && !report.stopped && report.prune_held.is_none()).then_some(hold)
 }
 
 /// The plan of the cluster this daemon reaches itself (the only one, or the

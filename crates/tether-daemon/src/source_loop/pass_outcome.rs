@@ -9,7 +9,7 @@ use crate::attestation::AttestationKeyError;
 use crate::decryption::DecryptionKeysError;
 use crate::feedback::Verdict;
 use crate::loop_views::blocked_on;
-use crate::source_status::objects_failed;
+use crate::source_status::{objects_failed, prune_held};
 use crate::verify::VerifyKeysError;
 
 /// What one pass did.
@@ -107,6 +107,9 @@ pub(super) fn verdict(report: &ApplyReport) -> Verdict {
         let blockers = blocked.blockers.iter().map(|b| (&b.key, b.state.as_str()));
         return Verdict::Failed(format!("blocked: {}", blocked_on(blocked.wave, blockers)));
     }
+    if let Some(hold) = &report.prune_held {
+        return Verdict::Failed(prune_held(hold));
+    }
     match (report.succeeded(), retries_soon(report)) {
         (true, _) => Verdict::Applied,
         (false, true) => Verdict::Retrying,
@@ -148,6 +151,10 @@ pub(super) fn cluster_state(
 ) -> ClusterState {
     let (ready, reason, message, stalled) = match result {
         Ok(report) if report.succeeded() => (true, "Applied", String::new(), false),
+        Ok(ApplyReport {
+            prune_held: Some(hold),
+            ..
+        }) => (false, "PruneHeld", prune_held(hold), true),
         Ok(report) => (false, objects_reason(report), objects_failed(report), false),
         Err(error @ ReconcileError::Dormant(_)) => (true, error.reason(), error.to_string(), false),
         Err(error) => (

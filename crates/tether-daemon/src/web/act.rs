@@ -15,7 +15,9 @@ use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use kube::api::{Api, Patch, PatchParams};
 use serde_json::{Value, json};
+use tether_api::source_spec::{Source, approval_request};
 use tether_core::operation::{HostChange, Operation};
 use tether_engine::actions::pods::{recreate, restart_containers};
 use tether_engine::actions::{CommitTo, Request, commit};
@@ -460,6 +462,66 @@ pub(crate) async fn reconcile(
         sent.form,
         "a pass was requested",
         json!({"requested": requested}),
+    ))
+}
+
+/// Approve exactly the deletions of a prune the Source holds beyond its deletion
+/// budget (form field `digest`), as `tether approve` does: the Source's annotation,
+/// set when Kubernetes lets the viewer `patch` the Source. The loop that runs it then
+/// carries them out, or holds a plan whose deletions have another digest.
+pub(crate) async fn approve_deletions(
+    State(state): State<WebState>,
+    Path((namespace, name)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, Failure> {
+    let source = SourceName { namespace, name };
+    let sent = sent(&headers, &body)?;
+    let acting = allowed(
+        &state,
+        &headers,
+        &source,
+        &sent,
+        source_check("patch", &source),
+    )
+    .await?;
+    let digest = sent
+        .fields
+        .get("digest")
+        .map(|d| d.trim())
+        .unwrap_or_default();
+    if !tether_core::inventory::budget::is_digest(digest) {
+        return Err(Failure::new(
+            StatusCode::BAD_REQUEST,
+            format!("{digest:?} is not a digest of deletions (sha256: and 64 hexadecimal digits)"),
+            acting.form,
+        ));
+    }
+    let client = state.shared.sources_client().ok_or_else(|| {
+        Failure::new(
+            StatusCode::NOT_FOUND,
+            "only a Source (a daemon that watches Sources) holds a prune for approval",
+            acting.form,
+        )
+    })?;
+    let requested = now();
+    let patch = approval_request(&requested, digest);
+    let api: Api<Source> = Api::namespaced(client, &source.namespace);
+    api.patch(&source.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|error| {
+            Failure::new(
+                StatusCode::BAD_GATEWAY,
+                format!("cannot annotate the Source: {error}"),
+                acting.form,
+            )
+        })?;
+    tracing::warn!(user = %acting.viewer.user, source = %format!("{}/{}", source.namespace, source.name), %digest, "web action: deletions approved");
+    Ok(done(
+        &source,
+        acting.form,
+        "the deletions were approved",
+        json!({"approved": digest, "requested": requested}),
     ))
 }
 

@@ -13,7 +13,6 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
 use kube::{Client, ResourceExt};
 use serde_json::Value;
 use tether_core::k8s::ObjectKey;
-use tether_core::remedy::Remedy;
 use tether_web::{EventRow, HostRow, SourceDetail, build};
 
 use crate::loop_views::Snapshot;
@@ -39,7 +38,10 @@ pub(crate) async fn detail(snapshot: &Snapshot) -> SourceDetail {
     let plan = &last.plan;
     let mut models = build::model_nodes(plan, &snapshot.applied, &snapshot.failed, &snapshot.drift);
     detail.graph = build::graph(&last.workflow);
-    detail.report_markdown = Some(tether_core::report::markdown(plan, remedy_words));
+    detail.report_markdown = Some(tether_core::report::markdown(
+        plan,
+        crate::source_status::remedy_words,
+    ));
     let files = &last.models.loaded.files;
     let read = tether_core::operation::read_models(files);
     let commit = plan.revision.as_ref().map(|r| r.commit.as_str());
@@ -96,15 +98,6 @@ pub(crate) async fn hosts(snapshot: &Snapshot, live: bool) -> Vec<HostRow> {
         _ => (BTreeMap::new(), Vec::new()),
     };
     build::hosts(&read, files, &nodes, &pods)
-}
-
-/// How the page words a remedy: in the Source's terms, not the CLI's flags.
-pub(crate) fn remedy_words(remedy: Remedy) -> &'static str {
-    match remedy {
-        Remedy::Prune => "set spec.prune: true on the Source",
-        Remedy::AllowEmpty => "set spec.allowEmpty: true on the Source to prune everything",
-        _ => "run tether diff on the repository for what to do",
-    }
 }
 
 /// The live objects of the plan, by key (none past [`MAX_OBJECTS_READ`]); an object

@@ -36,6 +36,10 @@ pub(crate) fn routes(shared: Arc<Shared>, web: Arc<Web>) -> Router {
         .route(paths::SCRIPT, get(pages::script))
         .route(&format!("{api}/reconcile"), post(act::reconcile))
         .route(
+            &format!("{api}/approve-deletions"),
+            post(act::approve_deletions),
+        )
+        .route(
             &format!("{api}/slices/{{slice}}/{{action}}"),
             post(act::slice),
         )

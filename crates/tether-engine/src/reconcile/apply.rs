@@ -22,6 +22,7 @@ use super::wait;
 use crate::cluster::{ClusterError, Resources};
 use crate::driver::{Backoff, Poll, Retries};
 use crate::record::update_inventory;
+use tether_core::inventory::contents::guard;
 use tether_core::inventory::{InventoryEntry, Provenance, by_rank};
 use tether_core::k8s::ObjectKey;
 use tether_core::ownership::{
@@ -187,11 +188,12 @@ async fn prune_all(
         )
     });
     // Beyond the deletion budget, and not approved: nothing is deleted.
-    let held =
-        pruning.options.prune
-            && planned.plan.prune_hold.as_ref().is_some_and(|hold| {
-                !hold.approved_by(pruning.options.approved_deletions.as_deref())
-            });
+    let held = pruning.options.prune
+        && planned.plan.prune_hold.as_ref().is_some_and(|hold| {
+            let by_commit = planned.plan.revision.iter().flat_map(|r| &r.approvals);
+            let approvals = pruning.options.approved_deletions.iter().chain(by_commit);
+            !hold.approved_by(approvals.map(String::as_str))
+        });
     if held {
         report.prune_held = planned.plan.prune_hold.clone();
     }
@@ -326,14 +328,6 @@ fn api_of(resources: &Resources, step: &Step) -> Result<Api<DynamicObject>, Clus
     )
 }
 
-/// How many objects this inventory did not create a Namespace to delete holds.
-fn not_created_here(step: &Step) -> usize {
-    step.change
-        .contents
-        .as_ref()
-        .map_or(0, |c| c.not_created_here.len())
-}
-
 /// Applies the objects of one rank, as many at a time as `options.writes` says: each
 /// one's report, and the uid the server gave it.
 async fn apply_batch<'s>(
@@ -409,10 +403,10 @@ async fn prune_step(pruning: &Pruning<'_>, step: &Step) -> Result<Option<Outcome
         (true, Action::Release) if !options.delete_adopted || step.change.directive.is_some() => {
             release_one(resources, step, manager).await?
         }
-        (true, _) if not_created_here(step) > 0 && !options.delete_foreign_objects => {
-            Some(Outcome::Failed(ObjectFailure::KeptForForeignObjects {
-                not_created_here: not_created_here(step),
-            }))
+        (true, _)
+            if let Some(kept) = guard(step.change.deletion(), options.delete_foreign_objects) =>
+        {
+            Some(Outcome::Failed(ObjectFailure::Kept(kept)))
         }
         (true, _) => prune_one(resources, step).await?,
     })

@@ -14,6 +14,7 @@ use crate::cluster::ClusterError;
 use crate::cluster::api_error;
 use tether_core::inventory::ContainedObject;
 use tether_core::k8s::ObjectKey;
+use tether_core::ownership::{MANAGED_BY_LABEL, MANAGER, PART_OF_LABEL};
 
 /// Every object in `namespace` but Events.
 pub(super) async fn list_namespace(
@@ -121,5 +122,15 @@ fn contained(resource: &ApiResource, item: &PartialObjectMeta<DynamicObject>) ->
             .map(|o| o.uid.clone())
             .collect(),
         secret_type: None,
+        inventory: inventory_of(item),
     }
+}
+
+/// The ApplySet id of the tether inventory an object's labels name.
+fn inventory_of(item: &PartialObjectMeta<DynamicObject>) -> Option<String> {
+    let labels = item.labels();
+    let tethers = labels.get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGER);
+    tethers
+        .then(|| labels.get(PART_OF_LABEL).cloned())
+        .flatten()
 }

@@ -145,7 +145,7 @@ pub(super) async fn plan(
         false => prune_steps(&record, &rendered, (&live, &unlistable), inventory, options),
     };
     steps.extend(prunes);
-    describe_removals(client, &mut steps, &record).await?;
+    describe_removals(client, &mut steps, (&record, &applyset)).await?;
     Ok(Planning {
         labelled: live.len(),
         steps,
@@ -161,7 +161,7 @@ pub(super) async fn plan(
 async fn describe_removals(
     client: &Client,
     steps: &mut [Step],
-    record: &InventoryRecord,
+    (record, applyset): (&InventoryRecord, &str),
 ) -> Result<(), ClusterError> {
     for step in steps
         .iter_mut()
@@ -176,7 +176,7 @@ async fn describe_removals(
         .filter(|s| s.change.key.kind == "Namespace" && s.change.key.group.is_empty())
     {
         let objects = list_namespace(client, &step.change.key.name).await?;
-        step.change.contents = Some(contents_of(&objects, record));
+        step.change.contents = Some(contents_of(&objects, record, applyset));
     }
     for step in steps
         .iter_mut()
@@ -187,7 +187,7 @@ async fn describe_removals(
         })
     {
         let objects = list_custom_resources(client, &step.change.key.name).await?;
-        step.change.contents = Some(contents_of(&objects, record));
+        step.change.contents = Some(contents_of(&objects, record, applyset));
     }
     Ok(())
 }
@@ -289,6 +289,11 @@ fn prune_steps(
                 Action::RemoveHost
             }
             PruneDecision::Delete => Action::Delete,
+            // Held with the prune until a person approves it (`Plan::prune_hold`).
+            PruneDecision::Confirm(by) => {
+                directive = Some(by);
+                Action::Delete
+            }
             PruneDecision::Release => Action::Release,
             PruneDecision::Keep(by) => {
                 directive = Some(by);
@@ -320,6 +325,10 @@ fn prune_steps(
                 model: annotation(object, MODEL_ANNOTATION),
                 source: annotation(object, SOURCE_ANNOTATION),
                 directive,
+                with_contents: directive::directives(object)
+                    .ok()
+                    .and_then(|d| d.with_contents)
+                    .map(|written| written.to_string()),
                 ..Change::new(key, entry.api_version.clone(), action)
             },
             object: None,

@@ -79,6 +79,8 @@ pub struct Reconciler {
     /// What the Source (a daemon's) allows, which the repository's `confine:` may
     /// only narrow.
     confinement: Option<SourceConfinement>,
+    /// The Source's health checks, for the kinds the repository's do not cover.
+    health: HealthChecks,
     /// The user its own cluster's client impersonates (a Source's ServiceAccount), as
     /// refusals name it.
     identity: Option<String>,
@@ -196,6 +198,7 @@ impl Reconciler {
             commits: CommitCache::default(),
             generate: Generate::from_environment(),
             confinement: None,
+            health: HealthChecks::default(),
             identity: None,
         }
     }
@@ -215,6 +218,7 @@ impl Reconciler {
             &self.generate,
             capabilities.as_ref(),
             self.confinement.as_ref(),
+            &self.health,
         )
         .await
     }
@@ -319,6 +323,12 @@ impl Reconciler {
             confinement: Some(confinement),
             ..self
         }
+    }
+
+    /// Judges the health of the kinds the repository's `.tether.yaml` has no check for
+    /// by `health` (a Source's `spec.healthCheckExprs`), before the shipped library.
+    pub fn with_health_checks(self, health: HealthChecks) -> Self {
+        Reconciler { health, ..self }
     }
 
     /// Says that the client given impersonates `user` (a Source's ServiceAccount):
@@ -476,9 +486,7 @@ impl Reconciler {
             cache,
         )
         .await?;
-        let prune_hold = options
-            .budget
-            .and_then(|budget| prune_hold(budget, &planning, recorded_objects));
+        let prune_hold = prune_hold(options.budget, &planning, recorded_objects);
         let plan = Plan {
             prune_hold,
             warnings: plan_warnings(&self.inventory, &planning, recorded),
@@ -817,19 +825,21 @@ fn shared_clusters(ids: &[Option<String>]) -> Vec<Vec<usize>> {
     groups.into_values().filter(|g| g.len() > 1).collect()
 }
 
-/// The hold on the plan's deletions (and host removals) when they are beyond `budget`.
+/// The hold on the plan's deletions (and host removals) when they are beyond `budget`
+/// or one asks for confirmation (a deletion with a directive: `Prune=confirm`).
 fn prune_hold(
-    budget: DeletionBudget,
+    budget: Option<DeletionBudget>,
     planning: &live::Planning,
     recorded: usize,
 ) -> Option<PruneHold> {
-    let deletions: Vec<(&ObjectKey, Option<&str>)> = planning
+    let deletions: Vec<budget::Deletion> = planning
         .steps
         .iter()
         .filter(|s| matches!(s.change.action, Action::Delete | Action::RemoveHost))
-        .map(|s| {
-            let uid = planning.uids.get(&s.change.key).map(String::as_str);
-            (&s.change.key, uid)
+        .map(|s| budget::Deletion {
+            key: &s.change.key,
+            uid: planning.uids.get(&s.change.key).map(String::as_str),
+            confirm: s.change.directive.is_some(),
         })
         .collect();
     budget::hold(budget, &deletions, recorded)
@@ -986,12 +996,15 @@ pub async fn build(
     generate: &Generate,
     capabilities: Option<&Capabilities>,
     source: Option<&SourceConfinement>,
+    source_health: &HealthChecks,
 ) -> Result<(CheckedModels, Option<Rendered>), ReconcileError> {
     let settings = match &loaded.settings {
         Some(text) => settings::parse(SETTINGS_FILE, text)?,
         None => Settings::default(),
     };
-    let health = HealthChecks::compile(SETTINGS_FILE, &settings.health_check_exprs)?.with_library();
+    let health = HealthChecks::compile(SETTINGS_FILE, &settings.health_check_exprs)?
+        .then(source_health)
+        .with_library();
     tether_core::ignore::check(SETTINGS_FILE, &settings.ignore_differences)?;
     let prepared = tether_core::prepare(&loaded.files, settings.kustomize.remote_bases);
     let generated = if prepared.generators.is_empty() {

@@ -4,6 +4,7 @@
 use thiserror::Error;
 
 use tether_core::inventory::budget::PruneHold;
+use tether_core::inventory::contents::Guard;
 use tether_core::k8s::ObjectKey;
 use tether_core::plan::FieldConflict;
 
@@ -59,9 +60,10 @@ pub enum ObjectFailure {
     /// The object belongs to another tether inventory: it was not sent.
     #[error("owned by the tether inventory {inventory}")]
     OwnedByInventory { inventory: String },
-    /// A Namespace to prune that holds objects this inventory did not create: kept.
-    #[error("kept: it holds {not_created_here} objects this inventory did not create")]
-    KeptForForeignObjects { not_created_here: usize },
+    /// A deletion that would take more than this inventory made (a Namespace's or a
+    /// definition's objects, a claim's volume): kept.
+    #[error("{0}")]
+    Kept(Guard),
     /// A deletion of a prune beyond the deletion budget that nobody approved: kept.
     #[error("held: the prune is beyond the deletion budget")]
     PruneHeld,
@@ -96,7 +98,7 @@ impl ObjectFailure {
             ObjectFailure::Prune { retryable, .. } => *retryable,
             ObjectFailure::Conflict(_)
             | ObjectFailure::OwnedByInventory { .. }
-            | ObjectFailure::KeptForForeignObjects { .. }
+            | ObjectFailure::Kept(_)
             | ObjectFailure::PruneHeld
             | ObjectFailure::Refused { .. }
             | ObjectFailure::Forbidden { .. }

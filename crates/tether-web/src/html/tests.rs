@@ -41,6 +41,7 @@ fn hostile_summary(h: &mut Hostile) -> SourceSummary {
         took_seconds: Some(1.5),
         blocked_on: Some(h.next()),
         commit_link: Some("javascript:alert(1)".into()),
+        held_deletions: Some(h.next()),
         counts: Counts {
             objects: 3,
             drifted: 1,
@@ -427,9 +428,10 @@ fn every_form_posts_with_the_token_to_an_encoded_action() {
     };
     let html = source_page(&page, &detail);
     let forms = forms(&html);
-    // Logout, reconcile, scale/restart/rollback of the slice, 2 per pod (one on the
-    // object, one on the host), 2 label removals, assign, unlock.
-    assert_eq!(forms.len(), 1 + 1 + 3 + 2 * 2 + 2 + 1 + 1, "{forms:#?}");
+    // Logout, approve the held deletions, reconcile, scale/restart/rollback of the
+    // slice, 2 per pod (one on the object, one on the host), 2 label removals, assign,
+    // unlock.
+    assert_eq!(forms.len(), 1 + 1 + 1 + 3 + 2 * 2 + 2 + 1 + 1, "{forms:#?}");
     for form in &forms {
         assert!(form.contains("method=\"post\""), "{form}");
         assert!(
@@ -465,6 +467,7 @@ fn every_form_posts_with_the_token_to_an_encoded_action() {
     let pod = &detail.models[0].objects[0].pods[0];
     for action in [
         Action::Reconcile,
+        Action::ApproveDeletions,
         Action::Scale { slice },
         Action::Restart { slice },
         Action::Rollback { slice },
@@ -597,6 +600,7 @@ fn thousand_sources() -> Vec<SourceSummary> {
                 blocked_on: (state == State::Blocked)
                     .then(|| "wave 2 → Deployment shop/web: 3/5 replicas available".into()),
                 commit_link: Some(format!("https://github.com/acme/deploy/commit/{commit}")),
+                held_deletions: None,
                 counts: Counts {
                     objects: 12 + i % 30,
                     drifted: usize::from(state == State::Drifted),
