@@ -2,7 +2,8 @@
 //! render (discovery, so newer servers work the same), and the errors of the cluster
 //! edge (`record` reads and writes the inventory's record).
 //!
-//! A client has a context, optional impersonation, a whole-request timeout, kube's own
+//! A client has a context, optional impersonation, a whole-request timeout and the
+//! same bound on a silence inside an answer's body (`body_timeout`), kube's own
 //! retry off and `ReadRetry` on (reads the server answers "not now" asked again for
 //! about 10 s; writes never), and a [`Fence`]: past it, a client made from a `Target`
 //! that carries one sends no write.
@@ -24,6 +25,8 @@ use thiserror::Error;
 
 use tether_core::k8s::api_group;
 use tether_core::remedy::Remedy;
+
+mod body_timeout;
 
 #[derive(Debug, Error)]
 pub enum ClusterError {
@@ -341,12 +344,14 @@ pub fn client_for(mut config: Config, target: &Target) -> Result<Client, Cluster
     let timeout = target.request_timeout.unwrap_or(Duration::from_secs(30));
     config.connect_timeout = Some(timeout);
     // A whole request, not only a socket read, is bounded: a server that accepts
-    // connections but stops answering (overloaded, paused) must not hang tether.
+    // connections but stops answering (overloaded, paused) must not hang tether, not
+    // even after its headers (a watch aside, see `body_timeout`).
     let fence = target.fence.clone().unwrap_or_default();
     Ok(ClientBuilder::try_from(config)
         .map_err(ClusterError::Client)?
         // A service that can be cloned, so that a read can be sent again.
         .with_layer(&tower::buffer::BufferLayer::new(1024))
+        .with_layer(&body_timeout::BodyTimeoutLayer(timeout))
         .with_layer(&tower::timeout::TimeoutLayer::new(timeout))
         .with_layer(&tower::retry::RetryLayer::new(ReadRetry::new()))
         .with_layer(&tower::filter::FilterLayer::new(move |request| {
@@ -744,6 +749,58 @@ mod tests {
             Fence::default().tenure(),
             Fence::default().tenure(),
             "two fences"
+        );
+    }
+
+    /// A server that answers every request with its headers and the start of a body,
+    /// then says nothing more (as an API server stopped mid-answer).
+    async fn server_stopping_mid_body() -> std::net::SocketAddr {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut request = [0u8; 4096];
+                    let _ = socket.read(&mut request).await;
+                    let _ = socket
+                        .write_all(
+                            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                              content-length: 1000\r\n\r\n{\"kind\":",
+                        )
+                        .await;
+                    tokio::time::sleep(Duration::from_secs(3600)).await;
+                });
+            }
+        });
+        address
+    }
+
+    #[tokio::test]
+    async fn an_answer_whose_body_stops_fails_within_the_request_timeout_and_a_watch_may_idle() {
+        let address = server_stopping_mid_body().await;
+        let config = Config::new(format!("http://{address}").parse().unwrap());
+        let target = Target {
+            request_timeout: Some(Duration::from_millis(500)),
+            ..Target::default()
+        };
+        let client = client_for(config, &target).unwrap();
+        let get = |uri: &str| http::Request::get(uri).body(Vec::new()).unwrap();
+
+        let read = client.request_text(get("/api/v1/namespaces/shop/configmaps/settings"));
+        let read = tokio::time::timeout(Duration::from_secs(5), read)
+            .await
+            .expect("a read whose body stopped hung past the request timeout");
+        assert!(read.is_err(), "{read:?}");
+
+        let watch = client.request_text(get(
+            "/api/v1/namespaces/shop/configmaps?watch=true&timeoutSeconds=290",
+        ));
+        assert!(
+            tokio::time::timeout(Duration::from_secs(2), watch)
+                .await
+                .is_err(),
+            "a watch that idles is not ended by the body timeout"
         );
     }
 }
