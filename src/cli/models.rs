@@ -146,7 +146,9 @@ pub async fn graph(global: &GlobalArgs, args: &GraphArgs) -> miette::Result<Exit
         };
     let workflow = &rendered.workflow;
     if !workflow.has_dependencies() {
-        eprintln!("no model depends on another (depends_on): everything is applied in one wave");
+        eprintln!(
+            "no model depends on another (depends_on) and no object carries a later sync-wave: everything is applied in one wave"
+        );
     }
     let text = match args.format {
         GraphFormat::Mermaid => workflow.mermaid(),

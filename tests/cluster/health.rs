@@ -16,7 +16,7 @@ use crate::reconcile::{Repo, all_output, base, live_config_map, setup, tether, t
 use tether_testkit::remote::Remote;
 
 /// Flux's spelling, as a Flux user's Kustomization carries it.
-fn settings(group: &str) -> String {
+pub fn settings(group: &str) -> String {
     format!(
         "healthCheckExprs:\n  - apiVersion: {group}/v1\n    kind: Gadget\n    current: status.?conditions.orValue([]).exists(c, c.type == 'Ready' && c.status == 'True')\n    failed: status.?conditions.orValue([]).exists(c, c.type == 'Ready' && c.status == 'False' && c.?reason.orValue('') == 'Broken')\n"
     )
@@ -36,7 +36,7 @@ fn models(ns: &str, group: &str, size: u32, value: &str) -> String {
 }
 
 /// Sets the Gadget's status as its controller would, through the status subresource.
-fn set_status(group: &str, ns: &str, condition: &str) {
+pub fn set_status(group: &str, ns: &str, condition: &str) {
     crate::discover::kubectl(&[
         "patch",
         &format!("gadgets.{group}"),
@@ -50,7 +50,7 @@ fn set_status(group: &str, ns: &str, condition: &str) {
     ]);
 }
 
-fn gadget_exists(group: &str, ns: &str) -> bool {
+pub fn gadget_exists(group: &str, ns: &str) -> bool {
     crate::discover::kubectl_command()
         .args([
             "get",

@@ -36,6 +36,7 @@ mod record;
 mod run;
 mod secrets;
 mod shard;
+mod sync_waves;
 mod verify;
 mod web;
 mod web_access;

@@ -521,7 +521,7 @@ fn a_misspelt_flux_or_argo_cd_annotation_is_an_error_at_its_value() {
         dir.path().join("bad.yaml"),
         object(
             "bad",
-            "    kustomize.toolkit.fluxcd.io/ssa: ifnotpresent\n    argocd.argoproj.io/sync-options: CreateNamespace=true\n    kustomize.toolkit.fluxcd.io/force: \"true\"\n",
+            "    kustomize.toolkit.fluxcd.io/ssa: ifnotpresent\n    argocd.argoproj.io/sync-options: CreateNamespace=true\n    kustomize.toolkit.fluxcd.io/force: \"true\"\n    argocd.argoproj.io/sync-wave: first\n",
         ),
     )
     .unwrap();
@@ -541,6 +541,10 @@ fn a_misspelt_flux_or_argo_cd_annotation_is_an_error_at_its_value() {
             "bad.yaml:9:40:",
             "kustomize.toolkit.fluxcd.io/force: \"true\" is not a value tether knows (it reads enabled or disabled)",
         ),
+        (
+            "bad.yaml:10:35:",
+            "argocd.argoproj.io/sync-wave: \"first\" is not a value tether knows (it reads an integer, as \"-1\" or \"5\")",
+        ),
     ] {
         assert!(
             stdout
@@ -550,7 +554,7 @@ fn a_misspelt_flux_or_argo_cd_annotation_is_an_error_at_its_value() {
         );
     }
     assert!(!stdout.contains("good.yaml"), "{stdout}");
-    assert!(stdout.contains("3 errors"), "{stdout}");
+    assert!(stdout.contains("4 errors"), "{stdout}");
 }
 
 #[test]

@@ -24,6 +24,9 @@ pub const FLUX_RECONCILE: &str = "kustomize.toolkit.fluxcd.io/reconcile";
 /// tether: `with-contents` lets prune delete a Namespace, a CustomResourceDefinition
 /// or a PersistentVolumeClaim with what it holds ([`crate::inventory::contents`]).
 pub const TETHER_PRUNE: &str = "tether.dev/prune";
+/// Argo CD: the integer sync-wave an object is applied in (0 when absent); see
+/// [`crate::workflow`].
+pub const ARGO_SYNC_WAVE: &str = "argocd.argoproj.io/sync-wave";
 /// Argo CD: comma-separated `Option=value` pairs.
 pub const ARGO_SYNC_OPTIONS: &str = "argocd.argoproj.io/sync-options";
 
@@ -69,6 +72,8 @@ pub struct Directives {
     pub apply: (ApplyMode, Option<Written>),
     /// A change the server refuses in place makes the object again.
     pub replace: Option<Written>,
+    /// The Argo CD sync-wave it is applied in.
+    pub sync_wave: i64,
 }
 
 /// Argo CD's per-object sync options that tether reads, and what it does with each
@@ -135,6 +140,11 @@ fn read(directives: &mut Directives, key: &str, value: &str) -> Result<(), Strin
             "disabled" => {}
             _ => return Err(unknown(FLUX_FORCE, value, "enabled or disabled")),
         },
+        ARGO_SYNC_WAVE => {
+            directives.sync_wave = value
+                .parse()
+                .map_err(|_| unknown(ARGO_SYNC_WAVE, value, "an integer, as \"-1\" or \"5\""))?;
+        }
         ARGO_SYNC_OPTIONS => {
             for option in value.split(',').map(str::trim).filter(|o| !o.is_empty()) {
                 read_argo_option(directives, option, &written(ARGO_SYNC_OPTIONS))?;
@@ -289,9 +299,16 @@ mod tests {
                 },
             ),
             (json!({FLUX_SSA: "Override"}), Directives::default()),
+            (
+                json!({ARGO_SYNC_WAVE: "-2"}),
+                Directives {
+                    sync_wave: -2,
+                    ..Directives::default()
+                },
+            ),
             // Other tools' annotations, and Argo CD's other keys, are not directives.
             (
-                json!({"argocd.argoproj.io/sync-wave": "2", "example.com/x": "y"}),
+                json!({"argocd.argoproj.io/compare-options": "IgnoreExtraneous", "example.com/x": "y"}),
                 Directives::default(),
             ),
         ];
@@ -316,6 +333,8 @@ mod tests {
                 "Prune=false",
             ),
             (json!({ARGO_SYNC_OPTIONS: "Prune"}), "Prune=false"),
+            (json!({ARGO_SYNC_WAVE: "first"}), "an integer"),
+            (json!({ARGO_SYNC_WAVE: "1.5"}), "an integer"),
         ];
         for (annotations, names) in cases {
             let error = of(annotations.clone()).expect_err("refused");

@@ -116,7 +116,6 @@ pub fn render(graph: &Graph, files: &SourceFiles, inventory: &Inventory) -> Vec<
             kind: Kind::KubernetesService,
             index: 0,
         },
-        wave: 0,
     };
     renderer.render_all();
     let mut objects = renderer.objects;
@@ -144,9 +143,8 @@ struct Renderer<'g> {
     files: &'g SourceFiles,
     applyset: String,
     objects: Vec<RenderedObject>,
-    /// The model being rendered, and its wave.
+    /// The model being rendered.
     model: ModelId,
-    wave: usize,
 }
 
 fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -199,6 +197,8 @@ impl Renderer<'_> {
 
     fn push_value(&mut self, origin: Origin, model_name: &str, body: serde_json::Value) {
         let body = conventional_order(body);
+        let sync_wave = crate::directive::directives(&body).map_or(0, |d| d.sync_wave);
+        let wave = self.graph.workflow.wave_of(self.model, sync_wave);
         let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
         self.objects.push(RenderedObject {
             api_version: text(&body["apiVersion"]),
@@ -209,7 +209,7 @@ impl Renderer<'_> {
             source: self.files.path(origin.span.file).to_string(),
             span: origin.span,
             model_id: self.model,
-            wave: self.wave,
+            wave,
             body,
         });
     }
@@ -218,10 +218,9 @@ impl Renderer<'_> {
         &self.graph.models.trust_domains[index].name.value
     }
 
-    /// Renders the next objects in the wave of model `index` of `kind`.
+    /// Renders the next objects as made by model `index` of `kind`.
     fn enter(&mut self, kind: Kind, index: usize) {
         self.model = ModelId { kind, index };
-        self.wave = self.graph.workflow.wave_of(self.model);
     }
 
     fn render_all(&mut self) {

@@ -3,6 +3,11 @@
 //! starts, and which models a selection (`--only`) takes along. Pure: resolve builds
 //! it, render stamps each object with its wave, apply waits between waves, and the
 //! reports draw it.
+//!
+//! An object may also carry Argo CD's `argocd.argoproj.io/sync-wave`: as in Argo CD,
+//! every object of a lower sync-wave is applied, and ready, before any of a higher
+//! one (objects without are in sync-wave 0). The waves honour both orders; where they
+//! contradict each other, resolve reports the [`SyncConflict`].
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -71,8 +76,13 @@ pub struct Member {
     pub span: Span,
     /// Whether tether applies its objects.
     pub managed: bool,
-    /// The wave its objects are applied in; 0 when it waits for nothing.
+    /// The first wave its objects are applied in; 0 when it waits for nothing.
     pub wave: usize,
+    /// The wave of its objects of each Argo CD sync-wave (one entry, 0, for a model
+    /// whose objects carry none).
+    pub waves: BTreeMap<i64, usize>,
+    /// The Argo CD sync-wave of each of its objects that carries one other than 0.
+    pub sync_waves: BTreeMap<ObjectKey, i64>,
     /// What it waits for (`depends_on`).
     pub needs: Vec<Need>,
     /// The models it cannot exist without (its trust domain, its slice, the
@@ -86,6 +96,27 @@ pub struct Member {
     pub cluster: Option<String>,
 }
 
+impl Member {
+    /// The Argo CD sync-wave of one of its objects.
+    pub fn sync_wave_of(&self, key: &ObjectKey) -> i64 {
+        self.sync_waves.get(key).copied().unwrap_or(0)
+    }
+
+    /// The sync-waves its objects are in (0 alone for a model whose objects carry
+    /// none, or that makes none).
+    fn sync_wave_set(&self) -> BTreeSet<i64> {
+        let mut set: BTreeSet<i64> = self
+            .objects
+            .iter()
+            .map(|gate| self.sync_wave_of(&gate.key))
+            .collect();
+        if set.is_empty() {
+            set.insert(0);
+        }
+        set
+    }
+}
+
 /// A dependency cycle: members, each waiting for the next, the last for the first.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Cycle {
@@ -93,6 +124,19 @@ pub struct Cycle {
     /// Where each member's link to the next is written (`None` for a link it does
     /// not write, as a pod's to its slice).
     pub links: Vec<Option<Span>>,
+}
+
+/// A model that waits for another whose objects Argo CD's sync-wave puts after its
+/// own: no order honours both.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SyncConflict {
+    /// The member that waits, and its lowest sync-wave.
+    pub member: usize,
+    pub sync_wave: i64,
+    /// The member it waits for, its highest sync-wave, and where the wait is written.
+    pub needed: usize,
+    pub needed_sync_wave: i64,
+    pub span: Span,
 }
 
 /// The dependency graph of a repo's models.
@@ -131,20 +175,25 @@ impl Workflow {
             .position(|m| m.objects.iter().any(|gate| gate.key == *key))
     }
 
-    /// The wave of a model's objects (0 for a model that takes no part).
-    pub fn wave_of(&self, id: ModelId) -> usize {
-        self.member(id).map_or(0, |i| self.members[i].wave)
+    /// The wave of a model's objects of an Argo CD sync-wave (0 for a model that
+    /// takes no part).
+    pub fn wave_of(&self, id: ModelId, sync_wave: i64) -> usize {
+        self.member(id).map_or(0, |i| {
+            let member = &self.members[i];
+            member.waves.get(&sync_wave).copied().unwrap_or(member.wave)
+        })
     }
 
     /// How many waves there are (at least one).
     pub fn wave_count(&self) -> usize {
-        self.members.iter().map(|m| m.wave + 1).max().unwrap_or(1)
+        let last = self.members.iter().flat_map(|m| m.waves.values()).max();
+        last.map_or(1, |w| w + 1)
     }
 
-    /// Whether any model waits for anything: without, there is one wave and nothing
-    /// to draw.
+    /// Whether any model waits for anything, or objects come in several sync-waves:
+    /// without, there is one wave and nothing to draw.
     pub fn has_dependencies(&self) -> bool {
-        self.members.iter().any(|m| !m.needs.is_empty())
+        self.wave_count() > 1 || self.members.iter().any(|m| !m.needs.is_empty())
     }
 
     /// The links of a member, explicit (`depends_on`) and implicit (`requires`),
@@ -218,40 +267,90 @@ impl Workflow {
         cycles
     }
 
-    /// Sets each member's wave: one past the waves of what it waits for, and no
-    /// earlier than what it requires. The graph must have no cycle.
-    pub fn plan_waves(&mut self) {
-        let n = self.members.len();
-        let mut wave: Vec<Option<usize>> = vec![None; n];
-        for start in 0..n {
-            let mut stack = vec![start];
-            while let Some(&top) = stack.last() {
-                if wave[top].is_some() {
-                    stack.pop();
-                    continue;
-                }
-                let unplanned: Vec<usize> = self
-                    .links(top)
-                    .map(|(to, _)| to)
-                    .filter(|to| wave[*to].is_none() && !stack.contains(to))
-                    .collect();
-                if unplanned.is_empty() {
-                    let m = &self.members[top];
-                    let after_needs = m.needs.iter().filter_map(|need| match need {
-                        Need::Model { member, .. } => wave[*member].map(|w| w + 1),
-                        Need::Object { .. } => None,
-                    });
-                    let with_requires = m.requires.iter().filter_map(|r| wave[*r]);
-                    wave[top] = Some(after_needs.chain(with_requires).max().unwrap_or(0));
-                    stack.pop();
-                } else {
-                    stack.extend(unplanned);
-                }
+    /// Sets each member's waves: one past the waves of what it waits for, no earlier
+    /// than what it requires, and one past every object of a lower Argo CD
+    /// sync-wave. The graph must have no cycle; a wait that contradicts the
+    /// sync-waves is returned, and the waves are then only bounded.
+    pub fn plan_waves(&mut self) -> Option<SyncConflict> {
+        // A group: the objects of one member in one sync-wave.
+        let mut groups: Vec<(usize, i64)> = Vec::new();
+        let mut of_member: Vec<Vec<usize>> = vec![Vec::new(); self.members.len()];
+        for (i, member) in self.members.iter().enumerate() {
+            for sync_wave in member.sync_wave_set() {
+                of_member[i].push(groups.len());
+                groups.push((i, sync_wave));
             }
         }
-        for (member, w) in self.members.iter_mut().zip(wave) {
-            member.wave = w.unwrap_or(0);
+        let mut wave = vec![0usize; groups.len()];
+        let mut settled = false;
+        // Longest paths: a graph without cycles settles within one round per group.
+        for _ in 0..=groups.len() {
+            let mut below: BTreeMap<i64, usize> = BTreeMap::new();
+            let mut running = 0;
+            let mut by_sync: Vec<usize> = (0..groups.len()).collect();
+            by_sync.sort_by_key(|g| groups[*g].1);
+            for chunk in by_sync.chunk_by(|a, b| groups[*a].1 == groups[*b].1) {
+                below.insert(groups[chunk[0]].1, running);
+                running = chunk.iter().map(|g| wave[*g] + 1).fold(running, usize::max);
+            }
+            let mut changed = false;
+            for (g, (member, sync_wave)) in groups.iter().enumerate() {
+                let m = &self.members[*member];
+                let after_needs = m.needs.iter().flat_map(|need| match need {
+                    Need::Model { member, .. } => of_member[*member].as_slice(),
+                    Need::Object { .. } => &[],
+                });
+                let after_needs = after_needs.map(|h| wave[*h] + 1);
+                let with_requires = m.requires.iter().flat_map(|r| &of_member[*r]);
+                let planned = after_needs
+                    .chain(with_requires.map(|h| wave[*h]))
+                    .chain(below.get(sync_wave).copied())
+                    .max()
+                    .unwrap_or(0);
+                if planned > wave[g] {
+                    wave[g] = planned;
+                    changed = true;
+                }
+            }
+            if !changed {
+                settled = true;
+                break;
+            }
         }
+        for member in &mut self.members {
+            member.waves.clear();
+        }
+        for ((member, sync_wave), w) in groups.into_iter().zip(wave) {
+            self.members[member].waves.insert(sync_wave, w);
+        }
+        for member in &mut self.members {
+            member.wave = member.waves.values().copied().min().unwrap_or(0);
+        }
+        if settled { None } else { self.sync_conflict() }
+    }
+
+    /// The first wait for a member whose objects come in a later sync-wave.
+    fn sync_conflict(&self) -> Option<SyncConflict> {
+        self.members.iter().enumerate().find_map(|(i, member)| {
+            let sync_wave = member.sync_wave_set().into_iter().min()?;
+            member.needs.iter().find_map(|need| {
+                let Need::Model {
+                    member: needed,
+                    span,
+                } = need
+                else {
+                    return None;
+                };
+                let needed_sync_wave = self.members[*needed].sync_wave_set().into_iter().max()?;
+                (needed_sync_wave > sync_wave).then_some(SyncConflict {
+                    member: i,
+                    sync_wave,
+                    needed: *needed,
+                    needed_sync_wave,
+                    span: *span,
+                })
+            })
+        })
     }
 
     /// What must be ready before `wave` starts: the objects of the models its members
@@ -259,12 +358,45 @@ impl Workflow {
     /// those members.
     pub fn gates(&self, wave: usize, only: Option<&BTreeSet<usize>>) -> Vec<WaveGate> {
         let mut gates: BTreeMap<Gate, WaveGate> = BTreeMap::new();
+        let taken = |(i, m): &(usize, &Member)| m.managed && only.is_none_or(|o| o.contains(i));
         let starting = self
             .members
             .iter()
             .enumerate()
-            .filter(|(i, m)| m.wave == wave && m.managed && only.is_none_or(|o| o.contains(i)));
-        for (_, member) in starting {
+            .filter(taken)
+            .filter_map(|(_, m)| {
+                let sync_waves: Vec<i64> = m
+                    .waves
+                    .iter()
+                    .filter(|(_, w)| **w == wave)
+                    .map(|(s, _)| *s)
+                    .collect();
+                (!sync_waves.is_empty()).then_some((m, sync_waves))
+            });
+        for (member, sync_waves) in starting {
+            // As in Argo CD, every object of a lower sync-wave is ready first.
+            let sync_wave = sync_waves.iter().copied().max().unwrap_or(0);
+            let earlier = self
+                .members
+                .iter()
+                .enumerate()
+                .filter(taken)
+                .flat_map(|(_, m)| {
+                    m.objects
+                        .iter()
+                        .filter(|gate| m.sync_wave_of(&gate.key) < sync_wave)
+                });
+            for gate in earlier {
+                let entry = gates.entry(gate.clone()).or_insert_with(|| WaveGate {
+                    gate: gate.clone(),
+                    external: false,
+                    needed_by: Vec::new(),
+                });
+                let label = format!("{} (sync-wave {sync_wave})", member.label);
+                if !entry.needed_by.contains(&label) {
+                    entry.needed_by.push(label);
+                }
+            }
             for need in &member.needs {
                 let (objects, external): (Vec<&Gate>, bool) = match need {
                     Need::Model { member, .. } => {
@@ -370,7 +502,8 @@ impl Workflow {
         let mut shown = BTreeSet::new();
         for (i, m) in self.members.iter().enumerate() {
             // A chart or a kustomization is a unit a reader looks for, waits or not.
-            if matches!(m.id.kind, Kind::HelmChart | Kind::Kustomization) {
+            // So is a model whose objects a sync-wave puts in a wave of their own.
+            if matches!(m.id.kind, Kind::HelmChart | Kind::Kustomization) || m.waves.len() > 1 {
                 shown.insert(i);
             }
             for need in &m.needs {

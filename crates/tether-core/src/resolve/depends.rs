@@ -3,13 +3,16 @@
 
 use super::resolved_graph::Links;
 use super::resolver::{Resolver, label};
+use std::collections::BTreeMap;
+
 use crate::diagnostic::Span;
+use crate::directive::{self, ARGO_SYNC_WAVE};
 use crate::k8s::{ObjectKey, builtin_api_version};
 use crate::model::{
     ControllerKind, Dependency, DependencyTarget, Idx, Kind, ModelObject, ReadyWhen, Service,
     Slice, Spanned, Text, TrustDomain, indexed, object_key,
 };
-use crate::workflow::{Cycle, Gate, Member, ModelId, Need, Rule, Workflow};
+use crate::workflow::{Cycle, Gate, Member, ModelId, Need, Rule, SyncConflict, Workflow};
 
 /// A `depends_on` entry, resolved.
 pub(super) enum Resolved {
@@ -232,8 +235,30 @@ impl Resolver<'_> {
         for cycle in workflow.cycles() {
             self.report_cycle(&workflow, &cycle);
         }
-        workflow.plan_waves();
+        if let Some(conflict) = workflow.plan_waves() {
+            self.report_sync_conflict(&workflow, &conflict);
+        }
         workflow
+    }
+
+    fn report_sync_conflict(&mut self, workflow: &Workflow, conflict: &SyncConflict) {
+        let waiting = &workflow.members[conflict.member];
+        let needed = &workflow.members[conflict.needed];
+        self.error(
+            &written_as(&waiting.label),
+            conflict.span,
+            format!(
+                "{} waits for {}, whose objects {ARGO_SYNC_WAVE} puts after it (sync-wave {} against {})",
+                waiting.label,
+                needed.label,
+                conflict.needed_sync_wave,
+                conflict.sync_wave
+            ),
+            Some(format!(
+                "give {}'s objects a sync-wave no later than {}, or remove this depends_on entry",
+                needed.label, conflict.sync_wave
+            )),
+        );
     }
 
     fn report_cycle(&mut self, workflow: &Workflow, cycle: &Cycle) {
@@ -261,11 +286,12 @@ impl Resolver<'_> {
         if !others.is_empty() {
             hint.push_str(&format!(" (the others: {})", others.join(", ")));
         }
-        let from = match first.label.split_once('/') {
-            Some((kind, name)) => format!("{kind} \"{name}\""),
-            None => first.label.clone(),
-        };
-        self.error(&from, at, format!("dependency cycle: {chain}"), Some(hint));
+        self.error(
+            &written_as(&first.label),
+            at,
+            format!("dependency cycle: {chain}"),
+            Some(hint),
+        );
     }
 
     /// A member for every model that makes (or stands for) objects.
@@ -335,6 +361,11 @@ impl Resolver<'_> {
             for object in &x.objects {
                 let key = object_key(ModelObject::Resource(&object.value));
                 let api_version = object.value["apiVersion"].as_str().unwrap_or_default();
+                // A sync-wave tether cannot read is reported where it is written.
+                let sync_wave = directive::directives(&object.value).map_or(0, |d| d.sync_wave);
+                if let (Some(key), true) = (&key, sync_wave != 0) {
+                    node.sync_waves.insert(key.clone(), sync_wave);
+                }
                 node.objects.extend(gate(key, api_version, rule.clone()));
             }
             members.push(node);
@@ -433,6 +464,14 @@ impl Resolver<'_> {
     }
 }
 
+/// A member's `Kind/name` as an error names the model: `Kind "name"`.
+fn written_as(label: &str) -> String {
+    match label.split_once('/') {
+        Some((kind, name)) => format!("{kind} \"{name}\""),
+        None => label.to_string(),
+    }
+}
+
 /// A member of the workflow, before its links are known.
 fn member(kind: Kind, index: usize, name: &Text, span: Span, managed: bool) -> Member {
     Member {
@@ -441,6 +480,8 @@ fn member(kind: Kind, index: usize, name: &Text, span: Span, managed: bool) -> M
         span,
         managed,
         wave: 0,
+        waves: BTreeMap::new(),
+        sync_waves: BTreeMap::new(),
         needs: Vec::new(),
         requires: Vec::new(),
         objects: Vec::new(),
