@@ -1469,6 +1469,7 @@ const FEATURE_WORDS: &[(&str, &str)] = &[
     ("reconcile", ONE_FEATURE_ONE_WORD),
     ("verify", ONE_FEATURE_ONE_WORD),
     ("contents", ONE_FEATURE_ONE_WORD),
+    ("hook", ONE_FEATURE_ONE_WORD),
 ];
 
 const ONE_FEATURE_ONE_WORD: &str =

@@ -511,6 +511,19 @@ pub(super) fn report_text(applied: &ApplyReport) -> String {
     if let Some(blocked) = &applied.blocked {
         out.push_str(&blocked_text(blocked));
     }
+    for hook in &applied.hooks {
+        let deleted = if hook.deleted { ", deleted" } else { "" };
+        match &hook.failure {
+            None => out.push_str(&format!(
+                "  hook {} {}: succeeded{deleted}\n",
+                hook.phase, hook.key
+            )),
+            Some(why) => out.push_str(&format!(
+                "  hook {} {}: failed{deleted}: {why}\n",
+                hook.phase, hook.key
+            )),
+        }
+    }
     if let Some(hold) = &applied.prune_held {
         out.push_str(&tether_core::report::held_text(hold, terminal::remedy_text));
         out.push('\n');

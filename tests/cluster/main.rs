@@ -6,6 +6,7 @@
 //! removed). The tests of the control plane itself are `tests/control_plane`.
 
 mod annotations;
+mod argo_sync;
 mod attestation;
 mod budget;
 mod clusters;
@@ -36,7 +37,6 @@ mod record;
 mod run;
 mod secrets;
 mod shard;
-mod sync_waves;
 mod verify;
 mod web;
 mod web_access;

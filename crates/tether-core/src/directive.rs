@@ -27,6 +27,11 @@ pub const TETHER_PRUNE: &str = "tether.dev/prune";
 /// Argo CD: the integer sync-wave an object is applied in (0 when absent); see
 /// [`crate::workflow`].
 pub const ARGO_SYNC_WAVE: &str = "argocd.argoproj.io/sync-wave";
+/// Argo CD: the phases an object is a hook of (`PreSync,PostSync`), made anew by each
+/// apply that runs them; `Skip` never applies it. See [`crate::hook`].
+pub const ARGO_HOOK: &str = "argocd.argoproj.io/hook";
+/// Argo CD: when a hook object is deleted.
+pub const ARGO_HOOK_DELETE_POLICY: &str = "argocd.argoproj.io/hook-delete-policy";
 /// Argo CD: comma-separated `Option=value` pairs.
 pub const ARGO_SYNC_OPTIONS: &str = "argocd.argoproj.io/sync-options";
 
@@ -43,6 +48,48 @@ pub enum ApplyMode {
     IfNotPresent,
     /// Never applied.
     Ignore,
+}
+
+/// When a hook runs, in Argo CD's words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum HookPhase {
+    /// Before anything is applied; a failure applies nothing.
+    PreSync,
+    /// Once every wave is applied.
+    Sync,
+    /// Once everything applied is ready and the prune is done.
+    PostSync,
+    /// When the apply, or a hook of another phase, fails.
+    SyncFail,
+}
+
+impl HookPhase {
+    pub fn name(self) -> &'static str {
+        match self {
+            HookPhase::PreSync => "PreSync",
+            HookPhase::Sync => "Sync",
+            HookPhase::PostSync => "PostSync",
+            HookPhase::SyncFail => "SyncFail",
+        }
+    }
+}
+
+impl fmt::Display for HookPhase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// When a hook object is deleted, in Argo CD's words.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum HookDeletion {
+    /// The object of the name is deleted before the hook is made again (the default,
+    /// as in Argo CD).
+    BeforeHookCreation,
+    /// Deleted once it succeeded.
+    HookSucceeded,
+    /// Deleted once it failed.
+    HookFailed,
 }
 
 /// One annotation as written, `key: value`, for messages.
@@ -74,6 +121,10 @@ pub struct Directives {
     pub replace: Option<Written>,
     /// The Argo CD sync-wave it is applied in.
     pub sync_wave: i64,
+    /// The phases it is a hook of (none: it is an object, not a hook).
+    pub hook: Vec<HookPhase>,
+    /// When it is deleted, as a hook.
+    pub hook_deletion: Vec<HookDeletion>,
 }
 
 /// Argo CD's per-object sync options that tether reads, and what it does with each
@@ -145,12 +196,67 @@ fn read(directives: &mut Directives, key: &str, value: &str) -> Result<(), Strin
                 .parse()
                 .map_err(|_| unknown(ARGO_SYNC_WAVE, value, "an integer, as \"-1\" or \"5\""))?;
         }
+        ARGO_HOOK => read_hook(directives, value, || written(ARGO_HOOK))?,
+        ARGO_HOOK_DELETE_POLICY => read_hook_deletion(directives, value)?,
         ARGO_SYNC_OPTIONS => {
             for option in value.split(',').map(str::trim).filter(|o| !o.is_empty()) {
                 read_argo_option(directives, option, &written(ARGO_SYNC_OPTIONS))?;
             }
         }
         _ => {}
+    }
+    Ok(())
+}
+
+/// `argocd.argoproj.io/hook`: the phases, comma-separated; `Skip` never applies it.
+fn read_hook(
+    directives: &mut Directives,
+    value: &str,
+    written: impl Fn() -> Written,
+) -> Result<(), String> {
+    for phase in value.split(',').map(str::trim) {
+        let phase = match phase {
+            "PreSync" => HookPhase::PreSync,
+            "Sync" => HookPhase::Sync,
+            "PostSync" => HookPhase::PostSync,
+            "SyncFail" => HookPhase::SyncFail,
+            "Skip" => {
+                set_mode(directives, ApplyMode::Ignore, written());
+                continue;
+            }
+            _ => {
+                return Err(unknown(
+                    ARGO_HOOK,
+                    value,
+                    "PreSync, Sync, PostSync, SyncFail or Skip, comma-separated; tether has no PostDelete",
+                ));
+            }
+        };
+        if !directives.hook.contains(&phase) {
+            directives.hook.push(phase);
+        }
+    }
+    Ok(())
+}
+
+/// `argocd.argoproj.io/hook-delete-policy`: the policies, comma-separated.
+fn read_hook_deletion(directives: &mut Directives, value: &str) -> Result<(), String> {
+    for policy in value.split(',').map(str::trim) {
+        let policy = match policy {
+            "BeforeHookCreation" => HookDeletion::BeforeHookCreation,
+            "HookSucceeded" => HookDeletion::HookSucceeded,
+            "HookFailed" => HookDeletion::HookFailed,
+            _ => {
+                return Err(unknown(
+                    ARGO_HOOK_DELETE_POLICY,
+                    value,
+                    "BeforeHookCreation, HookSucceeded or HookFailed, comma-separated",
+                ));
+            }
+        };
+        if !directives.hook_deletion.contains(&policy) {
+            directives.hook_deletion.push(policy);
+        }
     }
     Ok(())
 }
@@ -238,6 +344,7 @@ mod tests {
     }
 
     #[test]
+    #[expect(clippy::too_many_lines, reason = "a table: one row per case")]
     fn flux_and_argo_spellings_read_as_the_same_directives() {
         let cases = [
             (json!({}), Directives::default()),
@@ -306,6 +413,21 @@ mod tests {
                     ..Directives::default()
                 },
             ),
+            (
+                json!({ARGO_HOOK: "PreSync, PostSync", ARGO_HOOK_DELETE_POLICY: "HookSucceeded"}),
+                Directives {
+                    hook: vec![HookPhase::PreSync, HookPhase::PostSync],
+                    hook_deletion: vec![HookDeletion::HookSucceeded],
+                    ..Directives::default()
+                },
+            ),
+            (
+                json!({ARGO_HOOK: "Skip"}),
+                Directives {
+                    apply: (ApplyMode::Ignore, written(ARGO_HOOK, "Skip")),
+                    ..Directives::default()
+                },
+            ),
             // Other tools' annotations, and Argo CD's other keys, are not directives.
             (
                 json!({"argocd.argoproj.io/compare-options": "IgnoreExtraneous", "example.com/x": "y"}),
@@ -334,6 +456,12 @@ mod tests {
             ),
             (json!({ARGO_SYNC_OPTIONS: "Prune"}), "Prune=false"),
             (json!({ARGO_SYNC_WAVE: "first"}), "an integer"),
+            (json!({ARGO_HOOK: "PostDelete"}), "no PostDelete"),
+            (json!({ARGO_HOOK: "presync"}), "PreSync, Sync"),
+            (
+                json!({ARGO_HOOK_DELETE_POLICY: "HookSucceded"}),
+                "HookSucceeded",
+            ),
             (json!({ARGO_SYNC_WAVE: "1.5"}), "an integer"),
         ];
         for (annotations, names) in cases {

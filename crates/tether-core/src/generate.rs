@@ -404,6 +404,7 @@ pub fn read_generated(
                 },
                 name: Spanned::new(shown_dir(dir).to_string(), span),
                 objects: objects.into_iter().map(|(object, _)| object).collect(),
+                hooks: Vec::new(),
                 owner: None,
                 depends_on: Vec::new(),
                 ready_when: None,
@@ -626,6 +627,7 @@ fn chart_steps(
             },
             name: Spanned::new(name, chart.name.span),
             objects,
+            hooks: Vec::new(),
             owner: None,
             depends_on,
             ready_when: match phase {

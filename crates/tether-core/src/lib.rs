@@ -31,6 +31,7 @@ pub mod feedback;
 pub mod fleet;
 pub mod generate;
 pub mod health;
+pub mod hook;
 pub mod host;
 pub mod ignore;
 pub mod image_automation;
@@ -123,6 +124,7 @@ pub fn complete(
     } = prepared;
     let before = generated_objects(&models);
     generate::read_generated(&generators, generated, &mut models, files, &mut diagnostics);
+    hook::separate(&mut models);
     // A built object counts as a document of the repository, as a plain one does.
     let documents = documents + generated_objects(&models) - before;
     let (graph, resolve_diagnostics) = resolve::resolve(models, files);

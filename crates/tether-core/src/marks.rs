@@ -10,8 +10,8 @@ use crate::generate::HOOK_REVISION_ANNOTATION;
 use crate::host::TAINTS_ANNOTATION;
 use crate::model::LOCK_TAINT_KEY;
 use crate::ownership::{
-    APPLYSET_ID_LABEL, MANAGED_BY_LABEL, MODEL_ANNOTATION, PART_OF_LABEL, SHARD_OF_LABEL,
-    SOURCE_ANNOTATION,
+    APPLYSET_ID_LABEL, HOOK_OF_LABEL, MANAGED_BY_LABEL, MODEL_ANNOTATION, PART_OF_LABEL,
+    SHARD_OF_LABEL, SOURCE_ANNOTATION,
 };
 use crate::plan::APPLIED_HASH_ANNOTATION;
 use crate::render::{
@@ -147,6 +147,30 @@ pub const MARKS: &[Mark] = &[
         MarkKind::Annotation,
         "any object tether applies (read only)",
         "Argo CD's per-object sync options: `Prune=false`, `Delete=false` keep it from prune; `Prune=confirm` holds the prune until a person approves its deletions; `Replace=true` makes it again when a change cannot be made in place. See the guide to Flux and Argo CD annotations.",
+    ),
+    mark(
+        directive::ARGO_SYNC_WAVE,
+        MarkKind::Annotation,
+        "any object tether applies (read only)",
+        "Argo CD's sync-wave, an integer (0 when absent): every object of a lower sync-wave is applied, and ready, before any of a higher one, together with the waves of `depends_on`.",
+    ),
+    mark(
+        directive::ARGO_HOOK,
+        MarkKind::Annotation,
+        "objects of plain files and kustomizations (read only)",
+        "Argo CD's hook phases (`PreSync`, `Sync`, `PostSync`, `SyncFail`, comma-separated): the object is made anew by each apply that changes something, in its phase, never recorded in the inventory nor pruned; it may have only a `generateName`. `Skip`: never applied.",
+    ),
+    mark(
+        directive::ARGO_HOOK_DELETE_POLICY,
+        MarkKind::Annotation,
+        "Argo CD hooks (read only)",
+        "When a hook's object is deleted: `BeforeHookCreation` (the default: the object of its name before it is made again), `HookSucceeded`, `HookFailed`.",
+    ),
+    mark(
+        HOOK_OF_LABEL,
+        MarkKind::Label,
+        "Argo CD hook objects tether made",
+        "The ApplySet id of the inventory whose apply made the hook. Not `applyset.kubernetes.io/part-of`: a hook is not one of the inventory's objects, and prune never deletes it.",
     ),
     mark(
         "kubectl.kubernetes.io/last-applied-configuration",

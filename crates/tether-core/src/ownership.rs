@@ -29,6 +29,9 @@ pub const APPLYSET_ID_LABEL: &str = "applyset.kubernetes.io/id";
 /// The label every shard of a record carries: the ApplySet id of its inventory, so
 /// that orphans are found by one list.
 pub const SHARD_OF_LABEL: &str = "tether.dev/inventory-shard-of";
+/// The label of an Argo CD hook object tether made: the ApplySet id of the inventory
+/// whose apply made it (a hook is not one of the inventory's objects, never pruned).
+pub const HOOK_OF_LABEL: &str = "tether.dev/hook-of";
 /// `Kind/name` of the model an object was rendered from.
 pub const MODEL_ANNOTATION: &str = "tether.dev/model";
 /// The model's file, relative to the models root.

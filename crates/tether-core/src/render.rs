@@ -30,7 +30,10 @@ use crate::model::{
     TrustDomain, indexed, object_key,
 };
 use crate::normalize::normalize;
-use crate::ownership::{Inventory, MODEL_ANNOTATION, SOURCE_ANNOTATION, ownership_labels};
+use crate::ownership::{
+    HOOK_OF_LABEL, Inventory, MANAGED_BY_LABEL, MANAGER, MODEL_ANNOTATION, SOURCE_ANNOTATION,
+    ownership_labels,
+};
 use crate::resolve::Graph;
 use crate::source::SourceFiles;
 use crate::workflow::ModelId;
@@ -136,6 +139,46 @@ pub fn render(graph: &Graph, files: &SourceFiles, inventory: &Inventory) -> Vec<
             ))
     });
     objects
+}
+
+/// The Argo CD hooks of the graph's resources, labelled as tether's and as made for
+/// the inventory, but not as its objects: each apply that runs them makes them anew
+/// (see [`crate::hook`]). A hook's `name` is its `generateName` when it has no name.
+pub fn render_hooks(
+    graph: &Graph,
+    files: &SourceFiles,
+    inventory: &Inventory,
+) -> Vec<RenderedObject> {
+    let mut renderer = Renderer {
+        graph,
+        files,
+        applyset: inventory.applyset_id(),
+        objects: Vec::new(),
+        model: ModelId {
+            kind: Kind::KubernetesService,
+            index: 0,
+        },
+    };
+    let labels = BTreeMap::from([
+        (MANAGED_BY_LABEL.to_string(), MANAGER.to_string()),
+        (HOOK_OF_LABEL.to_string(), renderer.applyset.clone()),
+    ]);
+    for (i, r) in graph.models.resources.iter().enumerate() {
+        renderer.enter(r.origin.kind, i);
+        for hook in &r.hooks {
+            let mut body = hook.value.clone();
+            normalize(&mut body);
+            renderer.label_resource(&mut body, r.origin, &r.name.value, None, labels.clone());
+            renderer.push_value(r.origin, &r.name.value, body);
+            if let Some(pushed) = renderer.objects.last_mut()
+                && pushed.name.is_empty()
+            {
+                let prefix = &pushed.body["metadata"]["generateName"];
+                pushed.name = prefix.as_str().unwrap_or_default().to_string();
+            }
+        }
+    }
+    renderer.objects
 }
 
 struct Renderer<'g> {
@@ -265,7 +308,8 @@ impl Renderer<'_> {
                 };
                 let mut body = object.value.clone();
                 normalize(&mut body);
-                self.label_resource(&mut body, r.origin, &r.name.value, key.namespace);
+                let labels = self.ownership_labels();
+                self.label_resource(&mut body, r.origin, &r.name.value, key.namespace, labels);
                 // A chart's object names its template: the file a reader opens.
                 if let Some(template) = &object.template
                     && let Some(annotations) = body
@@ -388,6 +432,7 @@ impl Renderer<'_> {
         origin: Origin,
         model_name: &str,
         namespace: Option<String>,
+        labels: BTreeMap<String, String>,
     ) {
         let Some(object) = body.as_object_mut() else {
             return;
@@ -402,7 +447,7 @@ impl Renderer<'_> {
             metadata.insert("namespace".into(), namespace.into());
         }
         for (field, values) in [
-            ("labels", self.ownership_labels()),
+            ("labels", labels),
             ("annotations", self.annotations(origin, model_name)),
         ] {
             // Normalization dropped `labels:` with no value: tether's go on a new map.

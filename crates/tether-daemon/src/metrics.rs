@@ -562,6 +562,7 @@ mod tests {
             blocked: None,
             stopped: false,
             prune_held: None,
+            hooks: Vec::new(),
         };
         metrics.pass(
             "team/web",
@@ -601,6 +602,7 @@ mod tests {
             blocked: None,
             stopped: false,
             prune_held: None,
+            hooks: Vec::new(),
         };
         for source in ["team/web", "team/db"] {
             metrics.pass(source, "success", Duration::from_millis(5), None);

@@ -358,6 +358,7 @@ mod tests {
             blocked: None,
             stopped: false,
             prune_held: None,
+            hooks: Vec::new(),
         }
     }
 

@@ -375,7 +375,7 @@ impl ObjectReader<'_> {
         for problem in &problems {
             diagnostics.push(
                 error(at(object), format!("{context}{problem}"))
-                    .with_hint("every object needs apiVersion, kind and metadata.name"),
+                    .with_hint("every object needs apiVersion, kind and metadata.name (an Argo CD hook, argocd.argoproj.io/hook, may have metadata.generateName instead)"),
             );
         }
         (ok && problems.is_empty()).then_some(value)
@@ -481,11 +481,16 @@ fn object_problems(value: &serde_json::Value) -> Vec<String> {
             problems.push(format!("missing \"{field}\""));
         }
     }
-    let name = object
-        .get("metadata")
-        .and_then(|m| m.get("name"))
-        .and_then(|n| n.as_str());
-    if name.is_none_or(|n| n.is_empty()) {
+    let named = |field: &str| {
+        object
+            .get("metadata")
+            .and_then(|m| m.get(field))
+            .and_then(|n| n.as_str())
+            .is_some_and(|n| !n.is_empty())
+    };
+    // An Argo CD hook is made anew by each apply: a name made by the server will do.
+    let hook = || directive::directives(value).is_ok_and(|d| !d.hook.is_empty());
+    if !(named("name") || named("generateName") && hook()) {
         problems.push("missing \"metadata.name\"".into());
     }
     problems

@@ -418,6 +418,9 @@ pub struct KubernetesResourceInstance {
     pub name: Text,
     /// The objects, each with where it starts.
     pub objects: Vec<ResourceObject>,
+    /// Its Argo CD hooks: objects made anew by each apply that runs them, never
+    /// recorded in an inventory ([`crate::hook`]).
+    pub hooks: Vec<ResourceObject>,
     pub owner: Option<Text>,
     pub depends_on: Vec<Dependency>,
     /// When its objects count as ready, in place of their kind's built-in rule.

@@ -110,6 +110,11 @@ pub(super) fn verdict(report: &ApplyReport) -> Verdict {
     if let Some(hold) = &report.prune_held {
         return Verdict::Failed(prune_held(hold));
     }
+    // A hook that failed fails the pass, naming the hook and why.
+    if let Some(hook) = report.hook_failure() {
+        let why = hook.failure.as_deref().unwrap_or_default();
+        return Verdict::Failed(format!("{} hook {}: {why}", hook.phase, hook.key));
+    }
     match (report.succeeded(), retries_soon(report)) {
         (true, _) => Verdict::Applied,
         (false, true) => Verdict::Retrying,
@@ -199,7 +204,10 @@ pub(super) fn retries_soon(report: &ApplyReport) -> bool {
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
-    use tether_engine::reconcile::{BlockedWave, Blocker, ObjectFailure, ObjectReport, Outcome};
+    use tether_core::directive::HookPhase;
+    use tether_engine::reconcile::{
+        BlockedWave, Blocker, HookRun, ObjectFailure, ObjectReport, Outcome,
+    };
 
     /// A report whose second wave waits for a Job (failed, or still running).
     pub(crate) fn blocked(failed: bool) -> ApplyReport {
@@ -219,6 +227,7 @@ pub(super) mod tests {
             }),
             stopped: false,
             prune_held: None,
+            hooks: Vec::new(),
         }
     }
 
@@ -232,6 +241,7 @@ pub(super) mod tests {
             blocked: None,
             stopped: false,
             prune_held: None,
+            hooks: Vec::new(),
         }
     }
 
@@ -240,5 +250,25 @@ pub(super) mod tests {
         assert!(!retries_soon(&ApplyReport::default()));
         assert!(retries_soon(&blocked(false)));
         assert!(!retries_soon(&blocked(true)));
+    }
+
+    #[test]
+    fn a_hook_that_failed_fails_the_commit_naming_the_hook() {
+        let report = ApplyReport {
+            hooks: vec![HookRun {
+                phase: HookPhase::PreSync,
+                key: ObjectKey::new("batch/v1", "Job", Some("n"), "db-migrate-x7k2p"),
+                failure: Some("Job failed: BackoffLimitExceeded".into()),
+                deleted: false,
+            }],
+            ..ApplyReport::default()
+        };
+        assert!(!report.succeeded());
+        assert_eq!(
+            verdict(&report),
+            Verdict::Failed(
+                "PreSync hook Job n/db-migrate-x7k2p: Job failed: BackoffLimitExceeded".into()
+            )
+        );
     }
 }

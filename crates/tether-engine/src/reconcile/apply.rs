@@ -13,15 +13,18 @@ use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Propagatio
 use tokio_util::sync::CancellationToken;
 use tracing::instrument;
 
+use super::hook::Hooks;
 use super::in_flight;
 use super::nodes;
 use super::options::{ApplyOptions, ApplyProgress};
-use super::outcome::{ApplyReport, BlockedWave, ObjectFailure, ObjectReport, Outcome};
+use super::outcome::{ApplyReport, BlockedWave, HookRun, ObjectFailure, ObjectReport, Outcome};
 use super::planned::{Planned, Step};
 use super::wait;
 use crate::cluster::{ClusterError, Resources};
 use crate::driver::{Backoff, Poll, Retries};
 use crate::record::update_inventory;
+use tether_core::directive::HookPhase;
+use tether_core::hook::in_phase;
 use tether_core::inventory::contents::guard;
 use tether_core::inventory::{InventoryEntry, Provenance, by_rank};
 use tether_core::k8s::ObjectKey;
@@ -35,8 +38,6 @@ use tether_core::plan::{Action, conflicts_of};
 const ATTEMPTS: u32 = 6;
 /// How long a wave waits for what it needs, unless told otherwise.
 pub const DEFAULT_WAVE_TIMEOUT: Duration = Duration::from_secs(300);
-/// How long the deletion of an object to replace may take.
-const REPLACE_TIMEOUT: Duration = Duration::from_secs(120);
 
 #[expect(
     clippy::too_many_lines,
@@ -66,7 +67,21 @@ pub(super) async fn apply(
     let unreachable = &AtomicBool::new(false);
     // The uids of the objects: as planned, then as the applies returned them.
     let mut uids = planned.uids.clone();
-    let waves = by_wave(applying);
+    let hooks = runs_hooks(planned).then(|| Hooks {
+        client,
+        hooks: &planned.hooks,
+        checks: &planned.models.health,
+        manager,
+        timeout: options.wave_timeout.unwrap_or(DEFAULT_WAVE_TIMEOUT),
+    });
+    if let Some(hooks) = &hooks {
+        report.hooks = hooks.run(HookPhase::PreSync).await;
+    }
+    // A PreSync hook that failed applies nothing.
+    let waves = match report.hook_failure() {
+        None => by_wave(applying),
+        Some(_) => BTreeMap::new(),
+    };
     let mut failed_here: HashMap<ObjectKey, String> = HashMap::new();
     let mut remaining: usize = waves.values().map(Vec::len).sum();
     'waves: for (wave, steps) in waves {
@@ -136,7 +151,7 @@ pub(super) async fn apply(
     let mut removed = planned.forgotten.clone();
     // A blocked workflow prunes nothing: its later waves may still need what would go.
     // A stopped one neither: its source no longer wants this pass.
-    if report.blocked.is_none() && !report.stopped {
+    if report.blocked.is_none() && !report.stopped && report.hook_failure().is_none() {
         let pruning = Pruning {
             client,
             resources: &resources,
@@ -144,6 +159,9 @@ pub(super) async fn apply(
             options,
         };
         prune_all(&pruning, planned, &mut report, &mut removed, &applied).await?;
+    }
+    if let Some(hooks) = &hooks {
+        later_hooks(hooks, planned, &mut report).await;
     }
     // A replica past its fence writes nothing more: the record written before the
     // apply holds every object it may have made, and the Source's new owner goes on.
@@ -163,6 +181,64 @@ pub(super) async fn apply(
     })
     .await?;
     Ok(report)
+}
+
+/// Whether the apply runs the plan's hooks: when it changes something, as Argo CD
+/// runs them on a sync of what is out of sync.
+fn runs_hooks(planned: &Planned) -> bool {
+    !planned.hooks.is_empty()
+        && planned
+            .steps
+            .iter()
+            .any(|s| s.change.action != Action::Unchanged || s.force)
+}
+
+/// The hooks after the waves and the prune: Sync; PostSync once everything applied
+/// is ready; SyncFail when anything failed (a hook too).
+async fn later_hooks(hooks: &Hooks<'_>, planned: &Planned, report: &mut ApplyReport) {
+    if report.succeeded() {
+        let ran = hooks.run(HookPhase::Sync).await;
+        report.hooks.extend(ran);
+    }
+    let post_sync = in_phase(&planned.hooks, HookPhase::PostSync);
+    if let (true, Some(first)) = (
+        report.succeeded(),
+        post_sync.first().and_then(|g| g.first()),
+    ) {
+        let gates = planned.workflow.rollout(planned.members.as_ref());
+        let ready = wait::wait_for(
+            hooks.client,
+            hooks.checks,
+            &gates,
+            hooks.timeout,
+            &HashMap::new(),
+            &|_| {},
+        )
+        .await;
+        match ready {
+            Ok(()) => {
+                let ran = hooks.run(HookPhase::PostSync).await;
+                report.hooks.extend(ran);
+            }
+            Err(blockers) => {
+                let not_ready = blockers
+                    .iter()
+                    .map(|b| format!("{}: {}", b.key, b.state))
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                report.hooks.push(HookRun {
+                    phase: HookPhase::PostSync,
+                    key: first.key(),
+                    failure: Some(format!("not run: not ready: {not_ready}")),
+                    deleted: false,
+                });
+            }
+        }
+    }
+    if !report.succeeded() && !report.stopped {
+        let ran = hooks.run(HookPhase::SyncFail).await;
+        report.hooks.extend(ran);
+    }
 }
 
 /// Prunes (or releases, or reports as prunable) the objects whose model is gone.
@@ -491,39 +567,6 @@ async fn prune_one(resources: &Resources, step: &Step) -> Result<Option<Outcome>
     })
 }
 
-/// Deletes an object to replace (its pods first, as `kubectl replace --force` does)
-/// and waits until it is gone.
-async fn delete_and_wait(api: &Api<DynamicObject>, key: &ObjectKey) -> Result<(), ObjectFailure> {
-    let params = DeleteParams {
-        propagation_policy: Some(PropagationPolicy::Foreground),
-        ..DeleteParams::default()
-    };
-    let failed = |e: kube::Error| ObjectFailure::Request {
-        message: format!("replace: {}", ObjectFailure::of_kube_error(&e)),
-    };
-    match api.delete(&key.name, &params).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(status)) if status.is_not_found() => return Ok(()),
-        Err(e) => return Err(failed(e)),
-    }
-    let mut poll = Poll::new(Duration::from_millis(250), REPLACE_TIMEOUT);
-    loop {
-        match api.get_opt(&key.name).await {
-            Ok(None) => return Ok(()),
-            Ok(Some(_)) if poll.next().await => {}
-            Ok(Some(_)) => {
-                return Err(ObjectFailure::Request {
-                    message: format!(
-                        "replace: still being deleted after {}s",
-                        REPLACE_TIMEOUT.as_secs()
-                    ),
-                });
-            }
-            Err(e) => return Err(failed(e)),
-        }
-    }
-}
-
 /// Waits (up to a minute) until the server serves the kinds of `batch`, which
 /// CustomResourceDefinitions applied moments ago define; returns the refreshed
 /// resources. Kinds still not served then fail when their objects are applied.
@@ -690,7 +733,7 @@ async fn apply_one(
     })?;
     let params = crate::cluster::apply_params(manager, force);
     if step.change.action == Action::Replace {
-        delete_and_wait(&api, key).await?;
+        wait::deleted(&api, key, "replace").await?;
     }
     if nodes::is_node(key) {
         // Before the apply, which records the taints as set.

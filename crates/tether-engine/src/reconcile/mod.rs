@@ -16,6 +16,7 @@ pub mod cache;
 mod checked_models;
 pub mod clusters;
 mod contents;
+mod hook;
 mod in_flight;
 mod live;
 mod nodes;
@@ -47,16 +48,19 @@ pub use cache::{WatchAs, WatchCache, Watches};
 pub use checked_models::CheckedModels;
 pub use clusters::{ClusterName, Clusters};
 pub use options::{ApplyOptions, ApplyProgress, PlanOptions, Selection, Writes};
-pub use outcome::{ApplyReport, BlockedWave, Blocker, ObjectFailure, ObjectReport, Outcome};
+pub use outcome::{
+    ApplyReport, BlockedWave, Blocker, HookRun, ObjectFailure, ObjectReport, Outcome,
+};
 pub use planned::{Planned, Rollout};
 use tether_core::confine::{self, Confinement, SourceConfinement};
 use tether_core::health::HealthChecks;
+use tether_core::hook::Hook;
 use tether_core::inventory::budget::{self, DeletionBudget, PruneHold};
 use tether_core::k8s::ObjectKey;
 use tether_core::ownership::Inventory;
 use tether_core::plan::{Action, Change, Plan, WaveSummary};
 use tether_core::remedy::Remedy;
-use tether_core::render::{RenderedObject, render};
+use tether_core::render::{RenderedObject, render, render_hooks};
 use tether_core::settings::{self, Settings, SettingsError};
 use tether_core::workflow::Workflow;
 pub use wait::WaitProgress;
@@ -415,6 +419,7 @@ impl Reconciler {
         let (models, rendered) = self.built().await?;
         let Some(Rendered {
             objects,
+            hooks,
             workflow,
             services,
         }) = rendered
@@ -430,6 +435,7 @@ impl Reconciler {
             common: Common {
                 empty: parts.iter().all(|p| p.objects.is_empty()),
                 models: Arc::new(models),
+                hooks,
                 workflow,
                 partial: selected.is_some(),
                 services,
@@ -512,6 +518,7 @@ impl Reconciler {
                 .has_dependencies()
                 .then(|| common.workflow.mermaid()),
         };
+        let hooks = common.hooks_of(members.as_ref());
         Ok(Planned {
             models: common.models.clone(),
             plan: Arc::new(plan),
@@ -528,6 +535,7 @@ impl Reconciler {
             // What guards against a wrong path is the whole source rendering nothing:
             // one cluster of several may have no objects left.
             allow_empty: options.allow_empty || !common.empty,
+            hooks,
         })
     }
 
@@ -699,6 +707,7 @@ struct Prepared {
 /// What every cluster's plan shares.
 struct Common {
     models: Arc<CheckedModels>,
+    hooks: Vec<Hook>,
     workflow: Workflow,
     partial: bool,
     /// The whole source renders no object.
@@ -707,6 +716,17 @@ struct Common {
 }
 
 impl Common {
+    /// The hooks of the models of one cluster's part (all, without parts).
+    fn hooks_of(&self, members: Option<&BTreeSet<usize>>) -> Vec<Hook> {
+        let taken = |hook: &&Hook| {
+            members.is_none_or(|members| {
+                let member = self.workflow.member(hook.object.model_id);
+                member.is_some_and(|m| members.contains(&m))
+            })
+        };
+        self.hooks.iter().filter(taken).cloned().collect()
+    }
+
     /// Why Kubernetes is off for `cluster`, when its KubernetesService says so.
     fn dormant(&self, cluster: &ClusterName) -> Option<String> {
         self.services
@@ -873,6 +893,8 @@ fn plan_warnings(inventory: &Inventory, planning: &live::Planning, recorded: boo
 /// KubernetesServices (clusters) they belong to.
 pub struct Rendered {
     pub objects: Vec<RenderedObject>,
+    /// The Argo CD hooks, made by an apply that runs them ([`tether_core::hook`]).
+    pub hooks: Vec<Hook>,
     pub workflow: Workflow,
     pub services: Vec<Service>,
 }
@@ -1044,6 +1066,7 @@ pub async fn build(
     }
     let mut objects = analysis.graph.map(|graph| Rendered {
         objects: render(&graph, &loaded.files, inventory),
+        hooks: tether_core::hook::hooks(render_hooks(&graph, &loaded.files, inventory)),
         workflow: graph.workflow,
         services,
     });

@@ -3,6 +3,7 @@
 
 use thiserror::Error;
 
+use tether_core::directive::HookPhase;
 use tether_core::inventory::budget::PruneHold;
 use tether_core::inventory::contents::Guard;
 use tether_core::k8s::ObjectKey;
@@ -178,6 +179,18 @@ pub(super) fn status_text(status: &kube::core::Status) -> String {
     }
 }
 
+/// What one Argo CD hook did ([`tether_core::hook`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HookRun {
+    pub phase: HookPhase,
+    /// The object made: its name as the server completed it.
+    pub key: ObjectKey,
+    /// Why it failed (or was not made, or not done in time); `None` once it succeeded.
+    pub failure: Option<String>,
+    /// Deleted after it ran, by its `hook-delete-policy`.
+    pub deleted: bool,
+}
+
 /// One object of an apply.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ObjectReport {
@@ -198,6 +211,8 @@ pub struct ApplyReport {
     /// The prune was beyond the deletion budget and not approved: its deletions
     /// were held ([`ObjectFailure::PruneHeld`]).
     pub prune_held: Option<PruneHold>,
+    /// The Argo CD hooks it ran, in the order they were made.
+    pub hooks: Vec<HookRun>,
 }
 
 /// A wave that did not start, and why.
@@ -295,7 +310,15 @@ impl ApplyReport {
     }
 
     pub fn succeeded(&self) -> bool {
-        self.failures().next().is_none() && self.blocked.is_none() && !self.stopped
+        self.failures().next().is_none()
+            && self.blocked.is_none()
+            && !self.stopped
+            && self.hook_failure().is_none()
+    }
+
+    /// The first hook that failed, when one did.
+    pub fn hook_failure(&self) -> Option<&HookRun> {
+        self.hooks.iter().find(|h| h.failure.is_some())
     }
 
     /// Says who was refused: `identity` on each [`ObjectFailure::Forbidden`].
@@ -393,9 +416,7 @@ mod tests {
                 outcome,
             })
             .collect(),
-            blocked: None,
-            stopped: false,
-            prune_held: None,
+            ..ApplyReport::default()
         };
         assert_eq!((report.created(), report.pruned()), (2, 1));
         assert!(!report.succeeded());

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::Client;
+use tether_core::hook::Hook;
 use tether_core::inventory::Provenance;
 use tether_core::k8s::ObjectKey;
 use tether_core::plan::{Change, Plan};
@@ -40,6 +41,9 @@ pub struct Planned {
     pub(super) uids: BTreeMap<ObjectKey, String>,
     pub(super) resources: Resources,
     pub(super) allow_empty: bool,
+    /// The Argo CD hooks of this cluster's models, run by an apply that changes
+    /// something.
+    pub hooks: Vec<Hook>,
 }
 
 impl Planned {

@@ -1,14 +1,16 @@
 //! Waiting for objects to be ready: what a wave of a workflow waits for before it
-//! starts, and `--wait`. Each look reads the objects and judges them by
-//! [`tether_core::readiness`]; a failure (a failed Job) ends the wait at once.
+//! starts, a phase's hooks, and `--wait`. Each look reads the objects and judges them
+//! by [`tether_core::readiness`]; a failure (a failed Job) ends the wait at once.
+//! Also waiting for an object to be gone ([`deleted`]).
 
 use std::collections::{BTreeSet, HashMap};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Endpoints;
 use kube::Client;
+use kube::api::{Api, DeleteParams, DynamicObject, PropagationPolicy};
 
-use super::outcome::Blocker;
+use super::outcome::{Blocker, ObjectFailure};
 use crate::cluster::Resources;
 use crate::driver::Poll;
 use tether_core::health::HealthChecks;
@@ -26,6 +28,8 @@ pub type NotReady<'a> = dyn Fn(&[(ObjectKey, String)]) + Sync + 'a;
 
 /// How often the objects are looked at.
 const LOOK_EVERY: Duration = Duration::from_millis(500);
+/// How long the deletion of an object to make again may take.
+const DELETE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Waits until every gate is ready. `Err` with the blockers when one failed (or an
 /// object it names failed to apply: `failed_here`), or when `timeout` ran out.
@@ -165,5 +169,42 @@ pub(super) async fn wait_ready(
     match wait_for(client, checks, &gates, timeout, &HashMap::new(), &shown).await {
         Ok(()) => Vec::new(),
         Err(blockers) => blockers.into_iter().map(|b| (b.key, b.state)).collect(),
+    }
+}
+
+/// Deletes an object to make again (its pods first, as `kubectl replace --force`
+/// does) and waits until it is gone; `doing` names why in a failure.
+pub(super) async fn deleted(
+    api: &Api<DynamicObject>,
+    key: &ObjectKey,
+    doing: &str,
+) -> Result<(), ObjectFailure> {
+    let params = DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Foreground),
+        ..DeleteParams::default()
+    };
+    let failed = |e: kube::Error| ObjectFailure::Request {
+        message: format!("{doing}: {}", ObjectFailure::of_kube_error(&e)),
+    };
+    match api.delete(&key.name, &params).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.is_not_found() => return Ok(()),
+        Err(e) => return Err(failed(e)),
+    }
+    let mut poll = Poll::new(Duration::from_millis(250), DELETE_TIMEOUT);
+    loop {
+        match api.get_opt(&key.name).await {
+            Ok(None) => return Ok(()),
+            Ok(Some(_)) if poll.next().await => {}
+            Ok(Some(_)) => {
+                return Err(ObjectFailure::Request {
+                    message: format!(
+                        "{doing}: still being deleted after {}s",
+                        DELETE_TIMEOUT.as_secs()
+                    ),
+                });
+            }
+            Err(e) => return Err(failed(e)),
+        }
     }
 }
