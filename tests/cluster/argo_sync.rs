@@ -135,9 +135,20 @@ async fn hooks_run_in_argo_cds_order_anew_on_each_change_and_a_failed_pre_sync_a
     let out = all_output(&validated);
     assert!(out.contains(&format!("create ConfigMap {ns}/web")), "{out}");
     assert!(
-        !out.contains("db-migrate"),
+        !out.contains("create Job"),
         "a hook is not one of the plan's objects: {out}"
     );
+    assert!(
+        out.contains("== hooks, made anew by the apply in their phase"),
+        "{out}"
+    );
+    for hook in [
+        format!("PreSync Job {ns}/db-migrate-*"),
+        format!("PostSync Job {ns}/smoke"),
+        format!("SyncFail ConfigMap {ns}/sync-failed-*"),
+    ] {
+        assert!(out.contains(&hook), "{hook} in:\n{out}");
+    }
 
     let applied = tether(&inventory, &["apply", "--timeout", "60s", path]);
     let out = all_output(&applied);

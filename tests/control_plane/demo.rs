@@ -41,7 +41,9 @@ fn step<'a>(output: &'a str, title: &str) -> &'a str {
         .find(&format!("== {number}. {title}"))
         .unwrap_or_else(|| panic!("no heading of step {number}"));
     let rest = &output[start..];
-    let end = rest[4..].find("\n== ").map_or(rest.len(), |i| i + 4);
+    // The next step's heading: a diff's own `== wave 2 of 3` headings are not one.
+    let next = format!("\n== {}. ", number + 1);
+    let end = rest[4..].find(&next).map_or(rest.len(), |i| i + 4);
     &rest[..end]
 }
 
@@ -400,6 +402,36 @@ fn the_demo_shows_every_step_and_stops_what_it_started() {
         "still tether's: {migrated}"
     );
     assert!(left.contains("counter: 7"), "{migrated}");
+    let argo = step(&text, "Argo CD's sync-waves and hooks");
+    let (_, diff) = around(argo, "tether diff examples/argo-sync");
+    assert!(
+        diff.contains("PreSync Job argo-sync/db-migrate-*")
+            && diff.contains("PostSync Job argo-sync/smoke")
+            && !diff.contains("create Job"),
+        "{argo}"
+    );
+    let (_, applied) = around(
+        argo,
+        "tether apply examples/argo-sync --inventory-name argo-sync --prune",
+    );
+    let applied = applied.split("$ kubectl").next().unwrap();
+    assert!(
+        applied.contains("hook PreSync Job argo-sync/db-migrate-")
+            && applied.contains("hook PostSync Job argo-sync/smoke: succeeded, deleted"),
+        "{argo}"
+    );
+    let (_, listed) = around(argo, "kubectl get jobs,configmaps -n argo-sync");
+    assert!(
+        listed.contains("job.batch/db-migrate-")
+            && !listed.contains("job.batch/smoke")
+            && listed.contains("configmap/frontend"),
+        "{argo}"
+    );
+    let (_, again) = around(
+        listed,
+        "tether apply examples/argo-sync --inventory-name argo-sync --prune",
+    );
+    assert!(!again.contains("hook "), "no hook runs again: {argo}");
     let health = step(&text, "Health checks for any kind");
     let (_, waiting) = around(health, "kubectl get gadgets,configmaps -n health");
     let waiting = waiting.split("$ kubectl patch").next().unwrap();

@@ -174,6 +174,9 @@ pub struct Plan {
     /// The prune is beyond the deletion budget: nothing is deleted until its
     /// deletions are approved (see [`crate::inventory::budget`]).
     pub prune_hold: Option<PruneHold>,
+    /// The Argo CD hooks an apply of it runs when it changes something, each as
+    /// `Phase Kind namespace/name` (a generated name ends in `*`; see [`crate::hook`]).
+    pub hooks: Vec<String>,
 }
 
 /// One wave of a plan, as reports show it.

@@ -168,7 +168,16 @@ pub fn render_hooks(
         for hook in &r.hooks {
             let mut body = hook.value.clone();
             normalize(&mut body);
-            renderer.label_resource(&mut body, r.origin, &r.name.value, None, labels.clone());
+            // A namespaced built-in kind without a namespace goes to `default`, as the
+            // plan's objects do.
+            let namespace = k8s::effective_namespace(&body);
+            renderer.label_resource(
+                &mut body,
+                r.origin,
+                &r.name.value,
+                namespace,
+                labels.clone(),
+            );
             renderer.push_value(r.origin, &r.name.value, body);
             if let Some(pushed) = renderer.objects.last_mut()
                 && pushed.name.is_empty()

@@ -252,6 +252,13 @@ pub fn text(plan: &Plan, colour: bool, remedies: RemedyNames) -> String {
             let _ = writeln!(out, "  {styled}");
         }
     }
+    if plan.has_differences() && !plan.hooks.is_empty() {
+        let heading = "== hooks, made anew by the apply in their phase";
+        let _ = writeln!(out, "\n{}", paint("1", heading));
+        for hook in &plan.hooks {
+            let _ = writeln!(out, "  {hook}");
+        }
+    }
     let _ = writeln!(out, "\n{}", counts(plan));
     out
 }
@@ -549,6 +556,7 @@ pub fn json_value(plan: &Plan) -> serde_json::Value {
         "revision": plan.revision.as_ref().map(|r| json!({"commit": r.commit, "dirty": r.dirty})),
         "prune": plan.prune,
         "warnings": plan.warnings,
+        "hooks": plan.hooks,
         "summary": {
             "create": plan.count(Action::Create),
             "update": plan.count(Action::Update),

@@ -502,8 +502,11 @@ impl Workflow {
         let mut shown = BTreeSet::new();
         for (i, m) in self.members.iter().enumerate() {
             // A chart or a kustomization is a unit a reader looks for, waits or not.
-            // So is a model whose objects a sync-wave puts in a wave of their own.
-            if matches!(m.id.kind, Kind::HelmChart | Kind::Kustomization) || m.waves.len() > 1 {
+            // So is a model whose objects carry a sync-wave, or come after one only
+            // for a sync-wave's sake.
+            let after_sync_waves = m.wave > 0 && m.needs.is_empty() && m.requires.is_empty();
+            let ordered = !m.objects.is_empty() && (!m.sync_waves.is_empty() || after_sync_waves);
+            if matches!(m.id.kind, Kind::HelmChart | Kind::Kustomization) || ordered {
                 shown.insert(i);
             }
             for need in &m.needs {

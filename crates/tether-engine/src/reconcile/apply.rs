@@ -24,7 +24,7 @@ use crate::cluster::{ClusterError, Resources};
 use crate::driver::{Backoff, Poll, Retries};
 use crate::record::update_inventory;
 use tether_core::directive::HookPhase;
-use tether_core::hook::in_phase;
+use tether_core::hook::{Hook, in_phase};
 use tether_core::inventory::contents::guard;
 use tether_core::inventory::{InventoryEntry, Provenance, by_rank};
 use tether_core::k8s::ObjectKey;
@@ -74,15 +74,25 @@ pub(super) async fn apply(
         manager,
         timeout: options.wave_timeout.unwrap_or(DEFAULT_WAVE_TIMEOUT),
     });
+    let mut failed_here: HashMap<ObjectKey, String> = HashMap::new();
+    let mut applying = applying;
     if let Some(hooks) = &hooks {
+        // The Namespaces the PreSync hooks go into come first, as Argo CD's
+        // CreateNamespace makes them before its hooks.
+        let (first, rest) = presync_namespaces(applying, &planned.hooks);
+        applying = rest;
+        let results = apply_batch(planned, &resources, first, manager, options, unreachable).await;
+        for (result, uid) in results {
+            take_result(result, uid, &mut report, &mut uids, &mut failed_here);
+            applied(report.objects.len());
+        }
         report.hooks = hooks.run(HookPhase::PreSync).await;
     }
-    // A PreSync hook that failed applies nothing.
+    // A PreSync hook that failed applies nothing more.
     let waves = match report.hook_failure() {
         None => by_wave(applying),
         Some(_) => BTreeMap::new(),
     };
-    let mut failed_here: HashMap<ObjectKey, String> = HashMap::new();
     let mut remaining: usize = waves.values().map(Vec::len).sum();
     'waves: for (wave, steps) in waves {
         // A wait only reads: stopping drops it at once.
@@ -119,13 +129,7 @@ pub(super) async fn apply(
                 apply_batch(planned, resources, batch, manager, options, unreachable).await;
             report.stopped = stopped(options);
             for (result, uid) in results {
-                if let Some(uid) = uid {
-                    uids.insert(result.key.clone(), uid);
-                }
-                if let Outcome::Failed(failure) = &result.outcome {
-                    failed_here.insert(result.key.clone(), failure.to_string());
-                }
-                report.objects.push(result);
+                take_result(result, uid, &mut report, &mut uids, &mut failed_here);
                 applied(report.objects.len());
             }
             if report.stopped {
@@ -181,6 +185,37 @@ pub(super) async fn apply(
     })
     .await?;
     Ok(report)
+}
+
+/// One object's apply, into the report: its uid, and its failure for the waves
+/// after it.
+fn take_result(
+    result: ObjectReport,
+    uid: Option<String>,
+    report: &mut ApplyReport,
+    uids: &mut BTreeMap<ObjectKey, String>,
+    failed_here: &mut HashMap<ObjectKey, String>,
+) {
+    if let Some(uid) = uid {
+        uids.insert(result.key.clone(), uid);
+    }
+    if let Outcome::Failed(failure) = &result.outcome {
+        failed_here.insert(result.key.clone(), failure.to_string());
+    }
+    report.objects.push(result);
+}
+
+/// The steps that make the Namespaces the PreSync hooks go into, and the others.
+fn presync_namespaces<'s>(steps: Vec<&'s Step>, hooks: &[Hook]) -> (Vec<&'s Step>, Vec<&'s Step>) {
+    let wanted: BTreeSet<&str> = in_phase(hooks, HookPhase::PreSync)
+        .into_iter()
+        .flatten()
+        .filter_map(|hook| hook.object.namespace.as_deref())
+        .collect();
+    steps.into_iter().partition(|step| {
+        let key = &step.change.key;
+        key.kind == "Namespace" && key.group.is_empty() && wanted.contains(key.name.as_str())
+    })
 }
 
 /// Whether the apply runs the plan's hooks: when it changes something, as Argo CD

@@ -493,8 +493,18 @@ impl Reconciler {
         )
         .await?;
         let prune_hold = prune_hold(options.budget, &planning, recorded_objects);
+        let hooks = common.hooks_of(members.as_ref());
         let plan = Plan {
             prune_hold,
+            hooks: hooks
+                .iter()
+                .flat_map(|hook| {
+                    let key = hook.key();
+                    hook.phases
+                        .iter()
+                        .map(move |phase| format!("{phase} {key}"))
+                })
+                .collect(),
             warnings: plan_warnings(&self.inventory, &planning, recorded),
             source: common.models.loaded.label.clone(),
             cluster: cluster.several.then(|| cluster.display().to_string()),
@@ -518,7 +528,6 @@ impl Reconciler {
                 .has_dependencies()
                 .then(|| common.workflow.mermaid()),
         };
-        let hooks = common.hooks_of(members.as_ref());
         Ok(Planned {
             models: common.models.clone(),
             plan: Arc::new(plan),
