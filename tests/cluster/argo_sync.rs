@@ -5,11 +5,10 @@
 //! anew by each apply that changes something, in their phase, with `generateName`,
 //! deleted by their policy, never recorded or pruned.
 
-use std::process::Stdio;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::discover::kubectl_command;
-use crate::health::{gadget_exists, set_status, settings};
+use crate::health::{apply_until_gadget_made, set_status, settings};
 use crate::reconcile::{Repo, all_output, base, live_config_map, setup, tether, tether_command};
 
 /// One file as an Argo CD repository has it: the definition in sync-wave -1, a
@@ -49,19 +48,7 @@ async fn a_later_sync_wave_of_one_file_waits_until_the_earlier_one_is_healthy() 
     assert!(order.windows(2).all(|w| w[0] < w[1]), "{out}");
     assert!(out.contains("wave 3"), "{out}");
 
-    let apply = tether_command(&inventory, &["apply", "--timeout", "90s", path])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    while !gadget_exists(&group, &ns) {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "no Gadget made"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let apply = apply_until_gadget_made(&inventory, path, &group, &ns).await;
     // Sync-wave 1 waits while the Gadget of sync-wave 0 is not healthy.
     tokio::time::sleep(Duration::from_secs(2)).await;
     set_status(

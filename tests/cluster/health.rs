@@ -50,7 +50,30 @@ pub fn set_status(group: &str, ns: &str, condition: &str) {
     ]);
 }
 
-pub fn gadget_exists(group: &str, ns: &str) -> bool {
+/// `tether apply` started, once it made the Gadget (its wave's later ones wait).
+pub async fn apply_until_gadget_made(
+    inventory: &str,
+    path: &str,
+    group: &str,
+    ns: &str,
+) -> std::process::Child {
+    let apply = tether_command(inventory, &["apply", "--timeout", "90s", path])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while !gadget_exists(group, ns) {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no Gadget made"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    apply
+}
+
+fn gadget_exists(group: &str, ns: &str) -> bool {
     crate::discover::kubectl_command()
         .args([
             "get",
@@ -77,19 +100,7 @@ async fn a_wave_waits_for_a_custom_resource_until_its_health_check_says_current_
     let path = repo.path().to_str().unwrap();
 
     // The apply makes the Gadget in wave 1 and waits for it before wave 2.
-    let apply = tether_command(&inventory, &["apply", "--timeout", "90s", path])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let started = Instant::now();
-    while !gadget_exists(&group, &ns) {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "no Gadget made"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let apply = apply_until_gadget_made(&inventory, path, &group, &ns).await;
     // Without status, and then with a Ready condition that is not True: still waiting.
     tokio::time::sleep(Duration::from_secs(2)).await;
     set_status(

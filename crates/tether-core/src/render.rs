@@ -110,16 +110,7 @@ impl RenderedObject {
 
 /// Renders every object of the graph, in apply order.
 pub fn render(graph: &Graph, files: &SourceFiles, inventory: &Inventory) -> Vec<RenderedObject> {
-    let mut renderer = Renderer {
-        graph,
-        files,
-        applyset: inventory.applyset_id(),
-        objects: Vec::new(),
-        model: ModelId {
-            kind: Kind::KubernetesService,
-            index: 0,
-        },
-    };
+    let mut renderer = Renderer::new(graph, files, inventory);
     renderer.render_all();
     let mut objects = renderer.objects;
     objects.sort_by(|a, b| {
@@ -149,16 +140,7 @@ pub fn render_hooks(
     files: &SourceFiles,
     inventory: &Inventory,
 ) -> Vec<RenderedObject> {
-    let mut renderer = Renderer {
-        graph,
-        files,
-        applyset: inventory.applyset_id(),
-        objects: Vec::new(),
-        model: ModelId {
-            kind: Kind::KubernetesService,
-            index: 0,
-        },
-    };
+    let mut renderer = Renderer::new(graph, files, inventory);
     let labels = BTreeMap::from([
         (MANAGED_BY_LABEL.to_string(), MANAGER.to_string()),
         (HOOK_OF_LABEL.to_string(), renderer.applyset.clone()),
@@ -206,7 +188,19 @@ fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         .collect()
 }
 
-impl Renderer<'_> {
+impl<'g> Renderer<'g> {
+    fn new(graph: &'g Graph, files: &'g SourceFiles, inventory: &Inventory) -> Self {
+        Renderer {
+            graph,
+            files,
+            applyset: inventory.applyset_id(),
+            objects: Vec::new(),
+            model: ModelId {
+                kind: Kind::KubernetesService,
+                index: 0,
+            },
+        }
+    }
     fn ownership_labels(&self) -> BTreeMap<String, String> {
         ownership_labels(&self.applyset)
     }
