@@ -145,6 +145,7 @@ async fn run(
             confine: None,
             propose_actions: false,
             timeout: None,
+            revert: false,
             feedback: None,
         },
     );

@@ -194,6 +194,7 @@ async fn create_sources(client: &Client, repos: &Repos, defs: &[SourceDef], inte
                 confine: None,
                 propose_actions: false,
                 timeout: None,
+                revert: false,
                 feedback: None,
             },
         );

@@ -1470,6 +1470,7 @@ const FEATURE_WORDS: &[(&str, &str)] = &[
     ("verify", ONE_FEATURE_ONE_WORD),
     ("contents", ONE_FEATURE_ONE_WORD),
     ("hook", ONE_FEATURE_ONE_WORD),
+    ("revert", ONE_FEATURE_ONE_WORD),
 ];
 
 const ONE_FEATURE_ONE_WORD: &str =

@@ -34,6 +34,7 @@ mod ownership;
 mod prune_quiet;
 mod reconcile;
 mod record;
+mod revert;
 mod run;
 mod secrets;
 mod shard;

@@ -565,6 +565,18 @@ fn the_demo_shows_every_step_and_stops_what_it_started() {
     let (_, listed) = around(images, "tether images");
     assert!(listed.contains("kept"), "{images}");
 
+    let reverted = step(&text, "A failed rollout is reverted in Git");
+    for line in [
+        "s after the push (the Source's timeout is 20 s):",
+        "tether: Revert \"web: a probe that never answers\"",
+        "- Deployment demo-revert/web: ",
+        "Tether-Revert: ",
+        "deployment \"web\" successfully rolled out",
+        ": reverted in ",
+    ] {
+        assert!(reverted.contains(line), "{line} not in: {reverted}");
+    }
+
     let shard = step(&text, "Scale-out: replicas share the Sources");
     assert!(shard.contains("OWNER"), "{shard}");
     assert!(shard.contains("replica-a"), "{shard}");

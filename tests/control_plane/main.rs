@@ -3,7 +3,8 @@
 //! stopped mid-apply), `scripts/demo` (`demo`), `tether install` and
 //! `uninstall` (`install`), `scripts/image` (`image`: the
 //! release build, pushed to a registry and run from its own root filesystem), and the
-//! real node (`real_node`: containers, and the daemon in a pod of that image), and the
+//! real node (`real_node`: containers, and the daemon in a pod of that image;
+//! `revert`: a rollout that fails its probes, reverted), and the
 //! book's pages that need a cluster, run as written (`getting_started`: on your own
 //! cluster, on the real node; `install_page`). A
 //! binary of their own, so that `cargo test` runs them after the shared control
@@ -19,3 +20,4 @@ mod install;
 mod install_page;
 mod local_cluster;
 mod real_node;
+mod revert;

@@ -194,6 +194,13 @@ pub struct SourceSpec {
     /// objects to be ready before its commit status fails (e.g. 90s, 10m; default 5m).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<String>,
+    /// Revert a commit whose rollout does not become healthy within `timeout`: tether
+    /// commits Git's revert of it to the branch (naming the objects that failed), and
+    /// image automation holds the policy whose update it was until a person commits.
+    /// A revert is never reverted, nor a person's commit after one, nor a commit the
+    /// branch has moved on from.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub revert: bool,
     /// Tell how commits fared where people look: commit statuses (one context per
     /// cluster and Source), the plan of each pull request's head as a comment, and
     /// notices to webhooks, Slack, Kafka or Kubernetes Events.
@@ -234,7 +241,7 @@ pub struct FeedbackSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notifications: Vec<NotificationSpec>,
     /// Notices not sent: applied, failed, stalled, drift-corrected, drift-reported,
-    /// pruned, wave-blocked, host-removed.
+    /// pruned, wave-blocked, host-removed, reverted.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub exclude: Vec<String>,
     /// At most this many notices a minute (default 20); the next one says how many
@@ -534,6 +541,10 @@ pub struct SourceStatus {
     /// in the last pass.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub clusters: Vec<ClusterStatus>,
+    /// The last commit whose rollout did not become healthy in time, with
+    /// `spec.revert` (written beside the passes): reverted, or why not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_revert: Option<RevertStatus>,
     /// Each image policy at its last scan (written by the image automation, not by
     /// the passes).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -601,6 +612,24 @@ pub struct HistoryRewrite {
     /// The revision the ref moved to.
     pub to: String,
     /// When the daemon saw it (RFC 3339).
+    pub time: String,
+}
+
+/// A commit whose rollout failed, and tether's revert of it (`status.lastRevert`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RevertStatus {
+    /// The revision whose rollout failed (`<ref>@sha1:<commit>`).
+    pub failed: String,
+    /// The revert tether committed (`<ref>@sha1:<commit>`); none when it did not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revert: Option<String>,
+    /// The objects that were not healthy in time, and why; or why it was not reverted.
+    pub message: String,
+    /// The image policies the revert holds until a person commits.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held: Vec<String>,
+    /// When (RFC 3339).
     pub time: String,
 }
 

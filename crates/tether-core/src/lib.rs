@@ -51,6 +51,7 @@ pub mod remedy;
 pub mod render;
 pub mod report;
 pub mod resolve;
+pub mod revert;
 pub mod settings;
 pub mod source;
 pub mod workflow;

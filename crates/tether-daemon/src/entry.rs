@@ -282,6 +282,7 @@ pub async fn run_one(
         }),
         events: None,
         shared: shared.clone(),
+        revert: None,
     };
     let mut work = SourceLoop::new(
         &source.id,

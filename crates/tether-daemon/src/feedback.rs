@@ -172,13 +172,7 @@ impl SourceFeedback {
             outbox,
             rollouts: Mutex::new(HashMap::new()),
             contexts: Mutex::new(Vec::new()),
-            rollout_timeout: source
-                .spec
-                .timeout()
-                .ok()
-                .flatten()
-                // A rollout may take what a wave may, when the Source sets no timeout.
-                .unwrap_or(DEFAULT_WAVE_TIMEOUT),
+            rollout_timeout: rollout_timeout(source),
             pull_requests,
             gate,
             stop,
@@ -257,6 +251,20 @@ impl SourceFeedback {
                 self.say(commit, &context, CommitState::Failure, &why).await;
             }
         }
+    }
+
+    /// The rollout of `commit` on the own cluster ended, as the Source's revert waited
+    /// for it (`spec.revert`, [`crate::revert`]): success, or failure naming what was
+    /// not ready (`failing`) and what became of the revert (`after`).
+    pub(crate) async fn rollout_ended(
+        &self,
+        commit: &str,
+        failing: Option<&[(ObjectKey, String)]>,
+        after: Option<&str>,
+    ) {
+        let context = self.context(None);
+        let (state, description) = rollout_end(failing, after);
+        self.say(commit, &context, state, &description).await;
     }
 
     /// `commit` failed before it was planned (its models are invalid, its history
@@ -440,18 +448,46 @@ impl SourceFeedback {
     }
 }
 
+/// How long a Source's commit's rollout may take: its `spec.timeout`, else what a
+/// wave may.
+pub(crate) fn rollout_timeout(source: &Source) -> Duration {
+    source
+        .spec
+        .timeout()
+        .ok()
+        .flatten()
+        .unwrap_or(DEFAULT_WAVE_TIMEOUT)
+}
+
 /// What a rollout's end says: success, or failure with what was not ready.
 fn rollout_verdict(result: &Result<(), Vec<Blocker>>) -> (CommitState, String) {
-    match result {
-        Ok(()) => (CommitState::Success, "applied and ready".to_string()),
-        Err(blockers) => (
-            CommitState::Failure,
-            format!(
-                "not ready: {}",
-                blocked_rollout(blockers.iter().map(|b| (&b.key, b.state.as_str())))
-            ),
-        ),
-    }
+    let failing: Option<Vec<(ObjectKey, String)>> = result.as_ref().err().map(|blockers| {
+        blockers
+            .iter()
+            .map(|b| (b.key.clone(), b.state.clone()))
+            .collect()
+    });
+    rollout_end(failing.as_deref(), None)
+}
+
+/// Success, or failure naming what was not ready, and what came of it (`after`: a
+/// revert).
+fn rollout_end(
+    failing: Option<&[(ObjectKey, String)]>,
+    after: Option<&str>,
+) -> (CommitState, String) {
+    let Some(failing) = failing else {
+        return (CommitState::Success, "applied and ready".to_string());
+    };
+    let not_ready = format!(
+        "not ready: {}",
+        blocked_rollout(failing.iter().map(|(key, state)| (key, state.as_str())))
+    );
+    let description = match after {
+        Some(after) => format!("{not_ready}; {after}"),
+        None => not_ready,
+    };
+    (CommitState::Failure, description)
 }
 
 /// `Deployment shop/web: 3/5 replicas available (and 2 more)`.
@@ -605,6 +641,7 @@ fn event_reason(kind: NoticeKind) -> &'static str {
         NoticeKind::Pruned => "Pruned",
         NoticeKind::WaveBlocked => "WaveBlocked",
         NoticeKind::HostRemoved => "HostRemoved",
+        NoticeKind::Reverted => "Reverted",
     }
 }
 
@@ -711,6 +748,16 @@ mod tests {
         assert_eq!(
             description,
             "not ready: Deployment shop/web: 1/3 replicas available (and 1 more)"
+        );
+        // With spec.revert, the revert says what came of it.
+        let failing = [(blocker("web", "").key, "1/3 replicas available".to_string())];
+        assert_eq!(
+            rollout_end(Some(&failing), Some("reverted in 8d0e4c1f2a")),
+            (
+                CommitState::Failure,
+                "not ready: Deployment shop/web: 1/3 replicas available; reverted in 8d0e4c1f2a"
+                    .to_string()
+            )
         );
     }
 }

@@ -43,6 +43,7 @@ mod peers;
 mod pull_request;
 mod refusal_log;
 mod registry_secrets;
+mod revert;
 pub mod shard;
 mod shared;
 mod source_loop;

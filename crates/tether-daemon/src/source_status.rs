@@ -1,12 +1,37 @@
 //! A Source's status after a pass, computed from the previous status and what the
 //! pass did (pure). kstatus conditions: `Ready` always; `Reconciling` while a new
 //! revision is being applied or a failure is retried; `Stalled` when retrying cannot
-//! help until someone changes the models or the cluster.
+//! help until someone changes the models or the cluster. And how the status names a
+//! revision ([`revision_name`]), which the revert and the feedback use too.
 
 use tether_api::source_spec::{Condition, PlanCounts, SourceStatus};
 use tether_core::inventory::budget::PruneHold;
 use tether_core::remedy::Remedy;
+use tether_engine::oci;
 use tether_engine::reconcile::outcome::{ApplyReport, ObjectFailure};
+
+/// How a revision is named in the status: `<ref>@sha1:<hex>` (`HEAD` for the remote's
+/// default branch); an artifact's revision (`<tag>@sha256:<hex>`) names itself.
+pub(crate) fn revision_name(reference: Option<&str>, commit: &str) -> String {
+    if oci::is_artifact_revision(commit) {
+        return commit.to_string();
+    }
+    format!("{}@sha1:{commit}", reference.unwrap_or("HEAD"))
+}
+
+/// The commit of a [`revision_name`], when it names `reference` (a revision of
+/// another ref says nothing of this one's history); an artifact's revision is its own
+/// commit (its tag is part of it).
+pub(crate) fn commit_of_revision<'r>(
+    revision: &'r str,
+    reference: Option<&str>,
+) -> Option<&'r str> {
+    if oci::is_artifact_revision(revision) {
+        return Some(revision);
+    }
+    let (named, commit) = revision.split_once("@sha1:")?;
+    (named == reference.unwrap_or("HEAD")).then_some(commit)
+}
 
 /// What the pass came to, as the status tells it.
 #[derive(Debug)]

@@ -30,5 +30,6 @@ pub mod outbox;
 pub mod reconcile;
 pub mod record;
 pub mod repo;
+pub mod revert;
 pub mod watch;
 pub mod writeback;

@@ -25,6 +25,7 @@ use crate::git::{Credentials, GitError, fetch, fetch_cache, read_tree};
 use tether_core::discovery::{DISCOVERED_DIR, Outcome};
 use tether_core::operation::{RestoredDocument, rollout_state, same_state};
 use tether_core::remedy::Remedy;
+use tether_core::revert::CommitFacts;
 use tether_core::source::SourceFiles;
 
 #[derive(Debug, Error)]
@@ -606,15 +607,31 @@ impl Workspace {
             index.remove_path(&self.root.join(path))?;
         }
         let tree = repo.find_tree(index.write_tree_to(repo)?)?;
-        let signature = Signature::now(&author.name, &author.email)?;
-        let parents: Vec<&git2::Commit> = parent.iter().collect();
         let message = change.message();
         if self.replaces_proposal()
             && let Some(tip) = self.proposal_repeated(base, tree.id())?
         {
             return Ok(tip);
         }
-        let commit = self.write_commit(&signature, &message, &tree, &parents)?;
+        self.land(base, parent.as_ref(), &tree, &message, author, &paths)
+    }
+
+    /// A commit of `tree` on `parent` (the commit `base`), signed when there is a
+    /// signing key; moves the branch (or the proposal's) to it, unless the branch moved
+    /// meanwhile (then git2 refuses and nothing changes); checks out `paths`.
+    fn land(
+        &self,
+        base: Option<Oid>,
+        parent: Option<&git2::Commit<'_>>,
+        tree: &git2::Tree<'_>,
+        message: &str,
+        author: &Author,
+        paths: &[PathBuf],
+    ) -> Result<Oid, WritebackError> {
+        let repo = &self.repo;
+        let signature = Signature::now(&author.name, &author.email)?;
+        let parents: Vec<&git2::Commit> = parent.into_iter().collect();
+        let commit = self.write_commit(&signature, message, tree, &parents)?;
         let reflog = message.lines().next().unwrap_or("tether");
         if let Some(proposal) = &self.proposal {
             return match repo.reference(&self.local_ref(), commit, proposal.replaced, reflog) {
@@ -645,8 +662,81 @@ impl Workspace {
                 repo.reference(&self.local_ref(), commit, false, reflog)?;
             }
         }
-        self.check_out(&paths)?;
+        self.check_out(paths)?;
         Ok(commit)
+    }
+
+    /// The branch's first-parent history from its base, newest first, at most `depth`
+    /// commits: what a revert's decisions read.
+    pub(crate) fn history(&self, depth: usize) -> Result<Vec<CommitFacts>, WritebackError> {
+        let Some(base) = self.base() else {
+            return Ok(Vec::new());
+        };
+        let mut commit = self.repo.find_commit(base)?;
+        let mut history = vec![facts_of(&commit)];
+        while history.len() < depth {
+            let Ok(parent) = commit.parent(0) else {
+                break;
+            };
+            history.push(facts_of(&parent));
+            commit = parent;
+        }
+        Ok(history)
+    }
+
+    /// Commits, on the branch's base, the tree of its first parent (Git's revert of
+    /// the base commit) with `message`. Returns the commit, or `None` when the base
+    /// has no parent.
+    pub(crate) fn commit_parent_tree(
+        &self,
+        message: &str,
+        author: &Author,
+    ) -> Result<Option<Oid>, WritebackError> {
+        let Some(base) = self.base() else {
+            return Ok(None);
+        };
+        let head = self.repo.find_commit(base)?;
+        let Ok(parent) = head.parent(0) else {
+            return Ok(None);
+        };
+        let tree = parent.tree()?;
+        let paths = self.changed_paths(&head.tree()?, &tree)?;
+        self.ensure_committed(&paths)?;
+        self.land(Some(base), Some(&head), &tree, message, author, &paths)
+            .map(Some)
+    }
+
+    /// The paths two trees hold differently.
+    fn changed_paths(
+        &self,
+        from: &git2::Tree<'_>,
+        to: &git2::Tree<'_>,
+    ) -> Result<Vec<PathBuf>, WritebackError> {
+        let diff = self.repo.diff_tree_to_tree(Some(from), Some(to), None)?;
+        Ok(diff
+            .deltas()
+            .flat_map(|d| [d.old_file().path(), d.new_file().path()])
+            .flatten()
+            .map(Path::to_path_buf)
+            .collect())
+    }
+
+    /// Pushes what the branch holds that the remote lacks (a clone's); `false` when
+    /// the remote moved meanwhile and refused it: the remote's branch is fetched
+    /// again, the local commit left unpushed (the next commit replaces it).
+    pub(crate) fn push_unless_moved(&self) -> Result<bool, WritebackError> {
+        let url = match &self.place {
+            Place::Clone { url } if self.needs_push() => url.clone(),
+            _ => return Ok(true),
+        };
+        match self.push(&url)? {
+            None => Ok(true),
+            Some(reason) => {
+                tracing::info!(%url, branch = %self.branch, %reason, "push rejected: the branch moved");
+                fetch(&self.repo, &url, &self.credentials)?;
+                Ok(false)
+            }
+        }
     }
 
     /// The proposal's tip (the remote's, else the local one) when it is already the
@@ -784,6 +874,27 @@ impl Workspace {
             (Some(_), None) => true,
             (None, _) => false,
         }
+    }
+}
+
+/// A commit as a revert's decisions read it: its id, first line and trailers.
+fn facts_of(commit: &git2::Commit<'_>) -> CommitFacts {
+    let message = commit.message().unwrap_or_default();
+    CommitFacts {
+        id: commit.id().to_string(),
+        summary: commit
+            .summary()
+            .ok()
+            .flatten()
+            .unwrap_or_default()
+            .to_string(),
+        trailers: git2::message_trailers_strs(message)
+            .map(|t| {
+                t.iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect()
+            })
+            .unwrap_or_default(),
     }
 }
 

@@ -24,10 +24,12 @@ pub enum NoticeKind {
     Pruned,
     WaveBlocked,
     HostRemoved,
+    /// A commit whose rollout did not become healthy in time, reverted by tether.
+    Reverted,
 }
 
 impl NoticeKind {
-    pub const ALL: [NoticeKind; 8] = [
+    pub const ALL: [NoticeKind; 9] = [
         NoticeKind::Applied,
         NoticeKind::Failed,
         NoticeKind::Stalled,
@@ -36,6 +38,7 @@ impl NoticeKind {
         NoticeKind::Pruned,
         NoticeKind::WaveBlocked,
         NoticeKind::HostRemoved,
+        NoticeKind::Reverted,
     ];
 
     /// The name a Source's exclusion list uses.
@@ -49,6 +52,7 @@ impl NoticeKind {
             NoticeKind::Pruned => "pruned",
             NoticeKind::WaveBlocked => "wave-blocked",
             NoticeKind::HostRemoved => "host-removed",
+            NoticeKind::Reverted => "reverted",
         }
     }
 
@@ -68,6 +72,7 @@ impl NoticeKind {
             NoticeKind::Pruned => ("Pruned", ":wastebasket:"),
             NoticeKind::WaveBlocked => ("Wave blocked", ":no_entry:"),
             NoticeKind::HostRemoved => ("Host removed", ":heavy_minus_sign:"),
+            NoticeKind::Reverted => ("Reverted", ":rewind:"),
         }
     }
 }
@@ -487,7 +492,7 @@ mod tests {
         assert_eq!(
             error,
             "\"drifted\" is no notice kind; the kinds are applied, failed, stalled, \
-             drift-corrected, drift-reported, pruned, wave-blocked, host-removed"
+             drift-corrected, drift-reported, pruned, wave-blocked, host-removed, reverted"
         );
     }
 

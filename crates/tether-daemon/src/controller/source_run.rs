@@ -30,13 +30,14 @@ use crate::decryption::DecryptionSecret;
 use crate::feedback::SourceFeedback;
 use crate::loop_views::{Shown, SourceName, Writeback};
 use crate::pull_request::{ActAs, PullRequestPlanner};
+use crate::revert::SourceRevert;
 use crate::shard::source_id;
 use crate::shared::event_reporter;
 use crate::source_loop::{
     Memory, Observers, Origin, PassError, PassOutcome, Rewrite, SourceLoop, SourceSettings,
-    StatusSink, commit_of_revision, settings_of,
+    StatusSink, settings_of,
 };
-use crate::source_status::PassResult;
+use crate::source_status::{PassResult, commit_of_revision};
 use crate::switchboard::Trigger;
 use crate::verify::VerifySecret;
 use tether_trust::sign::SigningKey;
@@ -72,17 +73,20 @@ pub(super) async fn run_source(
         shown: Some(shown_on_page(&source, &daemon.directories, &credentials)),
         events: Some(Recorder::new(client.clone(), event_reporter())),
         shared: daemon.shared.clone(),
+        revert: revert_of(
+            &source,
+            &daemon,
+            &client,
+            &credentials,
+            &feedback,
+            &triggers.0,
+        ),
     };
-    let memory = Memory::resumed(
-        applied_before(&source),
-        rewrite_recorded(&source),
-        unhandled_request(&source),
-    );
     let work = SourceLoop::new(
         &id,
         reconciler,
         checked.settings,
-        memory,
+        resumed_memory(&source),
         observers,
         daemon.shared.clone(),
     )
@@ -119,15 +123,9 @@ pub(super) async fn run_source(
     };
     let first_pass = work.first_pass();
     let source_loop = work.run(origin, daemon.shutdown_timeout, &stop, log_pass);
+    let shared = &daemon.shared;
     beside
-        .run_with(
-            source_loop,
-            &first_pass,
-            &client,
-            &daemon.shared,
-            &id,
-            &stop,
-        )
+        .run_with(source_loop, &first_pass, &client, shared, &id, &stop)
         .await;
 }
 
@@ -320,6 +318,54 @@ async fn open_feedback(
     }
 }
 
+/// The Source's revert of failed rollouts (`spec.revert`), committing to its branch
+/// (else main) through a clone of its own beside the Git cache; none for an OCI
+/// artifact, which tether cannot commit to (said once, in the log and an Event).
+fn revert_of(
+    source: &Source,
+    daemon: &Daemon,
+    client: &Client,
+    credentials: &Credentials,
+    feedback: &Option<Arc<SourceFeedback>>,
+    trigger: &mpsc::Sender<Trigger>,
+) -> Option<Arc<SourceRevert>> {
+    let spec = &source.spec;
+    if !spec.revert {
+        return None;
+    }
+    if Reference::is_oci(&spec.url) {
+        tracing::warn!("spec.revert is ignored: an OCI artifact cannot be committed to");
+        return None;
+    }
+    let namespace = source.namespace().unwrap_or_default();
+    Some(Arc::new(SourceRevert {
+        destination: Destination::Remote {
+            url: spec.url.clone(),
+            path: PathBuf::from(spec.path.as_deref().unwrap_or(".")),
+            cache: daemon.directories.cache.join("revert"),
+            credentials: credentials.clone(),
+        },
+        branch: spec
+            .reference
+            .clone()
+            .filter(|r| !is_full_commit_id(r))
+            .unwrap_or_else(|| "main".into()),
+        author: spec
+            .image_automation
+            .as_ref()
+            .and_then(|a| a.author.as_deref())
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_default(),
+        timeout: crate::feedback::rollout_timeout(source),
+        reference: spec.reference.clone(),
+        sources: Api::namespaced(client.clone(), &namespace),
+        name: source.name_any(),
+        feedback: feedback.clone(),
+        trigger: trigger.clone(),
+        watched: std::sync::Mutex::new(None),
+    }))
+}
+
 /// How `source` is shown on the web page, and where its day-2 actions commit: its
 /// branch (or a new one per action, with `proposeActions`), through a clone of its
 /// own beside the Git cache; nowhere for an OCI artifact.
@@ -343,6 +389,16 @@ fn shown_on_page(source: &Source, directories: &Directories, credentials: &Crede
         writeback,
         path: spec.path.clone(),
     }
+}
+
+/// What the loop remembers of the Source's earlier loops, from its status and
+/// annotations.
+fn resumed_memory(source: &Source) -> Memory {
+    Memory::resumed(
+        applied_before(source),
+        rewrite_recorded(source),
+        unhandled_request(source),
+    )
 }
 
 /// The Source's reconcile request (an approval's, too) that its status does not say

@@ -15,7 +15,8 @@ use tether_engine::cluster::Tenure;
 
 use crate::clock::now;
 use crate::shared::event_reporter;
-use crate::source_loop::{ClusterState, Rewrite, StatusSink, revision_name};
+use crate::source_loop::{ClusterState, Rewrite, StatusSink};
+use crate::source_status::revision_name;
 use crate::source_status::{PassResult, next_status, refusal_event, worth_writing};
 
 /// Writes a Source's status when a pass changed it (never for a pass that found
@@ -38,12 +39,13 @@ pub(super) struct SourceStatusWriter {
 }
 
 /// The part of the Source's status its passes write: the image policies' part is
-/// the image automation's, and the owner the claim's, so a pass's patch never
+/// the image automation's, the last revert the revert's, and the owner the claim's, so a pass's patch never
 /// carries (nor puts back) an older copy of them.
 fn passes_status(source: &Source) -> SourceStatus {
     let mut status = source.status.clone().unwrap_or_default();
     status.images.clear();
     status.images_summary = None;
+    status.last_revert = None;
     status.owner = None;
     status.owner_since = None;
     status

@@ -194,32 +194,10 @@ fn artifact_reference(spec: &SourceSpec) -> Result<Reference, SpecError> {
     Ok(reference.with_target(target))
 }
 
-/// How a revision is named in the status: `<ref>@sha1:<hex>` (`HEAD` for the remote's
-/// default branch); an artifact's revision (`<tag>@sha256:<hex>`) names itself.
-pub(crate) fn revision_name(reference: Option<&str>, commit: &str) -> String {
-    if oci::is_artifact_revision(commit) {
-        return commit.to_string();
-    }
-    format!("{}@sha1:{commit}", reference.unwrap_or("HEAD"))
-}
-
-/// The commit of a [`revision_name`], when it names `reference` (a revision of
-/// another ref says nothing of this one's history); an artifact's revision is its own
-/// commit (its tag is part of it).
-pub(crate) fn commit_of_revision<'r>(
-    revision: &'r str,
-    reference: Option<&str>,
-) -> Option<&'r str> {
-    if oci::is_artifact_revision(revision) {
-        return Some(revision);
-    }
-    let (named, commit) = revision.split_once("@sha1:")?;
-    (named == reference.unwrap_or("HEAD")).then_some(commit)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::source_status::{commit_of_revision, revision_name};
 
     fn spec(yaml: &str) -> SourceSpec {
         serde_json::from_value(serde_saphyr::from_str::<serde_json::Value>(yaml).unwrap()).unwrap()

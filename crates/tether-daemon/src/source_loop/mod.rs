@@ -19,9 +19,7 @@ mod pass;
 mod pass_outcome;
 
 pub(crate) use lifecycle::{Origin, PassStop, SourceLoop};
-pub(crate) use loop_settings::{
-    Settings, SourceSettings, commit_of_revision, revision_name, settings_of,
-};
+pub(crate) use loop_settings::{Settings, SourceSettings, settings_of};
 pub(crate) use memory::Memory;
 pub(crate) use observers::{NoStatus, Observers, StatusSink};
 pub(crate) use pass_outcome::{ClusterState, Rewrite};

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use kube::runtime::events::{Event, EventType, Recorder};
 use tether_core::feedback::notice::NoticeKind;
-use tether_engine::reconcile::{ApplyProgress, ClusterName, ClusterPlan, Planned, Reconciler};
+use tether_engine::reconcile::{
+    ApplyProgress, ApplyReport, ClusterName, ClusterPlan, Planned, Reconciler,
+};
 use tether_sops::Keyring;
 
 use super::pass_outcome::{ClusterState, PassError, PassOutcome, Rewrite};
@@ -18,6 +20,7 @@ use crate::clock::now;
 use crate::drift::Drift;
 use crate::feedback::{Draft, SourceFeedback, Verdict, notices_of_apply};
 use crate::loop_views::{LastPlan, Shown, SourceName, Views, blocked_on};
+use crate::revert::{RolloutOf, SourceRevert};
 use crate::shared::{Shared, event_reporter};
 use crate::source_status::PassResult;
 
@@ -74,6 +77,8 @@ pub(crate) struct Observers<S = NoStatus> {
     pub(crate) events: Option<Recorder>,
     /// The daemon's shared state, whose views the web page shows.
     pub(crate) shared: Arc<Shared>,
+    /// Reverts a commit whose rollout fails (`spec.revert`; none: never).
+    pub(crate) revert: Option<Arc<SourceRevert>>,
 }
 
 impl<S: StatusSink> Observers<S> {
@@ -188,10 +193,33 @@ impl<S: StatusSink> Observers<S> {
         let (Some(feedback), Some(commit)) = (&self.feedback, commit) else {
             return;
         };
+        let cluster = status_cluster(&planned.cluster);
+        if self.revert.is_some() && cluster.is_none() && verdict == Verdict::Applied {
+            // The revert waits for the rollout, and says how it ended.
+            return;
+        }
         let rollout = (verdict == Verdict::Applied).then(|| planned.rollout());
-        feedback
-            .concluded(commit, status_cluster(&planned.cluster), verdict, rollout)
-            .await;
+        feedback.concluded(commit, cluster, verdict, rollout).await;
+    }
+
+    /// With `spec.revert`, the rollout of the own cluster's commit that this pass
+    /// changed the cluster for is watched: waited for when the pass applied it, failed
+    /// already when a wave waited in vain for what did not become healthy.
+    pub(super) fn watch_rollout(&self, planned: &Planned, report: &ApplyReport) {
+        let (Some(revert), Some(revision)) = (&self.revert, &planned.plan.revision) else {
+            return;
+        };
+        if status_cluster(&planned.cluster).is_some() || !report.changed() {
+            return;
+        }
+        let rollout = match &report.blocked {
+            None if report.succeeded() => RolloutOf::Applied(planned.rollout()),
+            Some(blocked) if blocked.blockers.iter().any(|b| !b.external) => {
+                RolloutOf::Blocked(blocked.blockers.clone())
+            }
+            _ => return,
+        };
+        revert.watch(&revision.commit, rollout);
     }
 }
 

@@ -101,6 +101,7 @@ impl<S: StatusSink> SourceLoop<S> {
         self.observers
             .tell_verdict(&planned, verdict(&report))
             .await;
+        self.observers.watch_rollout(&planned, &report);
         let own = cluster_state(planned.cluster.display(), Ok(&report));
         let failed = self.apply_others(own, others, &options).await;
         if report.succeeded() && failed.is_empty() {

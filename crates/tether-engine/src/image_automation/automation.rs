@@ -28,6 +28,7 @@ use tether_core::image_automation::markers::MarkerField;
 use tether_core::image_automation::policy::{ImagePolicy, Rule, UpdateMode};
 use tether_core::image_automation::update::{self, Place, Places, Target, Update};
 use tether_core::operation::Edit;
+use tether_core::revert::{held_policies, held_reason};
 use tether_core::source::SourceFiles;
 
 use super::notification::Pushed;
@@ -38,6 +39,8 @@ use crate::writeback::{Author, Change, Synced, WritebackError};
 
 /// How many of the best candidates a policy keeps from a listing.
 const SHORTLIST: usize = 32;
+/// How many commits back a run looks for tether's reverts that hold its policies.
+const HOLD_HISTORY: usize = 100;
 /// How many image repositories are listed at once.
 const CONCURRENT_SCANS: usize = 8;
 /// How many candidates' ages a `min_age` policy looks up, best first, in one run.
@@ -259,6 +262,8 @@ impl Automation {
             .map_err(|e| ImagesError::Task(e.to_string()))??;
         let files = workspace.models()?;
         let policies = policies_of(&files);
+        // The policies a revert of tether's holds, until a person commits.
+        let held_by = held_policies(&workspace.history(HOLD_HISTORY)?);
         let mut report = RunReport {
             repositories: policies
                 .iter()
@@ -270,13 +275,13 @@ impl Automation {
         };
         report.repositories.sort();
         report.repositories.dedup();
-        let chosen: Vec<&ImagePolicy> = policies
+        let (held, chosen): (Vec<&ImagePolicy>, Vec<&ImagePolicy>) = policies
             .iter()
             .filter(|p| {
                 let key = repository_key(&p.image.value);
                 pushed.is_none_or(|pushes| pushes.iter().any(|push| pushed_to(push, &key)))
             })
-            .collect();
+            .partition(|p| held_by.contains_key(&p.name.value));
         let places = Places::read(&files);
         let groups: Vec<(String, Vec<PolicyTargets>)> = by_repository(&chosen)
             .into_iter()
@@ -309,6 +314,7 @@ impl Automation {
             .map(|p| initial_outcome(p, &places, found.get(&p.name.value)))
             .collect();
         self.commit(workspace, &commit, &mut report).await?;
+        report.policies.extend(held_outcomes(&held, &held_by));
         Ok(report)
     }
 
@@ -592,6 +598,21 @@ async fn aged(
 
 /// The outcome before anything is committed: what the scan found, or why the policy
 /// cannot be decided.
+/// What a run says of the policies a revert holds: kept, naming the revert.
+fn held_outcomes(held: &[&ImagePolicy], held_by: &BTreeMap<String, String>) -> Vec<PolicyOutcome> {
+    held.iter()
+        .map(|p| PolicyOutcome {
+            policy: p.name.value.clone(),
+            image: p.image.value.clone(),
+            listed: None,
+            candidate: None,
+            result: PolicyResult::Kept {
+                reason: held_reason(held_by.get(&p.name.value).map_or("", String::as_str)),
+            },
+        })
+        .collect()
+}
+
 fn initial_outcome(policy: &ImagePolicy, places: &Places, found: Option<&Found>) -> PolicyOutcome {
     let (listed, candidate, failure) = match found {
         Some(Found::Tags { listed, candidates }) => (
