@@ -87,13 +87,7 @@ pub(crate) fn next_status(
             set("Stalled", None);
         }
         PassResult::ObjectsFailed { report, .. } => {
-            let retryable = report.failures().any(|(_, f)| f.retryable());
-            let (reason, message, retryable) = match (&report.blocked, &report.prune_held) {
-                (Some(blocked), _) => blocked_status(blocked),
-                // Held until a person approves it: retrying cannot help.
-                (None, Some(hold)) => ("PruneHeld", prune_held(hold), false),
-                (None, None) => ("ObjectsFailed", objects_failed(report), retryable),
-            };
+            let (reason, message, retryable) = apply_failed(report);
             set("Ready", Some(("False", reason, message.clone())));
             if retryable {
                 set(
@@ -314,6 +308,28 @@ fn counts(report: &ApplyReport) -> PlanCounts {
     }
 }
 
+/// Why an apply did not succeed, as the status says it: the reason, the message, and
+/// whether retrying can help.
+pub(crate) fn apply_failed(report: &ApplyReport) -> (&'static str, String, bool) {
+    let retryable = report.failures().any(|(_, f)| f.retryable());
+    match (&report.blocked, &report.prune_held, report.hook_failure()) {
+        (Some(blocked), _, _) => blocked_status(blocked),
+        // Held until a person approves it: retrying cannot help.
+        (None, Some(hold), _) => ("PruneHeld", prune_held(hold), false),
+        // A hook is made anew by each try: not again before something changes.
+        (None, None, Some(hook)) if report.failures().next().is_none() => {
+            ("HookFailed", hook_failed(hook), false)
+        }
+        _ => ("ObjectsFailed", objects_failed(report), retryable),
+    }
+}
+
+/// `PreSync hook Job shop/db-migrate-x7k2p: Job failed: BackoffLimitExceeded`.
+pub(crate) fn hook_failed(hook: &tether_engine::reconcile::outcome::HookRun) -> String {
+    let why = hook.failure.as_deref().unwrap_or_default();
+    format!("{} hook {}: {why}", hook.phase, hook.key)
+}
+
 /// A wave whose dependencies are not ready yet (a later pass resumes), or failed:
 /// the reason, the message, and whether retrying can help.
 fn blocked_status(blocked: &tether_engine::reconcile::BlockedWave) -> (&'static str, String, bool) {
@@ -425,6 +441,49 @@ mod tests {
             // The other conditions stay as the last pass wrote them.
             assert_eq!(conditions.len(), before.conditions.len());
         }
+    }
+
+    #[test]
+    fn a_failed_hook_or_a_blocked_wave_is_named_not_counted_as_failed_objects() {
+        let mut hooked = report(vec![Outcome::Unchanged]);
+        hooked.hooks.push(tether_engine::reconcile::HookRun {
+            phase: tether_core::directive::HookPhase::PreSync,
+            key: ObjectKey::new("batch/v1", "Job", Some("shop"), "db-migrate-x7k2p"),
+            failure: Some("Job failed: BackoffLimitExceeded".into()),
+            deleted: false,
+        });
+        let result = PassResult::ObjectsFailed {
+            revision: "main@sha1:abc".into(),
+            report: &hooked,
+        };
+        let status = next_status(&SourceStatus::default(), Some(1), &result, "T1");
+        let ready = condition(&status, "Ready").unwrap();
+        assert_eq!(
+            (ready.reason.as_str(), ready.message.as_str()),
+            (
+                "HookFailed",
+                "PreSync hook Job shop/db-migrate-x7k2p: Job failed: BackoffLimitExceeded"
+            )
+        );
+        // Made anew by each try: stalled until something changes.
+        assert_eq!(condition(&status, "Stalled").unwrap().status, "True");
+        let mut blocked = report(vec![Outcome::Configured]);
+        blocked.blocked = Some(tether_engine::reconcile::BlockedWave {
+            wave: 1,
+            waves: 2,
+            blockers: vec![tether_engine::reconcile::Blocker {
+                key: ObjectKey::new("apps/v1", "Deployment", Some("shop"), "web"),
+                state: "1/2 updated".into(),
+                failed: false,
+                external: false,
+                needed_by: Vec::new(),
+            }],
+            not_applied: 1,
+        });
+        assert_eq!(
+            apply_failed(&blocked).1,
+            "wave 2 of 2 waits for what it depends on; Deployment shop/web: 1/2 updated"
+        );
     }
 
     #[test]

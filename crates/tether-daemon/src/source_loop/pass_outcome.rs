@@ -9,7 +9,7 @@ use crate::attestation::AttestationKeyError;
 use crate::decryption::DecryptionKeysError;
 use crate::feedback::Verdict;
 use crate::loop_views::blocked_on;
-use crate::source_status::{objects_failed, prune_held};
+use crate::source_status::{apply_failed, hook_failed, objects_failed, prune_held};
 use crate::verify::VerifyKeysError;
 
 /// What one pass did.
@@ -44,7 +44,7 @@ pub enum PassError {
     #[error(transparent)]
     Reconcile(#[from] ReconcileError),
     /// Some objects failed for reasons that may pass (the server busy or away).
-    #[error("{} objects failed; retrying", .0.report.failures().count())]
+    #[error("{}; retrying", apply_failed(&.0.report).1)]
     ObjectsFailed(Box<PassOutcome>),
     /// The keys of the encrypted files could not be read: nothing was applied.
     #[error(transparent)]
@@ -112,8 +112,7 @@ pub(super) fn verdict(report: &ApplyReport) -> Verdict {
     }
     // A hook that failed fails the pass, naming the hook and why.
     if let Some(hook) = report.hook_failure() {
-        let why = hook.failure.as_deref().unwrap_or_default();
-        return Verdict::Failed(format!("{} hook {}: {why}", hook.phase, hook.key));
+        return Verdict::Failed(hook_failed(hook));
     }
     match (report.succeeded(), retries_soon(report)) {
         (true, _) => Verdict::Applied,
