@@ -1,8 +1,8 @@
 //! Revert that sticks (`spec.revert`) in the daemon, on the shared control plane with
 //! the node simulator's pods: a commit whose Deployment never becomes ready blocks the
 //! next sync-wave until the Source's timeout, and tether reverts it in Git, so the
-//! later wave's change never reaches the cluster. The real node's probes are
-//! `tests/control_plane/revert.rs`.
+//! later wave's change never reaches the cluster; the web page shows the revert. The
+//! real node's probes are `tests/control_plane/revert.rs`.
 
 use std::process::Command;
 use std::time::Duration;
@@ -10,6 +10,7 @@ use std::time::Duration;
 use crate::daemon::{Daemon, install_crd, kubectl_apply_text, source_yaml, status};
 use crate::harness::eventually;
 use crate::reconcile::{base, live_config_map, setup};
+use crate::web::{http_get, json};
 use tether_testkit::remote::Remote;
 
 /// A Deployment at sync-wave 0 (its pods unready under `ready: "false"`) and a
@@ -62,7 +63,12 @@ async fn a_commit_whose_deployment_blocks_the_next_wave_is_reverted_and_the_wave
         ("base.yaml", &base(&ns)),
         ("web.yaml", &web(&ns, "true", "v1")),
     ]);
-    let _daemon = Daemon::start(&["--sources", "--sources-namespace", &ns]);
+    let daemon = Daemon::start(&[
+        "--sources",
+        "--sources-namespace",
+        &ns,
+        "--web-anonymous-read-only",
+    ]);
     kubectl_apply_text(&source_yaml(
         "web",
         &ns,
@@ -92,6 +98,20 @@ async fn a_commit_whose_deployment_blocks_the_next_wave_is_reverted_and_the_wave
                 .as_str()
                 .is_some_and(|r| r.ends_with(&revert)),
         "{last}"
+    );
+    // The page says so too: its API, and its section of the Source's page.
+    let shown = json(&http_get(&daemon, &format!("/api/v1/sources/{ns}/web"), None).1);
+    assert!(
+        shown["lastRevert"]["revert"]
+            .as_str()
+            .is_some_and(|r| r.ends_with(&revert)),
+        "{shown}"
+    );
+    let (code, page) = http_get(&daemon, &format!("/sources/{ns}/web"), None);
+    assert_eq!(code, 200);
+    assert!(
+        page.contains("<section id=\"revert\">") && page.contains(&revert),
+        "{page}"
     );
     // The revert applied: the template as before; the later wave never saw v2.
     eventually(Duration::from_secs(60), || async {

@@ -71,12 +71,76 @@ fn running(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
-fn assert_gone(pids: &[u32], ports: &[u16]) {
+/// The processes listening on `port` (TCP, any address), with their command lines:
+/// the LISTEN sockets of `/proc/net/tcp` and `tcp6`, and the processes that hold them.
+fn listeners(port: u16) -> Vec<(u32, String)> {
+    let inodes: Vec<String> = ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .flat_map(|table| {
+            std::fs::read_to_string(table)
+                .unwrap_or_default()
+                .lines()
+                .skip(1)
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let local_port = fields.get(1)?.rsplit_once(':')?.1;
+            let listening = fields.get(3) == Some(&"0A");
+            (listening && u16::from_str_radix(local_port, 16).ok()? == port)
+                .then(|| fields.get(9).map(|i| (*i).to_string()))
+                .flatten()
+        })
+        .collect();
+    let mut holders = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().filter_map(Result::ok) {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
+            continue;
+        };
+        let holds = fds.filter_map(Result::ok).any(|fd| {
+            std::fs::read_link(fd.path()).is_ok_and(|target| {
+                inodes
+                    .iter()
+                    .any(|inode| target.to_string_lossy() == format!("socket:[{inode}]"))
+            })
+        });
+        if holds {
+            let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+            holders.push((pid, String::from_utf8_lossy(&cmdline).replace('\0', " ")));
+        }
+    }
+    holders
+}
+
+/// The control plane of `state_dir` is gone: its processes, and any listener on its
+/// ports that is its own (every process it starts names its state directory). Another
+/// test's control plane may have been given one of the ports since.
+fn assert_gone(state_dir: &Path, pids: &[u32], ports: &[u16]) {
     for pid in pids {
         assert!(!running(*pid), "process {pid} is still running");
     }
+    let state_dir = state_dir.to_string_lossy();
     for port in ports {
-        assert!(!listening(*port), "port {port} is still open");
+        if !listening(*port) {
+            continue;
+        }
+        let own: Vec<(u32, String)> = listeners(*port)
+            .into_iter()
+            .filter(|(_, cmdline)| {
+                cmdline.split(' ').any(|arg| {
+                    arg.contains(&format!("{state_dir}/")) || arg.ends_with(state_dir.as_ref())
+                })
+            })
+            .collect();
+        assert!(own.is_empty(), "port {port} is still open: {own:?}");
     }
 }
 
@@ -102,7 +166,7 @@ fn up_and_down_ten_times_leave_no_process_and_no_port() {
         );
         assert!(ports.iter().any(|p| listening(*p)));
         run(&["down"], dir.path());
-        assert_gone(&pids, &ports);
+        assert_gone(dir.path(), &pids, &ports);
     }
 }
 
@@ -132,12 +196,13 @@ fn two_control_planes_in_different_state_dirs_do_not_collide() {
         "{}",
         String::from_utf8_lossy(&status.stdout)
     );
+    let (dir_a, dir_b) = (a.state_dir().to_path_buf(), b.state_dir().to_path_buf());
     a.down();
-    assert_gone(&pids_a, &ports_a);
+    assert_gone(&dir_a, &pids_a, &ports_a);
     // The other one is untouched by the first one's down.
     assert!(pids_b.iter().all(|pid| running(*pid)));
     b.down();
-    assert_gone(&pids_b, &ports_b);
+    assert_gone(&dir_b, &pids_b, &ports_b);
 }
 
 /// tether against its own control plane (this test stops the API server).
@@ -312,7 +377,7 @@ fn the_watchdog_stops_the_control_plane_when_its_owner_dies_even_without_its_sta
             );
             std::thread::sleep(Duration::from_millis(200));
         }
-        assert_gone(&pids, &ports);
+        assert_gone(&state, &pids, &ports);
     }
 }
 
@@ -421,7 +486,7 @@ fn the_real_node_runs_containers_and_down_leaves_nothing_behind() {
     );
 
     run(&["down"], dir.path());
-    assert_gone(&pids, &ports);
+    assert_gone(dir.path(), &pids, &ports);
     assert_eq!(machine_traces(dir.path()), Vec::<String>::new());
     assert!(
         !Path::new("/run/tether-real-node").exists(),

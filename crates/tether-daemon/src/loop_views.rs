@@ -13,7 +13,7 @@ use tether_core::workflow::Workflow;
 use tether_engine::discovery::Destination;
 use tether_engine::reconcile::{CheckedModels, Outcome};
 use tether_sops::Keyring;
-use tether_web::{ClusterRow, Counts, DriftRow, ImagePolicyRow, SourceSummary, State};
+use tether_web::{ClusterRow, Counts, DriftRow, ImagePolicyRow, RevertRow, SourceSummary, State};
 use tokio::sync::{broadcast, mpsc};
 
 use crate::source_status::{PassResult, next_status};
@@ -96,6 +96,8 @@ struct Entry {
     keys: Arc<Keyring>,
     /// The image policies at their last scan.
     images: Vec<ImagePolicyRow>,
+    /// The last failed rollout, with `spec.revert`.
+    last_revert: Option<RevertRow>,
 }
 
 /// The last plan of a source's own cluster, and what the page makes of it.
@@ -116,6 +118,7 @@ pub(crate) struct Snapshot {
     pub client: Option<Client>,
     pub keys: Arc<Keyring>,
     pub images: Vec<ImagePolicyRow>,
+    pub last_revert: Option<RevertRow>,
 }
 
 impl Default for Views {
@@ -154,6 +157,7 @@ impl Views {
             client: None,
             keys: Arc::default(),
             images: Vec::new(),
+            last_revert: None,
         };
         self.lock().insert(name.clone(), shown);
         let _ = self.stream.send(Arc::new(summary));
@@ -182,6 +186,7 @@ impl Views {
             client: shown.client.clone(),
             keys: shown.keys.clone(),
             images: shown.images.clone(),
+            last_revert: shown.last_revert.clone(),
         })
     }
 
@@ -326,6 +331,11 @@ impl Views {
     /// The image policies after a run of the Source's image automation.
     pub(crate) fn images(&self, name: &SourceName, rows: Vec<ImagePolicyRow>) {
         self.change(name, |entry| entry.images = rows);
+    }
+
+    /// The last failed rollout, with `spec.revert`.
+    pub(crate) fn revert(&self, name: &SourceName, row: RevertRow) {
+        self.change(name, |entry| entry.last_revert = Some(row));
     }
 
     /// How each cluster fared, when the models name several.

@@ -4,7 +4,7 @@
 //! wave of the pass was blocked by what did not), the engine's
 //! [`revert`](tether_engine::revert) commits Git's revert of it to the branch, unless
 //! the history says not to; then the loop is nudged to apply it, and the log,
-//! `status.lastRevert`, a notice and the commit status say what happened. It stops with the loop.
+//! `status.lastRevert`, the web page, a notice and the commit status say what happened. It stops with the loop.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,6 +17,7 @@ use tether_engine::discovery::Destination;
 use tether_engine::reconcile::{Blocker, Rollout};
 use tether_engine::revert::{FailedRollout, Reverted, revert};
 use tether_engine::writeback::Author;
+use tether_web::RevertRow;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -36,6 +37,8 @@ pub(crate) struct SourceRevert {
     pub(crate) sources: Api<Source>,
     pub(crate) name: String,
     pub(crate) feedback: Option<Arc<SourceFeedback>>,
+    /// The daemon's shared state and the Source's name there: the web page's view.
+    pub(crate) shown: (Arc<crate::shared::Shared>, crate::loop_views::SourceName),
     /// The Source's loop, nudged after a revert.
     pub(crate) trigger: mpsc::Sender<Trigger>,
     /// The commit whose rollout is (or was last) watched, and its wait.
@@ -164,6 +167,17 @@ impl SourceRevert {
             held: held.to_vec(),
             time: crate::clock::now(),
         };
+        let (shared, name) = &self.shown;
+        shared.views.revert(
+            name,
+            RevertRow {
+                failed: status.failed.clone(),
+                revert: status.revert.clone(),
+                message: status.message.clone(),
+                held: status.held.clone(),
+                time: status.time.clone(),
+            },
+        );
         // A merge patch: a field left out would keep an earlier revert's value.
         let patch = serde_json::json!({ "status": { "lastRevert": {
             "failed": status.failed,

@@ -18,7 +18,8 @@
 //!   `p.conflict`, `p.error`, `span.pod[data-pod]`), `#plan` (`.report`), `#graph`
 //!   (`svg.graph`, a `g.model[data-model]` per model), `#events`, `#discovered`,
 //!   `#hosts` (`div.host[data-host]`, `li.label[data-key]`, `.locked`), `#images`
-//!   (`tr[data-policy]` with `.result` and `.message`, class `warning` when failed); every action
+//!   (`tr[data-policy]` with `.result` and `.message`, class `warning` when failed), `#revert`
+//!   when a rollout failed (`.failed`, `.revert` when reverted, `.message`, `.held`); every action
 //!   a `form.act.act-NAME` (see `action_name`) with a `button`.
 
 use std::fmt::Write;
@@ -30,7 +31,7 @@ use crate::markdown;
 use crate::paths::{self, Action};
 use crate::view::{
     ClusterRow, Counts, DiscoveredPod, EventRow, HostRow, ImagePolicyRow, ModelNode, ObjectRow,
-    PodRow, SourceDetail, SourceSummary, State,
+    PodRow, RevertRow, SourceDetail, SourceSummary, State,
 };
 
 /// What every page knows of the request.
@@ -314,6 +315,7 @@ pub fn source_main(page: &Page, detail: &SourceDetail) -> String {
         (discovered_section(&detail.discovered))
         (hosts_section(page, source, &detail.hosts))
         (images_section(&detail.images))
+        @if let Some(revert) = &detail.last_revert { (revert_section(revert)) }
     }
     .into_string()
 }
@@ -518,6 +520,25 @@ fn discovered_section(pods: &[DiscoveredPod]) -> Markup {
                         }
                     }
                 }
+            }
+        }
+    }
+}
+
+fn revert_section(revert: &RevertRow) -> Markup {
+    html! {
+        section #revert {
+            h2 { "Last failed rollout" }
+            p.warning {
+                "The rollout of " code.failed { (revert.failed) } " failed at " (revert.time) ": "
+                @match &revert.revert {
+                    Some(commit) => { "reverted in " code.revert { (commit) } "." },
+                    None => "not reverted.",
+                }
+            }
+            p.message { (revert.message) }
+            @if !revert.held.is_empty() {
+                p.held { "Image policies held until a person commits: " (revert.held.join(", ")) }
             }
         }
     }

@@ -128,6 +128,9 @@ pub struct SourceDetail {
     pub hosts: Vec<HostRow>,
     /// The image policies of the Source's models, as their last scan left them.
     pub images: Vec<ImagePolicyRow>,
+    /// The last commit whose rollout failed, with `spec.revert`: the same entry as the
+    /// Source's `status.lastRevert`.
+    pub last_revert: Option<RevertRow>,
 }
 
 /// A model and the objects it made (objects no model made, e.g. plain manifests,
@@ -241,6 +244,22 @@ pub struct HostRow {
     pub pods: Vec<PodRow>,
     /// The model's file, relative to the repository.
     pub file: Option<String>,
+}
+
+/// A commit whose rollout failed, and tether's revert of it (none when it kept it).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RevertRow {
+    /// The revision whose rollout failed.
+    pub failed: String,
+    /// The revert's revision, when tether reverted it.
+    pub revert: Option<String>,
+    /// The objects that were not healthy in time, and what came of it.
+    pub message: String,
+    /// The image policies the revert holds until a person commits.
+    pub held: Vec<String>,
+    /// When (RFC 3339).
+    pub time: String,
 }
 
 /// An image policy at its last scan: the same entry as the Source's `status.images`.

@@ -361,6 +361,13 @@ fn revert_of(
         sources: Api::namespaced(client.clone(), &namespace),
         name: source.name_any(),
         feedback: feedback.clone(),
+        shown: (
+            daemon.shared.clone(),
+            SourceName {
+                namespace,
+                name: source.name_any(),
+            },
+        ),
         trigger: trigger.clone(),
         watched: std::sync::Mutex::new(None),
     }))

@@ -30,6 +30,7 @@ pub(crate) async fn detail(snapshot: &Snapshot) -> SourceDetail {
     let mut detail = SourceDetail {
         summary: snapshot.summary.clone(),
         images: snapshot.images.clone(),
+        last_revert: snapshot.last_revert.clone(),
         ..SourceDetail::default()
     };
     let Some(last) = &snapshot.last else {

@@ -3,7 +3,7 @@ use std::collections::BTreeMap;
 use maud::html;
 
 use super::*;
-use crate::view::{ConflictRow, DriftRow, Graph, ImagePolicyRow};
+use crate::view::{ConflictRow, DriftRow, Graph, ImagePolicyRow, RevertRow};
 
 /// Strings a repository, a cluster or a user could put anywhere.
 const HOSTILE: [&str; 6] = [
@@ -149,6 +149,13 @@ fn hostile_detail() -> SourceDetail {
             last_update: Some(h.next()),
             last_update_time: Some(h.next()),
         }],
+        last_revert: Some(RevertRow {
+            failed: h.next(),
+            revert: Some(h.next()),
+            message: h.next(),
+            held: vec![h.next(), h.next()],
+            time: h.next(),
+        }),
     }
 }
 
