@@ -68,6 +68,29 @@ impl Cli<'_> {
             std::thread::sleep(Duration::from_millis(200));
         }
     }
+
+    /// Polls `read` every 200 ms until it gives `want`; panics with `what` and the last
+    /// value read after `timeout`.
+    pub(crate) fn eventually_eq<T: PartialEq + std::fmt::Debug>(
+        &self,
+        what: &str,
+        timeout: Duration,
+        want: &T,
+        mut read: impl FnMut() -> T,
+    ) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let last = read();
+            if last == *want {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out: {what}: {last:?}, not {want:?}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
 }
 
 pub(crate) fn text(bytes: &[u8]) -> String {
