@@ -204,6 +204,19 @@ async fn a_kubectl_deployment_is_discovered_committed_and_pushed_as_it_scales() 
         git(&checkout, &["log", "-1", "--format=%an <%ae>|%s"]),
         format!("tether <tether@localhost>|discover: +1 pods in {ns}")
     );
+    // Its trailer tells tether's commit from a person's (git reads it as a trailer).
+    assert_eq!(
+        git(
+            &checkout,
+            &[
+                "log",
+                "-1",
+                "--format=%(trailers:key=Tether-Discovery,valueonly)"
+            ]
+        )
+        .trim(),
+        ns
+    );
     // What discovery wrote validates with the user's models.
     let validated = Command::new(env!("CARGO_BIN_EXE_tether"))
         .args(["validate", checkout.join("models").to_str().unwrap()])

@@ -131,4 +131,89 @@ async fn a_commit_whose_deployment_blocks_the_next_wave_is_reverted_and_the_wave
         Some("v1")
     );
     assert_eq!(remote.head_of_bare("main"), revert, "one revert, not two");
+
+    // A restarted daemon's page shows the last failed rollout from the status.
+    drop(daemon);
+    let daemon = Daemon::start(&[
+        "--sources",
+        "--sources-namespace",
+        &ns,
+        "--web-anonymous-read-only",
+    ]);
+    eventually(Duration::from_secs(30), || async {
+        let (code, body) = http_get(&daemon, &format!("/api/v1/sources/{ns}/web"), None);
+        code == 200
+            && json(&body)["lastRevert"]["revert"]
+                .as_str()
+                .is_some_and(|r| r.ends_with(&revert))
+    })
+    .await;
+    assert_eq!(remote.head_of_bare("main"), revert, "one revert, not two");
+}
+
+/// The Deployment alone: its pass ends at once, and the rollout is waited for beside
+/// the loop.
+fn deployment(ns: &str, ready: &str) -> String {
+    web(ns, ready, "unused")
+        .split("\n---\n")
+        .next()
+        .unwrap_or_default()
+        .replace("  annotations: {argocd.argoproj.io/sync-wave: \"0\"}\n", "")
+}
+
+#[tokio::test]
+async fn a_daemon_killed_while_it_waits_for_a_rollout_resumes_the_wait_and_reverts() {
+    install_crd();
+    let (client, ns, _) = setup("revert-restart").await;
+    let remote = Remote::new(&[
+        ("base.yaml", &base(&ns)),
+        ("web.yaml", &deployment(&ns, "true")),
+    ]);
+    let args = ["--sources", "--sources-namespace", &ns];
+    let daemon = Daemon::start(&args);
+    kubectl_apply_text(&source_yaml(
+        "web",
+        &ns,
+        &remote.url,
+        "  interval: 2s\n  timeout: 25s\n  revert: true\n",
+    ));
+    let applied = |commit: String| {
+        let ns = ns.clone();
+        move || {
+            let ns = ns.clone();
+            let commit = commit.clone();
+            async move {
+                status(&ns, "web")["lastAppliedRevision"]
+                    .as_str()
+                    .is_some_and(|r| r.ends_with(&commit))
+            }
+        }
+    };
+    eventually(
+        Duration::from_secs(60),
+        applied(remote.head_of_bare("main")),
+    )
+    .await;
+
+    // The bad commit applied, its rollout waited for: the daemon is killed then.
+    let bad = remote.push("main", &[("web.yaml", &deployment(&ns, "false"))]);
+    eventually(Duration::from_secs(30), applied(bad.clone())).await;
+    drop(daemon);
+    let _daemon = Daemon::start(&args);
+
+    // The new daemon's pass changes nothing, yet it waits the time left and reverts.
+    eventually(Duration::from_secs(60), || async {
+        last_commit(&remote, "%(trailers:key=Tether-Revert,valueonly)") == bad
+    })
+    .await;
+    let revert = remote.head_of_bare("main");
+    eventually(Duration::from_secs(30), applied(revert.clone())).await;
+    let deployments: kube::Api<k8s_openapi::api::apps::v1::Deployment> =
+        kube::Api::namespaced(client.clone(), &ns);
+    let template = deployments.get("web").await.unwrap().spec.unwrap().template;
+    assert_eq!(
+        template.metadata.unwrap().annotations.unwrap()["sim.tether.dev/ready"],
+        "true"
+    );
+    assert_eq!(remote.head_of_bare("main"), revert, "one revert, not two");
 }

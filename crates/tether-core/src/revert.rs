@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::discovery::files::DISCOVERY_TRAILER;
 use crate::image_automation::update::POLICY_TRAILER;
 use crate::k8s::ObjectKey;
 
@@ -52,10 +53,12 @@ impl CommitFacts {
         self.values(HOLD_TRAILER).collect()
     }
 
-    /// Written by a person (or any other tool): neither tether's revert nor image
-    /// automation's update.
+    /// Written by a person (or any other tool): neither tether's revert, image
+    /// automation's update nor discovery's commit.
     pub fn by_person(&self) -> bool {
-        self.reverts().is_none() && self.policies().is_empty()
+        self.reverts().is_none()
+            && self.policies().is_empty()
+            && self.values(DISCOVERY_TRAILER).next().is_none()
     }
 
     fn short(&self) -> &str {
@@ -72,8 +75,9 @@ pub enum Kept {
     /// It is tether's own revert: a revert is never reverted.
     #[error("it is tether's revert of {}; a revert is never reverted", short(.reverted))]
     IsRevert { reverted: String },
-    /// A person's commit right after tether's revert: their answer to it (which may
-    /// bring the change back on purpose), never fought.
+    /// A person's first commit after tether's revert (tether's own commits between
+    /// them do not count): their answer to it (which may bring the change back on
+    /// purpose), never fought.
     #[error("it is a person's commit after tether's revert {}; tether does not revert it in turn", short(.revert))]
     AnswersRevert { revert: String },
 }
@@ -92,13 +96,18 @@ pub fn decide<'h>(history: &'h [CommitFacts], failed: &str) -> Result<&'h Commit
             reverted: reverted.to_string(),
         });
     }
-    match history.get(1) {
-        Some(parent) if parent.reverts().is_some() && head.by_person() => {
-            Err(Kept::AnswersRevert {
-                revert: parent.id.clone(),
-            })
-        }
-        _ => Ok(head),
+    if !head.by_person() {
+        return Ok(head);
+    }
+    let since_last_person = history.iter().skip(1).take_while(|c| !c.by_person());
+    match since_last_person
+        .into_iter()
+        .find(|c| c.reverts().is_some())
+    {
+        Some(revert) => Err(Kept::AnswersRevert {
+            revert: revert.id.clone(),
+        }),
+        None => Ok(head),
     }
 }
 
@@ -183,10 +192,13 @@ mod tests {
         let revert = commit("c", &[(REVERT_TRAILER, &person.id)]);
         let after_revert = commit("d", &[]);
         let image_after_revert = commit("e", &[(POLICY_TRAILER, "api")]);
+        let discovery_after_revert = commit("f", &[(DISCOVERY_TRAILER, "shop")]);
+        let answer_after_discovery = commit("1", &[]);
+        let second_person = commit("2", &[]);
         let history = |commits: &[&CommitFacts]| -> Vec<CommitFacts> {
             commits.iter().map(|c| (*c).clone()).collect()
         };
-        let cases: [(Vec<CommitFacts>, &CommitFacts, Result<(), Kept>); 6] = [
+        let cases: [(Vec<CommitFacts>, &CommitFacts, Result<(), Kept>); 9] = [
             (history(&[&person]), &person, Ok(())),
             (history(&[&image, &person]), &image, Ok(())),
             (
@@ -214,6 +226,32 @@ mod tests {
             (
                 history(&[&image_after_revert, &revert, &person]),
                 &image_after_revert,
+                Ok(()),
+            ),
+            // Discovery is no person either, and tether's commits between the revert
+            // and a person's do not hide the answer.
+            (
+                history(&[&discovery_after_revert, &revert, &person]),
+                &discovery_after_revert,
+                Ok(()),
+            ),
+            (
+                history(&[
+                    &answer_after_discovery,
+                    &discovery_after_revert,
+                    &image_after_revert,
+                    &revert,
+                    &person,
+                ]),
+                &answer_after_discovery,
+                Err(Kept::AnswersRevert {
+                    revert: revert.id.clone(),
+                }),
+            ),
+            // Only a person's first commit after the revert answers it.
+            (
+                history(&[&second_person, &after_revert, &revert, &person]),
+                &second_person,
                 Ok(()),
             ),
         ];
@@ -287,8 +325,13 @@ mod tests {
             held_policies(&history),
             BTreeMap::from([("web".to_string(), revert_web.id.clone())])
         );
-        // A person's commit after the revert releases it.
-        assert!(held_policies(&[person, revert_web, other_update]).is_empty());
+        // A person's commit after the revert releases it; discovery's does not.
+        assert!(held_policies(&[person, revert_web.clone(), other_update]).is_empty());
+        let discovery = commit("e", &[(DISCOVERY_TRAILER, "shop")]);
+        assert_eq!(
+            held_policies(&[discovery, revert_web.clone()]),
+            BTreeMap::from([("web".to_string(), revert_web.id)])
+        );
         assert!(
             held_reason(&"c".repeat(40))
                 .starts_with("held: tether reverted its update in cccccccccc")

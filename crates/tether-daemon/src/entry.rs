@@ -279,6 +279,7 @@ pub async fn run_one(
                 propose: false,
             }),
             path: source.path,
+            last_revert: None,
         }),
         events: None,
         shared: shared.clone(),

@@ -69,6 +69,9 @@ pub(crate) struct Shown {
     pub writeback: Option<Writeback>,
     /// The models' directory in the repository.
     pub path: Option<String>,
+    /// The last failed rollout the Source's status records (`spec.revert`): shown
+    /// from the start, also after a restart.
+    pub last_revert: Option<RevertRow>,
 }
 
 /// Where and how the page's commits go.

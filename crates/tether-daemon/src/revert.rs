@@ -5,10 +5,15 @@
 //! [`revert`](tether_engine::revert) commits Git's revert of it to the branch, unless
 //! the history says not to; then the loop is nudged to apply it, and the log,
 //! `status.lastRevert`, the web page, a notice and the commit status say what happened. It stops with the loop.
+//!
+//! A wait cut short by a restart resumes: the commit the status says was applied
+//! within the timeout before the loop started is waited for the time left
+//! ([`resumed_wait`]), though its next pass changes nothing.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams};
 use tether_api::source_spec::{RevertStatus, Source};
 use tether_core::feedback::notice::NoticeKind;
@@ -43,6 +48,37 @@ pub(crate) struct SourceRevert {
     pub(crate) trigger: mpsc::Sender<Trigger>,
     /// The commit whose rollout is (or was last) watched, and its wait.
     pub(crate) watched: Mutex<Option<(String, JoinHandle<()>)>>,
+    /// The wait an earlier loop left unfinished, as of when the loop started; taken
+    /// by the first pass.
+    pub(crate) resumed: Mutex<Option<(Resumed, Instant)>>,
+}
+
+/// A rollout an earlier loop (another process, before a restart) was waiting for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Resumed {
+    pub(crate) commit: String,
+    /// What is left of its timeout.
+    pub(crate) left: Duration,
+}
+
+/// The wait to resume: the commit applied last (`applied`, at `applied_at`, RFC
+/// 3339), when its timeout had not run out `now`; none otherwise (its rollout was
+/// judged, or was due while no one watched: a commit deployed long ago is never
+/// reverted for a later failure).
+pub(crate) fn resumed_wait(
+    applied: Option<&str>,
+    applied_at: Option<&str>,
+    timeout: Duration,
+    now: Timestamp,
+) -> Option<Resumed> {
+    let at: Timestamp = applied_at?.parse().ok()?;
+    let elapsed = Duration::try_from(now.duration_since(at)).ok()?;
+    Some(Resumed {
+        commit: applied?.to_string(),
+        left: timeout
+            .checked_sub(elapsed)
+            .filter(|left| !left.is_zero())?,
+    })
 }
 
 impl Drop for SourceRevert {
@@ -66,9 +102,21 @@ impl SourceRevert {
         self.watched.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Watches the rollout of `commit`, unless it is watched already (each pass of
-    /// the same commit would otherwise start the wait again).
-    pub(crate) fn watch(self: &Arc<Self>, commit: &str, rollout: RolloutOf) {
+    /// The time left of an earlier loop's wait for `commit`, once: the first pass
+    /// takes it, whatever its commit.
+    pub(crate) fn resume(&self, commit: &str) -> Option<Duration> {
+        let (resumed, as_of) = self
+            .resumed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()?;
+        let left = resumed.left.checked_sub(as_of.elapsed())?;
+        (resumed.commit == commit && !left.is_zero()).then_some(left)
+    }
+
+    /// Watches the rollout of `commit` for up to `timeout`, unless it is watched
+    /// already (each pass of the same commit would otherwise start the wait again).
+    pub(crate) fn watch(self: &Arc<Self>, commit: &str, rollout: RolloutOf, timeout: Duration) {
         let mut watched = self.lock();
         if watched.as_ref().is_some_and(|(c, _)| c == commit) {
             return;
@@ -76,10 +124,6 @@ impl SourceRevert {
         let this = Arc::downgrade(self);
         let id = commit.to_string();
         let waiting = tokio::spawn(async move {
-            let timeout = match this.upgrade() {
-                Some(this) => this.timeout,
-                None => return,
-            };
             let result = match rollout {
                 RolloutOf::Applied(rollout) => rollout.wait(timeout).await,
                 RolloutOf::Blocked(blockers) => Err(blockers),
@@ -168,16 +212,7 @@ impl SourceRevert {
             time: crate::clock::now(),
         };
         let (shared, name) = &self.shown;
-        shared.views.revert(
-            name,
-            RevertRow {
-                failed: status.failed.clone(),
-                revert: status.revert.clone(),
-                message: status.message.clone(),
-                held: status.held.clone(),
-                time: status.time.clone(),
-            },
-        );
+        shared.views.revert(name, row(&status));
         // A merge patch: a field left out would keep an earlier revert's value.
         let patch = serde_json::json!({ "status": { "lastRevert": {
             "failed": status.failed,
@@ -218,6 +253,17 @@ impl SourceRevert {
 }
 
 /// `Deployment hello/web: 0 of 2 replicas available; …`.
+/// How the web page shows a failed rollout the status records.
+pub(crate) fn row(status: &RevertStatus) -> RevertRow {
+    RevertRow {
+        failed: status.failed.clone(),
+        revert: status.revert.clone(),
+        message: status.message.clone(),
+        held: status.held.clone(),
+        time: status.time.clone(),
+    }
+}
+
 fn failing_text(failing: &[(ObjectKey, String)]) -> String {
     failing
         .iter()
@@ -229,4 +275,43 @@ fn failing_text(failing: &[(ObjectKey, String)]) -> String {
 /// A commit's first 10 characters.
 fn short(commit: &str) -> &str {
     commit.get(..10).unwrap_or(commit)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wait_resumes_for_the_time_left_of_the_timeout_and_never_after_it() {
+        let applied_at = "2026-12-01T10:00:00Z";
+        let at = |time: &str| time.parse::<Timestamp>().unwrap();
+        let minute = Duration::from_secs(60);
+        let cases = [
+            // Restarted 20 s after the apply, of a 1 min timeout: 40 s left.
+            (
+                Some("abc"),
+                Some(applied_at),
+                "2026-12-01T10:00:20Z",
+                Some(Duration::from_secs(40)),
+            ),
+            // The timeout ran out while no one watched: never judged late.
+            (Some("abc"), Some(applied_at), "2026-12-01T10:01:00Z", None),
+            (Some("abc"), Some(applied_at), "2026-12-01T11:00:00Z", None),
+            // A clock behind the status, a time that does not parse, nothing applied.
+            (Some("abc"), Some(applied_at), "2026-12-01T09:59:00Z", None),
+            (Some("abc"), Some("yesterday"), "2026-12-01T10:00:20Z", None),
+            (None, Some(applied_at), "2026-12-01T10:00:20Z", None),
+            (Some("abc"), None, "2026-12-01T10:00:20Z", None),
+        ];
+        for (applied, applied_at, now, left) in cases {
+            assert_eq!(
+                resumed_wait(applied, applied_at, minute, at(now)),
+                left.map(|left| Resumed {
+                    commit: "abc".into(),
+                    left
+                }),
+                "{applied:?} at {applied_at:?}, now {now}"
+            );
+        }
+    }
 }

@@ -247,9 +247,20 @@ impl Outcome {
                 let _ = writeln!(message, "{word} {path}");
             }
         }
+        let scope = self.pods.keys().map(String::as_str).collect::<Vec<_>>();
+        let scope = if scope.is_empty() {
+            "models".to_string()
+        } else {
+            scope.join(", ")
+        };
+        let _ = write!(message, "\n{DISCOVERY_TRAILER}: {scope}\n");
         message
     }
 }
+
+/// The trailer of discovery's commits (naming the namespaces whose pods changed):
+/// tether's own commits, which a reader and tether itself tell from a person's.
+pub const DISCOVERY_TRAILER: &str = "Tether-Discovery";
 
 /// Where each model of the repo was written: by the user, or by discovery.
 struct Repo<'a> {

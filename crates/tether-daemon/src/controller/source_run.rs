@@ -5,9 +5,10 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::Api;
 use kube::runtime::events::Recorder;
 use kube::{Client, ResourceExt};
@@ -30,7 +31,7 @@ use crate::decryption::DecryptionSecret;
 use crate::feedback::SourceFeedback;
 use crate::loop_views::{Shown, SourceName, Writeback};
 use crate::pull_request::{ActAs, PullRequestPlanner};
-use crate::revert::SourceRevert;
+use crate::revert::{SourceRevert, resumed_wait};
 use crate::shard::source_id;
 use crate::shared::event_reporter;
 use crate::source_loop::{
@@ -338,6 +339,7 @@ fn revert_of(
         return None;
     }
     let namespace = source.namespace().unwrap_or_default();
+    let timeout = crate::feedback::rollout_timeout(source);
     Some(Arc::new(SourceRevert {
         destination: Destination::Remote {
             url: spec.url.clone(),
@@ -356,7 +358,7 @@ fn revert_of(
             .and_then(|a| a.author.as_deref())
             .and_then(|a| a.parse().ok())
             .unwrap_or_default(),
-        timeout: crate::feedback::rollout_timeout(source),
+        timeout,
         reference: spec.reference.clone(),
         sources: Api::namespaced(client.clone(), &namespace),
         name: source.name_any(),
@@ -370,6 +372,18 @@ fn revert_of(
         ),
         trigger: trigger.clone(),
         watched: std::sync::Mutex::new(None),
+        resumed: std::sync::Mutex::new(
+            resumed_wait(
+                applied_before(source).as_deref(),
+                source
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.last_success_time.as_deref()),
+                timeout,
+                Timestamp::now(),
+            )
+            .map(|resumed| (resumed, Instant::now())),
+        ),
     }))
 }
 
@@ -395,6 +409,11 @@ fn shown_on_page(source: &Source, directories: &Directories, credentials: &Crede
         },
         writeback,
         path: spec.path.clone(),
+        last_revert: source
+            .status
+            .as_ref()
+            .and_then(|s| s.last_revert.as_ref())
+            .map(crate::revert::row),
     }
 }
 

@@ -194,6 +194,9 @@ impl<S: StatusSink> SourceLoop<S> {
                 }),
             };
             shared.views.register(&shown.name, handle);
+            if let Some(row) = &shown.last_revert {
+                shared.views.revert(&shown.name, row.clone());
+            }
         }
         shared.switchboard.register(
             &id,

@@ -205,11 +205,24 @@ impl<S: StatusSink> Observers<S> {
     /// With `spec.revert`, the rollout of the own cluster's commit that this pass
     /// changed the cluster for is watched: waited for when the pass applied it, failed
     /// already when a wave waited in vain for what did not become healthy.
+    /// The first pass after a restart that changes nothing resumes the wait cut short.
     pub(super) fn watch_rollout(&self, planned: &Planned, report: &ApplyReport) {
         let (Some(revert), Some(revision)) = (&self.revert, &planned.plan.revision) else {
             return;
         };
-        if status_cluster(&planned.cluster).is_some() || !report.changed() {
+        if status_cluster(&planned.cluster).is_some() {
+            return;
+        }
+        let resumed = revert.resume(&revision.commit);
+        if !report.changed() {
+            if let Some(left) = resumed.filter(|_| report.succeeded()) {
+                tracing::info!(commit = %revision.commit, left = %humantime::format_duration(left), "the rollout's wait resumed");
+                revert.watch(
+                    &revision.commit,
+                    RolloutOf::Applied(planned.rollout()),
+                    left,
+                );
+            }
             return;
         }
         let rollout = match &report.blocked {
@@ -219,7 +232,7 @@ impl<S: StatusSink> Observers<S> {
             }
             _ => return,
         };
-        revert.watch(&revision.commit, rollout);
+        revert.watch(&revision.commit, rollout, revert.timeout);
     }
 }
 
